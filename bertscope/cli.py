@@ -1,0 +1,107 @@
+"""``python -m bertscope``: the library from a shell, one error style for every subcommand.
+
+    python -m bertscope info bundled --json
+    python -m bertscope inspect bundled "The bank of the river." --json
+
+Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from .errors import BertScopeError
+
+EXIT_BAD_INPUT = 2
+
+
+def _load(args: argparse.Namespace):
+    from .models import load_model
+
+    return load_model(args.model, device=args.device, dtype=args.dtype)
+
+
+def cmd_info(args: argparse.Namespace) -> Any:
+    from .card import heads_text, model_card
+
+    card = model_card(_load(args))
+    if args.json:
+        return card
+    lines = [
+        f"{card['model']} ({card['architecture']}, {card['model_type']})",
+        f"  layers {card['layers']}, heads {card['heads']}, hidden {card['hidden_size']}, "
+        f"vocab {card['vocab_size']:,}, max tokens {card['max_length']}",
+        f"  parameters {card['parameters']:,} (encoder {card['encoder_parameters']:,})",
+        f"  heads present: {heads_text(card['heads_present'])}",
+        f"  device {card['device']}, dtype {card['dtype']}",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_inspect(args: argparse.Namespace) -> Any:
+    from .inspect import inspect
+
+    r = inspect(_load(args), args.text, args.pair)
+    shapes = {
+        "attentions": list(r.attentions.shape),
+        "hidden_states": list(r.hidden_states.shape),
+        "mlm_logits": None if r.mlm_logits is None else list(r.mlm_logits.shape),
+    }
+    result = {
+        "tokens": r.tokens,
+        "raw_tokens": r.raw_tokens,
+        "input_ids": r.input_ids.tolist(),
+        "token_type_ids": r.token_type_ids.tolist(),
+        "word_ids": r.word_ids,
+        "shapes": shapes,
+        "truncated": r.truncated,
+        "warnings": list(r.warnings),
+    }
+    if args.json:
+        return result
+    lines = [f"{len(r.tokens)} tokens: {' '.join(r.tokens)}"]
+    lines += [f"  {name} {shape}" for name, shape in shapes.items() if shape is not None]
+    lines += [f"warning: {w}" for w in r.warnings]
+    return "\n".join(lines)
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="preset name, hub id, local folder, or 'bundled'")
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
+    p.add_argument("--dtype", default="auto", help="auto (float32), float16 or bfloat16 on a GPU")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | None]] = {
+    "info": ("config summary, heads present, parameter total", cmd_info, None),
+    "inspect": (
+        "tokens and tensor shapes of one forward pass",
+        cmd_inspect,
+        lambda p: (p.add_argument("text"), p.add_argument("--pair", help="segment B text")),
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertscope", description="Look inside BERT-family encoders.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, _, extra) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _model_arguments(p)
+        if extra:
+            extra(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = COMMANDS[args.command][1](args)
+    except BertScopeError as err:
+        print(f"bertscope: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(json.dumps(result, ensure_ascii=False) if args.json else result)
+    return 0

@@ -1,0 +1,36 @@
+"""Token strings a person can read, the same way for every tokenizer family.
+
+WordPiece marks a piece that continues a word with ``##``; byte-level BPE (RoBERTa: ``Ġ``)
+and SentencePiece (XLM-R, ALBERT: ``▁``) mark the *start* of a word instead and may spell
+bytes oddly (``Ã©`` for ``é``). We show every family like WordPiece: a word's first piece
+as plain text and each following piece of the same word as ``##piece``. Special tokens
+([CLS], <s>, ...) are shown as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+CONTINUATION = "##"
+
+
+def readable_tokens(
+    tokenizer: Any,
+    input_ids: Sequence[int],
+    word_ids: Sequence[int | None],
+    special_mask: Sequence[bool],
+) -> list[str]:
+    raw = tokenizer.convert_ids_to_tokens(list(input_ids))
+    shown: list[str] = []
+    for i, piece in enumerate(raw):
+        if special_mask[i]:
+            shown.append(piece)
+            continue
+        if piece.startswith(CONTINUATION):  # WordPiece already says it
+            shown.append(piece)
+            continue
+        text = tokenizer.convert_tokens_to_string([piece]).strip() or piece
+        continues = i > 0 and word_ids[i] is not None and word_ids[i] == word_ids[i - 1]
+        continues = continues and not special_mask[i - 1]
+        shown.append(CONTINUATION + text if continues else text)
+    return shown

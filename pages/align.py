@@ -1,0 +1,6 @@
+from pages.shared import planned
+
+planned(
+    "Cross-lingual alignment", 6,
+    "translations in UMAP/PCA plots and retrieval accuracy per layer, with mean-centring.",
+)

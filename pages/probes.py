@@ -1,0 +1,6 @@
+from pages.shared import planned
+
+planned(
+    "Probes", 8,
+    "linear probes per layer on hidden states cached on disk, with control tasks.",
+)

@@ -1,0 +1,1 @@
+"""Headless probe scripts (``python -m probes.<script>``): extract -> cache -> train -> report."""

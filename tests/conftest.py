@@ -1,0 +1,149 @@
+"""Fixtures: tiny random encoders written to disk and loaded back through our loader.
+
+Nothing here touches the network: HF_HUB_OFFLINE is set before any Hugging Face import, and
+every model is built from a config and a small vocabulary in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.pop("BERTSCOPE_MODEL", None)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-output"
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = (
+    ". , ! ? ' the a an of to in on and or is was are were be has had it he she they we you "
+    "bank banks river money water fish boat walked sat deposited cash loan muddy steep grass "
+    "man woman child dog cat ate food bread horse rode riding eating piece sentence word "
+    "second first one two three this that there here hello world very good bad big small "
+    "un ##bel ##ie ##va ##bly ##s ##ing ##ed ##er ##ly play ##ful river ##side"
+).split()
+VOCAB = SPECIAL + WORDS
+
+BPE_CORPUS = [
+    "The bank of the river was muddy and steep.",
+    "She deposited the money in the bank, unbelievably fast.",
+    "He walked along the riverside with his dog.",
+    "A man is eating food. A man is riding a horse.",
+    "Un café près de la rivière, très calme.",
+] * 20
+
+
+def tiny_bert_config(**overrides):
+    from transformers import BertConfig
+
+    settings = dict(
+        vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=40, type_vocab_size=2,
+    )
+    settings.update(overrides)
+    return BertConfig(**settings)
+
+
+def bert_tokenizer():
+    from transformers import BertTokenizer
+
+    return BertTokenizer(vocab={t: i for i, t in enumerate(VOCAB)})
+
+
+def _save(model, tokenizer, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A random BertForPreTraining: encoder + MLM head + NSP head."""
+    from transformers import BertForPreTraining
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(tiny_bert_config())
+    return _save(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-pretraining"))
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_dir(tmp_path_factory) -> Path:
+    """A random BertForMaskedLM: MLM head, no NSP head."""
+    from transformers import BertForMaskedLM
+
+    torch.manual_seed(1)
+    model = BertForMaskedLM(tiny_bert_config())
+    return _save(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-mlm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory) -> Path:
+    """A random bare BertModel: no heads at all."""
+    from transformers import BertModel
+
+    torch.manual_seed(2)
+    model = BertModel(tiny_bert_config())
+    return _save(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-encoder"))
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_dir(tmp_path_factory) -> Path:
+    """A random RobertaForMaskedLM with a byte-level BPE tokenizer trained here."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(BPE_CORPUS, vocab_size=400, min_frequency=1, special_tokens=specials)
+    tokenizer = RobertaTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", cls_token="<s>",
+        sep_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
+        model_max_length=32,
+    )
+    torch.manual_seed(3)
+    config = RobertaConfig(
+        vocab_size=bpe.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=48, max_position_embeddings=34,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+    )
+    return _save(RobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-roberta"))
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(tmp_path_factory) -> Path:
+    """A decoder-only config: must be refused before any weights are read."""
+    from transformers import GPT2Config
+
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def remote_code_dir(tmp_path_factory) -> Path:
+    """A config that asks for custom code (auto_map), which must never run."""
+    folder = tmp_path_factory.mktemp("remote-code")
+    config = tiny_bert_config().to_dict()
+    config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tiny_bert_dir):
+    from bertscope import load_model
+
+    return load_model(str(tiny_bert_dir))
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

@@ -1,0 +1,131 @@
+"""A real browser: start ``streamlit run app.py`` offline, open each page, screenshot it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+PAGES = {
+    "attention": "Attention", "masked": "Masked tokens", "shift": "Embedding shift",
+    "align": "Cross-lingual alignment", "params": "Parameters", "probes": "Probes",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("BERTSCOPE_MODEL", None)  # the offline default: the bundled model
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    with open(log, "w") as sink:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true"],
+            cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not start:\n{Path(log).read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run the README's test command"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, url):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.goto(url, wait_until="domcontentloaded")
+    return page, problems
+
+
+def test_home_shows_bundled_model_card(browser, app_url, artifacts):
+    page, problems = open_page(browser, app_url)
+    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    body = page.inner_text("body")
+    assert "Heads per layer" in body and "22,713,216" in body
+    assert "Model: bundled" in body
+    assert "sentence-transformers/all-MiniLM-L6-v2" in body
+    assert "using the bundled all-MiniLM-L6-v2" in body  # the offline notice
+    assert "Traceback" not in body and not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "home.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+@pytest.mark.parametrize("path, title", PAGES.items())
+def test_planned_pages_say_so(browser, app_url, artifacts, path, title):
+    page, problems = open_page(browser, f"{app_url}/{path}")
+    page.get_by_text("Not built yet").wait_for(timeout=60_000)
+    assert page.get_by_role("heading", name=title).count()
+    page.screenshot(path=str(artifacts / f"{path}.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+def pick_model(page, option: str) -> None:
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="Encoder").click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def test_model_picker_bad_id_then_recovers(browser, app_url, artifacts):
+    page, problems = open_page(browser, app_url)
+    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    pick_model(page, "Other (hub id or local folder)…")
+    box = page.get_by_label("Hub id or local folder")
+    page.get_by_text("Type a hub id").wait_for(timeout=60_000)  # a prompt, not an error
+    box.fill("nobody-xyz/no-such-model")
+    box.press("Enter")
+    error = page.locator('[data-testid="stAlertContentError"]')
+    error.wait_for(timeout=60_000)
+    assert "hub is unreachable" in error.inner_text()
+    assert not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "home-bad-model.png"), full_page=True)
+    pick_model(page, "bundled")
+    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    assert not page.locator('[data-testid="stAlertContentError"]').count()
+    assert not problems, problems
+    page.close()
