@@ -4,7 +4,8 @@ WordPiece marks a piece that continues a word with ``##``; byte-level BPE (RoBER
 and SentencePiece (XLM-R, ALBERT: ``▁``) mark the *start* of a word instead and may spell
 bytes oddly (``Ã©`` for ``é``). We show every family like WordPiece: a word's first piece
 as plain text and each following piece of the same word as ``##piece``. Special tokens
-([CLS], <s>, ...) are shown as they are.
+([CLS], <s>, ...) are shown as they are, and so is a piece with no text of its own (a lone
+SentencePiece ``▁`` word boundary, which XLM-R emits e.g. before CJK characters).
 """
 
 from __future__ import annotations

@@ -117,6 +117,28 @@ def tiny_roberta_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_xlmr_dir(tmp_path_factory) -> Path:
+    """A random XLMRobertaForMaskedLM with a SentencePiece (Unigram, "▁") tokenizer."""
+    from tokenizers import SentencePieceUnigramTokenizer
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    sp = SentencePieceUnigramTokenizer()
+    sp.train_from_iterator(BPE_CORPUS, vocab_size=150, special_tokens=specials, unk_token="<unk>")
+    tokenizer = XLMRobertaTokenizerFast(
+        tokenizer_object=sp._tokenizer, bos_token="<s>", eos_token="</s>", cls_token="<s>",
+        sep_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
+    )
+    torch.manual_seed(4)
+    config = XLMRobertaConfig(
+        vocab_size=sp.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=48, max_position_embeddings=34,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+    )
+    return _save(XLMRobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-xlmr"))
+
+
+@pytest.fixture(scope="session")
 def gpt2_dir(tmp_path_factory) -> Path:
     """A decoder-only config: must be refused before any weights are read."""
     from transformers import GPT2Config

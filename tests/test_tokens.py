@@ -24,3 +24,17 @@ def test_byte_level_bpe_is_shown_without_g_marks(tiny_roberta_dir):
         if word is not None:
             words[word] = words.get(word, "") + token.removeprefix("##")
     assert list(words.values()) == ["The", "bank", ",", "unbelievably", "muddy", "café", "."]
+
+
+def test_sentencepiece_is_shown_without_underline_marks(tiny_xlmr_dir):
+    lm = load_model(str(tiny_xlmr_dir))
+    r = inspect(lm, "The riverside was unbelievably calm.")
+    assert any(t.startswith("▁") for t in r.raw_tokens)
+    # a lone "▁" (a word boundary with no characters, as XLM-R emits before CJK) stays visible
+    assert not any("▁" in t for t in r.tokens if t != "▁")
+    words: dict[int, str] = {}
+    for token, word in zip(r.tokens, r.word_ids):
+        if word is not None and token != "▁":
+            words[word] = words.get(word, "") + token.removeprefix("##")
+    assert list(words.values()) == ["The", "riverside", "was", "unbelievably", "calm."]  # Metaspace splits on spaces only
+    assert any(t.startswith("##") for t in r.tokens)  # some word was split into pieces
