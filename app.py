@@ -2,18 +2,18 @@
 
 import streamlit as st
 
-from pages.shared import sidebar
+from views.shared import sidebar
 
 st.set_page_config(page_title="BertScope", page_icon=":material/biotech:", layout="wide")
 
 PAGES = [
-    st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
-    st.Page("pages/attention.py", title="Attention", icon=":material/visibility:"),
-    st.Page("pages/masked.py", title="Masked tokens", icon=":material/masks:"),
-    st.Page("pages/shift.py", title="Embedding shift", icon=":material/explore:"),
-    st.Page("pages/align.py", title="Cross-lingual", icon=":material/translate:"),
-    st.Page("pages/params.py", title="Parameters", icon=":material/calculate:"),
-    st.Page("pages/probes.py", title="Probes", icon=":material/troubleshoot:"),
+    st.Page("views/home.py", title="Home", icon=":material/home:", default=True),
+    st.Page("views/attention.py", title="Attention", icon=":material/visibility:"),
+    st.Page("views/masked.py", title="Masked tokens", icon=":material/masks:"),
+    st.Page("views/shift.py", title="Embedding shift", icon=":material/explore:"),
+    st.Page("views/align.py", title="Cross-lingual", icon=":material/translate:"),
+    st.Page("views/params.py", title="Parameters", icon=":material/calculate:"),
+    st.Page("views/probes.py", title="Probes", icon=":material/troubleshoot:"),
 ]
 
 sidebar()

@@ -108,7 +108,7 @@ def time_forwards(model_name: str, repeats: int) -> None:
 COLD_START = """
 import time, json
 t0 = time.perf_counter()
-import streamlit, bertscope.inspect, pages.shared
+import streamlit, bertscope.inspect, views.shared
 t1 = time.perf_counter()
 from bertscope import load_model, default_model
 name, _ = default_model()

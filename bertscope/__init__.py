@@ -1,6 +1,6 @@
 """BertScope: look inside BERT-family encoders.
 
-The library never imports streamlit; the app in ``app.py``/``pages/`` and the CLI
+The library never imports streamlit; the app in ``app.py``/``views/`` and the CLI
 (``python -m bertscope``) are thin layers over it.
 """
 

@@ -68,6 +68,18 @@ def cmd_inspect(args: argparse.Namespace) -> Any:
     return "\n".join(lines)
 
 
+def cmd_params(args: argparse.ArgumentParser) -> Any:
+    from .params import count_parameters
+
+    b = count_parameters(args.model, args.head)
+    if args.json:
+        return b.to_json()
+    lines = [f"{b.model} ({b.architecture}): {b.total:,} parameters"]
+    lines += [f"  {group:<11} {total:>14,}" for group, total in b.group_totals().items()]
+    lines += [f"  note: {n}" for n in b.notes]
+    return "\n".join(lines)
+
+
 def _model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="preset name, hub id, local folder, or 'bundled'")
     p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
@@ -81,6 +93,14 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | N
         "tokens and tensor shapes of one forward pass",
         cmd_inspect,
         lambda p: (p.add_argument("text"), p.add_argument("--pair", help="segment B text")),
+    ),
+    "params": (
+        "exact parameter counts by component, from the config alone (no weights)",
+        cmd_params,
+        lambda p: p.add_argument(
+            "--head", default="none", choices=["none", "mlm", "pretraining"],
+            help="none: the bare encoder with its pooler (default)",
+        ),
     ),
 }
 

@@ -8,13 +8,13 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from pages.shared import CUSTOM_KEY, MODEL_KEY, OTHER
+from views.shared import CUSTOM_KEY, MODEL_KEY, OTHER
 
 from .conftest import ROOT
 
 APP = str(ROOT / "app.py")
-PAGES = ["pages/attention.py", "pages/masked.py", "pages/shift.py", "pages/align.py",
-         "pages/params.py", "pages/probes.py"]
+PLANNED = ["views/attention.py", "views/masked.py", "views/shift.py", "views/align.py",
+           "views/probes.py"]
 
 
 @pytest.fixture(autouse=True)
@@ -48,11 +48,18 @@ def test_home_shows_model_card(monkeypatch, tiny_bert_dir):
     assert "masked-LM, next-sentence" in at.table[0].value.to_string()
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_every_page_runs(monkeypatch, tiny_bert_dir, page):
+def test_no_pages_folder_beside_the_entry_point():
+    """A folder named pages/ next to app.py makes Streamlit run a cold deep link's page
+    script alone (legacy multipage mode), skipping app.py's sidebar and navigation."""
+    assert not (ROOT / "pages").exists()
+
+
+@pytest.mark.parametrize("page", PLANNED)
+def test_every_planned_page_runs(monkeypatch, tiny_bert_dir, page):
     at = start(monkeypatch, str(tiny_bert_dir))
     at.switch_page(page).run()
     assert not at.exception
+    assert at.selectbox(key=MODEL_KEY).value == OTHER  # the shared sidebar ran too
     assert any("Not built yet" in t for t in texts(at.info)), f"{page} must say it is not built"
 
 
@@ -65,19 +72,15 @@ def test_every_page_runs(monkeypatch, tiny_bert_dir, page):
     ],
 )
 def test_bad_model_choice_is_one_error_line(monkeypatch, tiny_bert_dir, gpt2_dir, custom, message):
-    # AppTest drops sidebar widgets from its tree on reruns of file-based st.Page scripts, so
-    # the picker is driven through its session-state keys here and by clicks in the browser test.
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.session_state[MODEL_KEY] = OTHER
-    at.session_state[CUSTOM_KEY] = custom.format(gpt2=gpt2_dir)
-    at.run()
+    at.selectbox(key=MODEL_KEY).set_value(OTHER).run()
+    at.text_input(key=CUSTOM_KEY).input(custom.format(gpt2=gpt2_dir)).run()
     assert not at.exception
     errors = texts(at.error)
     assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0]
     assert not at.metric
     # the app still works: picking a good model again brings the card back
-    at.session_state[CUSTOM_KEY] = str(tiny_bert_dir)
-    at.run()
+    at.text_input(key=CUSTOM_KEY).input(str(tiny_bert_dir)).run()
     assert not at.error and {m.label: m.value for m in at.metric}["Layers"] == "2"
 
 
@@ -94,19 +97,46 @@ def test_offline_default_is_bundled_with_notice(monkeypatch):
 
 def test_empty_custom_model_prompts_instead_of_failing(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.session_state[MODEL_KEY] = OTHER
-    at.session_state[CUSTOM_KEY] = "   "
-    at.run()
+    at.selectbox(key=MODEL_KEY).set_value(OTHER).run()
+    at.text_input(key=CUSTOM_KEY).input("   ").run()
     assert not at.exception and not at.error and not at.metric
     assert any("Type a hub id" in t for t in texts(at.info))
 
 
 def test_typed_model_id_is_shown_not_rendered(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.session_state[MODEL_KEY] = OTHER
-    at.session_state[CUSTOM_KEY] = "[click](http://evil.example) <b>x</b> :red[y]"
-    at.run()
+    at.selectbox(key=MODEL_KEY).set_value(OTHER).run()
+    at.text_input(key=CUSTOM_KEY).input("[click](http://evil.example) <b>x</b> :red[y]").run()
     assert not at.exception
     (error,) = [str(e.value) for e in at.error]  # the raw Markdown: every mark escaped
     assert r"\[click\]\(http\://evil\.example\)" in error
     assert r"\<b\>x\</b\>" in error and r"\:red\[y\]" in error
+
+
+def test_params_page_counts_bert_base_offline(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.selectbox(key=MODEL_KEY).set_value("bert-base-uncased").run()  # not cached, hub unreachable
+    assert any("hub is unreachable" in e for e in texts(at.error))  # home cannot load it...
+    at.switch_page("views/params.py").run()  # ...but counting needs only the shipped config
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Total"] == "109,482,240" and metrics["embeddings"] == "23,837,184"
+    assert metrics["encoder"] == "85,054,464" and metrics["pooler"] == "590,592"
+    formulas = at.dataframe[0].value
+    assert "V×H = 30522×768" in set(formulas["formula"])
+    at.radio[0].set_value("pretraining").run()
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["nsp head"] == "1,538"
+    at.toggle[0].set_value(True).run()
+    assert not at.exception
+    assert "GPT-3" in set(at.dataframe[-1].value["model"])
+
+
+def test_params_page_on_a_local_model_and_a_bad_one(monkeypatch, tiny_bert_dir, gpt2_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/params.py").run()
+    assert not at.exception and not at.error
+    at.selectbox(key=MODEL_KEY).set_value(OTHER).run()
+    at.text_input(key=CUSTOM_KEY).input(str(gpt2_dir)).run()
+    assert not at.exception
+    assert any("not a BERT-family encoder" in e for e in texts(at.error))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -23,7 +24,7 @@ CHROMIUM_FLAGS = [
 ]
 PAGES = {
     "attention": "Attention", "masked": "Masked tokens", "shift": "Embedding shift",
-    "align": "Cross-lingual alignment", "params": "Parameters", "probes": "Probes",
+    "align": "Cross-lingual alignment", "probes": "Probes",
 }
 
 
@@ -33,12 +34,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
+@contextlib.contextmanager
+def running_app(log: Path):
+    """``streamlit run app.py`` on a free port, offline, on the default (bundled) model."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("BERTSCOPE_MODEL", None)  # the offline default: the bundled model
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
     with open(log, "w") as sink:
         server = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
@@ -61,6 +62,12 @@ def app_url(tmp_path_factory):
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    with running_app(tmp_path_factory.mktemp("streamlit") / "server.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +136,31 @@ def test_model_picker_bad_id_then_recovers(browser, app_url, artifacts):
     assert not page.locator('[data-testid="stAlertContentError"]').count()
     assert not problems, problems
     page.close()
+
+
+def test_params_page(browser, app_url, artifacts):
+    page, problems = open_page(browser, f"{app_url}/params")
+    page.get_by_text("22,713,216").first.wait_for(timeout=60_000)  # bundled, the offline default
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    assert not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "params.png"), full_page=True)
+    page.get_by_role("tab", name="Compare").click()
+    panel = page.get_by_role("tabpanel", name="Compare")
+    panel.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    panel.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)
+    page.screenshot(path=str(artifacts / "params-compare.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+def test_cold_deep_link_runs_through_the_entry_point(browser, tmp_path, artifacts):
+    """The first request to a fresh server is a deep link: app.py must still run."""
+    with running_app(tmp_path / "server.log") as url:
+        page, problems = open_page(browser, f"{url}/params")
+        page.get_by_text("22,713,216").first.wait_for(timeout=60_000)
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        assert sidebar.get_by_text("Encoder").count()  # the shared model picker
+        assert not sidebar.get_by_text("shared", exact=True).count()  # no auto-listed files
+        page.screenshot(path=str(artifacts / "params-cold-deep-link.png"), full_page=True)
+        assert not problems, problems
+        page.close()

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from bertscope.card import heads_text, model_card
-from pages.shared import fallback_notice, require_model
+from views.shared import fallback_notice, require_model
 
 st.title("BertScope")
 st.markdown(

@@ -1,4 +1,4 @@
-from pages.shared import planned
+from views.shared import planned
 
 planned(
     "Cross-lingual alignment", 6,

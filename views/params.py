@@ -1,0 +1,116 @@
+"""Parameters: exact counts by component from the config alone, memory, FLOPs, comparisons."""
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from bertscope import BertScopeError
+from bertscope.params import (
+    count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes,
+)
+from bertscope.presets import PRESETS
+from bertscope.timeline import milestones
+from views.shared import chosen_model_name, plain, show_error
+
+st.title("Parameters")
+st.caption(
+    "Counted exactly from the config on PyTorch's meta device: no weights are downloaded. "
+    "Presets' configs ship with BertScope, so this page works offline."
+)
+
+name = chosen_model_name()
+head = st.radio(
+    "Count", ["none", "mlm", "pretraining"], horizontal=True,
+    format_func={"none": "encoder + pooler", "mlm": "with MLM head",
+                 "pretraining": "with MLM + NSP heads"}.get,
+)
+if not name:
+    st.info("Type a hub id (org/name) or a local model folder in the sidebar.")
+    st.stop()
+try:
+    b = count_parameters(name, head)
+except BertScopeError as err:
+    show_error(err)
+    st.stop()
+
+st.subheader(f"{plain(b.model)} — {b.architecture}")
+cols = st.columns(len(b.group_totals()) + 1)
+cols[0].metric("Total", f"{b.total:,}")
+for col, (group, total) in zip(cols[1:], b.group_totals().items()):
+    col.metric(group.replace("_", " "), f"{total:,}", help=f"{100 * total / b.total:.1f}% of the total")
+for note in b.notes:
+    st.caption(plain(note))
+
+rows = pd.DataFrame(
+    [{"group": c.group, "layer": c.layer, "component": c.name,
+      "count": c.count, "formula": c.formula} for c in b.components]
+).astype({"layer": "Int64"})
+tab_tree, tab_layers, tab_formulas, tab_memory, tab_flops, tab_compare = st.tabs(
+    ["Treemap", "Per layer", "Formulas", "Memory", "FLOPs", "Compare"]
+)
+with tab_tree:
+    tree = rows.assign(layer=[f"layer {v}" if pd.notna(v) else "outside layers" for v in rows["layer"]])
+    fig = px.treemap(tree, path=["group", "layer", "component"], values="count")
+    fig.update_traces(hovertemplate="%{label}: %{value:,} parameters<extra></extra>")
+    st.plotly_chart(fig, width="stretch")
+with tab_layers:
+    layers = b.layer_totals()
+    per_layer = rows[rows["layer"].notna()].groupby(["layer", "component"], as_index=False)["count"].sum()
+    fig = px.bar(per_layer, x="layer", y="count", color="component",
+                 labels={"count": "parameters", "layer": "encoder layer"})
+    st.plotly_chart(fig, width="stretch")
+    st.caption(f"{len(layers)} distinct layer(s) of weights; each holds {next(iter(layers.values()), 0):,}.")
+with tab_formulas:
+    st.caption("V vocabulary, H hidden, I intermediate, P positions, E embedding size; "
+               "each formula is written from the parameter shapes, so it equals its count.")
+    st.dataframe(rows, hide_index=True, width="stretch",
+                 column_config={"count": st.column_config.NumberColumn(format="localized")})
+    st.download_button("Download CSV", rows.to_csv(index=False), f"{b.model.replace('/', '_')}-params.csv")
+with tab_memory:
+    weights = weight_bytes(b.total)
+    st.table(pd.DataFrame({"weights": list(weights), "MiB": [f"{v / 2**20:,.1f}" for v in weights.values()]}))
+    max_len = b.dims["positions"]
+    length = st.slider("Sequence length", 8, max_len, min(128, max_len))
+    batch = st.slider("Batch", 1, 64, 1)
+    act = inspect_activation_bytes(b, length, batch)
+    st.caption("fp32 tensors one inspection pass returns (hidden states of every layer, all "
+               "attention maps, MLM logits when a head is counted).")
+    st.table(pd.DataFrame({"tensor": list(act), "MiB": [f"{v / 2**20:,.1f}" for v in act.values()]}))
+with tab_flops:
+    lengths = sorted({8, 16, 32, 64, 128, 256, 384, max_len} | set(range(32, max_len + 1, 32)))
+    flops = pd.DataFrame(
+        [{"length": n, "part": part, "GFLOPs per token": v / 1e9}
+         for n in lengths for part, v in flops_per_token(b, n).items()]
+    )
+    fig = px.area(flops, x="length", y="GFLOPs per token", color="part")
+    st.plotly_chart(fig, width="stretch")
+    st.caption("Forward pass, per token: linear = 2 × matmul weights × layers run; attention = "
+               "4 × n × H × layers, quadratic in length over the sequence (Kaplan et al. 2020).")
+with tab_compare:
+    picked = st.multiselect(
+        "Models", [p for p in PRESETS],
+        default=["bert-base-uncased", "bert-large-uncased", "bert-base-multilingual-cased",
+                 "distilbert-base-uncased", "albert-base-v2", "roberta-base",
+                 "google/electra-base-discriminator"],
+    )
+    table = []
+    for model in picked:
+        try:
+            c = count_parameters(model)
+        except BertScopeError as err:
+            show_error(err)
+            continue
+        table.append({"model": model, "total": c.total, **c.group_totals(),
+                      "layers": c.dims["layers"], "hidden": c.dims["hidden"]})
+    if table:
+        frame = pd.DataFrame(table)
+        st.dataframe(frame, hide_index=True, width="stretch")
+        long = frame.melt(id_vars="model", value_vars=[g for g in ("embeddings", "encoder", "pooler") if g in frame],
+                          var_name="group", value_name="parameters")
+        st.plotly_chart(px.bar(long, x="model", y="parameters", color="group"), width="stretch")
+    if st.toggle("Show the timeline of BERT's story (builds GPT-3 on the meta device: seconds)"):
+        story = pd.DataFrame([m.__dict__ for m in milestones()])
+        fig = px.scatter(story, x="year", y="parameters", text="model", symbol="source", log_y=True)
+        fig.update_traces(textposition="top center")
+        st.plotly_chart(fig, width="stretch")
+        st.dataframe(story, hide_index=True)
