@@ -80,6 +80,69 @@ def cmd_params(args: argparse.ArgumentParser) -> Any:
     return "\n".join(lines)
 
 
+def cmd_attention(args: argparse.Namespace) -> Any:
+    from .inspect import inspect
+
+    r = inspect(_load(args), args.text, args.pair, with_logits=False)
+    if (args.layer is None) != (args.head is None):
+        raise BertScopeError("Give both --layer and --head, or neither (for all of them).")
+    attentions = r.attentions  # [layer, head, query, key]
+    if args.layer is not None:
+        if not (0 <= args.layer < r.n_layers and 0 <= args.head < r.n_heads):
+            raise BertScopeError(
+                f"Layer {args.layer}, head {args.head} does not exist: layers 0-{r.n_layers - 1}, "
+                f"heads 0-{r.n_heads - 1}."
+            )
+        attentions = attentions[args.layer, args.head]  # [query, key]
+    result = {"tokens": r.tokens, "attentions": attentions.round(6).tolist()}
+    if r.warnings:
+        result["warnings"] = list(r.warnings)
+    if args.json:
+        return result
+    if args.layer is None:
+        return f"{len(r.tokens)} tokens; attention {list(r.attentions.shape)}; add --json for values"
+    rows = [f"{'':>12} " + " ".join(f"{t[:6]:>6}" for t in r.tokens)]
+    rows += [f"{t[:12]:>12} " + " ".join(f"{v:6.3f}" for v in row) for t, row in zip(r.tokens, attentions)]
+    return "\n".join(rows)
+
+
+def cmd_head_stats(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from .attention_stats import head_stats, read_corpus, shipped_corpus
+
+    if args.corpus:
+        path = Path(args.corpus)
+        if not path.is_file():
+            raise BertScopeError(f"No corpus file at {args.corpus}.")
+        try:
+            sentences = read_corpus(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise BertScopeError(f"{args.corpus} is not UTF-8 text.") from err
+    else:
+        sentences = shipped_corpus()
+    stats = head_stats(_load(args), sentences, batch_size=args.batch_size)
+    if args.json:
+        return stats.to_json()
+    lines = [f"{stats.sentences} sentences, {stats.tokens} tokens; top heads per statistic:"]
+    for name in stats.stats:
+        top = ", ".join(f"L{l}H{h} {v:.3f}" for l, h, v in stats.ranking(name)[:3])
+        lines.append(f"  {name:<9} {top}")
+    return "\n".join(lines)
+
+
+def _attention_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text")
+    p.add_argument("--pair", help="segment B text")
+    p.add_argument("--layer", type=int, help="one layer (with --head)")
+    p.add_argument("--head", type=int, help="one head (with --layer)")
+
+
+def _head_stats_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", help="a UTF-8 text file, one sentence per line (default: shipped sample)")
+    p.add_argument("--batch-size", type=int, default=32)
+
+
 def _model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="preset name, hub id, local folder, or 'bundled'")
     p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
@@ -93,6 +156,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | N
         "tokens and tensor shapes of one forward pass",
         cmd_inspect,
         lambda p: (p.add_argument("text"), p.add_argument("--pair", help="segment B text")),
+    ),
+    "attention": ("attention weights of one input, all heads or one", cmd_attention, _attention_arguments),
+    "head-stats": (
+        "head statistics over a corpus (Clark et al. 2019)", cmd_head_stats, _head_stats_arguments,
     ),
     "params": (
         "exact parameter counts by component, from the config alone (no weights)",

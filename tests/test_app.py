@@ -13,7 +13,7 @@ from views.shared import CUSTOM_KEY, MODEL_KEY, OTHER
 from .conftest import ROOT
 
 APP = str(ROOT / "app.py")
-PLANNED = ["views/attention.py", "views/masked.py", "views/shift.py", "views/align.py",
+PLANNED = ["views/masked.py", "views/shift.py", "views/align.py",
            "views/probes.py"]
 
 
@@ -140,3 +140,45 @@ def test_params_page_on_a_local_model_and_a_bad_one(monkeypatch, tiny_bert_dir, 
     at.text_input(key=CUSTOM_KEY).input(str(gpt2_dir)).run()
     assert not at.exception
     assert any("not a BERT-family encoder" in e for e in texts(at.error))
+
+
+def test_attention_page(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/attention.py").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="att_layer").options == ["0", "1"]
+    at.selectbox(key="att_layer").set_value(1).run()
+    at.selectbox(key="att_head").set_value(3).run()
+    at.toggle(key="att_hide").set_value(True).run()
+    at.toggle(key="att_renorm").set_value(True).run()
+    assert not at.exception and not at.error
+    # a pair, then the bertviz cap
+    at.text_input(key="att_pair").input("a dog")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    at.number_input(key="att_cap_head").set_value(8).run()
+    assert any("capped at 8 tokens" in w for w in texts(at.warning))
+    # head statistics on the shipped corpus, then a ranking by another statistic
+    at.button(key="FormSubmitter:att_stats_form-Compute head statistics").click().run()
+    assert not at.exception and not at.error
+    assert any("218 sentences" in c for c in texts(at.caption))
+    at.selectbox(key="att_stat").set_value("prev").run()
+    table = at.dataframe[-1].value
+    assert list(table.columns[:2]) == ["layer", "head"] and len(table) == 8
+    assert table["prev"].is_monotonic_decreasing
+
+
+def test_attention_page_bad_inputs(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/attention.py").run()
+    at.text_area(key="att_text").input("   ")
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("empty" in e for e in texts(at.error))
+    at.text_area(key="att_text").input("the bank")
+    at.button[0].click().run()
+    at.radio(key="att_corpus_source").set_value("Paste")
+    at.text_area(key="att_corpus_text").input("\n  \n")
+    at.button(key="FormSubmitter:att_stats_form-Compute head statistics").click().run()
+    assert not at.exception
+    assert any("corpus is empty" in e for e in texts(at.error))

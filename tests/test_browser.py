@@ -23,7 +23,7 @@ CHROMIUM_FLAGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
 PAGES = {
-    "attention": "Attention", "masked": "Masked tokens", "shift": "Embedding shift",
+    "masked": "Masked tokens", "shift": "Embedding shift",
     "align": "Cross-lingual alignment", "probes": "Probes",
 }
 
@@ -81,8 +81,8 @@ def browser():
         b.close()
 
 
-def open_page(browser, url):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def open_page(browser, url, height: int = 1000):
+    page = browser.new_page(viewport={"width": 1400, "height": height})
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     page.goto(url, wait_until="domcontentloaded")
@@ -164,3 +164,34 @@ def test_cold_deep_link_runs_through_the_entry_point(browser, tmp_path, artifact
         page.screenshot(path=str(artifacts / "params-cold-deep-link.png"), full_page=True)
         assert not problems, problems
         page.close()
+
+
+def test_attention_page_offline(browser, app_url, artifacts):
+    page, problems = open_page(browser, f"{app_url}/attention", height=1600)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    assert not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "attention.png"), full_page=True)
+    # bertviz needs a CDN this machine cannot reach: its frame must say so
+    page.get_by_role("tab", name="bertviz head view").click()
+    frame = page.frame_locator("iframe").first
+    frame.get_by_text("could not load require.js").wait_for(timeout=30_000)
+    page.screenshot(path=str(artifacts / "attention-bertviz-offline.png"), full_page=True)
+    # head statistics over the shipped corpus; clicking a cell picks that head
+    page.get_by_role("tab", name="Head statistics").click()
+    page.get_by_role("button", name="Compute head statistics").click()
+    page.get_by_text("218 sentences").wait_for(timeout=120_000)
+    panel = page.get_by_role("tabpanel", name="Head statistics")
+    panel.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(artifacts / "attention-head-stats.png"), full_page=True)
+    # click the cell of layer 3, head 7: the layer and head pickers follow
+    area = panel.locator(".nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    layers, heads = 6, 12
+    page.mouse.click(box["x"] + (7 + 0.5) / heads * box["width"],
+                     box["y"] + (3 + 0.5) / layers * box["height"])
+    # the Head tab's figure is now drawn for that head
+    page.get_by_text("Layer 3, head 7").first.wait_for(state="attached", timeout=30_000)
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    page.close()

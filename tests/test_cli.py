@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from bertscope.cli import main
@@ -78,3 +79,48 @@ def test_module_entry_point(tiny_bert_dir):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode == 2 and bad.stderr.strip().startswith("bertscope: error:")
+
+
+def test_attention_json_all_and_one_head(capsys, tiny_bert, tiny_bert_dir):
+    from bertscope import inspect
+
+    code, out, _ = run_cli(capsys, "attention", str(tiny_bert_dir), "the bank", "--json")
+    assert code == 0
+    result = json.loads(out)
+    r = inspect(tiny_bert, "the bank")
+    assert result["tokens"] == r.tokens
+    np.testing.assert_allclose(result["attentions"], r.attentions, atol=1e-6)
+    code, out, _ = run_cli(capsys, "attention", str(tiny_bert_dir), "the bank", "--layer", "1",
+                           "--head", "2", "--json")
+    assert code == 0
+    np.testing.assert_allclose(json.loads(out)["attentions"], r.attentions[1, 2], atol=1e-6)
+
+
+def test_head_stats_json(capsys, tiny_bert_dir, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the bank of the river .\n\na dog , a cat .\n", encoding="utf-8")
+    code, out, _ = run_cli(capsys, "head-stats", str(tiny_bert_dir), "--corpus", str(corpus), "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert (result["layers"], result["heads"], result["sentences"]) == (2, 4, 2)
+    assert set(result["stats"]) == {"entropy", "cls", "sep", "punct", "prev", "next", "self", "distance"}
+    assert np.array(result["stats"]["cls"]).shape == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["attention", "{tiny}", "the bank", "--layer", "1"], "both --layer and --head"),
+        (["attention", "{tiny}", "the bank", "--layer", "7", "--head", "0"], "does not exist"),
+        (["head-stats", "{tiny}", "--corpus", "/no/such/file.txt"], "No corpus file"),
+        (["head-stats", "{tiny}", "--corpus", "{binary}"], "not UTF-8"),
+        (["head-stats", "{tiny}", "--corpus", "{empty}"], "corpus is empty"),
+    ],
+)
+def test_attention_bad_input(capsys, tiny_bert_dir, tmp_path, argv, message):
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00bad")
+    (tmp_path / "empty.txt").write_text("\n \n")
+    argv = [a.format(tiny=tiny_bert_dir, binary=tmp_path / "bin.txt", empty=tmp_path / "empty.txt")
+            for a in argv]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1

@@ -8,6 +8,8 @@ traceback, and nothing else in the app is affected.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 
 import streamlit as st
 
@@ -88,20 +90,72 @@ def fallback_notice() -> str | None:
     return notice if chosen_model_name() == name else None
 
 
+def model_key() -> tuple[str, str, str]:
+    """(name, device, dtype) of the picked model: what the shared caches are keyed by."""
+    return (
+        chosen_model_name(),
+        st.session_state.get(DEVICE_KEY, "auto"),
+        st.session_state.get(DTYPE_KEY, "auto"),
+    )
+
+
 def current_model() -> LoadedModel | None:
     """The picked model, loaded once per process; None (with one error line) if it fails."""
-    name = chosen_model_name()
-    if not name:
+    key = model_key()
+    if not key[0]:
         st.info("Type a hub id (org/name) or a local model folder in the sidebar.")
         return None
-    device = st.session_state.get(DEVICE_KEY, "auto")
-    dtype = st.session_state.get(DTYPE_KEY, "auto")
     try:
-        with st.spinner(f"Loading {name or 'model'}…"):
-            return cached_model(name, device, dtype)
+        with st.spinner(f"Loading {key[0]}…"):
+            return cached_model(*key)
     except BertScopeError as err:
         show_error(err)
         return None
+
+
+class ResultStore:
+    """A small least-recently-used store shared by all sessions, for results computed with
+    visible progress (which a cached function may not draw)."""
+
+    def __init__(self, limit: int) -> None:
+        self._items: OrderedDict = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            return None
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+
+
+@st.cache_resource(show_spinner=False)
+def result_store(name: str, limit: int = 16) -> ResultStore:
+    return ResultStore(limit)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def cached_inspection(key: tuple[str, str, str], text: str, pair: str | None):
+    """One forward pass per (model, text, pair), shared read-only across reruns and sessions."""
+    from bertscope import inspect
+
+    return inspect(cached_model(*key), text, pair)
+
+
+def figure_downloads(fig, name: str) -> None:
+    """PNG comes from the chart's own toolbar; this adds a self-contained HTML file."""
+    st.download_button(
+        "Download HTML", data=lambda: fig.to_html(include_plotlyjs=True, full_html=True),
+        file_name=f"{name}.html", mime="text/html", key=f"download-{name}", on_click="ignore",
+    )
 
 
 def require_model() -> LoadedModel:

@@ -1,0 +1,111 @@
+"""Head statistics throughput against a bare batched forward, and peak memory.
+
+    python benchmarks/head_stats.py [--model bundled] [--sentences 1000] [--batch-size 32]
+
+Both sides run the same length-sorted batches of the shipped corpus (cycled to --sentences)
+with ``output_attentions``; ours also converts to numpy and computes every statistic. Goal:
+ours / bare >= 0.8 sentences per second. Memory: the peak of numpy buffers (tracemalloc) and
+of RSS while the statistics stream, against one batch's attentions and the whole corpus's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+class PeakRSS:
+    """Samples this process's resident memory every 5 ms in a thread."""
+
+    def __enter__(self):
+        self.process = psutil.Process()
+        self.base = self.peak = self.process.memory_info().rss
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(0.005)
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+
+    @property
+    def growth_mib(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def main() -> None:
+    from bertscope import load_model
+    from bertscope.attention_stats import head_stats, shipped_corpus
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="bundled")
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    lm = load_model(args.model)
+    corpus = shipped_corpus()
+    sentences = [corpus[i % len(corpus)] for i in range(args.sentences)]
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    batches = [[sentences[i] for i in order[s:s + args.batch_size]]
+               for s in range(0, len(order), args.batch_size)]
+
+    def bare() -> None:
+        for batch in batches:
+            enc = lm.tokenizer(batch, padding=True, truncation=True, max_length=lm.max_length,
+                               return_tensors="pt")
+            with torch.inference_mode():
+                lm.model(**enc, output_attentions=True)
+
+    def ours() -> None:
+        head_stats(lm, sentences, batch_size=args.batch_size)
+
+    ours(), bare()  # warm-up: first calls allocate caches and lazy modules
+    t_bare, t_ours = [], []
+    for _ in range(args.repeats):
+        for fn, sink in ((bare, t_bare), (ours, t_ours)):
+            start = time.perf_counter()
+            fn()
+            sink.append(time.perf_counter() - start)
+    rate_bare = args.sentences / statistics.median(t_bare)
+    rate_ours = args.sentences / statistics.median(t_ours)
+    print(f"model {lm.name} on {lm.device}, {args.sentences} sentences, batches of {args.batch_size}, "
+          f"torch threads {torch.get_num_threads()}")
+    print(f"bare HF forward with attentions: {rate_bare:8.1f} sentences/s")
+    print(f"head statistics (ours):          {rate_ours:8.1f} sentences/s   "
+          f"ratio {rate_ours / rate_bare:.3f} (goal >= 0.8)")
+
+    import tracemalloc
+
+    with PeakRSS() as mem:
+        tracemalloc.start()  # numpy reports its buffers to tracemalloc; torch's tensors do not
+        ours()
+        traced_peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    longest = max(len(lm.tokenizer(s)["input_ids"]) for s in sentences)
+    one_batch = args.batch_size * lm.num_layers * lm.num_heads * longest**2 * 4 / 2**20
+    lengths = [len(lm.tokenizer(s)["input_ids"]) for s in sentences]
+    whole = sum(lm.num_layers * lm.num_heads * n * n * 4 for n in lengths) / 2**20
+    print(f"peak numpy memory while streaming (tracemalloc) {traced_peak:.1f} MiB; peak RSS growth "
+          f"after warm-up {mem.growth_mib:.1f} MiB; one padded batch of attentions (fp32) "
+          f"{one_batch:.1f} MiB; the whole corpus's attentions {whole:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
