@@ -14,7 +14,7 @@ cut away, so no statistic built on it can count a pad token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -136,6 +136,23 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy()
 
 
+def _run_model(lm: LoadedModel, enc: Any, with_logits: bool) -> dict[str, np.ndarray | None]:
+    """The one forward pass: model inputs -> CPU float32 arrays, batch first."""
+    feed = {k: enc[k].to(lm.device) for k in lm.tokenizer.model_input_names if k in enc}
+    with torch.inference_mode():
+        out = lm.model(**feed, output_attentions=True, output_hidden_states=True, return_dict=True)
+    logits = getattr(out, "prediction_logits", None)
+    if logits is None:
+        logits = getattr(out, "logits", None)
+    nsp = getattr(out, "seq_relationship_logits", None)
+    return {
+        "attentions": _numpy(torch.stack(out.attentions, dim=1)),  # [batch, layer, head, q, k]
+        "hidden_states": _numpy(torch.stack(out.hidden_states, dim=1)),  # [batch, layer+1, t, d]
+        "mlm_logits": _numpy(logits) if (with_logits and logits is not None and "mlm" in lm.heads) else None,
+        "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.heads) else None,
+    }
+
+
 def _forward_batch(
     lm: LoadedModel,
     texts: list[str],
@@ -156,19 +173,13 @@ def _forward_batch(
     if max(original) > lm.max_length:  # tokenise again only when something must be cut
         enc = tok(texts, second, truncation=True, max_length=lm.max_length, **options)
     n = len(texts)
-    feed = {k: enc[k].to(lm.device) for k in tok.model_input_names if k in enc}
-    with torch.inference_mode():
-        out = lm.model(**feed, output_attentions=True, output_hidden_states=True, return_dict=True)
+    arrays = _run_model(lm, enc, with_logits)
     attention_mask = enc["attention_mask"].bool()  # [batch, token]
     special = enc["special_tokens_mask"].bool() | ~attention_mask  # [batch, token]
     input_ids = enc["input_ids"]  # [batch, token]
     token_types = enc.get("token_type_ids", torch.zeros_like(input_ids))  # [batch, token]
     word_ids = [enc.word_ids(i) for i in range(n)]
     sequence_ids = [enc.sequence_ids(i) for i in range(n)]
-    logits = getattr(out, "prediction_logits", None)
-    if logits is None:
-        logits = getattr(out, "logits", None)
-    nsp = getattr(out, "seq_relationship_logits", None)
     raw = [tok.convert_ids_to_tokens(ids) for ids in input_ids.tolist()]
     return BatchInspection(
         model_name=lm.name,
@@ -186,10 +197,7 @@ def _forward_batch(
             readable_tokens(tok, input_ids[i].tolist(), word_ids[i], special[i].tolist())
             for i in range(n)
         ],
-        attentions=_numpy(torch.stack(out.attentions, dim=1)),  # [batch, layer, head, q, k]
-        hidden_states=_numpy(torch.stack(out.hidden_states, dim=1)),  # [batch, layer+1, t, d]
-        mlm_logits=_numpy(logits) if (with_logits and logits is not None and "mlm" in lm.heads) else None,
-        nsp_logits=_numpy(nsp) if (nsp is not None and "nsp" in lm.heads) else None,
+        **arrays,
         truncated=[o > lm.max_length for o in original],
         original_lengths=original,
     )
@@ -232,3 +240,29 @@ def inspect_batch(
         yield _forward_batch(
             lm, [texts[i] for i in idx], [pairs[i] for i in idx], with_logits, idx
         )
+
+
+def inspect_ids(
+    lm: LoadedModel, template: Inspection, input_ids: Sequence[int], with_logits: bool = True
+) -> Inspection:
+    """Run ``input_ids`` in place of ``template``'s tokens (same length, segments and words).
+
+    For inputs made by editing ids rather than text: masked words, BERT's corrupted inputs.
+    """
+    ids = torch.tensor([list(input_ids)], dtype=torch.long)  # [1, token]
+    if ids.shape[1] != template.n_tokens:
+        raise BertScopeError(f"{ids.shape[1]} ids given for {template.n_tokens} positions.")
+    enc = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "token_type_ids": torch.from_numpy(template.token_type_ids[None].astype(np.int64)),
+    }
+    arrays = {k: (None if v is None else v[0]) for k, v in _run_model(lm, enc, with_logits).items()}
+    raw = lm.tokenizer.convert_ids_to_tokens(ids[0].tolist())
+    return replace(
+        template,
+        input_ids=ids[0].numpy(),
+        raw_tokens=raw,
+        tokens=readable_tokens(lm.tokenizer, ids[0].tolist(), template.word_ids, template.special_mask.tolist()),
+        **arrays,
+    )

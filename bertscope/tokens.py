@@ -22,9 +22,10 @@ def readable_tokens(
     special_mask: Sequence[bool],
 ) -> list[str]:
     raw = tokenizer.convert_ids_to_tokens(list(input_ids))
+    specials = set(tokenizer.all_special_tokens)  # e.g. a [MASK] put in place of a word piece
     shown: list[str] = []
     for i, piece in enumerate(raw):
-        if special_mask[i]:
+        if special_mask[i] or piece in specials:
             shown.append(piece)
             continue
         if piece.startswith(CONTINUATION):  # WordPiece already says it

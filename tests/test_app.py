@@ -13,7 +13,7 @@ from views.shared import CUSTOM_KEY, MODEL_KEY, OTHER
 from .conftest import ROOT
 
 APP = str(ROOT / "app.py")
-PLANNED = ["views/masked.py", "views/shift.py", "views/align.py",
+PLANNED = [ "views/shift.py", "views/align.py",
            "views/probes.py"]
 
 
@@ -182,3 +182,37 @@ def test_attention_page_bad_inputs(monkeypatch, tiny_bert_dir):
     at.button(key="FormSubmitter:att_stats_form-Compute head statistics").click().run()
     assert not at.exception
     assert any("corpus is empty" in e for e in texts(at.error))
+
+
+def test_masked_page(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/masked.py").run()
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) >= 1
+    at.text_area(key="mlm_text").input("the [MASK] of the <mask> .").run()
+    assert not at.exception and not at.error
+    at.toggle(key="mlm_iter").set_value(True).run()
+    assert not at.exception
+    assert any(m.label == "Joint probability of the fill" for m in at.metric)
+    # whole-word masking
+    at.radio(key="mlm_mode").set_value("Pick words to mask").run()
+    at.multiselect(key="mlm_words").set_value([1, 3]).run()
+    assert not at.exception and not at.error
+    # the recipe and NSP tabs render numbers
+    labels = {m.label: m.value for m in at.metric}
+    assert "Mean MLM loss (nats)" in labels and "A then B: IsNext" in labels
+    # bad inputs: one line each
+    at.radio(key="mlm_mode").set_value("Type [MASK] in the text").run()
+    at.text_area(key="mlm_text").input("no mask here").run()
+    assert any("no mask" in e for e in texts(at.error))
+    at.text_area(key="mlm_text").input(" ".join(["[MASK]"] * 25)).run()
+    assert any("at most 20" in e for e in texts(at.error))
+    assert not at.exception
+
+
+def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
+    at = start(monkeypatch, str(tiny_encoder_dir))
+    at.switch_page("views/masked.py").run()
+    assert not at.exception and not at.error
+    assert any("no masked-LM head" in w and "bert-base-uncased" in w for w in texts(at.warning))
+    assert not at.get("plotly_chart") and not at.metric

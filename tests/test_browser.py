@@ -22,8 +22,7 @@ CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
-PAGES = {
-    "masked": "Masked tokens", "shift": "Embedding shift",
+PAGES = { "shift": "Embedding shift",
     "align": "Cross-lingual alignment", "probes": "Probes",
 }
 
@@ -35,11 +34,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_app(log: Path):
-    """``streamlit run app.py`` on a free port, offline, on the default (bundled) model."""
+def running_app(log: Path, model: str | None = None):
+    """``streamlit run app.py`` on a free port, offline; default model unless one is given."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("BERTSCOPE_MODEL", None)  # the offline default: the bundled model
+    if model:
+        env["BERTSCOPE_MODEL"] = model
     with open(log, "w") as sink:
         server = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
@@ -195,3 +196,27 @@ def test_attention_page_offline(browser, app_url, artifacts):
     assert not page.locator(".stException").count()
     assert not problems, problems
     page.close()
+
+
+def test_masked_page_without_head_on_bundled(browser, app_url, artifacts):
+    page, problems = open_page(browser, f"{app_url}/masked")
+    page.get_by_text("no masked-LM head").wait_for(timeout=60_000)
+    page.screenshot(path=str(artifacts / "masked-bundled.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+def test_masked_page_with_heads(browser, tiny_bert_dir, tmp_path, artifacts):
+    with running_app(tmp_path / "server.log", model=str(tiny_bert_dir)) as url:
+        page, problems = open_page(browser, f"{url}/masked", height=1400)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+        assert not page.locator(".stException").count()
+        page.screenshot(path=str(artifacts / "masked.png"), full_page=True)
+        page.get_by_role("tab", name="Pretraining recipe (80/10/10)").click()
+        page.get_by_text("Mean MLM loss (nats)").wait_for(timeout=30_000)
+        page.screenshot(path=str(artifacts / "masked-recipe.png"), full_page=True)
+        page.get_by_role("tab", name="Next sentence").click()
+        page.get_by_text("B then A: IsNext").wait_for(timeout=30_000)
+        assert not page.locator(".stException").count()
+        assert not problems, problems
+        page.close()

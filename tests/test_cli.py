@@ -124,3 +124,37 @@ def test_attention_bad_input(capsys, tiny_bert_dir, tmp_path, argv, message):
             for a in argv]
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_fill_mask_recipe_and_nsp_json(capsys, tiny_bert_dir):
+    code, out, _ = run_cli(capsys, "fill-mask", str(tiny_bert_dir), "the [MASK] of the [MASK] .",
+                           "--top-k", "3", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert len(result) == 2 and all(len(m) == 3 for m in result)
+    assert set(result[0][0]) == {"token", "token_id", "score"}
+    assert result[0][0]["score"] >= result[0][1]["score"] >= result[0][2]["score"]
+    code, out, _ = run_cli(capsys, "mlm-recipe", str(tiny_bert_dir), "the man walked along the river .",
+                           "--seed", "2", "--json")
+    assert code == 0
+    recipe = json.loads(out)
+    assert recipe["positions"] and 0 <= recipe["accuracy"] <= 1 and recipe["mean_loss"] > 0
+    code, out, _ = run_cli(capsys, "nsp", str(tiny_bert_dir), "the man walked .", "he sat .", "--json")
+    assert code == 0
+    nsp = json.loads(out)
+    assert abs(nsp["is_next"] + nsp["not_next"] - 1) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fill-mask", "{tiny}", "no mask here"], "no mask"),
+        (["fill-mask", "{encoder}", "the [MASK]"], "no masked-LM head"),
+        (["nsp", "{encoder}", "a", "b"], "no next-sentence head"),
+        (["mlm-recipe", "{tiny}", "the man", "--mask-rate", "0.9", "--random-rate", "0.5"], "add up"),
+    ],
+)
+def test_masked_bad_input(capsys, tiny_bert_dir, tiny_encoder_dir, argv, message):
+    argv = [a.format(tiny=tiny_bert_dir, encoder=tiny_encoder_dir) for a in argv]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1

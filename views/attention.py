@@ -51,7 +51,7 @@ except BertScopeError as err:
     st.stop()
 for warning in r.warnings:
     st.warning(warning)
-st.caption(f"{r.n_tokens} tokens · {r.n_layers} layers × {r.n_heads} heads · {lm.name}")
+st.caption(plain(f"{r.n_tokens} tokens · {r.n_layers} layers × {r.n_heads} heads · {lm.name}"))
 
 c1, c2, c3, c4 = st.columns(4)
 layer = c1.selectbox("Layer", range(r.n_layers), key="att_layer")

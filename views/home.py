@@ -3,7 +3,7 @@
 import streamlit as st
 
 from bertscope.card import heads_text, model_card
-from views.shared import fallback_notice, require_model
+from views.shared import fallback_notice, plain, require_model
 
 st.title("BertScope")
 st.markdown(
@@ -19,11 +19,12 @@ if notice:
 lm = require_model()
 card = model_card(lm)
 
-st.header(f"Model: {card['model']}")
+st.header(plain(f"Model: {card['model']}"))
 if card["origin"]:
-    st.caption(f"Bundled copy of {card['origin']}, loaded from {card['source']}")
+    st.caption(plain(f"Bundled copy of {card['origin']}, loaded from {card['source']}"))
 else:
-    st.caption(f"Loaded from {card['source']}" + (f" @ {card['revision'][:10]}" if card["revision"] else ""))
+    revision = f" @ {card['revision'][:10]}" if card["revision"] else ""
+    st.caption(plain(f"Loaded from {card['source']}{revision}"))
 
 cols = st.columns(5)
 cols[0].metric("Layers", card["layers"])
@@ -46,4 +47,4 @@ st.table(
     }
 )
 for note in card["notes"]:
-    st.info(note)
+    st.info(plain(note))

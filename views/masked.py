@@ -1,7 +1,176 @@
-from views.shared import planned
+"""Masked tokens: fill-mask, BERT's 80/10/10 recipe, layer-wise predictions, next sentence."""
 
-planned(
-    "Masked tokens", 4,
-    "fill-mask with several masks, BERT's 80/10/10 masking recipe, layer-wise predictions "
-    "and the next-sentence head.",
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from bertscope import BertScopeError
+from bertscope.attention_views import label
+from bertscope.fill_mask import (
+    MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of,
 )
+from bertscope.logit_lens import layerwise_predictions
+from bertscope.mlm_recipe import mlm_recipe
+from bertscope.nsp import both_orders
+from views.shared import cached_model, model_key, plain, require_model, show_error
+
+PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def cached_fill(key, text: str, top_k: int):
+    return fill_mask(cached_model(*key), text, top_k)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def cached_fill_words(key, text: str, words: tuple[int, ...], top_k: int):
+    return fill_mask_words(cached_model(*key), text, list(words), top_k)
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def cached_iterative(key, text: str, words: tuple[int, ...] | None):
+    lm = cached_model(*key)
+    start = fill_mask(lm, text, 1) if words is None else fill_mask_words(lm, text, list(words), 1)
+    return iterative_fill(lm, start)
+
+
+def bar_chart(predictions, title: str):
+    """Horizontal bars, best on top; integer rows with token tick text (repeats stay apart)."""
+    tokens = [label(p.token.strip() or repr(p.token)) for p in predictions]
+    fig = px.bar(x=[p.score for p in predictions], y=list(range(len(tokens))), orientation="h",
+                 title=label(title), labels={"x": "probability", "y": ""})
+    fig.update_traces(customdata=tokens, hovertemplate="%{customdata}: %{x:.4f}<extra></extra>")
+    fig.update_layout(yaxis=dict(autorange="reversed", tickvals=list(range(len(tokens))), ticktext=tokens),
+                      height=110 + 28 * len(tokens))
+    return fig
+
+
+st.title("Masked tokens")
+lm = require_model()
+key = model_key()
+try:
+    require_mlm(lm)
+except BertScopeError as err:
+    st.warning(plain(str(err)))
+    st.caption("Nothing on this page is simulated: without the checkpoint's trained head there is "
+               "nothing honest to show. The bundled all-MiniLM-L6-v2 was trained as a sentence "
+               "encoder and ships without one.")
+    st.stop()
+
+tab_fill, tab_recipe, tab_layers, tab_nsp = st.tabs(
+    ["Fill mask", "Pretraining recipe (80/10/10)", "Layer by layer", "Next sentence"])
+
+result = None
+with tab_fill:
+    mode = st.radio("Masks", ["Type [MASK] in the text", "Pick words to mask"], horizontal=True, key="mlm_mode")
+    top_k = st.slider("Top k", 1, 20, 5, key="mlm_top_k")
+    words: tuple[int, ...] | None = None
+    try:
+        if mode.startswith("Type"):
+            text = st.text_area(f"Text (up to {MAX_MASKS} masks; [MASK], <mask> or {lm.mask_token})",
+                                "The capital of France is [MASK].", key="mlm_text")
+            result = cached_fill(key, text, top_k)
+        else:
+            text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text")
+            _, names = words_of(lm, text)
+            picked = st.multiselect("Words to mask (all their pieces are masked)", range(len(names)),
+                                    format_func=lambda i: f"{i}: {names[i]}", key="mlm_words")
+            if picked:
+                words = tuple(sorted(picked))
+                result = cached_fill_words(key, text, words, top_k)
+            else:
+                st.info("Pick one or more words to mask.")
+    except BertScopeError as err:
+        show_error(err)
+    if result is not None:
+        for warning in result.warnings:
+            st.warning(warning)
+        st.caption(plain("Model input: " + " ".join(result.inspection.tokens)))
+        columns = st.columns(min(3, len(result.predictions)))
+        for n, preds in enumerate(result.predictions):
+            position = result.mask_positions[n]
+            title = f"Mask {n + 1} (token {position})"
+            if result.original_ids is not None:
+                title += f": was “{lm.tokenizer.decode([result.original_ids[position]]).strip()}”"
+            with columns[n % len(columns)]:
+                st.plotly_chart(bar_chart(preds, title), config=PLOT_CONFIG, width="stretch",
+                                key=f"mlm_bar_{n}")
+        st.caption("Each mask's distribution is independent (one forward pass, as the Hugging Face "
+                   "fill-mask pipeline).")
+        if len(result.predictions) > 1 and st.toggle("Fill iteratively, most confident first", key="mlm_iter"):
+            it = cached_iterative(key, text, words)
+            st.dataframe(pd.DataFrame([{"step": s.step + 1, "token position": s.position,
+                                        "filled with": s.prediction.token.strip(),
+                                        "probability": s.prediction.score} for s in it.steps]),
+                         hide_index=True)
+            st.metric("Joint probability of the fill", f"{it.joint_probability:.3g}")
+            st.caption(plain(f"Filled: {it.text}"))
+
+with tab_recipe:
+    st.caption("Devlin et al. (2019), §3.1: choose 15% of the tokens; of those, 80% become [MASK], "
+               "10% a random token, 10% stay. The loss counts only the chosen positions "
+               "(labels are -100 elsewhere).")
+    with st.form("mlm_recipe_form"):
+        recipe_text = st.text_area("Text", "The man went to the store to buy a gallon of milk, "
+                                   "but the shop had closed early that evening.", key="mlm_recipe_text")
+        c1, c2, c3, c4 = st.columns(4)
+        seed = c1.number_input("Seed", 0, 10_000, 0, key="mlm_seed")
+        select_rate = c2.slider("Chosen for the loss", 0.05, 0.5, 0.15, 0.01, key="mlm_select")
+        mask_rate = c3.slider("…of which [MASK]", 0.0, 1.0, 0.8, 0.05, key="mlm_mask_rate")
+        random_rate = c4.slider("…random token", 0.0, 1.0, 0.1, 0.05, key="mlm_random_rate")
+        st.form_submit_button("Corrupt and predict", type="primary")
+    try:
+        recipe = mlm_recipe(lm, recipe_text, int(seed), select_rate, mask_rate, random_rate)
+        m1, m2, m3 = st.columns(3)
+        m1.metric("Mean MLM loss (nats)", f"{recipe.mean_loss:.3f}")
+        m2.metric("Recovered", f"{recipe.accuracy:.0%}")
+        m3.metric("Positions in the loss", len(recipe.positions))
+        st.dataframe(pd.DataFrame([
+            {"position": p.position, "original": p.original, "model saw": p.shown, "action": p.action,
+             "top prediction": p.top[0].token.strip(), "p(top)": p.top[0].score,
+             "cross-entropy": p.loss, "recovered": p.recovered} for p in recipe.positions]),
+            hide_index=True, width="stretch")
+        chosen = {p.position for p in recipe.positions}
+        st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
+            f"▸{t}" if i in chosen else t for i, t in enumerate(recipe.corrupted.tokens))))
+    except BertScopeError as err:
+        show_error(err)
+
+with tab_layers:
+    st.caption("The MLM head read at every layer (a logit lens). Only the last layer was trained to "
+               "feed this head: earlier rows show when the answer becomes readable, not what those "
+               "layers were trained to predict.")
+    if result is None:
+        st.info("Run a fill-mask first (first tab).")
+    else:
+        which = st.selectbox("Mask", range(len(result.mask_positions)),
+                             format_func=lambda n: f"mask {n + 1}", key="mlm_lens_mask")
+        try:
+            readings = layerwise_predictions(lm, result, which, top_k=5)
+            st.dataframe(pd.DataFrame([
+                {"layer": r.layer, "rank of final answer": r.final_rank,
+                 **{f"#{i + 1}": f"{p.token.strip()} ({p.score:.2f})" for i, p in enumerate(r.top)}}
+                for r in readings]), hide_index=True, width="stretch")
+            fig = px.line(x=[r.layer for r in readings], y=[r.final_rank for r in readings], markers=True,
+                          log_y=True, labels={"x": "layer (0 = embeddings)", "y": "rank of the final answer"})
+            fig.update_yaxes(autorange="reversed")
+            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
+        except BertScopeError as err:
+            show_error(err)
+
+with tab_nsp:
+    if "nsp" not in lm.heads:
+        st.info(plain(f"{lm.name} has no next-sentence-prediction head (only BERT's pretraining "
+                      "checkpoints, e.g. bert-base-uncased, carry one)."))
+    else:
+        a = st.text_area("Sentence A", "The man went to the store.", key="nsp_a")
+        b = st.text_area("Sentence B", "He bought a gallon of milk.", key="nsp_b")
+        try:
+            forward, backward = both_orders(lm, a, b)
+            c1, c2 = st.columns(2)
+            c1.metric("A then B: IsNext", f"{forward.is_next:.1%}")
+            c2.metric("B then A: IsNext", f"{backward.is_next:.1%}")
+            st.caption("The swapped order is the idea of ALBERT's sentence-order prediction "
+                       "(Lan et al. 2020): BERT's NSP mostly detects topic change, not order.")
+        except BertScopeError as err:
+            show_error(err)

@@ -1,0 +1,95 @@
+"""Fill-mask latency against transformers' fill-mask pipeline on the same model and inputs.
+
+    python benchmarks/fill_mask.py [--model DIR_OR_ID] [--repeats 10]
+
+With no --model, a BERT-base-sized masked LM is built from bert-base-uncased's shipped config
+with random weights (offline machines have no checkpoint with an MLM head; the cost of a
+forward pass depends on the shapes, not on the values). Both sides use the same loaded model
+object. Ours also returns attentions and hidden states of the pass. Goal: ratio <= 1.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TEXTS = [
+    "The capital of France is [MASK].",
+    "She deposited the money in the [MASK] on Friday.",
+    "The [MASK] barked at the postman all morning.",
+    "He plays the [MASK] in a jazz band.",
+    "The river [MASK] its banks after the storm.",
+    "Paris is the [MASK] of France, and Rome is the capital of [MASK].",
+    "Water boils at one hundred degrees [MASK].",
+    "The children built a [MASK] on the beach.",
+    "I would like a cup of [MASK], please.",
+    "The [MASK] rose over the mountains at dawn.",
+    "Attention heads in the middle layers often track [MASK] relations.",
+    "The museum opens at nine, but the guided [MASK] start at ten.",
+]
+
+
+def random_bert_base(folder: Path) -> str:
+    from transformers import BertForMaskedLM, BertTokenizerFast
+
+    from bertscope.bundled import bundled_model_dir
+    from bertscope.params import load_config
+
+    torch.manual_seed(0)
+    BertForMaskedLM(load_config("bert-base-uncased")).save_pretrained(folder)
+    # the bundled model's tokenizer is bert-base-uncased's vocabulary
+    BertTokenizerFast.from_pretrained(bundled_model_dir()).save_pretrained(folder)
+    return str(folder)
+
+
+def main() -> None:
+    from transformers import pipeline
+
+    from bertscope import load_model
+    from bertscope.fill_mask import fill_mask
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a model with an MLM head (default: random BERT-base)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--top-k", type=int, default=5)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        name = args.model or random_bert_base(Path(tmp))
+        lm = load_model(name)
+        texts = [t.replace("[MASK]", lm.tokenizer.mask_token) for t in TEXTS]
+        pipe = pipeline("fill-mask", model=lm.model, tokenizer=lm.tokenizer, top_k=args.top_k,
+                        device=lm.device)
+
+        def ours() -> None:
+            for text in texts:
+                fill_mask(lm, text, args.top_k)
+
+        def theirs() -> None:
+            for text in texts:
+                pipe(text)
+
+        ours(), theirs()  # warm-up
+        t_ours, t_theirs = [], []
+        for _ in range(args.repeats):
+            for fn, sink in ((theirs, t_theirs), (ours, t_ours)):
+                start = time.perf_counter()
+                fn()
+                sink.append(time.perf_counter() - start)
+        per = lambda ts: statistics.median(ts) / len(texts) * 1000  # noqa: E731
+        print(f"model {'random BERT-base MLM' if not args.model else name} ({lm.architecture}) on "
+              f"{lm.device}, {len(texts)} texts, top-{args.top_k}, torch threads {torch.get_num_threads()}")
+        print(f"pipeline: {per(t_theirs):7.1f} ms/text   ours: {per(t_ours):7.1f} ms/text   "
+              f"ratio {statistics.median(t_ours) / statistics.median(t_theirs):.3f} (goal <= 1.2)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""BERT's masked-LM pretraining recipe on one input (Devlin et al. 2019, section 3.1, and
+``create_pretraining_data.py`` of google-research/bert).
+
+Of the non-special tokens, ``round(n x select_rate)`` (at least one) are chosen at random;
+each chosen token becomes [MASK] with probability ``mask_rate``, a random vocabulary token
+with ``random_rate``, and stays unchanged otherwise (80/10/10 by default). The loss is the
+cross-entropy at the chosen positions only: labels are -100 (ignored) everywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .errors import BertScopeError
+from .fill_mask import Prediction, _top_k, require_mlm
+from .inspect import Inspection, inspect, inspect_ids
+from .models import LoadedModel
+
+IGNORE_INDEX = -100
+ACTIONS = ("mask", "random", "keep")
+
+
+@dataclass(frozen=True)
+class Corruption:
+    input_ids: list[int]  # the corrupted input
+    labels: list[int]  # original id at chosen positions, -100 elsewhere
+    actions: dict[int, str]  # chosen position -> mask | random | keep
+
+
+@dataclass(frozen=True)
+class RecipePosition:
+    position: int
+    original: str
+    shown: str  # what the model saw there
+    action: str
+    top: list[Prediction]
+    loss: float  # cross-entropy (nats) of the original token
+    recovered: bool  # the top prediction is the original token
+
+
+@dataclass(frozen=True)
+class RecipeResult:
+    original: Inspection
+    corrupted: Inspection
+    positions: list[RecipePosition]
+    mean_loss: float  # over chosen positions only, as F.cross_entropy(ignore_index=-100)
+    accuracy: float  # share of chosen positions whose top prediction is the original token
+
+    def to_json(self) -> dict:
+        return {
+            "tokens": self.original.tokens,
+            "corrupted_tokens": self.corrupted.tokens,
+            "positions": [
+                {"position": p.position, "original": p.original, "shown": p.shown, "action": p.action,
+                 "loss": p.loss, "recovered": p.recovered, "top": [t.to_json() for t in p.top]}
+                for p in self.positions
+            ],
+            "mean_loss": self.mean_loss,
+            "accuracy": self.accuracy,
+        }
+
+
+def _check_rates(select_rate: float, mask_rate: float, random_rate: float) -> None:
+    if not 0 < select_rate <= 1:
+        raise BertScopeError("The selection rate must be above 0 and at most 1.")
+    if mask_rate < 0 or random_rate < 0 or mask_rate + random_rate > 1 + 1e-9:
+        raise BertScopeError("The [MASK] and random shares must be >= 0 and add up to at most 1.")
+
+
+def corrupt(
+    input_ids: list[int],
+    special: list[bool],
+    vocab_ids: np.ndarray,
+    mask_id: int,
+    seed: int = 0,
+    select_rate: float = 0.15,
+    mask_rate: float = 0.8,
+    random_rate: float = 0.1,
+) -> Corruption:
+    """Choose and corrupt positions as BERT's data generator does."""
+    _check_rates(select_rate, mask_rate, random_rate)
+    rng = np.random.default_rng(seed)
+    candidates = [i for i, s in enumerate(special) if not s]
+    if not candidates:
+        raise BertScopeError("The text has no ordinary tokens to mask.")
+    count = max(1, int(round(len(candidates) * select_rate)))
+    chosen = sorted(rng.choice(candidates, size=min(count, len(candidates)), replace=False).tolist())
+    ids = list(input_ids)
+    labels = [IGNORE_INDEX] * len(ids)
+    actions = {}
+    for i in chosen:
+        labels[i] = ids[i]
+        u = rng.random()
+        if u < mask_rate:
+            ids[i], actions[i] = mask_id, "mask"
+        elif u < mask_rate + random_rate:
+            ids[i], actions[i] = int(rng.choice(vocab_ids)), "random"
+        else:
+            actions[i] = "keep"
+    return Corruption(ids, labels, actions)
+
+
+def ordinary_vocab(lm: LoadedModel) -> np.ndarray:
+    """Ids a random replacement may take: the vocabulary without special tokens."""
+    special = set(lm.tokenizer.all_special_ids)
+    return np.array([i for i in range(len(lm.tokenizer)) if i not in special and i < lm.vocab_size])
+
+
+def mlm_recipe(
+    lm: LoadedModel, text: str, seed: int = 0, select_rate: float = 0.15,
+    mask_rate: float = 0.8, random_rate: float = 0.1, top_k: int = 5,
+) -> RecipeResult:
+    require_mlm(lm)
+    original = inspect(lm, text, with_logits=False)
+    c = corrupt(original.input_ids.tolist(), original.special_mask.tolist(), ordinary_vocab(lm),
+                lm.tokenizer.mask_token_id, seed, select_rate, mask_rate, random_rate)
+    corrupted = inspect_ids(lm, original, c.input_ids)
+    logits = torch.from_numpy(corrupted.mlm_logits)  # [token, vocab]
+    labels = torch.tensor(c.labels)  # [token]
+    mean_loss = float(F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX))
+    per_token = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")  # [token]
+    positions = []
+    for i, action in c.actions.items():
+        top = _top_k(corrupted.mlm_logits[i], top_k, lm.tokenizer)
+        positions.append(RecipePosition(
+            i, original.tokens[i], corrupted.tokens[i], action, top, float(per_token[i]),
+            top[0].token_id == c.labels[i],
+        ))
+    accuracy = sum(p.recovered for p in positions) / len(positions)
+    return RecipeResult(original, corrupted, positions, mean_loss, accuracy)
