@@ -16,6 +16,9 @@ test: $(VENV)/.test-installed chromium
 
 bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/forward.py
+	$(BIN)/python benchmarks/head_stats.py
+	$(BIN)/python benchmarks/fill_mask.py
+	$(BIN)/python benchmarks/shift.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

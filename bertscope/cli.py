@@ -164,6 +164,50 @@ def cmd_nsp(args: argparse.Namespace) -> Any:
     return r.to_json() if args.json else f"IsNext {r.is_next:.4f}  NotNext {r.not_next:.4f}"
 
 
+def cmd_shift(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from .shift import anisotropy_baseline, collect, layer_metrics, read_labelled_csv, sense_presets
+
+    if args.data:
+        path = Path(args.data)
+        if not path.is_file():
+            raise BertScopeError(f"No data file at {args.data}.")
+        try:
+            rows = read_labelled_csv(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise BertScopeError(f"{args.data} is not UTF-8 text.") from err
+    else:
+        presets = sense_presets()
+        if args.word not in presets:
+            raise BertScopeError(f"No shipped sentences for {args.word!r}: pass --data FILE "
+                                 f"(presets: {', '.join(presets)}).")
+        rows = presets[args.word]
+    lm = _load(args)
+    result = collect(lm, args.word, rows, pooling=args.pooling, occurrences=args.occurrences)
+    metrics = layer_metrics(result, anisotropy_baseline(lm, args.pooling))
+    out = {
+        "word": result.word,
+        "occurrences": len(result.occurrences),
+        "layers": [m.to_json() for m in metrics],
+        "skipped": result.skipped,
+    }
+    if args.json:
+        return out
+    lines = [f"{result.word}: {len(result.occurrences)} occurrences; skipped rows {result.skipped or 'none'}",
+             "layer  within  across    gap  centroid  self-sim  anisotropy"]
+    lines += [f"{m.layer:>5}  {m.within:6.3f}  {m.across:6.3f}  {m.gap:6.3f}  {m.centroid_accuracy:8.3f}  "
+              f"{m.self_similarity:8.3f}  {m.anisotropy:10.3f}" for m in metrics]
+    return "\n".join(lines)
+
+
+def _shift_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--word", required=True, help="the target word")
+    p.add_argument("--data", help="CSV with columns sentence,label (default: the shipped preset)")
+    p.add_argument("--pooling", choices=["mean", "first"], default="mean", help="over the word's pieces")
+    p.add_argument("--occurrences", choices=["all", "first"], default="all", help="per sentence")
+
+
 def _fill_mask_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="text with [MASK] or <mask> where words should be predicted")
     p.add_argument("--top-k", type=int, default=5)
@@ -216,6 +260,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | N
     "mlm-recipe": ("BERT's 15% / 80-10-10 masking on one text, with the MLM loss", cmd_mlm_recipe,
                    _recipe_arguments),
     "nsp": ("next-sentence prediction for a pair", cmd_nsp, _nsp_arguments),
+    "shift": ("the same word in different contexts, layer by layer", cmd_shift, _shift_arguments),
     "params": (
         "exact parameter counts by component, from the config alone (no weights)",
         cmd_params,

@@ -13,8 +13,7 @@ from views.shared import CUSTOM_KEY, MODEL_KEY, OTHER
 from .conftest import ROOT
 
 APP = str(ROOT / "app.py")
-PLANNED = [ "views/shift.py", "views/align.py",
-           "views/probes.py"]
+PLANNED = ["views/align.py", "views/probes.py"]
 
 
 @pytest.fixture(autouse=True)
@@ -216,3 +215,21 @@ def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     assert not at.exception and not at.error
     assert any("no masked-LM head" in w and "bert-base-uncased" in w for w in texts(at.warning))
     assert not at.get("plotly_chart") and not at.metric
+
+
+def test_shift_page(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/shift.py").run()
+    assert not at.exception and not at.error
+    assert {m.label for m in at.metric} >= {"Best layer for the senses", "Its centroid accuracy"}
+    at.slider(key="shift_layer").set_value(1).run()
+    at.radio(key="shift_pooling").set_value("first")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    at.selectbox(key="shift_choice").set_value("crane").run()
+    assert not at.exception and not at.error
+    # a word that is in no sentence: one line, no traceback
+    at.selectbox(key="shift_choice").set_value("Your own word…").run()
+    at.text_input(key="shift_word").input("zebra").run()
+    assert not at.exception
+    assert any("No sentence contains" in e for e in texts(at.error))

@@ -22,9 +22,7 @@ CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
-PAGES = { "shift": "Embedding shift",
-    "align": "Cross-lingual alignment", "probes": "Probes",
-}
+PAGES = {"align": "Cross-lingual alignment", "probes": "Probes"}
 
 
 def free_port() -> int:
@@ -220,3 +218,18 @@ def test_masked_page_with_heads(browser, tiny_bert_dir, tmp_path, artifacts):
         assert not page.locator(".stException").count()
         assert not problems, problems
         page.close()
+
+
+def test_shift_page_bank_on_bundled(browser, app_url, artifacts):
+    page, problems = open_page(browser, f"{app_url}/shift", height=1500)
+    page.get_by_text("22 occurrences of").wait_for(timeout=120_000)  # the bank preset
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    assert not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "shift.png"), full_page=True)
+    page.get_by_role("tab", name="Across layers").click()
+    page.get_by_text("Best layer for the senses").wait_for(timeout=30_000)
+    page.screenshot(path=str(artifacts / "shift-layers.png"), full_page=True)
+    page.get_by_role("tab", name="2-D map").click()
+    page.get_by_role("tabpanel", name="2-D map").locator(".js-plotly-plot").wait_for(timeout=60_000)
+    assert not problems, problems
+    page.close()

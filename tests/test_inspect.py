@@ -121,3 +121,14 @@ def test_bad_batch_inputs(tiny_bert):
         list(inspect_batch(tiny_bert, ["the bank"], ["a", "b"]))
     with pytest.raises(BertScopeError, match="for every sentence"):
         list(inspect_batch(tiny_bert, ["the bank", "a dog"], ["a river", None]))
+
+
+def test_batches_without_attentions_keep_hidden_states(tiny_bert):
+    texts = ["the bank .", "the man walked along the river ."]
+    (with_att,) = inspect_batch(tiny_bert, texts, batch_size=2)
+    (without,) = inspect_batch(tiny_bert, texts, batch_size=2, with_attentions=False)
+    assert without.attentions is None and without.item(0).attentions is None
+    assert_close(without.hidden_states, with_att.hidden_states)
+    assert without.item(1).n_layers == tiny_bert.num_layers
+    with pytest.raises(BertScopeError, match="without attentions"):
+        without.item(0).n_heads

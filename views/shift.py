@@ -1,6 +1,126 @@
-from views.shared import planned
+"""Embedding shift: one word in many contexts, layer by layer."""
 
-planned(
-    "Embedding shift", 5,
-    "the same word in different contexts layer by layer, with Ethayarajh (2019) contextuality.",
+import hashlib
+
+import pandas as pd
+import streamlit as st
+
+from bertscope import BertScopeError
+from bertscope.shift import (
+    anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, pca_2d, read_labelled_csv,
+    sense_presets, umap_2d,
 )
+from bertscope.shift_views import layer_lines, occurrence_names, projection_scatter, similarity_heatmap
+from views.shared import cached_model, model_key, plain, require_model, result_store, show_error
+
+PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
+OWN = "Your own word…"
+
+st.title("Embedding shift")
+st.caption("The same word in different sentences, through the layers: does the model pull the "
+           "senses apart? Metrics after Ethayarajh (2019).")
+lm = require_model()
+key = model_key()
+presets = sense_presets()
+
+c1, c2 = st.columns([1, 2])
+choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
+word = c1.text_input("Target word", key="shift_word") if choice == OWN else choice
+uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload")
+
+try:
+    if uploaded is not None:
+        try:
+            rows = read_labelled_csv(uploaded.getvalue().decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise BertScopeError("The upload is not UTF-8 text: save it as UTF-8 CSV.") from err
+        source = pd.DataFrame(rows, columns=["sentence", "label"])
+    else:
+        source = pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
+except BertScopeError as err:
+    show_error(err)
+    st.stop()
+
+with st.form("shift_form"):
+    table = st.data_editor(source, num_rows="dynamic", width="stretch", key=f"shift_rows_{choice}_{uploaded is not None}",
+                           column_config={"sentence": st.column_config.TextColumn(width="large")})
+    o1, o2 = st.columns(2)
+    pooling = o1.radio("Word vector", ["mean", "first"], horizontal=True, key="shift_pooling",
+                       format_func={"mean": "mean of its pieces", "first": "first piece"}.get)
+    occurrences = o2.radio("In each sentence", ["all", "first"], horizontal=True, key="shift_occurrences",
+                           format_func={"all": "every occurrence", "first": "first occurrence"}.get)
+    st.form_submit_button("Compare", type="primary")
+
+rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
+        for s, lab in zip(table["sentence"], table["label"])]
+digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
+store = result_store("shift")
+try:
+    computed = store.get((key, digest))
+    if computed is None:
+        bar = st.progress(0.0)
+        result = collect(cached_model(*key), word, rows, pooling, occurrences,
+                         progress=lambda d, t: bar.progress(d / t, text=f"{d}/{t} sentences"))
+        bar.progress(1.0, text="Anisotropy baseline (random words of the shipped corpus, once per model)…")
+        metrics = layer_metrics(result, anisotropy_baseline(lm, pooling))
+        bar.empty()
+        computed = (result, metrics)
+        store.put((key, digest), computed)
+    result, metrics = computed
+except BertScopeError as err:
+    show_error(err)
+    st.stop()
+
+if result.skipped:
+    st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
+st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "
+                 f"sense label(s), layers 0–{result.n_layers - 1} (0 = the embedding layer, before any "
+                 "context is mixed in)."))
+
+layer = st.slider("Layer", 0, result.n_layers - 1, result.n_layers - 1, key="shift_layer")
+tab_sim, tab_layers, tab_map, tab_vocab = st.tabs(
+    ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours"])
+with tab_sim:
+    st.plotly_chart(similarity_heatmap(result, layer), config=PLOT_CONFIG, width="stretch")
+with tab_layers:
+    best = max(metrics, key=lambda m: (m.centroid_accuracy, m.gap))
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Best layer for the senses", best.layer, help="highest leave-one-out centroid accuracy, then gap")
+    m2.metric("Its centroid accuracy", f"{best.centroid_accuracy:.0%}")
+    m3.metric("Its within − across gap", f"{best.gap:.3f}")
+    st.plotly_chart(layer_lines(metrics, "senses"), config=PLOT_CONFIG, width="stretch")
+    st.plotly_chart(layer_lines(metrics, "contextuality"), config=PLOT_CONFIG, width="stretch")
+    st.caption("Self-similarity: mean cosine between the word's vectors in different sentences. "
+               "Intra-sentence: mean cosine between each word of a sentence and the sentence's mean. "
+               "Anisotropy baseline: mean cosine between random words of the shipped corpus; the "
+               "adjusted values subtract it (Ethayarajh 2019, §3.3–3.4).")
+    frame = pd.DataFrame([m.to_json() for m in metrics])
+    st.dataframe(frame, hide_index=True, width="stretch")
+    st.download_button("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
+                       "text/csv", on_click="ignore", key="shift_dl")
+with tab_map:
+    method = st.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="shift_method")
+    try:
+        maps = result_store("shift_maps", 64)
+        coords = maps.get((key, digest, layer, method))
+        if coords is None:
+            with st.spinner("UMAP (the first run in a process compiles with numba)…" if method == "UMAP" else ""):
+                vectors = result.vectors[:, layer]
+                coords = pca_2d(vectors) if method == "PCA" else umap_2d(vectors, seed=0)
+            maps.put((key, digest, layer, method), coords)
+        st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at layer {layer}"),
+                        config=PLOT_CONFIG, width="stretch")
+    except BertScopeError as err:
+        show_error(err)
+with tab_vocab:
+    st.caption("Nearest rows of the model's input embedding matrix (cosine) to each occurrence's "
+               "vector at this layer: a rough reading, since later layers are not in that space.")
+    try:
+        neighbours = nearest_vocabulary(lm, result.vectors[:, layer])
+        st.dataframe(pd.DataFrame({
+            "occurrence": occurrence_names(result),
+            "sentence": [o.sentence for o in result.occurrences],
+            "nearest tokens": [", ".join(f"{t} ({s:.2f})" for t, s in n) for n in neighbours],
+        }), hide_index=True, width="stretch")
+    except BertScopeError as err:
+        show_error(err)

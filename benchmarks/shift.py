@@ -1,0 +1,74 @@
+"""Embedding-shift extraction against a bare batched forward on the same sentences.
+
+    python benchmarks/shift.py [--model bundled] [--sentences 200]
+
+Ours: locate the word in every sentence and keep its vector at every layer (plus every word's
+vector for intra-sentence similarity). Bare: the same length-sorted batches through the model
+with ``output_hidden_states``. Goal: ours / bare >= 0.8 in sentences per second. The one-off
+anisotropy baseline (per model and process) is timed separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    from bertscope import load_model
+    from bertscope.shift import _BASELINES, anisotropy_baseline, collect, sense_presets
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="bundled")
+    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    lm = load_model(args.model)
+    rows = [row for word_rows in sense_presets().values() for row in word_rows]
+    rows = [rows[i % len(rows)] for i in range(args.sentences)]
+    words = {s: w for w, word_rows in sense_presets().items() for s, _ in word_rows}
+    by_word: dict[str, list] = {}
+    for sentence, label in rows:
+        by_word.setdefault(words[sentence], []).append((sentence, label))
+    texts = sorted((s for s, _ in rows), key=len)
+
+    def bare() -> None:
+        for start in range(0, len(texts), 32):
+            enc = lm.tokenizer(texts[start:start + 32], padding=True, truncation=True,
+                               max_length=lm.max_length, return_tensors="pt")
+            with torch.inference_mode():
+                lm.model(**enc, output_hidden_states=True)
+
+    def ours() -> None:
+        for word, word_rows in by_word.items():
+            collect(lm, word, word_rows)
+
+    bare(), ours()
+    t_bare, t_ours = [], []
+    for _ in range(args.repeats):
+        for fn, sink in ((bare, t_bare), (ours, t_ours)):
+            start = time.perf_counter()
+            fn()
+            sink.append(time.perf_counter() - start)
+    rate = lambda ts: args.sentences / statistics.median(ts)  # noqa: E731
+    print(f"model {lm.name} on {lm.device}, {args.sentences} sentences ({len(by_word)} words), "
+          f"{lm.num_layers + 1} layers, torch threads {torch.get_num_threads()}")
+    print(f"bare forward with hidden states: {rate(t_bare):8.1f} sentences/s")
+    print(f"shift extraction (ours):         {rate(t_ours):8.1f} sentences/s   "
+          f"ratio {rate(t_ours) / rate(t_bare):.3f} (goal >= 0.8)")
+    _BASELINES.clear()
+    start = time.perf_counter()
+    anisotropy_baseline(lm)
+    print(f"anisotropy baseline (218 shipped sentences, once per model): {time.perf_counter() - start:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

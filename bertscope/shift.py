@@ -1,0 +1,363 @@
+"""The same word in different contexts, layer by layer ("bank" of a river vs a bank for money).
+
+Metrics after Ethayarajh (2019), "How Contextual are Contextualized Word Representations?"
+(EMNLP; Sections 3.3-3.4, Figures 1-3):
+
+- self-similarity: mean cosine between the word's vectors in different contexts (all pairs);
+- intra-sentence similarity: mean cosine between each word of a sentence and the sentence's
+  mean word vector, averaged over sentences;
+- anisotropy baseline: mean cosine between random words in random contexts of a shipped
+  corpus; the "adjusted" values subtract it, since vectors of every word share a direction.
+
+Layer 0 is the embedding layer's output (token + position + segment embeddings, before any
+attention): it carries no context from other words. Sense separation: mean cosine within a
+sense and across senses, their gap, and nearest-centroid classification with leave-one-out.
+A word is found by matching it in the text (whole word, any case) and taking the tokens whose
+character spans overlap the match, so it works for WordPiece, byte-level BPE and SentencePiece.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from .errors import BertScopeError
+from .inspect import Inspection, inspect_batch
+from .models import LoadedModel
+
+DATA = Path(__file__).parent / "data"
+MAX_ROWS = 2000
+Pooling = Literal["mean", "first"]
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    row: int  # 1-based row of the input
+    sentence: str
+    label: str | None
+    positions: tuple[int, ...]  # token positions of this occurrence's pieces
+
+
+@dataclass
+class ShiftResult:
+    word: str
+    occurrences: list[Occurrence]
+    vectors: np.ndarray  # [occurrence, layer + 1, dim] float32
+    skipped: list[int]  # rows without the word (1-based)
+    sentence_word_vectors: list[np.ndarray] = field(repr=False, default_factory=list)  # [words, L+1, dim]
+
+    @property
+    def labels(self) -> list[str | None]:
+        return [o.label for o in self.occurrences]
+
+    @property
+    def n_layers(self) -> int:  # layers including 0
+        return int(self.vectors.shape[1])
+
+
+# --------------------------------------------------------------------------- data
+
+
+def sense_presets() -> dict[str, list[tuple[str, str]]]:
+    """word -> [(sentence, sense label)] from bertscope/data/senses.csv."""
+    presets: dict[str, list[tuple[str, str]]] = {}
+    with open(DATA / "senses.csv", encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            presets.setdefault(row["word"], []).append((row["sentence"], row["label"]))
+    return presets
+
+
+def read_labelled_csv(text: str) -> list[tuple[str, str | None]]:
+    """(sentence, label) rows from CSV text with a ``sentence`` column and optional ``label``."""
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or "sentence" not in [f.strip().lower() for f in reader.fieldnames]:
+        raise BertScopeError("The CSV needs a header with a 'sentence' column (and optionally 'label').")
+    names = {f.strip().lower(): f for f in reader.fieldnames}
+    rows = []
+    for line, row in enumerate(reader, start=2):
+        sentence = (row.get(names["sentence"]) or "").strip()
+        if None in row:
+            raise BertScopeError(f"Line {line} of the CSV has more fields than its header.")
+        label = (row.get(names["label"]) or "").strip() or None if "label" in names else None
+        rows.append((sentence, label))
+    if not rows:
+        raise BertScopeError("The CSV has a header but no rows.")
+    return rows
+
+
+# --------------------------------------------------------------------------- locating
+
+
+def word_pattern(word: str) -> re.Pattern:
+    word = (word or "").strip()
+    if not word or any(c.isspace() for c in word):
+        raise BertScopeError("Give one target word (no spaces).")
+    return re.compile(r"(?<!\w)" + re.escape(word) + r"(?!\w)", re.IGNORECASE)
+
+
+def locate(r: Inspection, pattern: re.Pattern, occurrences: Literal["all", "first"] = "all") -> list[tuple[int, ...]]:
+    """Token positions of each whole-word match of ``pattern`` in ``r``'s first text."""
+    found = []
+    for match in pattern.finditer(r.text):
+        start, end = match.span()
+        positions = tuple(
+            i for i, (s, e) in enumerate(r.offsets)
+            if r.sequence_ids[i] == 0 and s < end and e > start and e > s
+        )
+        if positions:  # a match past the truncation point has no tokens
+            found.append(positions)
+        if occurrences == "first" and found:
+            break
+    return found
+
+
+def _pool(hidden: np.ndarray, positions: Sequence[int], pooling: Pooling) -> np.ndarray:
+    """hidden [layer+1, token, dim] -> [layer+1, dim] for one word."""
+    if pooling == "first":
+        return hidden[:, positions[0]]
+    return hidden[:, list(positions)].mean(axis=1)
+
+
+def _word_vectors(r: Inspection, pooling: Pooling) -> np.ndarray:
+    """Every word of the first text: [word, layer+1, dim] (for intra-sentence similarity)."""
+    groups: dict[int, list[int]] = {}
+    for i, (w, seq) in enumerate(zip(r.word_ids, r.sequence_ids)):
+        if w is not None and seq == 0:
+            groups.setdefault(w, []).append(i)
+    return np.stack([_pool(r.hidden_states, groups[w], pooling) for w in sorted(groups)])
+
+
+def collect(
+    lm: LoadedModel,
+    word: str,
+    rows: Sequence[tuple[str, str | None]],
+    pooling: Pooling = "mean",
+    occurrences: Literal["all", "first"] = "all",
+    batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> ShiftResult:
+    """Run every sentence once and keep the word's vector at every layer."""
+    pattern = word_pattern(word)
+    if pooling not in ("mean", "first"):
+        raise BertScopeError("Pooling must be 'mean' or 'first'.")
+    rows = [(s.strip() if isinstance(s, str) else "", lab) for s, lab in rows]
+    if not rows:
+        raise BertScopeError("No sentences given.")
+    if len(rows) > MAX_ROWS:
+        raise BertScopeError(f"{len(rows):,} sentences; the limit is {MAX_ROWS:,}.")
+    usable = [i for i, (s, _) in enumerate(rows) if s and pattern.search(s)]
+    skipped = sorted(set(range(len(rows))) - set(usable))
+    found: dict[int, list[tuple[Occurrence, np.ndarray]]] = {}
+    sentence_vectors: dict[int, np.ndarray] = {}
+    done = 0
+    if usable:
+        for batch in inspect_batch(lm, [rows[i][0] for i in usable], batch_size=batch_size,
+                                   with_attentions=False):
+            for b, index in enumerate(batch.indices):
+                row = usable[index]
+                r = batch.item(b)
+                hits = locate(r, pattern, occurrences)
+                if not hits:  # the word was cut off by truncation
+                    skipped.append(row)
+                    continue
+                found[row] = [(Occurrence(row + 1, rows[row][0], rows[row][1], pos),
+                               _pool(r.hidden_states, pos, pooling)) for pos in hits]
+                sentence_vectors[row] = _word_vectors(r, pooling)
+            done += len(batch)
+            if progress:
+                progress(done, len(usable))
+    ordered = [item for row in sorted(found) for item in found[row]]
+    if not ordered:
+        raise BertScopeError(f"No sentence contains the word {word!r}.")
+    return ShiftResult(
+        word=word.strip(),
+        occurrences=[o for o, _ in ordered],
+        vectors=np.stack([v for _, v in ordered]).astype(np.float32),
+        skipped=sorted(r + 1 for r in set(skipped)),
+        sentence_word_vectors=[sentence_vectors[r] for r in sorted(sentence_vectors)],
+    )
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def cosine_matrix(x: np.ndarray) -> np.ndarray:
+    """x [n, dim] -> [n, n] cosine similarities."""
+    unit = x / np.clip(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12, None)
+    return unit @ unit.T
+
+
+def _pair_means(sim: np.ndarray, labels: Sequence[str | None]) -> tuple[float, float, float]:
+    """(all pairs, same label, different label) mean cosine, diagonal excluded."""
+    n = len(labels)
+    off = ~np.eye(n, dtype=bool)
+    lab = np.array([str(x) for x in labels])
+    same = (lab[:, None] == lab[None, :]) & off
+    diff = lab[:, None] != lab[None, :]
+    mean = lambda m: float(sim[m].mean()) if m.any() else float("nan")  # noqa: E731
+    return mean(off), mean(same), mean(diff)
+
+
+def centroid_accuracy(x: np.ndarray, labels: Sequence[str | None]) -> float:
+    """Nearest-centroid (cosine) sense classification, leave-one-out."""
+    lab = np.array([str(v) for v in labels])
+    senses = sorted(set(lab))
+    if len(senses) < 2:
+        return float("nan")
+    unit = x / np.clip(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12, None)
+    sums = {s: unit[lab == s].sum(0) for s in senses}
+    counts = {s: int((lab == s).sum()) for s in senses}
+    correct = 0
+    for i in range(len(lab)):
+        scores = {}
+        for s in senses:
+            total, count = sums[s], counts[s]
+            if s == lab[i]:
+                total, count = total - unit[i], count - 1
+            if count == 0:
+                continue
+            centroid = total / count
+            scores[s] = float(unit[i] @ centroid / max(np.linalg.norm(centroid), 1e-12))
+        correct += max(scores, key=scores.get) == lab[i]
+    return correct / len(lab)
+
+
+def intra_sentence_similarity(word_vectors: list[np.ndarray], layer: int) -> float:
+    """Mean over sentences of mean cos(word, sentence mean) (Ethayarajh 2019, eq. 2)."""
+    values = []
+    for words in word_vectors:
+        w = words[:, layer]  # [word, dim]
+        if len(w) < 2:
+            continue
+        mean = w.mean(0)
+        cos = (w @ mean) / np.clip(np.linalg.norm(w, axis=1) * np.linalg.norm(mean), 1e-12, None)
+        values.append(float(cos.mean()))
+    return float(np.mean(values)) if values else float("nan")
+
+
+_BASELINES: dict[tuple, np.ndarray] = {}  # per loaded model: computed once per process
+_BASELINES_LOCK = threading.Lock()
+
+
+def anisotropy_baseline(lm: LoadedModel, pooling: Pooling = "mean", pairs: int = 2000,
+                        seed: int = 0) -> np.ndarray:
+    """[layer+1] mean cosine between random words in random contexts of the shipped corpus."""
+    key = (id(lm.model), lm.name, pooling, pairs, seed)
+    with _BASELINES_LOCK:
+        if key in _BASELINES:
+            return _BASELINES[key]
+    from .attention_stats import shipped_corpus
+
+    vectors = []  # [word, layer+1, dim] per sentence, with its sentence index
+    owners = []
+    for batch in inspect_batch(lm, shipped_corpus(), batch_size=32, with_attentions=False):
+        for b, index in enumerate(batch.indices):
+            words = _word_vectors(batch.item(b), pooling)
+            vectors.append(words)
+            owners.extend([index] * len(words))
+    allv = np.concatenate(vectors)  # [words, layer+1, dim]
+    owners = np.array(owners)
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, len(allv), pairs * 2)
+    j = rng.integers(0, len(allv), pairs * 2)
+    keep = owners[i] != owners[j]  # different contexts
+    i, j = i[keep][:pairs], j[keep][:pairs]
+    a, b = allv[i], allv[j]  # [pair, layer+1, dim]
+    cos = (a * b).sum(-1) / np.clip(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12, None)
+    baseline = cos.mean(0)  # [layer+1]
+    with _BASELINES_LOCK:
+        _BASELINES[key] = baseline
+    return baseline
+
+
+@dataclass(frozen=True)
+class LayerMetrics:
+    layer: int
+    within: float
+    across: float
+    gap: float
+    centroid_accuracy: float
+    self_similarity: float
+    intra_sentence: float
+    anisotropy: float
+
+    @property
+    def self_similarity_adjusted(self) -> float:
+        return self.self_similarity - self.anisotropy
+
+    @property
+    def intra_sentence_adjusted(self) -> float:
+        return self.intra_sentence - self.anisotropy
+
+    def to_json(self) -> dict:
+        return {
+            "layer": self.layer, "within": self.within, "across": self.across, "gap": self.gap,
+            "centroid_accuracy": self.centroid_accuracy, "self_similarity": self.self_similarity,
+            "intra_sentence": self.intra_sentence, "anisotropy": self.anisotropy,
+            "self_similarity_adjusted": self.self_similarity_adjusted,
+            "intra_sentence_adjusted": self.intra_sentence_adjusted,
+        }
+
+
+def layer_metrics(result: ShiftResult, baseline: np.ndarray) -> list[LayerMetrics]:
+    out = []
+    for layer in range(result.n_layers):
+        sim = cosine_matrix(result.vectors[:, layer])
+        overall, within, across = _pair_means(sim, result.labels)
+        out.append(LayerMetrics(
+            layer, within, across, within - across,
+            centroid_accuracy(result.vectors[:, layer], result.labels),
+            overall, intra_sentence_similarity(result.sentence_word_vectors, layer),
+            float(baseline[layer]),
+        ))
+    return out
+
+
+def nearest_vocabulary(lm: LoadedModel, vectors: np.ndarray, k: int = 5) -> list[list[tuple[str, float]]]:
+    """vectors [n, dim] -> for each, the k input-embedding rows nearest by cosine."""
+    emb = lm.model.get_input_embeddings().weight.detach().float().cpu().numpy()  # [vocab, dim]
+    if emb.shape[1] != vectors.shape[1]:
+        raise BertScopeError("The input embeddings have another width than the hidden states "
+                             "(factorised embeddings, e.g. ALBERT): neighbours cannot be compared.")
+    special = list(lm.tokenizer.all_special_ids)
+    e = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
+    v = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    sims = v @ e.T  # [n, vocab]
+    sims[:, [s for s in special if s < sims.shape[1]]] = -np.inf
+    best = np.argsort(-sims, axis=1)[:, :k]
+    tokens = lm.tokenizer.convert_ids_to_tokens
+    return [[(tokens(int(t)), float(sims[n, t])) for t in row] for n, row in enumerate(best)]
+
+
+# --------------------------------------------------------------------------- projections
+
+
+def pca_2d(x: np.ndarray) -> np.ndarray:
+    """x [n, dim] -> [n, 2], principal components (sign fixed so results are stable)."""
+    centred = x - x.mean(0)
+    u, s, vt = np.linalg.svd(centred, full_matrices=False)
+    coords = centred @ vt[:2].T
+    signs = np.sign(vt[:2, np.argmax(np.abs(vt[:2]), axis=1)].diagonal())
+    coords = coords * np.where(signs == 0, 1, signs)
+    if coords.shape[1] < 2:
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+    return coords
+
+
+def umap_2d(x: np.ndarray, seed: int = 0, n_neighbors: int = 15) -> np.ndarray:
+    """x [n, dim] -> [n, 2] with UMAP (seeded); works for tiny n (random init, fewer neighbours)."""
+    if len(x) < 4:
+        raise BertScopeError("UMAP needs at least 4 points; use PCA for fewer.")
+    import umap
+
+    reducer = umap.UMAP(n_components=2, n_neighbors=max(2, min(n_neighbors, len(x) - 1)),
+                        random_state=seed, init="random" if len(x) < 20 else "spectral",
+                        metric="cosine", n_jobs=1)  # seeded runs are single-threaded anyway
+    return reducer.fit_transform(x)

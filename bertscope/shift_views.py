@@ -1,0 +1,69 @@
+"""Figures for the embedding-shift view: similarity at a layer, metrics across layers, 2-D maps."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.express as px
+import plotly.graph_objects as go
+
+from .attention_views import label
+from .shift import LayerMetrics, ShiftResult, cosine_matrix
+
+
+def _order(result: ShiftResult) -> list[int]:
+    """Occurrences grouped by sense (stable within a sense)."""
+    return sorted(range(len(result.occurrences)), key=lambda i: (str(result.labels[i]), i))
+
+
+def occurrence_names(result: ShiftResult) -> list[str]:
+    return [f"row {o.row}: {o.label or '—'}" for o in result.occurrences]
+
+
+def similarity_heatmap(result: ShiftResult, layer: int) -> go.Figure:
+    order = _order(result)
+    sim = cosine_matrix(result.vectors[order, layer])
+    names = [label(occurrence_names(result)[i]) for i in order]
+    sentences = [label(result.occurrences[i].sentence) for i in order]
+    fig = go.Figure(go.Heatmap(
+        z=sim, x=list(range(len(order))), y=list(range(len(order))), colorscale="RdBu_r", zmid=0,
+        customdata=[[(sentences[a], sentences[b]) for b in range(len(order))] for a in range(len(order))],
+        hovertemplate="%{customdata[0]}<br>%{customdata[1]}<br>cosine %{z:.3f}<extra></extra>",
+    ))
+    ticks = dict(tickvals=list(range(len(order))), ticktext=names)
+    fig.update_xaxes(**ticks, tickangle=-60)
+    fig.update_yaxes(**ticks, autorange="reversed")
+    fig.update_layout(title=f"Cosine similarity of “{label(result.word)}” at layer {layer}, ordered by sense",
+                      height=max(480, 18 * len(order) + 200))
+    return fig
+
+
+def layer_lines(metrics: list[LayerMetrics], which: str) -> go.Figure:
+    layers = [m.layer for m in metrics]
+    if which == "senses":
+        series = {"within sense": [m.within for m in metrics], "across senses": [m.across for m in metrics],
+                  "gap": [m.gap for m in metrics], "centroid accuracy (LOO)": [m.centroid_accuracy for m in metrics]}
+        title = "Sense separation by layer (0 = embedding layer)"
+    else:
+        series = {"self-similarity": [m.self_similarity for m in metrics],
+                  "intra-sentence": [m.intra_sentence for m in metrics],
+                  "anisotropy baseline": [m.anisotropy for m in metrics],
+                  "self-similarity, adjusted": [m.self_similarity_adjusted for m in metrics],
+                  "intra-sentence, adjusted": [m.intra_sentence_adjusted for m in metrics]}
+        title = "Contextuality (Ethayarajh 2019)"
+    fig = go.Figure([go.Scatter(x=layers, y=v, mode="lines+markers", name=k) for k, v in series.items()])
+    fig.update_layout(title=title, xaxis=dict(title="layer", dtick=1), yaxis_title="cosine / accuracy",
+                      height=440)
+    return fig
+
+
+def projection_scatter(result: ShiftResult, coords: np.ndarray, title: str) -> go.Figure:
+    frame = {
+        "x": coords[:, 0], "y": coords[:, 1],
+        "sense": [str(x) if x is not None else "—" for x in result.labels],
+        "sentence": [label(o.sentence) for o in result.occurrences],
+    }
+    fig = px.scatter(frame, x="x", y="y", color="sense", hover_data={"sentence": True, "x": False, "y": False},
+                     title=label(title))
+    fig.update_traces(marker=dict(size=11))
+    fig.update_layout(height=520, xaxis_title="", yaxis_title="")
+    return fig
