@@ -153,7 +153,7 @@ def head_stats(
         raise BertScopeError(f"The corpus has {len(texts):,} sentences; the limit is {MAX_SENTENCES:,}.")
     sums: dict[str, np.ndarray] = {}
     tokens = done = 0
-    for batch in inspect_batch(lm, texts, batch_size=batch_size):
+    for batch in inspect_batch(lm, texts, batch_size=batch_size, with_hidden_states=False):
         flags = _token_flags(lm, batch)
         per_sentence = sentence_statistics(batch.attentions, batch.attention_mask, *flags)
         for name, values in per_sentence.items():

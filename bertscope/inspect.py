@@ -44,7 +44,8 @@ class Inspection:
     offsets: list[tuple[int, int]]  # character span of each token in its own text; (0, 0) if special
     attentions: np.ndarray | None  # [layer, head, query, key] float32; each row sums to 1
     # (None only from inspect_batch(..., with_attentions=False))
-    hidden_states: np.ndarray  # [layer + 1, token, dim] float32; index 0 = embedding output
+    hidden_states: np.ndarray | None  # [layer + 1, token, dim] float32; index 0 = embedding output
+    # (None only from inspect_batch(..., with_hidden_states=False))
     mlm_logits: np.ndarray | None  # [token, vocab] float32, when the model has an MLM head
     nsp_logits: np.ndarray | None  # [2] float32 (IsNext, NotNext), when it has an NSP head
     truncated: bool
@@ -57,7 +58,9 @@ class Inspection:
 
     @property
     def n_layers(self) -> int:
-        return int(self.hidden_states.shape[0]) - 1
+        if self.hidden_states is not None:
+            return int(self.hidden_states.shape[0]) - 1
+        return int(self.attentions.shape[0])
 
     @property
     def n_heads(self) -> int:
@@ -85,7 +88,7 @@ class BatchInspection:
     tokens: list[list[str]]
     attentions: np.ndarray | None  # [batch, layer, head, query, key]; pad keys get 0 weight;
     # None when the batch was run with with_attentions=False
-    hidden_states: np.ndarray  # [batch, layer + 1, token, dim]
+    hidden_states: np.ndarray | None  # [batch, layer + 1, token, dim]; None if not asked for
     mlm_logits: np.ndarray | None  # [batch, token, vocab]
     nsp_logits: np.ndarray | None  # [batch, 2]
     truncated: list[bool]
@@ -114,7 +117,7 @@ class BatchInspection:
             special_mask=self.special_mask[i, keep],
             offsets=cut(self.offsets[i]),
             attentions=None if self.attentions is None else self.attentions[i][:, :, keep][:, :, :, keep],
-            hidden_states=self.hidden_states[i][:, keep],
+            hidden_states=None if self.hidden_states is None else self.hidden_states[i][:, keep],
             mlm_logits=None if self.mlm_logits is None else self.mlm_logits[i, keep],
             nsp_logits=None if self.nsp_logits is None else self.nsp_logits[i],
             truncated=self.truncated[i],
@@ -144,20 +147,21 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def _run_model(
-    lm: LoadedModel, enc: Any, with_logits: bool, with_attentions: bool = True
+    lm: LoadedModel, enc: Any, with_logits: bool, with_attentions: bool = True,
+    with_hidden_states: bool = True,
 ) -> dict[str, np.ndarray | None]:
     """The one forward pass: model inputs -> CPU float32 arrays, batch first."""
     feed = {k: enc[k].to(lm.device) for k in lm.tokenizer.model_input_names if k in enc}
     with torch.inference_mode():
-        out = lm.model(**feed, output_attentions=with_attentions, output_hidden_states=True,
-                       return_dict=True)
+        out = lm.model(**feed, output_attentions=with_attentions,
+                       output_hidden_states=with_hidden_states, return_dict=True)
     logits = getattr(out, "prediction_logits", None)
     if logits is None:
         logits = getattr(out, "logits", None)
     nsp = getattr(out, "seq_relationship_logits", None)
     return {
         "attentions": _numpy(torch.stack(out.attentions, dim=1)) if with_attentions else None,
-        "hidden_states": _numpy(torch.stack(out.hidden_states, dim=1)),  # [batch, layer+1, t, d]
+        "hidden_states": _numpy(torch.stack(out.hidden_states, dim=1)) if with_hidden_states else None,
         "mlm_logits": _numpy(logits) if (with_logits and logits is not None and "mlm" in lm.heads) else None,
         "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.heads) else None,
     }
@@ -170,6 +174,7 @@ def _forward_batch(
     with_logits: bool,
     indices: list[int],
     with_attentions: bool = True,
+    with_hidden_states: bool = True,
 ) -> BatchInspection:
     tok = lm.tokenizer
     has_pairs = any(p is not None for p in pairs)
@@ -178,14 +183,13 @@ def _forward_batch(
     second = pairs if has_pairs else None
     options = dict(
         add_special_tokens=True, padding=True, return_tensors="pt", return_special_tokens_mask=True,
-        return_offsets_mapping=True,
     )
     enc = tok(texts, second, truncation=False, **options)
     original = enc["attention_mask"].sum(dim=1).tolist()
     if max(original) > lm.max_length:  # tokenise again only when something must be cut
         enc = tok(texts, second, truncation=True, max_length=lm.max_length, **options)
     n = len(texts)
-    arrays = _run_model(lm, enc, with_logits, with_attentions)
+    arrays = _run_model(lm, enc, with_logits, with_attentions, with_hidden_states)
     attention_mask = enc["attention_mask"].bool()  # [batch, token]
     special = enc["special_tokens_mask"].bool() | ~attention_mask  # [batch, token]
     input_ids = enc["input_ids"]  # [batch, token]
@@ -204,7 +208,7 @@ def _forward_batch(
         special_mask=special.numpy(),
         word_ids=word_ids,
         sequence_ids=sequence_ids,
-        offsets=[[(int(a), int(b)) for a, b in row] for row in enc["offset_mapping"].tolist()],
+        offsets=[list(e.offsets) for e in enc.encodings],  # the fast tokenizer's own spans, free
         raw_tokens=raw,
         tokens=[
             readable_tokens(tok, input_ids[i].tolist(), word_ids[i], special[i].tolist())
@@ -234,12 +238,13 @@ def inspect_batch(
     sort_by_length: bool = True,
     with_logits: bool = False,
     with_attentions: bool = True,
+    with_hidden_states: bool = True,
 ) -> Iterator[BatchInspection]:
     """Stream padded batches over ``texts``; memory is bounded by one batch.
 
     With ``sort_by_length`` sentences of similar length share a batch (less padding); each
-    batch's ``indices`` say where its rows were in ``texts``. ``with_attentions=False`` skips
-    the attention maps for callers that need hidden states only.
+    batch's ``indices`` say where its rows were in ``texts``. ``with_attentions=False`` /
+    ``with_hidden_states=False`` skip what a caller does not need (statistics stream faster).
     """
     texts = [_check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
     pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
@@ -253,7 +258,8 @@ def inspect_batch(
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         yield _forward_batch(
-            lm, [texts[i] for i in idx], [pairs[i] for i in idx], with_logits, idx, with_attentions
+            lm, [texts[i] for i in idx], [pairs[i] for i in idx], with_logits, idx, with_attentions,
+            with_hidden_states,
         )
 
 

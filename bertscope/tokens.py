@@ -10,9 +10,16 @@ SentencePiece ``▁`` word boundary, which XLM-R emits e.g. before CJK character
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Sequence
 
 CONTINUATION = "##"
+
+
+@lru_cache(maxsize=200_000)
+def _piece_text(tokenizer: Any, piece: str) -> str:
+    """One piece as text (bytes decoded, markers dropped); memoised per tokenizer and piece."""
+    return tokenizer.convert_tokens_to_string([piece]).strip() or piece
 
 
 def readable_tokens(
@@ -31,7 +38,7 @@ def readable_tokens(
         if piece.startswith(CONTINUATION):  # WordPiece already says it
             shown.append(piece)
             continue
-        text = tokenizer.convert_tokens_to_string([piece]).strip() or piece
+        text = _piece_text(tokenizer, piece)
         continues = i > 0 and word_ids[i] is not None and word_ids[i] == word_ids[i - 1]
         continues = continues and not special_mask[i - 1]
         shown.append(CONTINUATION + text if continues else text)

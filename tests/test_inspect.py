@@ -132,3 +132,12 @@ def test_batches_without_attentions_keep_hidden_states(tiny_bert):
     assert without.item(1).n_layers == tiny_bert.num_layers
     with pytest.raises(BertScopeError, match="without attentions"):
         without.item(0).n_heads
+
+
+def test_batches_without_hidden_states_keep_attentions(tiny_bert):
+    texts = ["the bank .", "the man walked along the river ."]
+    (full,) = inspect_batch(tiny_bert, texts, batch_size=2)
+    (lean,) = inspect_batch(tiny_bert, texts, batch_size=2, with_hidden_states=False)
+    assert lean.hidden_states is None and lean.item(0).hidden_states is None
+    assert_close(lean.attentions, full.attentions)
+    assert lean.item(1).n_layers == tiny_bert.num_layers
