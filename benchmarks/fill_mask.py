@@ -14,12 +14,12 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import interleaved  # noqa: E402
 
 TEXTS = [
     "The capital of France is [MASK].",
@@ -77,13 +77,8 @@ def main() -> None:
             for text in texts:
                 pipe(text)
 
-        ours(), theirs()  # warm-up
-        t_ours, t_theirs = [], []
-        for _ in range(args.repeats):
-            for fn, sink in ((theirs, t_theirs), (ours, t_ours)):
-                start = time.perf_counter()
-                fn()
-                sink.append(time.perf_counter() - start)
+        times = interleaved({"pipeline": theirs, "ours": ours}, args.repeats)
+        t_ours, t_theirs = times["ours"], times["pipeline"]
         per = lambda ts: statistics.median(ts) / len(texts) * 1000  # noqa: E731
         print(f"model {'random BERT-base MLM' if not args.model else name} ({lm.architecture}) on "
               f"{lm.device}, {len(texts)} texts, top-{args.top_k}, torch threads {torch.get_num_threads()}")

@@ -22,6 +22,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.timing import interleaved  # noqa: E402
 
 SENTENCES = [
     "The bank of the river was muddy after the storm.",
@@ -88,18 +89,11 @@ def time_forwards(model_name: str, repeats: int) -> None:
             inspect(lm, s)
 
     cases = {"batch of 32": (ours_batch, bare_batch), "32 single sentences": (ours_single, bare_single)}
-    for fn_pair in cases.values():  # warm-up: first calls pay lazy initialisation
-        for fn in fn_pair:
-            fn()
     print(f"model {lm.name}: {lm.num_layers} layers, {lm.num_heads} heads, {lm.hidden_size} wide, "
           f"device {lm.device}, torch threads {torch.get_num_threads()}")
     for label, (ours, bare) in cases.items():
-        t_ours, t_bare = [], []
-        for _ in range(repeats):  # interleaved so drift hits both sides alike
-            for fn, sink in ((bare, t_bare), (ours, t_ours)):
-                start = time.perf_counter()
-                fn()
-                sink.append(time.perf_counter() - start)
+        times = interleaved({"bare": bare, "ours": ours}, repeats)
+        t_ours, t_bare = times["ours"], times["bare"]
         ratio = statistics.median(t_ours) / statistics.median(t_bare)
         print(f"{label:>20}: ours {median_ms(t_ours):8.1f} ms  bare HF {median_ms(t_bare):8.1f} ms  "
               f"ratio {ratio:.3f} (goal <= 1.10)")

@@ -21,6 +21,7 @@ import psutil
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import interleaved  # noqa: E402
 
 
 class PeakRSS:
@@ -76,13 +77,8 @@ def main() -> None:
     def ours() -> None:
         head_stats(lm, sentences, batch_size=args.batch_size)
 
-    ours(), bare()  # warm-up: first calls allocate caches and lazy modules
-    t_bare, t_ours = [], []
-    for _ in range(args.repeats):
-        for fn, sink in ((bare, t_bare), (ours, t_ours)):
-            start = time.perf_counter()
-            fn()
-            sink.append(time.perf_counter() - start)
+    times = interleaved({"bare": bare, "ours": ours}, args.repeats)
+    t_bare, t_ours = times["bare"], times["ours"]
     rate_bare = args.sentences / statistics.median(t_bare)
     rate_ours = args.sentences / statistics.median(t_ours)
     print(f"model {lm.name} on {lm.device}, {args.sentences} sentences, batches of {args.batch_size}, "

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import interleaved  # noqa: E402
 
 
 def main() -> None:
@@ -51,13 +52,8 @@ def main() -> None:
         for word, word_rows in by_word.items():
             collect(lm, word, word_rows)
 
-    bare(), ours()
-    t_bare, t_ours = [], []
-    for _ in range(args.repeats):
-        for fn, sink in ((bare, t_bare), (ours, t_ours)):
-            start = time.perf_counter()
-            fn()
-            sink.append(time.perf_counter() - start)
+    times = interleaved({"bare": bare, "ours": ours}, args.repeats)
+    t_bare, t_ours = times["bare"], times["ours"]
     rate = lambda ts: args.sentences / statistics.median(ts)  # noqa: E731
     print(f"model {lm.name} on {lm.device}, {args.sentences} sentences ({len(by_word)} words), "
           f"{lm.num_layers + 1} layers, torch threads {torch.get_num_threads()}")

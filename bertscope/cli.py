@@ -18,6 +18,19 @@ from .errors import BertScopeError
 EXIT_BAD_INPUT = 2
 
 
+def _read_text(path: str, what: str) -> str:
+    """A UTF-8 text file's contents, or one clear error."""
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.is_file():
+        raise BertScopeError(f"No {what} file at {path}.")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise BertScopeError(f"{path} is not UTF-8 text.") from err
+
+
 def _load(args: argparse.Namespace):
     from .models import load_model
 
@@ -107,18 +120,10 @@ def cmd_attention(args: argparse.Namespace) -> Any:
 
 
 def cmd_head_stats(args: argparse.Namespace) -> Any:
-    from pathlib import Path
-
     from .attention_stats import head_stats, read_corpus, shipped_corpus
 
     if args.corpus:
-        path = Path(args.corpus)
-        if not path.is_file():
-            raise BertScopeError(f"No corpus file at {args.corpus}.")
-        try:
-            sentences = read_corpus(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as err:
-            raise BertScopeError(f"{args.corpus} is not UTF-8 text.") from err
+        sentences = read_corpus(_read_text(args.corpus, "corpus"))
     else:
         sentences = shipped_corpus()
     stats = head_stats(_load(args), sentences, batch_size=args.batch_size)
@@ -126,7 +131,7 @@ def cmd_head_stats(args: argparse.Namespace) -> Any:
         return stats.to_json()
     lines = [f"{stats.sentences} sentences, {stats.tokens} tokens; top heads per statistic:"]
     for name in stats.stats:
-        top = ", ".join(f"L{l}H{h} {v:.3f}" for l, h, v in stats.ranking(name)[:3])
+        top = ", ".join(f"L{layer}H{h} {v:.3f}" for layer, h, v in stats.ranking(name)[:3])
         lines.append(f"  {name:<9} {top}")
     return "\n".join(lines)
 
@@ -165,18 +170,10 @@ def cmd_nsp(args: argparse.Namespace) -> Any:
 
 
 def cmd_shift(args: argparse.Namespace) -> Any:
-    from pathlib import Path
-
     from .shift import anisotropy_baseline, collect, layer_metrics, read_labelled_csv, sense_presets
 
     if args.data:
-        path = Path(args.data)
-        if not path.is_file():
-            raise BertScopeError(f"No data file at {args.data}.")
-        try:
-            rows = read_labelled_csv(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as err:
-            raise BertScopeError(f"{args.data} is not UTF-8 text.") from err
+        rows = read_labelled_csv(_read_text(args.data, "data"))
     else:
         presets = sense_presets()
         if args.word not in presets:

@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-import torch
 
 from bertscope import BertScopeError
 from bertscope.cli import main
