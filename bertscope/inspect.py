@@ -152,7 +152,7 @@ def _run_model(
 ) -> dict[str, np.ndarray | None]:
     """The one forward pass: model inputs -> CPU float32 arrays, batch first."""
     feed = {k: enc[k].to(lm.device) for k in lm.tokenizer.model_input_names if k in enc}
-    with torch.inference_mode():
+    with lm.guard, torch.inference_mode():  # bounded concurrent passes per shared model
         out = lm.model(**feed, output_attentions=with_attentions,
                        output_hidden_states=with_hidden_states, return_dict=True)
     logits = getattr(out, "prediction_logits", None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -70,6 +71,14 @@ class LoadedModel:
     revision: str | None = None  # hub commit hash when known
     origin: str | None = None  # where the weights were published, e.g. for "bundled"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # forward passes on one shared model at once; more would only contend for the same cores
+    # (or GPU memory) and, on a hosted demo, let one session starve the others
+    guard: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(
+            max(1, int(os.environ.get("BERTSCOPE_CONCURRENT_FORWARDS", "1") or 1))
+        ),
+        repr=False,
+    )
 
     @property
     def config(self) -> Any:

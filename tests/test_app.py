@@ -233,3 +233,80 @@ def test_shift_page(monkeypatch, tiny_bert_dir):
     at.text_input(key="shift_word").input("zebra").run()
     assert not at.exception
     assert any("No sentence contains" in e for e in texts(at.error))
+
+
+def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:
+    if default_model is None:
+        monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
+    else:
+        monkeypatch.setenv("BERTSCOPE_MODEL", default_model)
+    at = AppTest.from_file(APP, default_timeout=180)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    return at.switch_page(page).run()
+
+
+def test_links_reproduce_the_attention_view(monkeypatch, tiny_bert_dir):
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/attention.py",
+                        text="the bank of the river .", pair="a dog", layer="1", head="3", hide="1")
+    assert not at.exception and not at.error
+    assert at.text_area(key="att_text").value == "the bank of the river ."
+    assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) == (1, 3)
+    assert at.toggle(key="att_hide").value is True
+    # and the page writes its state back: changing the head updates the link
+    at.selectbox(key="att_head").set_value(2).run()
+    assert at.query_params["head"] == ["2"] or at.query_params["head"] == "2"
+
+
+def test_bad_link_values_are_ignored_with_one_line(monkeypatch, tiny_bert_dir):
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/attention.py", layer="99", head="x")
+    assert not at.exception and not at.error
+    warnings = texts(at.warning)
+    assert any("layer=99" in w for w in warnings) and any("head=x" in w for w in warnings)
+    assert at.selectbox(key="att_layer").value == 0
+
+
+def test_links_for_masked_shift_and_params(monkeypatch, tiny_bert_dir):
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", text="the [MASK] .", k="3")
+    assert not at.exception and at.text_area(key="mlm_text").value == "the [MASK] ."
+    assert at.slider(key="mlm_top_k").value == 3
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="1")
+    assert not at.exception and at.selectbox(key="shift_choice").value == "crane"
+    assert at.slider(key="shift_layer").value == 1
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/params.py", count="pretraining")
+    assert not at.exception and at.radio(key="params_head").value == "pretraining"
+    assert "nsp head" in {m.label for m in at.metric}
+
+
+def test_link_can_name_the_model(monkeypatch, tiny_bert_dir, tiny_encoder_dir):
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/home.py", model=str(tiny_encoder_dir))
+    assert not at.exception
+    assert "none (encoder only)" in at.table[0].value.to_string()
+
+
+def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
+    monkeypatch.setenv("BERTSCOPE_DEMO", "1")
+    monkeypatch.setenv("BERTSCOPE_ALLOWLIST", "bundled,bert-base-uncased")
+    monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["model"] = str(tiny_bert_dir)  # a local path in a link: refused
+    at.run()
+    assert not at.exception
+    assert any("this demo serves bundled, bert-base-uncased" in w for w in texts(at.warning))
+    assert at.selectbox(key=MODEL_KEY).options == ["bundled", "bert-base-uncased"]  # no local paths
+    assert not at.text_input  # no free-text model field
+    at.switch_page("views/attention.py").run()
+    at.text_area(key="att_text").input("word " * 600)
+    at.button[0].click().run()
+    assert any("this app takes up to 2,000" in e for e in texts(at.error))
+    at.text_area(key="att_text").input("The bank of the river.")
+    at.button[0].click().run()
+    submit = "FormSubmitter:att_stats_form-Compute head statistics"
+    for run in range(6):  # the first run computes; later clicks hit the cache, except when flushed
+        from views.shared import result_store
+
+        result_store("head_stats")._items.clear()
+        at.button(key=submit).click().run()
+    assert any("costly actions in 10 minutes" in e for e in texts(at.error))
+    assert not at.exception

@@ -233,3 +233,13 @@ def test_shift_page_bank_on_bundled(browser, app_url, artifacts):
     page.get_by_role("tabpanel", name="2-D map").locator(".js-plotly-plot").wait_for(timeout=60_000)
     assert not problems, problems
     page.close()
+
+
+def test_a_shared_link_reproduces_the_view(browser, app_url, artifacts):
+    page, problems = open_page(browser, f"{app_url}/attention?text=The%20bank%20of%20the%20river.&layer=2&head=5")
+    page.get_by_text("Layer 2, head 5").first.wait_for(timeout=60_000)
+    assert "The bank of the river." in page.locator("textarea").first.input_value()
+    assert "layer=2" in page.url and "head=5" in page.url
+    page.screenshot(path=str(artifacts / "attention-from-link.png"), full_page=True)
+    assert not problems, problems
+    page.close()

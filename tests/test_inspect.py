@@ -141,3 +141,36 @@ def test_batches_without_hidden_states_keep_attentions(tiny_bert):
     assert lean.hidden_states is None and lean.item(0).hidden_states is None
     assert_close(lean.attentions, full.attentions)
     assert lean.item(1).n_layers == tiny_bert.num_layers
+
+
+def test_concurrent_forwards_on_a_shared_model_are_serialised_and_correct(tiny_bert):
+    import threading
+
+    texts = [f"the bank of the river {'and the dog ' * k}." for k in range(8)]
+    expected = {t: inspect(tiny_bert, t).hidden_states for t in texts}
+    active, peak, results, lock = [0], [0], {}, threading.Lock()
+    original = tiny_bert.model.forward
+
+    def watched(*args, **kwargs):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            return original(*args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    tiny_bert.model.forward = watched
+    try:
+        threads = [threading.Thread(target=lambda t=t: results.__setitem__(t, inspect(tiny_bert, t)))
+                   for t in texts for _ in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        del tiny_bert.model.forward
+    assert peak[0] == 1  # BERTSCOPE_CONCURRENT_FORWARDS defaults to one pass at a time
+    for t in texts:
+        assert_close(results[t].hidden_states, expected[t])

@@ -12,13 +12,12 @@ from bertscope.attention_views import (
     token_across_layers,
 )
 from views.shared import (
-    cached_inspection, cached_model, figure_downloads, model_key, plain, require_model, result_store,
-    show_error,
+    Limits, allow_expensive, cached_inspection, cached_model, check_text, check_upload, figure_downloads,
+    from_url, model_key, plain, require_model, result_store, show_error, to_bool, to_url,
 )
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
-MAX_CORPUS_LINES = 5000
 
 
 def apply_clicked_head() -> None:
@@ -39,12 +38,16 @@ lm = require_model()
 key = model_key()
 apply_clicked_head()
 
+from_url("text", "att_text")
+from_url("pair", "att_pair")
 with st.form("att_input"):
     text = st.text_area("Sentence (segment A)", DEFAULT_TEXT, key="att_text", height=80)
     pair = st.text_input("Segment B (optional, for a sentence pair)", key="att_pair")
     st.form_submit_button("Run", type="primary")
 
 try:
+    check_text(text)
+    check_text(pair, "second text")
     r = cached_inspection(key, text, pair if pair.strip() else None)
 except BertScopeError as err:
     show_error(err)
@@ -53,6 +56,10 @@ for warning in r.warnings:
     st.warning(warning)
 st.caption(plain(f"{r.n_tokens} tokens · {r.n_layers} layers × {r.n_heads} heads · {lm.name}"))
 
+from_url("layer", "att_layer", int, lambda v: 0 <= v < r.n_layers)
+from_url("head", "att_head", int, lambda v: 0 <= v < r.n_heads)
+from_url("hide", "att_hide", to_bool)
+from_url("renorm", "att_renorm", to_bool)
 c1, c2, c3, c4 = st.columns(4)
 layer = c1.selectbox("Layer", range(r.n_layers), key="att_layer")
 head = c2.selectbox("Head", range(r.n_heads), key="att_head")
@@ -60,6 +67,8 @@ hide = c3.toggle("Hide [CLS]/[SEP]", key="att_hide", help="Drop special tokens f
 renorm = c4.toggle("Renormalise rows", key="att_renorm", disabled=not hide,
                    help="After hiding, rescale each row to sum to 1.")
 renorm = renorm and hide
+to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=layer, head=head,
+       hide=hide or None, renorm=renorm or None)
 
 tabs = st.tabs(["Head", "All heads of the layer", "Token across layers", "bertviz head view",
                 "bertviz model view", "Head statistics"])
@@ -116,13 +125,14 @@ with tabs[5]:
             else:
                 if uploaded is None:
                     raise BertScopeError("Choose a .txt file to upload first.")
+                check_upload(uploaded)
                 try:
                     sentences = read_corpus(uploaded.getvalue().decode("utf-8"))
                 except UnicodeDecodeError as err:
                     raise BertScopeError("The upload is not UTF-8 text: save it as plain UTF-8.") from err
-            if len(sentences) > MAX_CORPUS_LINES:
+            if len(sentences) > Limits.corpus_lines:
                 raise BertScopeError(f"The corpus has {len(sentences):,} lines; the page takes up to "
-                                     f"{MAX_CORPUS_LINES:,} (use `python -m bertscope head-stats` for more).")
+                                     f"{Limits.corpus_lines:,} (use `python -m bertscope head-stats` for more).")
             digest = hashlib.sha256("\n".join(sentences).encode()).hexdigest()
             st.session_state["att_stats_request"] = (key, digest, tuple(sentences))
         except BertScopeError as err:
@@ -133,6 +143,7 @@ with tabs[5]:
             store = result_store("head_stats")
             stats = store.get(request[:2])  # (model, corpus hash)
             if stats is None:
+                allow_expensive("head-statistics run")
                 bar = st.progress(0.0)
                 stats = head_stats(cached_model(*key), request[2], progress=lambda done, total: bar.progress(
                     done / total, text=f"Running the corpus through the model: {done}/{total} sentences"))

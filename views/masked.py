@@ -12,7 +12,9 @@ from bertscope.fill_mask import (
 from bertscope.logit_lens import layerwise_predictions
 from bertscope.mlm_recipe import mlm_recipe
 from bertscope.nsp import both_orders
-from views.shared import cached_model, model_key, plain, require_model, show_error
+from views.shared import (
+    cached_model, check_text, from_url, model_key, plain, require_model, show_error, to_url,
+)
 
 PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 
@@ -62,6 +64,8 @@ tab_fill, tab_recipe, tab_layers, tab_nsp = st.tabs(
 
 result = None
 with tab_fill:
+    from_url("text", "mlm_text")
+    from_url("k", "mlm_top_k", int, lambda v: 1 <= v <= 20)
     mode = st.radio("Masks", ["Type [MASK] in the text", "Pick words to mask"], horizontal=True, key="mlm_mode")
     top_k = st.slider("Top k", 1, 20, 5, key="mlm_top_k")
     words: tuple[int, ...] | None = None
@@ -69,9 +73,12 @@ with tab_fill:
         if mode.startswith("Type"):
             text = st.text_area(f"Text (up to {MAX_MASKS} masks; [MASK], <mask> or {lm.mask_token})",
                                 "The capital of France is [MASK].", key="mlm_text")
+            to_url(text=text, k=top_k)
+            check_text(text)
             result = cached_fill(key, text, top_k)
         else:
             text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text")
+            check_text(text)
             _, names = words_of(lm, text)
             picked = st.multiselect("Words to mask (all their pieces are masked)", range(len(names)),
                                     format_func=lambda i: f"{i}: {names[i]}", key="mlm_words")
@@ -120,6 +127,7 @@ with tab_recipe:
         random_rate = c4.slider("…random token", 0.0, 1.0, 0.1, 0.05, key="mlm_random_rate")
         st.form_submit_button("Corrupt and predict", type="primary")
     try:
+        check_text(recipe_text)
         recipe = mlm_recipe(lm, recipe_text, int(seed), select_rate, mask_rate, random_rate)
         m1, m2, m3 = st.columns(3)
         m1.metric("Mean MLM loss (nats)", f"{recipe.mean_loss:.3f}")
@@ -166,6 +174,8 @@ with tab_nsp:
         a = st.text_area("Sentence A", "The man went to the store.", key="nsp_a")
         b = st.text_area("Sentence B", "He bought a gallon of milk.", key="nsp_b")
         try:
+            check_text(a, "sentence A")
+            check_text(b, "sentence B")
             forward, backward = both_orders(lm, a, b)
             c1, c2 = st.columns(2)
             c1.metric("A then B: IsNext", f"{forward.is_next:.1%}")

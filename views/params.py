@@ -10,7 +10,7 @@ from bertscope.params import (
 )
 from bertscope.presets import PRESETS
 from bertscope.timeline import milestones
-from views.shared import chosen_model_name, plain, show_error
+from views.shared import chosen_model_name, from_url, plain, show_error, to_url
 
 st.title("Parameters")
 st.caption(
@@ -19,11 +19,13 @@ st.caption(
 )
 
 name = chosen_model_name()
+from_url("count", "params_head", str, lambda v: v in ("none", "mlm", "pretraining"))
 head = st.radio(
-    "Count", ["none", "mlm", "pretraining"], horizontal=True,
+    "Count", ["none", "mlm", "pretraining"], horizontal=True, key="params_head",
     format_func={"none": "encoder + pooler", "mlm": "with MLM head",
                  "pretraining": "with MLM + NSP heads"}.get,
 )
+to_url(count=head if head != "none" else None)
 if not name:
     st.info("Type a hub id (org/name) or a local model folder in the sidebar.")
     st.stop()

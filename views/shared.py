@@ -7,8 +7,10 @@ traceback, and nothing else in the app is affected.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+import time
 from collections import OrderedDict
 
 import streamlit as st
@@ -18,6 +20,44 @@ from bertscope.devices import available_devices
 from bertscope.presets import PRESETS
 
 OTHER = "Other (hub id or local folder)…"
+_TRUTHY = {"1", "true", "yes", "on"}
+DEFAULT_ALLOWLIST = "bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,bundled"
+
+
+def demo() -> bool:
+    """Hosted demo mode (BERTSCOPE_DEMO=1): allowlisted models only, no local paths, small inputs."""
+    return os.environ.get("BERTSCOPE_DEMO", "").strip().lower() in _TRUTHY
+
+
+def demo_allowlist() -> tuple[str, ...]:
+    names = os.environ.get("BERTSCOPE_ALLOWLIST", DEFAULT_ALLOWLIST)
+    return tuple(m.strip() for m in names.split(",") if m.strip()) or ("bundled",)
+
+
+MAX_RESIDENT_MODELS = max(1, int(os.environ.get("BERTSCOPE_MAX_MODELS", "2" if demo() else "4")))
+
+
+class _Limits:
+    """Input caps: generous locally, tight on a hosted demo (read at use, so tests can switch)."""
+
+    @property
+    def input_chars(self) -> int:
+        return 2_000 if demo() else 100_000
+
+    @property
+    def corpus_lines(self) -> int:
+        return 500 if demo() else 5_000
+
+    @property
+    def upload_bytes(self) -> int:
+        return 1_000_000 if demo() else 20_000_000
+
+    @property
+    def expensive_per_10_min(self) -> int:  # head statistics runs and UMAP maps per session
+        return 5 if demo() else 10_000
+
+
+Limits = _Limits()
 MODEL_KEY = "model_choice"
 CUSTOM_KEY = "model_custom"
 DEVICE_KEY = "device"
@@ -30,9 +70,80 @@ def startup_default() -> tuple[str, str | None]:
     return default_model()
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+@st.cache_resource(show_spinner=False, max_entries=MAX_RESIDENT_MODELS)
 def cached_model(name: str, device: str, dtype: str) -> LoadedModel:
-    return load_model(name, device=device, dtype=dtype)
+    """At most MAX_RESIDENT_MODELS stay loaded (least recently used goes first)."""
+    if demo() and name not in demo_allowlist():
+        raise BertScopeError(f"This demo serves only: {', '.join(demo_allowlist())}.")
+    lm = load_model(name, device=device, dtype=dtype)
+    if lm.device.type == "cuda":  # hand back what an evicted model left in the CUDA cache
+        import torch
+
+        torch.cuda.empty_cache()
+    return lm
+
+
+def check_text(text: str, what: str = "text") -> None:
+    """The page's cap on one input (tighter on a hosted demo)."""
+    if text and len(text) > Limits.input_chars:
+        raise BertScopeError(f"The {what} has {len(text):,} characters; this app takes up to "
+                             f"{Limits.input_chars:,}.")
+
+
+def check_upload(uploaded) -> None:
+    if uploaded is not None and uploaded.size > Limits.upload_bytes:
+        raise BertScopeError(f"The upload has {uploaded.size:,} bytes; this app takes up to "
+                             f"{Limits.upload_bytes:,}.")
+
+
+def allow_expensive(action: str) -> None:
+    """A per-session budget for costly actions (head statistics, UMAP) on a shared server."""
+    now = time.monotonic()
+    recent = [t for t in st.session_state.get("_expensive", []) if now - t < 600]
+    if len(recent) >= Limits.expensive_per_10_min:
+        raise BertScopeError(f"This session has run {len(recent)} costly actions in 10 minutes; "
+                             f"wait a few minutes before another {action}.")
+    st.session_state["_expensive"] = [*recent, now]
+
+
+# ---- shareable state: a page's inputs live in the URL, so a copied link reproduces the view
+
+
+def to_bool(value: str) -> bool:
+    if value.lower() in _TRUTHY | {"0", "false", "no", "off"}:
+        return value.lower() in _TRUTHY
+    raise ValueError(value)
+
+
+def from_url(param: str, key: str, convert=str, valid=None) -> None:
+    """Once per session, before the widget ``key`` is drawn: take its value from ?param=."""
+    restored = st.session_state.setdefault("_from_url", set())
+    if key in restored:
+        return
+    restored.add(key)
+    if param not in st.query_params:
+        return
+    raw = st.query_params[param]
+    try:
+        value = convert(raw)
+        ok = valid is None or valid(value)
+    except (TypeError, ValueError):
+        ok = False
+    if ok:
+        st.session_state[key] = value
+    else:
+        st.warning(plain(f"Ignored the link's {param}={raw[:40]}: not a valid value here."))
+
+
+def to_url(**params) -> None:
+    """Write the page's current inputs into the URL (None leaves a parameter out)."""
+    for name, value in params.items():
+        if value is None or value == "":
+            st.query_params.pop(name, None)
+        else:
+            text = str(int(value)) if isinstance(value, bool) else str(value)
+            if st.query_params.get(name) != text:
+                st.query_params[name] = text
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
@@ -47,12 +158,27 @@ def show_error(err: Exception) -> None:
     st.error(plain(str(err)))
 
 
+def model_options() -> list[str]:
+    if demo():
+        return list(demo_allowlist())
+    return [*PRESETS, OTHER]
+
+
 def _init_state() -> None:
     if MODEL_KEY in st.session_state:
         return
     name, _ = startup_default()
-    if name in PRESETS:
+    linked = st.query_params.get("model")
+    if linked:
+        name = linked
+    if name in model_options() and name != OTHER:
         st.session_state[MODEL_KEY] = name
+    elif demo():
+        allowed = demo_allowlist()
+        if linked:
+            st.warning(plain(f"Ignored the link's model={linked[:60]}: this demo serves {', '.join(allowed)}."))
+        fallback = startup_default()[0]
+        st.session_state[MODEL_KEY] = fallback if fallback in allowed else allowed[0]
     else:
         st.session_state[MODEL_KEY] = OTHER
         st.session_state[CUSTOM_KEY] = name
@@ -63,14 +189,14 @@ def sidebar() -> None:
     _init_state()
     with st.sidebar:
         st.subheader("Model")
-        options = [*PRESETS, OTHER]
         st.selectbox(
-            "Encoder", options, key=MODEL_KEY,
-            format_func=lambda n: n if n == OTHER else f"{n}",
+            "Encoder", model_options(), key=MODEL_KEY,
             help="Presets other than 'bundled' need the Hugging Face hub or a local cache copy.",
         )
         if st.session_state[MODEL_KEY] == OTHER:
             st.text_input("Hub id or local folder", key=CUSTOM_KEY, placeholder="org/model or /path")
+        if demo():
+            st.caption("Hosted demo: a fixed list of models and smaller inputs.")
         devices = ["auto", *available_devices()]
         st.selectbox("Device", devices, key=DEVICE_KEY, help="auto picks cuda, then mps, then cpu.")
         if any(d.startswith(("cuda", "mps")) for d in devices[1:]):
@@ -80,7 +206,11 @@ def sidebar() -> None:
 def chosen_model_name() -> str:
     choice = st.session_state.get(MODEL_KEY) or startup_default()[0]
     if choice == OTHER:
-        return (st.session_state.get(CUSTOM_KEY) or "").strip()
+        choice = (st.session_state.get(CUSTOM_KEY) or "").strip()
+    if choice and choice != startup_default()[0]:
+        to_url(model=choice)
+    else:
+        st.query_params.pop("model", None)
     return choice
 
 

@@ -11,7 +11,10 @@ from bertscope.shift import (
     sense_presets, umap_2d,
 )
 from bertscope.shift_views import layer_lines, occurrence_names, projection_scatter, similarity_heatmap
-from views.shared import cached_model, model_key, plain, require_model, result_store, show_error
+from views.shared import (
+    Limits, allow_expensive, cached_model, check_upload, from_url, model_key, plain, require_model,
+    result_store, show_error, to_url,
+)
 
 PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 OWN = "Your own word…"
@@ -23,6 +26,7 @@ lm = require_model()
 key = model_key()
 presets = sense_presets()
 
+from_url("word", "shift_choice", str, lambda v: v in presets)
 c1, c2 = st.columns([1, 2])
 choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
 word = c1.text_input("Target word", key="shift_word") if choice == OWN else choice
@@ -30,6 +34,7 @@ uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["
 
 try:
     if uploaded is not None:
+        check_upload(uploaded)
         try:
             rows = read_labelled_csv(uploaded.getvalue().decode("utf-8"))
         except UnicodeDecodeError as err:
@@ -53,6 +58,9 @@ with st.form("shift_form"):
 
 rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
         for s, lab in zip(table["sentence"], table["label"])]
+if len(rows) > Limits.corpus_lines:
+    show_error(BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}."))
+    st.stop()
 digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
 store = result_store("shift")
 try:
@@ -77,7 +85,9 @@ st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”,
                  f"sense label(s), layers 0–{result.n_layers - 1} (0 = the embedding layer, before any "
                  "context is mixed in)."))
 
+from_url("layer", "shift_layer", int, lambda v: 0 <= v < result.n_layers)
 layer = st.slider("Layer", 0, result.n_layers - 1, result.n_layers - 1, key="shift_layer")
+to_url(word=choice if choice != OWN else None, layer=layer)
 tab_sim, tab_layers, tab_map, tab_vocab = st.tabs(
     ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours"])
 with tab_sim:
@@ -104,6 +114,8 @@ with tab_map:
         maps = result_store("shift_maps", 64)
         coords = maps.get((key, digest, layer, method))
         if coords is None:
+            if method == "UMAP":
+                allow_expensive("UMAP map")
             with st.spinner("UMAP (the first run in a process compiles with numba)…" if method == "UMAP" else ""):
                 vectors = result.vectors[:, layer]
                 coords = pca_2d(vectors) if method == "PCA" else umap_2d(vectors, seed=0)
