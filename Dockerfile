@@ -1,0 +1,32 @@
+# BertScope as a container (Hugging Face Spaces, any Docker host). CPU build by default:
+#   docker build -t bertscope . && docker run -p 8501:8501 bertscope
+# GPU build (host with the NVIDIA container toolkit): take torch's CUDA wheels instead:
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu126 -t bertscope:gpu .
+#   docker run --gpus all -p 8501:8501 bertscope:gpu
+FROM python:3.11-slim
+
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# Hosted by default: allowlisted models, input caps (see README, "Sharing and hosting").
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    BERTSCOPE_DEMO=1 \
+    HF_HOME=/home/app/.cache/huggingface
+
+# Spaces run containers as uid 1000
+RUN useradd --create-home --uid 1000 app
+WORKDIR /home/app/bertscope
+
+COPY requirements.txt .
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0 \
+    && pip install --no-cache-dir -r requirements.txt
+
+COPY --chown=1000:1000 app.py ./
+COPY --chown=1000:1000 bertscope ./bertscope
+COPY --chown=1000:1000 views ./views
+COPY --chown=1000:1000 .streamlit ./.streamlit
+USER 1000:1000
+
+EXPOSE 8501
+HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"]
+CMD ["python", "-m", "streamlit", "run", "app.py", "--server.port=8501", "--server.address=0.0.0.0"]
