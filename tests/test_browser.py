@@ -189,7 +189,9 @@ def test_attention_page_offline(browser, app_url, artifacts):
     layers, heads = 6, 12
     page.mouse.click(box["x"] + (7 + 0.5) / heads * box["width"],
                      box["y"] + (3 + 0.5) / layers * box["height"])
-    # the Head tab's figure is now drawn for that head
+    # the Head tab now draws that head (and the URL says so)
+    page.wait_for_url("**layer=3**", timeout=30_000)
+    page.get_by_role("tab", name="Head", exact=True).click()
     page.get_by_text("Layer 3, head 7").first.wait_for(state="attached", timeout=30_000)
     assert not page.locator(".stException").count()
     assert not problems, problems

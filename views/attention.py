@@ -70,98 +70,104 @@ renorm = renorm and hide
 to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=layer, head=head,
        hide=hide or None, renorm=renorm or None)
 
+# Only the open tab runs (and its name is in the link): bertviz's documents are megabytes each.
 tabs = st.tabs(["Head", "All heads of the layer", "Token across layers", "bertviz head view",
-                "bertviz model view", "Head statistics"])
+                "bertviz model view", "Head statistics"], key="att_tab", bind="query-params")
 try:
     with tabs[0]:
-        fig = head_heatmap(r, layer, head, hide, renorm)
-        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
-        figure_downloads(fig, f"attention-L{layer}-H{head}")
+        if tabs[0].open:
+            fig = head_heatmap(r, layer, head, hide, renorm)
+            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
+            figure_downloads(fig, f"attention-L{layer}-H{head}")
     with tabs[1]:
-        fig = layer_grid(r, layer, hide, renorm)
-        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
-        figure_downloads(fig, f"attention-L{layer}-all-heads")
+        if tabs[1].open:
+            fig = layer_grid(r, layer, hide, renorm)
+            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
+            figure_downloads(fig, f"attention-L{layer}-all-heads")
     with tabs[2]:
-        choices = [i for i in range(r.n_tokens) if not (hide and r.special_mask[i])]
-        t1, t2 = st.columns(2)
-        position = t1.selectbox("Token", choices, format_func=lambda i: f"{i}: {r.tokens[i]}",
-                                index=min(1, len(choices) - 1), key="att_token")
-        which = t2.selectbox("Head", ["mean over heads", *range(r.n_heads)], key="att_token_head")
-        fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
-        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
-        figure_downloads(fig, f"attention-token-{position}")
+        if tabs[2].open:
+            choices = [i for i in range(r.n_tokens) if not (hide and r.special_mask[i])]
+            t1, t2 = st.columns(2)
+            position = t1.selectbox("Token", choices, format_func=lambda i: f"{i}: {r.tokens[i]}",
+                                    index=min(1, len(choices) - 1), key="att_token")
+            which = t2.selectbox("Head", ["mean over heads", *range(r.n_heads)], key="att_token_head")
+            fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
+            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
+            figure_downloads(fig, f"attention-token-{position}")
 except BertScopeError as err:
     show_error(err)
 
 for tab, view in ((tabs[3], "head"), (tabs[4], "model")):
     with tab:
-        st.caption("bertviz (Vig 2019) loads require.js, d3 and jQuery from cdnjs.cloudflare.com; "
-                   "without network the frame says so, and the other tabs still work.")
-        cap = st.number_input("Token cap for bertviz", 8, 512, BERTVIZ_DEFAULT_MAX_TOKENS, key=f"att_cap_{view}")
-        try:
-            page = bertviz_html(r, view, int(cap))
-        except BertScopeError as err:
-            st.warning(plain(str(err)))
-            continue
-        st.iframe(page, height=900 if view == "model" else 640)
-        st.download_button("Download HTML", page, f"bertviz-{view}-view.html", "text/html",
-                           key=f"att_dl_{view}", on_click="ignore")
+        if tab.open:
+            st.caption("bertviz (Vig 2019) loads require.js, d3 and jQuery from cdnjs.cloudflare.com; "
+                       "without network the frame says so, and the other tabs still work.")
+            cap = st.number_input("Token cap for bertviz", 8, 512, BERTVIZ_DEFAULT_MAX_TOKENS, key=f"att_cap_{view}")
+            try:
+                page = bertviz_html(r, view, int(cap))
+            except BertScopeError as err:
+                st.warning(plain(str(err)))
+                continue
+            st.iframe(page, height=900 if view == "model" else 640)
+            st.download_button("Download HTML", page, f"bertviz-{view}-view.html", "text/html",
+                               key=f"att_dl_{view}", on_click="ignore")
 
 with tabs[5]:
-    st.caption("Clark et al. (2019), *What Does BERT Look At?*: averages over the query tokens of "
-               "each sentence, then over sentences; word pieces count as tokens; padding never counts.")
-    with st.form("att_stats_form"):
-        source = st.radio("Corpus", ["Shipped sample (218 sentences)", "Paste", "Upload (.txt)"],
-                          horizontal=True, key="att_corpus_source")
-        pasted = st.text_area("One sentence per line", key="att_corpus_text", height=120)
-        uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"], key="att_corpus_file")
-        run = st.form_submit_button("Compute head statistics", type="primary")
-    if run:
-        try:
-            if source.startswith("Shipped"):
-                sentences = shipped_corpus()
-            elif source == "Paste":
-                sentences = read_corpus(pasted)
-            else:
-                if uploaded is None:
-                    raise BertScopeError("Choose a .txt file to upload first.")
-                check_upload(uploaded)
-                try:
-                    sentences = read_corpus(uploaded.getvalue().decode("utf-8"))
-                except UnicodeDecodeError as err:
-                    raise BertScopeError("The upload is not UTF-8 text: save it as plain UTF-8.") from err
-            if len(sentences) > Limits.corpus_lines:
-                raise BertScopeError(f"The corpus has {len(sentences):,} lines; the page takes up to "
-                                     f"{Limits.corpus_lines:,} (use `python -m bertscope head-stats` for more).")
-            digest = hashlib.sha256("\n".join(sentences).encode()).hexdigest()
-            st.session_state["att_stats_request"] = (key, digest, tuple(sentences))
-        except BertScopeError as err:
-            show_error(err)
-    request = st.session_state.get("att_stats_request")
-    if request and request[0] == key:
-        try:
-            store = result_store("head_stats")
-            stats = store.get(request[:2])  # (model, corpus hash)
-            if stats is None:
-                allow_expensive("head-statistics run")
-                bar = st.progress(0.0)
-                stats = head_stats(cached_model(*key), request[2], progress=lambda done, total: bar.progress(
-                    done / total, text=f"Running the corpus through the model: {done}/{total} sentences"))
-                bar.empty()
-                store.put(request[:2], stats)
-        except BertScopeError as err:
-            show_error(err)
-            st.stop()
-        st.caption(f"{stats.sentences} sentences, {stats.tokens:,} tokens.")
-        name = st.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="att_stat")
-        fig = stats_heatmap(stats, name, selected=(layer, head))
-        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_stats_chart",
-                        on_select="rerun", selection_mode="points")
-        st.caption("Click a cell to show that head in the other tabs.")
-        table = pd.DataFrame(stats.rows())
-        order = st.toggle("Lowest first", key="att_stat_ascending")
-        st.dataframe(table.sort_values(name, ascending=order), hide_index=True, width="stretch")
-        st.download_button("Download statistics (CSV)", table.to_csv(index=False), "head-statistics.csv",
-                           "text/csv", key="att_dl_csv", on_click="ignore")
-    else:
-        st.info("Choose a corpus and press *Compute head statistics*.")
+    if tabs[5].open:
+        st.caption("Clark et al. (2019), *What Does BERT Look At?*: averages over the query tokens of "
+                   "each sentence, then over sentences; word pieces count as tokens; padding never counts.")
+        with st.form("att_stats_form"):
+            source = st.radio("Corpus", ["Shipped sample (218 sentences)", "Paste", "Upload (.txt)"],
+                              horizontal=True, key="att_corpus_source")
+            pasted = st.text_area("One sentence per line", key="att_corpus_text", height=120)
+            uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"], key="att_corpus_file")
+            run = st.form_submit_button("Compute head statistics", type="primary")
+        if run:
+            try:
+                if source.startswith("Shipped"):
+                    sentences = shipped_corpus()
+                elif source == "Paste":
+                    sentences = read_corpus(pasted)
+                else:
+                    if uploaded is None:
+                        raise BertScopeError("Choose a .txt file to upload first.")
+                    check_upload(uploaded)
+                    try:
+                        sentences = read_corpus(uploaded.getvalue().decode("utf-8"))
+                    except UnicodeDecodeError as err:
+                        raise BertScopeError("The upload is not UTF-8 text: save it as plain UTF-8.") from err
+                if len(sentences) > Limits.corpus_lines:
+                    raise BertScopeError(f"The corpus has {len(sentences):,} lines; the page takes up to "
+                                         f"{Limits.corpus_lines:,} (use `python -m bertscope head-stats` for more).")
+                digest = hashlib.sha256("\n".join(sentences).encode()).hexdigest()
+                st.session_state["att_stats_request"] = (key, digest, tuple(sentences))
+            except BertScopeError as err:
+                show_error(err)
+        request = st.session_state.get("att_stats_request")
+        if request and request[0] == key:
+            try:
+                store = result_store("head_stats")
+                stats = store.get(request[:2])  # (model, corpus hash)
+                if stats is None:
+                    allow_expensive("head-statistics run")
+                    bar = st.progress(0.0)
+                    stats = head_stats(cached_model(*key), request[2], progress=lambda done, total: bar.progress(
+                        done / total, text=f"Running the corpus through the model: {done}/{total} sentences"))
+                    bar.empty()
+                    store.put(request[:2], stats)
+            except BertScopeError as err:
+                show_error(err)
+                st.stop()
+            st.caption(f"{stats.sentences} sentences, {stats.tokens:,} tokens.")
+            name = st.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="att_stat")
+            fig = stats_heatmap(stats, name, selected=(layer, head))
+            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_stats_chart",
+                            on_select="rerun", selection_mode="points")
+            st.caption("Click a cell to show that head in the other tabs.")
+            table = pd.DataFrame(stats.rows())
+            order = st.toggle("Lowest first", key="att_stat_ascending")
+            st.dataframe(table.sort_values(name, ascending=order), hide_index=True, width="stretch")
+            st.download_button("Download statistics (CSV)", table.to_csv(index=False), "head-statistics.csv",
+                               "text/csv", key="att_dl_csv", on_click="ignore")
+        else:
+            st.info("Choose a corpus and press *Compute head statistics*.")
