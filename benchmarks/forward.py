@@ -129,45 +129,24 @@ def cold_start(runs: int = 3) -> None:
           f"whole process {med['process']:.2f} s")
 
 
-def app_to_card(chromium: str = "/usr/bin/chromium") -> None:
+def app_to_card() -> None:
     """Seconds from `streamlit run app.py` to the model card visible in headless chromium."""
-    import socket
-    import urllib.request
-
     from playwright.sync_api import sync_playwright
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from benchmarks.server import CHROMIUM, CHROMIUM_FLAGS, running_app
+
     start = time.perf_counter()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "127.0.0.1"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        while True:
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with running_app() as (url, _):
         served = time.perf_counter() - start
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync"])
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
             page = browser.new_page()
             page.goto(url)
             page.get_by_text("Heads per layer").wait_for(timeout=120_000)
             shown = time.perf_counter() - start
             browser.close()
-        print(f"streamlit run -> server answering {served:.2f} s -> model card in chromium "
-              f"{shown:.2f} s (goal <= 20 s; includes the browser's own start)")
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
+    print(f"streamlit run -> server answering {served:.2f} s -> model card in chromium "
+          f"{shown:.2f} s (goal <= 20 s; includes the browser's own start)")
 
 
 def main() -> None:

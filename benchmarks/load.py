@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -28,8 +26,8 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+sys.path.insert(0, str(ROOT))
+from benchmarks.server import CHROMIUM, CHROMIUM_FLAGS, running_app  # noqa: E402
 TEXTS = ["The animal didn't cross the street because it was too tired.",
          "The bank of the river was muddy after the storm.",
          "She deposited the money in the bank on Friday.",
@@ -121,7 +119,7 @@ async def drive(url: str, sessions: int, seconds: float) -> tuple[dict, list]:
     times: dict[str, list[float]] = {}
     errors: list[str] = []
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         deadline = time.monotonic() + seconds
         await asyncio.gather(*(one_session(browser, url, n, deadline, times, errors) for n in range(sessions)))
         await browser.close()
@@ -146,23 +144,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     args = parser.parse_args()
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "BERTSCOPE_DEMO": "1", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "127.0.0.1"], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+    with running_app(env) as (url, server):
         asyncio.run(drive(url, 1, 15))  # warm-up: loads the model, compiles, fills caches
         with ServerMemory(server.pid) as one:
             times1, errors1 = asyncio.run(drive(url, 1, args.seconds / 2))
@@ -172,9 +155,6 @@ def main() -> None:
         report(f"{args.sessions} sessions", times_n, errors_n, many)
         print(f"RSS with {args.sessions} sessions / with 1: {many.peak / one.peak:.2f} (goal <= 1.3); "
               f"errors {len(errors1) + len(errors_n)} (goal 0)")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 if __name__ == "__main__":
