@@ -302,6 +302,7 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     assert not at.exception
     assert any("this demo serves bundled, bert-base-uncased" in w for w in texts(at.warning))
     assert at.selectbox(key=MODEL_KEY).options == ["bundled", "bert-base-uncased"]  # no local paths
+    assert not any("site-packages" in c or "loaded from" in c for c in texts(at.caption))  # no server paths
     assert not at.text_input  # no free-text model field
     at.switch_page("views/attention.py").run()
     at.text_area(key="att_text").input("word " * 600)

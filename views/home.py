@@ -3,7 +3,7 @@
 import streamlit as st
 
 from bertscope.card import heads_text, model_card
-from views.shared import fallback_notice, plain, require_model
+from views.shared import demo, fallback_notice, plain, require_model
 
 st.title("BertScope")
 st.markdown(
@@ -20,7 +20,9 @@ lm = require_model()
 card = model_card(lm)
 
 st.header(plain(f"Model: {card['model']}"))
-if card["origin"]:
+if demo():  # a hosted demo does not show the server's file paths
+    st.caption(plain(f"Bundled copy of {card['origin']}" if card["origin"] else card["model"]))
+elif card["origin"]:
     st.caption(plain(f"Bundled copy of {card['origin']}, loaded from {card['source']}"))
 else:
     revision = f" @ {card['revision'][:10]}" if card["revision"] else ""
