@@ -29,7 +29,7 @@ _CDN_NOTE = (
 
 def label(token: str) -> str:
     """A token as safe text for plotly, which renders a subset of HTML in labels."""
-    return html.escape(token, quote=True)
+    return html.escape(token, quote=False)  # plotly decodes &lt; &gt; &amp; but shows &quot; raw
 
 
 def kept_positions(r: Inspection, hide_special: bool) -> np.ndarray:

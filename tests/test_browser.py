@@ -217,6 +217,15 @@ def test_masked_page_with_heads(browser, tiny_bert_dir, tmp_path, artifacts):
         page.screenshot(path=str(artifacts / "masked-recipe.png"), full_page=True)
         page.get_by_role("tab", name="Next sentence").click()
         page.get_by_text("B then A: IsNext").wait_for(timeout=30_000)
+        # bad inputs for fill-mask: no mask, only masks (too many), another family's mask token
+        page.get_by_role("tab", name="Fill mask").click()
+        box = page.get_by_label("Text (up to 20 masks", exact=False)
+        for text, message in (("no mask here", "no mask"), ("[MASK] " * 25, "at most 20"),
+                              ("the <extra_id_0> river", "not a mask token here")):
+            box.fill(text)
+            box.press("Control+Enter")
+            page.get_by_text(message).first.wait_for(timeout=30_000)
+        assert not page.locator(".stException").count()
         assert not page.locator(".stException").count()
         assert not problems, problems
         page.close()
@@ -244,4 +253,79 @@ def test_a_shared_link_reproduces_the_view(browser, app_url, artifacts):
     assert "layer=2" in page.url and "head=5" in page.url
     page.screenshot(path=str(artifacts / "attention-from-link.png"), full_page=True)
     assert not problems, problems
+    page.close()
+
+
+def alert_text(page, kind: str = "Error") -> str:
+    alert = page.locator(f'[data-testid="stAlertContent{kind}"]').first
+    alert.wait_for(timeout=60_000)
+    return alert.inner_text()
+
+
+def run_attention(page, text: str) -> None:
+    page.get_by_label("Sentence (segment A)").fill(text)
+    page.get_by_role("button", name="Run", exact=True).click()
+
+
+def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifacts):
+    """Each bad input gives one visible line; the app keeps working for this user and others."""
+    page, problems = open_page(browser, f"{app_url}/attention", height=1400)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    # 1. empty text
+    run_attention(page, "   ")
+    assert "empty" in alert_text(page) and "\n" not in alert_text(page)
+    # 2. 20,000 characters: truncated, with one warning
+    run_attention(page, "word " * 4000)
+    assert "only the first 512" in alert_text(page, "Warning")
+    # 3. emoji and right-to-left scripts: no error, the view is drawn
+    run_attention(page, "مرحبا بالعالم 👋 שלום עולם")
+    page.get_by_text("[UNK]", exact=True).first.wait_for(state="attached", timeout=60_000)  # the emoji
+    assert not page.locator('[data-testid="stAlertContentError"]').count()
+    # 4. HTML and script text is shown, never run or rendered
+    run_attention(page, '<script>alert("x")</script><b id="injected">bold</b> <img src=x onerror=alert(1)>')
+    page.get_by_text("script", exact=True).first.wait_for(state="attached", timeout=60_000)  # a token
+    page.wait_for_timeout(1000)  # give any injected script time to fire
+    assert not dialogs and not page.locator("#injected").count()
+    assert not page.get_by_text("&quot;").count() and not page.get_by_text("&lt;").count()  # shown as typed
+    page.screenshot(path=str(artifacts / "bad-input-html.png"), full_page=True)
+    # 5. a link value that does not fit
+    page.goto(f"{app_url}/attention?layer=99&head=x")
+    assert "layer=99" in alert_text(page, "Warning")
+    # 6-7. an unknown model id and a model that is not an encoder
+    for name, message in (("nobody-xyz/no-such-model", "hub is unreachable"),
+                          (str(gpt2_dir), "not a BERT-family encoder")):
+        page.goto(app_url)
+        page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+        pick_model(page, "Other (hub id or local folder)…")
+        box = page.get_by_label("Hub id or local folder")
+        box.fill(name)
+        box.press("Enter")
+        text = alert_text(page)
+        assert message in text and "\n" not in text
+    # 8. a malformed upload, 9. a word that is in no sentence (embedding shift)
+    page.goto(f"{app_url}/shift")
+    page.get_by_text("occurrences of").wait_for(timeout=120_000)
+    bad_csv = tmp_path / "bad.csv"
+    bad_csv.write_text("text,sense\na bank,river\n")
+    page.locator('input[type="file"]').set_input_files(str(bad_csv))
+    assert "'sentence' column" in alert_text(page)
+    page.goto(f"{app_url}/shift")
+    page.get_by_text("occurrences of").wait_for(timeout=120_000)
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="Word").click()
+    page.get_by_role("option", name="Your own word…").click()
+    target = page.get_by_label("Target word")
+    target.fill("zebra")
+    target.press("Enter")
+    assert "No sentence contains" in alert_text(page)
+    # the app still works for this user...
+    page.goto(app_url)
+    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    # ...and for another session at the same time
+    other, other_problems = open_page(browser, f"{app_url}/params")
+    other.get_by_text("22,713,216").first.wait_for(timeout=60_000)
+    assert not page.locator(".stException").count() and not other.locator(".stException").count()
+    assert not problems and not other_problems, problems + other_problems
+    other.close()
     page.close()

@@ -30,6 +30,9 @@ from_url("word", "shift_choice", str, lambda v: v in presets)
 c1, c2 = st.columns([1, 2])
 choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
 word = c1.text_input("Target word", key="shift_word") if choice == OWN else choice
+if not word.strip():
+    st.info("Type the word to follow through the sentences.")
+    st.stop()
 uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload")
 
 try:
