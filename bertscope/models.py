@@ -209,8 +209,9 @@ def _load_weights(
     name: str, source: str, local_only: bool, config: Any, dtype: torch.dtype
 ) -> tuple[Any, frozenset[str]]:
     """The richest class whose head weights all come from the checkpoint."""
-    last = len(_head_candidates(config.model_type)) - 1
-    for i, (auto_class, heads) in enumerate(_head_candidates(config.model_type)):
+    candidates = _head_candidates(config.model_type)
+    last = len(candidates) - 1
+    for i, (auto_class, heads) in enumerate(candidates):
         try:
             with quiet_transformers():
                 model, info = auto_class.from_pretrained(

@@ -12,12 +12,11 @@ from bertscope.attention_views import (
     token_across_layers,
 )
 from views.shared import (
-    Limits, allow_expensive, cached_inspection, cached_model, check_text, check_upload, figure_downloads,
+    PLOT_CONFIG, Limits, allow_expensive, cached_inspection, cached_model, check_text, check_upload, figure_downloads,
     from_url, model_key, plain, require_model, result_store, show_error, to_bool, to_url,
 )
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
-PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 
 
 def apply_clicked_head() -> None:

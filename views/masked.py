@@ -13,10 +13,9 @@ from bertscope.logit_lens import layerwise_predictions
 from bertscope.mlm_recipe import mlm_recipe
 from bertscope.nsp import both_orders
 from views.shared import (
-    cached_model, check_text, from_url, model_key, plain, require_model, show_error, to_url,
+    PLOT_CONFIG, cached_model, check_text, from_url, model_key, plain, require_model, show_error, to_url,
 )
 
-PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)

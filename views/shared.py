@@ -20,6 +20,8 @@ from bertscope.devices import available_devices
 from bertscope.presets import PRESETS
 
 OTHER = "Other (hub id or local folder)…"
+# Every chart's toolbar exports a PNG at twice the screen resolution.
+PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 _TRUTHY = {"1", "true", "yes", "on"}
 DEFAULT_ALLOWLIST = "bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,bundled"
 

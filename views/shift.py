@@ -12,11 +12,10 @@ from bertscope.shift import (
 )
 from bertscope.shift_views import layer_lines, occurrence_names, projection_scatter, similarity_heatmap
 from views.shared import (
-    Limits, allow_expensive, cached_model, check_upload, from_url, model_key, plain, require_model,
+    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, from_url, model_key, plain, require_model,
     result_store, show_error, to_url,
 )
 
-PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 OWN = "Your own word…"
 
 st.title("Embedding shift")
