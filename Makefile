@@ -19,6 +19,7 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/head_stats.py
 	$(BIN)/python benchmarks/fill_mask.py
 	$(BIN)/python benchmarks/shift.py
+	$(BIN)/python benchmarks/align.py
 	$(BIN)/python benchmarks/load.py
 
 $(BIN)/python:

@@ -198,6 +198,39 @@ def cmd_shift(args: argparse.Namespace) -> Any:
     return "\n".join(lines)
 
 
+def cmd_align(args: argparse.Namespace) -> Any:
+    from .align import embed_parallel, read_parallel_tsv, retrieval, shipped_parallel
+
+    if args.data:
+        data = read_parallel_tsv(_read_text(args.data, "data"), args.kind)
+    else:
+        data = shipped_parallel(args.kind)
+    if args.languages:
+        data = data.select([g.strip() for g in args.languages.split(",") if g.strip()])
+    vectors = embed_parallel(_load(args), data, pooling=args.pooling, context=args.context)
+    scores = retrieval(vectors)
+    out = {"model": args.model, "kind": data.kind, "pooling": args.pooling, "context": args.context,
+           **scores.to_json(),
+           "left_out": [{"line": line, "missing": missing} for line, missing in data.incomplete]}
+    if args.json:
+        return out
+    raw, centred = scores.mean(), scores.mean(True)
+    lines = [f"{data.n_items} items x {len(data.languages)} languages ({', '.join(data.languages)}); "
+             f"chance {scores.chance:.3f}; rows left out: {len(data.incomplete)}",
+             "layer  mean P@1  centred"]
+    lines += [f"{layer:>5}  {raw[layer]:8.3f}  {centred[layer]:7.3f}" for layer in range(len(raw))]
+    return "\n".join(lines)
+
+
+def _align_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="TSV, one column per language code (default: the shipped file)")
+    p.add_argument("--kind", choices=["sentences", "words"], default="sentences")
+    p.add_argument("--languages", help="comma-separated subset, e.g. en,de,zh")
+    p.add_argument("--pooling", choices=["mean", "cls"], default="mean", help="sentence vector")
+    p.add_argument("--context", choices=["alone", "carrier"], default="alone",
+                   help="words: alone or inside a per-language carrier sentence")
+
+
 def _shift_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--word", required=True, help="the target word")
     p.add_argument("--data", help="CSV with columns sentence,label (default: the shipped preset)")
@@ -258,6 +291,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | N
                    _recipe_arguments),
     "nsp": ("next-sentence prediction for a pair", cmd_nsp, _nsp_arguments),
     "shift": ("the same word in different contexts, layer by layer", cmd_shift, _shift_arguments),
+    "align": ("cross-lingual retrieval P@1 per layer, raw and mean-centred", cmd_align, _align_arguments),
     "params": (
         "exact parameter counts by component, from the config alone (no weights)",
         cmd_params,
@@ -287,5 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     except BertScopeError as err:
         print(f"bertscope: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(json.dumps(result, ensure_ascii=False) if args.json else result)
+    try:
+        print(json.dumps(result, ensure_ascii=False) if args.json else result)
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: the reader left, which is not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

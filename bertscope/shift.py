@@ -31,6 +31,7 @@ import numpy as np
 from .errors import BertScopeError
 from .inspect import Inspection, inspect_batch
 from .models import LoadedModel
+from .projection import pca_2d, umap_2d  # noqa: F401  (re-exported: the shift page's maps)
 
 DATA = Path(__file__).parent / "data"
 MAX_ROWS = 2000
@@ -334,30 +335,3 @@ def nearest_vocabulary(lm: LoadedModel, vectors: np.ndarray, k: int = 5) -> list
     best = np.argsort(-sims, axis=1)[:, :k]
     tokens = lm.tokenizer.convert_ids_to_tokens
     return [[(tokens(int(t)), float(sims[n, t])) for t in row] for n, row in enumerate(best)]
-
-
-# --------------------------------------------------------------------------- projections
-
-
-def pca_2d(x: np.ndarray) -> np.ndarray:
-    """x [n, dim] -> [n, 2], principal components (sign fixed so results are stable)."""
-    centred = x - x.mean(0)
-    u, s, vt = np.linalg.svd(centred, full_matrices=False)
-    coords = centred @ vt[:2].T
-    signs = np.sign(vt[:2, np.argmax(np.abs(vt[:2]), axis=1)].diagonal())
-    coords = coords * np.where(signs == 0, 1, signs)
-    if coords.shape[1] < 2:
-        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
-    return coords
-
-
-def umap_2d(x: np.ndarray, seed: int = 0, n_neighbors: int = 15) -> np.ndarray:
-    """x [n, dim] -> [n, 2] with UMAP (seeded); works for tiny n (random init, fewer neighbours)."""
-    if len(x) < 4:
-        raise BertScopeError("UMAP needs at least 4 points; use PCA for fewer.")
-    import umap
-
-    reducer = umap.UMAP(n_components=2, n_neighbors=max(2, min(n_neighbors, len(x) - 1)),
-                        random_state=seed, init="random" if len(x) < 20 else "spectral",
-                        metric="cosine", n_jobs=1)  # seeded runs are single-threaded anyway
-    return reducer.fit_transform(x)

@@ -10,6 +10,7 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.pop("BERTSCOPE_MODEL", None)
+os.environ["BERTSCOPE_WARM_UMAP"] = "0"  # no background numba compile racing the tests
 
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -136,6 +137,35 @@ def tiny_xlmr_dir(tmp_path_factory) -> Path:
         pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
     )
     return _save(XLMRobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-xlmr"))
+
+
+def multilingual_vocab() -> list[str]:
+    """Every character of the shipped parallel data and carrier sentences, whole and as a "##"
+    continuation: a vocabulary that covers all nine languages' scripts."""
+    from bertscope.align import CARRIERS, shipped_parallel
+
+    chars: set[str] = set("".join(CARRIERS.values()))
+    for kind in ("sentences", "words"):
+        data = shipped_parallel(kind)
+        for language in data.languages:
+            for text in data.texts(language):
+                chars.update(text)
+    chars = {c for c in chars if not c.isspace() and c not in "{}"}
+    return SPECIAL + sorted(chars) + sorted("##" + c for c in chars)
+
+
+@pytest.fixture(scope="session")
+def tiny_multilingual_dir(tmp_path_factory) -> Path:
+    """A random cased BertModel whose character-level WordPiece vocabulary covers Latin,
+    Cyrillic, Han, kana, Arabic and Devanagari (nothing is [UNK] in the shipped data)."""
+    from transformers import BertModel, BertTokenizer
+
+    vocab = multilingual_vocab()
+    tokenizer = BertTokenizer(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=False,
+                              strip_accents=False)
+    torch.manual_seed(5)
+    model = BertModel(tiny_bert_config(vocab_size=len(vocab), max_position_embeddings=128))
+    return _save(model, tokenizer, tmp_path_factory.mktemp("tiny-multilingual"))
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from views.shared import CUSTOM_KEY, MODEL_KEY, OTHER
 from .conftest import ROOT
 
 APP = str(ROOT / "app.py")
-PLANNED = ["views/align.py", "views/probes.py"]
+PLANNED = ["views/probes.py"]
 
 
 @pytest.fixture(autouse=True)
@@ -240,6 +240,56 @@ def test_shift_page(monkeypatch, tiny_bert_dir):
     at.text_input(key="shift_word").input("zebra").run()
     assert not at.exception
     assert any("No sentence contains" in e for e in texts(at.error))
+
+
+def test_align_page(monkeypatch, tiny_multilingual_dir):
+    at = start(monkeypatch, str(tiny_multilingual_dir))
+    at.switch_page("views/align.py").run()
+    assert not at.exception and not at.error
+    assert any("cannot be had here" in t for t in texts(at.info))  # mBERT proposed, honestly absent
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Items × languages"] == "105 × 9" and metrics["Chance"] == "1.0%"
+    assert any("Weak alignment" in w for w in texts(at.warning))  # a random model aligns nothing
+    charts = [c for c in at.get("plotly_chart")]
+    assert len(charts) == 6  # two maps, lines by layer, two heatmaps, token links
+    # words in carrier sentences, three languages, layer 1, UMAP with translations joined
+    at.radio(key="align_kind").set_value("words").run()
+    at.multiselect(key="align_langs_words").set_value(["en", "zh", "hi"])
+    at.radio(key="align_context").set_value("carrier")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert {m.label: m.value for m in at.metric}["Items × languages"] == "209 × 3"
+    at.slider(key="align_layer").set_value(1).run()
+    at.radio(key="align_method").set_value("UMAP")
+    at.checkbox(key="align_join").check().run()
+    assert not at.exception and not at.error
+    assert at.query_params["data"] in ("words", ["words"]) and at.query_params["layer"] in ("1", ["1"])
+    at.selectbox(key="align_target").set_value("en").run()
+    at.selectbox(key="align_source").set_value("en").run()
+    assert any("two different languages" in e for e in texts(at.error))
+
+
+def test_align_page_offers_mbert_when_it_can_be_had(monkeypatch, tiny_multilingual_dir):
+    import bertscope.hub
+
+    monkeypatch.setattr(bertscope.hub, "hub_reachable", lambda: True)
+    at = start(monkeypatch, str(tiny_multilingual_dir))
+    at.switch_page("views/align.py").run()
+    assert not at.exception
+    assert at.button(key="align_use_mbert").label == "Use mBERT"
+    assert any("meant for a multilingual encoder" in t for t in texts(at.info))
+
+
+def test_align_page_link_and_one_language(monkeypatch, tiny_multilingual_dir):
+    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "views/align.py", data="words", layer="2",
+                        pivot="ja")
+    assert not at.exception and not at.error
+    assert at.radio(key="align_kind").value == "words" and at.slider(key="align_layer").value == 2
+    assert at.selectbox(key="align_pivot").value == "ja"
+    at.multiselect(key="align_langs_words").set_value(["en"])
+    at.button[0].click().run()
+    assert not at.exception
+    assert texts(at.error) == ["Choose at least two languages."]
 
 
 def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:

@@ -22,7 +22,7 @@ CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
-PAGES = {"align": "Cross-lingual alignment", "probes": "Probes"}
+PAGES = {"probes": "Probes"}
 
 
 def free_port() -> int:
@@ -246,6 +246,36 @@ def test_shift_page_bank_on_bundled(browser, app_url, artifacts):
     page.close()
 
 
+def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
+    """The English-only bundled model: the page runs, names mBERT as unavailable and reports
+    the weak alignment; maps, retrieval and token links are drawn; a TSV with gaps is used."""
+    page, problems = open_page(browser, f"{app_url}/align", height=1500)
+    page.get_by_text("Best layer (centred)").wait_for(timeout=120_000)
+    body = page.inner_text("body")
+    assert "cannot be had here" in body and "Weak alignment" in body
+    page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)  # raw and centred maps
+    page.screenshot(path=str(artifacts / "align.png"), full_page=True)
+    page.get_by_text("UMAP", exact=True).click()
+    page.get_by_text("UMAP at layer").first.wait_for(timeout=180_000)
+    page.screenshot(path=str(artifacts / "align-umap.png"), full_page=True)
+    page.get_by_role("tab", name="Retrieval").click()
+    page.get_by_text("Retrieval P@1 by layer").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(artifacts / "align-retrieval.png"), full_page=True)
+    page.get_by_role("tab", name="Token alignment").click()
+    page.get_by_text("mutual argmax links").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(artifacts / "align-tokens.png"), full_page=True)
+    gaps = tmp_path / "gaps.tsv"
+    gaps.write_text("en\tde\tzh\nThe cat sleeps.\tDie Katze schläft.\t猫在睡觉。\n"
+                    "It rains.\t\t下雨了。\nI drink tea.\tIch trinke Tee.\t我喝茶。\n", encoding="utf-8")
+    page.locator('input[type="file"]').set_input_files(str(gaps))
+    page.get_by_text("line 3 (no de)").wait_for(timeout=60_000)
+    page.get_by_text("2 × 3").wait_for(timeout=60_000)
+    page.screenshot(path=str(artifacts / "align-upload-with-gaps.png"), full_page=True)
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    page.close()
+
+
 def test_a_shared_link_reproduces_the_view(browser, app_url, artifacts):
     page, problems = open_page(browser, f"{app_url}/attention?text=The%20bank%20of%20the%20river.&layer=2&head=5")
     page.get_by_text("Layer 2, head 5").first.wait_for(timeout=60_000)
@@ -319,6 +349,13 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     target.fill("zebra")
     target.press("Enter")
     assert "No sentence contains" in alert_text(page)
+    # 10. a parallel file that is comma-separated (cross-lingual page)
+    page.goto(f"{app_url}/align")
+    page.get_by_text("Best layer (centred)").wait_for(timeout=120_000)
+    bad_tsv = tmp_path / "bad.tsv"
+    bad_tsv.write_text("en,de\nhello,Hallo\n")
+    page.locator('input[type="file"]').set_input_files(str(bad_tsv))
+    assert "comma-separated" in alert_text(page)
     # the app still works for this user...
     page.goto(app_url)
     page.get_by_text("none (encoder only)").wait_for(timeout=60_000)

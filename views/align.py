@@ -1,6 +1,213 @@
-from views.shared import planned
+"""Cross-lingual alignment: translations in one space, retrieval per layer, mean-centring."""
 
-planned(
-    "Cross-lingual alignment", 6,
-    "translations in UMAP/PCA plots and retrieval accuracy per layer, with mean-centring.",
+import json
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from bertscope import BertScopeError
+from bertscope.align import (
+    CARRIERS, PROPOSED_MODEL, centre, embed_parallel, language_name, read_parallel_tsv, retrieval,
+    shipped_parallel, token_alignment, tokenizer_coverage,
 )
+from bertscope.align_views import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
+from bertscope.projection import project, umap_is_warm
+from views.shared import (
+    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, figure_downloads, from_url, model_key,
+    obtainable, plain, require_model, result_store, show_error, to_url, use_model, warm_umap_in_background,
+)
+
+KINDS = {"sentences": "Sentences (105 meanings)", "words": "Words (209 concepts)"}
+
+st.title("Cross-lingual alignment")
+st.caption("Do translations land near each other, and at which layer? Retrieval by cosine nearest "
+           "neighbour and per-language mean-centring after Libovický et al. (2020); token links after "
+           "SimAlign's argmax (Jalili Sabet et al. 2020).")
+lm = require_model()
+key = model_key()
+warm_umap_in_background()
+
+if key[0] != PROPOSED_MODEL:
+    if obtainable(PROPOSED_MODEL):
+        c1, c2 = st.columns([4, 1])
+        c1.info(plain(f"This page is meant for a multilingual encoder such as {PROPOSED_MODEL} (mBERT, "
+                      f"104 languages); it is running on {key[0]}."))
+        c2.button("Use mBERT", on_click=use_model, args=(PROPOSED_MODEL,), key="align_use_mbert")
+    else:
+        st.info(plain(f"This page is meant for {PROPOSED_MODEL} (mBERT), which cannot be had here (no hub, no "
+                      f"local copy): it runs on {key[0]} instead. On an English-only model, weak alignment "
+                      "is the honest result and is shown as such."))
+
+from_url("data", "align_kind", str, lambda v: v in KINDS)
+k1, k2 = st.columns([1, 2])
+kind = k1.radio("Data", list(KINDS), format_func=KINDS.get, key="align_kind")
+uploaded = k2.file_uploader("Or upload a TSV (header: language codes, one column each)", type=["tsv", "txt"],
+                            key=f"align_upload_{kind}")
+try:
+    if uploaded is not None:
+        check_upload(uploaded)
+        try:
+            data = read_parallel_tsv(uploaded.getvalue().decode("utf-8"), kind)
+        except UnicodeDecodeError as err:
+            raise BertScopeError("The upload is not UTF-8 text: save it as UTF-8 TSV.") from err
+    else:
+        data = shipped_parallel(kind)
+    if data.n_items > Limits.corpus_lines:
+        raise BertScopeError(f"{data.n_items:,} rows; this app takes up to {Limits.corpus_lines:,}.")
+except BertScopeError as err:
+    show_error(err)
+    st.stop()
+if data.incomplete:
+    shown = ", ".join(f"line {n} (no {', '.join(m)})" for n, m in data.incomplete[:8])
+    more = f" and {len(data.incomplete) - 8} more" if len(data.incomplete) > 8 else ""
+    st.warning(plain(f"Rows with a missing language were left out: {shown}{more}."))
+
+with st.form("align_form"):
+    languages = st.multiselect("Languages", list(data.languages), default=list(data.languages),
+                               format_func=lambda g: f"{language_name(g)} ({g})", key=f"align_langs_{kind}")
+    if kind == "sentences":
+        pooling = st.radio("Sentence vector", ["mean", "cls"], horizontal=True, key="align_pooling",
+                           format_func={"mean": "mean of its tokens", "cls": "first token ([CLS] / <s>)"}.get)
+        context = "alone"
+    else:
+        pooling = "mean"
+        context = st.radio("Word vector (mean of its pieces)", ["alone", "carrier"], horizontal=True,
+                           key="align_context",
+                           format_func={"alone": "the word alone",
+                                        "carrier": "inside a carrier sentence (“The word is “…”.”)"}.get,
+                           help="Carrier sentences exist for: " + ", ".join(CARRIERS))
+    st.form_submit_button("Compute", type="primary")
+
+try:
+    picked = data.select(languages)
+    store = result_store("align")
+    computed_key = (key, picked.digest(), pooling, context)
+    av = store.get(computed_key)
+    if av is None:
+        bar = st.progress(0.0)
+        av = embed_parallel(cached_model(*key), picked, pooling, context,
+                            progress=lambda d, t: bar.progress(d / t, text=f"{d}/{t} texts"))
+        bar.empty()
+        store.put(computed_key, av)
+    scores = result_store("align_retrieval").get(computed_key)
+    if scores is None:
+        scores = retrieval(av)
+        result_store("align_retrieval").put(computed_key, scores)
+except BertScopeError as err:
+    show_error(err)
+    st.stop()
+
+n_layers = av.n_layers
+mean_raw, mean_centred = scores.mean(), scores.mean(True)
+best_raw, best_centred = int(np.argmax(mean_raw)), int(np.argmax(mean_centred))
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Items × languages", f"{picked.n_items} × {len(picked.languages)}")
+m2.metric("Best layer (raw)", best_raw, f"mean P@1 {mean_raw[best_raw]:.1%}", delta_color="off")
+m3.metric("Best layer (centred)", best_centred, f"mean P@1 {mean_centred[best_centred]:.1%}", delta_color="off")
+m4.metric("Chance", f"{scores.chance:.1%}", help="1 / items: a random guess among the target language's items")
+if mean_centred.max() < 0.3:
+    st.warning(plain(f"Weak alignment: even the best layer retrieves the right translation only "
+                     f"{mean_centred.max():.1%} of the time on average (chance {scores.chance:.1%}). "
+                     f"{key[0]} does not map these languages into one space."))
+if av.truncated:
+    st.caption(f"{av.truncated} inputs were cut at the model's maximum length.")
+
+with st.expander("Tokenizer coverage per language"):
+    coverage = tokenizer_coverage(lm, picked)
+    st.dataframe(pd.DataFrame({
+        "language": [f"{language_name(c.language)} ({c.language})" for c in coverage],
+        "unknown pieces": [f"{c.unknown_share:.1%}" for c in coverage],
+        "pieces per item": [round(c.pieces_per_item, 1) for c in coverage],
+    }), hide_index=True, width="stretch")
+    st.caption("An English vocabulary turns other scripts into unknown tokens or single characters: "
+               "the model cannot align what it cannot read.")
+
+from_url("layer", "align_layer", int, lambda v: 0 <= v < n_layers)
+if st.session_state.get("align_layer", 0) >= n_layers:  # a smaller model than the last one
+    st.session_state["align_layer"] = n_layers - 1
+layer = st.slider("Layer", 0, n_layers - 1, best_centred, key="align_layer",
+                  help="0 is the embedding layer's output, before any attention.")
+to_url(data=kind, layer=layer)
+
+tab_map, tab_retrieval, tab_tokens = st.tabs(["Map", "Retrieval", "Token alignment"])
+with tab_map:
+    c1, c2 = st.columns([1, 3])
+    method = c1.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="align_method")
+    join = c2.checkbox("Join each item's translations to its first-language point", key="align_join")
+    try:
+        store_maps = result_store("align_maps", 32)
+        maps = store_maps.get((computed_key, layer, method))
+        if maps is None:
+            if method == "UMAP":
+                allow_expensive("UMAP map")
+            maps = {}
+            spinner = ("UMAP (compiling with numba first: once per process)…" if method == "UMAP" and
+                       not umap_is_warm() else f"{method}…")
+            with st.spinner(spinner):
+                for name, vectors in (("raw", av.vectors[:, :, layer]),
+                                      ("mean-centred", centre(av.vectors)[:, :, layer])):
+                    flat = vectors.reshape(-1, vectors.shape[-1])  # [language * item, dim]
+                    maps[name] = project(flat, method.lower(), seed=0)
+            store_maps.put((computed_key, layer, method), maps)
+        left, right = st.columns(2)
+        for column, name in zip((left, right), maps):
+            fig = projection_map(av, maps[name], f"{method} at layer {layer}, {name}", join=join)
+            column.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key=f"align_map_{name}")
+        st.caption("Mean-centring subtracts each language's mean vector: what remains is what the "
+                   "languages do not share as a block, so translations can meet.")
+    except BertScopeError as err:
+        show_error(err)
+
+with tab_retrieval:
+    c1, c2 = st.columns(2)
+    from_url("pivot", "align_pivot", str, lambda v: v in picked.languages)
+    pivot = c1.selectbox("Against", list(picked.languages), key="align_pivot",
+                         format_func=lambda g: f"{language_name(g)} ({g})")
+    direction = c2.radio("Direction", ["to", "from"], horizontal=True, key="align_direction",
+                         format_func=lambda d: f"language → {pivot}" if d == "to" else f"{pivot} → language")
+    to_url(pivot=pivot)
+    st.plotly_chart(retrieval_by_layer(scores, pivot, direction), config=PLOT_CONFIG, width="stretch")
+    left, right = st.columns(2)
+    left.plotly_chart(retrieval_heatmap(scores.raw[layer], picked.languages, f"P@1 at layer {layer}, raw"),
+                      config=PLOT_CONFIG, width="stretch", key="align_heat_raw")
+    right.plotly_chart(retrieval_heatmap(scores.centred[layer], picked.languages,
+                                         f"P@1 at layer {layer}, mean-centred"),
+                       config=PLOT_CONFIG, width="stretch", key="align_heat_centred")
+    st.caption("A cell is the share of the row language's items whose nearest neighbour (cosine) among "
+               "the column language's items is their own translation.")
+    report = {"model": key[0], "kind": kind, "pooling": pooling, "context": context, **scores.to_json()}
+    rows = [{"layer": entry["layer"], "pair": pair, "p_at_1": value,
+             "p_at_1_centered": entry["p_at_1_centered"][pair]}
+            for entry in report["layers"] for pair, value in entry["p_at_1"].items()]
+    d1, d2 = st.columns(2)
+    d1.download_button("Download P@1 (JSON)", json.dumps(report, ensure_ascii=False, indent=1),
+                       "alignment.json", "application/json", on_click="ignore", key="align_dl_json")
+    d2.download_button("Download P@1 (CSV)", pd.DataFrame(rows).to_csv(index=False), "alignment.csv",
+                       "text/csv", on_click="ignore", key="align_dl_csv")
+
+with tab_tokens:
+    c1, c2, c3 = st.columns([2, 1, 1])
+    first = picked.texts(picked.languages[0])
+    item = c1.selectbox("Item", range(picked.n_items), key="align_item",
+                        format_func=lambda i: f"{i + 1}. {first[i][:60]}")
+    source = c2.selectbox("Source", list(picked.languages), index=0, key="align_source")
+    target = c3.selectbox("Target", list(picked.languages), index=1, key="align_target")
+    try:
+        if source == target:
+            raise BertScopeError("Choose two different languages.")
+        texts = (picked.texts(source)[item], picked.texts(target)[item])
+        links = result_store("align_tokens", 64)
+        al = links.get((key, texts, layer))
+        if al is None:
+            al = token_alignment(lm, *texts, layer)
+            links.put((key, texts, layer), al)
+        st.caption(plain(f"{source}: {texts[0]}   ·   {target}: {texts[1]}"))
+        fig = alignment_heatmap(al, f"{language_name(source)} ({source})", f"{language_name(target)} ({target})")
+        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
+        figure_downloads(fig, f"token-alignment-{source}-{target}-{item + 1}-L{layer}")
+        if al.mutual:
+            st.caption("Mutual links: " + plain(", ".join(f"{al.source_tokens[i]} ↔ {al.target_tokens[j]}"
+                                                          for i, j in al.mutual)))
+    except BertScopeError as err:
+        show_error(err)

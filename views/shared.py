@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from pathlib import Path
 
 import streamlit as st
 
@@ -296,6 +297,35 @@ def require_model() -> LoadedModel:
     if lm is None:
         st.stop()
     return lm
+
+
+def obtainable(name: str) -> bool:
+    """Whether ``name`` could be loaded now without a long wait (bundled, cached, or hub up)."""
+    from bertscope.hub import hub_reachable, is_cached
+
+    if demo() and name not in demo_allowlist():
+        return False
+    return name == "bundled" or Path(name).is_dir() or is_cached(name) or hub_reachable()
+
+
+def use_model(name: str) -> None:
+    """Button callback: switch the sidebar picker to ``name`` (before the widget is drawn)."""
+    if name in model_options():
+        st.session_state[MODEL_KEY] = name
+    else:
+        st.session_state[MODEL_KEY] = OTHER
+        st.session_state[CUSTOM_KEY] = name
+
+
+@st.cache_resource(show_spinner=False)
+def warm_umap_in_background() -> None:
+    """Compile UMAP's numba kernels once per process, off the request path
+    (BERTSCOPE_WARM_UMAP=0 turns it off, e.g. in tests)."""
+    if os.environ.get("BERTSCOPE_WARM_UMAP", "1").strip().lower() in {"0", "false", "no", "off"}:
+        return
+    from bertscope.projection import warm_umap
+
+    threading.Thread(target=warm_umap, name="umap-warmup", daemon=True).start()
 
 
 def planned(title: str, issue: int, what: str) -> None:

@@ -1,0 +1,386 @@
+"""Cross-lingual alignment: do translations land near each other, layer by layer?
+
+References:
+- Libovický, Rosa & Fraser (2020), "On the Language Neutrality of Pre-trained Multilingual
+  Representations", Findings of EMNLP: sentence retrieval by cosine nearest neighbour (their
+  Table 2 and Figure 2, mBERT best in the middle layers) and per-language mean-centring
+  (subtract each language's mean vector, §3.1), which raises retrieval a lot.
+- Pires, Schlinger & Garrette (2019), "How multilingual is Multilingual BERT?", ACL:
+  nearest-neighbour translation retrieval per layer (Figure 3).
+- Jalili Sabet et al. (2020), "SimAlign", Findings of EMNLP: word alignment by the argmax of
+  token cosine similarity in both directions ("ArgMax": keep the mutual choices).
+
+Representations: a sentence is the mean of its non-special tokens' hidden states (or the
+first token, [CLS] / <s>); a word is the mean of its pieces, alone or inside a per-language
+carrier sentence (then only the pieces inside the word's characters count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from .errors import BertScopeError
+from .inspect import inspect_batch
+from .models import LoadedModel
+
+DATA = Path(__file__).parent / "data"
+MAX_ROWS = 2000
+MAX_CELL_CHARS = 2000
+Kind = Literal["sentences", "words"]
+Pooling = Literal["mean", "cls"]
+Context = Literal["alone", "carrier"]
+PROPOSED_MODEL = "bert-base-multilingual-cased"
+
+LANGUAGE_NAMES = {
+    "en": "English", "de": "German", "fr": "French", "es": "Spanish", "ru": "Russian",
+    "zh": "Chinese", "ar": "Arabic", "hi": "Hindi", "ja": "Japanese", "ko": "Korean",
+    "it": "Italian", "pt": "Portuguese", "nl": "Dutch", "pl": "Polish", "tr": "Turkish",
+    "el": "Greek", "he": "Hebrew", "fa": "Persian", "uk": "Ukrainian", "vi": "Vietnamese",
+}
+# Metalinguistic carriers: one frame fits nouns, verbs and adjectives alike.
+CARRIERS = {
+    "en": "The word is “{}”.", "de": "Das Wort ist „{}“.", "fr": "Le mot est « {} ».",
+    "es": "La palabra es «{}».", "ru": "Слово — «{}».", "zh": "这个词是“{}”。",
+    "ar": "الكلمة هي «{}».", "hi": "शब्द है “{}”।", "ja": "単語は「{}」です。",
+}
+_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,15}$")
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class ParallelData:
+    """Translations, one row per meaning, one column per language."""
+
+    kind: Kind
+    languages: tuple[str, ...]
+    cells: tuple[tuple[str | None, ...], ...]  # [row][language]; None = missing
+    lines: tuple[int, ...]  # file line of each row (1 = header)
+
+    @property
+    def complete(self) -> list[int]:
+        """Rows with every language present (the ones retrieval uses)."""
+        return [i for i, row in enumerate(self.cells) if all(c is not None for c in row)]
+
+    @property
+    def incomplete(self) -> list[tuple[int, list[str]]]:
+        """(file line, missing languages) of every row left out."""
+        return [(self.lines[i], [g for g, c in zip(self.languages, row) if c is None])
+                for i, row in enumerate(self.cells) if any(c is None for c in row)]
+
+    @property
+    def n_items(self) -> int:
+        return len(self.complete)
+
+    def texts(self, language: str) -> list[str]:
+        j = self.languages.index(language)
+        return [self.cells[i][j] for i in self.complete]
+
+    def select(self, languages: Sequence[str]) -> "ParallelData":
+        """The same rows, only these languages (in this order)."""
+        languages = list(dict.fromkeys(languages))
+        unknown = [g for g in languages if g not in self.languages]
+        if unknown:
+            raise BertScopeError(f"No column for {', '.join(unknown)}; the data has {', '.join(self.languages)}.")
+        if len(languages) < 2:
+            raise BertScopeError("Choose at least two languages.")
+        idx = [self.languages.index(g) for g in languages]
+        picked = ParallelData(self.kind, tuple(languages),
+                              tuple(tuple(row[j] for j in idx) for row in self.cells), self.lines)
+        picked.require_items()
+        return picked
+
+    def require_items(self) -> None:
+        if self.n_items < 2:
+            raise BertScopeError("Fewer than 2 rows have every language: there is nothing to retrieve.")
+
+    def digest(self) -> str:
+        return hashlib.sha256(repr((self.kind, self.languages, self.cells)).encode()).hexdigest()[:16]
+
+
+def read_parallel_tsv(text: str, kind: Kind = "sentences") -> ParallelData:
+    """A TSV with language codes in the header; rows with a missing cell are kept but flagged."""
+    if kind not in ("sentences", "words"):
+        raise BertScopeError("The kind must be 'sentences' or 'words'.")
+    lines = text.lstrip("\ufeff").splitlines()
+    numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    if not numbered:
+        raise BertScopeError("The file is empty: it needs a header of language codes, then rows.")
+    head_line, header = numbered[0]
+    languages = [c.strip() for c in header.split("\t")]
+    if len(languages) < 2:
+        hint = " (it looks comma-separated: use tabs)" if "," in header else ""
+        raise BertScopeError(f"Line {head_line}: the header needs at least two tab-separated language codes{hint}.")
+    bad = [c for c in languages if not _CODE.match(c)]
+    if bad:
+        raise BertScopeError(f"Line {head_line}: {bad[0]!r} is not a language code (e.g. en, de, zh).")
+    if len(set(languages)) != len(languages):
+        raise BertScopeError(f"Line {head_line}: a language appears twice in the header.")
+    cells, kept_lines = [], []
+    for n, line in numbered[1:]:
+        fields = line.split("\t")
+        if len(fields) > len(languages):
+            raise BertScopeError(f"Line {n} has {len(fields)} fields; the header has {len(languages)}.")
+        row = tuple((f.strip() or None) for f in fields) + (None,) * (len(languages) - len(fields))
+        too_long = [c for c in row if c and len(c) > MAX_CELL_CHARS]
+        if too_long:
+            raise BertScopeError(f"Line {n} has a cell of {len(too_long[0]):,} characters; "
+                                 f"the limit is {MAX_CELL_CHARS:,}.")
+        if all(c is None for c in row):
+            continue
+        cells.append(row)
+        kept_lines.append(n)
+        if len(cells) > MAX_ROWS:
+            raise BertScopeError(f"More than {MAX_ROWS:,} rows; split the file.")
+    data = ParallelData(kind, tuple(languages), tuple(cells), tuple(kept_lines))
+    data.require_items()
+    return data
+
+
+def shipped_parallel(kind: Kind = "sentences") -> ParallelData:
+    """The project's parallel sentences (105) or words (209) in 9 languages."""
+    if kind not in ("sentences", "words"):
+        raise BertScopeError("The kind must be 'sentences' or 'words'.")
+    return read_parallel_tsv((DATA / f"parallel_{kind}.tsv").read_text(encoding="utf-8"), kind)
+
+
+# --------------------------------------------------------------------------- vectors
+
+
+@dataclass(frozen=True, eq=False)
+class AlignmentVectors:
+    """One vector per (language, item, layer)."""
+
+    model_name: str
+    data: ParallelData
+    pooling: Pooling
+    context: Context
+    vectors: np.ndarray  # [language, item, layer + 1, dim] float32; layer 0 = embedding output
+    truncated: int  # inputs cut at the model's maximum length
+    empty: int  # inputs with no token to pool (vector left at zero)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.data.languages
+
+    @property
+    def n_layers(self) -> int:  # including layer 0
+        return int(self.vectors.shape[2])
+
+
+def _inputs(data: ParallelData, context: Context) -> tuple[list[str], list[tuple[int, int] | None]]:
+    """Texts in [language][item] order and, for words in carriers, each word's character span."""
+    texts, spans = [], []
+    for language in data.languages:
+        for cell in data.texts(language):
+            if data.kind == "words" and context == "carrier":
+                if language not in CARRIERS:
+                    raise BertScopeError(f"No carrier sentence for {language!r} (have: {', '.join(CARRIERS)}); "
+                                         "use the words alone.")
+                before, after = CARRIERS[language].split("{}")
+                texts.append(before + cell + after)
+                spans.append((len(before), len(before) + len(cell)))
+            else:
+                texts.append(cell)
+                spans.append(None)
+    return texts, spans
+
+
+def embed_parallel(
+    lm: LoadedModel,
+    data: ParallelData,
+    pooling: Pooling = "mean",
+    context: Context = "alone",
+    batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> AlignmentVectors:
+    """Run every cell once (length-sorted batches) and pool one vector per layer."""
+    if pooling not in ("mean", "cls"):
+        raise BertScopeError("Pooling must be 'mean' or 'cls'.")
+    if context not in ("alone", "carrier"):
+        raise BertScopeError("The word context must be 'alone' or 'carrier'.")
+    data.require_items()
+    texts, spans = _inputs(data, context)
+    n_items = data.n_items
+    vectors = None
+    truncated = empty = done = 0
+    for batch in inspect_batch(lm, texts, batch_size=batch_size, with_attentions=False):
+        hidden = batch.hidden_states  # [batch, layer + 1, token, dim]
+        weights = (~batch.special_mask).astype(np.float32)  # [batch, token]: real, non-special
+        if pooling == "cls" and data.kind == "sentences":
+            weights = np.zeros_like(weights)
+            weights[:, 0] = 1.0
+        for b, index in enumerate(batch.indices):
+            span = spans[index]
+            if span is not None:  # only the word's pieces inside its carrier sentence
+                start, end = span
+                weights[b] = [float(seq == 0 and s < end and e > start and e > s)
+                              for seq, (s, e) in zip(batch.sequence_ids[b], batch.offsets[b])]
+        counts = weights.sum(axis=1, keepdims=True)  # [batch, 1]
+        empty += int((counts == 0).sum())
+        pooled = np.einsum("bltd,bt->bld", hidden, weights / np.clip(counts, 1, None))  # [batch, layer+1, dim]
+        if vectors is None:
+            vectors = np.zeros((len(data.languages) * n_items, *pooled.shape[1:]), np.float32)
+        vectors[batch.indices] = pooled
+        truncated += sum(batch.truncated)
+        done += len(batch)
+        if progress:
+            progress(done, len(texts))
+    return AlignmentVectors(
+        model_name=lm.name, data=data, pooling=pooling, context=context,
+        vectors=vectors.reshape(len(data.languages), n_items, *vectors.shape[1:]),
+        truncated=truncated, empty=empty,
+    )
+
+
+def centre(vectors: np.ndarray) -> np.ndarray:
+    """[language, item, layer, dim] minus each language's mean over items, per layer
+    (Libovický et al. 2020, §3.1)."""
+    return vectors - vectors.mean(axis=1, keepdims=True)
+
+
+# --------------------------------------------------------------------------- retrieval
+
+
+def retrieval_accuracy(vectors: np.ndarray) -> np.ndarray:
+    """P@1 of translation retrieval: [language, item, layer, dim] -> [layer, source, target].
+
+    Source item i is correct when its nearest target-language item by cosine is item i.
+    The diagonal (a language against itself) is NaN. One matrix product per layer and source.
+    """
+    n_lang, n_items, n_layers, _ = vectors.shape
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    unit = (vectors / np.clip(norms, 1e-12, None)).astype(np.float32)
+    by_layer = np.ascontiguousarray(unit.transpose(2, 0, 1, 3))  # [layer, language, item, dim]
+    target = np.arange(n_items)
+    out = np.full((n_layers, n_lang, n_lang), np.nan)
+    for layer in range(n_layers):
+        everything = by_layer[layer].reshape(n_lang * n_items, -1)  # [language * item, dim]
+        for s in range(n_lang):
+            sims = by_layer[layer, s] @ everything.T  # [item, language * item]
+            best = sims.reshape(n_items, n_lang, n_items).argmax(-1)  # [item, language]
+            out[layer, s] = (best == target[:, None]).mean(0)
+    diagonal = np.arange(n_lang)
+    out[:, diagonal, diagonal] = np.nan
+    return out
+
+
+def pair_names(languages: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Every ordered pair (source index, target index, "src-tgt")."""
+    return [(s, t, f"{a}-{b}") for s, a in enumerate(languages) for t, b in enumerate(languages) if s != t]
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    languages: tuple[str, ...]
+    n_items: int
+    raw: np.ndarray  # [layer, source, target] P@1
+    centred: np.ndarray  # [layer, source, target] P@1 after per-language mean-centring
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.n_items
+
+    def mean(self, centred: bool = False) -> np.ndarray:
+        """[layer] mean P@1 over every ordered pair."""
+        table = self.centred if centred else self.raw
+        return np.nanmean(table.reshape(table.shape[0], -1), axis=1)
+
+    def to_json(self) -> dict:
+        pairs = pair_names(self.languages)
+        return {
+            "languages": list(self.languages),
+            "items": self.n_items,
+            "chance": self.chance,
+            "layers": [
+                {
+                    "layer": layer,
+                    "p_at_1": {name: float(self.raw[layer, s, t]) for s, t, name in pairs},
+                    "p_at_1_centered": {name: float(self.centred[layer, s, t]) for s, t, name in pairs},
+                    "mean_p_at_1": float(self.mean()[layer]),
+                    "mean_p_at_1_centered": float(self.mean(True)[layer]),
+                }
+                for layer in range(self.raw.shape[0])
+            ],
+        }
+
+
+def retrieval(av: AlignmentVectors) -> RetrievalResult:
+    return RetrievalResult(av.languages, av.data.n_items, retrieval_accuracy(av.vectors),
+                           retrieval_accuracy(centre(av.vectors)))
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@dataclass(frozen=True)
+class TokenAlignment:
+    """Token-to-token cosine of one translation pair at one layer, with argmax links."""
+
+    layer: int
+    source_tokens: list[str]
+    target_tokens: list[str]
+    similarity: np.ndarray  # [source token, target token] cosine
+    forward: np.ndarray  # [source token] index of the most similar target token
+    backward: np.ndarray  # [target token] index of the most similar source token
+
+    @property
+    def mutual(self) -> list[tuple[int, int]]:
+        """SimAlign's ArgMax: links chosen from both sides."""
+        return [(i, int(j)) for i, j in enumerate(self.forward) if self.backward[j] == i]
+
+
+def token_alignment(lm: LoadedModel, source: str, target: str, layer: int) -> TokenAlignment:
+    """Non-special tokens of both texts, cosine at ``layer`` (0 = embedding output)."""
+    runs = {}
+    for batch in inspect_batch(lm, [source, target], batch_size=2, with_attentions=False):
+        for b, index in enumerate(batch.indices):
+            runs[index] = batch.item(b)
+    a, b = runs[0], runs[1]
+    if not 0 <= layer <= a.n_layers:
+        raise BertScopeError(f"Layer {layer} does not exist: choose 0–{a.n_layers}.")
+    keep_a, keep_b = np.flatnonzero(~a.special_mask), np.flatnonzero(~b.special_mask)
+    if not len(keep_a) or not len(keep_b):
+        raise BertScopeError("One of the texts has no tokens besides special ones.")
+    x = a.hidden_states[layer, keep_a]  # [source token, dim]
+    y = b.hidden_states[layer, keep_b]  # [target token, dim]
+    x = x / np.clip(np.linalg.norm(x, axis=1, keepdims=True), 1e-12, None)
+    y = y / np.clip(np.linalg.norm(y, axis=1, keepdims=True), 1e-12, None)
+    sim = x @ y.T  # [source token, target token]
+    return TokenAlignment(layer, [a.tokens[i] for i in keep_a], [b.tokens[i] for i in keep_b], sim,
+                          sim.argmax(axis=1), sim.argmax(axis=0))
+
+
+# --------------------------------------------------------------------------- tokenizer coverage
+
+
+@dataclass(frozen=True)
+class Coverage:
+    language: str
+    unknown_share: float  # share of pieces that are the unknown token
+    pieces_per_item: float  # mean pieces per cell (special tokens excluded)
+
+
+def tokenizer_coverage(lm: LoadedModel, data: ParallelData) -> list[Coverage]:
+    """How well the vocabulary covers each language: an English-only model shows [UNK]s or
+    shreds other scripts into many pieces, so weak alignment there is expected."""
+    tok = lm.tokenizer
+    unk = tok.unk_token_id
+    out = []
+    for language in data.languages:
+        ids = tok(data.texts(language), add_special_tokens=False)["input_ids"]
+        total = sum(len(x) for x in ids)
+        unknown = sum(1 for x in ids for i in x if unk is not None and i == unk)
+        out.append(Coverage(language, unknown / max(total, 1), total / max(len(ids), 1)))
+    return out
