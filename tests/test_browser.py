@@ -247,12 +247,14 @@ def test_shift_page_bank_on_bundled(browser, app_url, artifacts):
 
 
 def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
-    """The English-only bundled model: the page runs, names mBERT as unavailable and reports
-    the weak alignment; maps, retrieval and token links are drawn; a TSV with gaps is used."""
+    """Offline, with the English bundled model in the sidebar, the page runs on
+    bundled-multilingual and says why; maps, retrieval and token links are drawn; switching to
+    the English model shows its weak alignment; a TSV with gaps is used."""
     page, problems = open_page(browser, f"{app_url}/align", height=1500)
-    page.get_by_text("Best layer (centred)").wait_for(timeout=120_000)
+    page.get_by_text("Best layer (centred)").wait_for(timeout=240_000)  # converts on first use
     body = page.inner_text("body")
-    assert "cannot be had here" in body and "Weak alignment" in body
+    assert "cannot be had here" in body and "running on bundled-multilingual" in body
+    assert "Weak alignment" not in body
     page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)  # raw and centred maps
     page.screenshot(path=str(artifacts / "align.png"), full_page=True)
     page.get_by_text("UMAP", exact=True).click()
@@ -264,6 +266,9 @@ def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
     page.get_by_role("tab", name="Token alignment").click()
     page.get_by_text("mutual argmax links").first.wait_for(timeout=60_000)
     page.screenshot(path=str(artifacts / "align-tokens.png"), full_page=True)
+    page.get_by_text("bundled (sidebar)").click()
+    page.get_by_text("Weak alignment").wait_for(timeout=120_000)
+    page.screenshot(path=str(artifacts / "align-english-model.png"), full_page=True)
     gaps = tmp_path / "gaps.tsv"
     gaps.write_text("en\tde\tzh\nThe cat sleeps.\tDie Katze schläft.\t猫在睡觉。\n"
                     "It rains.\t\t下雨了。\nI drink tea.\tIch trinke Tee.\t我喝茶。\n", encoding="utf-8")
@@ -295,6 +300,14 @@ def alert_text(page, kind: str = "Error") -> str:
 def run_attention(page, text: str) -> None:
     page.get_by_label("Sentence (segment A)").fill(text)
     page.get_by_role("button", name="Run", exact=True).click()
+
+
+def upload_bad_file(page, url: str, ready: str, path, content: str) -> None:
+    """Open ``url``, wait until ``ready`` shows, then upload ``content`` as ``path``."""
+    page.goto(url)
+    page.get_by_text(ready).wait_for(timeout=240_000)
+    path.write_text(content, encoding="utf-8")
+    page.locator('input[type="file"]').set_input_files(str(path))
 
 
 def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifacts):
@@ -335,11 +348,7 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
         text = alert_text(page)
         assert message in text and "\n" not in text
     # 8. a malformed upload, 9. a word that is in no sentence (embedding shift)
-    page.goto(f"{app_url}/shift")
-    page.get_by_text("occurrences of").wait_for(timeout=120_000)
-    bad_csv = tmp_path / "bad.csv"
-    bad_csv.write_text("text,sense\na bank,river\n")
-    page.locator('input[type="file"]').set_input_files(str(bad_csv))
+    upload_bad_file(page, f"{app_url}/shift", "occurrences of", tmp_path / "bad.csv", "text,sense\na bank,river\n")
     assert "'sentence' column" in alert_text(page)
     page.goto(f"{app_url}/shift")
     page.get_by_text("occurrences of").wait_for(timeout=120_000)
@@ -350,11 +359,7 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     target.press("Enter")
     assert "No sentence contains" in alert_text(page)
     # 10. a parallel file that is comma-separated (cross-lingual page)
-    page.goto(f"{app_url}/align")
-    page.get_by_text("Best layer (centred)").wait_for(timeout=120_000)
-    bad_tsv = tmp_path / "bad.tsv"
-    bad_tsv.write_text("en,de\nhello,Hallo\n")
-    page.locator('input[type="file"]').set_input_files(str(bad_tsv))
+    upload_bad_file(page, f"{app_url}/align", "Best layer (centred)", tmp_path / "bad.tsv", "en,de\nhello,Hallo\n")
     assert "comma-separated" in alert_text(page)
     # the app still works for this user...
     page.goto(app_url)

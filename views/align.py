@@ -12,10 +12,12 @@ from bertscope.align import (
     shipped_parallel, token_alignment, tokenizer_coverage,
 )
 from bertscope.align_views import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
+from bertscope.bundled_multilingual import MULTILINGUAL
+from bertscope.presets import BUNDLED
 from bertscope.projection import project, umap_is_warm
 from views.shared import (
     PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, figure_downloads, from_url, model_key,
-    obtainable, plain, require_model, result_store, show_error, to_url, use_model, warm_umap_in_background,
+    obtainable, plain, require_model, result_store, show_error, to_url, warm_umap_in_background,
 )
 
 KINDS = {"sentences": "Sentences (105 meanings)", "words": "Words (209 concepts)"}
@@ -24,20 +26,34 @@ st.title("Cross-lingual alignment")
 st.caption("Do translations land near each other, and at which layer? Retrieval by cosine nearest "
            "neighbour and per-language mean-centring after Libovický et al. (2020); token links after "
            "SimAlign's argmax (Jalili Sabet et al. 2020).")
-lm = require_model()
-key = model_key()
+require_model()  # the sidebar's model: loaded, or its error shown
+sidebar_key = model_key()
 warm_umap_in_background()
 
-if key[0] != PROPOSED_MODEL:
-    if obtainable(PROPOSED_MODEL):
-        c1, c2 = st.columns([4, 1])
-        c1.info(plain(f"This page is meant for a multilingual encoder such as {PROPOSED_MODEL} (mBERT, "
-                      f"104 languages); it is running on {key[0]}."))
-        c2.button("Use mBERT", on_click=use_model, args=(PROPOSED_MODEL,), key="align_use_mbert")
+# The encoder for this page: the sidebar's, or a multilingual one that can be had right now.
+choices = list(dict.fromkeys([sidebar_key[0], *(m for m in (PROPOSED_MODEL, MULTILINGUAL) if obtainable(m))]))
+if st.session_state.get("align_model") not in choices:
+    st.session_state["align_model"] = MULTILINGUAL if sidebar_key[0] == BUNDLED and MULTILINGUAL in choices \
+        else sidebar_key[0]
+page_model = st.radio("Encoder for this page", choices, horizontal=True, key="align_model",
+                      format_func=lambda m: f"{m} (sidebar)" if m == sidebar_key[0] else m,
+                      help=f"{PROPOSED_MODEL} (mBERT) is the reference; {MULTILINGUAL} is multilingual-e5-small, "
+                           "shipped offline as 4-bit weights.")
+key = (page_model, *sidebar_key[1:])
+if page_model != PROPOSED_MODEL:
+    if PROPOSED_MODEL in choices:
+        st.info(plain(f"Made for {PROPOSED_MODEL} (mBERT, 104 languages): pick it above to compare."))
     else:
-        st.info(plain(f"This page is meant for {PROPOSED_MODEL} (mBERT), which cannot be had here (no hub, no "
-                      f"local copy): it runs on {key[0]} instead. On an English-only model, weak alignment "
-                      "is the honest result and is shown as such."))
+        honest = ("multilingual-e5-small, shipped offline as a 4-bit round trip" if page_model == MULTILINGUAL
+                  else "on an English-only model, weak alignment is the honest result and is shown as such")
+        st.info(plain(f"Made for {PROPOSED_MODEL} (mBERT), which cannot be had here (no hub, no local copy): "
+                      f"running on {page_model} ({honest})."))
+try:
+    with st.spinner(f"Loading {page_model} (bundled-multilingual is converted once, on first use)…"):
+        lm = cached_model(*key)
+except BertScopeError as err:
+    show_error(err)
+    st.stop()
 
 from_url("data", "align_kind", str, lambda v: v in KINDS)
 k1, k2 = st.columns([1, 2])

