@@ -21,6 +21,8 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/shift.py
 	$(BIN)/python benchmarks/align.py
 	$(BIN)/python benchmarks/bundled_multilingual.py
+	$(BIN)/python benchmarks/extract.py
+	$(BIN)/python benchmarks/probe.py
 	$(BIN)/python benchmarks/load.py
 
 $(BIN)/python:

@@ -231,6 +231,38 @@ def _align_arguments(p: argparse.ArgumentParser) -> None:
                    help="words: alone or inside a per-language carrier sentence")
 
 
+def cmd_probe(args: argparse.Namespace) -> Any:
+    from .hidden_cache import HiddenStateCache, hidden_states
+    from .probe_data import read_task, shipped_task
+    from .probing import probe_layers
+
+    if args.data:
+        task = read_task(_read_text(args.data, "data"), args.data)
+    else:
+        task = shipped_task(args.task)
+    lm = _load(args)
+    states = hidden_states(lm, task, args.pooling, HiddenStateCache(args.cache))
+    result = probe_layers(states, task.name, args.pooling, args.probe, args.seed)
+    if args.json:
+        return result.to_json()
+    lines = [f"{task.name} ({task.level}, {task.n_examples:,} examples, {len(task.classes)} labels) on {lm.name}; "
+             f"cache {'hit' if states.hit else 'built'}; majority baseline {result.majority_baseline:.3f}",
+             "layer  accuracy  control  selectivity  95% interval"]
+    lines += [f"{r.layer:>5}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
+              f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]" for r in result.layers]
+    return "\n".join(lines)
+
+
+def _probe_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default="pos", help="shipped: pos, sense, tense, subject_number, negation, "
+                                                 "question, bigram_shift")
+    p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl")
+    p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
+    p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
+
+
 def _shift_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--word", required=True, help="the target word")
     p.add_argument("--data", help="CSV with columns sentence,label (default: the shipped preset)")
@@ -292,6 +324,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | N
     "nsp": ("next-sentence prediction for a pair", cmd_nsp, _nsp_arguments),
     "shift": ("the same word in different contexts, layer by layer", cmd_shift, _shift_arguments),
     "align": ("cross-lingual retrieval P@1 per layer, raw and mean-centred", cmd_align, _align_arguments),
+    "probe": ("linear probes per layer with a control task (Hewitt & Liang 2019)", cmd_probe, _probe_arguments),
     "params": (
         "exact parameter counts by component, from the config alone (no weights)",
         cmd_params,

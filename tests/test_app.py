@@ -13,7 +13,6 @@ from views.shared import CUSTOM_KEY, MODEL_KEY, OTHER
 from .conftest import ROOT
 
 APP = str(ROOT / "app.py")
-PLANNED = ["views/probes.py"]
 
 
 @pytest.fixture(autouse=True)
@@ -51,15 +50,6 @@ def test_no_pages_folder_beside_the_entry_point():
     """A folder named pages/ next to app.py makes Streamlit run a cold deep link's page
     script alone (legacy multipage mode), skipping app.py's sidebar and navigation."""
     assert not (ROOT / "pages").exists()
-
-
-@pytest.mark.parametrize("page", PLANNED)
-def test_every_planned_page_runs(monkeypatch, tiny_bert_dir, page):
-    at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page(page).run()
-    assert not at.exception
-    assert at.selectbox(key=MODEL_KEY).value == OTHER  # the shared sidebar ran too
-    assert any("Not built yet" in t for t in texts(at.info)), f"{page} must say it is not built"
 
 
 @pytest.mark.parametrize(
@@ -293,6 +283,30 @@ def test_align_page_link_and_one_language(monkeypatch, tiny_multilingual_dir):
     at.button[0].click().run()
     assert not at.exception
     assert texts(at.error) == ["Choose at least two languages."]
+
+
+def test_probes_page(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/probes.py").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key=MODEL_KEY).value == OTHER  # the shared sidebar ran too
+    assert any("Choose a task" in t for t in texts(at.info))
+    at.selectbox(key="probe_task").set_value("question")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert set(metrics) == {"Best layer", "Its accuracy", "Control accuracy", "Majority baseline"}
+    assert any("Cache: built now" in t for t in texts(at.caption))
+    at.radio(key="probe_pooling").set_value("first")
+    at.button[0].click().run()  # a second run: [CLS] pooling, both on one plot
+    assert not at.exception and not at.error
+    assert len(at.multiselect(key="probe_compare").value) == 2
+    assert len(at.get("plotly_chart")) == 1
+    # a file task chosen without a file: one line, and the earlier runs stay
+    at.selectbox(key="probe_task").set_value("Your own file…")
+    at.button[0].click().run()
+    assert texts(at.error) == ["Choose a file to upload, or a shipped task."]
+    assert len(at.multiselect(key="probe_compare").value) == 2
 
 
 def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:

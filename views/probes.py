@@ -1,6 +1,117 @@
-from views.shared import planned
+"""Linear probes per layer on cached hidden states, with control tasks."""
 
-planned(
-    "Probes", 8,
-    "linear probes per layer on hidden states cached on disk, with control tasks.",
+import json
+
+import pandas as pd
+import streamlit as st
+
+from bertscope import BertScopeError
+from bertscope.hidden_cache import HiddenStateCache, hidden_states
+from bertscope.probe_data import SHIPPED, read_task, shipped_task
+from bertscope.probe_views import layer_figure, run_name
+from bertscope.probing import ProbeResult, probe_layers
+from views.shared import (
+    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, demo, model_key, plain, require_model,
+    result_store, show_error,
 )
+
+UPLOAD = "Your own file…"
+TASKS = {
+    "pos": "Part of speech (token, 17 UPOS tags)", "sense": "Word sense (token, the shift page's words)",
+    "tense": "Tense (sentence)", "subject_number": "Subject number (sentence)", "negation": "Negation (sentence)",
+    "question": "Question vs statement (sentence)", "bigram_shift": "Bigram shift (sentence)", UPLOAD: UPLOAD,
+}
+RUNS = "probe_runs"
+
+st.title("Probes")
+st.caption("A linear probe per layer: can a logistic regression read the property off the hidden "
+           "states? Each run also trains the probe on a control task (Hewitt & Liang 2019: a random "
+           "but fixed label per word type); selectivity = accuracy − control accuracy. Sentences are "
+           "never split between training and test.")
+require_model()
+key = model_key()
+
+with st.form("probe_form"):
+    c1, c2, c3 = st.columns([2, 1, 1])
+    suite = c1.selectbox("Task", list(TASKS), format_func=TASKS.get, key="probe_task")
+    pooling = c2.radio("Vector", ["mean", "first"], key="probe_pooling",
+                       format_func={"mean": "mean of pieces / tokens", "first": "first piece / [CLS]"}.get)
+    kind = c3.radio("Probe", ["logreg", "mlp"], key="probe_kind",
+                    format_func={"logreg": "logistic regression", "mlp": "MLP (128 units)"}.get)
+    uploaded = st.file_uploader("Own task: CoNLL-U (UPOS), CSV (sentence,label or tokens,tags) or JSONL",
+                                type=["conllu", "csv", "jsonl"], key="probe_upload")
+    submitted = st.form_submit_button("Extract and probe every layer", type="primary")
+
+if submitted:
+    try:
+        if suite == UPLOAD:
+            if uploaded is None:
+                raise BertScopeError("Choose a file to upload, or a shipped task.")
+            check_upload(uploaded)
+            try:
+                task = read_task(uploaded.getvalue().decode("utf-8"), uploaded.name)
+            except UnicodeDecodeError as err:
+                raise BertScopeError("The upload is not UTF-8 text.") from err
+        else:
+            task = shipped_task(suite)
+        if len(task.words) > Limits.corpus_lines:
+            raise BertScopeError(f"{len(task.words):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+        chosen = pooling if task.level == "token" or pooling == "mean" else "cls"
+        store = result_store("probes", 32)
+        run_key = (key, task.digest(), chosen, kind)
+        found = store.get(run_key)
+        if found is None:
+            allow_expensive("probe run")
+            lm = cached_model(*key)
+            bar = st.progress(0.0, text="Hidden states…")
+            states = hidden_states(lm, task, chosen, HiddenStateCache(),
+                                   progress=lambda d, t: bar.progress(d / t, text=f"Hidden states: {d}/{t} sentences"))
+            bar.progress(0.0, text="Probes…")
+            result = probe_layers(states, task.name, chosen, kind,
+                                  progress=lambda d, t: bar.progress(d / t, text=f"Probes: layer {d}/{t}"))
+            bar.empty()
+            found = (result, states.hit, states.size_bytes, str(states.folder))
+            store.put(run_key, found)
+        result, hit, size, folder = found
+        runs = st.session_state.setdefault(RUNS, {})
+        runs[run_name(result)] = (result, hit, size, folder)
+        st.session_state["probe_latest"] = run_name(result)
+        shown = [n for n in st.session_state.get("probe_compare", []) if n != run_name(result)]
+        st.session_state["probe_compare"] = [*shown, run_name(result)][-3:]  # the new run joins the plot
+    except BertScopeError as err:
+        show_error(err)
+
+runs: dict = st.session_state.get(RUNS, {})
+if not runs:
+    st.info("Choose a task and press the button: the hidden states are extracted once per model, task and "
+            "pooling, cached on disk, and every layer is probed.")
+    st.stop()
+
+latest = st.session_state.get("probe_latest") or next(reversed(runs))
+result, hit, size, folder = runs[latest]
+where = "" if demo() else f" in {folder}"
+st.caption(plain(f"Cache: {'hit' if hit else 'built now'}, {size / 2**20:.1f} MiB{where}. "
+                 f"{result.n_train:,} training and {result.n_test:,} test examples."))
+best = result.best
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Best layer", best.layer)
+m2.metric("Its accuracy", f"{best.accuracy:.1%}", help=f"95% interval {best.ci[0]:.1%}–{best.ci[1]:.1%}")
+m3.metric("Control accuracy", f"{best.control_accuracy:.1%}", f"selectivity {best.selectivity:+.1%}",
+          delta_color="off")
+m4.metric("Majority baseline", f"{result.majority_baseline:.1%}")
+
+names = list(runs)
+compare = st.multiselect("Runs on the plot (two models or two poolings side by side)", names, key="probe_compare")
+selected: list[ProbeResult] = [runs[n][0] for n in compare] or [result]
+st.plotly_chart(layer_figure(selected), config=PLOT_CONFIG, width="stretch")
+frame = pd.DataFrame([{**r.to_json(), "run": run_name(run)} for run in selected for r in run.layers])
+frame["ci"] = frame["ci"].map(lambda c: f"{c[0]:.3f}–{c[1]:.3f}")
+st.dataframe(frame[["run", "layer", "accuracy", "control_accuracy", "selectivity", "ci"]], hide_index=True,
+             width="stretch")
+d1, d2 = st.columns(2)
+d1.download_button("Download results (JSON)", json.dumps([r.to_json() for r in selected], indent=1),
+                   "probes.json", "application/json", on_click="ignore", key="probe_dl_json")
+d2.download_button("Download results (CSV)", frame.to_csv(index=False), "probes.csv", "text/csv",
+                   on_click="ignore", key="probe_dl_csv")
+st.caption("Headless: `python -m probes.layerwise --model NAME --task pos --out results/` writes the same "
+           "figures, and `python -m probes.sweep` compares several models or tasks.")

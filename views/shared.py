@@ -322,9 +322,3 @@ def warm_umap_in_background() -> None:
     from bertscope.projection import warm_umap
 
     threading.Thread(target=warm_umap, name="umap-warmup", daemon=True).start()
-
-
-def planned(title: str, issue: int, what: str) -> None:
-    """An honest page for a view that is not built yet."""
-    st.title(title)
-    st.info(f"Not built yet (issue #{issue}). When it lands this page will show: {what}")

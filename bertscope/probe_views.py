@@ -1,0 +1,71 @@
+"""Probe results by layer: plotly for the app and HTML, matplotlib for PNG files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from .attention_views import label
+from .probing import ProbeResult
+
+COLOURS = qualitative.Plotly
+
+
+def run_name(result: ProbeResult) -> str:
+    return f"{result.model} · {result.task} · {result.pooling} · {result.probe}"
+
+
+def layer_figure(results: Sequence[ProbeResult]) -> go.Figure:
+    """Accuracy with its 95% interval (solid), control task (dashed), majority baseline (dotted)."""
+    fig = go.Figure()
+    for i, r in enumerate(results):
+        colour, name = COLOURS[i % len(COLOURS)], label(run_name(r))
+        layers = [x.layer for x in r.layers]
+        fig.add_trace(go.Scatter(
+            x=layers, y=[x.accuracy for x in r.layers], mode="lines+markers", name=f"{name}: task",
+            line=dict(color=colour), legendgroup=str(i),
+            error_y=dict(type="data", symmetric=False, array=[x.ci[1] - x.accuracy for x in r.layers],
+                         arrayminus=[x.accuracy - x.ci[0] for x in r.layers], thickness=1),
+        ))
+        fig.add_trace(go.Scatter(x=layers, y=[x.control_accuracy for x in r.layers], mode="lines+markers",
+                                 name=f"{name}: control", line=dict(color=colour, dash="dash"),
+                                 marker=dict(symbol="circle-open"), legendgroup=str(i)))
+        fig.add_trace(go.Scatter(x=[layers[0], layers[-1]], y=[r.majority_baseline] * 2, mode="lines",
+                                 name=f"{name}: majority", line=dict(color=colour, dash="dot", width=1),
+                                 legendgroup=str(i)))
+    fig.update_layout(title="Probe accuracy by layer (bars: 95% bootstrap interval)", height=480,
+                      xaxis=dict(title="layer (0 = embedding output)", dtick=1),
+                      yaxis=dict(title="accuracy on held-out sentences", range=[0, 1.02]),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def save_png(results: Sequence[ProbeResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=150)
+    for i, r in enumerate(results):
+        colour = COLOURS[i % len(COLOURS)]
+        layers = [x.layer for x in r.layers]
+        acc = [x.accuracy for x in r.layers]
+        ax.errorbar(layers, acc, yerr=[[a - x.ci[0] for a, x in zip(acc, r.layers)],
+                                       [x.ci[1] - a for a, x in zip(acc, r.layers)]],
+                    color=colour, marker="o", capsize=2, label=f"{run_name(r)}: task")
+        ax.plot(layers, [x.control_accuracy for x in r.layers], color=colour, ls="--", marker="o", mfc="none",
+                label="control")
+        ax.axhline(r.majority_baseline, color=colour, ls=":", lw=1, label="majority")
+    ax.set_xlabel("layer (0 = embedding output)")
+    ax.set_ylabel("accuracy on held-out sentences")
+    ax.set_ylim(0, 1.02)
+    ax.set_xticks(sorted({x.layer for r in results for x in r.layers}))
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

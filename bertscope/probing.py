@@ -1,0 +1,161 @@
+"""Linear probes per layer, with a majority baseline, a control task and a confidence interval.
+
+- Probe: ``Pipeline(StandardScaler(), LogisticRegression())`` (or a small MLP for contrast),
+  trained on a split that never puts one sentence on both sides (grouped by sentence).
+- Control task (Hewitt & Liang 2019, "Designing and Interpreting Probes with Control Tasks",
+  EMNLP, §2-3): every word type gets a random label, fixed for the type and drawn from the
+  task's label distribution; the same probe is trained on it. Selectivity = task accuracy -
+  control accuracy: how much of the accuracy needs the representation rather than the probe's
+  capacity to memorise word identities. (For sentence-level tasks the "type" is the sentence,
+  so the control sits at chance.)
+- 95% interval: bootstrap over the test examples (1,000 resamples).
+Probe weights are saved as ``.npz`` arrays plus JSON, never pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GroupShuffleSplit
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from .errors import BertScopeError
+from .hidden_cache import CachedStates
+
+ProbeKind = Literal["logreg", "mlp"]
+
+
+def sentence_split(groups: np.ndarray, test_size: float = 0.25, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) example indices; every sentence's examples fall on one side."""
+    if len(np.unique(groups)) < 2:
+        raise BertScopeError("A probe needs at least two sentences.")
+    splitter = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
+    train, test = next(splitter.split(np.zeros(len(groups)), groups=groups))
+    return train, test
+
+
+def control_labels(types: Sequence[str], labels: Sequence[str], seed: int = 0) -> np.ndarray:
+    """Hewitt & Liang's control task: one random label per type, drawn from the label distribution."""
+    counts = Counter(labels)
+    classes = sorted(counts)
+    p = np.array([counts[c] for c in classes], float) / len(labels)
+    rng = np.random.default_rng(seed)
+    chosen = {t: classes[i] for t, i in zip(sorted(set(types)), rng.choice(len(classes), size=len(set(types)), p=p))}
+    return np.array([chosen[t] for t in types])
+
+
+def make_probe(kind: ProbeKind = "logreg", seed: int = 0) -> Pipeline:
+    if kind == "logreg":
+        # 100 L-BFGS steps: the task converges in ~10-20; a control task may not, and the same budget
+        # for both is part of the comparison (Hewitt & Liang train both probes alike)
+        return make_pipeline(StandardScaler(), LogisticRegression(max_iter=100, C=1.0))
+    if kind == "mlp":
+        return make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(128,), max_iter=200,
+                                                             early_stopping=True, random_state=seed))
+    raise BertScopeError("The probe must be 'logreg' or 'mlp'.")
+
+
+def bootstrap_interval(correct: np.ndarray, resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean of ``correct`` (bools)."""
+    rng = np.random.default_rng(seed)
+    means = correct[rng.integers(0, len(correct), size=(resamples, len(correct)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def fit_score(x_train, y_train, x_test, y_test, kind: ProbeKind, seed: int) -> tuple[Pipeline, np.ndarray]:
+    """The fitted probe and, per test example, whether it was right."""
+    probe = make_probe(kind, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # the accuracy is what we report
+        probe.fit(x_train, y_train)
+    return probe, probe.predict(x_test) == y_test
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    layer: int
+    accuracy: float
+    control_accuracy: float
+    ci: tuple[float, float]
+
+    @property
+    def selectivity(self) -> float:
+        return self.accuracy - self.control_accuracy
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "accuracy": self.accuracy, "control_accuracy": self.control_accuracy,
+                "selectivity": self.selectivity, "ci": list(self.ci)}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    model: str
+    task: str
+    level: str
+    pooling: str
+    probe: str
+    majority_baseline: float
+    n_train: int
+    n_test: int
+    layers: list[LayerResult]
+
+    @property
+    def best(self) -> LayerResult:
+        return max(self.layers, key=lambda r: r.accuracy)
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "task": self.task, "level": self.level, "pooling": self.pooling,
+                "probe": self.probe, "majority_baseline": self.majority_baseline, "n_train": self.n_train,
+                "n_test": self.n_test, "layers": [r.to_json() for r in self.layers]}
+
+
+def save_probe(probe: Pipeline, folder: Path, name: str) -> None:
+    """A logistic-regression probe as arrays + JSON (no pickle): scaler and linear layer."""
+    scaler, model = probe.named_steps["standardscaler"], probe[-1]
+    arrays = {"mean": scaler.mean_, "scale": scaler.scale_}
+    if isinstance(model, LogisticRegression):
+        arrays.update(coef=model.coef_, intercept=model.intercept_)
+    else:
+        arrays.update({f"coef_{i}": w for i, w in enumerate(model.coefs_)})
+        arrays.update({f"intercept_{i}": b for i, b in enumerate(model.intercepts_)})
+    np.savez(folder / f"{name}.npz", **arrays)
+    (folder / f"{name}.json").write_text(json.dumps({"classes": [str(c) for c in model.classes_],
+                                                     "kind": type(model).__name__}))
+
+
+def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: ProbeKind = "logreg",
+                 seed: int = 0, layers: Sequence[int] | None = None, weights_dir: Path | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> ProbeResult:
+    """Train and score the probe and its control at every layer of ``states``."""
+    labels = np.array(states.labels)
+    if len(set(labels)) < 2:
+        raise BertScopeError("A probe needs at least two different labels.")
+    train, test = sentence_split(states.groups, seed=seed)
+    control = control_labels(states.types, states.labels, seed=seed)
+    majority = Counter(labels[train]).most_common(1)[0][0]
+    baseline = float((labels[test] == majority).mean())
+    chosen = list(layers) if layers is not None else list(states.layers)
+    results = []
+    for i, layer in enumerate(chosen):
+        x = np.asarray(states.layer(layer))  # [example, dim]
+        probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed)
+        _, control_right = fit_score(x[train], control[train], x[test], control[test], kind, seed)
+        results.append(LayerResult(layer, float(right.mean()), float(control_right.mean()),
+                                   bootstrap_interval(right, seed=seed)))
+        if weights_dir is not None:
+            weights_dir.mkdir(parents=True, exist_ok=True)
+            save_probe(probe, weights_dir, f"layer_{layer:02d}")
+        if progress:
+            progress(i + 1, len(chosen))
+    return ProbeResult(states.key.model, task_name, states.key.level, pooling, kind, baseline, len(train),
+                       len(test), results)

@@ -1,0 +1,64 @@
+"""Probe several models and/or tasks into one comparison, headless.
+
+    python -m probes.sweep --models bundled,bundled-multilingual --tasks pos,bigram_shift --out results/sweep
+
+Each (model, task) pair is run as ``probes.layerwise`` would (cache reused), written to
+``--out/<model>__<task>/``; the comparison goes to ``--out/comparison.png``, ``.html`` and
+``summary.csv`` (best layer, its accuracy, control, selectivity per pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from bertscope.errors import BertScopeError
+from probes.layerwise import EXIT_BAD_INPUT, add_arguments, load_task, run_one, write_results
+
+
+def folder_name(model: str, task: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", f"{model}__{task}").strip("_")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bertscope.probe_views import layer_figure, save_png
+
+    parser = argparse.ArgumentParser(prog="python -m probes.sweep", description=__doc__.splitlines()[0])
+    add_arguments(parser, several=True)
+    args = parser.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    out = Path(args.out)
+    try:
+        if not models or not tasks:
+            raise BertScopeError("Give at least one model (--models) and one task (--tasks).")
+        loaded = {name: load_task(name, None) for name in tasks}
+        results = []
+        for model in models:
+            for name, task in loaded.items():
+                result, _ = run_one(model, task, args)
+                write_results(result, out / folder_name(model, name))
+                results.append(result)
+        out.mkdir(parents=True, exist_ok=True)
+        layer_figure(results).write_html(out / "comparison.html", include_plotlyjs=True)
+        save_png(results, out / "comparison.png")
+        with open(out / "summary.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["model", "task", "majority_baseline", "best_layer", "accuracy", "control_accuracy",
+                             "selectivity"])
+            for r in results:
+                writer.writerow([r.model, r.task, r.majority_baseline, r.best.layer, r.best.accuracy,
+                                 r.best.control_accuracy, r.best.selectivity])
+    except BertScopeError as err:
+        print(f"probes.sweep: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"{len(results)} runs; wrote {out}/comparison.png, comparison.html, summary.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
