@@ -39,7 +39,7 @@ WORDS = ["bank", "bat", "spring", "cell", "plant", "pitch", "crane", "match"]
 def scenario(session: int, step: int) -> tuple[str, str, str]:
     """(page name, path with query, text that shows the page is rendered)."""
     k = session * 7 + step
-    kind = (step + session) % 5  # sessions start on different pages
+    kind = (step + session) % 6  # sessions start on different pages
     if kind == 0:
         layer, head = k % 6, (k * 5) % 12
         query = urllib.parse.urlencode({"text": TEXTS[k % len(TEXTS)], "layer": layer, "head": head})
@@ -51,6 +51,8 @@ def scenario(session: int, step: int) -> tuple[str, str, str]:
         return "params", f"/params?model=bert-base-uncased&count={count}", "Total"
     if kind == 3:
         return "home", "/", "Heads per layer"
+    if kind == 4:
+        return "align", f"/align?layer={k % 13}&pivot={['de', 'zh', 'ar', 'hi'][k % 4]}", "Best layer (centred)"
     return "masked", "/masked", "no masked-LM head"
 
 

@@ -353,6 +353,33 @@ def test_links_for_masked_shift_and_params(monkeypatch, tiny_bert_dir):
     assert "nsp head" in {m.label for m in at.metric}
 
 
+def test_links_carry_every_input(monkeypatch, tiny_bert_dir, tiny_multilingual_dir):
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="1", pool="first",
+                        occ="first", map="umap")
+    assert not at.exception and not at.error
+    assert (at.radio(key="shift_pooling").value, at.radio(key="shift_occurrences").value) == ("first", "first")
+    assert at.radio(key="shift_method").value == "UMAP"
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", rtext="the dog ate the bread .",
+                        seed="7", select="0.2", a="the man walked .", b="he sat .", wtext="the bank of the river",
+                        words="1,4")
+    assert not at.exception and not at.error
+    assert at.text_area(key="mlm_recipe_text").value == "the dog ate the bread ."
+    assert (at.number_input(key="mlm_seed").value, at.slider(key="mlm_select").value) == (7, 0.2)
+    assert (at.text_area(key="nsp_a").value, at.text_area(key="nsp_b").value) == ("the man walked .", "he sat .")
+    assert at.radio(key="mlm_mode").value == "Pick words to mask"
+    assert at.multiselect(key="mlm_words").value == [1, 4]
+    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "views/align.py", data="words", langs="en,zh,hi",
+                        ctx="carrier")
+    assert not at.exception and not at.error
+    assert at.multiselect(key="align_langs_words").value == ["en", "zh", "hi"]
+    assert at.radio(key="align_context").value == "carrier"
+    assert {m.label: m.value for m in at.metric}["Items × languages"] == "209 × 3"
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/probes.py", task="negation", vec="first", probe="mlp")
+    assert not at.exception and not at.error
+    assert (at.selectbox(key="probe_task").value, at.radio(key="probe_pooling").value,
+            at.radio(key="probe_kind").value) == ("negation", "first", "mlp")
+
+
 def test_link_can_name_the_model(monkeypatch, tiny_bert_dir, tiny_encoder_dir):
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/home.py", model=str(tiny_encoder_dir))
     assert not at.exception

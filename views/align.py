@@ -32,6 +32,7 @@ warm_umap_in_background()
 
 # The encoder for this page: the sidebar's, or a multilingual one that can be had right now.
 choices = list(dict.fromkeys([sidebar_key[0], *(m for m in (PROPOSED_MODEL, MULTILINGUAL) if obtainable(m))]))
+from_url("enc", "align_model", str, lambda v: v in choices)
 if st.session_state.get("align_model") not in choices:
     st.session_state["align_model"] = MULTILINGUAL if sidebar_key[0] == BUNDLED and MULTILINGUAL in choices \
         else sidebar_key[0]
@@ -40,6 +41,7 @@ page_model = st.radio("Encoder for this page", choices, horizontal=True, key="al
                       help=f"{PROPOSED_MODEL} (mBERT) is the reference; {MULTILINGUAL} is multilingual-e5-small, "
                            "shipped offline as 4-bit weights.")
 key = (page_model, *sidebar_key[1:])
+to_url(enc=page_model if page_model != sidebar_key[0] else None)
 if page_model != PROPOSED_MODEL:
     if PROPOSED_MODEL in choices:
         st.info(plain(f"Made for {PROPOSED_MODEL} (mBERT, 104 languages): pick it above to compare."))
@@ -79,6 +81,10 @@ if data.incomplete:
     more = f" and {len(data.incomplete) - 8} more" if len(data.incomplete) > 8 else ""
     st.warning(plain(f"Rows with a missing language were left out: {shown}{more}."))
 
+from_url("langs", f"align_langs_{kind}", lambda v: [g for g in v.split(",") if g],
+         lambda v: len(v) >= 2 and set(v) <= set(data.languages))
+from_url("vec", "align_pooling", str, lambda v: v in ("mean", "cls"))
+from_url("ctx", "align_context", str, lambda v: v in ("alone", "carrier"))
 with st.form("align_form"):
     languages = st.multiselect("Languages", list(data.languages), default=list(data.languages),
                                format_func=lambda g: f"{language_name(g)} ({g})", key=f"align_langs_{kind}")
@@ -144,7 +150,9 @@ if st.session_state.get("align_layer", 0) >= n_layers:  # a smaller model than t
     st.session_state["align_layer"] = n_layers - 1
 layer = st.slider("Layer", 0, n_layers - 1, best_centred, key="align_layer",
                   help="0 is the embedding layer's output, before any attention.")
-to_url(data=kind, layer=layer)
+to_url(data=kind, layer=layer, langs=",".join(picked.languages) if picked.languages != data.languages else None,
+       vec=pooling if kind == "sentences" and pooling != "mean" else None,
+       ctx=context if kind == "words" and context != "alone" else None)
 
 tab_map, tab_retrieval, tab_tokens = st.tabs(["Map", "Retrieval", "Token alignment"])
 with tab_map:

@@ -65,6 +65,9 @@ result = None
 with tab_fill:
     from_url("text", "mlm_text")
     from_url("k", "mlm_top_k", int, lambda v: 1 <= v <= 20)
+    from_url("wtext", "mlm_words_text")
+    if "wtext" in st.query_params and "mlm_mode" not in st.session_state:
+        st.session_state["mlm_mode"] = "Pick words to mask"
     mode = st.radio("Masks", ["Type [MASK] in the text", "Pick words to mask"], horizontal=True, key="mlm_mode")
     top_k = st.slider("Top k", 1, 20, 5, key="mlm_top_k")
     words: tuple[int, ...] | None = None
@@ -79,8 +82,11 @@ with tab_fill:
             text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text")
             check_text(text)
             _, names = words_of(lm, text)
+            from_url("words", "mlm_words", lambda v: [int(i) for i in v.split(",") if i],
+                     lambda v: bool(v) and all(0 <= i < len(names) for i in v))
             picked = st.multiselect("Words to mask (all their pieces are masked)", range(len(names)),
                                     format_func=lambda i: f"{i}: {names[i]}", key="mlm_words")
+            to_url(wtext=text, words=",".join(map(str, sorted(picked))) or None, k=top_k)
             if picked:
                 words = tuple(sorted(picked))
                 result = cached_fill_words(key, text, words, top_k)
@@ -116,6 +122,9 @@ with tab_recipe:
     st.caption("Devlin et al. (2019), §3.1: choose 15% of the tokens; of those, 80% become [MASK], "
                "10% a random token, 10% stay. The loss counts only the chosen positions "
                "(labels are -100 elsewhere).")
+    from_url("rtext", "mlm_recipe_text")
+    from_url("seed", "mlm_seed", int, lambda v: 0 <= v <= 10_000)
+    from_url("select", "mlm_select", float, lambda v: 0.05 <= v <= 0.5)
     with st.form("mlm_recipe_form"):
         recipe_text = st.text_area("Text", "The man went to the store to buy a gallon of milk, "
                                    "but the shop had closed early that evening.", key="mlm_recipe_text")
@@ -125,6 +134,7 @@ with tab_recipe:
         mask_rate = c3.slider("…of which [MASK]", 0.0, 1.0, 0.8, 0.05, key="mlm_mask_rate")
         random_rate = c4.slider("…random token", 0.0, 1.0, 0.1, 0.05, key="mlm_random_rate")
         st.form_submit_button("Corrupt and predict", type="primary")
+    to_url(rtext=recipe_text, seed=int(seed) or None, select=select_rate if abs(select_rate - 0.15) > 1e-9 else None)
     try:
         check_text(recipe_text)
         recipe = mlm_recipe(lm, recipe_text, int(seed), select_rate, mask_rate, random_rate)
@@ -170,8 +180,11 @@ with tab_nsp:
         st.info(plain(f"{lm.name} has no next-sentence-prediction head (only BERT's pretraining "
                       "checkpoints, e.g. bert-base-uncased, carry one)."))
     else:
+        from_url("a", "nsp_a")
+        from_url("b", "nsp_b")
         a = st.text_area("Sentence A", "The man went to the store.", key="nsp_a")
         b = st.text_area("Sentence B", "He bought a gallon of milk.", key="nsp_b")
+        to_url(a=a, b=b)
         try:
             check_text(a, "sentence A")
             check_text(b, "sentence B")

@@ -11,8 +11,8 @@ from bertscope.probe_data import SHIPPED, read_task, shipped_task
 from bertscope.probe_views import layer_figure, run_name
 from bertscope.probing import ProbeResult, probe_layers
 from views.shared import (
-    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, demo, model_key, plain, require_model,
-    result_store, show_error,
+    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, demo, from_url, model_key, plain,
+    require_model, result_store, show_error, to_url,
 )
 
 UPLOAD = "Your own file…"
@@ -31,6 +31,9 @@ st.caption("A linear probe per layer: can a logistic regression read the propert
 require_model()
 key = model_key()
 
+from_url("task", "probe_task", str, lambda v: v in TASKS and v != UPLOAD)
+from_url("vec", "probe_pooling", str, lambda v: v in ("mean", "first"))
+from_url("probe", "probe_kind", str, lambda v: v in ("logreg", "mlp"))
 with st.form("probe_form"):
     c1, c2, c3 = st.columns([2, 1, 1])
     suite = c1.selectbox("Task", list(TASKS), format_func=TASKS.get, key="probe_task")
@@ -42,6 +45,8 @@ with st.form("probe_form"):
                                 type=["conllu", "csv", "jsonl"], key="probe_upload")
     submitted = st.form_submit_button("Extract and probe every layer", type="primary")
 
+to_url(task=suite if suite != UPLOAD else None, vec=pooling if pooling != "mean" else None,
+       probe=kind if kind != "logreg" else None)
 if submitted:
     try:
         if suite == UPLOAD:

@@ -48,6 +48,8 @@ except BertScopeError as err:
     show_error(err)
     st.stop()
 
+from_url("pool", "shift_pooling", str, lambda v: v in ("mean", "first"))
+from_url("occ", "shift_occurrences", str, lambda v: v in ("all", "first"))
 with st.form("shift_form"):
     table = st.data_editor(source, num_rows="dynamic", width="stretch", key=f"shift_rows_{choice}_{uploaded is not None}",
                            column_config={"sentence": st.column_config.TextColumn(width="large")})
@@ -89,7 +91,8 @@ st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”,
 
 from_url("layer", "shift_layer", int, lambda v: 0 <= v < result.n_layers)
 layer = st.slider("Layer", 0, result.n_layers - 1, result.n_layers - 1, key="shift_layer")
-to_url(word=choice if choice != OWN else None, layer=layer)
+to_url(word=choice if choice != OWN else None, layer=layer, pool=pooling if pooling != "mean" else None,
+       occ=occurrences if occurrences != "all" else None)
 tab_sim, tab_layers, tab_map, tab_vocab = st.tabs(
     ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours"])
 with tab_sim:
@@ -111,7 +114,9 @@ with tab_layers:
     st.download_button("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
                        "text/csv", on_click="ignore", key="shift_dl")
 with tab_map:
+    from_url("map", "shift_method", str.upper, lambda v: v in ("PCA", "UMAP"))
     method = st.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="shift_method")
+    to_url(map=method.lower() if method != "PCA" else None)
     try:
         maps = result_store("shift_maps", 64)
         coords = maps.get((key, digest, layer, method))
