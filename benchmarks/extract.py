@@ -58,9 +58,9 @@ def naive(lm, task) -> list[np.ndarray]:
 
 
 def main() -> None:
+    from bertscope.attention_stats import shipped_corpus
     from bertscope.hidden_cache import HiddenStateCache, extract, hidden_states
     from bertscope.models import load_model
-    from bertscope.attention_stats import shipped_corpus
     from bertscope.probe_data import ProbeTask
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
