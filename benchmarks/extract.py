@@ -45,7 +45,8 @@ def naive(lm, task) -> list[np.ndarray]:
         enc = lm.tokenizer(" ".join(words), return_tensors="pt", return_offsets_mapping=True)
         offsets = enc.pop("offset_mapping")[0].tolist()
         with torch.inference_mode():
-            hidden = torch.stack(lm.model(**enc, output_hidden_states=True).hidden_states)[:, 0]  # [layer+1, token, dim]
+            states = lm.model(**enc, output_hidden_states=True).hidden_states
+            hidden = torch.stack(states)[:, 0]  # [layer+1, token, dim]
         # word ids from the tokenizer: a piece belongs to the word whose characters it covers
         starts, at = [], 0
         for w in words:
@@ -76,7 +77,6 @@ def main() -> None:
     np.random.default_rng(0).shuffle(texts)
     words = tuple(tuple(t.split()) for t in texts)
     task = ProbeTask("corpus", "token", words, tuple(("X",) * len(w) for w in words))
-    labels = task.labels
     n_words = sum(len(w) for w in words)
     def ours() -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -97,9 +97,10 @@ def main() -> None:
         hit_s = time.perf_counter() - start
     rate = lambda s: n_words / s  # noqa: E731
     print(f"{len(words)} sentences, {n_words:,} words, {args.model}, {torch.get_num_threads()} threads")
-    print(f"ours (sorted batches + disk cache): {rate(ours_s):,.0f} words/s ({ours_s:.1f} s), peak {ours_peak / 2**20:.0f} MiB")
-    print(f"naive one sentence at a time:       {rate(naive_s):,.0f} words/s ({naive_s:.1f} s), peak {naive_peak / 2**20:.0f} MiB")
-    print(f"unsorted padded batches:            {rate(unsorted_s):,.0f} words/s ({unsorted_s:.1f} s), peak {unsorted_peak / 2**20:.0f} MiB")
+    for name, seconds, peak in (("ours (sorted batches + disk cache)", ours_s, ours_peak),
+                                ("naive one sentence at a time", naive_s, naive_peak),
+                                ("unsorted padded batches", unsorted_s, unsorted_peak)):
+        print(f"{name + ':':<37}{rate(seconds):,.0f} words/s ({seconds:.1f} s), peak {peak / 2**20:.0f} MiB")
     print(f"ratios: ours / naive {naive_s / ours_s:.2f}x (goal >= 3), ours / unsorted {unsorted_s / ours_s:.2f}x "
           f"(goal >= 1.2); cache hit afterwards {hit_s:.2f} s")
 

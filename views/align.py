@@ -136,7 +136,10 @@ if av.truncated:
     st.caption(f"{av.truncated} inputs were cut at the model's maximum length.")
 
 with st.expander("Tokenizer coverage per language"):
-    coverage = tokenizer_coverage(lm, picked)
+    coverage = result_store("align_coverage").get(computed_key)
+    if coverage is None:
+        coverage = tokenizer_coverage(lm, picked)
+        result_store("align_coverage").put(computed_key, coverage)
     st.dataframe(pd.DataFrame({
         "language": [f"{language_name(c.language)} ({c.language})" for c in coverage],
         "unknown pieces": [f"{c.unknown_share:.1%}" for c in coverage],

