@@ -76,7 +76,7 @@ def run_one(model: str, task, args, weights_dir: Path | None = None, quiet: bool
 
 
 def write_results(result, out: Path) -> dict:
-    from bertscope.probe_views import layer_figure, save_png
+    from bertscope.figures.probe import layer_figure, save_png
 
     out.mkdir(parents=True, exist_ok=True)
     data = result.to_json()

@@ -25,7 +25,7 @@ def folder_name(model: str, task: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bertscope.probe_views import layer_figure, save_png
+    from bertscope.figures.probe import layer_figure, save_png
 
     parser = argparse.ArgumentParser(prog="python -m probes.sweep", description=__doc__.splitlines()[0])
     add_arguments(parser, several=True)

@@ -11,7 +11,7 @@ import torch
 from torch.testing import assert_close
 
 from bertscope import BertScopeError, inspect
-from bertscope.attention_views import (
+from bertscope.figures.attention import (
     bertviz_html, bertviz_inputs, head_heatmap, label, layer_grid, select, token_across_layers,
 )
 

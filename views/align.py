@@ -11,7 +11,7 @@ from bertscope.align import (
     CARRIERS, PROPOSED_MODEL, centre, embed_parallel, language_name, read_parallel_tsv, retrieval,
     shipped_parallel, token_alignment, tokenizer_coverage,
 )
-from bertscope.align_views import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
+from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
 from bertscope.bundled_multilingual import MULTILINGUAL
 from bertscope.presets import BUNDLED
 from bertscope.projection import project, umap_is_warm

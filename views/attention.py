@@ -7,7 +7,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.attention_stats import STATISTICS, head_stats, read_corpus, shipped_corpus
-from bertscope.attention_views import (
+from bertscope.figures.attention import (
     BERTVIZ_DEFAULT_MAX_TOKENS, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
     token_across_layers,
 )

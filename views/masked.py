@@ -5,7 +5,7 @@ import plotly.express as px
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.attention_views import label
+from bertscope.figures.attention import label
 from bertscope.fill_mask import (
     MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of,
 )

@@ -8,7 +8,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.probe_data import read_task, shipped_task
-from bertscope.probe_views import layer_figure, run_name
+from bertscope.figures.probe import layer_figure, run_name
 from bertscope.probing import ProbeResult, probe_layers
 from views.shared import (
     PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, demo, from_url, model_key, plain,

@@ -10,7 +10,7 @@ from bertscope.shift import (
     anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, pca_2d, read_labelled_csv,
     sense_presets, umap_2d,
 )
-from bertscope.shift_views import layer_lines, occurrence_names, projection_scatter, similarity_heatmap
+from bertscope.figures.shift import layer_lines, occurrence_names, projection_scatter, similarity_heatmap
 from views.shared import (
     PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, from_url, model_key, plain, require_model,
     result_store, show_error, to_url,

@@ -15,9 +15,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .attention_stats import STATISTICS, HeadStats
-from .errors import BertScopeError
-from .inspect import Inspection
+from ..attention_stats import STATISTICS, HeadStats
+from ..errors import BertScopeError
+from ..inspect import Inspection
 
 BERTVIZ_DEFAULT_MAX_TOKENS = 128
 _REQUIRE_JS = '<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js"></script>'

@@ -8,8 +8,8 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from .attention_views import label
-from .probing import ProbeResult
+from .attention import label
+from ..probing import ProbeResult
 
 COLOURS = qualitative.Plotly
 

@@ -6,8 +6,8 @@ import numpy as np
 import plotly.express as px
 import plotly.graph_objects as go
 
-from .attention_views import label
-from .shift import LayerMetrics, ShiftResult, cosine_matrix
+from .attention import label
+from ..shift import LayerMetrics, ShiftResult, cosine_matrix
 
 
 def _order(result: ShiftResult) -> list[int]:

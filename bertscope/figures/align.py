@@ -7,8 +7,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from .align import AlignmentVectors, RetrievalResult, TokenAlignment, language_name
-from .attention_views import label
+from ..align import AlignmentVectors, RetrievalResult, TokenAlignment, language_name
+from .attention import label
 
 COLOURS = qualitative.Plotly + qualitative.Dark24
 
