@@ -15,7 +15,9 @@ sentence, then over sentences (the paper's released code does the same):
 Word pieces: statistics are computed over tokens as the model sees them (word pieces), as
 in Clark et al. for these statistics; "previous token" means the previous word piece.
 Padding never counts: each sentence uses only its own n positions as queries and keys.
-Sentences are streamed in batches, so memory is bounded by one batch of attentions.
+Sentences are streamed in batches bounded by bytes, and every reduction runs in torch on the
+model's device, one layer at a time, accumulating in float32 (float64 across batches): only
+[layer, head] sums cross to the CPU, never an attention tensor.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
+import torch
 
 from .errors import BertScopeError
-from .inspect import BatchInspection, inspect_batch
+from .inspect import BatchInspection, device_batches
 from .models import LoadedModel
 
 STATISTICS = {
@@ -84,37 +87,38 @@ class HeadStats:
         }
 
 
-def sentence_statistics(
-    attentions: np.ndarray,  # [batch, layer, head, query, key]; rows over real keys sum to 1
-    mask: np.ndarray,  # [batch, token] bool, False = padding
-    is_cls: np.ndarray,  # [batch, token] bool
-    is_sep: np.ndarray,  # [batch, token] bool
-    is_punct: np.ndarray,  # [batch, token] bool
-) -> dict[str, np.ndarray]:
-    """Each statistic per sentence: name -> [batch, layer, head]."""
-    a = attentions.astype(np.float32, copy=False)  # float32 halves a batch's memory
-    m = mask.astype(np.float32)  # [b, t]
-    n = m.sum(axis=1)  # [b]
-    q_mask = m[:, None, None, :]  # [b, 1, 1, q]
-    k_mask = m[:, None, None, None, :]  # [b, 1, 1, 1, k]
-    per_query_mean = lambda x: (x * q_mask).sum(-1) / n[:, None, None]  # noqa: E731  [b, l, h]
+def layer_statistics(
+    a: torch.Tensor,  # [batch, head, query, key] one layer's attention; rows over real keys sum to 1
+    mask: torch.Tensor,  # [batch, token] bool, False = padding
+    is_cls: torch.Tensor,  # [batch, token] bool
+    is_sep: torch.Tensor,  # [batch, token] bool
+    is_punct: torch.Tensor,  # [batch, token] bool
+) -> dict[str, torch.Tensor]:
+    """Each statistic per sentence for one layer: name -> [batch, head] float32, on a's device."""
+    a = a.float()  # a half-precision model's weights are summed in float32
+    m = mask.float()  # [b, t]
+    n = m.sum(dim=1)  # [b]
+    q_mask = m[:, None, :]  # [b, 1, q]
+    k_mask = m[:, None, None, :]  # [b, 1, 1, k]
+    per_query_mean = lambda x: (x * q_mask).sum(-1) / n[:, None]  # noqa: E731  [b, h, q] -> [b, h]
 
     # pad keys become p = 1, whose p log p is 0, so they drop out of the sum
-    smooth = np.where(k_mask > 0, (1 - SMOOTHING) * a + (SMOOTHING / n)[:, None, None, None, None], 1.0)
-    entropy = -(smooth * np.log(smooth)).sum(-1)  # [b, l, h, q]
+    smooth = torch.where(k_mask > 0, (1 - SMOOTHING) * a + (SMOOTHING / n)[:, None, None, None],
+                         torch.ones((), device=a.device))
+    entropy = -(smooth * torch.log(smooth)).sum(-1)  # [b, h, q]
+    del smooth
 
-    # mass on [CLS], [SEP] and punctuation in one batched matmul: [b, l*h*q, k] @ [b, k, 3]
-    b_, l_, h_, t_, _ = a.shape
-    selectors = np.stack([is_cls & mask, is_sep & mask, is_punct & mask], axis=-1).astype(np.float32)
-    masses = np.matmul(a.reshape(b_, l_ * h_ * t_, t_), selectors).reshape(b_, l_, h_, t_, 3)
+    # mass on [CLS], [SEP] and punctuation in one batched matmul: [b, h*q, k] @ [b, k, 3]
+    b_, h_, t_, _ = a.shape
+    selectors = torch.stack([is_cls & mask, is_sep & mask, is_punct & mask], dim=-1).float()  # [b, k, 3]
+    masses = torch.bmm(a.reshape(b_, h_ * t_, t_), selectors).reshape(b_, h_, t_, 3)
 
-    t = a.shape[-1]
-    positions = np.arange(t)
-    distance = np.abs(positions[:, None] - positions[None, :]).astype(np.float32)  # [q, k]
-    prev = np.zeros(a.shape[:-1], np.float32)  # [b, l, h, q]
-    prev[..., 1:] = np.diagonal(a, offset=-1, axis1=-2, axis2=-1)  # (q, q-1)
-    nxt = np.zeros(a.shape[:-1], np.float32)
-    nxt[..., :-1] = np.diagonal(a, offset=1, axis1=-2, axis2=-1) * m[:, None, None, 1:]  # (q, q+1)
+    positions = torch.arange(t_, device=a.device)
+    distance = (positions[:, None] - positions[None, :]).abs().float()  # [q, k]
+    prev = torch.zeros(a.shape[:-1], device=a.device)  # [b, h, q]
+    prev[..., 1:] = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1)  # (q, q-1)
+    nxt = torch.zeros(a.shape[:-1], device=a.device)
+    nxt[..., :-1] = torch.diagonal(a, offset=1, dim1=-2, dim2=-1) * m[:, None, 1:]  # (q, q+1)
     return {
         "entropy": per_query_mean(entropy),
         "cls": per_query_mean(masses[..., 0]),
@@ -122,9 +126,23 @@ def sentence_statistics(
         "punct": per_query_mean(masses[..., 2]),
         "prev": per_query_mean(prev),
         "next": per_query_mean(nxt),
-        "self": per_query_mean(np.diagonal(a, axis1=-2, axis2=-1)),
+        "self": per_query_mean(torch.diagonal(a, dim1=-2, dim2=-1)),
         "distance": per_query_mean((a * k_mask * distance).sum(-1)),
     }
+
+
+def sentence_statistics(
+    attentions: np.ndarray,  # [batch, layer, head, query, key]; rows over real keys sum to 1
+    mask: np.ndarray,  # [batch, token] bool, False = padding
+    is_cls: np.ndarray,  # [batch, token] bool
+    is_sep: np.ndarray,  # [batch, token] bool
+    is_punct: np.ndarray,  # [batch, token] bool
+) -> dict[str, np.ndarray]:
+    """Each statistic per sentence from CPU arrays: name -> [batch, layer, head]."""
+    flags = [torch.from_numpy(np.asarray(f, bool)) for f in (mask, is_cls, is_sep, is_punct)]
+    per_layer = [layer_statistics(torch.from_numpy(np.ascontiguousarray(attentions[:, i])), *flags)
+                 for i in range(attentions.shape[1])]
+    return {name: torch.stack([s[name] for s in per_layer], dim=1).numpy() for name in STATISTICS}
 
 
 def _token_flags(lm: LoadedModel, batch: BatchInspection) -> tuple[np.ndarray, ...]:
@@ -151,18 +169,22 @@ def head_stats(
         raise BertScopeError("The corpus is empty: give at least one sentence (one per line).")
     if len(texts) > MAX_SENTENCES:
         raise BertScopeError(f"The corpus has {len(texts):,} sentences; the limit is {MAX_SENTENCES:,}.")
-    sums: dict[str, np.ndarray] = {}
+    sums = np.zeros((len(STATISTICS), lm.num_layers, lm.num_heads))  # float64 across batches
     tokens = done = 0
-    for batch in inspect_batch(lm, texts, batch_size=batch_size, with_hidden_states=False):
-        flags = _token_flags(lm, batch)
-        per_sentence = sentence_statistics(batch.attentions, batch.attention_mask, *flags)
-        for name, values in per_sentence.items():
-            sums[name] = sums.get(name, 0) + values.sum(axis=0, dtype=np.float64)
+    for batch, out in device_batches(lm, texts, batch_size=batch_size, with_attentions=True):
+        with torch.inference_mode():
+            flags = [torch.from_numpy(f).to(lm.device) for f in (batch.attention_mask, *_token_flags(lm, batch))]
+            per_layer = []
+            for a in out.attentions:  # [batch, head, q, k] on the device, one layer at a time
+                stats = layer_statistics(a, *flags)
+                per_layer.append(torch.stack([stats[name].sum(0) for name in STATISTICS]))  # [stat, head]
+            sums += torch.stack(per_layer, dim=1).cpu().double().numpy()  # one [stat, layer, head] copy
+        del out
         tokens += int(batch.attention_mask.sum())
         done += len(batch)
         if progress is not None:
             progress(done, len(texts))
-    return HeadStats({k: v / len(texts) for k, v in sums.items()}, len(texts), tokens)
+    return HeadStats({name: sums[i] / len(texts) for i, name in enumerate(STATISTICS)}, len(texts), tokens)
 
 
 def read_corpus(text: str) -> list[str]:

@@ -121,20 +121,20 @@ def fill_mask(lm: LoadedModel, text: str, top_k: int = 5) -> FillMaskResult:
         raise BertScopeError("The text has no mask: put [MASK] where a word should be predicted.")
     if wanted > MAX_MASKS:
         raise BertScopeError(f"The text has {wanted} masks; at most {MAX_MASKS} are allowed.")
-    r = inspect(lm, normalised)
+    r = inspect(lm, normalised, with_attentions=False, logit_positions="masks")  # hidden states: logit lens
     positions = _mask_positions(lm, r)
     if len(positions) < wanted:
         raise BertScopeError(
             f"{wanted - len(positions)} of the {wanted} masks fell beyond the model's "
             f"{lm.max_length}-token limit: shorten the text."
         )
-    predictions = [_top_k(r.mlm_logits[i], top_k, lm.tokenizer) for i in positions]
+    predictions = [_top_k(r.logits_at(i), top_k, lm.tokenizer) for i in positions]
     return FillMaskResult(r, positions, predictions, warnings=r.warnings)
 
 
 def words_of(lm: LoadedModel, text: str) -> tuple[Inspection, list[str]]:
     """The text's words as the tokenizer splits them (for choosing words to mask)."""
-    r = inspect(lm, text, with_logits=False)
+    r = inspect(lm, text, with_logits=False, with_attentions=False, with_hidden_states=False)
     words: dict[int, str] = {}
     for token, word, seq in zip(r.tokens, r.word_ids, r.sequence_ids):
         if word is not None and seq == 0:
@@ -158,8 +158,8 @@ def fill_mask_words(lm: LoadedModel, text: str, words: list[int], top_k: int = 5
     if len(positions) > MAX_MASKS:
         raise BertScopeError(f"Those words make {len(positions)} masks; at most {MAX_MASKS} are allowed.")
     masked = [lm.tokenizer.mask_token_id if i in positions else t for i, t in enumerate(ids)]
-    r = inspect_ids(lm, template, masked)
-    predictions = [_top_k(r.mlm_logits[i], top_k, lm.tokenizer) for i in positions]
+    r = inspect_ids(lm, template, masked, with_attentions=False, logit_positions=positions)
+    predictions = [_top_k(r.logits_at(i), top_k, lm.tokenizer) for i in positions]
     return FillMaskResult(r, positions, predictions, original_ids=ids, warnings=template.warnings)
 
 
@@ -175,14 +175,15 @@ def iterative_fill(lm: LoadedModel, start: FillMaskResult) -> IterativeFill:
     joint = 1.0
     specials = [i for i in lm.tokenizer.all_special_ids if i < current.mlm_logits.shape[-1]]
     for step in range(len(remaining)):
-        best = {i: _top_k(current.mlm_logits[i], 1, lm.tokenizer, exclude=specials)[0] for i in remaining}
+        best = {i: _top_k(current.logits_at(i), 1, lm.tokenizer, exclude=specials)[0] for i in remaining}
         position = max(remaining, key=lambda i: best[i].score)
         ids[position] = best[position].token_id
         joint *= best[position].score
         steps.append(FilledMask(position, best[position], step))
         remaining.remove(position)
         if remaining:
-            current = inspect_ids(lm, start.inspection, ids)
+            current = inspect_ids(lm, start.inspection, ids, with_attentions=False, with_hidden_states=False,
+                                  logit_positions=remaining)
     text = lm.tokenizer.decode(
         [t for t, special in zip(ids, start.inspection.special_mask) if not special]
     )

@@ -15,7 +15,7 @@ cut away, so no statistic built on it can count a pad token.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,8 @@ from .models import LoadedModel
 from .tokens import readable_tokens
 
 MAX_CHARS = 100_000  # beyond this even tokenising is wasteful: the model sees <= 512 tokens
+PRECISIONS = {"float32": torch.float32, "float16": torch.float16}
+LogitPositions = Sequence[int] | Literal["masks"] | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,11 +48,23 @@ class Inspection:
     # (None only from inspect_batch(..., with_attentions=False))
     hidden_states: np.ndarray | None  # [layer + 1, token, dim] float32; index 0 = embedding output
     # (None only from inspect_batch(..., with_hidden_states=False))
-    mlm_logits: np.ndarray | None  # [token, vocab] float32, when the model has an MLM head
+    mlm_logits: np.ndarray | None  # [token, vocab] float32, when the model has an MLM head;
+    # [len(logit_positions), vocab] when only some positions were asked for (use logits_at)
     nsp_logits: np.ndarray | None  # [2] float32 (IsNext, NotNext), when it has an NSP head
     truncated: bool
     original_length: int  # tokens before truncation, special tokens included
     warnings: tuple[str, ...]
+    logit_positions: tuple[int, ...] | None = None  # rows kept in mlm_logits; None = every token
+
+    def logits_at(self, position: int) -> np.ndarray:
+        """The MLM logits [vocab] at token ``position``, however many rows were kept."""
+        if self.mlm_logits is None:
+            raise BertScopeError("This result has no masked-LM logits.")
+        if self.logit_positions is None:
+            return self.mlm_logits[position]
+        if position not in self.logit_positions:
+            raise BertScopeError(f"Logits were kept only at positions {list(self.logit_positions)}.")
+        return self.mlm_logits[self.logit_positions.index(position)]
 
     @property
     def n_tokens(self) -> int:
@@ -89,10 +103,11 @@ class BatchInspection:
     attentions: np.ndarray | None  # [batch, layer, head, query, key]; pad keys get 0 weight;
     # None when the batch was run with with_attentions=False
     hidden_states: np.ndarray | None  # [batch, layer + 1, token, dim]; None if not asked for
-    mlm_logits: np.ndarray | None  # [batch, token, vocab]
+    mlm_logits: np.ndarray | None  # [batch, token, vocab]; with logit_positions, [rows kept, vocab]
     nsp_logits: np.ndarray | None  # [batch, 2]
     truncated: list[bool]
     original_lengths: list[int]
+    logit_positions: list[tuple[int, ...]] | None = None  # per row: positions kept, in order
 
     @property
     def lengths(self) -> np.ndarray:  # [batch] real tokens per row
@@ -104,6 +119,16 @@ class BatchInspection:
     def item(self, i: int) -> Inspection:
         keep = np.flatnonzero(self.attention_mask[i])  # [token] real positions (any pad side)
         cut = lambda seq: [seq[j] for j in keep]  # noqa: E731
+        logit_positions = None
+        if self.mlm_logits is None:
+            logits = None
+        elif self.logit_positions is None:
+            logits = self.mlm_logits[i, keep]
+        else:  # rows of every item, in item order; positions counted after cutting padding
+            first = sum(len(p) for p in self.logit_positions[:i])
+            logits = self.mlm_logits[first:first + len(self.logit_positions[i])]
+            where = {int(j): n for n, j in enumerate(keep)}
+            logit_positions = tuple(where[p] for p in self.logit_positions[i])
         return Inspection(
             model_name=self.model_name,
             text=self.texts[i],
@@ -118,11 +143,12 @@ class BatchInspection:
             offsets=cut(self.offsets[i]),
             attentions=None if self.attentions is None else self.attentions[i][:, :, keep][:, :, :, keep],
             hidden_states=None if self.hidden_states is None else self.hidden_states[i][:, keep],
-            mlm_logits=None if self.mlm_logits is None else self.mlm_logits[i, keep],
+            mlm_logits=logits,
             nsp_logits=None if self.nsp_logits is None else self.nsp_logits[i],
             truncated=self.truncated[i],
             original_length=self.original_lengths[i],
             warnings=_truncation_warning(self.truncated[i], self.original_lengths[i], len(keep)),
+            logit_positions=logit_positions,
         )
 
 
@@ -142,41 +168,73 @@ def _check_text(text: Any, what: str = "text") -> str:
     return text
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu", torch.float32).numpy()
+def _numpy(t: torch.Tensor, dtype: torch.dtype = torch.float32) -> np.ndarray:
+    """One transfer: cast on the model's device (half the bytes for float16), then copy."""
+    return t.detach().to(dtype).cpu().numpy()
+
+
+def _logit_rows(lm: LoadedModel, input_ids: torch.Tensor, positions: LogitPositions) -> torch.Tensor | None:
+    """[batch, token] bool: where MLM logits are kept (None = everywhere)."""
+    if positions is None:
+        return None
+    if isinstance(positions, str):
+        if positions != "masks":
+            raise BertScopeError(f"Unknown logit positions {positions!r}: use 'masks' or a list of positions.")
+        return input_ids == lm.tokenizer.mask_token_id
+    rows = torch.zeros_like(input_ids, dtype=torch.bool)
+    for p in positions:
+        if not 0 <= int(p) < input_ids.shape[1]:
+            raise BertScopeError(f"Position {p} does not exist: the input has {input_ids.shape[1]} tokens.")
+        rows[:, int(p)] = True
+    return rows
+
+
+def _device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_states: bool) -> Any:
+    """The one forward pass; its outputs stay on the model's device."""
+    feed = {k: enc[k].to(lm.device, non_blocking=True) for k in lm.tokenizer.model_input_names if k in enc}
+    with lm.guard, torch.inference_mode():  # bounded concurrent passes per shared model
+        return lm.model(**feed, output_attentions=with_attentions,
+                        output_hidden_states=with_hidden_states, return_dict=True)
+
+
+def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.Tensor | None,
+               precision: str) -> dict[str, np.ndarray | None]:
+    """Model outputs -> CPU arrays, batch first: stacked and cast on the device, then one
+    transfer per output; MLM logits only at ``logit_rows`` ([batch, token] bool) when given."""
+    if precision not in PRECISIONS:
+        raise BertScopeError(f"Unknown precision {precision!r}: use float32 or float16.")
+    with torch.inference_mode():
+        logits = getattr(out, "prediction_logits", None)
+        if logits is None:
+            logits = getattr(out, "logits", None)
+        keep_logits = with_logits and logits is not None and "mlm" in lm.heads
+        if keep_logits and logit_rows is not None:
+            logits = logits[logit_rows.to(logits.device)]  # [rows kept, vocab], item by item
+        nsp = getattr(out, "seq_relationship_logits", None)
+        return {
+            "attentions": None if out.attentions is None else
+            _numpy(torch.stack(out.attentions, dim=1), PRECISIONS[precision]),  # [batch, layer, head, q, k]
+            "hidden_states": None if out.hidden_states is None else
+            _numpy(torch.stack(out.hidden_states, dim=1)),  # [batch, layer + 1, token, dim]
+            "mlm_logits": _numpy(logits) if keep_logits else None,
+            "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.heads) else None,  # [batch, 2]
+        }
 
 
 def _run_model(
     lm: LoadedModel, enc: Any, with_logits: bool, with_attentions: bool = True,
-    with_hidden_states: bool = True,
+    with_hidden_states: bool = True, logit_rows: torch.Tensor | None = None,
+    precision: str = "float32",
 ) -> dict[str, np.ndarray | None]:
-    """The one forward pass: model inputs -> CPU float32 arrays, batch first."""
-    feed = {k: enc[k].to(lm.device) for k in lm.tokenizer.model_input_names if k in enc}
-    with lm.guard, torch.inference_mode():  # bounded concurrent passes per shared model
-        out = lm.model(**feed, output_attentions=with_attentions,
-                       output_hidden_states=with_hidden_states, return_dict=True)
-    logits = getattr(out, "prediction_logits", None)
-    if logits is None:
-        logits = getattr(out, "logits", None)
-    nsp = getattr(out, "seq_relationship_logits", None)
-    return {
-        "attentions": _numpy(torch.stack(out.attentions, dim=1)) if with_attentions else None,
-        "hidden_states": _numpy(torch.stack(out.hidden_states, dim=1)) if with_hidden_states else None,
-        "mlm_logits": _numpy(logits) if (with_logits and logits is not None and "mlm" in lm.heads) else None,
-        "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.heads) else None,
-    }
+    """The one forward pass: model inputs -> CPU arrays (see ``_to_arrays``)."""
+    if precision not in PRECISIONS:  # before the pass, not after it
+        raise BertScopeError(f"Unknown precision {precision!r}: use float32 or float16.")
+    out = _device_pass(lm, enc, with_attentions, with_hidden_states)
+    return _to_arrays(lm, out, with_logits, logit_rows, precision)
 
 
-def _forward_batch(
-    lm: LoadedModel,
-    texts: list[str],
-    pairs: list[str | None],
-    with_logits: bool,
-    indices: list[int],
-    with_attentions: bool = True,
-    with_hidden_states: bool = True,
-) -> BatchInspection:
-    tok = lm.tokenizer
+def _encode(lm: LoadedModel, texts: list[str], pairs: list[str | None]) -> tuple[Any, list[int]]:
+    """Padded encodings (truncated to the model's maximum) and each row's length before that."""
     has_pairs = any(p is not None for p in pairs)
     if has_pairs and any(p is None for p in pairs):
         raise BertScopeError("Give a second text for every sentence of a batch, or for none.")
@@ -184,12 +242,20 @@ def _forward_batch(
     options = dict(
         add_special_tokens=True, padding=True, return_tensors="pt", return_special_tokens_mask=True,
     )
-    enc = tok(texts, second, truncation=False, **options)
+    enc = lm.tokenizer(texts, second, truncation=False, **options)
     original = enc["attention_mask"].sum(dim=1).tolist()
     if max(original) > lm.max_length:  # tokenise again only when something must be cut
-        enc = tok(texts, second, truncation=True, max_length=lm.max_length, **options)
+        enc = lm.tokenizer(texts, second, truncation=True, max_length=lm.max_length, **options)
+    return enc, original
+
+
+def _describe(lm: LoadedModel, enc: Any, texts: list[str], pairs: list[str | None], indices: list[int],
+              original: list[int], arrays: dict | None = None, rows: torch.Tensor | None = None
+              ) -> BatchInspection:
+    """The batch's tokens, ids and masks (CPU), with ``arrays`` from the pass when given."""
+    tok = lm.tokenizer
     n = len(texts)
-    arrays = _run_model(lm, enc, with_logits, with_attentions, with_hidden_states)
+    arrays = arrays or {"attentions": None, "hidden_states": None, "mlm_logits": None, "nsp_logits": None}
     attention_mask = enc["attention_mask"].bool()  # [batch, token]
     special = enc["special_tokens_mask"].bool() | ~attention_mask  # [batch, token]
     input_ids = enc["input_ids"]  # [batch, token]
@@ -217,17 +283,98 @@ def _forward_batch(
         **arrays,
         truncated=[o > lm.max_length for o in original],
         original_lengths=original,
+        logit_positions=None if rows is None or arrays["mlm_logits"] is None else
+        [tuple(int(j) for j in torch.nonzero(r).flatten().tolist()) for r in rows],
     )
 
 
+def _forward_batch(
+    lm: LoadedModel,
+    texts: list[str],
+    pairs: list[str | None],
+    with_logits: bool,
+    indices: list[int],
+    with_attentions: bool = True,
+    with_hidden_states: bool = True,
+    logit_positions: LogitPositions = None,
+    precision: str = "float32",
+) -> BatchInspection:
+    enc, original = _encode(lm, texts, pairs)
+    rows = _logit_rows(lm, enc["input_ids"], logit_positions) if with_logits else None
+    arrays = _run_model(lm, enc, with_logits, with_attentions, with_hidden_states, rows, precision)
+    return _describe(lm, enc, texts, pairs, indices, original, arrays, rows)
+
+
 def inspect(
-    lm: LoadedModel, text: str, text_pair: str | None = None, with_logits: bool = True
+    lm: LoadedModel, text: str, text_pair: str | None = None, with_logits: bool = True,
+    with_attentions: bool = True, with_hidden_states: bool = True,
+    logit_positions: LogitPositions = None, precision: str = "float32",
 ) -> Inspection:
-    """Run ``text`` (and optionally segment B ``text_pair``) through ``lm`` once."""
+    """Run ``text`` (and optionally segment B ``text_pair``) through ``lm`` once.
+
+    Ask only for what you use: ``with_attentions``/``with_hidden_states``/``with_logits``;
+    ``logit_positions`` ("masks" or token positions) keeps MLM logits only there (a full
+    [token, vocab] block is 512 MB for XLM-R at 512 tokens); ``precision="float16"`` halves
+    the attentions (a view's 3 decimals survive it). Read logits with ``logits_at``.
+    """
     _check_text(text)
     if text_pair is not None:
         _check_text(text_pair, "second text")
-    return _forward_batch(lm, [text], [text_pair], with_logits, [0]).item(0)
+    return _forward_batch(lm, [text], [text_pair], with_logits, [0], with_attentions, with_hidden_states,
+                          logit_positions, precision).item(0)
+
+
+DEFAULT_BATCH_BYTES = 512 * 2**20  # outputs of one batch (attentions dominate at 512 tokens)
+
+
+def output_bytes(lm: LoadedModel, tokens: int, with_attentions: bool, with_hidden_states: bool,
+                 with_logits: bool) -> int:
+    """Bytes of float32 outputs for one padded row of ``tokens`` tokens."""
+    size = 0
+    if with_attentions:
+        size += lm.num_layers * lm.num_heads * tokens * tokens * 4  # [layer, head, q, k]
+    if with_hidden_states:
+        size += (lm.num_layers + 1) * tokens * lm.hidden_size * 4  # [layer + 1, token, dim]
+    if with_logits and "mlm" in lm.heads:
+        size += tokens * lm.vocab_size * 4  # [token, vocab]
+    return size
+
+
+def plan_batches(lengths: Sequence[int], row_bytes, batch_size: int, max_batch_bytes: int) -> list[list[int]]:
+    """Indices grouped in length order; a batch grows while its padded outputs fit the budget
+    (``row_bytes(length)`` per row) and it has fewer than ``batch_size`` rows. A single row
+    over the budget still runs, alone."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:  # ascending, so the newest row sets the padded length
+        if current and (len(current) >= batch_size or (len(current) + 1) * row_bytes(lengths[i]) > max_batch_bytes):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _plan(lm: LoadedModel, texts: Sequence[str], text_pairs: Sequence[str | None] | None, batch_size: int,
+          sort_by_length: bool, max_batch_bytes: int, row_bytes) -> tuple[list[str], list, list[list[int]]]:
+    texts = [_check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
+    pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
+    if len(pairs) != len(texts):
+        raise BertScopeError(f"{len(texts)} sentences but {len(pairs)} second texts.")
+    if any(p is not None for p in pairs) and any(p is None for p in pairs):
+        raise BertScopeError("Give a second text for every sentence of a batch, or for none.")
+    if batch_size < 1:
+        raise BertScopeError("The batch size must be at least 1.")
+    if not texts:
+        return texts, pairs, []
+    if not sort_by_length:
+        return texts, pairs, [list(range(s, min(s + batch_size, len(texts)))) for s in range(0, len(texts), batch_size)]
+    second = pairs if any(p is not None for p in pairs) else None
+    enc = lm.tokenizer(texts, second, add_special_tokens=True, truncation=True, max_length=lm.max_length)
+    lengths = [len(ids) for ids in enc["input_ids"]]
+    return texts, pairs, plan_batches(lengths, row_bytes, batch_size, max_batch_bytes)
 
 
 def inspect_batch(
@@ -239,32 +386,49 @@ def inspect_batch(
     with_logits: bool = False,
     with_attentions: bool = True,
     with_hidden_states: bool = True,
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> Iterator[BatchInspection]:
     """Stream padded batches over ``texts``; memory is bounded by one batch.
 
-    With ``sort_by_length`` sentences of similar length share a batch (less padding); each
-    batch's ``indices`` say where its rows were in ``texts``. ``with_attentions=False`` /
+    With ``sort_by_length`` sentences of similar token length share a batch (less padding),
+    and a batch holds at most ``batch_size`` rows and about ``max_batch_bytes`` of outputs
+    (BERT-large's attentions at 512 tokens are 400 MB a sentence); each batch's ``indices``
+    say where its rows were in ``texts``. ``with_attentions=False`` /
     ``with_hidden_states=False`` skip what a caller does not need (statistics stream faster).
     """
-    texts = [_check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
-    pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
-    if len(pairs) != len(texts):
-        raise BertScopeError(f"{len(texts)} sentences but {len(pairs)} second texts.")
-    if batch_size < 1:
-        raise BertScopeError("The batch size must be at least 1.")
-    order = list(range(len(texts)))
-    if sort_by_length:
-        order.sort(key=lambda i: len(texts[i]) + len(pairs[i] or ""))
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+    row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, with_logits)  # noqa: E731
+    texts, pairs, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes, row)
+    for idx in batches:
         yield _forward_batch(
             lm, [texts[i] for i in idx], [pairs[i] for i in idx], with_logits, idx, with_attentions,
             with_hidden_states,
         )
 
 
+def device_batches(
+    lm: LoadedModel,
+    texts: Sequence[str],
+    text_pairs: Sequence[str | None] | None = None,
+    batch_size: int = 32,
+    with_attentions: bool = True,
+    with_hidden_states: bool = False,
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Iterator[tuple[BatchInspection, Any]]:
+    """Like ``inspect_batch``, but the model's outputs stay on its device, for reductions
+    there (corpus statistics): yields (batch without arrays, the Hugging Face output whose
+    ``attentions``/``hidden_states`` are tuples of per-layer tensors on ``lm.device``)."""
+    row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, False)  # noqa: E731
+    texts, pairs, batches = _plan(lm, texts, text_pairs, batch_size, True, max_batch_bytes, row)
+    for idx in batches:
+        chosen_texts, chosen_pairs = [texts[i] for i in idx], [pairs[i] for i in idx]
+        enc, original = _encode(lm, chosen_texts, chosen_pairs)
+        out = _device_pass(lm, enc, with_attentions, with_hidden_states)
+        yield _describe(lm, enc, chosen_texts, chosen_pairs, idx, original), out
+
+
 def inspect_ids(
-    lm: LoadedModel, template: Inspection, input_ids: Sequence[int], with_logits: bool = True
+    lm: LoadedModel, template: Inspection, input_ids: Sequence[int], with_logits: bool = True,
+    with_attentions: bool = True, with_hidden_states: bool = True, logit_positions: LogitPositions = None,
 ) -> Inspection:
     """Run ``input_ids`` in place of ``template``'s tokens (same length, segments and words).
 
@@ -278,7 +442,13 @@ def inspect_ids(
         "attention_mask": torch.ones_like(ids),
         "token_type_ids": torch.from_numpy(template.token_type_ids[None].astype(np.int64)),
     }
-    arrays = {k: (None if v is None else v[0]) for k, v in _run_model(lm, enc, with_logits).items()}
+    rows = _logit_rows(lm, ids, logit_positions) if with_logits else None
+    out = _run_model(lm, enc, with_logits, with_attentions, with_hidden_states, rows)
+    arrays = {k: (None if v is None or (k == "mlm_logits" and rows is not None) else v[0]) for k, v in out.items()}
+    kept = None
+    if rows is not None and out["mlm_logits"] is not None:
+        arrays["mlm_logits"] = out["mlm_logits"]  # [rows kept, vocab]
+        kept = tuple(int(j) for j in torch.nonzero(rows[0]).flatten().tolist())
     raw = lm.tokenizer.convert_ids_to_tokens(ids[0].tolist())
     return replace(
         template,
@@ -286,4 +456,5 @@ def inspect_ids(
         raw_tokens=raw,
         tokens=readable_tokens(lm.tokenizer, ids[0].tolist(), template.word_ids, template.special_mask.tolist()),
         **arrays,
+        logit_positions=kept,
     )

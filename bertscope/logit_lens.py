@@ -54,7 +54,7 @@ def layerwise_predictions(lm: LoadedModel, result: FillMaskResult, mask_index: i
     with torch.inference_mode():
         logits = head(hidden.to(lm.device, lm.dtype)).float().cpu().numpy()  # [layer+1, V]
     # the head read at the last layer must reproduce the model's own logits
-    if not np.allclose(logits[-1], result.inspection.mlm_logits[position], atol=1e-3, rtol=1e-3):
+    if not np.allclose(logits[-1], result.inspection.logits_at(position), atol=1e-3, rtol=1e-3):
         raise BertScopeError(f"{type(lm.model).__name__}'s MLM head could not be isolated.")
     final = int(np.argmax(logits[-1]))
     readings = []

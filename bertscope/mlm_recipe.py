@@ -115,17 +115,20 @@ def mlm_recipe(
     mask_rate: float = 0.8, random_rate: float = 0.1, top_k: int = 5,
 ) -> RecipeResult:
     require_mlm(lm)
-    original = inspect(lm, text, with_logits=False)
+    original = inspect(lm, text, with_logits=False, with_attentions=False, with_hidden_states=False)
     c = corrupt(original.input_ids.tolist(), original.special_mask.tolist(), ordinary_vocab(lm),
                 lm.tokenizer.mask_token_id, seed, select_rate, mask_rate, random_rate)
-    corrupted = inspect_ids(lm, original, c.input_ids)
-    logits = torch.from_numpy(corrupted.mlm_logits)  # [token, vocab]
-    labels = torch.tensor(c.labels)  # [token]
+    chosen = sorted(c.actions)  # the loss counts these positions only: keep logits there alone
+    corrupted = inspect_ids(lm, original, c.input_ids, with_attentions=False, with_hidden_states=False,
+                            logit_positions=chosen)
+    logits = torch.from_numpy(corrupted.mlm_logits)  # [chosen, vocab]
+    labels = torch.tensor([c.labels[i] for i in chosen])  # [chosen]
     mean_loss = float(F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX))
-    per_token = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="none")  # [token]
+    per_token = dict(zip(chosen, F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX,
+                                                   reduction="none").tolist()))  # position -> loss
     positions = []
     for i, action in c.actions.items():
-        top = _top_k(corrupted.mlm_logits[i], top_k, lm.tokenizer)
+        top = _top_k(corrupted.logits_at(i), top_k, lm.tokenizer)
         positions.append(RecipePosition(
             i, original.tokens[i], corrupted.tokens[i], action, top, float(per_token[i]),
             top[0].token_id == c.labels[i],

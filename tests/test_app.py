@@ -145,11 +145,15 @@ def test_attention_page(monkeypatch, tiny_bert_dir):
     at.text_input(key="att_pair").input("a dog")
     at.button[0].click().run()
     assert not at.exception and not at.error
-    assert not at.number_input  # hidden tabs do no work: bertviz is not even built
+    readout = at.dataframe[0].value  # exact weights of one query row, largest first
+    assert list(readout.columns) == ["key", "token", "weight"] and readout["weight"].is_monotonic_decreasing
+    assert not at.multiselect  # hidden tabs do no work: bertviz is not even built
     at.session_state["att_tab"] = "bertviz head view"
     at.run()
-    at.number_input(key="att_cap_head").set_value(8).run()
-    assert any("capped at 8 tokens" in w for w in texts(at.warning))
+    assert not at.exception and not at.warning and at.multiselect(key="att_bv_layers_head").value == [0, 1]
+    monkeypatch.setenv("BERTSCOPE_BERTVIZ_MB", "0.01")  # a cap no page fits: refused in one line
+    at.run()
+    assert any("over the 0.0 MB cap" in w and "too much" in w for w in texts(at.warning))
     # head statistics on the shipped corpus, then a ranking by another statistic
     at.session_state["att_tab"] = "Head statistics"
     at.run()
@@ -408,9 +412,9 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     at.run()
     submit = "FormSubmitter:att_stats_form-Compute head statistics"
     for run in range(6):  # the first run computes; later clicks hit the cache, except when flushed
-        from views.shared import result_store
+        from views.shared import shared_results
 
-        result_store("head_stats")._items.clear()
+        shared_results().clear()
         at.button(key=submit).click().run()
     assert any("costly actions in 10 minutes" in e for e in texts(at.error))
     assert not at.exception

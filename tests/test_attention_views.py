@@ -28,8 +28,8 @@ def test_bertviz_gets_the_models_attention(tiny_bert, tiny_bert_dir):
     with torch.no_grad():
         ref = model(**enc, output_attentions=True).attentions
     assert len(attention) == len(ref)
-    for ours, theirs in zip(attention, ref):
-        assert_close(ours, theirs)
+    for ours, theirs in zip(attention, ref):  # rounded to 3 decimals: bertviz's page is text
+        assert_close(ours, theirs.double(), atol=5e-4, rtol=0)
     assert tokens == r.tokens and tokens[b_start] == "a"
 
 
@@ -44,7 +44,7 @@ def test_bertviz_html_carries_exact_tokens_and_attention(tiny_bert):
     params = params_of(bertviz_html(r, "head"))
     (entry,) = [a for a in params["attention"] if a["name"] == "All"] or params["attention"][:1]
     assert entry["left_text"] == r.tokens
-    np.testing.assert_allclose(np.array(entry["attn"]), r.attentions, rtol=1e-6)
+    np.testing.assert_allclose(np.array(entry["attn"]), r.attentions, atol=5e-4)
 
 
 def fake_inspection_with_tokens(tiny_bert, tokens):
@@ -69,8 +69,8 @@ def test_bertviz_cap_and_offline_notice(tiny_bert):
     r = inspect(tiny_bert, "the bank of the river is muddy and steep")
     page = bertviz_html(r, "head")
     assert 'onerror="bertscopeCdnFailed()"' in page and "could not load require.js" in page
-    with pytest.raises(BertScopeError, match="capped at 5 tokens"):
-        bertviz_html(r, "head", max_tokens=5)
+    with pytest.raises(BertScopeError, match="over the 0.0 MB cap"):
+        bertviz_html(r, "head", max_bytes=5_000)
 
 
 def test_hide_special_and_renormalise(tiny_bert):

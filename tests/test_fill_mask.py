@@ -84,7 +84,7 @@ def test_iterative_fill_is_most_confident_first(tiny_bert):
     first = it.steps[0]
     specials = set(tiny_bert.tokenizer.all_special_ids)
     best = {p: max((i for i in range(tiny_bert.vocab_size) if i not in specials),
-                   key=lambda i, p=p: start.inspection.mlm_logits[p][i]) for p in start.mask_positions}
+                   key=lambda i, p=p: start.inspection.logits_at(p)[i]) for p in start.mask_positions}
     assert first.prediction.token_id == best[first.position]
     np.testing.assert_allclose(it.joint_probability, it.steps[0].prediction.score * it.steps[1].prediction.score)
 
@@ -143,7 +143,11 @@ def test_recipe_is_seeded_and_rates_are_checked():
 
 def test_recipe_loss_equals_hand_computation(tiny_bert):
     r = mlm_recipe(tiny_bert, "the man walked along the river bank with his dog .", seed=5, select_rate=0.3)
-    logits = r.corrupted.mlm_logits  # [token, vocab]
+    assert r.corrupted.logit_positions == tuple(sorted(p.position for p in r.positions))  # chosen rows only
+    with torch.no_grad():  # reference: the model's own logits for the corrupted ids, every row
+        logits = tiny_bert.model(input_ids=torch.tensor([r.corrupted.input_ids.tolist()]),
+                                 token_type_ids=torch.tensor([r.corrupted.token_type_ids.tolist()])
+                                 ).prediction_logits[0].numpy()  # [token, vocab]
     losses = []
     for p in r.positions:
         row = logits[p.position].astype(np.float64)

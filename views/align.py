@@ -163,7 +163,7 @@ with tab_map:
     method = c1.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="align_method")
     join = c2.checkbox("Join each item's translations to its first-language point", key="align_join")
     try:
-        store_maps = result_store("align_maps", 32)
+        store_maps = result_store("align_maps")
         maps = store_maps.get((computed_key, layer, method))
         if maps is None:
             if method == "UMAP":
@@ -224,7 +224,7 @@ with tab_tokens:
         if source == target:
             raise BertScopeError("Choose two different languages.")
         texts = (picked.texts(source)[item], picked.texts(target)[item])
-        links = result_store("align_tokens", 64)
+        links = result_store("align_tokens")
         al = links.get((key, texts, layer))
         if al is None:
             al = token_alignment(lm, *texts, layer)

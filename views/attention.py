@@ -8,7 +8,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.attention_stats import STATISTICS, head_stats, read_corpus, shipped_corpus
 from bertscope.figures.attention import (
-    BERTVIZ_DEFAULT_MAX_TOKENS, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
+    attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
     token_across_layers,
 )
 from views.shared import (
@@ -47,7 +47,8 @@ with st.form("att_input"):
 try:
     check_text(text)
     check_text(pair, "second text")
-    r = cached_inspection(key, text, pair if pair.strip() else None)
+    with st.spinner("Running the model (attentions of every layer and head)…"):
+        r = cached_inspection(key, text, pair if pair.strip() else None)
 except BertScopeError as err:
     show_error(err)
     st.stop()
@@ -75,12 +76,23 @@ tabs = st.tabs(["Head", "All heads of the layer", "Token across layers", "bertvi
 try:
     with tabs[0]:
         if tabs[0].open:
-            fig = head_heatmap(r, layer, head, hide, renorm)
+            with st.spinner("Drawing the head…"):
+                fig = head_heatmap(r, layer, head, hide, renorm)
             st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
             figure_downloads(fig, f"attention-L{layer}-H{head}")
+            shown = [i for i in range(r.n_tokens) if not (hide and r.special_mask[i])]
+            q1, q2 = st.columns([3, 1])
+            query = q1.selectbox("Exact weights for the query token", shown, key="att_query",
+                                 format_func=lambda i: f"{i}: {r.tokens[i]}", index=min(1, len(shown) - 1))
+            top = q2.number_input("Top keys", 1, len(shown), min(10, len(shown)), key="att_query_top")
+            rows = attention_row(r, layer, head, query, int(top), hide, renorm)
+            st.dataframe(pd.DataFrame(rows).style.format({"weight": "{:.4f}"}), hide_index=True, width="stretch")
+            st.caption("The heatmap's hover reads weights to 3 decimals (sent as integers: a long "
+                       "input stays small); this table gives them as computed.")
     with tabs[1]:
         if tabs[1].open:
-            fig = layer_grid(r, layer, hide, renorm)
+            with st.spinner(f"Drawing all {r.n_heads} heads…"):
+                fig = layer_grid(r, layer, hide, renorm)
             st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
             figure_downloads(fig, f"attention-L{layer}-all-heads")
     with tabs[2]:
@@ -90,7 +102,8 @@ try:
             position = t1.selectbox("Token", choices, format_func=lambda i: f"{i}: {r.tokens[i]}",
                                     index=min(1, len(choices) - 1), key="att_token")
             which = t2.selectbox("Head", ["mean over heads", *range(r.n_heads)], key="att_token_head")
-            fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
+            with st.spinner("Drawing…"):
+                fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
             st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
             figure_downloads(fig, f"attention-token-{position}")
 except BertScopeError as err:
@@ -100,10 +113,24 @@ for tab, view in ((tabs[3], "head"), (tabs[4], "model")):
     with tab:
         if tab.open:
             st.caption("bertviz (Vig 2019) loads require.js, d3 and jQuery from cdnjs.cloudflare.com; "
-                       "without network the frame says so, and the other tabs still work.")
-            cap = st.number_input("Token cap for bertviz", 8, 512, BERTVIZ_DEFAULT_MAX_TOKENS, key=f"att_cap_{view}")
+                       "without network the frame says so, and the other tabs still work. Its page holds "
+                       "every weight as text, so long inputs need a subset of layers"
+                       f"{' and heads' if view == 'model' else ''}.")
+            cap = Limits.bertviz_bytes
+            fit_layers, fit_heads = bertviz_fit(r, view, cap)
+            b1, b2 = st.columns(2)
+            layers = b1.multiselect("Layers", list(range(r.n_layers)), default=fit_layers or [0],
+                                    key=f"att_bv_layers_{view}")
+            heads = None
+            if view == "model":
+                heads = b2.multiselect("Heads", list(range(r.n_heads)), default=fit_heads or [0],
+                                       key=f"att_bv_heads_{view}")
+            size = bertviz_bytes(r, view, layers, heads)
+            st.caption(f"About {size / 2**20:.1f} MB for {len(layers or range(r.n_layers))} layer(s) at "
+                       f"{r.n_tokens} tokens; the cap is {cap / 2**20:.0f} MB.")
             try:
-                page = bertviz_html(r, view, int(cap))
+                with st.spinner("Building bertviz's page…"):
+                    page = bertviz_html(r, view, cap, layers=layers or None, heads=heads or None)
             except BertScopeError as err:
                 st.warning(plain(str(err)))
                 continue

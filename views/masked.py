@@ -13,26 +13,28 @@ from bertscope.logit_lens import layerwise_predictions
 from bertscope.mlm_recipe import mlm_recipe
 from bertscope.nsp import both_orders
 from views.shared import (
-    PLOT_CONFIG, cached_model, check_text, from_url, model_key, plain, require_model, show_error, to_url,
+    PLOT_CONFIG, cached_model, check_text, from_url, model_key, plain, require_model, result_store, show_error,
+    to_url,
 )
 
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
 def cached_fill(key, text: str, top_k: int):
-    return fill_mask(cached_model(*key), text, top_k)
+    return result_store("fill").get_or_compute((key, text, top_k), lambda: fill_mask(cached_model(*key), text, top_k))
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
 def cached_fill_words(key, text: str, words: tuple[int, ...], top_k: int):
-    return fill_mask_words(cached_model(*key), text, list(words), top_k)
+    return result_store("fill_words").get_or_compute(
+        (key, text, words, top_k), lambda: fill_mask_words(cached_model(*key), text, list(words), top_k))
 
 
-@st.cache_resource(show_spinner=False, max_entries=32)
 def cached_iterative(key, text: str, words: tuple[int, ...] | None):
-    lm = cached_model(*key)
-    start = fill_mask(lm, text, 1) if words is None else fill_mask_words(lm, text, list(words), 1)
-    return iterative_fill(lm, start)
+    def run():
+        lm = cached_model(*key)
+        start = fill_mask(lm, text, 1) if words is None else fill_mask_words(lm, text, list(words), 1)
+        return iterative_fill(lm, start)
+
+    return result_store("iterative").get_or_compute((key, text, words), run)
 
 
 def bar_chart(predictions, title: str):

@@ -62,7 +62,7 @@ if submitted:
         if len(task.words) > Limits.corpus_lines:
             raise BertScopeError(f"{len(task.words):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
         chosen = pooling if task.level == "token" or pooling == "mean" else "cls"
-        store = result_store("probes", 32)
+        store = result_store("probes")
         run_key = (key, task.digest(), chosen, kind)
         found = store.get(run_key)
         if found is None:

@@ -11,7 +11,6 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 import streamlit as st
@@ -58,6 +57,10 @@ class _Limits:
     @property
     def upload_bytes(self) -> int:
         return 1_000_000 if demo() else 20_000_000
+
+    @property
+    def bertviz_bytes(self) -> int:  # one bertviz page (it holds every weight as JSON text)
+        return int(float(os.environ.get("BERTSCOPE_BERTVIZ_MB", "3" if demo() else "8")) * 2**20)
 
     @property
     def expensive_per_10_min(self) -> int:  # head statistics runs and UMAP maps per session
@@ -250,41 +253,55 @@ def current_model() -> LoadedModel | None:
         return None
 
 
-class ResultStore:
-    """A small least-recently-used store shared by all sessions, for results computed with
-    visible progress (which a cached function may not draw)."""
-
-    def __init__(self, limit: int) -> None:
-        self._items: OrderedDict = OrderedDict()
-        self._limit = limit
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-            return None
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._limit:
-                self._items.popitem(last=False)
+def cache_budget_bytes() -> int:
+    """BERTSCOPE_CACHE_MB (default 1,024 locally, 384 on a hosted demo): every result the
+    pages share across sessions (inspections, statistics, maps, probe runs) fits in it."""
+    default = "384" if demo() else "1024"
+    try:
+        megabytes = float(os.environ.get("BERTSCOPE_CACHE_MB", default) or default)
+    except ValueError:
+        megabytes = float(default)
+    return int(max(16.0, megabytes) * 2**20)
 
 
 @st.cache_resource(show_spinner=False)
-def result_store(name: str, limit: int = 16) -> ResultStore:
-    return ResultStore(limit)
+def shared_results():
+    """The one byte-bounded, least-recently-used cache of this process."""
+    from bertscope.result_cache import ResultCache
+
+    return ResultCache(cache_budget_bytes())
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+class ResultStore:
+    """One page's corner of the shared cache: keys are namespaced, bytes are shared."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get(self, key):
+        return shared_results().get((self.name, key))
+
+    def put(self, key, value) -> None:
+        shared_results().put((self.name, key), value)
+
+    def get_or_compute(self, key, compute):
+        return shared_results().get_or_compute((self.name, key), compute)
+
+
+def result_store(name: str) -> ResultStore:
+    return ResultStore(name)
+
+
 def cached_inspection(key: tuple[str, str, str], text: str, pair: str | None):
-    """One forward pass per (model, text, pair), shared read-only across reruns and sessions."""
+    """One forward pass per (model, text, pair), shared read-only across reruns and sessions.
+
+    Kept lean for the attention views: attentions in float16 (144 MiB -> 72 MiB for BERT-base
+    at 512 tokens), no hidden states, no MLM logits.
+    """
     from bertscope import inspect
 
-    return inspect(cached_model(*key), text, pair)
+    return result_store("inspection").get_or_compute((key, text, pair), lambda: inspect(
+        cached_model(*key), text, pair, with_logits=False, with_hidden_states=False, precision="float16"))
 
 
 def figure_downloads(fig, name: str) -> None:

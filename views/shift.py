@@ -118,7 +118,7 @@ with tab_map:
     method = st.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="shift_method")
     to_url(map=method.lower() if method != "PCA" else None)
     try:
-        maps = result_store("shift_maps", 64)
+        maps = result_store("shift_maps")
         coords = maps.get((key, digest, layer, method))
         if coords is None:
             if method == "UMAP":

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Literal
+import os
+from typing import Literal, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,8 +19,13 @@ from plotly.subplots import make_subplots
 from ..attention_stats import STATISTICS, HeadStats
 from ..errors import BertScopeError
 from ..inspect import Inspection
+from .compact import block_size, percent_blocks_heatmap, weights_heatmap
 
-BERTVIZ_DEFAULT_MAX_TOKENS = 128
+# bertviz writes every weight into its page as JSON; we round weights to 3 decimals first, so
+# one weight costs about this many bytes ("0.012, "), and a page's size is known in advance
+BERTVIZ_BYTES_PER_WEIGHT = 7
+BERTVIZ_MAX_BYTES = int(float(os.environ.get("BERTSCOPE_BERTVIZ_MB", "8")) * 2**20)
+GRID_MAX_BYTES = 2_500_000  # all heads of a layer: the z arrays of every small multiple together
 _REQUIRE_JS = '<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js"></script>'
 _CDN_NOTE = (
     "bertviz could not load require.js, d3 and jQuery from cdnjs.cloudflare.com (no network?). "
@@ -43,20 +49,10 @@ def kept_positions(r: Inspection, hide_special: bool) -> np.ndarray:
 def select(r: Inspection, attention: np.ndarray, hide_special: bool, renormalise: bool) -> np.ndarray:
     """``attention`` [..., query, key] restricted to the kept tokens, rows renormalised if asked."""
     keep = kept_positions(r, hide_special)
-    a = attention[..., keep, :][..., keep]
+    a = attention[..., keep, :][..., keep].astype(np.float32)  # stored float16 in the app's cache
     if renormalise:
         a = a / np.clip(a.sum(-1, keepdims=True), 1e-12, None)
     return a
-
-
-def _heatmap(matrix: np.ndarray, x_labels: list[str], y_labels: list[str], **kwargs) -> go.Heatmap:
-    # integer axes with tick text: a categorical axis would merge repeated tokens ("the" ... "the")
-    return go.Heatmap(
-        z=matrix, x=list(range(len(x_labels))), y=list(range(len(y_labels))),
-        customdata=[[(y, x) for x in x_labels] for y in y_labels],
-        hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>",
-        colorscale="Blues", zmin=0, **kwargs,
-    )
 
 
 def _token_axes(fig: go.Figure, x_labels: list[str], y_labels: list[str], row=None, col=None) -> None:
@@ -67,34 +63,38 @@ def _token_axes(fig: go.Figure, x_labels: list[str], y_labels: list[str], row=No
 
 
 def head_heatmap(r: Inspection, layer: int, head: int, hide_special=False, renormalise=False) -> go.Figure:
-    """One head: query rows x key columns."""
+    """One head: query rows x key columns; weights sent as uint16 thousandths (compact.py)."""
     _check_head(r, layer, head)
     keep = kept_positions(r, hide_special)
     labels = [label(r.tokens[i]) for i in keep]
-    matrix = select(r, r.attentions[layer, head], hide_special, renormalise)
-    fig = go.Figure(_heatmap(matrix, labels, labels, zmax=1))
+    matrix = select(r, r.attentions[layer, head], hide_special, renormalise)  # [q, k]
+    fig = go.Figure(weights_heatmap(matrix, labels, labels))
     _token_axes(fig, labels, labels)
     fig.update_layout(title=f"Layer {layer}, head {head}", yaxis_title="query (attending)",
-                      height=max(420, 22 * len(labels) + 160))
+                      height=min(1400, max(420, 22 * len(labels) + 160)))
     return fig
 
 
-def layer_grid(r: Inspection, layer: int, hide_special=False, renormalise=False, columns=4) -> go.Figure:
-    """Every head of one layer, small multiples."""
+def layer_grid(r: Inspection, layer: int, hide_special=False, renormalise=False, columns=4,
+               max_bytes: int = GRID_MAX_BYTES) -> go.Figure:
+    """Every head of one layer, small multiples; long inputs are shown as block means so the
+    whole grid's data stays under ``max_bytes``."""
     _check_head(r, layer, 0)
     keep = kept_positions(r, hide_special)
-    labels = [label(r.tokens[i]) for i in keep]
     heads = r.n_heads
     rows = -(-heads // columns)
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=[f"head {h}" for h in range(heads)],
+    block = block_size(len(keep), heads, max_bytes)
+    titles = [f"head {h}" for h in range(heads)]
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=titles,
                         horizontal_spacing=0.03, vertical_spacing=0.06)
     matrices = select(r, r.attentions[layer], hide_special, renormalise)  # [head, q, k]
     for h in range(heads):
-        fig.add_trace(_heatmap(matrices[h], labels, labels, zmax=1, showscale=False),
+        fig.add_trace(percent_blocks_heatmap(matrices[h], block, showscale=False, name=titles[h]),
                       row=h // columns + 1, col=h % columns + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_layout(title=f"Layer {layer}: all {heads} heads", height=260 * rows + 80)
+    note = "" if block == 1 else f" (each cell: mean of {block}×{block} tokens)"
+    fig.update_layout(title=f"Layer {layer}: all {heads} heads, weights in %{note}", height=260 * rows + 80)
     return fig
 
 
@@ -107,16 +107,33 @@ def token_across_layers(
     if hide_special and r.special_mask[position]:
         raise BertScopeError("That token is a special token, which is hidden: pick another.")
     keep = kept_positions(r, hide_special)
-    source = r.attentions[:, head] if head is not None else r.attentions.mean(axis=1)  # [layer, q, k]
-    rows = select(r, source, hide_special, renormalise)[:, int(np.flatnonzero(keep == position)[0])]
+    if head is not None:
+        source = r.attentions[:, head, position].astype(np.float32)  # [layer, key]
+    else:
+        source = r.attentions[:, :, position].astype(np.float32).mean(axis=1)  # [layer, key]
+    rows = source[:, keep]  # [layer, kept key]
+    if renormalise:
+        rows = rows / np.clip(rows.sum(-1, keepdims=True), 1e-12, None)
     labels = [label(r.tokens[i]) for i in keep]
     layer_labels = [f"layer {i}" for i in range(r.n_layers)]
-    fig = go.Figure(_heatmap(rows, labels, layer_labels, zmax=float(rows.max())))
+    fig = go.Figure(weights_heatmap(rows, labels, layer_labels, zmax=float(rows.max()), row_name="layer"))
     _token_axes(fig, labels, layer_labels)
     which = f"head {head}" if head is not None else "mean over heads"
     fig.update_layout(title=f"Where “{label(r.tokens[position])}” attends ({which})",
                       height=max(360, 30 * r.n_layers + 160))
     return fig
+
+
+def attention_row(r: Inspection, layer: int, head: int, query: int, top: int = 10,
+                  hide_special=False, renormalise=False) -> list[dict]:
+    """Exact readout: the ``top`` keys one query attends to most, with float32 weights."""
+    _check_head(r, layer, head)
+    keep = kept_positions(r, hide_special)
+    if query not in set(keep.tolist()):
+        raise BertScopeError(f"Token {query} is not shown: pick one of the visible tokens.")
+    weights = select(r, r.attentions[layer, head], hide_special, renormalise)[int(np.flatnonzero(keep == query)[0])]
+    order = np.argsort(-weights, kind="stable")[:top]
+    return [{"key": int(keep[j]), "token": r.tokens[keep[j]], "weight": float(weights[j])} for j in order]
 
 
 def stats_heatmap(stats: HeadStats, statistic: str, selected: tuple[int, int] | None = None) -> go.Figure:
@@ -154,30 +171,91 @@ def _check_head(r: Inspection, layer: int, head: int) -> None:
 
 
 def bertviz_inputs(r: Inspection) -> tuple[tuple, list[str], int | None]:
-    """What bertviz is given: per-layer attention [1, head, q, k] tensors, tokens, B's start."""
+    """What bertviz is given: per-layer attention [1, head, q, k] float64 tensors rounded to 3
+    decimals (its page holds every weight as JSON text: "0.012" instead of
+    "0.012000000104308128" makes it ~3x smaller), tokens, and segment B's first position."""
     import torch
 
-    attention = tuple(torch.from_numpy(r.attentions[i][None]) for i in range(r.n_layers))
+    attention = tuple(
+        torch.round(torch.from_numpy(r.attentions[i][None].astype(np.float64)), decimals=3)
+        for i in range(r.n_layers)
+    )
     b_start = next((i for i, s in enumerate(r.sequence_ids) if s == 1), None)  # B's first token
     return attention, list(r.tokens), b_start
 
 
+def bertviz_bytes(r: Inspection, view: Literal["head", "model"], layers: Sequence[int] | None = None,
+                  heads: Sequence[int] | None = None) -> int:
+    """Estimated size of bertviz's page for these layers (and, in the model view, heads)."""
+    n_layers = len(layers) if layers else r.n_layers
+    n_heads = len(heads) if heads and view == "model" else r.n_heads
+    pair = any(s == 1 for s in r.sequence_ids)  # bertviz adds the A/B quadrants: twice the data
+    weights = n_layers * n_heads * r.n_tokens ** 2 * (2 if pair else 1)
+    return weights * BERTVIZ_BYTES_PER_WEIGHT + 20_000  # + its scripts and styles (16-20 KB)
+
+
+def bertviz_fit(r: Inspection, view: Literal["head", "model"], max_bytes: int = BERTVIZ_MAX_BYTES
+                ) -> tuple[list[int], list[int]]:
+    """The most layers (from the first) and, for the model view, heads that fit ``max_bytes``;
+    empty lists when even one layer (and one head) is too much."""
+    all_heads = list(range(r.n_heads))
+    for n in range(r.n_layers, 0, -1):
+        if bertviz_bytes(r, view, list(range(n)), all_heads) <= max_bytes:
+            return list(range(n)), all_heads
+    if view == "model":
+        for h in range(r.n_heads - 1, 0, -1):
+            if bertviz_bytes(r, view, [0], list(range(h))) <= max_bytes:
+                return [0], list(range(h))
+    return [], []
+
+
+def _bertviz_refusal(r: Inspection, view: str, size: int, max_bytes: int) -> BertScopeError:
+    layers, heads = bertviz_fit(r, view, max_bytes)
+    mb = lambda b: f"{b / 2**20:.1f} MB"  # noqa: E731
+    if not layers:
+        advice = (f"even one layer{' and head' if view == 'model' else ''} is too much at "
+                  f"{r.n_tokens} tokens: shorten the input or use the heatmap views")
+    elif view == "model" and len(layers) == 1 and len(heads) < r.n_heads:
+        advice = f"pick one layer and at most {len(heads)} heads"
+    else:
+        advice = f"pick at most {len(layers)} layer{'s' if len(layers) > 1 else ''}"
+    return BertScopeError(f"bertviz's {view} view would be about {mb(size)} for this selection, over the "
+                          f"{mb(max_bytes)} cap: {advice}.")
+
+
 def bertviz_html(
-    r: Inspection, view: Literal["head", "model"] = "head", max_tokens: int = BERTVIZ_DEFAULT_MAX_TOKENS
+    r: Inspection, view: Literal["head", "model"] = "head", max_bytes: int = BERTVIZ_MAX_BYTES,
+    layers: Sequence[int] | None = None, heads: Sequence[int] | None = None,
 ) -> str:
-    """bertviz's head or model view as one HTML document, tokens escaped, with an offline notice."""
-    if r.n_tokens > max_tokens:
-        raise BertScopeError(
-            f"bertviz is capped at {max_tokens} tokens and this input has {r.n_tokens}: "
-            "use the heatmap views, or raise the cap."
-        )
+    """bertviz's head or model view as one HTML document, tokens escaped, with an offline notice.
+
+    ``layers`` (both views) and ``heads`` (model view) choose a subset; the page's size is
+    estimated first and a selection over ``max_bytes`` is refused with what would fit.
+    """
+    layers = sorted(set(layers)) if layers else None
+    heads = sorted(set(heads)) if heads else None
+    for name, chosen, top in (("Layer", layers, r.n_layers), ("Head", heads, r.n_heads)):
+        bad = [i for i in chosen or [] if not 0 <= i < top]
+        if bad:
+            raise BertScopeError(f"{name} {bad[0]} does not exist: the model has {name.lower()}s 0-{top - 1}.")
+    size = bertviz_bytes(r, view, layers, heads)
+    if size > max_bytes:
+        raise _bertviz_refusal(r, view, size, max_bytes)
     from bertviz import head_view, model_view
 
     attention, tokens, b_start = bertviz_inputs(r)
+    options = {"include_layers": layers}
+    if view == "model":
+        options["include_heads"] = heads
     placeholders = [f"__bertscope_token_{i}__" for i in range(len(tokens))]
     draw = head_view if view == "head" else model_view
     page = draw(attention, placeholders, sentence_b_start=b_start, prettify_tokens=False,
-                html_action="return").data
+                html_action="return", **options).data
+    # bertviz's template names PYTHON_PARAMS again in a comment on the same line, so every page
+    # carries all the weights twice: drop the comment (and the second copy) to halve the page
+    hack = page.find("; // HACK: ")
+    if hack != -1:
+        page = page[: hack + 1] + page[page.index("\n", hack):]
     for placeholder, token in zip(placeholders, tokens):
         safe = json.dumps(token).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         page = page.replace(json.dumps(placeholder), safe)
