@@ -26,7 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.timing import interleaved  # noqa: E402
+from benchmarks.timing import add_model_args, interleaved, load  # noqa: E402
 
 CHILD = """
 import json, sys, time
@@ -68,12 +68,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=2000)
     parser.add_argument("--items", type=int, default=200)
-    parser.add_argument("--model", default="bundled")
+    add_model_args(parser)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
     from bertscope.align import centre, embed_parallel, retrieval, retrieval_accuracy, shipped_parallel
-    from bertscope.models import load_model
 
     child = subprocess.run([sys.executable, "-c", CHILD, str(args.points)], cwd=ROOT, check=True,
                            capture_output=True, text=True)
@@ -94,7 +93,7 @@ def main() -> None:
     print(f"retrieval P@1, 8 languages x 13 layers x {args.items} items x 768 dims, raw + centred: "
           f"ours {ours:.2f} s, per-item loop {naive:.2f} s, speed-up {naive / ours:.1f}x")
 
-    lm = load_model(args.model)
+    lm = load(args)
     data = shipped_parallel("sentences")
     start = time.perf_counter()
     av = embed_parallel(lm, data)

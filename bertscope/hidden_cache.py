@@ -29,7 +29,7 @@ from typing import Any, Callable, Literal
 import numpy as np
 
 from .errors import BertScopeError
-from .inspect import inspect_batch
+from .inspect import PoolingPlan, pooled_hidden_states
 from .models import LoadedModel
 from .probe_data import UNLABELLED, ProbeTask
 from .user_cache import user_cache_dir
@@ -222,34 +222,37 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
     kept = np.zeros(total, bool)
     labels, types = [""] * total, [""] * total
     done = 0
-    for batch in inspect_batch(lm, texts, batch_size=batch_size, with_attentions=False,
-                               sort_by_length=sort_by_length):
-        hidden = batch.hidden_states  # [batch, layer+1, token, dim]
+    plans: dict[int, list] = {}  # batch -> [(sentence, found)] in plan order
+
+    def plan_of(batch) -> PoolingPlan:
+        groups, meta = [], []
         for b, sentence in enumerate(batch.indices):
-            row = first_row[sentence]
             if task.level == "sentence":
                 if pooling == "cls":
-                    vectors = hidden[b, :, 0][None]  # [1, layer+1, dim]
+                    positions = [0]
                 else:
-                    keep = ~batch.special_mask[b]  # [token]
-                    vectors = hidden[b][:, keep].mean(axis=1)[None]
-                found = [(None, task.labels[sentence][0], texts[sentence])]
+                    positions = np.flatnonzero(~batch.special_mask[b]).tolist()
+                found = [(positions, task.labels[sentence][0], texts[sentence])]
             else:
                 found = _example_positions(task, batch.offsets[b], batch.sequence_ids[b], sentence)
-                if not found:
-                    continue
-                weights = np.zeros((len(found), hidden.shape[2]), np.float32)  # [example, token]
-                for j, (pos, _, _) in enumerate(found):
-                    if pooling == "first":
-                        weights[j, pos[0]] = 1.0
-                    else:
-                        weights[j, pos] = 1.0 / len(pos)
-                vectors = np.matmul(weights, hidden[b]).transpose(1, 0, 2)  # [example, layer+1, dim]
+            groups += [(b, pos, pooling) for pos, _, _ in found]
+            meta.append((sentence, found))
+        plans[id(batch)] = meta
+        return PoolingPlan.from_groups(groups)
+
+    for batch, vectors in pooled_hidden_states(lm, texts, plan_of, batch_size=batch_size,
+                                               sort_by_length=sort_by_length):
+        at = 0  # vectors: [example, layer+1, dim] pooled on the model's device, in plan order
+        for sentence, found in plans.pop(id(batch)):
+            if not found:
+                continue
+            row = first_row[sentence]
             for layer in layers:
-                files[layer][row:row + len(found)] = vectors[:, layer]
+                files[layer][row:row + len(found)] = vectors[at:at + len(found), layer]
             kept[row:row + len(found)] = True
             for k, (_, tag, kind) in enumerate(found):
                 labels[row + k], types[row + k] = tag, kind
+            at += len(found)
         done += len(batch)
         if progress:
             progress(done, len(texts))

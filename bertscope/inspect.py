@@ -15,7 +15,7 @@ cut away, so no statistic built on it can count a pad token.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -192,7 +192,8 @@ def _logit_rows(lm: LoadedModel, input_ids: torch.Tensor, positions: LogitPositi
 def _device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_states: bool) -> Any:
     """The one forward pass; its outputs stay on the model's device."""
     feed = {k: enc[k].to(lm.device, non_blocking=True) for k in lm.tokenizer.model_input_names if k in enc}
-    with lm.guard, torch.inference_mode():  # bounded concurrent passes per shared model
+    # bounded concurrent passes per shared model; eager only when weights are returned
+    with lm.guard, lm.attention_kernel(with_attentions), torch.inference_mode():
         return lm.model(**feed, output_attentions=with_attentions,
                         output_hidden_states=with_hidden_states, return_dict=True)
 
@@ -413,17 +414,75 @@ def device_batches(
     with_attentions: bool = True,
     with_hidden_states: bool = False,
     max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+    sort_by_length: bool = True,
 ) -> Iterator[tuple[BatchInspection, Any]]:
     """Like ``inspect_batch``, but the model's outputs stay on its device, for reductions
     there (corpus statistics): yields (batch without arrays, the Hugging Face output whose
     ``attentions``/``hidden_states`` are tuples of per-layer tensors on ``lm.device``)."""
     row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, False)  # noqa: E731
-    texts, pairs, batches = _plan(lm, texts, text_pairs, batch_size, True, max_batch_bytes, row)
+    texts, pairs, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes, row)
     for idx in batches:
         chosen_texts, chosen_pairs = [texts[i] for i in idx], [pairs[i] for i in idx]
         enc, original = _encode(lm, chosen_texts, chosen_pairs)
         out = _device_pass(lm, enc, with_attentions, with_hidden_states)
         yield _describe(lm, enc, chosen_texts, chosen_pairs, idx, original), out
+
+
+@dataclass(frozen=True)
+class PoolingPlan:
+    """Which token rows make each pooled vector: entry j adds ``weight[j]`` x the hidden state
+    of (``row[j]``, ``token[j]``) to vector ``example[j]``. Mean pooling of a word's pieces is
+    one entry per piece with weight 1/pieces; first-piece or [CLS] pooling is one entry."""
+
+    n_examples: int
+    example: np.ndarray  # [entry] int
+    row: np.ndarray  # [entry] int, row in the batch
+    token: np.ndarray  # [entry] int, position in that row
+    weight: np.ndarray  # [entry] float32
+
+    @staticmethod
+    def from_groups(groups: Sequence[tuple[int, Sequence[int], str]]) -> "PoolingPlan":
+        """(row, token positions, "mean" | "first") per example, in example order."""
+        example, row, token, weight = [], [], [], []
+        for j, (b, positions, pooling) in enumerate(groups):
+            chosen = list(positions)[:1] if pooling in ("first", "cls") else list(positions)
+            for p in chosen:
+                example.append(j), row.append(b), token.append(p), weight.append(1.0 / len(chosen))
+        return PoolingPlan(len(groups), np.array(example, np.int64), np.array(row, np.int64),
+                           np.array(token, np.int64), np.array(weight, np.float32))
+
+
+def pooled_hidden_states(
+    lm: LoadedModel,
+    texts: Sequence[str],
+    plan_of: Callable[[BatchInspection], PoolingPlan],
+    batch_size: int = 32,
+    sort_by_length: bool = True,
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Iterator[tuple[BatchInspection, np.ndarray]]:
+    """Hidden states pooled where they are: for each batch, ``plan_of(batch)`` says which token
+    rows make each vector; the weighted sums run on the model's device (float32), and only
+    the pooled [example, layer + 1, dim] array crosses to the CPU. The pass uses the fast
+    attention kernel (no weights are returned)."""
+    for batch, out in device_batches(lm, texts, None, batch_size, with_attentions=False, with_hidden_states=True,
+                                     max_batch_bytes=max_batch_bytes, sort_by_length=sort_by_length):
+        plan = plan_of(batch)
+        if plan.n_examples == 0:
+            yield batch, np.zeros((0, lm.num_layers + 1, lm.hidden_size), np.float32)
+            continue
+        with torch.inference_mode():
+            device = out.hidden_states[0].device
+            width = out.hidden_states[0].shape[1]
+            flat = torch.from_numpy(plan.row * width + plan.token).to(device)  # [entry]
+            example = torch.from_numpy(plan.example).to(device)  # [entry]
+            weight = torch.from_numpy(plan.weight).to(device)[:, None]  # [entry, 1]
+            layers = []
+            for h in out.hidden_states:  # [batch, token, dim], one layer at a time
+                rows = h.reshape(-1, h.shape[-1])[flat].float() * weight  # [entry, dim]
+                layers.append(torch.zeros(plan.n_examples, h.shape[-1], device=device).index_add_(0, example, rows))
+            vectors = torch.stack(layers, dim=1).cpu().numpy()  # [example, layer + 1, dim]
+        del out
+        yield batch, vectors
 
 
 def inspect_ids(

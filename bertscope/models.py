@@ -10,7 +10,9 @@ What is loaded:
   for BERT-like types, else the masked-LM class, else the bare encoder. A head counts as
   present only if every one of its weights came from the checkpoint, so a randomly
   initialised head is never shown as real;
-- eager attention (``attn_implementation="eager"``): SDPA kernels return no attention weights;
+- eager attention (``attn_implementation="eager"``) for passes that return attention weights,
+  and the fastest kernel the class supports (SDPA) for passes that need only hidden states or
+  logits, switched per pass without reloading (``kernels.py``);
 - eval mode, on the chosen device and dtype. The object is shared read-only between sessions:
   pass ``output_attentions`` per call, never mutate ``model.config``.
 
@@ -35,6 +37,7 @@ from .bundled_multilingual import ORIGIN as MULTILINGUAL_ORIGIN
 from .devices import resolve_device, resolve_dtype
 from .errors import BertScopeError
 from .hub import hub_reachable
+from .kernels import EAGER, AttentionKernels, fastest_kernel
 from .presets import BUNDLED
 
 # Encoder families whose Hugging Face classes return real attention weights in eager mode.
@@ -73,6 +76,8 @@ class LoadedModel:
     revision: str | None = None  # hub commit hash when known
     origin: str | None = None  # where the weights were published, e.g. for "bundled"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    fast_attention: str = EAGER  # kernel for passes without attention weights ("sdpa" when supported)
+    kernels: AttentionKernels = field(default_factory=AttentionKernels, repr=False)
     # forward passes on one shared model at once; more would only contend for the same cores
     # (or GPU memory) and, on a hosted demo, let one session starve the others
     guard: threading.BoundedSemaphore = field(
@@ -85,6 +90,10 @@ class LoadedModel:
     @property
     def config(self) -> Any:
         return self.model.config
+
+    def attention_kernel(self, need_weights: bool):
+        """Context for one forward pass: eager if it returns attention weights, else the fastest."""
+        return self.kernels.use(self.model, EAGER if need_weights else self.fast_attention)
 
     @property
     def model_type(self) -> str:
@@ -309,4 +318,5 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
         revision=getattr(config, "_commit_hash", None),
         origin={BUNDLED: BUNDLED_ORIGIN, MULTILINGUAL: MULTILINGUAL_ORIGIN}.get(name.strip()),
         notes=tuple(notes),
+        fast_attention=fastest_kernel(model),
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .bundled import bundled_tokenizer_dir
 from .errors import BertScopeError
 from .params import load_config
 
@@ -28,14 +29,11 @@ HEADS = ("pretraining", "mlm", "none")
 def _tokenizer(vocab_size: int):
     from transformers import BertTokenizerFast
 
-    try:
-        from .bundled import bundled_model_dir
-
-        tokenizer = BertTokenizerFast.from_pretrained(bundled_model_dir())
+    folder = bundled_tokenizer_dir()
+    if folder is not None:
+        tokenizer = BertTokenizerFast.from_pretrained(folder)
         if len(tokenizer) <= vocab_size:
             return tokenizer
-    except BertScopeError:
-        pass
     chars = sorted(set(string.ascii_lowercase + string.digits + string.punctuation))
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars)]
     vocab += [f"[unused{i}]" for i in range(vocab_size - len(vocab))]

@@ -29,7 +29,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from .errors import BertScopeError
-from .inspect import Inspection, inspect_batch
+from .inspect import Inspection, PoolingPlan, pooled_hidden_states
 from .models import LoadedModel
 from .tokens import tokens_in_span
 from .projection import pca_2d, umap_2d  # noqa: F401  (re-exported: the shift page's maps)
@@ -116,20 +116,13 @@ def locate(r: Inspection, pattern: re.Pattern, occurrences: Literal["all", "firs
     return found
 
 
-def _pool(hidden: np.ndarray, positions: Sequence[int], pooling: Pooling) -> np.ndarray:
-    """hidden [layer+1, token, dim] -> [layer+1, dim] for one word."""
-    if pooling == "first":
-        return hidden[:, positions[0]]
-    return hidden[:, list(positions)].mean(axis=1)
-
-
-def _word_vectors(r: Inspection, pooling: Pooling) -> np.ndarray:
-    """Every word of the first text: [word, layer+1, dim] (for intra-sentence similarity)."""
+def _word_groups(r: Inspection) -> list[list[int]]:
+    """Token positions of every word of the first text, in word order."""
     groups: dict[int, list[int]] = {}
     for i, (w, seq) in enumerate(zip(r.word_ids, r.sequence_ids)):
         if w is not None and seq == 0:
             groups.setdefault(w, []).append(i)
-    return np.stack([_pool(r.hidden_states, groups[w], pooling) for w in sorted(groups)])
+    return [groups[w] for w in sorted(groups)]
 
 
 def collect(
@@ -155,19 +148,30 @@ def collect(
     found: dict[int, list[tuple[Occurrence, np.ndarray]]] = {}
     sentence_vectors: dict[int, np.ndarray] = {}
     done = 0
+    plans: dict[int, list] = {}  # batch -> [(row, hits, number of words)] for what plan_of chose
+
+    def plan_of(batch) -> PoolingPlan:
+        groups, meta = [], []
+        for b, index in enumerate(batch.indices):
+            r = batch.item(b)  # tokens and offsets only: the vectors are pooled on the device
+            hits = locate(r, pattern, occurrences)
+            words = _word_groups(r) if hits else []  # the word cut off by truncation: skipped
+            groups += [(b, pos, pooling) for pos in hits] + [(b, w, pooling) for w in words]
+            meta.append((usable[index], hits, len(words)))
+        plans[id(batch)] = meta
+        return PoolingPlan.from_groups(groups)
+
     if usable:
-        for batch in inspect_batch(lm, [rows[i][0] for i in usable], batch_size=batch_size,
-                                   with_attentions=False):
-            for b, index in enumerate(batch.indices):
-                row = usable[index]
-                r = batch.item(b)
-                hits = locate(r, pattern, occurrences)
-                if not hits:  # the word was cut off by truncation
+        for batch, vectors in pooled_hidden_states(lm, [rows[i][0] for i in usable], plan_of, batch_size):
+            at = 0  # vectors: [hits and words of every row, layer+1, dim], in plan order
+            for row, hits, n_words in plans.pop(id(batch)):
+                if not hits:
                     skipped.append(row)
                     continue
-                found[row] = [(Occurrence(row + 1, rows[row][0], rows[row][1], pos),
-                               _pool(r.hidden_states, pos, pooling)) for pos in hits]
-                sentence_vectors[row] = _word_vectors(r, pooling)
+                found[row] = [(Occurrence(row + 1, rows[row][0], rows[row][1], pos), vectors[at + k])
+                              for k, pos in enumerate(hits)]
+                sentence_vectors[row] = vectors[at + len(hits): at + len(hits) + n_words]
+                at += len(hits) + n_words
             done += len(batch)
             if progress:
                 progress(done, len(usable))
@@ -253,13 +257,19 @@ def anisotropy_baseline(lm: LoadedModel, pooling: Pooling = "mean", pairs: int =
             return _BASELINES[key]
     from .attention_stats import shipped_corpus
 
-    vectors = []  # [word, layer+1, dim] per sentence, with its sentence index
+    vectors = []  # [word, layer+1, dim] per batch, with each word's sentence index
     owners = []
-    for batch in inspect_batch(lm, shipped_corpus(), batch_size=32, with_attentions=False):
+
+    def plan_of(batch) -> PoolingPlan:
+        groups = []
         for b, index in enumerate(batch.indices):
-            words = _word_vectors(batch.item(b), pooling)
-            vectors.append(words)
+            words = _word_groups(batch.item(b))
+            groups += [(b, w, pooling) for w in words]
             owners.extend([index] * len(words))
+        return PoolingPlan.from_groups(groups)
+
+    for _, pooled in pooled_hidden_states(lm, shipped_corpus(), plan_of, batch_size=32):
+        vectors.append(pooled)
     allv = np.concatenate(vectors)  # [words, layer+1, dim]
     owners = np.array(owners)
     rng = np.random.default_rng(seed)

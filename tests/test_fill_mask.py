@@ -145,9 +145,9 @@ def test_recipe_loss_equals_hand_computation(tiny_bert):
     r = mlm_recipe(tiny_bert, "the man walked along the river bank with his dog .", seed=5, select_rate=0.3)
     assert r.corrupted.logit_positions == tuple(sorted(p.position for p in r.positions))  # chosen rows only
     with torch.no_grad():  # reference: the model's own logits for the corrupted ids, every row
-        logits = tiny_bert.model(input_ids=torch.tensor([r.corrupted.input_ids.tolist()]),
-                                 token_type_ids=torch.tensor([r.corrupted.token_type_ids.tolist()])
-                                 ).prediction_logits[0].numpy()  # [token, vocab]
+        logits = tiny_bert.model(input_ids=torch.tensor([r.corrupted.input_ids.tolist()], device=tiny_bert.device),
+                                 token_type_ids=torch.tensor([r.corrupted.token_type_ids.tolist()], device=tiny_bert.device)
+                                 ).prediction_logits[0].float().cpu().numpy()  # [token, vocab]
     losses = []
     for p in r.positions:
         row = logits[p.position].astype(np.float64)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -174,3 +176,38 @@ def test_concurrent_forwards_on_a_shared_model_are_serialised_and_correct(tiny_b
     assert peak[0] == 1  # BERTSCOPE_CONCURRENT_FORWARDS defaults to one pass at a time
     for t in texts:
         assert_close(results[t].hidden_states, expected[t])
+
+
+def test_fast_kernel_when_weights_are_not_needed(tiny_bert, tiny_roberta_dir):
+    """Hidden states from the fast kernel (SDPA) equal the eager pass's; weights still come eager."""
+    for lm in (tiny_bert, load_model(str(tiny_roberta_dir))):
+        assert lm.fast_attention == "sdpa"
+        texts = ["the bank of the river", "a dog"]
+        (eager,) = inspect_batch(lm, texts, batch_size=2)  # attentions asked: eager
+        (fast,) = inspect_batch(lm, texts, batch_size=2, with_attentions=False)
+        assert lm.kernels.current == "sdpa" and fast.attentions is None
+        mask = eager.attention_mask  # padded positions may differ between kernels; real ones may not
+        np.testing.assert_allclose(fast.hidden_states.transpose(0, 2, 1, 3)[mask],
+                                   eager.hidden_states.transpose(0, 2, 1, 3)[mask], atol=1e-5)
+        again = inspect(lm, texts[0])
+        assert lm.kernels.current == "eager" and again.attentions is not None
+        np.testing.assert_allclose(again.attentions.sum(-1), 1, rtol=1e-5)
+
+
+def test_kernel_switch_never_overlaps_passes_of_the_other_kind(tiny_bert):
+    errors = []
+
+    def run(with_attentions: bool) -> None:
+        try:
+            for _ in range(5):
+                r = inspect(tiny_bert, "the bank of the river", with_attentions=with_attentions)
+                assert (r.attentions is not None) == with_attentions
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i % 2 == 0,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

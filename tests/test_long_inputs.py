@@ -206,5 +206,5 @@ def test_random_full_size_model_at_512_tokens(config, tmp_path_factory, artifact
     assert len(head_heatmap(r, 0, 0).to_json()) <= MiB
     assert len(layer_grid(r, lm.num_layers - 1).to_json()) <= 3 * MiB
     with torch.inference_mode():
-        bare = lm.model(input_ids=torch.tensor([r.input_ids.tolist()]), output_attentions=True).attentions
-    np.testing.assert_allclose(r.attentions[5], bare[5][0].numpy(), atol=1e-3)
+        bare = lm.model(input_ids=torch.tensor([r.input_ids.tolist()], device=lm.device), output_attentions=True).attentions
+    np.testing.assert_allclose(r.attentions[5], bare[5][0].float().cpu().numpy(), atol=1e-3)

@@ -134,3 +134,19 @@ def test_cli_shift_json(capsys, tiny_bert_dir, tmp_path):
             "anisotropy"} <= set(out["layers"][0])
     assert main(["shift", str(tiny_bert_dir), "--word", "bank", "--data", "/no/file.csv"]) == 2
     assert "No data file" in capsys.readouterr().err
+
+
+def test_pooled_on_the_device_equals_pooling_the_models_hidden_states(tiny_bert):
+    """collect pools on the model's device (fast kernel); the reference pools an eager pass."""
+    text = "the bank was unbelievably muddy ."
+    r = inspect(tiny_bert, text)
+    pieces = [i for i, t in enumerate(r.tokens) if t in {"un", "##bel", "##ie", "##va", "##bly"}]
+    assert len(pieces) == 5
+    mean = collect(tiny_bert, "unbelievably", [(text, None)])
+    assert_allclose(mean.vectors[0], r.hidden_states[:, pieces].mean(1), atol=1e-5)
+    first = collect(tiny_bert, "unbelievably", [(text, None)], pooling="first")
+    assert_allclose(first.vectors[0], r.hidden_states[:, pieces[0]], atol=1e-5)
+    words = mean.sentence_word_vectors[0]  # [word, layer+1, dim]: the, bank, was, unbelievably, muddy, .
+    assert words.shape[0] == 6
+    assert_allclose(words[3], r.hidden_states[:, pieces].mean(1), atol=1e-5)
+    assert_allclose(words[1], r.hidden_states[:, 2], atol=1e-5)

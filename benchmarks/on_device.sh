@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every GPU figure of BENCHMARKS.md in one go, on a machine with CUDA:
+#   bash benchmarks/on_device.sh [OUT_DIR]
+# Random BERT-base/large-sized models (bertscope/configs/) with the bundled vocabulary; each
+# script times its own baseline on the same device. Then the library tests on that machine.
+# Each step has its own time limit so one slow step cannot hide the others' figures.
+set -u
+out="${1:-${OUT:-results/on_device}}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 BERTSCOPE_CACHE="${BERTSCOPE_CACHE:-/tmp/bertscope-cache}"
+py="${PYTHON:-python3}"
+base=random:bert-base-uncased
+large=random:bert-large-uncased
+
+step() {  # step NAME SECONDS COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name"
+  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log" | grep -v "^\s*$" | tail -n 40
+}
+
+"$py" -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"
+for dtype in float32 float16; do
+  step "forward-base-$dtype" 150 "$py" benchmarks/forward.py --model $base --device cuda --dtype $dtype \
+    --sentences 1024 --repeats 5 --no-app
+  step "head_stats-base-$dtype" 150 "$py" benchmarks/head_stats.py --model $base --device cuda --dtype $dtype \
+    --sentences 2180 --repeats 3
+done
+step forward-large-float16 150 "$py" benchmarks/forward.py --model $large --device cuda --dtype float16 \
+  --sentences 1024 --repeats 3 --no-app
+step head_stats-large-float16 150 "$py" benchmarks/head_stats.py --model $large --device cuda --dtype float16 \
+  --sentences 2180 --repeats 3
+step shift-base-float16 120 "$py" benchmarks/shift.py --model $base --device cuda --dtype float16 --sentences 2000
+step extract-base-float16 150 "$py" benchmarks/extract.py --model $base --device cuda --dtype float16 --copies 4
+step fill_mask-base-float32 120 "$py" benchmarks/fill_mask.py --device cuda --dtype float32
+step long_inputs-float16 200 "$py" benchmarks/long_inputs.py --device cuda --dtype float16 --no-app
+step tests 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" \
+  --ignore=tests/test_app.py --ignore=tests/test_browser.py --ignore=tests/test_deploy.py
