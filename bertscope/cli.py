@@ -239,7 +239,7 @@ def cmd_probe(args: argparse.Namespace) -> Any:
     if args.data:
         task = read_task(_read_text(args.data, "data"), args.data)
     else:
-        task = shipped_task(args.task)
+        task = shipped_task(args.task, args.size)
     lm = _load(args)
     states = hidden_states(lm, task, args.pooling, HiddenStateCache(args.cache))
     result = probe_layers(states, task.name, args.pooling, args.probe, args.seed)
@@ -255,7 +255,9 @@ def cmd_probe(args: argparse.Namespace) -> Any:
 
 def _probe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="pos", help="shipped: pos, sense, tense, subject_number, negation, "
-                                                 "question, bigram_shift")
+                                                 "question, bigram_shift; brown-pos, brown-tags, brown-genre "
+                                                 "(after `make brown`)")
+    p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample (default 2000; 0 = all)")
     p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl")
     p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
     p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")

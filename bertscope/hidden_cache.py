@@ -101,7 +101,7 @@ class CachedStates:
     key: CacheKey
     folder: Path
     labels: list[str]  # [example]
-    groups: np.ndarray  # [example] sentence index: examples of one sentence never straddle a split
+    groups: np.ndarray  # [example] split group (its sentence, or its document): never on both sides of a split
     types: list[str]  # [example] the word (lower-cased) for token tasks, the label's sentence otherwise
     hit: bool  # found on disk rather than extracted now
     _layers: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
@@ -184,12 +184,13 @@ def _example_positions(task: ProbeTask, offsets: list[tuple[int, int]], sequence
                        sentence: int) -> list[tuple[list[int], str, str]]:
     """Token-level: (token positions, label, word type) of each labelled word.
 
-    Words are joined by single spaces, so word i spans [start_i, start_i + len_i); a token
-    belongs to the word its first character falls in (one vectorised pass, not words x tokens).
+    Word i spans [start_i, end_i) of the text (``task.word_spans``: words joined by single
+    spaces unless the task says otherwise); a token belongs to the word its first character
+    falls in (one vectorised pass, not words x tokens).
     """
     words, tags = task.words[sentence], task.labels[sentence]
-    lengths = np.array([len(w) for w in words])
-    starts = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]])  # [word]
+    bounds = np.array(task.word_spans(sentence), dtype=np.int64).reshape(-1, 2)  # [word, 2]
+    starts, lengths = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
     span = np.array(offsets, dtype=np.int64).reshape(-1, 2)  # [token, 2]
     real = np.array([seq == 0 for seq in sequence_ids]) & (span[:, 1] > span[:, 0])
     owner = np.searchsorted(starts, span[:, 0], side="right") - 1  # [token] word index
@@ -264,7 +265,8 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
             name = folder / f"layer_{layer:02d}.npy"
             rows = np.load(name, mmap_mode="r")[kept]
             np.save(name, rows, allow_pickle=False)
-    groups = np.repeat(np.arange(len(texts)), expected)
+    owners = np.asarray(task.groups) if task.groups is not None else np.arange(len(texts))
+    groups = np.repeat(owners, expected)  # [example] split group: its sentence, or its document
     return {
         "labels": [x for x, k in zip(labels, kept) if k],
         "types": [x for x, k in zip(types, kept) if k],

@@ -14,7 +14,7 @@ cut away, so no statistic built on it can count a pad token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
@@ -50,7 +50,8 @@ class Inspection:
     # (None only from inspect_batch(..., with_hidden_states=False))
     mlm_logits: np.ndarray | None  # [token, vocab] float32, when the model has an MLM head;
     # [len(logit_positions), vocab] when only some positions were asked for (use logits_at)
-    nsp_logits: np.ndarray | None  # [2] float32 (IsNext, NotNext), when it has an NSP head
+    nsp_logits: np.ndarray | None  # [2] float32 (IsNext, NotNext), when it has an NSP head and the
+    # pass ran it (logits asked for, or a pair given); a pass without either runs the encoder alone
     truncated: bool
     original_length: int  # tokens before truncation, special tokens included
     warnings: tuple[str, ...]
@@ -98,8 +99,6 @@ class BatchInspection:
     word_ids: list[list[int | None]]  # per row, padded positions None
     sequence_ids: list[list[int | None]]
     offsets: list[list[tuple[int, int]]]  # per row: character span of each token in its text
-    raw_tokens: list[list[str]]
-    tokens: list[list[str]]
     attentions: np.ndarray | None  # [batch, layer, head, query, key]; pad keys get 0 weight;
     # None when the batch was run with with_attentions=False
     hidden_states: np.ndarray | None  # [batch, layer + 1, token, dim]; None if not asked for
@@ -108,6 +107,25 @@ class BatchInspection:
     truncated: list[bool]
     original_lengths: list[int]
     logit_positions: list[tuple[int, ...]] | None = None  # per row: positions kept, in order
+    # token strings are spelled out only when read (statistics over a corpus never read them)
+    tokenizer: Any = field(default=None, repr=False)
+    _strings: dict = field(default_factory=dict, repr=False)
+
+    def _row_strings(self, i: int) -> tuple[list[str], list[str]]:
+        """(raw, readable) tokens of row ``i``, padding included; memoised."""
+        if i not in self._strings:
+            ids = self.input_ids[i].tolist()
+            self._strings[i] = (self.tokenizer.convert_ids_to_tokens(ids),
+                                readable_tokens(self.tokenizer, ids, self.word_ids[i], self.special_mask[i].tolist()))
+        return self._strings[i]
+
+    @property
+    def raw_tokens(self) -> list[list[str]]:  # per row, as the tokenizer spells them
+        return [self._row_strings(i)[0] for i in range(len(self))]
+
+    @property
+    def tokens(self) -> list[list[str]]:  # per row, readable ("##" continues a word)
+        return [self._row_strings(i)[1] for i in range(len(self))]
 
     @property
     def lengths(self) -> np.ndarray:  # [batch] real tokens per row
@@ -119,6 +137,7 @@ class BatchInspection:
     def item(self, i: int) -> Inspection:
         keep = np.flatnonzero(self.attention_mask[i])  # [token] real positions (any pad side)
         cut = lambda seq: [seq[j] for j in keep]  # noqa: E731
+        raw, readable = self._row_strings(i)
         logit_positions = None
         if self.mlm_logits is None:
             logits = None
@@ -133,8 +152,8 @@ class BatchInspection:
             model_name=self.model_name,
             text=self.texts[i],
             text_pair=self.text_pairs[i],
-            tokens=cut(self.tokens[i]),
-            raw_tokens=cut(self.raw_tokens[i]),
+            tokens=cut(readable),
+            raw_tokens=cut(raw),
             input_ids=self.input_ids[i, keep],
             token_type_ids=self.token_type_ids[i, keep],
             word_ids=cut(self.word_ids[i]),
@@ -189,13 +208,25 @@ def _logit_rows(lm: LoadedModel, input_ids: torch.Tensor, positions: LogitPositi
     return rows
 
 
-def _device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_states: bool) -> Any:
-    """The one forward pass; its outputs stay on the model's device."""
-    feed = {k: enc[k].to(lm.device, non_blocking=True) for k in lm.tokenizer.model_input_names if k in enc}
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy a CPU tensor to ``device`` without making the host wait for queued GPU work: from
+    pinned memory the copy is queued like a kernel (from pageable memory CUDA first drains
+    the stream, which would serialise tokenising the next batch behind this one's pass)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_states: bool,
+                 with_logits: bool = True) -> Any:
+    """The one forward pass; its outputs stay on the model's device. Without logits only the
+    encoder runs: the MLM head's [token, vocab] product is a quarter of BERT-base's work."""
+    feed = {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
+    module = lm.model if with_logits else lm.model.base_model
     # bounded concurrent passes per shared model; eager only when weights are returned
     with lm.guard, lm.attention_kernel(with_attentions), torch.inference_mode():
-        return lm.model(**feed, output_attentions=with_attentions,
-                        output_hidden_states=with_hidden_states, return_dict=True)
+        return module(**feed, output_attentions=with_attentions,
+                      output_hidden_states=with_hidden_states, return_dict=True)
 
 
 def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.Tensor | None,
@@ -230,7 +261,9 @@ def _run_model(
     """The one forward pass: model inputs -> CPU arrays (see ``_to_arrays``)."""
     if precision not in PRECISIONS:  # before the pass, not after it
         raise BertScopeError(f"Unknown precision {precision!r}: use float32 or float16.")
-    out = _device_pass(lm, enc, with_attentions, with_hidden_states)
+    # the heads run when MLM logits are asked for, or NSP can be read (a pair, a model with the head)
+    heads = with_logits or ("nsp" in lm.heads and bool((enc.get("token_type_ids", torch.zeros(1)) > 0).any()))
+    out = _device_pass(lm, enc, with_attentions, with_hidden_states, heads)
     return _to_arrays(lm, out, with_logits, logit_rows, precision)
 
 
@@ -255,15 +288,11 @@ def _describe(lm: LoadedModel, enc: Any, texts: list[str], pairs: list[str | Non
               ) -> BatchInspection:
     """The batch's tokens, ids and masks (CPU), with ``arrays`` from the pass when given."""
     tok = lm.tokenizer
-    n = len(texts)
     arrays = arrays or {"attentions": None, "hidden_states": None, "mlm_logits": None, "nsp_logits": None}
     attention_mask = enc["attention_mask"].bool()  # [batch, token]
     special = enc["special_tokens_mask"].bool() | ~attention_mask  # [batch, token]
     input_ids = enc["input_ids"]  # [batch, token]
     token_types = enc.get("token_type_ids", torch.zeros_like(input_ids))  # [batch, token]
-    word_ids = [enc.word_ids(i) for i in range(n)]
-    sequence_ids = [enc.sequence_ids(i) for i in range(n)]
-    raw = [tok.convert_ids_to_tokens(ids) for ids in input_ids.tolist()]
     return BatchInspection(
         model_name=lm.name,
         indices=indices,
@@ -273,19 +302,15 @@ def _describe(lm: LoadedModel, enc: Any, texts: list[str], pairs: list[str | Non
         token_type_ids=token_types.numpy(),
         attention_mask=attention_mask.numpy(),
         special_mask=special.numpy(),
-        word_ids=word_ids,
-        sequence_ids=sequence_ids,
-        offsets=[list(e.offsets) for e in enc.encodings],  # the fast tokenizer's own spans, free
-        raw_tokens=raw,
-        tokens=[
-            readable_tokens(tok, input_ids[i].tolist(), word_ids[i], special[i].tolist())
-            for i in range(n)
-        ],
+        word_ids=[e.word_ids for e in enc.encodings],
+        sequence_ids=[e.sequence_ids for e in enc.encodings],
+        offsets=[e.offsets for e in enc.encodings],  # the fast tokenizer's own spans, free
         **arrays,
         truncated=[o > lm.max_length for o in original],
         original_lengths=original,
         logit_positions=None if rows is None or arrays["mlm_logits"] is None else
         [tuple(int(j) for j in torch.nonzero(r).flatten().tolist()) for r in rows],
+        tokenizer=tok,
     )
 
 
@@ -424,7 +449,7 @@ def device_batches(
     for idx in batches:
         chosen_texts, chosen_pairs = [texts[i] for i in idx], [pairs[i] for i in idx]
         enc, original = _encode(lm, chosen_texts, chosen_pairs)
-        out = _device_pass(lm, enc, with_attentions, with_hidden_states)
+        out = _device_pass(lm, enc, with_attentions, with_hidden_states, with_logits=False)
         yield _describe(lm, enc, chosen_texts, chosen_pairs, idx, original), out
 
 
@@ -452,6 +477,19 @@ class PoolingPlan:
                            np.array(token, np.int64), np.array(weight, np.float32))
 
 
+def to_host_async(t: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """Start copying ``t`` to the CPU; returns (host tensor, event to wait on before reading
+    it, or None when the copy is already done). On a GPU the copy goes to pinned memory and
+    the host does not wait, so it can prepare the next batch meanwhile."""
+    if t.device.type != "cuda":
+        return t.cpu(), None
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    return host, done
+
+
 def pooled_hidden_states(
     lm: LoadedModel,
     texts: Sequence[str],
@@ -462,27 +500,40 @@ def pooled_hidden_states(
 ) -> Iterator[tuple[BatchInspection, np.ndarray]]:
     """Hidden states pooled where they are: for each batch, ``plan_of(batch)`` says which token
     rows make each vector; the weighted sums run on the model's device (float32), and only
-    the pooled [example, layer + 1, dim] array crosses to the CPU. The pass uses the fast
-    attention kernel (no weights are returned)."""
+    the pooled [example, layer + 1, dim] array crosses to the CPU, one batch behind, so the
+    next batch is tokenised and queued while the device works. The pass uses the fast
+    attention kernel (no weights are returned) and the encoder alone."""
+    pending = None  # (batch, host tensor, event) whose copy is under way
     for batch, out in device_batches(lm, texts, None, batch_size, with_attentions=False, with_hidden_states=True,
                                      max_batch_bytes=max_batch_bytes, sort_by_length=sort_by_length):
         plan = plan_of(batch)
         if plan.n_examples == 0:
-            yield batch, np.zeros((0, lm.num_layers + 1, lm.hidden_size), np.float32)
-            continue
-        with torch.inference_mode():
-            device = out.hidden_states[0].device
-            width = out.hidden_states[0].shape[1]
-            flat = torch.from_numpy(plan.row * width + plan.token).to(device)  # [entry]
-            example = torch.from_numpy(plan.example).to(device)  # [entry]
-            weight = torch.from_numpy(plan.weight).to(device)[:, None]  # [entry, 1]
-            layers = []
-            for h in out.hidden_states:  # [batch, token, dim], one layer at a time
-                rows = h.reshape(-1, h.shape[-1])[flat].float() * weight  # [entry, dim]
-                layers.append(torch.zeros(plan.n_examples, h.shape[-1], device=device).index_add_(0, example, rows))
-            vectors = torch.stack(layers, dim=1).cpu().numpy()  # [example, layer + 1, dim]
+            current = (batch, torch.zeros(0, lm.num_layers + 1, lm.hidden_size), None)
+        else:
+            with torch.inference_mode():
+                device = out.hidden_states[0].device
+                width = out.hidden_states[0].shape[1]
+                flat = to_device(torch.from_numpy(plan.row * width + plan.token), device)  # [entry]
+                example = to_device(torch.from_numpy(plan.example), device)  # [entry]
+                weight = to_device(torch.from_numpy(plan.weight), device)[:, None]  # [entry, 1]
+                layers = []
+                for h in out.hidden_states:  # [batch, token, dim], one layer at a time
+                    rows = h.reshape(-1, h.shape[-1])[flat].float() * weight  # [entry, dim]
+                    layers.append(torch.zeros(plan.n_examples, h.shape[-1], device=device).index_add_(0, example, rows))
+                current = (batch, *to_host_async(torch.stack(layers, dim=1)))  # [example, layer + 1, dim]
         del out
-        yield batch, vectors
+        if pending is not None:
+            yield _collect(pending)
+        pending = current
+    if pending is not None:
+        yield _collect(pending)
+
+
+def _collect(pending: tuple[BatchInspection, torch.Tensor, Any]) -> tuple[BatchInspection, np.ndarray]:
+    batch, host, done = pending
+    if done is not None:
+        done.synchronize()
+    return batch, host.numpy().copy()  # a plain array: the pinned buffer goes back at once
 
 
 def inspect_ids(

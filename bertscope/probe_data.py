@@ -30,6 +30,7 @@ from .errors import BertScopeError
 
 DATA = Path(__file__).parent / "data" / "probing"
 SENTENCE_TASKS = ("tense", "subject_number", "negation", "question", "bigram_shift")
+BROWN_TASKS = ("brown-pos", "brown-tags", "brown-genre")  # need the corpus installed (`make brown`)
 SHIPPED = ("pos", "sense", *SENTENCE_TASKS)
 UNLABELLED = "_"
 MAX_SENTENCES = 50_000
@@ -44,10 +45,29 @@ class ProbeTask:
     level: Level
     words: tuple[tuple[str, ...], ...]  # [sentence][word]; a sentence-level task keeps one "word": the text
     labels: tuple[tuple[str, ...], ...]  # [sentence][word] tags, or [sentence][0] the sentence's label
+    # Optional, for corpora with their own tokenisation (Brown): the text the model reads per
+    # sentence and each word's [start, end) characters in it (default: words joined by spaces)
+    sentences: tuple[str, ...] | None = None
+    spans: tuple[tuple[tuple[int, int], ...], ...] | None = None
+    # [sentence] -> split group (e.g. its document): no group is on both sides of a split
+    # (default: each sentence its own group)
+    groups: tuple[int, ...] | None = None
 
     @property
     def texts(self) -> list[str]:
+        if self.sentences is not None:
+            return list(self.sentences)
         return [" ".join(w) for w in self.words]
+
+    def word_spans(self, sentence: int) -> list[tuple[int, int]]:
+        """[start, end) of each word of ``sentence`` in ``texts[sentence]``."""
+        if self.spans is not None:
+            return list(self.spans[sentence])
+        spans, at = [], 0
+        for w in self.words[sentence]:
+            spans.append((at, at + len(w)))
+            at += len(w) + 1
+        return spans
 
     @property
     def n_examples(self) -> int:
@@ -58,7 +78,10 @@ class ProbeTask:
         return sorted({tag for row in self.labels for tag in row if tag != UNLABELLED})
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps([self.level, self.words, self.labels]).encode()).hexdigest()[:16]
+        parts = [self.level, self.words, self.labels]
+        if self.sentences is not None or self.spans is not None or self.groups is not None:
+            parts += [self.sentences, self.spans, self.groups]  # absent: the digest of earlier versions
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def _finish(name: str, level: Level, words: list, labels: list) -> ProbeTask:
@@ -190,11 +213,17 @@ def sense_task() -> ProbeTask:
     return _finish("sense", "token", words, labels)
 
 
-def shipped_task(name: str) -> ProbeTask:
+def shipped_task(name: str, size: int | None = None) -> ProbeTask:
+    """A shipped suite, or a Brown suite (``brown-pos``, ``brown-tags``, ``brown-genre``) of
+    ``size`` sentences (default: the quick sample; 0 = the whole corpus)."""
+    if name in BROWN_TASKS:
+        from .brown_probes import DEFAULT_SENTENCES, brown_task
+
+        return brown_task(name, DEFAULT_SENTENCES if size is None else size)
     if name == "pos":
         return read_conllu((DATA / "pos.conllu").read_text(encoding="utf-8"), "pos")
     if name == "sense":
         return sense_task()
     if name in SENTENCE_TASKS:
         return read_csv_task((DATA / f"{name}.csv").read_text(encoding="utf-8"), name)
-    raise BertScopeError(f"No shipped task {name!r}: choose one of {', '.join(SHIPPED)}.")
+    raise BertScopeError(f"No shipped task {name!r}: choose one of {', '.join(SHIPPED + BROWN_TASKS)}.")

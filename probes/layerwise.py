@@ -30,8 +30,10 @@ def add_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
     else:
         p.add_argument("--model", required=True, help="preset, hub id, local folder, or 'bundled'")
         p.add_argument("--task", default="pos", help="shipped task: pos, sense, tense, subject_number, "
-                                                     "negation, question, bigram_shift")
+                                                     "negation, question, bigram_shift, brown-pos, brown-tags, "
+                                                     "brown-genre")
         p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl (overrides --task)")
+    p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample (default 2000; 0 = all)")
     p.add_argument("--out", default="results", help="output folder")
     p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
     p.add_argument("--probe", default="logreg", choices=["logreg", "mlp"])
@@ -41,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
     p.add_argument("--batch-size", type=int, default=64)
 
 
-def load_task(task: str, data: str | None):
+def load_task(task: str, data: str | None, size: int | None = None):
     from bertscope.probe_data import read_task, shipped_task
 
     if data:
@@ -52,7 +54,7 @@ def load_task(task: str, data: str | None):
             return read_task(path.read_text(encoding="utf-8"), path.name)
         except UnicodeDecodeError as err:
             raise BertScopeError(f"{data} is not UTF-8 text.") from err
-    return shipped_task(task)
+    return shipped_task(task, size)
 
 
 def run_one(model: str, task, args, weights_dir: Path | None = None, quiet: bool = False):
@@ -98,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print results.json on stdout")
     args = parser.parse_args(argv)
     try:
-        task = load_task(args.task, args.data)
+        task = load_task(args.task, args.data, args.size)
         result, hit = run_one(args.model, task, args, weights_dir=Path(args.out) / "weights", quiet=args.json)
         data = write_results(result, Path(args.out))
     except BertScopeError as err:

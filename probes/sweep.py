@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not models or not tasks:
             raise BertScopeError("Give at least one model (--models) and one task (--tasks).")
-        loaded = {name: load_task(name, None) for name in tasks}
+        loaded = {name: load_task(name, None, args.size) for name in tasks}
         results = []
         for model in models:
             for name, task in loaded.items():

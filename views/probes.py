@@ -7,7 +7,8 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.hidden_cache import HiddenStateCache, hidden_states
-from bertscope.probe_data import read_task, shipped_task
+from bertscope.brown_probes import DEFAULT_SENTENCES
+from bertscope.probe_data import BROWN_TASKS, read_task, shipped_task
 from bertscope.figures.probe import layer_figure, run_name
 from bertscope.probing import ProbeResult, probe_layers
 from views.shared import (
@@ -19,7 +20,10 @@ UPLOAD = "Your own file…"
 TASKS = {
     "pos": "Part of speech (token, 17 UPOS tags)", "sense": "Word sense (token, the shift page's words)",
     "tense": "Tense (sentence)", "subject_number": "Subject number (sentence)", "negation": "Negation (sentence)",
-    "question": "Question vs statement (sentence)", "bigram_shift": "Bigram shift (sentence)", UPLOAD: UPLOAD,
+    "question": "Question vs statement (sentence)", "bigram_shift": "Bigram shift (sentence)",
+    "brown-pos": "Brown corpus: universal POS (token, 12 tags, real text)",
+    "brown-tags": "Brown corpus: Brown tags (token, ~115 tags in the sample)",
+    "brown-genre": "Brown corpus: genre (sentence, 15 genres)", UPLOAD: UPLOAD,
 }
 RUNS = "probe_runs"
 
@@ -27,7 +31,7 @@ st.title("Probes")
 st.caption("A linear probe per layer: can a logistic regression read the property off the hidden "
            "states? Each run also trains the probe on a control task (Hewitt & Liang 2019: a random "
            "but fixed label per word type); selectivity = accuracy − control accuracy. Sentences are "
-           "never split between training and test.")
+           "never split between training and test (Brown suites: documents are never split).")
 require_model()
 key = model_key()
 
@@ -58,7 +62,9 @@ if submitted:
             except UnicodeDecodeError as err:
                 raise BertScopeError("The upload is not UTF-8 text.") from err
         else:
-            task = shipped_task(suite)
+            # Brown suites: the quick sample, within the demo's corpus cap; split by document
+            task = shipped_task(suite, size=min(DEFAULT_SENTENCES, Limits.corpus_lines)
+                                if suite in BROWN_TASKS else None)
         if len(task.words) > Limits.corpus_lines:
             raise BertScopeError(f"{len(task.words):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
         chosen = pooling if task.level == "token" or pooling == "mean" else "cls"
