@@ -15,7 +15,7 @@ cut away, so no statistic built on it can count a pad token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -84,6 +84,16 @@ class Inspection:
         return int(self.attentions.shape[1])
 
 
+class TokenRow(NamedTuple):
+    """One row of a batch as the tokenizer left it, padding included: what locating words
+    needs, without spelling tokens out. Positions index the padded row (the device tensors)."""
+
+    text: str
+    offsets: list[tuple[int, int]]  # (0, 0) for special and pad tokens
+    sequence_ids: list[int | None]  # None for special and pad tokens
+    word_ids: list[int | None]
+
+
 @dataclass(frozen=True, eq=False)
 class BatchInspection:
     """One padded batch; ``item(i)`` gives sentence i without padding."""
@@ -110,6 +120,9 @@ class BatchInspection:
     # token strings are spelled out only when read (statistics over a corpus never read them)
     tokenizer: Any = field(default=None, repr=False)
     _strings: dict = field(default_factory=dict, repr=False)
+
+    def row(self, i: int) -> TokenRow:
+        return TokenRow(self.texts[i], self.offsets[i], self.sequence_ids[i], self.word_ids[i])
 
     def _row_strings(self, i: int) -> tuple[list[str], list[str]]:
         """(raw, readable) tokens of row ``i``, padding included; memoised."""

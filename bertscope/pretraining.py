@@ -1,0 +1,516 @@
+"""BERT's masked-LM recipe, run: continued pretraining of a BERT-family encoder.
+
+    >>> from bertscope.pretraining import RecipeConfig, train
+    >>> run = train("bundled", documents_train, documents_held_out, "runs/mlm",
+    ...             RecipeConfig(epochs=16, lora_rank=16, lr=1e-3))       # doctest: +SKIP
+
+References: Devlin et al. (2019), BERT, section 3.1 and appendix A.1 (15% of tokens chosen;
+of those 80% [MASK], 10% a random token, 10% unchanged; the loss on the chosen positions
+only) and google-research/bert's ``create_pretraining_data.py`` (exactly round(15% x n)
+positions per sequence, never a special token); Liu et al. (2019), RoBERTa, section 4.1
+(dynamic masking: a new mask every time a sequence is seen, against BERT's static masks);
+Hu et al. (2022), LoRA, through the ``peft`` library.
+
+What one run does:
+- text: each document's sentences are tokenised and concatenated, then cut into chunks of
+  ``seq_len`` tokens ([CLS] ... [SEP]); a chunk never mixes documents, and train and held-out
+  documents are disjoint (the caller splits, e.g. ``brown.split_documents``);
+- model: the encoder with a masked-LM head (``AutoModelForMaskedLM``): the checkpoint's own
+  head where it has one, else a new one whose output layer is tied to the input embeddings;
+- ``lora_rank`` > 0: LoRA adapters on the query, key, value, attention-output and both
+  feed-forward projections, and the head's transform, every LayerNorm and the output bias
+  trained in full; the embeddings (and so the tied output layer) stay frozen. 0: every weight;
+- AdamW, linear warm-up then linear decay, gradient clipping at 1.0; on a GPU bf16 autocast
+  (fp16 with loss scaling where bf16 is missing);
+- after each epoch: held-out loss, top-1 and top-5 accuracy over the chosen positions of a
+  fixed (seeded) corruption of the held-out chunks, and a checkpoint of everything needed to
+  go on (trainable weights, optimiser moments, RNG states: safetensors + JSON, no pickle,
+  written to a temporary folder and renamed). A rerun with the same output folder resumes at
+  the last finished epoch and ends with the same weights as an uninterrupted run.
+
+Outputs in the run folder: ``model/`` (a standard transformers folder with the head, LoRA
+merged), ``adapter/`` for LoRA runs (the delta alone: adapter + ``extras.safetensors``, which
+``apply_delta`` merges onto the base), ``metrics.json`` and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .errors import BertScopeError
+
+IGNORE_INDEX = -100
+LORA_TARGETS = ["query", "key", "value", "output.dense", "intermediate.dense"]  # attention + FFN projections
+CLOZE = (  # everyday sentences to watch predictions change (a word a reader would expect)
+    "I drink a cup of [MASK] every morning.",
+    "He deposited the money in the [MASK].",
+    "The capital of France is [MASK].",
+    "She opened the [MASK] and walked into the room.",
+    "The children played in the [MASK] after school.",
+    "It was a cold winter [MASK].",
+)
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    seq_len: int = 128  # tokens per chunk, [CLS] and [SEP] included
+    select_rate: float = 0.15  # share of a chunk's ordinary tokens chosen for prediction
+    mask_rate: float = 0.8  # of the chosen: replaced by [MASK]
+    random_rate: float = 0.1  # of the chosen: replaced by a random ordinary token (the rest stay)
+    masking: Literal["dynamic", "static"] = "dynamic"  # RoBERTa's, or one corruption per chunk (BERT)
+    lora_rank: int = 16  # 0 = full fine-tuning
+    lora_alpha: int = 32
+    epochs: int = 16
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.06  # share of the steps with a linear warm-up
+    seed: int = 0
+    max_chunks: int | None = None  # a budget: train on at most this many chunks (None: all)
+
+    def check(self) -> None:
+        if not 8 <= self.seq_len <= 512:
+            raise BertScopeError("The chunk length must be between 8 and 512 tokens.")
+        if not 0 < self.select_rate <= 1:
+            raise BertScopeError("The selection rate must be in (0, 1].")
+        if self.mask_rate < 0 or self.random_rate < 0 or self.mask_rate + self.random_rate > 1 + 1e-9:
+            raise BertScopeError("The [MASK] and random shares must be >= 0 and add up to at most 1.")
+        if self.masking not in ("dynamic", "static"):
+            raise BertScopeError("Masking is 'dynamic' or 'static'.")
+        if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise BertScopeError("LoRA rank >= 0, epochs >= 1, batch size >= 1 and a positive learning rate, please.")
+
+
+def chunk_documents(tokenizer: Any, documents: Sequence[Sequence[str]], seq_len: int) -> torch.Tensor:
+    """[chunk, seq_len] int64: each document's tokens cut into [CLS] piece [SEP] chunks, padded.
+    A document's last piece is kept when it has at least a quarter of a chunk."""
+    body = seq_len - 2
+    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    if cls is None or sep is None or pad is None:
+        raise BertScopeError("The tokenizer needs [CLS], [SEP] and [PAD] tokens (or <s>, </s>, <pad>).")
+    chunks = []
+    for sentences in documents:
+        sentences = [s for s in sentences if s.strip()]
+        if not sentences:
+            continue
+        ids = [i for row in tokenizer(list(sentences), add_special_tokens=False)["input_ids"] for i in row]
+        for start in range(0, len(ids), body):
+            piece = ids[start:start + body]
+            if len(piece) < max(4, body // 4) and start > 0:
+                continue
+            chunks.append([cls, *piece, sep] + [pad] * (body - len(piece)))
+    if not chunks:
+        raise BertScopeError("The corpus has no text to train on.")
+    return torch.tensor(chunks, dtype=torch.long)
+
+
+def ordinary_ids(tokenizer: Any, vocab_size: int) -> torch.Tensor:
+    """[n] ids a random replacement may take: the vocabulary without special or unused tokens."""
+    special = set(tokenizer.all_special_ids)
+    vocab = tokenizer.get_vocab()
+    keep = sorted(i for piece, i in vocab.items()
+                  if i < vocab_size and i not in special and not (piece.startswith("[") and piece.endswith("]")))
+    return torch.tensor(keep, dtype=torch.long)
+
+
+def mask_tokens(ids: torch.Tensor, special: torch.Tensor, replacements: torch.Tensor, mask_id: int,
+                cfg: RecipeConfig, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's corruption of a batch: (inputs [batch, token], labels [batch, token]).
+
+    Per row, exactly max(1, round(n x select_rate)) of its n ordinary tokens are chosen
+    uniformly; each chosen token becomes ``mask_id`` with probability mask_rate, a random
+    ordinary token with random_rate, and stays otherwise. Labels hold the original id at the
+    chosen positions and -100 (ignored by the loss) everywhere else."""
+    b, t = ids.shape
+    candidate = ~special  # [batch, token]
+    n = candidate.sum(dim=1)  # [batch]
+    count = torch.clamp((n.float() * cfg.select_rate).round().long(), min=1)
+    count = torch.minimum(count, n)
+    scores = torch.rand(b, t, generator=generator)
+    scores[~candidate] = -1.0  # never chosen before an ordinary token
+    rank = torch.argsort(torch.argsort(scores, dim=1, descending=True), dim=1)  # [batch, token] 0 = best
+    chosen = (rank < count[:, None]) & candidate
+    labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
+    u = torch.rand(b, t, generator=generator)
+    to_mask = chosen & (u < cfg.mask_rate)
+    to_random = chosen & (u >= cfg.mask_rate) & (u < cfg.mask_rate + cfg.random_rate)
+    random_ids = replacements[torch.randint(len(replacements), (b, t), generator=generator)]
+    inputs = torch.where(to_mask, torch.full_like(ids, mask_id), ids)
+    inputs = torch.where(to_random, random_ids, inputs)
+    return inputs, labels
+
+
+def special_mask(tokenizer: Any, ids: torch.Tensor) -> torch.Tensor:
+    """[batch, token] bool: special tokens and padding (never chosen)."""
+    return torch.isin(ids, torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=ids.dtype))
+
+
+def build_model(source: str, local_only: bool, cfg: RecipeConfig) -> Any:
+    """The encoder with a masked-LM head, LoRA-wrapped when ``cfg.lora_rank`` > 0."""
+    from transformers import AutoModelForMaskedLM
+
+    from .models import quiet_transformers
+
+    with quiet_transformers():
+        model = AutoModelForMaskedLM.from_pretrained(source, local_files_only=local_only, trust_remote_code=False,
+                                                     attn_implementation="sdpa", dtype=torch.float32)
+    if cfg.lora_rank == 0:
+        model.requires_grad_(True)
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                                                 target_modules=LORA_TARGETS, bias="none"))
+    for name, p in model.named_parameters():
+        if _is_extra(name):
+            p.requires_grad_(True)
+    return model
+
+
+def _is_extra(name: str) -> bool:
+    """Weights trained in full beside LoRA: the head's transform and bias, every LayerNorm."""
+    inner = _inner_name(name)
+    return ("LayerNorm" in inner or inner.startswith(("cls.predictions.transform.", "lm_head.dense.",
+                                                      "lm_head.layer_norm.", "predictions.dense.",
+                                                      "predictions.LayerNorm."))
+            or inner in {"cls.predictions.bias", "lm_head.bias", "predictions.bias"}) and "lora_" not in inner
+
+
+def _inner_name(name: str) -> str:
+    return name.removeprefix("base_model.model.")
+
+
+def trainable(model: Any) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _lr_at(step: int, total: int, cfg: RecipeConfig) -> float:
+    warm = max(1, int(total * cfg.warmup))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    return cfg.lr * max(0.0, (total - step) / max(1, total - warm))
+
+
+def _autocast(device: torch.device):
+    if device.type != "cuda":
+        return torch.autocast("cpu", enabled=False), None
+    if torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16), None
+    return torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
+
+
+@torch.no_grad()
+def evaluate(model: Any, tokenizer: Any, chunks: torch.Tensor, cfg: RecipeConfig, device: torch.device,
+             batch_size: int = 128) -> dict[str, float]:
+    """Held-out loss, top-1 and top-5 over the chosen positions of one fixed corruption."""
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)  # the same corruption every epoch
+    replacements = ordinary_ids(tokenizer, model.config.vocab_size)
+    loss_sum, top1, top5, count = 0.0, 0, 0, 0
+    context, _ = _autocast(device)
+    for start in range(0, len(chunks), batch_size):
+        ids = chunks[start:start + batch_size]
+        inputs, labels = mask_tokens(ids, special_mask(tokenizer, ids), replacements, tokenizer.mask_token_id,
+                                     cfg, generator)
+        attention = (ids != tokenizer.pad_token_id).long()
+        with context:
+            logits = model(input_ids=inputs.to(device), attention_mask=attention.to(device)).logits
+        labels = labels.to(device)
+        chosen = labels != IGNORE_INDEX  # [batch, token]
+        picked = logits[chosen].float()  # [chosen, vocab]
+        gold = labels[chosen]
+        loss_sum += float(F.cross_entropy(picked, gold, reduction="sum"))
+        best = picked.topk(5, dim=-1).indices  # [chosen, 5]
+        top1 += int((best[:, 0] == gold).sum())
+        top5 += int((best == gold[:, None]).any(dim=-1).sum())
+        count += int(chosen.sum())
+    model.train(was_training)
+    return {"loss": loss_sum / max(1, count), "top1": top1 / max(1, count), "top5": top5 / max(1, count),
+            "positions": count}
+
+
+@torch.no_grad()
+def cloze(model: Any, tokenizer: Any, texts: Sequence[str], device: torch.device, k: int = 5) -> list[dict]:
+    """Top-k words at the first mask of each text."""
+    was_training = model.training
+    model.eval()
+    out = []
+    for text in texts:
+        text = text.replace("[MASK]", tokenizer.mask_token)
+        enc = tokenizer(text, return_tensors="pt").to(device)
+        at = int((enc["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0])
+        logits = model(**enc).logits[0, at].float()
+        ids = logits.topk(k).indices.tolist()
+        out.append({"text": text, "top": [tokenizer.convert_ids_to_tokens(i) for i in ids]})
+    model.train(was_training)
+    return out
+
+
+@dataclass
+class RunState:
+    epoch: int = 0  # epochs finished
+    step: int = 0  # optimiser steps taken
+    history: list[dict] = field(default_factory=list)  # one entry per finished epoch
+
+
+def _save_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, state: RunState,
+                     cfg: RecipeConfig) -> None:
+    """Everything needed to go on, atomically: trainable weights, AdamW moments, RNG states."""
+    from safetensors.torch import save_file
+
+    params = trainable(model)
+    names = list(params)
+    tensors = {f"param.{n}": p.detach().cpu().contiguous() for n, p in params.items()}
+    index = {id(p): i for i, p in enumerate(params.values())}
+    for p, moments in optimizer.state.items():
+        for key, value in moments.items():
+            tensors[f"opt.{index[id(p)]}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    tensors["rng.cpu"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
+    save_file(tensors, str(tmp / "state.safetensors"))
+    (tmp / "state.json").write_text(json.dumps({"epoch": state.epoch, "step": state.step, "history": state.history,
+                                                "config": asdict(cfg), "params": names}, indent=1))
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
+
+
+def _load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, cfg: RecipeConfig) -> RunState | None:
+    from safetensors.torch import load_file
+
+    if not (folder / "state.json").is_file():
+        return None
+    meta = json.loads((folder / "state.json").read_text())
+    saved = dict(meta["config"])
+    if {k: v for k, v in saved.items() if k != "epochs"} != {k: v for k, v in asdict(cfg).items() if k != "epochs"}:
+        raise BertScopeError(f"{folder.parent} holds a run with other settings: choose another output folder.")
+    tensors = load_file(str(folder / "state.safetensors"))
+    params = trainable(model)
+    if list(params) != meta["params"]:
+        raise BertScopeError(f"The checkpoint in {folder} does not fit this model.")
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(tensors[f"param.{n}"])
+    values = list(params.values())
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, i, name = key.split(".", 2)
+            optimizer.state[values[int(i)]][name] = value.to(values[int(i)].device) if name != "step" else value
+    torch.set_rng_state(tensors["rng.cpu"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+    return RunState(meta["epoch"], meta["step"], meta["history"])
+
+
+def train(
+    model_name: str,
+    train_documents: Sequence[Sequence[str]],
+    held_out_documents: Sequence[Sequence[str]],
+    out: str | Path,
+    cfg: RecipeConfig = RecipeConfig(),
+    device: str = "auto",
+    progress: Callable[[int, int, dict], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> RunState:
+    """Run (or resume) the recipe; writes the run folder (see the module docstring).
+
+    ``progress(step, total_steps, info)`` after each step; ``stop()`` is asked between steps
+    and ends the run early at the last finished epoch (a cancel button)."""
+    from .devices import resolve_device
+    from .models import _load_config, _load_tokenizer, resolve_source
+
+    cfg.check()
+    torch_device = resolve_device(device)
+    source, local_only = resolve_source(model_name)
+    _load_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
+    tokenizer = _load_tokenizer(model_name, source, local_only)
+    if tokenizer.mask_token_id is None:
+        raise BertScopeError(f"{model_name}'s tokenizer has no mask token: it cannot learn masked-LM.")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    train_chunks = chunk_documents(tokenizer, train_documents, cfg.seq_len)  # [chunk, seq_len]
+    held_chunks = chunk_documents(tokenizer, held_out_documents, cfg.seq_len)
+    if cfg.max_chunks is not None:
+        keep = torch.randperm(len(train_chunks), generator=torch.Generator().manual_seed(cfg.seed))[:cfg.max_chunks]
+        train_chunks = train_chunks[keep.sort().values]
+    model = build_model(source, local_only, cfg).to(torch_device)
+    params = trainable(model)
+    decay = [p for n, p in params.items() if p.ndim >= 2]
+    no_decay = [p for n, p in params.items() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    steps_per_epoch = math.ceil(len(train_chunks) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    state = _load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
+    replacements = ordinary_ids(tokenizer, model.config.vocab_size)
+    static_generator = torch.Generator().manual_seed(cfg.seed + 7)
+    static = None
+    if cfg.masking == "static":  # one corruption per chunk, drawn once (BERT's)
+        static = mask_tokens(train_chunks, special_mask(tokenizer, train_chunks), replacements,
+                             tokenizer.mask_token_id, cfg, static_generator)
+    context, scaler = _autocast(torch_device)
+    before = state.history[0]["before"] if state.history else {
+        "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device),
+        "cloze": cloze(model, tokenizer, CLOZE, torch_device)}
+    model.train()
+    n_trainable = sum(p.numel() for p in params.values())
+    for epoch in range(state.epoch, cfg.epochs):
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and masks of this epoch
+        order = torch.randperm(len(train_chunks), generator=generator)
+        started, losses, tokens = time.perf_counter(), [], 0
+        for s in range(steps_per_epoch):
+            if stop is not None and stop():
+                return state
+            idx = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
+            ids = train_chunks[idx]  # [batch, seq_len]
+            if static is not None:
+                inputs, labels = static[0][idx], static[1][idx]
+            else:
+                inputs, labels = mask_tokens(ids, special_mask(tokenizer, ids), replacements,
+                                             tokenizer.mask_token_id, cfg, generator)
+            attention = (ids != tokenizer.pad_token_id).long()
+            for group in optimizer.param_groups:
+                group["lr"] = _lr_at(state.step, total, cfg)
+            with context:
+                logits = model(input_ids=inputs.to(torch_device), attention_mask=attention.to(torch_device)).logits
+            labels = labels.to(torch_device)
+            chosen = labels != IGNORE_INDEX
+            loss = F.cross_entropy(logits[chosen].float(), labels[chosen])
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                optimizer.step()
+            state.step += 1
+            losses.append(float(loss.detach()))
+            tokens += int(attention.sum())
+            if progress is not None:
+                progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1]})
+        seconds = time.perf_counter() - started
+        held = evaluate(model, tokenizer, held_chunks, cfg, torch_device)
+        state.epoch = epoch + 1
+        state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "held_out": held,
+                              "seconds": seconds, "tokens_per_s": tokens / seconds,
+                              **({"before": before} if epoch == 0 else {})})
+        _save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
+    _export(model, tokenizer, out, cfg, model_name)
+    _write_metrics(out, model_name, cfg, state, len(train_chunks), len(held_chunks), n_trainable,
+                   cloze(model, tokenizer, CLOZE, torch_device), torch_device)
+    return state
+
+
+def _export(model: Any, tokenizer: Any, out: Path, cfg: RecipeConfig, model_name: str) -> None:
+    """``model/`` (standard folder, LoRA merged) and, for LoRA, ``adapter/`` (the delta)."""
+    from safetensors.torch import save_file
+
+    if cfg.lora_rank:
+        model.peft_config["default"].base_model_name_or_path = model_name  # the name, not a local path
+        tmp = Path(tempfile.mkdtemp(dir=out, prefix="adapter.tmp-"))
+        model.save_pretrained(tmp)  # adapter_config.json + adapter_model.safetensors (LoRA only)
+        extras = {_inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters() if _is_extra(n)}
+        save_file(extras, str(tmp / "extras.safetensors"))
+        _replace(tmp, out / "adapter")
+        merged = model.merge_and_unload()
+    else:
+        merged = model
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix="model.tmp-"))
+    merged.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    _replace(tmp, out / "model")
+
+
+def _replace(tmp: Path, folder: Path) -> None:
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
+
+
+def _write_metrics(out: Path, model_name: str, cfg: RecipeConfig, state: RunState, n_train: int, n_held: int,
+                   n_trainable: int, after: list[dict], device: torch.device) -> None:
+    metrics = {
+        "model": model_name, "config": asdict(cfg), "train_chunks": n_train, "held_out_chunks": n_held,
+        "trainable_parameters": n_trainable,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "before": state.history[0]["before"] if state.history else None,
+        "epochs": [{k: v for k, v in h.items() if k != "before"} for h in state.history],
+        "after": {"held_out": state.history[-1]["held_out"] if state.history else None, "cloze": after},
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    plot_curves(metrics, out / "curves.png")
+
+
+def plot_curves(metrics: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [e["epoch"] for e in metrics["epochs"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.plot(epochs, [e["train_loss"] for e in metrics["epochs"]], "o-", label="train")
+    left.plot(epochs, [e["held_out"]["loss"] for e in metrics["epochs"]], "s-", label="held out")
+    left.set(xlabel="epoch", ylabel="masked-LM loss (nats)", title="Loss")
+    left.legend()
+    right.plot(epochs, [e["held_out"]["top1"] for e in metrics["epochs"]], "o-", label="top-1")
+    right.plot(epochs, [e["held_out"]["top5"] for e in metrics["epochs"]], "s-", label="top-5")
+    right.set(xlabel="epoch", ylabel="accuracy on masked positions", title="Held-out accuracy", ylim=(0, 1))
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
+    """Merge a LoRA run's ``adapter/`` onto its base encoder and save a standard masked-LM
+    folder at ``folder`` (atomically). The base is read from ``base_source`` (a folder)."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from .models import quiet_transformers
+
+    with quiet_transformers():
+        model = AutoModelForMaskedLM.from_pretrained(base_source, local_files_only=True, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(base_source, local_files_only=True)
+    extras = load_file(str(delta / "extras.safetensors"))
+    named = dict(model.named_parameters())
+    unknown = sorted(set(extras) - set(named))
+    if unknown:
+        raise BertScopeError(f"The delta in {delta} does not fit {base_source} (e.g. {unknown[0]}).")
+    with torch.no_grad():
+        for name, value in extras.items():
+            named[name].copy_(value)
+    with quiet_transformers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
+        merged = PeftModel.from_pretrained(model, str(delta)).merge_and_unload()
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
+        merged.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    _replace(tmp, folder)
+    return folder
