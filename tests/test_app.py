@@ -216,8 +216,7 @@ def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     assert not at.exception and not at.error
     assert any("no masked-LM head" in w and "bert-base-uncased" in w for w in texts(at.warning))
     assert not at.get("plotly_chart") and not at.metric
-    links = [el.proto for el in at.get("page_link")]  # the offline way on: bundled-mlm
-    assert any("bundled-mlm" in link.label and "model=bundled-mlm" in link.query_string for link in links)
+    assert "bundled-mlm" in at.button(key="mlm_switch").label  # the offline way on (clicked in the browser test)
 
 
 def test_shift_page(monkeypatch, tiny_bert_dir):
@@ -420,3 +419,22 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
         at.button(key=submit).click().run()
     assert any("costly actions in 10 minutes" in e for e in texts(at.error))
     assert not at.exception
+
+
+@pytest.mark.slow
+def test_probes_page_on_a_brown_suite(monkeypatch, tiny_bert_dir, tmp_path):
+    """Real annotated text on the page: brown-pos, split by document (the installed corpus)."""
+    import bertscope.brown_probes
+    from bertscope.brown import read_brown
+
+    corpus = read_brown()  # the installed corpus (make test installs it), before the cache moves
+    monkeypatch.setattr(bertscope.brown_probes, "read_brown", lambda folder=None: corpus)
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # hidden states go to a temporary cache
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/probes.py").run()
+    at.selectbox(key="probe_task").set_value("brown-pos")
+    at.button[0].click().run(timeout=300)
+    assert not at.exception and not at.error
+    labels = {m.label: m.value for m in at.metric}
+    assert "Majority baseline" in labels
+    assert any("brown-pos" in name for name in at.multiselect(key="probe_compare").options)

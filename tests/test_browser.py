@@ -199,9 +199,15 @@ def test_attention_page_offline(browser, app_url, artifacts):
 
 
 def test_masked_page_without_head_on_bundled(browser, app_url, artifacts):
-    page, problems = open_page(browser, f"{app_url}/masked")
+    page, problems = open_page(browser, f"{app_url}/masked", height=1400)
     page.get_by_text("no masked-LM head").wait_for(timeout=60_000)
     page.screenshot(path=str(artifacts / "masked-bundled.png"), full_page=True)
+    # the offline way on: bundled-mlm, the bundled encoder with the head BertScope trained
+    page.get_by_role("button", name="Switch to bundled-mlm", exact=False).click()
+    page.locator(".js-plotly-plot").first.wait_for(timeout=180_000)
+    page.get_by_text("paris").first.wait_for(state="attached", timeout=30_000)  # The capital of France is [MASK].
+    assert "model=bundled-mlm" in page.url and not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "masked-bundled-mlm.png"), full_page=True)
     assert not problems, problems
     page.close()
 

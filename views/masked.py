@@ -13,9 +13,10 @@ from bertscope.logit_lens import layerwise_predictions
 from bertscope.mlm_recipe import mlm_recipe
 from bertscope.nsp import both_orders
 from views.shared import (
-    PLOT_CONFIG, cached_model, check_text, from_url, model_key, obtainable, plain, require_model, result_store,
-    show_error, to_url,
+    MODEL_KEY, PLOT_CONFIG, cached_model, check_text, from_url, model_key, model_options, obtainable, plain,
+    require_model, result_store, show_error, to_url,
 )
+from bertscope.presets import BUNDLED_MLM
 
 
 
@@ -57,10 +58,10 @@ except BertScopeError as err:
     st.warning(plain(str(err)))
     st.caption("Nothing on this page is simulated: without the checkpoint's trained head there is "
                f"nothing honest to show. {lm.name} ships without one.")
-    if obtainable("bundled-mlm"):
-        st.page_link("views/masked.py", label="Open this page on bundled-mlm (offline: all-MiniLM-L6-v2 with a "
-                     "masked-LM head BertScope trained on the Brown corpus)", query_params={"model": "bundled-mlm"},
-                     icon=":material/arrow_forward:")
+    if obtainable(BUNDLED_MLM) and BUNDLED_MLM in model_options():
+        st.button("Switch to bundled-mlm (offline: all-MiniLM-L6-v2 with a masked-LM head BertScope trained on "
+                  "the Brown corpus)", key="mlm_switch", icon=":material/arrow_forward:",
+                  on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED_MLM))  # the sidebar's picker
     st.stop()
 
 tab_fill, tab_recipe, tab_layers, tab_nsp = st.tabs(
