@@ -148,9 +148,11 @@ def main() -> None:
     parser.add_argument("--configs", default="bert-base-uncased,bert-large-uncased")
     parser.add_argument("--texts", type=int, default=12)
     parser.add_argument("--no-app", action="store_true")
+    parser.add_argument("--app-only", action="store_true", help="only the app part")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    library(args)
+    if not args.app_only:
+        library(args)
     if not args.no_app:
         app(args)
 

@@ -199,3 +199,14 @@ def tiny_bert(tiny_bert_dir):
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def random_base_dir(tmp_path_factory) -> Path:
+    """A random BERT-base-sized BertForPreTraining with the bundled vocabulary (full-size tests)."""
+    from bertscope.random_models import save_random_model
+
+    return Path(save_random_model("bert-base-uncased", tmp_path_factory.mktemp("bert-base-random")))
+
+
+LONG_TEXT = " ".join(["the bank of the river was muddy after the storm , and the boats stayed in ."] * 40)

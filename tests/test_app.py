@@ -438,3 +438,18 @@ def test_probes_page_on_a_brown_suite(monkeypatch, tiny_bert_dir, tmp_path):
     labels = {m.label: m.value for m in at.metric}
     assert "Majority baseline" in labels
     assert any("brown-pos" in name for name in at.multiselect(key="probe_compare").options)
+
+
+@pytest.mark.slow
+def test_attention_page_at_512_tokens_on_bert_base(monkeypatch, random_base_dir):
+    """BERT's operating point in the app: a truncated 512-token input, compact figures."""
+    from .conftest import LONG_TEXT
+
+    monkeypatch.setenv("BERTSCOPE_MODEL", str(random_base_dir))
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params["text"] = LONG_TEXT
+    at.switch_page("views/attention.py").run()
+    assert not at.exception and not at.error
+    assert any("only the first 512" in w for w in texts(at.warning))
+    charts = at.get("plotly_chart")
+    assert charts and all(len(c.proto.spec) <= 2**20 for c in charts)  # the head view: at most 1 MiB

@@ -376,3 +376,24 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     assert not problems and not other_problems, problems + other_problems
     other.close()
     page.close()
+
+
+def test_attention_page_at_512_tokens_on_bert_base(browser, random_base_dir, tmp_path, artifacts):
+    """A BERT-base-sized model and a text past 512 tokens: the Head tab, then every head of a
+    layer, drawn from compact arrays (uint16 heatmaps) with the truncation said."""
+    import urllib.parse
+
+    from .conftest import LONG_TEXT
+
+    with running_app(tmp_path / "server.log", model=str(random_base_dir)) as url:
+        page, problems = open_page(browser, f"{url}/attention?{urllib.parse.urlencode({'text': LONG_TEXT})}", 1400)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=180_000)
+        assert "only the first 512" in page.inner_text("body")
+        page.screenshot(path=str(artifacts / "attention-512-head.png"), full_page=True)
+        page.get_by_role("tab", name="All heads of the layer").click()
+        page.get_by_text("all 12 heads", exact=False).first.wait_for(state="attached", timeout=180_000)
+        page.wait_for_timeout(1000)
+        assert not page.locator(".stException").count()
+        page.screenshot(path=str(artifacts / "attention-512-grid.png"), full_page=True)
+        assert not problems, problems
+        page.close()

@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from ..attention_stats import STATISTICS, HeadStats
 from ..errors import BertScopeError
 from ..inspect import Inspection
-from .compact import block_size, percent_blocks_heatmap, weights_heatmap
+from .compact import block_size, percent_blocks, percent_blocks_heatmap, weights_heatmap
 
 # bertviz writes every weight into its page as JSON; we round weights to 3 decimals first, so
 # one weight costs about this many bytes ("0.012, "), and a page's size is known in advance
@@ -55,11 +55,18 @@ def select(r: Inspection, attention: np.ndarray, hide_special: bool, renormalise
     return a
 
 
+MAX_TICK_LABELS = 64  # beyond this, every k-th token is named (the hover names each cell)
+
+
+def _ticks(labels: list[str]) -> dict:
+    step = -(-len(labels) // MAX_TICK_LABELS)
+    return dict(tickvals=list(range(0, len(labels), step)), ticktext=labels[::step])
+
+
 def _token_axes(fig: go.Figure, x_labels: list[str], y_labels: list[str], row=None, col=None) -> None:
-    fig.update_xaxes(tickvals=list(range(len(x_labels))), ticktext=x_labels, tickangle=-60,
+    fig.update_xaxes(**_ticks(x_labels), tickangle=-60,
                      row=row, col=col, title_text="key (attended to)" if row in (None, 1) and col in (None, 1) else None)
-    fig.update_yaxes(tickvals=list(range(len(y_labels))), ticktext=y_labels, autorange="reversed",
-                     row=row, col=col)
+    fig.update_yaxes(**_ticks(y_labels), autorange="reversed", row=row, col=col)
 
 
 def head_heatmap(r: Inspection, layer: int, head: int, hide_special=False, renormalise=False) -> go.Figure:
@@ -68,10 +75,11 @@ def head_heatmap(r: Inspection, layer: int, head: int, hide_special=False, renor
     keep = kept_positions(r, hide_special)
     labels = [label(r.tokens[i]) for i in keep]
     matrix = select(r, r.attentions[layer, head], hide_special, renormalise)  # [q, k]
-    fig = go.Figure(weights_heatmap(matrix, labels, labels))
+    top = float(matrix.max())
+    fig = go.Figure(weights_heatmap(matrix, labels, labels, zmax=top))
     _token_axes(fig, labels, labels)
-    fig.update_layout(title=f"Layer {layer}, head {head}", yaxis_title="query (attending)",
-                      height=min(1400, max(420, 22 * len(labels) + 160)))
+    fig.update_layout(title=f"Layer {layer}, head {head} (colour: 0 to {top:.3f}, the largest weight)",
+                      yaxis_title="query (attending)", height=min(1400, max(420, 22 * min(len(labels), 56) + 160)))
     return fig
 
 
@@ -88,13 +96,16 @@ def layer_grid(r: Inspection, layer: int, hide_special=False, renormalise=False,
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=titles,
                         horizontal_spacing=0.03, vertical_spacing=0.06)
     matrices = select(r, r.attentions[layer], hide_special, renormalise)  # [head, q, k]
+    z = percent_blocks(matrices, block)  # [head, rows, columns] float32 percent
+    top = float(z.max())  # one colour scale for the layer, so its heads compare
     for h in range(heads):
-        fig.add_trace(percent_blocks_heatmap(matrices[h], block, showscale=False, name=titles[h]),
+        fig.add_trace(percent_blocks_heatmap(z[h], block, zmax=top, showscale=False, name=titles[h]),
                       row=h // columns + 1, col=h % columns + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
-    note = "" if block == 1 else f" (each cell: mean of {block}×{block} tokens)"
-    fig.update_layout(title=f"Layer {layer}: all {heads} heads, weights in %{note}", height=260 * rows + 80)
+    note = "" if block == 1 else f"; each cell: mean of {block}×{block} tokens"
+    fig.update_layout(title=f"Layer {layer}: all {heads} heads, weights in % (colour: 0 to {top:.1f}%{note})",
+                      height=260 * rows + 80)
     return fig
 
 
