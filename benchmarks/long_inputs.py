@@ -37,6 +37,7 @@ WORDS = (ROOT / "bertscope" / "data" / "attention_corpus.txt").read_text("utf-8"
 
 def text_of(lm, tokens: int, offset: int = 0) -> str:
     """A text from the shipped corpus that tokenises to exactly ``tokens`` (with specials)."""
+    offset %= len(WORDS)  # distinct texts for any count: wrap around the corpus
     words = WORDS[offset:] + WORDS[:offset]
     low, high = 1, len(words)
     while low < high:  # the longest prefix that fits
@@ -122,7 +123,7 @@ def app(args) -> None:
             query = {"text": text, **({"att_tab": tab} if tab else {})}
             start = time.perf_counter()
             page.goto(f"{url}/attention?{urllib.parse.urlencode(query)}")
-            page.locator(".js-plotly-plot").first.wait_for(timeout=600_000)
+            page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
             page.wait_for_timeout(300)  # the frame after the chart's own data
             return time.perf_counter() - start, received[0] - before
 

@@ -11,6 +11,8 @@ compute it once: the second waits for the first.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import sys
 import threading
@@ -41,6 +43,27 @@ def size_of(obj: Any, _seen: set[int] | None = None) -> int:
     if hasattr(obj, "__dict__"):
         return sys.getsizeof(obj) + size_of(vars(obj), seen)
     return sys.getsizeof(obj)
+
+
+def _libc_trim():
+    """glibc's malloc_trim, or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def return_freed_memory() -> None:
+    """Hand memory freed by dropped results back to the OS. glibc keeps freed blocks in the
+    arena of the thread that allocated them, and a server runs each session in its own thread,
+    so without this a process's RSS keeps what the byte budget already let go."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 class ResultCache:
@@ -81,10 +104,15 @@ class ResultCache:
                 return False
             self._items[key] = (value, size)
             self._bytes += size
+            evicted = []
             while self._bytes > self.max_bytes:
-                _, (_, dropped) = self._items.popitem(last=False)
+                _, (old, dropped) = self._items.popitem(last=False)
                 self._bytes -= dropped
-            return True
+                evicted.append(old)
+        if evicted:
+            del evicted, old  # the last references this cache held
+            return_freed_memory()
+        return True
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         missing = object()

@@ -210,3 +210,12 @@ def test_random_full_size_model_at_512_tokens(config, tmp_path_factory, artifact
     with torch.inference_mode():
         bare = lm.model(input_ids=torch.tensor([r.input_ids.tolist()], device=lm.device), output_attentions=True).attentions
     np.testing.assert_allclose(r.attentions[5], bare[5][0].float().cpu().numpy(), atol=1e-3)
+    # head statistics and the shift page's extraction at 512 tokens, within their byte-bounded batches
+    from bertscope.attention_stats import head_stats
+    from bertscope.shift import collect
+
+    stats = head_stats(lm, [text, text.replace("bank", "shore")])
+    assert stats.tokens == 1024 and np.isfinite(stats.stats["entropy"]).all()
+    assert stats.stats["entropy"].shape == (lm.num_layers, lm.num_heads)
+    found = collect(lm, "bank", [(text, "river")], occurrences="first")
+    assert found.vectors.shape == (1, lm.num_layers + 1, lm.hidden_size)
