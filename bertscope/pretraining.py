@@ -214,20 +214,29 @@ def _autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
 
 
+EVAL_LOGIT_BYTES = 1 << 30  # an evaluation batch's [batch, token, vocab] float32 logits at most
+
+
 @torch.no_grad()
 def evaluate(model: Any, tokenizer: Any, chunks: torch.Tensor, cfg: RecipeConfig, device: torch.device,
              batch_size: int = 128) -> dict[str, float]:
-    """Held-out loss, top-1 and top-5 over the chosen positions of one fixed corruption."""
+    """Held-out loss, top-1 and top-5 over the chosen positions of one fixed corruption.
+    Batches hold at most ``batch_size`` chunks and ``EVAL_LOGIT_BYTES`` of logits (BERT's
+    30k vocabulary at 512 tokens is 62 MB of logits a chunk)."""
+    row_bytes = chunks.shape[1] * model.config.vocab_size * 4
+    batch_size = max(1, min(batch_size, EVAL_LOGIT_BYTES // row_bytes))
     was_training = model.training
     model.eval()
     generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)  # the same corruption every epoch
     replacements = ordinary_ids(tokenizer, model.config.vocab_size)
     loss_sum, top1, top5, count = 0.0, 0, 0, 0
     context, _ = _autocast(device)
+    # one corruption of the whole set, drawn before batching: the figure does not depend on batch sizes
+    all_inputs, all_labels = mask_tokens(chunks, special_mask(tokenizer, chunks), replacements,
+                                         tokenizer.mask_token_id, cfg, generator)
     for start in range(0, len(chunks), batch_size):
         ids = chunks[start:start + batch_size]
-        inputs, labels = mask_tokens(ids, special_mask(tokenizer, ids), replacements, tokenizer.mask_token_id,
-                                     cfg, generator)
+        inputs, labels = all_inputs[start:start + batch_size], all_labels[start:start + batch_size]
         attention = (ids != tokenizer.pad_token_id).long()
         with context:
             logits = model(input_ids=inputs.to(device), attention_mask=attention.to(device)).logits
