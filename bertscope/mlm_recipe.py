@@ -19,6 +19,7 @@ from .errors import BertScopeError
 from .fill_mask import Prediction, _top_k, require_mlm
 from .inspect import Inspection, inspect, inspect_ids
 from .models import LoadedModel
+from .tokens import readable_tokens
 
 IGNORE_INDEX = -100
 ACTIONS = ("mask", "random", "keep")
@@ -108,6 +109,37 @@ def ordinary_vocab(lm: LoadedModel) -> np.ndarray:
     """Ids a random replacement may take: the vocabulary without special tokens."""
     special = set(lm.tokenizer.all_special_ids)
     return np.array([i for i in range(len(lm.tokenizer)) if i not in special and i < lm.vocab_size])
+
+
+@dataclass(frozen=True)
+class CorruptionView:
+    """The recipe's corruption of one text, without a model pass: what BERT's data generator
+    would feed the model and where the loss would look (works on any tokenizer)."""
+
+    tokens: list[str]  # readable, the original input
+    corrupted_tokens: list[str]  # readable, what the model would see
+    corruption: Corruption
+
+    def rows(self) -> list[dict]:
+        return [{"position": i, "original": self.tokens[i], "model would see": self.corrupted_tokens[i],
+                 "action": action} for i, action in sorted(self.corruption.actions.items())]
+
+
+def recipe_corruption(
+    lm: LoadedModel, text: str, seed: int = 0, select_rate: float = 0.15,
+    mask_rate: float = 0.8, random_rate: float = 0.1,
+) -> CorruptionView:
+    """``corrupt`` on ``text`` with ``lm``'s tokenizer alone: no forward pass, no head needed."""
+    from .inspect import _check_text
+
+    _check_text(text)
+    tok = lm.tokenizer
+    if tok.mask_token_id is None:
+        raise BertScopeError(f"{lm.name}'s tokenizer has no mask token: the recipe cannot be shown.")
+    enc = tok(text, truncation=True, max_length=lm.max_length, return_special_tokens_mask=True)
+    ids, special, words = enc["input_ids"], [bool(s) for s in enc["special_tokens_mask"]], enc.word_ids()
+    c = corrupt(ids, special, ordinary_vocab(lm), tok.mask_token_id, seed, select_rate, mask_rate, random_rate)
+    return CorruptionView(readable_tokens(tok, ids, words, special), readable_tokens(tok, c.input_ids, words, special), c)
 
 
 def mlm_recipe(

@@ -215,8 +215,11 @@ def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     at.switch_page("views/masked.py").run()
     assert not at.exception and not at.error
     assert any("no masked-LM head" in w and "bert-base-uncased" in w for w in texts(at.warning))
-    assert not at.get("plotly_chart") and not at.metric
+    assert not at.get("plotly_chart") and not at.metric  # no predictions without the head
     assert "bundled-mlm" in at.button(key="mlm_switch").label  # the offline way on (clicked in the browser test)
+    table = at.dataframe[0].value  # BERT's corruption still shows: it needs only the tokenizer
+    assert set(table.columns) == {"position", "original", "model would see", "action"} and len(table) >= 1
+    assert any("in the loss" in c for c in texts(at.caption))
 
 
 def test_shift_page(monkeypatch, tiny_bert_dir):

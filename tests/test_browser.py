@@ -201,6 +201,8 @@ def test_attention_page_offline(browser, app_url, artifacts):
 def test_masked_page_without_head_on_bundled(browser, app_url, artifacts):
     page, problems = open_page(browser, f"{app_url}/masked", height=1400)
     page.get_by_text("no masked-LM head").wait_for(timeout=60_000)
+    page.get_by_text("Corrupted input (▸ = in the loss)", exact=False).wait_for(timeout=60_000)  # the recipe still shows
+    page.get_by_role("button", name="Switch to bundled-mlm", exact=False).wait_for(timeout=30_000)
     page.screenshot(path=str(artifacts / "masked-bundled.png"), full_page=True)
     # the offline way on: bundled-mlm, the bundled encoder with the head BertScope trained
     page.get_by_role("button", name="Switch to bundled-mlm", exact=False).click()

@@ -12,7 +12,7 @@ from bertscope.fill_mask import (
     fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of,
 )
 from bertscope.logit_lens import layerwise_predictions
-from bertscope.mlm_recipe import IGNORE_INDEX, corrupt, mlm_recipe, ordinary_vocab
+from bertscope.mlm_recipe import IGNORE_INDEX, corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
 from bertscope.nsp import both_orders, next_sentence
 
 
@@ -176,3 +176,20 @@ def test_next_sentence_both_orders(tiny_bert, tiny_bert_dir, tiny_mlm_dir):
         next_sentence(load_model(str(tiny_mlm_dir)), "a", "b")
     with pytest.raises(BertScopeError, match="Sentence B is empty"):
         next_sentence(tiny_bert, "the man", " ")
+
+
+def test_recipe_corruption_needs_only_the_tokenizer(tiny_encoder_dir):
+    """A model without an MLM head still shows what the recipe feeds it (no forward pass)."""
+    lm = load_model(str(tiny_encoder_dir))
+    text = "the man walked along the river bank with his dog ."
+    view = recipe_corruption(lm, text, seed=5, select_rate=0.3)
+    ordinary = [t for t in view.tokens if t not in ("[CLS]", "[SEP]")]
+    assert len(view.corruption.actions) == round(len(ordinary) * 0.3)
+    assert view.corruption.actions == corrupt(
+        lm.tokenizer(text)["input_ids"], [t in ("[CLS]", "[SEP]") for t in view.tokens], ordinary_vocab(lm),
+        lm.tokenizer.mask_token_id, 5, 0.3).actions  # the same draw as the recipe with a head
+    for row in view.rows():
+        assert row["original"] == view.tokens[row["position"]]
+        assert (row["model would see"] == "[MASK]") == (row["action"] == "mask")
+    with pytest.raises(BertScopeError, match="empty"):
+        recipe_corruption(lm, "  ")

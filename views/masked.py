@@ -10,7 +10,7 @@ from bertscope.fill_mask import (
     MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of,
 )
 from bertscope.logit_lens import layerwise_predictions
-from bertscope.mlm_recipe import mlm_recipe
+from bertscope.mlm_recipe import mlm_recipe, recipe_corruption
 from bertscope.nsp import both_orders
 from views.shared import (
     MODEL_KEY, PLOT_CONFIG, cached_model, check_text, from_url, model_key, model_options, obtainable, plain,
@@ -49,6 +49,24 @@ def bar_chart(predictions, title: str):
     return fig
 
 
+def recipe_form(submit: str) -> tuple[str, int, float, float, float]:
+    """BERT's recipe's inputs (text, seed, rates), kept in the URL."""
+    from_url("rtext", "mlm_recipe_text")
+    from_url("seed", "mlm_seed", int, lambda v: 0 <= v <= 10_000)
+    from_url("select", "mlm_select", float, lambda v: 0.05 <= v <= 0.5)
+    with st.form("mlm_recipe_form"):
+        text = st.text_area("Text", "The man went to the store to buy a gallon of milk, "
+                            "but the shop had closed early that evening.", key="mlm_recipe_text")
+        c1, c2, c3, c4 = st.columns(4)
+        seed = c1.number_input("Seed", 0, 10_000, 0, key="mlm_seed")
+        select_rate = c2.slider("Chosen for the loss", 0.05, 0.5, 0.15, 0.01, key="mlm_select")
+        mask_rate = c3.slider("…of which [MASK]", 0.0, 1.0, 0.8, 0.05, key="mlm_mask_rate")
+        random_rate = c4.slider("…random token", 0.0, 1.0, 0.1, 0.05, key="mlm_random_rate")
+        st.form_submit_button(submit, type="primary")
+    to_url(rtext=text, seed=int(seed) or None, select=select_rate if abs(select_rate - 0.15) > 1e-9 else None)
+    return text, int(seed), select_rate, mask_rate, random_rate
+
+
 st.title("Masked tokens")
 lm = require_model()
 key = model_key()
@@ -62,6 +80,19 @@ except BertScopeError as err:
         st.button("Switch to bundled-mlm (offline: all-MiniLM-L6-v2 with a masked-LM head BertScope trained on "
                   "the Brown corpus)", key="mlm_switch", icon=":material/arrow_forward:",
                   on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED_MLM))  # the sidebar's picker
+    st.subheader("BERT's recipe on this tokenizer")
+    st.caption("What BERT's data generator would feed the model (Devlin et al. 2019, §3.1: 15% of the "
+               "tokens chosen; of those 80% [MASK], 10% a random token, 10% unchanged). Predicting the "
+               "originals, the loss and the accuracy need a masked-LM head.")
+    text, seed, select_rate, mask_rate, random_rate = recipe_form("Corrupt")
+    try:
+        view = recipe_corruption(lm, text, seed, select_rate, mask_rate, random_rate)
+        st.dataframe(pd.DataFrame(view.rows()), hide_index=True, width="stretch")
+        chosen = set(view.corruption.actions)
+        st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
+            f"▸{t}" if i in chosen else t for i, t in enumerate(view.corrupted_tokens))))
+    except BertScopeError as err:
+        show_error(err)
     st.stop()
 
 tab_fill, tab_recipe, tab_layers, tab_nsp = st.tabs(
@@ -128,19 +159,7 @@ with tab_recipe:
     st.caption("Devlin et al. (2019), §3.1: choose 15% of the tokens; of those, 80% become [MASK], "
                "10% a random token, 10% stay. The loss counts only the chosen positions "
                "(labels are -100 elsewhere).")
-    from_url("rtext", "mlm_recipe_text")
-    from_url("seed", "mlm_seed", int, lambda v: 0 <= v <= 10_000)
-    from_url("select", "mlm_select", float, lambda v: 0.05 <= v <= 0.5)
-    with st.form("mlm_recipe_form"):
-        recipe_text = st.text_area("Text", "The man went to the store to buy a gallon of milk, "
-                                   "but the shop had closed early that evening.", key="mlm_recipe_text")
-        c1, c2, c3, c4 = st.columns(4)
-        seed = c1.number_input("Seed", 0, 10_000, 0, key="mlm_seed")
-        select_rate = c2.slider("Chosen for the loss", 0.05, 0.5, 0.15, 0.01, key="mlm_select")
-        mask_rate = c3.slider("…of which [MASK]", 0.0, 1.0, 0.8, 0.05, key="mlm_mask_rate")
-        random_rate = c4.slider("…random token", 0.0, 1.0, 0.1, 0.05, key="mlm_random_rate")
-        st.form_submit_button("Corrupt and predict", type="primary")
-    to_url(rtext=recipe_text, seed=int(seed) or None, select=select_rate if abs(select_rate - 0.15) > 1e-9 else None)
+    recipe_text, seed, select_rate, mask_rate, random_rate = recipe_form("Corrupt and predict")
     try:
         check_text(recipe_text)
         recipe = mlm_recipe(lm, recipe_text, int(seed), select_rate, mask_rate, random_rate)
