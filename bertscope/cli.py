@@ -234,22 +234,33 @@ def _align_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_probe(args: argparse.Namespace) -> Any:
     from .hidden_cache import HiddenStateCache, hidden_states
     from .probe_data import read_task, shipped_task
-    from .probing import probe_layers
+    from .probing import check_external_labels, probe_layers
 
     if args.data:
         task = read_task(_read_text(args.data, "data"), args.data)
     else:
         task = shipped_task(args.task, args.size)
+    external_task = None
+    if args.test_data:
+        external_task = read_task(_read_text(args.test_data, "test data"), args.test_data)
+        if external_task.level != task.level:
+            raise BertScopeError(f"{args.test_data} is a {external_task.level}-level task; {task.name} is "
+                                 f"{task.level}-level: give a file of the same kind.")
+        check_external_labels(task.classes, external_task.classes)
     lm = _load(args)
-    states = hidden_states(lm, task, args.pooling, HiddenStateCache(args.cache))
-    result = probe_layers(states, task.name, args.pooling, args.probe, args.seed)
+    cache = HiddenStateCache(args.cache)
+    states = hidden_states(lm, task, args.pooling, cache)
+    external = hidden_states(lm, external_task, args.pooling, cache) if external_task is not None else None
+    result = probe_layers(states, task.name, args.pooling, args.probe, args.seed, external=external)
     if args.json:
         return result.to_json()
     lines = [f"{task.name} ({task.level}, {task.n_examples:,} examples, {len(task.classes)} labels) on {lm.name}; "
              f"cache {'hit' if states.hit else 'built'}; majority baseline {result.majority_baseline:.3f}",
              "layer  accuracy  control  selectivity  95% interval"]
     lines += [f"{r.layer:>5}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
-              f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]" for r in result.layers]
+              f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]"
+              + (f"  test file {r.external_accuracy:.3f}" if r.external_accuracy is not None else "")
+              for r in result.layers]
     return "\n".join(lines)
 
 
@@ -259,6 +270,8 @@ def _probe_arguments(p: argparse.ArgumentParser) -> None:
                                                  "(after `make brown`)")
     p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample (default 2000; 0 = all)")
     p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl")
+    p.add_argument("--test-data", help="train here, test there: also score the probe on this file "
+                                       "(.conllu, .csv or .jsonl with the task's labels)")
     p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
     p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")
     p.add_argument("--seed", type=int, default=0)

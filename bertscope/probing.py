@@ -87,14 +87,18 @@ class LayerResult:
     accuracy: float
     control_accuracy: float
     ci: tuple[float, float]
+    external_accuracy: float | None = None  # the same probe scored on a user's test file, when given
 
     @property
     def selectivity(self) -> float:
         return self.accuracy - self.control_accuracy
 
     def to_json(self) -> dict:
-        return {"layer": self.layer, "accuracy": self.accuracy, "control_accuracy": self.control_accuracy,
-                "selectivity": self.selectivity, "ci": list(self.ci)}
+        out = {"layer": self.layer, "accuracy": self.accuracy, "control_accuracy": self.control_accuracy,
+               "selectivity": self.selectivity, "ci": list(self.ci)}
+        if self.external_accuracy is not None:
+            out["external_accuracy"] = self.external_accuracy
+        return out
 
 
 @dataclass(frozen=True)
@@ -133,14 +137,28 @@ def save_probe(probe: Pipeline, folder: Path, name: str) -> None:
                                                      "kind": type(model).__name__}))
 
 
+def check_external_labels(train_labels: Sequence[str], external_labels: Sequence[str]) -> None:
+    """A test file may use only labels the probe is trained on: list the others in one line."""
+    unknown = sorted(set(external_labels) - set(train_labels))
+    if unknown:
+        shown = ", ".join(unknown[:12]) + (f" (and {len(unknown) - 12} more)" if len(unknown) > 12 else "")
+        raise BertScopeError(f"The test file has {len(unknown)} label(s) the task never trains on: {shown}.")
+
+
 def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: ProbeKind = "logreg",
                  seed: int = 0, layers: Sequence[int] | None = None, weights_dir: Path | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> ProbeResult:
-    """Train and score the probe and its control at every layer of ``states``."""
+                 progress: Callable[[int, int], None] | None = None,
+                 external: CachedStates | None = None) -> ProbeResult:
+    """Train and score the probe and its control at every layer of ``states``; with
+    ``external`` (hidden states of a user's test file, same labels), also score the trained
+    probe there: train here, test there."""
     labels = np.array(states.labels)
     if len(set(labels)) < 2:
         raise BertScopeError("A probe needs at least two different labels.")
     train, test = sentence_split(states.groups, seed=seed)
+    if external is not None:
+        check_external_labels(labels[train].tolist(), external.labels)
+        external_labels = np.array(external.labels)
     control = control_labels(states.types, states.labels, seed=seed)
     majority = Counter(labels[train]).most_common(1)[0][0]
     baseline = float((labels[test] == majority).mean())
@@ -150,8 +168,11 @@ def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: Probe
         x = np.asarray(states.layer(layer))  # [example, dim]
         probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed)
         _, control_right = fit_score(x[train], control[train], x[test], control[test], kind, seed)
+        outside = None
+        if external is not None:
+            outside = float((probe.predict(np.asarray(external.layer(layer))) == external_labels).mean())
         results.append(LayerResult(layer, float(right.mean()), float(control_right.mean()),
-                                   bootstrap_interval(right, seed=seed)))
+                                   bootstrap_interval(right, seed=seed), outside))
         if weights_dir is not None:
             weights_dir.mkdir(parents=True, exist_ok=True)
             save_probe(probe, weights_dir, f"layer_{layer:02d}")

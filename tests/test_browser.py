@@ -399,3 +399,22 @@ def test_attention_page_at_512_tokens_on_bert_base(browser, random_base_dir, tmp
         page.screenshot(path=str(artifacts / "attention-512-grid.png"), full_page=True)
         assert not problems, problems
         page.close()
+
+
+def test_probe_trained_here_is_tested_on_an_uploaded_file(browser, app_url, tmp_path, artifacts):
+    """Train on a shipped task, score on the user's file (issue: train here, test there)."""
+    test_file = tmp_path / "my_questions.csv"
+    test_file.write_text("sentence,label\nIs the river deep?,question\nThe river is deep.,statement\n"
+                         "Did she sell the boat?,question\nShe sold the boat.,statement\n")
+    page, problems = open_page(browser, f"{app_url}/probes?task=question", height=1600)
+    page.get_by_role("button", name="Extract and probe every layer").wait_for(timeout=60_000)
+    page.locator('[data-testid="stFileUploader"]').nth(1).locator("input[type=file]").set_input_files(str(test_file))
+    page.get_by_text("my_questions.csv").wait_for(timeout=30_000)
+    page.get_by_role("button", name="Extract and probe every layer").click()
+    page.get_by_text("Your test file:", exact=False).wait_for(timeout=180_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    page.get_by_text("Majority baseline").wait_for(timeout=30_000)
+    assert "over the layers" in page.inner_text("body") and not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "probes-test-file.png"), full_page=True)
+    assert not problems, problems
+    page.close()

@@ -304,3 +304,33 @@ def test_bundled_model_tags_pos_well_above_the_majority(tmp_path):
     assert result.best.accuracy > result.majority_baseline + 0.6
     assert result.best.accuracy > 0.9
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_train_here_test_there(tiny_bert, tiny_bert_dir, tmp_path, capsys):
+    """The probe trained on a task is also scored on a user's file with the same labels."""
+    train_file = tmp_path / "train.csv"
+    rows = [("is the dog in the river ?", "question"), ("the dog is in the river .", "statement"),
+            ("was the man at the bank ?", "question"), ("the man was at the bank .", "statement")] * 12
+    train_file.write_text("sentence,label\n" + "\n".join(f"{s},{lab}" for s, lab in rows) + "\n")
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_text("\n".join(json.dumps({"sentence": s, "label": lab}) for s, lab in [
+        ("is the cat on the boat ?", "question"), ("the cat is on the boat .", "statement"),
+        ("were the fish in the water ?", "question"), ("the fish were in the water .", "statement")]) + "\n")
+    argv = ["probe", str(tiny_bert_dir), "--data", str(train_file), "--cache", str(tmp_path / "c"), "--json"]
+    assert cli_main([*argv, "--test-data", str(test_file)]) == 0
+    layers = json.loads(capsys.readouterr().out)["layers"]
+    assert all(0.0 <= entry["external_accuracy"] <= 1.0 for entry in layers)
+    # the same figure from the library: the trained probe's predictions on the test file's states
+    cache = HiddenStateCache(tmp_path / "c")
+    task, other = read_task(train_file.read_text(), "train.csv"), read_task(test_file.read_text(), "test.jsonl")
+    result = probe_layers(hidden_states(tiny_bert, task, "mean", cache), task.name, "mean",
+                          external=hidden_states(tiny_bert, other, "mean", cache))
+    assert [r.external_accuracy for r in result.layers] == [entry["external_accuracy"] for entry in layers]
+    assert cli_main(argv) == 0 and "external_accuracy" not in json.loads(capsys.readouterr().out)["layers"][0]
+    # labels the task never trains on: one line naming them, exit 2
+    test_file.write_text(json.dumps({"sentence": "go to the bank !", "label": "command"}) + "\n" +
+                         json.dumps({"sentence": "is it wet ?", "label": "question"}) + "\n")
+    assert cli_main([*argv, "--test-data", str(test_file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "never trains on: command" in err
+    assert cli_main([*argv, "--test-data", str(tmp_path / "nope.csv")]) == 2

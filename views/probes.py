@@ -8,9 +8,9 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.brown_probes import DEFAULT_SENTENCES
-from bertscope.probe_data import BROWN_TASKS, read_task, shipped_task
+from bertscope.probe_data import BROWN_TASKS, ProbeTask, read_task, shipped_task
 from bertscope.figures.probe import layer_figure, run_name
-from bertscope.probing import ProbeResult, probe_layers
+from bertscope.probing import ProbeResult, check_external_labels, probe_layers
 from views.shared import (
     PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, demo, from_url, model_key, plain,
     require_model, result_store, show_error, to_url,
@@ -47,20 +47,26 @@ with st.form("probe_form"):
                     format_func={"logreg": "logistic regression", "mlp": "MLP (128 units)"}.get)
     uploaded = st.file_uploader("Own task: CoNLL-U (UPOS), CSV (sentence,label or tokens,tags) or JSONL",
                                 type=["conllu", "csv", "jsonl"], key="probe_upload")
+    test_upload = st.file_uploader("Test there (optional): score the trained probe on your file too, with the "
+                                   "task's labels", type=["conllu", "csv", "jsonl"], key="probe_test_upload")
     submitted = st.form_submit_button("Extract and probe every layer", type="primary")
 
 to_url(task=suite if suite != UPLOAD else None, vec=pooling if pooling != "mean" else None,
        probe=kind if kind != "logreg" else None)
+def read_upload(upload) -> ProbeTask:
+    check_upload(upload)
+    try:
+        return read_task(upload.getvalue().decode("utf-8"), upload.name)
+    except UnicodeDecodeError as err:
+        raise BertScopeError(f"{upload.name} is not UTF-8 text.") from err
+
+
 if submitted:
     try:
         if suite == UPLOAD:
             if uploaded is None:
                 raise BertScopeError("Choose a file to upload, or a shipped task.")
-            check_upload(uploaded)
-            try:
-                task = read_task(uploaded.getvalue().decode("utf-8"), uploaded.name)
-            except UnicodeDecodeError as err:
-                raise BertScopeError("The upload is not UTF-8 text.") from err
+            task = read_upload(uploaded)
         else:
             # Brown suites: the quick sample, within the demo's corpus cap; split by document
             task = shipped_task(suite, size=min(DEFAULT_SENTENCES, Limits.corpus_lines)
@@ -68,8 +74,16 @@ if submitted:
         if len(task.words) > Limits.corpus_lines:
             raise BertScopeError(f"{len(task.words):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
         chosen = pooling if task.level == "token" or pooling == "mean" else "cls"
+        other = read_upload(test_upload) if test_upload is not None else None  # train here, test there
+        if other is not None:
+            if other.level != task.level:
+                raise BertScopeError(f"The test file is a {other.level}-level task; {task.name} is {task.level}-level.")
+            if len(other.words) > Limits.corpus_lines:
+                raise BertScopeError(f"The test file has {len(other.words):,} sentences; this app takes up to "
+                                     f"{Limits.corpus_lines:,}.")
+            check_external_labels(task.classes, other.classes)
         store = result_store("probes")
-        run_key = (key, task.digest(), chosen, kind)
+        run_key = (key, task.digest(), chosen, kind, other.digest() if other is not None else None)
         found = store.get(run_key)
         if found is None:
             allow_expensive("probe run")
@@ -77,8 +91,13 @@ if submitted:
             bar = st.progress(0.0, text="Hidden states…")
             states = hidden_states(lm, task, chosen, HiddenStateCache(),
                                    progress=lambda d, t: bar.progress(d / t, text=f"Hidden states: {d}/{t} sentences"))
+            external = None
+            if other is not None:
+                bar.progress(0.0, text="Hidden states of the test file…")
+                external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: bar.progress(
+                    d / t, text=f"Hidden states of the test file: {d}/{t} sentences"))
             bar.progress(0.0, text="Probes…")
-            result = probe_layers(states, task.name, chosen, kind,
+            result = probe_layers(states, task.name, chosen, kind, external=external,
                                   progress=lambda d, t: bar.progress(d / t, text=f"Probes: layer {d}/{t}"))
             bar.empty()
             found = (result, states.hit, states.size_bytes, str(states.folder))
@@ -110,6 +129,10 @@ m2.metric("Its accuracy", f"{best.accuracy:.1%}", help=f"95% interval {best.ci[0
 m3.metric("Control accuracy", f"{best.control_accuracy:.1%}", f"selectivity {best.selectivity:+.1%}",
           delta_color="off")
 m4.metric("Majority baseline", f"{result.majority_baseline:.1%}")
+if best.external_accuracy is not None:  # train here, test there
+    scores = [r.external_accuracy for r in result.layers]
+    st.caption(f"Your test file: {best.external_accuracy:.1%} at the best layer ({best.layer}); "
+               f"{min(scores):.1%}–{max(scores):.1%} over the layers (column external_accuracy below).")
 
 names = list(runs)
 compare = st.multiselect("Runs on the plot (two models or two poolings side by side)", names, key="probe_compare")
@@ -117,8 +140,10 @@ selected: list[ProbeResult] = [runs[n][0] for n in compare] or [result]
 st.plotly_chart(layer_figure(selected), config=PLOT_CONFIG, width="stretch")
 frame = pd.DataFrame([{**r.to_json(), "run": run_name(run)} for run in selected for r in run.layers])
 frame["ci"] = frame["ci"].map(lambda c: f"{c[0]:.3f}–{c[1]:.3f}")
-st.dataframe(frame[["run", "layer", "accuracy", "control_accuracy", "selectivity", "ci"]], hide_index=True,
-             width="stretch")
+columns = ["run", "layer", "accuracy", "control_accuracy", "selectivity", "ci"]
+if "external_accuracy" in frame:  # a run scored on a test file too
+    columns.append("external_accuracy")
+st.dataframe(frame[columns], hide_index=True, width="stretch")
 d1, d2 = st.columns(2)
 d1.download_button("Download results (JSON)", json.dumps([r.to_json() for r in selected], indent=1),
                    "probes.json", "application/json", on_click="ignore", key="probe_dl_json")
