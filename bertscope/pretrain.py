@@ -89,16 +89,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             train_docs, held_docs = file_documents(args.corpus, args.seed)
         from tqdm import tqdm
 
-        bar = tqdm(total=None, unit="step", file=sys.stderr, dynamic_ncols=True)
+        bars: list = []  # opened at the first step, so an input error prints only its line
 
         def progress(step: int, total: int, info: dict) -> None:
-            bar.total = total
-            bar.n = step
-            bar.set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
-            bar.refresh()
+            if not bars:
+                bars.append(tqdm(total=total, initial=step - 1, unit="step", file=sys.stderr, dynamic_ncols=True))
+            bars[0].n = step
+            bars[0].set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
+            bars[0].refresh()
 
-        state = train(args.model, train_docs, held_docs, args.out, cfg, args.device, progress)
-        bar.close()
+        try:
+            state = train(args.model, train_docs, held_docs, args.out, cfg, args.device, progress)
+        finally:
+            for bar in bars:
+                bar.close()
     except BertScopeError as err:
         print(f"bertscope: error: {err}", file=sys.stderr)
         return 2

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import tempfile
 import time
 import warnings
@@ -51,8 +49,9 @@ import torch
 import torch.nn.functional as F
 
 from .errors import BertScopeError
+from .mlm_recipe import IGNORE_INDEX, _check_rates
+from .user_cache import replace_folder
 
-IGNORE_INDEX = -100
 LORA_TARGETS = ["query", "key", "value", "output.dense", "intermediate.dense"]  # attention + FFN projections
 CLOZE = (  # everyday sentences to watch predictions change (a word a reader would expect)
     "I drink a cup of [MASK] every morning.",
@@ -84,10 +83,7 @@ class RecipeConfig:
     def check(self) -> None:
         if not 8 <= self.seq_len <= 512:
             raise BertScopeError("The chunk length must be between 8 and 512 tokens.")
-        if not 0 < self.select_rate <= 1:
-            raise BertScopeError("The selection rate must be in (0, 1].")
-        if self.mask_rate < 0 or self.random_rate < 0 or self.mask_rate + self.random_rate > 1 + 1e-9:
-            raise BertScopeError("The [MASK] and random shares must be >= 0 and add up to at most 1.")
+        _check_rates(self.select_rate, self.mask_rate, self.random_rate)  # the recipe page's rules
         if self.masking not in ("dynamic", "static"):
             raise BertScopeError("Masking is 'dynamic' or 'static'.")
         if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
@@ -297,9 +293,7 @@ def _save_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer,
     save_file(tensors, str(tmp / "state.safetensors"))
     (tmp / "state.json").write_text(json.dumps({"epoch": state.epoch, "step": state.step, "history": state.history,
                                                 "config": asdict(cfg), "params": names}, indent=1))
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
+    replace_folder(tmp, folder)
 
 
 def _load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, cfg: RecipeConfig) -> RunState | None:
@@ -443,20 +437,14 @@ def _export(model: Any, tokenizer: Any, out: Path, cfg: RecipeConfig, model_name
         model.save_pretrained(tmp)  # adapter_config.json + adapter_model.safetensors (LoRA only)
         extras = {_inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters() if _is_extra(n)}
         save_file(extras, str(tmp / "extras.safetensors"))
-        _replace(tmp, out / "adapter")
+        replace_folder(tmp, out / "adapter")
         merged = model.merge_and_unload()
     else:
         merged = model
     tmp = Path(tempfile.mkdtemp(dir=out, prefix="model.tmp-"))
     merged.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    _replace(tmp, out / "model")
-
-
-def _replace(tmp: Path, folder: Path) -> None:
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
+    replace_folder(tmp, out / "model")
 
 
 def _write_metrics(out: Path, model_name: str, cfg: RecipeConfig, state: RunState, n_train: int, n_held: int,
@@ -521,5 +509,5 @@ def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
         merged.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    _replace(tmp, folder)
+    replace_folder(tmp, folder)
     return folder

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -13,3 +14,11 @@ def user_cache_dir() -> Path:
         return Path(chosen).expanduser()
     base = os.environ.get("XDG_CACHE_HOME", "").strip() or "~/.cache"
     return Path(base).expanduser() / "bertscope"
+
+
+def replace_folder(tmp: Path, folder: Path) -> None:
+    """Put the finished folder ``tmp`` (written beside ``folder``) in ``folder``'s place: readers
+    see the old folder or the new one, never a half-written one."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)

@@ -51,7 +51,7 @@ def test_chunks_never_mix_documents(tiny_bert):
 
 
 def test_training_lowers_the_held_out_loss(tiny_bert_dir, tmp_path):
-    state = train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "run", SMALL, device="cpu")
+    state = train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "run", SMALL, device="auto")  # a GPU where there is one
     losses = [h["held_out"]["loss"] for h in state.history]
     assert state.epoch == 3 and losses[-1] < losses[0] < state.history[0]["before"]["held_out"]["loss"]
     assert state.history[-1]["train_loss"] < state.history[0]["train_loss"]
@@ -61,6 +61,7 @@ def test_training_lowers_the_held_out_loss(tiny_bert_dir, tmp_path):
 
 
 def test_resuming_gives_the_weights_of_an_uninterrupted_run(tiny_bert_dir, tmp_path):
+    # on the CPU: bit-identical weights need deterministic kernels, which GPU backward passes are not
     whole = train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "whole", replace(SMALL, epochs=2), device="cpu")
     train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "parts", replace(SMALL, epochs=1), device="cpu")
     parts = train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "parts", replace(SMALL, epochs=2), device="cpu")
