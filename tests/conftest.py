@@ -139,6 +139,30 @@ def tiny_xlmr_dir(tmp_path_factory) -> Path:
     return _save(XLMRobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-xlmr"))
 
 
+@pytest.fixture(scope="session")
+def tiny_albert_dir(tmp_path_factory) -> Path:
+    """A random AlbertForMaskedLM: one layer's weights shared by all three layers, a factorised
+    embedding (16 -> 32), BERT's WordPiece vocabulary."""
+    from transformers import AlbertConfig, AlbertForMaskedLM
+
+    torch.manual_seed(6)
+    config = AlbertConfig(vocab_size=len(VOCAB), embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                          num_attention_heads=4, intermediate_size=48, max_position_embeddings=40,
+                          pad_token_id=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return _save(AlbertForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-albert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_distilbert_dir(tmp_path_factory) -> Path:
+    """A random DistilBertForMaskedLM (no segments, q_lin/v_lin/out_lin, sa_layer_norm)."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    torch.manual_seed(7)
+    config = DistilBertConfig(vocab_size=len(VOCAB), dim=32, n_layers=2, n_heads=4, hidden_dim=48,
+                              max_position_embeddings=40)
+    return _save(DistilBertForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-distilbert"))
+
+
 def multilingual_vocab() -> list[str]:
     """Every character of the shipped parallel data and carrier sentences, whole and as a "##"
     continuation: a vocabulary that covers all nine languages' scripts."""
