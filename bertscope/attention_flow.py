@@ -11,9 +11,10 @@ Choices, as in the paper and its reference code (samiraabnar/attention_flow):
   from token j below to token i above) and takes, for every token i after layer l and every
   input token j, the maximum flow from j to i (networkx preflow-push, one residual network per
   layer depth; Edmonds-Karp as in the reference code gives the same values 7x slower), then
-  normalises each row to sum to 1. That is n² max-flow problems per layer (a 32-token input on
-  a 12-layer model: about 27 s for its last layer on one CPU core), so it is capped at
-  ``MAX_FLOW_TOKENS`` tokens and can be asked for chosen layers only.
+  normalises each row to sum to 1. That is n² max-flow problems per layer, each costlier the
+  deeper the layer (bundled-mlm, 6 layers, its last layer: 4.6 s at 16 tokens, 23 s at 24,
+  72 s at 32; ``benchmarks/attribution.py``), so it is capped at ``MAX_FLOW_TOKENS`` tokens
+  and can be asked for chosen layers only.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from .errors import BertScopeError
 
-MAX_FLOW_TOKENS = 32
+MAX_FLOW_TOKENS = 24
 
 
 def residual_attention(attentions: np.ndarray) -> np.ndarray:

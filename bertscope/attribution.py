@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import BertScopeError
 from .gradients import DEFAULT_STEPS, Attribution, Target, gradient_x_input, integrated_gradients
-from .inspect import inspect
+from .inspect import Inspection, inspect, inspect_ids
 from .models import LoadedModel
 
 MATRIX_METHODS = ("attention", "rollout", "flow", "norm", "alti")
@@ -86,29 +86,23 @@ class TokenScores:
         return out
 
 
-def token_matrices(lm: LoadedModel, text: str, pair: str | None, method: str,
+def token_matrices(lm: LoadedModel, text: str | None, pair: str | None, method: str,
                    layers: Sequence[int] | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> TokenMatrices:
-    """One of ``MATRIX_METHODS`` for every layer (flow: ``layers`` only, counted from 1)."""
+                   progress: Callable[[int, int], None] | None = None,
+                   template: Inspection | None = None) -> TokenMatrices:
+    """One of ``MATRIX_METHODS`` for every layer (flow: ``layers`` only, counted from 1); on the
+    ids of ``template`` instead of ``text`` when given (an input edited by ids)."""
     if method in ("norm", "alti"):
         from .attention_blocks import block_measures
 
-        m = block_measures(lm, text, pair)
+        m = block_measures(lm, text, pair, template, with_alti=method == "alti")
         ins, data = m.inspection, (m.norms if method == "norm" else m.alti_aggregated())
     else:
-        from .attention_flow import flow, rollout
-
-        ins = inspect(lm, text, pair, with_logits=False, with_hidden_states=False)
-        if method == "attention":
-            data = ins.attentions.mean(axis=1)  # [layer, q, k]
-        elif method == "rollout":
-            data = rollout(ins.attentions)
-        elif method == "flow":
-            data = flow(ins.attentions, layers, progress=progress)
-            chosen = tuple(sorted(set(layers))) if layers is not None else tuple(range(1, ins.n_layers + 1))
-            return TokenMatrices(ins.tokens, method, chosen, data, ins.warnings)
+        if template is None:
+            ins = inspect(lm, text, pair, with_logits=False, with_hidden_states=False)
         else:
-            raise BertScopeError(f"Unknown method {method!r}: use one of {', '.join(METHODS)}.")
+            ins = inspect_ids(lm, template, template.input_ids, with_logits=False, with_hidden_states=False)
+        return from_attentions(ins, method, layers, progress)
     every = tuple(range(1, ins.n_layers + 1))
     chosen = every if layers is None else tuple(sorted(set(layers)))
     if not set(chosen) <= set(every):
@@ -116,10 +110,35 @@ def token_matrices(lm: LoadedModel, text: str, pair: str | None, method: str,
     return TokenMatrices(ins.tokens, method, chosen, np.asarray(data, np.float32)[[c - 1 for c in chosen]], ins.warnings)
 
 
-def token_scores(lm: LoadedModel, text: str, pair: str | None, method: str, target: Target,
-                 steps: int = DEFAULT_STEPS, progress: Callable[[int, int], None] | None = None) -> TokenScores:
-    """``grad`` or ``ig`` for ``target``."""
-    ins = inspect(lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
+def from_attentions(ins: Inspection, method: str, layers: Sequence[int] | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> TokenMatrices:
+    """``attention``, ``rollout`` or ``flow`` from a pass already run (no forward pass)."""
+    from .attention_flow import flow, rollout
+
+    if ins.attentions is None:
+        raise BertScopeError("This result was computed without attentions.")
+    every = tuple(range(1, ins.n_layers + 1))
+    chosen = every if layers is None else tuple(sorted(set(layers)))
+    if not chosen or not set(chosen) <= set(every):
+        raise BertScopeError(f"Layers are counted from 1 to {ins.n_layers}; got {list(layers or [])}.")
+    attentions = ins.attentions.astype(np.float32)  # [layer, head, q, k]
+    if method == "flow":
+        return TokenMatrices(ins.tokens, method, chosen, flow(attentions, chosen, progress=progress), ins.warnings)
+    if method == "attention":
+        data = attentions.mean(axis=1)  # [layer, q, k]
+    elif method == "rollout":
+        data = rollout(attentions)
+    else:
+        raise BertScopeError(f"{method} needs the model's modules, not only attentions: use token_matrices.")
+    return TokenMatrices(ins.tokens, method, chosen, data[[c - 1 for c in chosen]], ins.warnings)
+
+
+def token_scores(lm: LoadedModel, text: str | None, pair: str | None, method: str, target: Target,
+                 steps: int = DEFAULT_STEPS, progress: Callable[[int, int], None] | None = None,
+                 template: Inspection | None = None) -> TokenScores:
+    """``grad`` or ``ig`` for ``target``; on the ids of ``template`` instead of ``text`` when given."""
+    ins = template if template is not None else inspect(
+        lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
     if method == "grad":
         a = gradient_x_input(lm, ins, target)
     elif method == "ig":
@@ -157,8 +176,10 @@ def agreement(rows: dict[str, np.ndarray]) -> tuple[list[str], np.ndarray]:
     data = np.stack([np.abs(np.asarray(rows[n], np.float64)) for n in names])  # [method, token]
     if data.shape[1] < 3:
         raise BertScopeError("Agreement needs at least three tokens.")
-    rho = spearmanr(data, axis=1).statistic
-    return names, np.atleast_2d(np.asarray(rho, np.float64))
+    rho = np.asarray(spearmanr(data, axis=1).statistic, np.float64)
+    if rho.ndim == 0:  # two methods: scipy gives the one coefficient
+        rho = np.array([[1.0, float(rho)], [float(rho), 1.0]])
+    return names, rho
 
 
 def parse_target(spec: str | None, probe_dir: str | None = None, layer: int | None = None,
@@ -179,3 +200,47 @@ def parse_target(spec: str | None, probe_dir: str | None = None, layer: int | No
     except ValueError:
         raise BertScopeError(f"--target {spec!r}: use POSITION:TOKEN (e.g. 5:river), POSITION or nsp.") from None
     return Target("token", pos, token or None)
+
+
+def rows_at(matrices: dict[str, TokenMatrices], layer: int, query: int) -> dict[str, np.ndarray]:
+    """Each method's row for token ``query`` after ``layer`` (counted from 1): [key] per method."""
+    out = {}
+    for name, m in matrices.items():
+        if not 0 <= query < len(m.tokens):
+            raise BertScopeError(f"Token {query} does not exist: the input has {len(m.tokens)} tokens.")
+        out[name] = m.at(layer)[query]
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Explanation:
+    """Why the model predicts ``target`` at a masked position: gradient methods beside the
+    token-to-token methods' rows for that position after the last layer, and their agreement."""
+
+    tokens: list[str]
+    grad: TokenScores
+    ig: TokenScores
+    rows: dict[str, np.ndarray]  # method -> [token]: grad, ig, attention, rollout, norm, alti
+    names: list[str]  # agreement order
+    spearman: np.ndarray  # [method, method] over the word pieces (special and mask tokens left out)
+
+    @property
+    def target(self) -> Target:
+        return self.ig.attribution.target
+
+
+def explain_prediction(lm: LoadedModel, template: Inspection, position: int, token: str | None = None,
+                       steps: int = DEFAULT_STEPS, progress: Callable[[int, int], None] | None = None
+                       ) -> Explanation:
+    """Every method for one masked-token prediction of the input ``template`` (its ids as run,
+    e.g. with words masked). ``token`` defaults to the model's top prediction there."""
+    ig = token_scores(lm, None, None, "ig", Target("token", position, token), steps, progress, template)
+    target = ig.attribution.target
+    grad = token_scores(lm, None, None, "grad", target, template=template)
+    last = lm.num_layers
+    matrices = {m: token_matrices(lm, None, None, m, template=template) for m in ("attention", "rollout", "norm", "alti")}
+    rows = {"grad": grad.scores, "ig": ig.scores, **rows_at(matrices, last, position)}
+    # over the word pieces: IG gives special and mask tokens 0 by construction (they stay in its baseline)
+    keep = ~template.special_mask & (template.input_ids != lm.tokenizer.mask_token_id)
+    names, rho = agreement({name: row[keep] for name, row in rows.items()})
+    return Explanation(ig.tokens, grad, ig, rows, names, rho)

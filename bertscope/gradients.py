@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .errors import BertScopeError
-from .inspect import Inspection, inspect, output_bytes, to_device
+from .inspect import Inspection, inspect_ids, output_bytes, to_device
 from .models import LoadedModel
 
 DEFAULT_STEPS = 50
@@ -133,8 +133,8 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         if pos is None or not 0 <= pos < n:
             raise BertScopeError(f"Position {pos} does not exist: the input has {n} tokens (0-{n - 1}).")
         if target.token is None:  # the model's own top prediction there
-            logits = inspect(lm, ins.text, ins.text_pair, with_attentions=False, with_hidden_states=False,
-                             logit_positions=[pos]).logits_at(pos)
+            logits = inspect_ids(lm, ins, ins.input_ids, with_attentions=False, with_hidden_states=False,
+                                 logit_positions=[pos]).logits_at(pos)
             best = int(np.argmax(logits))
             target = Target("token", pos, lm.tokenizer.convert_ids_to_tokens(best) or f"#{best}", best)
         token_id = target.token_id if target.token_id is not None else _token_id(lm, target.token)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -456,3 +457,61 @@ def test_attention_page_at_512_tokens_on_bert_base(monkeypatch, random_base_dir)
     assert any("only the first 512" in w for w in texts(at.warning))
     charts = at.get("plotly_chart")
     assert charts and all(len(c.proto.spec) <= 2**20 for c in charts)  # the head view: at most 1 MiB
+    # beyond raw attention at 512 tokens: three 512 x 512 panels, still at most 1 MiB together
+    at.session_state["att_tab"] = "Beyond raw attention"
+    at.session_state["att_methods"] = ["attention", "rollout", "norm"]
+    at.run()
+    assert not at.exception and not at.error
+    chart = at.get("plotly_chart")[-1].proto.spec
+    assert "rollout" in chart and len(chart) <= 2**20
+    assert not any("capped at 24 tokens" in w for w in texts(at.warning))  # flow was not asked for
+
+
+def test_attention_page_beyond_raw_attention(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/attention.py").run()
+    at.session_state["att_tab"] = "Beyond raw attention"
+    at.run()
+    assert not at.exception and not at.error
+    assert at.multiselect(key="att_methods").value == ["attention", "rollout", "alti"]
+    chart = at.get("plotly_chart")[-1]
+    assert "rollout" in chart.proto.spec and "ALTI" in chart.proto.spec
+    agreement = at.dataframe[-1].value
+    assert list(agreement.columns) == ["attention", "rollout", "alti"] and np.allclose(agreement.values.diagonal(), 1)
+    at.multiselect(key="att_methods").set_value(["norm", "flow"]).run()
+    assert not at.exception and not at.error
+    at.button(key="att_flow_go").click().run()  # 14 tokens: under the cap; one layer's flow
+    assert not at.exception and not at.error
+    assert "attention flow" in at.get("plotly_chart")[-1].proto.spec
+    # over the cap: one line, nothing computed
+    at.text_area(key="att_text").input(" ".join(["the river bank"] * 10))
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("capped at 24 tokens" in w for w in texts(at.warning))
+
+
+def test_masked_page_why_this_prediction(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/masked.py").run()
+    at.text_area(key="mlm_text").input("the bank of the [MASK] .").run()
+    assert "why_mask" not in at.session_state  # the tab is closed: no integrated gradients run
+    at.session_state["mlm_tab"] = "Why this prediction?"
+    at.run()
+    assert not at.exception and not at.error
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Integrated gradients for" in s for s in specs) and any("Gradient \\u00d7 input" in s for s in specs)
+    assert any("completeness error" in c for c in texts(at.caption))
+    table = next(d.value for d in at.dataframe if "ig" in d.value.columns)  # the agreement table
+    assert list(table.columns) == ["grad", "ig", "attention", "rollout", "norm", "alti"]
+    assert np.allclose(table.values.diagonal(), 1)
+    second = at.selectbox(key="why_token").options[1]
+    at.selectbox(key="why_token").set_value(second).run()
+    at.select_slider(key="why_steps").set_value(8).run()
+    assert not at.exception and not at.error
+    # whole-word masking: the explanation runs on the masked ids
+    at.session_state["mlm_tab"] = "Fill mask"
+    at.radio(key="mlm_mode").set_value("Pick words to mask").run()
+    at.multiselect(key="mlm_words").set_value([1]).run()
+    at.session_state["mlm_tab"] = "Why this prediction?"
+    at.run()
+    assert not at.exception and not at.error

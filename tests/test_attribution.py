@@ -76,7 +76,7 @@ def test_flow_matches_scipy_max_flow(tiny_bert_dir):
 
 
 def test_flow_is_capped_with_a_clear_message(tiny_bert):
-    with pytest.raises(BertScopeError, match="capped at 32 tokens.*rollout"):
+    with pytest.raises(BertScopeError, match="capped at 24 tokens.*rollout"):
         attribute(tiny_bert, " ".join(["the river"] * 20), method="flow")
     with pytest.raises(BertScopeError, match="counted from 1 to 2"):
         attribute(tiny_bert, TEXT, method="flow", layers=[3])
@@ -265,6 +265,8 @@ def test_agreement_is_spearman_over_tokens():
                             "c": np.array([4, 3, 2, 1.0])})
     assert names == ["a", "b", "c"]
     np.testing.assert_allclose(rho, [[1, 1, -1], [1, 1, -1], [-1, -1, 1]])
+    names, rho = agreement({"a": np.array([1, 2, 3.0]), "b": np.array([3, 1, 2.0])})
+    np.testing.assert_allclose(rho, [[1, -0.5], [-0.5, 1]])
 
 
 def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):

@@ -210,6 +210,33 @@ def test_masked_page_without_head_on_bundled(browser, app_url, artifacts):
     page.get_by_text("paris").first.wait_for(state="attached", timeout=30_000)  # The capital of France is [MASK].
     assert "model=bundled-mlm" in page.url and not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "masked-bundled-mlm.png"), full_page=True)
+    # why "paris"? integrated gradients and the other methods for the mask
+    page.get_by_role("tab", name="Why this prediction?").click()
+    panel = page.get_by_role("tabpanel", name="Why this prediction?")
+    panel.get_by_text("completeness error", exact=False).wait_for(timeout=180_000)
+    assert panel.locator(".js-plotly-plot").count() == 2  # the IG strip and the gradient x input strip
+    panel.get_by_text("Agreement between methods").wait_for(timeout=30_000)
+    assert not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "masked-why.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+def test_attention_beyond_raw_attention_on_bundled(browser, app_url, artifacts):
+    page, problems = open_page(browser, f"{app_url}/attention?att_tab=Beyond+raw+attention", height=1500)
+    panel = page.get_by_role("tabpanel", name="Beyond raw attention")
+    panel.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+    panel.get_by_text("Spearman rank correlation", exact=False).wait_for(timeout=60_000)
+    # add attention flow: one layer, computed on request with a progress bar
+    methods = panel.locator('[data-testid="stMultiSelect"]').first
+    methods.click()
+    page.get_by_role("option", name="attention flow").click()
+    page.keyboard.press("Escape")
+    panel.get_by_role("button", name="Compute flow after layer 1", exact=False).click()
+    panel.get_by_text("attention flow").first.wait_for(state="attached", timeout=120_000)
+    page.wait_for_timeout(1000)
+    assert not page.locator(".stException").count()
+    page.screenshot(path=str(artifacts / "attention-beyond-raw.png"), full_page=True)
     assert not problems, problems
     page.close()
 

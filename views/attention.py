@@ -1,16 +1,21 @@
 """Attention: one input through bertviz and our plotly views; head statistics over a corpus."""
 
 import hashlib
+import json
 
 import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
+from bertscope.attention_flow import MAX_FLOW_TOKENS
 from bertscope.attention_stats import STATISTICS, head_stats, read_corpus, shipped_corpus
+from bertscope.attribution import agreement, from_attentions, rows_at, token_matrices
 from bertscope.figures.attention import (
     attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
     token_across_layers,
 )
+from bertscope.figures.attribution import TITLES as ATTRIBUTION_TITLES
+from bertscope.figures.attribution import matrices_side_by_side
 from views.shared import (
     PLOT_CONFIG, Limits, allow_expensive, cached_inspection, cached_model, check_text, check_upload, figure_downloads,
     from_url, model_key, plain, require_model, result_store, show_error, to_bool, to_url,
@@ -71,8 +76,8 @@ to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=lay
        hide=hide or None, renorm=renorm or None)
 
 # Only the open tab runs (and its name is in the link): bertviz's documents are megabytes each.
-tabs = st.tabs(["Head", "All heads of the layer", "Token across layers", "bertviz head view",
-                "bertviz model view", "Head statistics"], key="att_tab", bind="query-params")
+tabs = st.tabs(["Head", "All heads of the layer", "Token across layers", "Beyond raw attention",
+                "bertviz head view", "bertviz model view", "Head statistics"], key="att_tab", bind="query-params")
 try:
     with tabs[0]:
         if tabs[0].open:
@@ -109,7 +114,68 @@ try:
 except BertScopeError as err:
     show_error(err)
 
-for tab, view in ((tabs[3], "head"), (tabs[4], "model")):
+with tabs[3]:
+    if tabs[3].open:
+        st.caption("Raw weights ignore what a head moves and the residual stream. Beside them: rollout and "
+                   "flow (Abnar & Zuidema 2020; heads averaged, residual as 0.5·A + 0.5·I), the size of what "
+                   "is moved, ‖Σ α f(x)‖ (Kobayashi et al. 2020, this layer alone), and ALTI (Ferrando et al. "
+                   "2022; attention, residual and LayerNorm, composed through the layers). The layer is the "
+                   "one picked above (0-based), so these show the state after layer "
+                   f"{layer} + 1 = {layer + 1}.")
+        methods = st.multiselect("Methods", ["attention", "rollout", "norm", "alti", "flow"],
+                                 ["attention", "rollout", "alti"], key="att_methods",
+                                 format_func=lambda m: ATTRIBUTION_TITLES[m])
+        try:
+            store = result_store("attribution")
+            matrices = {}
+            for method in [m for m in methods if m in ("attention", "rollout")]:  # from the pass above
+                matrices[method] = store.get_or_compute((key, text, pair or None, method),
+                                                        lambda m=method: from_attentions(r, m))
+            for method in [m for m in methods if m in ("norm", "alti")]:  # a pass with hooks
+                with st.spinner(f"Computing {ATTRIBUTION_TITLES[method]}…"):
+                    matrices[method] = store.get_or_compute((key, text, pair or None, method), lambda m=method: (
+                        token_matrices(cached_model(*key), text, pair or None, m)))
+            if "flow" in methods:
+                flow_key = (key, text, pair or None, "flow", layer + 1)
+                found = store.get(flow_key)
+                if found is None and r.n_tokens > MAX_FLOW_TOKENS:
+                    st.warning(f"Attention flow solves {r.n_tokens}² max-flow problems per layer and is capped at "
+                               f"{MAX_FLOW_TOKENS} tokens (this input has {r.n_tokens}): rollout approximates it.")
+                elif found is None and st.button(f"Compute flow after layer {layer + 1} ({r.n_tokens}² max-flow "
+                                                 "problems; seconds to a minute)", key="att_flow_go"):
+                    bar = st.progress(0.0, text="Attention flow…")
+                    found = from_attentions(r, "flow", [layer + 1], progress=lambda done, total: bar.progress(
+                        done / total, text=f"Attention flow: {done}/{total} rows"))
+                    bar.empty()
+                    store.put(flow_key, found)
+                    st.rerun()  # redraw without the button
+                if found is not None:
+                    matrices["flow"] = found
+            if matrices:
+                fig = matrices_side_by_side(r.tokens, {m: v.at(layer + 1) for m, v in matrices.items()}, layer + 1)
+                st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_methods_chart")
+                figure_downloads(fig, f"attribution-L{layer + 1}")
+                if "flow" in matrices and len(matrices) > 1:
+                    st.caption("Flow is computed for one layer at a time: the agreement table and export use "
+                               f"layer {layer + 1}.")
+                if len(matrices) >= 2 and r.n_tokens >= 3:
+                    query = st.selectbox("Agreement for token", range(r.n_tokens), index=min(1, r.n_tokens - 1),
+                                         format_func=lambda i: f"{i}: {r.tokens[i]}", key="att_agree_token")
+                    names, rho = agreement(rows_at(matrices, layer + 1, query))
+                    st.dataframe(pd.DataFrame(rho, index=names, columns=names).style.format("{:+.2f}")
+                                 .background_gradient(cmap="RdBu", vmin=-1, vmax=1), width="stretch")
+                    st.caption("Spearman rank correlation between the methods' rows for that token (over all "
+                               "tokens it draws from).")
+                export = {m: v.to_json(4) for m, v in matrices.items()}  # flow: its computed layer only
+                st.download_button("Download matrices (JSON, every layer)", json.dumps(export),
+                                   "attribution-matrices.json", "application/json", key="att_dl_attr",
+                                   on_click="ignore")
+            else:
+                st.info("Choose one or more methods.")
+        except BertScopeError as err:
+            show_error(err)
+
+for tab, view in ((tabs[4], "head"), (tabs[5], "model")):
     with tab:
         if tab.open:
             st.caption("bertviz (Vig 2019) loads require.js, d3 and jQuery from cdnjs.cloudflare.com; "
@@ -138,8 +204,8 @@ for tab, view in ((tabs[3], "head"), (tabs[4], "model")):
             st.download_button("Download HTML", page, f"bertviz-{view}-view.html", "text/html",
                                key=f"att_dl_{view}", on_click="ignore")
 
-with tabs[5]:
-    if tabs[5].open:
+with tabs[6]:
+    if tabs[6].open:
         st.caption("Clark et al. (2019), *What Does BERT Look At?*: averages over the query tokens of "
                    "each sentence, then over sentences; word pieces count as tokens; padding never counts.")
         with st.form("att_stats_form"):

@@ -1,11 +1,15 @@
 """Masked tokens: fill-mask, BERT's 80/10/10 recipe, layer-wise predictions, next sentence."""
 
+import json
+
 import pandas as pd
 import plotly.express as px
 import streamlit as st
 
 from bertscope import BertScopeError
+from bertscope.attribution import explain_prediction
 from bertscope.figures.attention import label
+from bertscope.figures.attribution import token_strip
 from bertscope.fill_mask import (
     MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of,
 )
@@ -95,8 +99,9 @@ except BertScopeError as err:
         show_error(err)
     st.stop()
 
-tab_fill, tab_recipe, tab_layers, tab_nsp = st.tabs(
-    ["Fill mask", "Pretraining recipe (80/10/10)", "Layer by layer", "Next sentence"])
+tab_fill, tab_why, tab_recipe, tab_layers, tab_nsp = st.tabs(
+    ["Fill mask", "Why this prediction?", "Pretraining recipe (80/10/10)", "Layer by layer", "Next sentence"],
+    key="mlm_tab", on_change="rerun")
 
 result = None
 with tab_fill:
@@ -154,6 +159,60 @@ with tab_fill:
                          hide_index=True)
             st.metric("Joint probability of the fill", f"{it.joint_probability:.3g}")
             st.caption(plain(f"Filled: {it.text}"))
+
+with tab_why:
+    st.caption("Which input tokens the prediction at a mask rests on. Gradient × input and integrated "
+               "gradients (Sundararajan et al. 2017) explain log p(token) through the input embeddings; "
+               "beside them, the mask's row after the last layer in raw attention, rollout (Abnar & "
+               "Zuidema 2020), norm-based attention (Kobayashi et al. 2020) and ALTI (Ferrando et al. 2022).")
+    if result is None:
+        st.info("Run a fill-mask first (first tab).")
+    elif tab_why.open:  # integrated gradients run only when this tab is looked at
+        w1, w2, w3 = st.columns([1, 2, 1])
+        mask_n = w1.selectbox("Mask", range(len(result.mask_positions)), format_func=lambda n: f"mask {n + 1}",
+                              key="why_mask")
+        candidates = [p.token for p in result.predictions[mask_n]]
+        token = w2.selectbox("Explain the prediction", candidates, key="why_token",
+                             format_func=lambda t: f"{t.strip()} ({result.predictions[mask_n][candidates.index(t)].score:.1%})")
+        steps = w3.select_slider("IG steps", [8, 16, 32, 50, 100, 200], 50, key="why_steps")
+        position = result.mask_positions[mask_n]
+        try:
+            store = result_store("explain")
+            request = (key, tuple(int(i) for i in result.inspection.input_ids), position, token, steps)
+            explanation = store.get(request)
+            if explanation is None:
+                bar = st.progress(0.0, text="Integrated gradients…")
+                explanation = explain_prediction(
+                    cached_model(*key), result.inspection, position, token, steps,
+                    progress=lambda done, total: bar.progress(done / total, text=f"Integrated gradients: {done}/{total} steps"))
+                bar.empty()
+                store.put(request, explanation)
+            ig = explanation.ig
+            for warning in ig.warnings:
+                st.warning(plain(warning))
+            shown = label(token.strip())
+            st.plotly_chart(token_strip(explanation.tokens, ig.scores,
+                                        f"Integrated gradients for “{shown}” at token {position}"),
+                            config=PLOT_CONFIG, width="stretch", key="why_ig")
+            st.plotly_chart(token_strip(explanation.tokens, explanation.grad.scores,
+                                        f"Gradient × input for “{shown}” at token {position}"),
+                            config=PLOT_CONFIG, width="stretch", key="why_grad")
+            a = ig.attribution
+            st.caption(plain(f"log p(“{token.strip()}”) = {a.f_input:.3f}; at the baseline (every word piece "
+                             f"replaced by the padding token) {a.f_baseline:.3f}. The IG scores sum to "
+                             f"{a.scores.sum():.3f}: completeness error {a.completeness_error:.2%} at {a.steps} "
+                             "steps. Red pushes the prediction up, blue down."))
+            st.markdown("**Agreement between methods** (Spearman over the word pieces; gradient methods by magnitude)")
+            st.dataframe(pd.DataFrame(explanation.spearman, index=explanation.names, columns=explanation.names)
+                         .style.format("{:+.2f}").background_gradient(cmap="RdBu", vmin=-1, vmax=1),
+                         width="stretch")
+            table = pd.DataFrame({"token": explanation.tokens, **explanation.rows})
+            st.download_button("Download scores (CSV)", table.to_csv(index=False), "why-this-prediction.csv",
+                               "text/csv", key="why_csv", on_click="ignore")
+            st.download_button("Download IG (JSON)", json.dumps(ig.to_json()), "integrated-gradients.json",
+                               "application/json", key="why_json", on_click="ignore")
+        except BertScopeError as err:
+            show_error(err)
 
 with tab_recipe:
     st.caption("Devlin et al. (2019), §3.1: choose 15% of the tokens; of those, 80% become [MASK], "
