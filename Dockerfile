@@ -3,6 +3,15 @@
 # GPU build (host with the NVIDIA container toolkit): take torch's CUDA wheels instead:
 #   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu126 -t bertscope:gpu .
 #   docker run --gpus all -p 8501:8501 bertscope:gpu
+# bertviz's three scripts (require.js, d3, jQuery) from npm, served by the app: no CDN at run time
+FROM node:20-slim AS bertviz-assets
+WORKDIR /assets
+RUN npm pack requirejs@2.3.6 d3@5.7.0 jquery@2.2.4 \
+    && tar -xzf requirejs-2.3.6.tgz --strip-components=1 package/require.js \
+    && tar -xzf d3-5.7.0.tgz --strip-components=2 package/dist/d3.min.js \
+    && tar -xzf jquery-2.2.4.tgz --strip-components=2 package/dist/jquery.min.js \
+    && rm ./*.tgz
+
 FROM python:3.11-slim
 
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -24,9 +33,10 @@ COPY --chown=1000:1000 app.py ./
 COPY --chown=1000:1000 bertscope ./bertscope
 COPY --chown=1000:1000 views ./views
 COPY --chown=1000:1000 .streamlit ./.streamlit
+COPY --chown=1000:1000 --from=bertviz-assets /assets ./static/bertviz
 USER 1000:1000
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"]
-CMD ["python", "-m", "streamlit", "run", "app.py", "--server.port=8501", "--server.address=0.0.0.0"]
+CMD ["python", "-m", "streamlit", "run", "app.py", "--server.port=8501", "--server.address=0.0.0.0", "--browser.serverAddress=localhost"]

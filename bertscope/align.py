@@ -18,6 +18,7 @@ carrier sentence (then only the pieces inside the word's characters count).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from .errors import BertScopeError
-from .inspect import inspect_batch
+from .inspect import PoolingPlan, inspect_batch, pooled_hidden_states
 from .models import LoadedModel
 from .tokens import tokens_in_span
 
@@ -198,6 +199,20 @@ def _inputs(data: ParallelData, context: Context) -> tuple[list[str], list[tuple
     return texts, spans
 
 
+VECTOR_CACHE_VERSION = 1
+
+
+def _vector_cache_file(lm: LoadedModel, data: ParallelData, pooling: str, context: str, root: Path | None) -> Path:
+    """Where these vectors are kept: keyed by weights, tokenizer, data, pooling and context."""
+    from .hidden_cache import tokenizer_fingerprint, weights_fingerprint
+    from .user_cache import user_cache_dir
+
+    key = repr((VECTOR_CACHE_VERSION, weights_fingerprint(lm), tokenizer_fingerprint(lm), data.digest(),
+                pooling, context, lm.max_length))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return (root or user_cache_dir() / "align") / f"{digest}.npz"
+
+
 def embed_parallel(
     lm: LoadedModel,
     data: ParallelData,
@@ -205,42 +220,60 @@ def embed_parallel(
     context: Context = "alone",
     batch_size: int = 32,
     progress: Callable[[int, int], None] | None = None,
+    cache: bool | Path = False,
 ) -> AlignmentVectors:
-    """Run every cell once (length-sorted batches) and pool one vector per layer."""
+    """Run every cell once (length-sorted batches) and pool one vector per layer on the model's
+    device. With ``cache`` (True: ``~/.cache/bertscope/align``, or a folder) the vectors are
+    kept on disk as ``.npz`` (no pickle), written atomically, and read back by a later call
+    with the same weights, tokenizer, data, pooling and context."""
     if pooling not in ("mean", "cls"):
         raise BertScopeError("Pooling must be 'mean' or 'cls'.")
     if context not in ("alone", "carrier"):
         raise BertScopeError("The word context must be 'alone' or 'carrier'.")
     data.require_items()
+    file = _vector_cache_file(lm, data, pooling, context, None if cache is True else cache) if cache else None
+    if file is not None and file.is_file():
+        try:
+            with np.load(file, allow_pickle=False) as saved:
+                vectors, counts = saved["vectors"], saved["counts"]
+            return AlignmentVectors(lm.name, data, pooling, context, vectors, int(counts[0]), int(counts[1]))
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged file: computed again and rewritten below
     texts, spans = _inputs(data, context)
     n_items = data.n_items
-    vectors = None
+    vectors = np.zeros((len(texts), lm.num_layers + 1, lm.hidden_size), np.float32)
     truncated = empty = done = 0
-    for batch in inspect_batch(lm, texts, batch_size=batch_size, with_attentions=False):
-        hidden = batch.hidden_states  # [batch, layer + 1, token, dim]
-        weights = (~batch.special_mask).astype(np.float32)  # [batch, token]: real, non-special
-        if pooling == "cls" and data.kind == "sentences":
-            weights = np.zeros_like(weights)
-            weights[:, 0] = 1.0
+
+    def plan_of(batch) -> PoolingPlan:
+        nonlocal empty
+        groups = []
         for b, index in enumerate(batch.indices):
             span = spans[index]
             if span is not None:  # only the word's pieces inside its carrier sentence
-                weights[b] = 0.0
-                weights[b, tokens_in_span(batch.offsets[b], batch.sequence_ids[b], *span)] = 1.0
-        counts = weights.sum(axis=1, keepdims=True)  # [batch, 1]
-        empty += int((counts == 0).sum())
-        pooled = np.einsum("bltd,bt->bld", hidden, weights / np.clip(counts, 1, None))  # [batch, layer+1, dim]
-        if vectors is None:
-            vectors = np.zeros((len(data.languages) * n_items, *pooled.shape[1:]), np.float32)
-        vectors[batch.indices] = pooled
+                positions = tokens_in_span(batch.offsets[b], batch.sequence_ids[b], *span)
+            elif pooling == "cls" and data.kind == "sentences":
+                positions = [0]
+            else:
+                positions = np.flatnonzero(~batch.special_mask[b]).tolist()  # real, non-special
+            empty += not len(positions)
+            groups.append((b, list(positions), "mean"))
+        return PoolingPlan.from_groups(groups)
+
+    for batch, pooled in pooled_hidden_states(lm, texts, plan_of, batch_size=batch_size):
+        vectors[batch.indices] = pooled  # [batch, layer + 1, dim], pooled on the device
         truncated += sum(batch.truncated)
         done += len(batch)
         if progress:
             progress(done, len(texts))
+    vectors = vectors.reshape(len(data.languages), n_items, *vectors.shape[1:])
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f".{file.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, vectors=vectors, counts=np.array([truncated, empty]))
+        os.replace(tmp, file)
     return AlignmentVectors(
         model_name=lm.name, data=data, pooling=pooling, context=context,
-        vectors=vectors.reshape(len(data.languages), n_items, *vectors.shape[1:]),
-        truncated=truncated, empty=empty,
+        vectors=vectors, truncated=truncated, empty=empty,
     )
 
 

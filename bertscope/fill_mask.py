@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -63,15 +64,26 @@ class IterativeFill:
     text: str  # the sentence with every mask filled
 
 
-def require_mlm(lm: LoadedModel) -> None:
+def require_mlm(lm: LoadedModel, usable: Callable[[str], bool] | None = None) -> None:
+    """Raise unless ``lm`` has a masked-LM head; the message suggests presets with one, only
+    those ``usable`` (e.g. loadable right now) when given, and says why the others are not."""
     if "mlm" not in lm.heads:
         from .presets import PRESETS
 
-        with_head = ", ".join(n for n, p in PRESETS.items() if "mlm" in p.heads)
-        raise BertScopeError(
-            f"{lm.name} has no masked-LM head (its checkpoint is an encoder only): "
-            f"choose a model with one, e.g. {with_head}."
-        )
+        with_head = [n for n, p in PRESETS.items() if "mlm" in p.heads and n != lm.name]
+        if usable is None:
+            hint = f"choose a model with one, e.g. {', '.join(with_head)}."
+        else:
+            ready = [n for n in with_head if usable(n)]
+            later = len(with_head) - len(ready)
+            hint = (f"choose a model with one that can be loaded here: {', '.join(ready)}" if ready
+                    else "no model with one can be loaded here")
+            if later:
+                hint += (f" ({later} other presets with the head, e.g. bert-base-uncased, need the Hugging Face "
+                         "hub or a copy in its local cache, and neither is available now).")
+            else:
+                hint += "."
+        raise BertScopeError(f"{lm.name} has no masked-LM head (its checkpoint is an encoder only): {hint}")
 
 
 def normalise_masks(lm: LoadedModel, text: str) -> str:

@@ -34,7 +34,7 @@ from .models import LoadedModel
 from .probe_data import UNLABELLED, ProbeTask
 from .user_cache import user_cache_dir
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: each example's sentence index (``sentences``)
 Pooling = Literal["mean", "first", "cls"]  # token level: mean / first piece; sentence: mean / cls
 _LOCK = threading.Lock()
 
@@ -104,6 +104,7 @@ class CachedStates:
     groups: np.ndarray  # [example] split group (its sentence, or its document): never on both sides of a split
     types: list[str]  # [example] the word (lower-cased) for token tasks, the label's sentence otherwise
     hit: bool  # found on disk rather than extracted now
+    sentences: np.ndarray | None = None  # [example] index of its sentence in the task
     _layers: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
@@ -148,7 +149,8 @@ class HiddenStateCache:
                 if list(array.shape) != info["shape"] or array.dtype != np.float32:
                     raise ValueError(f"{name} does not match its metadata")
             states = CachedStates(key, folder, meta["labels"], np.asarray(meta["groups"], np.int64),
-                                  meta["types"], hit=True)
+                                  meta["types"], hit=True,
+                                  sentences=np.asarray(meta["sentences"], np.int64) if "sentences" in meta else None)
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
             shutil.rmtree(folder, ignore_errors=True)  # partial or corrupted: rebuild
             return None
@@ -267,7 +269,9 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
             np.save(name, rows, allow_pickle=False)
     owners = np.asarray(task.groups) if task.groups is not None else np.arange(len(texts))
     groups = np.repeat(owners, expected)  # [example] split group: its sentence, or its document
+    sentence_of = np.repeat(np.arange(len(texts)), expected)  # [example] its sentence
     return {
+        "sentences": [int(i) for i, k in zip(sentence_of, kept) if k],
         "labels": [x for x, k in zip(labels, kept) if k],
         "types": [x for x, k in zip(types, kept) if k],
         "groups": [int(g) for g, k in zip(groups, kept) if k],

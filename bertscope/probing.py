@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
@@ -88,6 +88,8 @@ class LayerResult:
     control_accuracy: float
     ci: tuple[float, float]
     external_accuracy: float | None = None  # the same probe scored on a user's test file, when given
+    predicted: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] class index
+    confidence: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] p(predicted)
 
     @property
     def selectivity(self) -> float:
@@ -112,10 +114,43 @@ class ProbeResult:
     n_train: int
     n_test: int
     layers: list[LayerResult]
+    classes: tuple[str, ...] = ()  # the probe's classes; predicted/gold index them
+    gold: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] class index
+    test_examples: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] row in the states
 
     @property
     def best(self) -> LayerResult:
         return max(self.layers, key=lambda r: r.accuracy)
+
+    def layer_result(self, layer: int) -> LayerResult:
+        for r in self.layers:
+            if r.layer == layer:
+                return r
+        raise BertScopeError(f"Layer {layer} was not probed: layers {[r.layer for r in self.layers]}.")
+
+    def confusion(self, layer: int) -> np.ndarray:
+        """[gold class, predicted class] counts over the test examples at ``layer``."""
+        r = self.layer_result(layer)
+        if r.predicted is None or self.gold is None:
+            raise BertScopeError("This result kept no per-example predictions.")
+        matrix = np.zeros((len(self.classes), len(self.classes)), np.int64)
+        seen = self.gold >= 0  # a test label never trained on has no row
+        np.add.at(matrix, (self.gold[seen], r.predicted[seen]), 1)
+        return matrix
+
+    def examples(self, layer: int, errors_only: bool = False) -> list[dict]:
+        """Test examples at ``layer``: row in the states, gold, predicted, p(predicted)."""
+        r = self.layer_result(layer)
+        if r.predicted is None or self.gold is None:
+            raise BertScopeError("This result kept no per-example predictions.")
+        rows = []
+        for k, row in enumerate(self.test_examples):
+            gold = self.classes[self.gold[k]] if self.gold[k] >= 0 else "(not in training)"
+            pred = self.classes[r.predicted[k]]
+            if errors_only and gold == pred:
+                continue
+            rows.append({"example": int(row), "gold": gold, "predicted": pred, "probability": float(r.confidence[k])})
+        return rows
 
     def to_json(self) -> dict:
         return {"model": self.model, "task": self.task, "level": self.level, "pooling": self.pooling,
@@ -135,6 +170,17 @@ def save_probe(probe: Pipeline, folder: Path, name: str) -> None:
     np.savez(folder / f"{name}.npz", **arrays)
     (folder / f"{name}.json").write_text(json.dumps({"classes": [str(c) for c in model.classes_],
                                                      "kind": type(model).__name__}))
+
+
+def example_texts(states: CachedStates, texts: Sequence[str], rows: Sequence[int]) -> list[tuple[str, str]]:
+    """(sentence, word) of each example row: what a person reads to judge a prediction (for a
+    sentence-level task the word is empty)."""
+    out = []
+    for row in rows:
+        sentence = texts[int(states.sentences[row])] if states.sentences is not None else ""
+        word = states.types[row] if states.key.level == "token" else ""
+        out.append((sentence, word))
+    return out
 
 
 def check_external_labels(train_labels: Sequence[str], external_labels: Sequence[str]) -> None:
@@ -164,19 +210,25 @@ def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: Probe
     baseline = float((labels[test] == majority).mean())
     chosen = list(layers) if layers is not None else list(states.layers)
     results = []
+    classes = tuple(sorted(set(labels[train])))
+    index = {c: i for i, c in enumerate(classes)}
+    gold = np.array([index.get(y, -1) for y in labels[test]], np.int64)  # -1: a label never trained on
     for i, layer in enumerate(chosen):
         x = np.asarray(states.layer(layer))  # [example, dim]
         probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed)
+        proba = probe.predict_proba(x[test])  # [test, class], columns in probe.classes_ order (sorted)
+        predicted = proba.argmax(axis=1).astype(np.int64)
         _, control_right = fit_score(x[train], control[train], x[test], control[test], kind, seed)
         outside = None
         if external is not None:
             outside = float((probe.predict(np.asarray(external.layer(layer))) == external_labels).mean())
         results.append(LayerResult(layer, float(right.mean()), float(control_right.mean()),
-                                   bootstrap_interval(right, seed=seed), outside))
+                                   bootstrap_interval(right, seed=seed), outside,
+                                   predicted, proba.max(axis=1).astype(np.float32)))
         if weights_dir is not None:
             weights_dir.mkdir(parents=True, exist_ok=True)
             save_probe(probe, weights_dir, f"layer_{layer:02d}")
         if progress:
             progress(i + 1, len(chosen))
     return ProbeResult(states.key.model, task_name, states.key.level, pooling, kind, baseline, len(train),
-                       len(test), results)
+                       len(test), results, classes, gold, np.asarray(test, np.int64))

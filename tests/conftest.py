@@ -12,6 +12,27 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.pop("BERTSCOPE_MODEL", None)
 os.environ["BERTSCOPE_WARM_UMAP"] = "0"  # no background numba compile racing the tests
 
+
+def _temporary_user_cache() -> None:
+    """Tests write converted models and hidden states to a temporary cache, never the user's
+    (~/.cache/bertscope); only the installed corpora (`make brown`) are read from the real one,
+    through a link. Removed when the test process ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from bertscope.user_cache import user_cache_dir
+
+    real = user_cache_dir()
+    temporary = tempfile.mkdtemp(prefix="bertscope-test-cache-")
+    if (real / "corpora").is_dir():
+        os.symlink(real / "corpora", os.path.join(temporary, "corpora"))
+    os.environ["BERTSCOPE_CACHE"] = temporary
+    atexit.register(shutil.rmtree, temporary, ignore_errors=True)
+
+
+_temporary_user_cache()
+
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 

@@ -255,3 +255,23 @@ def test_cli_align_bad_input(tiny_multilingual_dir, tmp_path, capsys):
         assert main(["align", str(tiny_multilingual_dir), *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1
+
+
+def test_vectors_are_kept_on_disk_and_read_back(tiny_multilingual_dir, tmp_path):
+    from bertscope.align import embed_parallel, shipped_parallel
+
+    lm = load_model(str(tiny_multilingual_dir))
+    data = shipped_parallel("words").select(["en", "de"])
+    first = embed_parallel(lm, data, cache=tmp_path)
+    files = list(tmp_path.glob("*.npz"))
+    assert len(files) == 1
+    calls = []
+    again = embed_parallel(lm, data, cache=tmp_path, progress=lambda d, t: calls.append(d))
+    assert not calls  # read from disk: no batch ran
+    np.testing.assert_array_equal(again.vectors, first.vectors)
+    assert (again.truncated, again.empty) == (first.truncated, first.empty)
+    other = embed_parallel(lm, data, context="carrier", cache=tmp_path)  # another key, another file
+    assert len(list(tmp_path.glob("*.npz"))) == 2 and not np.array_equal(other.vectors, first.vectors)
+    files[0].write_bytes(b"damaged")
+    rebuilt = embed_parallel(lm, data, cache=tmp_path)
+    np.testing.assert_array_equal(rebuilt.vectors, first.vectors)

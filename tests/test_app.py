@@ -109,14 +109,17 @@ def test_params_page_counts_bert_base_offline(monkeypatch, tiny_bert_dir):
     assert any("hub is unreachable" in e for e in texts(at.error))  # home cannot load it...
     at.switch_page("views/params.py").run()  # ...but counting needs only the shipped config
     assert not at.exception and not at.error
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Total"] == "109,482,240" and metrics["embeddings"] == "23,837,184"
-    assert metrics["encoder"] == "85,054,464" and metrics["pooler"] == "590,592"
+    metrics = {m.label: m.value for m in at.metric}  # compact tiles, exact counts beside them
+    assert metrics["Total"] == "109.5 M" and metrics["embeddings"] == "23.8 M"
+    assert metrics["encoder"] == "85.1 M" and metrics["pooler"] == "590.6 k"
+    exact = next(c for c in texts(at.caption) if c.startswith("Exact:"))
+    assert "total 109,482,240" in exact and "embeddings 23,837,184" in exact and "pooler 590,592" in exact
+    assert {m.label: m.help for m in at.metric}["Total"].startswith("109,482,240")
     formulas = at.dataframe[0].value
     assert "V×H = 30522×768" in set(formulas["formula"])
     at.radio[0].set_value("pretraining").run()
     assert not at.exception
-    assert {m.label: m.value for m in at.metric}["nsp head"] == "1,538"
+    assert {m.label: m.value for m in at.metric}["nsp head"] == "1.5 k"
     at.toggle[0].set_value(True).run()
     assert not at.exception
     assert "GPT-3" in set(at.dataframe[-1].value["model"])
@@ -215,7 +218,10 @@ def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     at = start(monkeypatch, str(tiny_encoder_dir))
     at.switch_page("views/masked.py").run()
     assert not at.exception and not at.error
-    assert any("no masked-LM head" in w and "bert-base-uncased" in w for w in texts(at.warning))
+    # offline: only what can be loaded here is suggested, and the page says why the rest is not
+    warning = next(w for w in texts(at.warning) if "no masked-LM head" in w)
+    assert "loaded here: bundled-mlm" in warning and "need the Hugging Face hub" in warning
+    assert "bert-large-uncased" not in warning
     assert not at.get("plotly_chart") and not at.metric  # no predictions without the head
     assert "bundled-mlm" in at.button(key="mlm_switch").label  # the offline way on (clicked in the browser test)
     table = at.dataframe[0].value  # BERT's corruption still shows: it needs only the tokenizer
@@ -264,8 +270,10 @@ def test_align_page(monkeypatch, tiny_multilingual_dir):
     at.checkbox(key="align_join").check().run()
     assert not at.exception and not at.error
     assert at.query_params["data"] in ("words", ["words"]) and at.query_params["layer"] in ("1", ["1"])
-    at.selectbox(key="align_target").set_value("en").run()
-    at.selectbox(key="align_source").set_value("en").run()
+    item = at.selectbox(key="align_item_words")  # after switching to words, the item box names words
+    assert item.options[0] == "1. water" and item.value == 0
+    at.selectbox(key="align_target_words").set_value("en").run()
+    at.selectbox(key="align_source_words").set_value("en").run()
     assert any("two different languages" in e for e in texts(at.error))
 
 
@@ -310,7 +318,16 @@ def test_probes_page(monkeypatch, tiny_bert_dir):
     at.button[0].click().run()  # a second run: [CLS] pooling, both on one plot
     assert not at.exception and not at.error
     assert len(at.multiselect(key="probe_compare").value) == 2
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("plotly_chart")) == 2  # layers, and the confusion matrix of the latest run
+    # single test examples: every one, then the errors only, at a chosen layer
+    examples = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
+    assert list(examples.columns) == ["n", "sentence", "gold", "predicted", "probability"]
+    assert examples["sentence"].str.len().min() > 0
+    at.selectbox(key="probe_ex_layer").set_value(0)
+    at.toggle(key="probe_ex_errors").set_value(True).run()
+    errors = next(d.value for d in at.dataframe if "predicted" in d.value.columns)
+    assert len(errors) < len(examples) and (errors["gold"] != errors["predicted"]).all()
+    assert not at.exception and not at.error
     # a file task chosen without a file: one line, and the earlier runs stay
     at.selectbox(key="probe_task").set_value("Your own file…")
     at.button[0].click().run()

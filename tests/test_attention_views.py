@@ -73,6 +73,16 @@ def test_bertviz_cap_and_offline_notice(tiny_bert):
         bertviz_html(r, "head", max_bytes=5_000)
 
 
+@pytest.mark.parametrize("view", ["head", "model"])
+def test_bertviz_loads_the_apps_own_scripts_first(tiny_bert, view):
+    r = inspect(tiny_bert, "the bank of the river")
+    page = bertviz_html(r, view, assets="app/static/bertviz")
+    assert '<script src="app/static/bertviz/require.js"></script>' in page
+    assert "d3: ['app/static/bertviz/d3.min', 'https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min']" in page
+    assert "jquery: ['app/static/bertviz/jquery.min', 'https://cdnjs" in page  # cdnjs: the fallback only
+    assert page.count("cdnjs.cloudflare.com/ajax/libs/require.js") == 1  # written in only if the local copy failed
+
+
 def test_hide_special_and_renormalise(tiny_bert):
     r = inspect(tiny_bert, "the bank of the river")
     a = select(r, r.attentions[0, 0], hide_special=True, renormalise=True)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from urllib.parse import urlparse
 from pathlib import Path
 
 import pytest
@@ -87,10 +88,15 @@ def open_page(browser, url, height: int = 1000):
     return page, problems
 
 
-def test_home_shows_bundled_model_card(browser, app_url, artifacts):
-    page, problems = open_page(browser, app_url)
-    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+def test_home_is_a_front_door(browser, app_url, artifacts):
+    page, problems = open_page(browser, app_url, height=1800)
+    page.get_by_text("Heads per layer").wait_for(timeout=60_000)
     body = page.inner_text("body")
+    main = page.locator('[data-testid="stMain"]')
+    links = main.locator('a[data-testid="stPageLink-NavLink"]')
+    names = {links.nth(i).inner_text().strip().splitlines()[-1] for i in range(links.count())}  # after the icon
+    assert names == {"Attention", "Masked tokens", "Embedding shift", "Cross-lingual", "Parameters", "Probes"}
+    assert "Models you can use right now" in body and "python -m bertscope" in body
     assert "Heads per layer" in body and "22,713,216" in body
     assert "Model: bundled" in body
     assert "sentence-transformers/all-MiniLM-L6-v2" in body
@@ -153,6 +159,23 @@ def test_params_page(browser, app_url, artifacts):
     page.close()
 
 
+def test_params_headline_metrics_are_not_cut_off(browser, app_url, artifacts):
+    """bert-large with MLM + NSP heads: the widest counts; each tile shows its whole value."""
+    page, problems = open_page(browser, f"{app_url}/params?model=bert-large-uncased&count=pretraining")
+    page.get_by_text("Exact: total 336,", exact=False).wait_for(timeout=60_000)
+    values = page.locator('[data-testid="stMetricValue"]')
+    assert values.count() >= 5
+    for i in range(values.count()):
+        fits = values.nth(i).evaluate("e => [e.scrollWidth, e.clientWidth, e.innerText]")
+        inner = values.nth(i).locator("div").first
+        inner_fits = inner.evaluate("e => [e.scrollWidth, e.clientWidth]") if inner.count() else fits[:2]
+        assert fits[0] <= fits[1] and inner_fits[0] <= inner_fits[1], fits
+    assert page.get_by_text("336.2 M").count()
+    page.screenshot(path=str(artifacts / "params-bert-large.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
 def test_cold_deep_link_runs_through_the_entry_point(browser, tmp_path, artifacts):
     """The first request to a fresh server is a deep link: app.py must still run."""
     with running_app(tmp_path / "server.log") as url:
@@ -166,16 +189,44 @@ def test_cold_deep_link_runs_through_the_entry_point(browser, tmp_path, artifact
         page.close()
 
 
+def block_outside(page) -> list[str]:
+    """Abort every request that leaves this machine; returns the list they are recorded in."""
+    outside: list[str] = []
+
+    def route(r):
+        host = urlparse(r.request.url).hostname or ""
+        if r.request.url.startswith(("data:", "blob:", "about:")) or host in ("127.0.0.1", "localhost"):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    return outside
+
+
 def test_attention_page_offline(browser, app_url, artifacts):
-    page, problems = open_page(browser, f"{app_url}/attention", height=1600)
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    failed: list[str] = []
+    page.on("requestfailed", lambda req: failed.append(req.url))
+    outside = block_outside(page)
+    page.goto(f"{app_url}/attention", wait_until="domcontentloaded")
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     assert not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "attention.png"), full_page=True)
-    # bertviz needs a CDN this machine cannot reach: its frame must say so
-    page.get_by_role("tab", name="bertviz head view").click()
-    frame = page.frame_locator("iframe").first
-    frame.get_by_text("could not load require.js").wait_for(timeout=30_000)
-    page.screenshot(path=str(artifacts / "attention-bertviz-offline.png"), full_page=True)
+    # bertviz with the network blocked: the app serves require.js, d3 and jQuery itself
+    for tab, shot in (("bertviz head view", "attention-bertviz-offline.png"),
+                      ("bertviz model view", "attention-bertviz-model-offline.png")):
+        page.get_by_role("tab", name=tab).click()
+        frame = page.get_by_role("tabpanel", name=tab).frame_locator("iframe").first
+        frame.locator("svg text").first.wait_for(timeout=60_000)  # tokens drawn by d3
+        assert not frame.get_by_text("could not load require.js").is_visible()
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(artifacts / shot), full_page=True)
+    assert not outside, outside  # nothing left the machine: no CDN, no font server
+    assert not failed, failed
     # head statistics over the shipped corpus; clicking a cell picks that head
     page.get_by_role("tab", name="Head statistics").click()
     page.get_by_role("button", name="Compute head statistics").click()
@@ -194,6 +245,7 @@ def test_attention_page_offline(browser, app_url, artifacts):
     page.get_by_role("tab", name="Head", exact=True).click()
     page.get_by_text("Layer 3, head 7").first.wait_for(state="attached", timeout=30_000)
     assert not page.locator(".stException").count()
+    assert not outside, outside
     assert not problems, problems
     page.close()
 

@@ -193,3 +193,16 @@ def test_recipe_corruption_needs_only_the_tokenizer(tiny_encoder_dir):
         assert (row["model would see"] == "[MASK]") == (row["action"] == "mask")
     with pytest.raises(BertScopeError, match="empty"):
         recipe_corruption(lm, "  ")
+
+
+def test_require_mlm_suggests_only_what_can_be_loaded(tiny_encoder_dir):
+    from bertscope.fill_mask import require_mlm
+
+    lm = load_model(str(tiny_encoder_dir))
+    with pytest.raises(BertScopeError, match="loaded here: bundled-mlm \\(.*need the Hugging Face hub") as err:
+        require_mlm(lm, usable=lambda name: name == "bundled-mlm")
+    assert "roberta-base" not in str(err.value)
+    with pytest.raises(BertScopeError, match="no model with one can be loaded here"):
+        require_mlm(lm, usable=lambda name: False)
+    with pytest.raises(BertScopeError, match="e.g. bundled-mlm, bert-base-uncased"):
+        require_mlm(lm)

@@ -334,3 +334,25 @@ def test_train_here_test_there(tiny_bert, tiny_bert_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "never trains on: command" in err
     assert cli_main([*argv, "--test-data", str(tmp_path / "nope.csv")]) == 2
+
+
+def test_per_example_predictions_and_confusion(tiny_bert, tmp_path):
+    from bertscope.hidden_cache import HiddenStateCache, hidden_states
+    from bertscope.probe_data import shipped_task
+
+    task = shipped_task("pos")
+    states = hidden_states(tiny_bert, task, "mean", HiddenStateCache(tmp_path))
+    result = probe_layers(states, task.name, "mean")
+    layer = result.best.layer
+    confusion = result.confusion(layer)
+    assert confusion.shape == (len(result.classes),) * 2 and confusion.sum() == result.n_test
+    # the diagonal is the accuracy the result reports
+    assert np.trace(confusion) / result.n_test == pytest.approx(result.best.accuracy)
+    rows = result.examples(layer)
+    assert len(rows) == result.n_test and all(0 < r["probability"] <= 1 for r in rows)
+    errors = result.examples(layer, errors_only=True)
+    assert len(errors) == result.n_test - np.trace(confusion) and all(r["gold"] != r["predicted"] for r in errors)
+    # examples point back at their sentence and word
+    row = rows[0]["example"]
+    sentence = task.texts[states.sentences[row]]
+    assert states.types[row] in sentence.lower() and states.labels[row] == rows[0]["gold"]

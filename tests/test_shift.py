@@ -150,3 +150,24 @@ def test_pooled_on_the_device_equals_pooling_the_models_hidden_states(tiny_bert)
     assert words.shape[0] == 6
     assert_allclose(words[3], r.hidden_states[:, pieces].mean(1), atol=1e-5)
     assert_allclose(words[1], r.hidden_states[:, 2], atol=1e-5)
+
+
+def test_shift_figures_fit_the_scale_and_tell_senses_apart(tiny_bert):
+    import plotly.io as pio
+
+    from bertscope.figures.shift import projection_scatter, similarity_heatmap
+    from bertscope.projection import pca_2d
+    from bertscope.shift import cosine_matrix
+
+    rows = [("the bank of the river", "river"), ("the muddy bank", "river"),
+            ("money in the bank", "money"), ("the bank had cash", "money")]
+    result = collect(tiny_bert, "bank", rows)
+    heat = similarity_heatmap(result, 2).data[0]
+    sim = cosine_matrix(result.vectors[:, 2])
+    off = sim[~np.eye(4, dtype=bool)]
+    assert heat.zmin == pytest.approx(off.min(), abs=1e-6) and heat.zmax == pytest.approx(off.max(), abs=1e-6)
+    scatter = projection_scatter(result, pca_2d(result.vectors[:, 2]), "PCA", "PCA")
+    colours = {t.marker.color for t in scatter.data}
+    assert len(colours) == 2 and colours <= {"#E41A1C", "#377EB8", "rgb(228,26,28)", "rgb(55,126,184)"}
+    layout = pio.to_json(scatter)
+    assert '"PCA 1"' in layout and '"PCA 2"' in layout

@@ -108,7 +108,7 @@ try:
     av = store.get(computed_key)
     if av is None:
         bar = st.progress(0.0)
-        av = embed_parallel(cached_model(*key), picked, pooling, context,
+        av = embed_parallel(cached_model(*key), picked, pooling, context, cache=True,  # kept on disk too
                             progress=lambda d, t: bar.progress(d / t, text=f"{d}/{t} texts"))
         bar.empty()
         store.put(computed_key, av)
@@ -216,10 +216,10 @@ with tab_retrieval:
 with tab_tokens:
     c1, c2, c3 = st.columns([2, 1, 1])
     first = picked.texts(picked.languages[0])
-    item = c1.selectbox("Item", range(picked.n_items), key="align_item",
+    item = c1.selectbox("Item", range(picked.n_items), key=f"align_item_{kind}",  # per kind: no stale label
                         format_func=lambda i: f"{i + 1}. {first[i][:60]}")
-    source = c2.selectbox("Source", list(picked.languages), index=0, key="align_source")
-    target = c3.selectbox("Target", list(picked.languages), index=1, key="align_target")
+    source = c2.selectbox("Source", list(picked.languages), index=0, key=f"align_source_{kind}")
+    target = c3.selectbox("Target", list(picked.languages), index=1, key=f"align_target_{kind}")
     try:
         if source == target:
             raise BertScopeError("Choose two different languages.")

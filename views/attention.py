@@ -10,6 +10,8 @@ from bertscope import BertScopeError
 from bertscope.attention_flow import MAX_FLOW_TOKENS
 from bertscope.attention_stats import STATISTICS, head_stats, read_corpus, shipped_corpus
 from bertscope.attribution import agreement, from_attentions, rows_at, token_matrices
+from bertscope.bertviz_assets import URL_PATH as BERTVIZ_URL
+from bertscope.bertviz_assets import installed as bertviz_assets_installed
 from bertscope.figures.attention import (
     attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
     token_across_layers,
@@ -178,9 +180,12 @@ with tabs[3]:
 for tab, view in ((tabs[4], "head"), (tabs[5], "model")):
     with tab:
         if tab.open:
-            st.caption("bertviz (Vig 2019) loads require.js, d3 and jQuery from cdnjs.cloudflare.com; "
-                       "without network the frame says so, and the other tabs still work. Its page holds "
-                       "every weight as text, so long inputs need a subset of layers"
+            local = bertviz_assets_installed()
+            st.caption("bertviz (Vig 2019) needs require.js, d3 and jQuery: "
+                       + ("this app serves them itself (no network needed). " if local else
+                          "this install has no local copies (`make run` fetches them from npm), so they come from "
+                          "cdnjs.cloudflare.com, and without network the frame says so. ")
+                       + "Its page holds every weight as text, so long inputs need a subset of layers"
                        f"{' and heads' if view == 'model' else ''}.")
             cap = Limits.bertviz_bytes
             fit_layers, fit_heads = bertviz_fit(r, view, cap)
@@ -196,7 +201,8 @@ for tab, view in ((tabs[4], "head"), (tabs[5], "model")):
                        f"{r.n_tokens} tokens; the cap is {cap / 2**20:.0f} MB.")
             try:
                 with st.spinner("Building bertviz's page…"):
-                    page = bertviz_html(r, view, cap, layers=layers or None, heads=heads or None)
+                    page = bertviz_html(r, view, cap, layers=layers or None, heads=heads or None,
+                                        assets=BERTVIZ_URL if local else None)
             except BertScopeError as err:
                 st.warning(plain(str(err)))
                 continue

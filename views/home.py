@@ -1,20 +1,70 @@
-"""Home: what BertScope is, and the card of the loaded model."""
+"""Home: the front door. What each page shows and what to try first, which models can be used
+right now, where the headless tools are, and the card of the loaded model."""
 
 import streamlit as st
 
 from bertscope.card import heads_text, model_card
-from views.shared import demo, fallback_notice, plain, require_model
+from bertscope.presets import PRESETS
+from views.shared import demo, fallback_notice, model_options, obtainable, plain, require_model
+
+# (page script, label, icon, what it shows, what to try first)
+PAGES = [
+    ("views/attention.py", "Attention", ":material/visibility:",
+     "every head of every layer as heatmaps, bertviz, head statistics over a corpus, and what raw "
+     "weights miss: rollout, flow, norm-based attention, ALTI.",
+     "the default sentence, layer 2: which heads resolve *it*?"),
+    ("views/masked.py", "Masked tokens", ":material/masks:",
+     "fill-mask with several masks, BERT's 80/10/10 recipe, the head read at every layer, NSP, and "
+     "why a prediction was made (integrated gradients).",
+     "*The capital of France is [MASK].* on bundled-mlm, then *Why this prediction?*"),
+    ("views/shift.py", "Embedding shift", ":material/explore:",
+     "one word in many contexts, layer by layer: do the senses of *bank* separate?",
+     "the shipped *bank* sentences; watch the gap between senses grow with depth."),
+    ("views/align.py", "Cross-lingual", ":material/translate:",
+     "translations in one space: maps coloured by language, retrieval per layer, token alignment.",
+     "the shipped sentences on bundled-multilingual; compare raw and mean-centred retrieval."),
+    ("views/params.py", "Parameters", ":material/calculate:",
+     "exact parameter counts for any config without downloading weights, memory, FLOPs, a timeline.",
+     "bert-large-uncased with its pretraining heads."),
+    ("views/probes.py", "Probes", ":material/troubleshoot:",
+     "linear probes per layer with control tasks, on shipped suites, the Brown corpus or your file.",
+     "*pos*, then *brown-pos*: compare accuracy with the control task's (selectivity)."),
+]
 
 st.title("BertScope")
-st.markdown(
-    "Look inside BERT-family encoders: attention heads, masked-token predictions, "
-    "contextual embedding shifts, cross-lingual alignment, parameter breakdowns and "
-    "linear probes, on real checkpoints. Pick a model in the sidebar."
-)
+st.markdown("Look inside BERT-family encoders on real checkpoints and real text. Start with a page:")
 
 notice = fallback_notice()
 if notice:
     st.warning(notice)
+
+for path, name, icon, shows, first in PAGES:
+    left, right = st.columns([1, 4], vertical_alignment="center")
+    left.page_link(path, label=name, icon=icon)
+    right.markdown(f"{shows} **Try:** {first}")
+
+st.subheader("Models you can use right now")
+rows = []
+for name in model_options():
+    preset = PRESETS.get(name)
+    if preset is None:
+        continue
+    rows.append({"model": name, "usable now": "yes" if obtainable(name) else "no (not cached, hub unreachable)",
+                 "heads": heads_text(list(preset.heads)), "what it is": preset.description})
+st.dataframe(rows, hide_index=True, width="stretch")
+st.caption("Offline, the three bundled models always work; any other Hugging Face encoder works once it "
+           "is in the local cache (`hf download bert-base-uncased`) or the hub can be reached. "
+           "Pick one in the sidebar, or type a hub id or a local folder.")
+
+if not demo():
+    st.subheader("Headless")
+    st.markdown("Everything on these pages runs from a shell too (documented in the README, "
+                "*Command line*): `python -m bertscope COMMAND` for info, inspect, attention, head-stats, "
+                "fill-mask, mlm-recipe, nsp, shift, align, probe, params and attribute; "
+                "`python -m probes.layerwise` and `probes.sweep` for probe runs; "
+                "`python -m bertscope.pretrain` for BERT's masked-LM recipe.")
+    st.code('python -m bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',
+            language="bash")
 
 lm = require_model()
 card = model_card(lm)

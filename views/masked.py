@@ -75,7 +75,7 @@ st.title("Masked tokens")
 lm = require_model()
 key = model_key()
 try:
-    require_mlm(lm)
+    require_mlm(lm, usable=lambda name: name in model_options() and obtainable(name))
 except BertScopeError as err:
     st.warning(plain(str(err)))
     st.caption("Nothing on this page is simulated: without the checkpoint's trained head there is "

@@ -35,11 +35,22 @@ except BertScopeError as err:
     show_error(err)
     st.stop()
 
+def compact(count: int) -> str:
+    """336.2 M, 31.8 M, 1.5 k: short enough for a metric tile (the exact count is in its help)."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return str(count)
+
+
 st.subheader(f"{plain(b.model)} — {b.architecture}")
 cols = st.columns(len(b.group_totals()) + 1)
-cols[0].metric("Total", f"{b.total:,}")
+cols[0].metric("Total", compact(b.total), help=f"{b.total:,} parameters exactly")
 for col, (group, total) in zip(cols[1:], b.group_totals().items()):
-    col.metric(group.replace("_", " "), f"{total:,}", help=f"{100 * total / b.total:.1f}% of the total")
+    col.metric(group.replace("_", " "), compact(total),
+               help=f"{total:,} parameters exactly: {100 * total / b.total:.1f}% of the total")
+st.caption(plain("Exact: " + " · ".join([f"total {b.total:,}"] + [f"{g.replace('_', ' ')} {t:,}"
+                                                                   for g, t in b.group_totals().items()])))
 for note in b.notes:
     st.caption(plain(note))
 
@@ -106,7 +117,9 @@ with tab_compare:
                       "layers": c.dims["layers"], "hidden": c.dims["hidden"]})
     if table:
         frame = pd.DataFrame(table)
-        st.dataframe(frame, hide_index=True, width="stretch")
+        counts = [c for c in frame.columns if c not in ("model",)]
+        st.dataframe(frame, hide_index=True, width="stretch",
+                     column_config={c: st.column_config.NumberColumn(format="localized") for c in counts})
         long = frame.melt(id_vars="model", value_vars=[g for g in ("embeddings", "encoder", "pooler") if g in frame],
                           var_name="group", value_name="parameters")
         st.plotly_chart(px.bar(long, x="model", y="parameters", color="group"), width="stretch")
@@ -114,5 +127,6 @@ with tab_compare:
         story = pd.DataFrame([m.__dict__ for m in milestones()])
         fig = px.scatter(story, x="year", y="parameters", text="model", symbol="source", log_y=True)
         fig.update_traces(textposition="top center")
+        fig.update_xaxes(tickmode="linear", dtick=1, tickformat="d")  # whole years, no "2,018.5"
         st.plotly_chart(fig, width="stretch")
         st.dataframe(story, hide_index=True)

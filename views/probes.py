@@ -9,8 +9,8 @@ from bertscope import BertScopeError
 from bertscope.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.brown_probes import DEFAULT_SENTENCES
 from bertscope.probe_data import BROWN_TASKS, ProbeTask, read_task, shipped_task
-from bertscope.figures.probe import layer_figure, run_name
-from bertscope.probing import ProbeResult, check_external_labels, probe_layers
+from bertscope.figures.probe import confusion_figure, layer_figure, run_name
+from bertscope.probing import ProbeResult, check_external_labels, example_texts, probe_layers
 from views.shared import (
     PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, demo, from_url, model_key, plain,
     require_model, result_store, show_error, to_url,
@@ -100,11 +100,12 @@ if submitted:
             result = probe_layers(states, task.name, chosen, kind, external=external,
                                   progress=lambda d, t: bar.progress(d / t, text=f"Probes: layer {d}/{t}"))
             bar.empty()
-            found = (result, states.hit, states.size_bytes, str(states.folder))
+            found = (result, states.hit, states.size_bytes, str(states.folder),
+                     example_texts(states, task.texts, result.test_examples))
             store.put(run_key, found)
-        result, hit, size, folder = found
+        result = found[0]
         runs = st.session_state.setdefault(RUNS, {})
-        runs[run_name(result)] = (result, hit, size, folder)
+        runs[run_name(result)] = found
         st.session_state["probe_latest"] = run_name(result)
         shown = [n for n in st.session_state.get("probe_compare", []) if n != run_name(result)]
         st.session_state["probe_compare"] = [*shown, run_name(result)][-3:]  # the new run joins the plot
@@ -118,7 +119,7 @@ if not runs:
     st.stop()
 
 latest = st.session_state.get("probe_latest") or next(reversed(runs))
-result, hit, size, folder = runs[latest]
+result, hit, size, folder, described = runs[latest]
 where = "" if demo() else f" in {folder}"
 st.caption(plain(f"Cache: {'hit' if hit else 'built now'}, {size / 2**20:.1f} MiB{where}. "
                  f"{result.n_train:,} training and {result.n_test:,} test examples."))
@@ -149,5 +150,32 @@ d1.download_button("Download results (JSON)", json.dumps([r.to_json() for r in s
                    "probes.json", "application/json", on_click="ignore", key="probe_dl_json")
 d2.download_button("Download results (CSV)", frame.to_csv(index=False), "probes.csv", "text/csv",
                    on_click="ignore", key="probe_dl_csv")
+with st.expander("Single test examples and the confusion matrix (what a score hides)"):
+    e1, e2 = st.columns([1, 1])
+    layer_choices = [r.layer for r in result.layers]
+    at_layer = e1.selectbox("Layer", layer_choices, index=layer_choices.index(best.layer), key="probe_ex_layer")
+    errors_only = e2.toggle("Errors only", key="probe_ex_errors")
+    try:
+        shown = result.examples(at_layer, errors_only)
+        index = {row: k for k, row in enumerate(result.test_examples.tolist())}  # row -> test position
+        table = pd.DataFrame([{"n": index[r["example"]], "sentence": described[index[r["example"]]][0],
+                               "word": described[index[r["example"]]][1],
+                               **{k: r[k] for k in ("gold", "predicted", "probability")}} for r in shown],
+                             columns=["n", "sentence", "word", "gold", "predicted", "probability"])
+        if result.level == "sentence":
+            table = table.drop(columns=["word"])
+        st.caption(f"{len(shown):,} of {result.n_test:,} test examples at layer {at_layer}"
+                   f"{' (the errors)' if errors_only else ''}; probability = the probe's p(predicted).")
+        st.dataframe(table, hide_index=True, width="stretch",
+                     column_config={"probability": st.column_config.NumberColumn(format="%.3f")})
+        if len(result.classes) <= 60:
+            st.plotly_chart(confusion_figure(result.confusion(at_layer), result.classes, at_layer),
+                            config=PLOT_CONFIG, width="stretch", key="probe_confusion")
+        else:
+            st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "
+                       "filter the table to errors instead.")
+    except BertScopeError as err:
+        show_error(err)
+
 st.caption("Headless: `python -m probes.layerwise --model NAME --task pos --out results/` writes the same "
            "figures, and `python -m probes.sweep` compares several models or tasks.")

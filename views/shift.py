@@ -127,7 +127,7 @@ with tab_map:
                 vectors = result.vectors[:, layer]
                 coords = pca_2d(vectors) if method == "PCA" else umap_2d(vectors, seed=0)
             maps.put((key, digest, layer, method), coords)
-        st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at layer {layer}"),
+        st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at layer {layer}", method),
                         config=PLOT_CONFIG, width="stretch")
     except BertScopeError as err:
         show_error(err)

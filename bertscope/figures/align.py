@@ -59,9 +59,13 @@ def retrieval_by_layer(result: RetrievalResult, pivot: str, direction: str = "to
                                  line=dict(color=colour, dash="dash"), marker=dict(symbol="circle-open")))
     fig.add_hline(y=result.chance, line=dict(color="grey", dash="dot"),
                   annotation_text=f"chance 1/{result.n_items}", annotation_position="bottom right")
-    fig.update_layout(title="Retrieval P@1 by layer (solid: raw, dashed: mean-centred)", height=460,
+    # every language in view: a legend below the plot, wrapped, never a scrolling box at the side
+    pairs = max(1, len(result.languages) - 1)
+    fig.update_layout(title="Retrieval P@1 by layer (solid: raw, dashed: mean-centred)",
+                      height=460 + 24 * (-(-2 * pairs // 4)),
                       xaxis=dict(title="layer (0 = embedding output)", dtick=1),
-                      yaxis=dict(title="P@1", range=[0, 1.02]))
+                      yaxis=dict(title="P@1", range=[0, 1.02]),
+                      legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0))
     return fig
 
 
@@ -82,8 +86,9 @@ def alignment_heatmap(al: TokenAlignment, source_name: str, target_name: str) ->
     """Token cosine with the argmax links: circles from the source side, crosses from the
     target side; a link chosen by both (SimAlign ArgMax) shows both marks."""
     xs, ys = list(range(len(al.target_tokens))), list(range(len(al.source_tokens)))
+    low = min(0.0, float(np.min(al.similarity)))  # cosine: at most 1; one cell must not stretch the bar
     fig = go.Figure(go.Heatmap(
-        z=al.similarity, x=xs, y=ys, colorscale="Blues", colorbar=dict(title="cosine"),
+        z=al.similarity, x=xs, y=ys, colorscale="Blues", colorbar=dict(title="cosine"), zmin=low, zmax=1.0,
         customdata=[[(label(a), label(b)) for b in al.target_tokens] for a in al.source_tokens],
         hovertemplate="%{customdata[0]} ↔ %{customdata[1]}: %{z:.3f}<extra></extra>",
     ))

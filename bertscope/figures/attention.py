@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from typing import Literal, Sequence
 
 import numpy as np
@@ -236,12 +237,14 @@ def _bertviz_refusal(r: Inspection, view: str, size: int, max_bytes: int) -> Ber
 
 def bertviz_html(
     r: Inspection, view: Literal["head", "model"] = "head", max_bytes: int = BERTVIZ_MAX_BYTES,
-    layers: Sequence[int] | None = None, heads: Sequence[int] | None = None,
+    layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, assets: str | None = None,
 ) -> str:
     """bertviz's head or model view as one HTML document, tokens escaped, with an offline notice.
 
     ``layers`` (both views) and ``heads`` (model view) choose a subset; the page's size is
     estimated first and a selection over ``max_bytes`` is refused with what would fit.
+    ``assets``: the URL path where the app serves require.js, d3 and jQuery
+    (``bertviz_assets.URL_PATH``); the page loads them from there, cdnjs only as a fallback.
     """
     layers = sorted(set(layers)) if layers else None
     heads = sorted(set(heads)) if heads else None
@@ -278,10 +281,21 @@ def bertviz_html(
         "setTimeout(function(){if(!document.querySelector('svg')){bertscopeCdnFailed();}},6000);"
         "</script>"
     )
-    page = page.replace(
-        _REQUIRE_JS,
-        notice + _REQUIRE_JS.replace("<script ", '<script onerror="bertscopeCdnFailed()" '),
-    )
+    if assets:  # the app's own copies first; cdnjs only when they cannot be had
+        cdn = _REQUIRE_JS.split('"')[1]
+        # the classic fallback: a blocking local script, then cdnjs written in only if it did not load
+        loader = (f'<script src="{assets}/require.js"></script><script>window.requirejs || document.write('
+                  f'\'<script src="{cdn}" onerror="bertscopeCdnFailed()"><\\/script>\');</script>')
+        page = page.replace(_REQUIRE_JS, notice + loader)
+        for name, local in (("d3", "d3.min"), ("jquery", "jquery.min")):
+            found = re.search(rf"{name}: '(https://cdnjs[^']+)'", page)
+            if found:
+                page = page.replace(found.group(0), f"{name}: ['{assets}/{local}', '{found.group(1)}']")
+    else:
+        page = page.replace(
+            _REQUIRE_JS,
+            notice + _REQUIRE_JS.replace("<script ", '<script onerror="bertscopeCdnFailed()" '),
+        )
     # bertviz's own script assumes require.js loaded; without it, show the notice instead of failing
     opening = '<script type="text/javascript">'
     start = page.rindex(opening) + len(opening)

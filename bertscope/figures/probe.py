@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
@@ -69,3 +70,23 @@ def save_png(results: Sequence[ProbeResult], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def confusion_figure(counts: np.ndarray, classes: Sequence[str], layer: int) -> go.Figure:
+    """[gold, predicted] counts; colour = share of each gold row (so rare classes show too)."""
+    counts = np.asarray(counts)
+    share = counts / np.clip(counts.sum(axis=1, keepdims=True), 1, None)  # [gold, predicted]
+    names = [label(c) for c in classes]
+    fig = go.Figure(go.Heatmap(
+        z=share.astype(np.float32), x=names, y=names, colorscale="Blues", zmin=0, zmax=1,
+        customdata=counts, colorbar=dict(title="share of row"),
+        hovertemplate="gold %{y} → predicted %{x}: %{customdata} (%{z:.0%} of the row)<extra></extra>",
+        text=counts if len(classes) <= 20 else None, texttemplate="%{text}" if len(classes) <= 20 else None,
+    ))
+    fig.update_xaxes(title="predicted", tickangle=-60)
+    fig.update_yaxes(title="gold", autorange="reversed")
+    side = max(420, 22 * len(classes) + 200)
+    fig.update_layout(title=f"Confusion matrix at layer {layer} (counts; colour: share of the gold row)",
+                      height=side)
+    return fig
+

@@ -24,15 +24,23 @@ def similarity_heatmap(result: ShiftResult, layer: int) -> go.Figure:
     sim = cosine_matrix(result.vectors[order, layer])
     names = [label(occurrence_names(result)[i]) for i in order]
     sentences = [label(result.occurrences[i].sentence) for i in order]
+    # the scale fits the values off the diagonal (the diagonal is 1 by definition): contextual
+    # vectors are anisotropic, so their cosines sit in a narrow band that -1..1 would flatten
+    off = sim[~np.eye(len(order), dtype=bool)] if len(order) > 1 else sim.ravel()
+    low, high = float(off.min()), float(off.max())
+    if high - low < 1e-6:
+        low, high = low - 0.05, high + 0.05
     fig = go.Figure(go.Heatmap(
-        z=sim, x=list(range(len(order))), y=list(range(len(order))), colorscale="RdBu_r", zmid=0,
+        z=sim, x=list(range(len(order))), y=list(range(len(order))), colorscale="Viridis", zmin=low, zmax=high,
+        colorbar=dict(title="cosine"),
         customdata=[[(sentences[a], sentences[b]) for b in range(len(order))] for a in range(len(order))],
         hovertemplate="%{customdata[0]}<br>%{customdata[1]}<br>cosine %{z:.3f}<extra></extra>",
     ))
     ticks = dict(tickvals=list(range(len(order))), ticktext=names)
     fig.update_xaxes(**ticks, tickangle=-60)
     fig.update_yaxes(**ticks, autorange="reversed")
-    fig.update_layout(title=f"Cosine similarity of “{label(result.word)}” at layer {layer}, ordered by sense",
+    fig.update_layout(title=f"Cosine similarity of “{label(result.word)}” at layer {layer}, ordered by sense "
+                            f"(colour: {low:.2f} to {high:.2f}, the range off the diagonal)",
                       height=max(480, 18 * len(order) + 200))
     return fig
 
@@ -56,14 +64,18 @@ def layer_lines(metrics: list[LayerMetrics], which: str) -> go.Figure:
     return fig
 
 
-def projection_scatter(result: ShiftResult, coords: np.ndarray, title: str) -> go.Figure:
+SENSE_COLOURS = px.colors.qualitative.Set1  # red, blue, green, …: senses never in two similar blues
+
+
+def projection_scatter(result: ShiftResult, coords: np.ndarray, title: str, method: str = "PCA") -> go.Figure:
     frame = {
         "x": coords[:, 0], "y": coords[:, 1],
         "sense": [str(x) if x is not None else "—" for x in result.labels],
         "sentence": [label(o.sentence) for o in result.occurrences],
     }
-    fig = px.scatter(frame, x="x", y="y", color="sense", hover_data={"sentence": True, "x": False, "y": False},
-                     title=label(title))
+    fig = px.scatter(frame, x="x", y="y", color="sense", symbol="sense",
+                     hover_data={"sentence": True, "x": False, "y": False}, title=label(title),
+                     color_discrete_sequence=SENSE_COLOURS)
     fig.update_traces(marker=dict(size=11))
-    fig.update_layout(height=520, xaxis_title="", yaxis_title="")
+    fig.update_layout(height=520, xaxis_title=f"{method} 1", yaxis_title=f"{method} 2")
     return fig
