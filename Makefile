@@ -24,6 +24,7 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/extract.py
 	$(BIN)/python benchmarks/probe.py
 	$(BIN)/python benchmarks/attribution.py
+	$(BIN)/python benchmarks/corpus_search.py
 	$(BIN)/python benchmarks/load.py
 
 $(BIN)/python:

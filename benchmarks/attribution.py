@@ -43,7 +43,7 @@ def main() -> None:
     add_model_args(parser, model="bundled-mlm")
     parser.add_argument("--lengths", default="32,128")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", default="4,8,16,32,50,100", help="IG steps for the completeness table")
+    parser.add_argument("--steps", default="4,8,16,32,50,100", help="IG steps for the completeness table (on the first length; empty: no table)")
     args = parser.parse_args()
 
     from bertscope.attention_flow import MAX_FLOW_TOKENS
@@ -78,7 +78,7 @@ def main() -> None:
             print(f"{name:<22} {median * 1000:>10.1f} {median / base:>10.1f}")
         if ins.n_tokens > MAX_FLOW_TOKENS:
             print(f"{'flow':<22} {'over the ' + str(MAX_FLOW_TOKENS) + '-token cap':>21}")
-    if "mlm" in lm.heads:
+    if "mlm" in lm.heads and args.steps.strip():
         length = int(args.lengths.split(",")[0])
         text = text_of(lm, length)
         ins = inspect(lm, text, with_attentions=False, with_hidden_states=False, with_logits=False)

@@ -71,3 +71,11 @@ def brown_task(name: str, sentences: int = DEFAULT_SENTENCES, seed: int = 0, fol
     level = "sentence" if TAGGINGS[name] == "genre" else "token"
     size = "all" if sentences == 0 else str(sentences)
     return ProbeTask(f"{name}-{size}", level, tuple(words), tuple(labels), tuple(texts), tuple(spans), tuple(groups))
+
+
+def brown_texts(sentences: int = 500, seed: int = 0, folder=None) -> list[str]:
+    """Sentences of real text for corpus statistics (head statistics): ``sentences`` spread over
+    all 500 documents, so every genre appears in proportion to its documents."""
+    corpus = read_brown(folder)
+    return [s.text for _, s in sample_sentences(corpus.documents, sentences, seed)]
+

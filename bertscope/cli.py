@@ -122,7 +122,14 @@ def cmd_attention(args: argparse.Namespace) -> Any:
 def cmd_head_stats(args: argparse.Namespace) -> Any:
     from .attention_stats import head_stats, read_corpus, shipped_corpus
 
-    if args.corpus:
+    if args.corpus and args.corpus.startswith("brown"):
+        from .brown_probes import brown_texts
+
+        size = args.corpus.partition(":")[2] or "500"
+        if not size.isdigit():
+            raise BertScopeError(f"--corpus {args.corpus}: use brown or brown:N (N sentences, 0 = all).")
+        sentences = brown_texts(int(size))
+    elif args.corpus:
         sentences = read_corpus(_read_text(args.corpus, "corpus"))
     else:
         sentences = shipped_corpus()
@@ -358,7 +365,8 @@ def _attention_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _head_stats_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--corpus", help="a UTF-8 text file, one sentence per line (default: shipped sample)")
+    p.add_argument("--corpus", help="a UTF-8 text file, one sentence per line; or brown[:N], N Brown corpus "
+                                    "sentences over all 15 genres (default N 500); default: the shipped sample")
     p.add_argument("--batch-size", type=int, default=32)
 
 

@@ -170,6 +170,17 @@ def test_attention_page(monkeypatch, tiny_bert_dir):
     assert table["prev"].is_monotonic_decreasing
 
 
+def test_head_statistics_on_the_brown_corpus(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/attention.py").run()
+    at.session_state["att_tab"] = "Head statistics"
+    at.run()
+    at.radio(key="att_corpus_source").set_value("Brown corpus (500 sentences, all 15 genres)")
+    at.button(key="FormSubmitter:att_stats_form-Compute head statistics").click().run()
+    assert not at.exception and not at.error
+    assert any(c.startswith("500 sentences") for c in texts(at.caption))
+
+
 def test_attention_page_bad_inputs(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
     at.switch_page("views/attention.py").run()
@@ -245,6 +256,25 @@ def test_shift_page(monkeypatch, tiny_bert_dir):
     at.text_input(key="shift_word").input("zebra").run()
     assert not at.exception
     assert any("No sentence contains" in e for e in texts(at.error))
+
+
+def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/shift.py").run()
+    assert not any("nearest" in d.value.columns for d in at.dataframe if hasattr(d.value, "columns"))
+    at.session_state["shift_tab"] = "In the Brown corpus"
+    at.run()
+    assert not at.exception and not at.error
+    matches = next(d.value for d in at.dataframe if "genre" in d.value.columns)
+    assert list(matches.columns) == ["word", "tag", "genre", "sentence", "similarity"] and len(matches) == 20
+    assert matches["similarity"].is_monotonic_decreasing
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("Tags of the 20 Brown words nearest to" in s for s in specs)
+    assert any("occurrences by genre" in s for s in specs)  # "bank" occurs in the sample
+    at.number_input(key="shift_brown_k").set_value(5).run()
+    assert len(next(d.value for d in at.dataframe if "genre" in d.value.columns)) == 5
+    at.text_input(key="shift_brown_text").input("   ").run()
+    assert any("empty" in e for e in texts(at.error)) and not at.exception
 
 
 def test_align_page(monkeypatch, tiny_multilingual_dir):

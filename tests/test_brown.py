@@ -151,3 +151,13 @@ def test_installed_corpus_counts_and_every_tag_maps():
     assert not set(train) & set(test) and len(train) + len(test) == 500
     assert 45 <= len(test) <= 55  # 10% of each genre, rounded per genre
     assert {d[:2] for d in test} == {d[:2] for d in train}  # every genre on both sides
+
+
+def test_brown_texts_for_statistics_cover_every_genre():
+    from bertscope.brown_probes import brown_texts, sample_sentences
+
+    texts = brown_texts(300)
+    assert len(texts) == 300 and len(set(texts)) > 290
+    corpus = read_brown()
+    genres = {corpus.documents[d].genre for d, _ in sample_sentences(corpus.documents, 300)}
+    assert len(genres) == 15

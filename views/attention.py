@@ -11,6 +11,7 @@ from bertscope.attention_flow import MAX_FLOW_TOKENS
 from bertscope.attention_stats import STATISTICS, head_stats, read_corpus, shipped_corpus
 from bertscope.attribution import agreement, from_attentions, rows_at, token_matrices
 from bertscope.bertviz_assets import URL_PATH as BERTVIZ_URL
+from bertscope.brown_probes import brown_texts
 from bertscope.bertviz_assets import installed as bertviz_assets_installed
 from bertscope.figures.attention import (
     attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
@@ -23,6 +24,8 @@ from views.shared import (
     from_url, model_key, plain, require_model, result_store, show_error, to_bool, to_url,
 )
 
+BROWN_HEAD_STATS_SENTENCES = 500
+BROWN_SAMPLE = f"Brown corpus ({BROWN_HEAD_STATS_SENTENCES} sentences, all 15 genres)"
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 
 
@@ -215,7 +218,7 @@ with tabs[6]:
         st.caption("Clark et al. (2019), *What Does BERT Look At?*: averages over the query tokens of "
                    "each sentence, then over sentences; word pieces count as tokens; padding never counts.")
         with st.form("att_stats_form"):
-            source = st.radio("Corpus", ["Shipped sample (218 sentences)", "Paste", "Upload (.txt)"],
+            source = st.radio("Corpus", ["Shipped sample (218 sentences)", BROWN_SAMPLE, "Paste", "Upload (.txt)"],
                               horizontal=True, key="att_corpus_source")
             pasted = st.text_area("One sentence per line", key="att_corpus_text", height=120)
             uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"], key="att_corpus_file")
@@ -224,6 +227,8 @@ with tabs[6]:
             try:
                 if source.startswith("Shipped"):
                     sentences = shipped_corpus()
+                elif source == BROWN_SAMPLE:
+                    sentences = brown_texts(BROWN_HEAD_STATS_SENTENCES)
                 elif source == "Paste":
                     sentences = read_corpus(pasted)
                 else:

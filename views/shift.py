@@ -10,10 +10,14 @@ from bertscope.shift import (
     anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, pca_2d, read_labelled_csv,
     sense_presets, umap_2d,
 )
-from bertscope.figures.shift import layer_lines, occurrence_names, projection_scatter, similarity_heatmap
+from bertscope.corpus_search import MAX_K, build_index, search, word_occurrences
+from bertscope.figures.shift import (
+    genre_scatter, layer_lines, occurrence_names, projection_scatter, similarity_heatmap, tag_bars,
+)
+from bertscope.fill_mask import words_of
 from views.shared import (
-    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, from_url, model_key, plain, require_model,
-    result_store, show_error, to_url,
+    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_text, check_upload, from_url, model_key, plain,
+    require_model, result_store, show_error, to_url,
 )
 
 OWN = "Your own word…"
@@ -93,8 +97,9 @@ from_url("layer", "shift_layer", int, lambda v: 0 <= v < result.n_layers)
 layer = st.slider("Layer", 0, result.n_layers - 1, result.n_layers - 1, key="shift_layer")
 to_url(word=choice if choice != OWN else None, layer=layer, pool=pooling if pooling != "mean" else None,
        occ=occurrences if occurrences != "all" else None)
-tab_sim, tab_layers, tab_map, tab_vocab = st.tabs(
-    ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours"])
+tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(
+    ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours", "In the Brown corpus"],
+    key="shift_tab", on_change="rerun")
 with tab_sim:
     st.plotly_chart(similarity_heatmap(result, layer), config=PLOT_CONFIG, width="stretch")
 with tab_layers:
@@ -143,3 +148,47 @@ with tab_vocab:
         }), hide_index=True, width="stretch")
     except BertScopeError as err:
         show_error(err)
+with tab_brown:
+    st.caption("Which words of real text sit nearest to this one at the layer above? exBERT-style corpus "
+               "search (Hoover et al. 2020) over a Brown corpus sample (every genre; each word the mean of "
+               "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
+               "word's own occurrences in the corpus coloured by genre.")
+    if tab_brown.open:
+        try:
+            store = result_store("brown_index")
+            index = store.get(key)
+            if index is None:
+                bar = st.progress(0.0, text="Indexing the Brown sample (once per model; kept on disk)…")
+                index = build_index(cached_model(*key), progress=lambda d, t: bar.progress(
+                    d / t, text=f"Indexing the Brown sample: {d:,}/{t:,} sentences"))
+                bar.empty()
+                store.put(key, index)
+            st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
+            example = next((sentence for sentence, _ in rows if word.lower() in sentence.lower()), "")
+            b1, b2, b3 = st.columns([3, 1, 1])
+            query = b1.text_input("Sentence", example or f"The {word} was there.", key="shift_brown_text")
+            check_text(query)
+            _, names = words_of(lm, query)
+            default = next((i for i, n in enumerate(names) if n.lower() == word.lower()), 0)
+            picked = b2.selectbox("Word", range(len(names)), index=default, key="shift_brown_word",
+                                  format_func=lambda i: f"{i}: {names[i]}")
+            k = b3.number_input("Matches", 5, MAX_K, 20, key="shift_brown_k")
+            found = search(cached_model(*key), index, query, int(picked), layer, int(k))
+            st.plotly_chart(tag_bars(found), config=PLOT_CONFIG, width="stretch", key="shift_brown_tags")
+            st.dataframe(pd.DataFrame([m.__dict__ for m in found.matches]), hide_index=True, width="stretch",
+                         column_config={"similarity": st.column_config.NumberColumn(format="%.3f"),
+                                        "sentence": st.column_config.TextColumn(width="large")})
+            try:
+                seen = word_occurrences(index, found.query_word, layer)
+                coords = pca_2d(seen.vectors)
+                st.plotly_chart(genre_scatter(coords, seen.genres, seen.tags, seen.sentences,
+                                              f"“{seen.word}” in the Brown sample at layer {layer}: "
+                                              f"{len(seen.genres)} occurrences by genre"),
+                                config=PLOT_CONFIG, width="stretch", key="shift_brown_map")
+            except BertScopeError as err:
+                st.info(plain(str(err)))
+        except BertScopeError as err:
+            show_error(err)
+    else:
+        st.caption("Open this tab to search (the first search indexes the sample once per model).")
+

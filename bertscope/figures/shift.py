@@ -79,3 +79,32 @@ def projection_scatter(result: ShiftResult, coords: np.ndarray, title: str, meth
     fig.update_traces(marker=dict(size=11))
     fig.update_layout(height=520, xaxis_title=f"{method} 1", yaxis_title=f"{method} 2")
     return fig
+
+
+def genre_scatter(coords: np.ndarray, genres: list[str], tags: list[str], sentences: list[str],
+                  title: str, method: str = "PCA") -> go.Figure:
+    """Occurrences of one word in the Brown corpus, one colour per genre (15 at most)."""
+    frame = {"x": coords[:, 0], "y": coords[:, 1], "genre": genres, "tag": tags,
+             "sentence": [label(s if len(s) <= 160 else s[:157] + "…") for s in sentences]}
+    fig = px.scatter(frame, x="x", y="y", color="genre", symbol="tag", title=label(title),
+                     hover_data={"sentence": True, "tag": True, "x": False, "y": False},
+                     color_discrete_sequence=px.colors.qualitative.Dark24)
+    fig.update_traces(marker=dict(size=9, opacity=0.85))
+    fig.update_layout(height=560, xaxis_title=f"{method} 1", yaxis_title=f"{method} 2")
+    return fig
+
+
+def tag_bars(found) -> go.Figure:
+    """Tags among the matches (bars) against each tag's share of the whole sample (markers)."""
+    tags = sorted(found.corpus_tag_share, key=lambda t: -found.tag_counts.get(t, 0))
+    total = max(1, sum(found.tag_counts.values()))
+    fig = go.Figure([
+        go.Bar(x=tags, y=[found.tag_counts.get(t, 0) / total for t in tags], name="among the matches"),
+        go.Scatter(x=tags, y=[found.corpus_tag_share[t] for t in tags], mode="markers", name="in the whole sample",
+                   marker=dict(symbol="line-ew-open", size=26, line=dict(width=3), color="#d62728")),
+    ])
+    fig.update_layout(title=label(f"Tags of the {total} Brown words nearest to “{found.query_word}” at layer "
+                                  f"{found.layer}"), yaxis=dict(title="share", tickformat=".0%"),
+                      xaxis_title="universal part of speech", height=360, legend=dict(orientation="h", y=1.12))
+    return fig
+

@@ -1,0 +1,58 @@
+"""Corpus search over the Brown corpus against a brute-force float32 search (issue 16)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertscope import BertScopeError, inspect
+from bertscope.corpus_search import build_index, search, word_occurrences
+from bertscope.hidden_cache import HiddenStateCache
+
+
+@pytest.fixture(scope="module")
+def index(tiny_bert, tmp_path_factory):
+    return build_index(tiny_bert, sentences=200, cache=HiddenStateCache(tmp_path_factory.mktemp("hidden")))
+
+
+def test_search_matches_a_brute_force_cosine(tiny_bert, index):
+    text = "the bank of the river was muddy ."
+    found = search(tiny_bert, index, text, word=1, layer=2, k=10)
+    r = inspect(tiny_bert, text, with_logits=False, with_attentions=False)
+    query = r.hidden_states[2, 2]  # "bank" is one piece at position 2
+    x = np.asarray(index.states.layer(2), np.float64)
+    cos = x @ query / (np.linalg.norm(x, axis=1) * np.linalg.norm(query))
+    best = np.argsort(-cos)[:10]
+    assert found.query_word == "bank" and found.layer == 2
+    np.testing.assert_allclose([m.similarity for m in found.matches], cos[best], atol=3e-3)  # float16 rows
+    assert [m.similarity for m in found.matches] == sorted((m.similarity for m in found.matches), reverse=True)
+    # each match is one word of the sample, with its own tag, sentence, genre and cosine (ties may swap)
+    s = index.states
+    for m in found.matches:
+        assert any(s.types[i] == m.word and s.labels[i] == m.tag and index.genres[i] == m.genre
+                   and index.texts[s.sentences[i]] == m.sentence and abs(cos[i] - m.similarity) < 3e-3
+                   for i in range(index.n_words))
+        assert m.genre in {"news", "editorial", "reviews", "religion", "hobbies",
+                                                             "lore", "belles_lettres", "government", "learned",
+                                                             "fiction", "mystery", "science_fiction", "adventure",
+                                                             "romance", "humor"}
+    assert sum(found.tag_counts.values()) == 10
+    assert sum(found.corpus_tag_share.values()) == pytest.approx(1.0)
+
+
+def test_index_covers_every_genre_and_occurrences(index):
+    assert len(set(index.genres)) == 15 and index.n_words == len(index.states.labels)
+    the = word_occurrences(index, "The", 1)
+    assert len(the.genres) == min(500, len(index.occurrences("the"))) and the.vectors.shape[1] == 32
+    assert all("the" in s.lower() for s in the.sentences[:20])
+    with pytest.raises(BertScopeError, match="does not occur"):
+        word_occurrences(index, "zzzyzzx", 1)
+
+
+def test_bad_queries_say_what_to_do(tiny_bert, index, tmp_path):
+    with pytest.raises(BertScopeError, match="Word 9 does not exist"):
+        search(tiny_bert, index, "the bank .", word=9, layer=1)
+    with pytest.raises(BertScopeError, match="Layer 7 does not exist"):
+        search(tiny_bert, index, "the bank .", word=1, layer=7)
+    with pytest.raises(BertScopeError, match="1 to 200"):
+        search(tiny_bert, index, "the bank .", word=1, layer=1, k=0)
