@@ -115,6 +115,13 @@ def test_probes_page_on_bundled(browser, app_url, artifacts):
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     assert "Cache:" in page.inner_text("body") and not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "probes.png"), full_page=True)
+    # what a score hides: single test examples (the errors) and the confusion matrix
+    page.get_by_text("Confusion matrix at layer", exact=False).first.wait_for(state="attached", timeout=60_000)
+    page.get_by_text("Errors only").click()
+    page.get_by_text("(the errors)", exact=False).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(artifacts / "probes-examples.png"), full_page=True)
+    assert not page.locator(".stException").count()
     assert not problems, problems
     page.close()
 
@@ -328,6 +335,14 @@ def test_shift_page_bank_on_bundled(browser, app_url, artifacts):
     page.screenshot(path=str(artifacts / "shift-layers.png"), full_page=True)
     page.get_by_role("tab", name="2-D map").click()
     page.get_by_role("tabpanel", name="2-D map").locator(".js-plotly-plot").wait_for(timeout=60_000)
+    page.screenshot(path=str(artifacts / "shift-map.png"), full_page=True)
+    # the Brown corpus: nearest words at the layer, their tags, and "bank" across genres
+    page.get_by_role("tab", name="In the Brown corpus").click()
+    panel = page.get_by_role("tabpanel", name="In the Brown corpus")
+    panel.get_by_text("occurrences by genre", exact=False).first.wait_for(state="attached", timeout=180_000)
+    assert panel.locator(".js-plotly-plot").count() == 2 and not page.locator(".stException").count()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(artifacts / "shift-brown.png"), full_page=True)
     assert not problems, problems
     page.close()
 

@@ -150,32 +150,37 @@ d1.download_button("Download results (JSON)", json.dumps([r.to_json() for r in s
                    "probes.json", "application/json", on_click="ignore", key="probe_dl_json")
 d2.download_button("Download results (CSV)", frame.to_csv(index=False), "probes.csv", "text/csv",
                    on_click="ignore", key="probe_dl_csv")
-with st.expander("Single test examples and the confusion matrix (what a score hides)"):
-    e1, e2 = st.columns([1, 1])
-    layer_choices = [r.layer for r in result.layers]
-    at_layer = e1.selectbox("Layer", layer_choices, index=layer_choices.index(best.layer), key="probe_ex_layer")
-    errors_only = e2.toggle("Errors only", key="probe_ex_errors")
-    try:
-        shown = result.examples(at_layer, errors_only)
-        index = {row: k for k, row in enumerate(result.test_examples.tolist())}  # row -> test position
-        table = pd.DataFrame([{"n": index[r["example"]], "sentence": described[index[r["example"]]][0],
-                               "word": described[index[r["example"]]][1],
-                               **{k: r[k] for k in ("gold", "predicted", "probability")}} for r in shown],
-                             columns=["n", "sentence", "word", "gold", "predicted", "probability"])
-        if result.level == "sentence":
-            table = table.drop(columns=["word"])
-        st.caption(f"{len(shown):,} of {result.n_test:,} test examples at layer {at_layer}"
-                   f"{' (the errors)' if errors_only else ''}; probability = the probe's p(predicted).")
+st.subheader("Single test examples and the confusion matrix")
+st.caption("What a score hides: look at the examples themselves, right and wrong, as LIT does.")
+e1, e2 = st.columns([1, 1])
+layer_choices = [r.layer for r in result.layers]
+at_layer = e1.selectbox("Layer", layer_choices, index=layer_choices.index(best.layer), key="probe_ex_layer")
+errors_only = e2.toggle("Errors only", key="probe_ex_errors")
+try:
+    shown = result.examples(at_layer, errors_only)
+    index = {row: k for k, row in enumerate(result.test_examples.tolist())}  # row -> test position
+    table = pd.DataFrame([{"n": index[r["example"]], "sentence": described[index[r["example"]]][0],
+                           "word": described[index[r["example"]]][1],
+                           **{k: r[k] for k in ("gold", "predicted", "probability")}} for r in shown],
+                         columns=["n", "sentence", "word", "gold", "predicted", "probability"])
+    if result.level == "sentence":
+        table = table.drop(columns=["word"])
+    st.caption(f"{len(shown):,} of {result.n_test:,} test examples at layer {at_layer}"
+               f"{' (the errors)' if errors_only else ''}; probability = the probe's p(predicted).")
+    if errors_only and not shown:
+        st.info(f"No errors at layer {at_layer}: every test example is right here. Compare the control "
+                "task's accuracy before reading much into it, or look at an earlier layer.")
+    else:
         st.dataframe(table, hide_index=True, width="stretch",
                      column_config={"probability": st.column_config.NumberColumn(format="%.3f")})
-        if len(result.classes) <= 60:
-            st.plotly_chart(confusion_figure(result.confusion(at_layer), result.classes, at_layer),
-                            config=PLOT_CONFIG, width="stretch", key="probe_confusion")
-        else:
-            st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "
-                       "filter the table to errors instead.")
-    except BertScopeError as err:
-        show_error(err)
+    if len(result.classes) <= 60:
+        st.plotly_chart(confusion_figure(result.confusion(at_layer), result.classes, at_layer),
+                        config=PLOT_CONFIG, width="stretch", key="probe_confusion")
+    else:
+        st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "
+                   "filter the table to errors instead.")
+except BertScopeError as err:
+    show_error(err)
 
 st.caption("Headless: `python -m probes.layerwise --model NAME --task pos --out results/` writes the same "
            "figures, and `python -m probes.sweep` compares several models or tasks.")
