@@ -192,13 +192,13 @@ def parse_target(spec: str | None, probe_dir: str | None = None, layer: int | No
         return Target("probe", position=position, layer=layer, label=label, probe_dir=probe_dir)
     if spec is None:
         return None
-    if spec.strip().lower() == "nsp":
-        return Target("nsp")
+    if spec.strip().lower() in ("nsp", "sop"):
+        return Target(spec.strip().lower())
     where, _, token = spec.partition(":")
     try:
         pos = int(where)
     except ValueError:
-        raise BertScopeError(f"--target {spec!r}: use POSITION:TOKEN (e.g. 5:river), POSITION or nsp.") from None
+        raise BertScopeError(f"--target {spec!r}: use POSITION:TOKEN (e.g. 5:river), POSITION, nsp or sop.") from None
     return Target("token", pos, token or None)
 
 

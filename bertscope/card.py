@@ -6,7 +6,7 @@ from typing import Any
 
 from .models import LoadedModel
 
-HEAD_NAMES = {"mlm": "masked-LM", "nsp": "next-sentence"}
+HEAD_NAMES = {"mlm": "masked-LM", "nsp": "next-sentence", "sop": "sentence-order"}
 
 
 def model_card(lm: LoadedModel) -> dict[str, Any]:

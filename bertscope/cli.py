@@ -176,6 +176,13 @@ def cmd_nsp(args: argparse.Namespace) -> Any:
     return r.to_json() if args.json else f"IsNext {r.is_next:.4f}  NotNext {r.not_next:.4f}"
 
 
+def cmd_sop(args: argparse.Namespace) -> Any:
+    from .nsp import sentence_order
+
+    r = sentence_order(_load(args), args.text_a, args.text_b)
+    return r.to_json() if args.json else f"in order {r.in_order:.4f}  swapped {r.swapped:.4f}"
+
+
 def cmd_shift(args: argparse.Namespace) -> Any:
     from .shift import anisotropy_baseline, collect, layer_metrics, read_labelled_csv, sense_presets
 
@@ -267,7 +274,7 @@ def _attribute_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", help="segment B text")
     p.add_argument("--method", choices=METHODS, default="rollout")
     p.add_argument("--target", help="grad/ig: POSITION:TOKEN (a masked-token prediction; POSITION alone = the "
-                                    "model's top prediction there) or nsp")
+                                    "model's top prediction there), nsp, or sop (ALBERT)")
     p.add_argument("--probe", help="grad/ig: a probe run's output folder (probes.layerwise --out)")
     p.add_argument("--layer", dest="probe_layer", type=int, help="with --probe: the probe's layer (0 = embeddings)")
     p.add_argument("--class", dest="label", help="with --probe: the class to explain")
@@ -392,6 +399,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | N
     "mlm-recipe": ("BERT's 15% / 80-10-10 masking on one text, with the MLM loss", cmd_mlm_recipe,
                    _recipe_arguments),
     "nsp": ("next-sentence prediction for a pair", cmd_nsp, _nsp_arguments),
+    "sop": ("ALBERT's sentence-order prediction for a pair (A then B: in order or swapped)", cmd_sop,
+            _nsp_arguments),
     "shift": ("the same word in different contexts, layer by layer", cmd_shift, _shift_arguments),
     "attribute": ("rollout, flow, norm-based attention, ALTI, gradient x input, integrated gradients",
                   cmd_attribute, _attribute_arguments),

@@ -15,7 +15,7 @@ choice for BERT (Captum's BERT tutorials). Position and segment embeddings are a
 model, so they are the same for ``x`` and ``x'``.
 
 ``f`` is a log-probability: ``log p(token | input)`` at a position for a masked-token
-prediction, ``log p(IsNext)`` for NSP, ``log p(class)`` for a probe (on the hidden state at its
+prediction, ``log p(IsNext)`` for NSP, ``log p(in order)`` for ALBERT's SOP, ``log p(class)`` for a probe (on the hidden state at its
 layer, pooled as it was trained).
 """
 
@@ -41,7 +41,7 @@ STEP_BYTES = 1 * 2**30  # activations of one batch of IG steps (forward + backwa
 class Target:
     """What is attributed."""
 
-    kind: Literal["token", "nsp", "probe"]
+    kind: Literal["token", "nsp", "sop", "probe"]
     position: int | None = None  # token: the predicted position; probe (word level): a token of the word
     token: str | None = None  # token: the vocabulary item whose log-probability is explained
     token_id: int | None = None  # token: its id (found from ``token`` when not given)
@@ -146,6 +146,12 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         if ins.text_pair is None:
             raise BertScopeError("The NSP decision needs a pair: give the second sentence (--pair).")
         return (lambda e: torch.log_softmax(run(lm.model, e).seq_relationship_logits.float(), -1)[:, 0]), target
+    if target.kind == "sop":
+        if "sop" not in lm.heads:
+            raise BertScopeError(f"{lm.name} has no sentence-order head: choose an ALBERT pretraining checkpoint.")
+        if ins.text_pair is None:
+            raise BertScopeError("The SOP decision needs a pair: give the second segment (--pair).")
+        return (lambda e: torch.log_softmax(run(lm.model, e).sop_logits.float(), -1)[:, 0]), target
     if target.kind == "probe":
         probe = load_probe(target.probe_dir, target.layer)
         if probe.model != lm.name:
@@ -160,7 +166,7 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
             h = run(lm.model.base_model, e, output_hidden_states=True).hidden_states[target.layer]  # [b, token, dim]
             return probe.log_probs(h[:, where].float().mean(dim=1))[:, c]
         return f, target
-    raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp or a probe.")
+    raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp, sop or a probe.")
 
 
 def _probe_positions(ins: Inspection, probe: Probe, position: int | None) -> list[int]:

@@ -56,6 +56,8 @@ class Inspection:
     original_length: int  # tokens before truncation, special tokens included
     warnings: tuple[str, ...]
     logit_positions: tuple[int, ...] | None = None  # rows kept in mlm_logits; None = every token
+    sop_logits: np.ndarray | None = None  # [2] float32 (in order, swapped): ALBERT's sentence-order head,
+    # when the checkpoint has it and a pair was given (Lan et al. 2020, §4.1)
 
     def logits_at(self, position: int) -> np.ndarray:
         """The MLM logits [vocab] at token ``position``, however many rows were kept."""
@@ -117,6 +119,7 @@ class BatchInspection:
     truncated: list[bool]
     original_lengths: list[int]
     logit_positions: list[tuple[int, ...]] | None = None  # per row: positions kept, in order
+    sop_logits: np.ndarray | None = None  # [batch, 2] (in order, swapped), ALBERT's SOP head
     # token strings are spelled out only when read (statistics over a corpus never read them)
     tokenizer: Any = field(default=None, repr=False)
     _strings: dict = field(default_factory=dict, repr=False)
@@ -177,6 +180,7 @@ class BatchInspection:
             hidden_states=None if self.hidden_states is None else self.hidden_states[i][:, keep],
             mlm_logits=logits,
             nsp_logits=None if self.nsp_logits is None else self.nsp_logits[i],
+            sop_logits=None if self.sop_logits is None else self.sop_logits[i],
             truncated=self.truncated[i],
             original_length=self.original_lengths[i],
             warnings=_truncation_warning(self.truncated[i], self.original_lengths[i], len(keep)),
@@ -256,6 +260,7 @@ def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.T
         if keep_logits and logit_rows is not None:
             logits = logits[logit_rows.to(logits.device)]  # [rows kept, vocab], item by item
         nsp = getattr(out, "seq_relationship_logits", None)
+        sop = getattr(out, "sop_logits", None)
         return {
             "attentions": None if out.attentions is None else
             _numpy(torch.stack(out.attentions, dim=1), PRECISIONS[precision]),  # [batch, layer, head, q, k]
@@ -263,6 +268,7 @@ def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.T
             _numpy(torch.stack(out.hidden_states, dim=1)),  # [batch, layer + 1, token, dim]
             "mlm_logits": _numpy(logits) if keep_logits else None,
             "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.heads) else None,  # [batch, 2]
+            "sop_logits": _numpy(sop) if (sop is not None and "sop" in lm.heads) else None,  # [batch, 2]
         }
 
 
@@ -274,8 +280,9 @@ def _run_model(
     """The one forward pass: model inputs -> CPU arrays (see ``_to_arrays``)."""
     if precision not in PRECISIONS:  # before the pass, not after it
         raise BertScopeError(f"Unknown precision {precision!r}: use float32 or float16.")
-    # the heads run when MLM logits are asked for, or NSP can be read (a pair, a model with the head)
-    heads = with_logits or ("nsp" in lm.heads and bool((enc.get("token_type_ids", torch.zeros(1)) > 0).any()))
+    # the heads run when MLM logits are asked for, or NSP/SOP can be read (a pair, a model with the head)
+    pair = bool((enc.get("token_type_ids", torch.zeros(1)) > 0).any())
+    heads = with_logits or (bool({"nsp", "sop"} & lm.heads) and pair)
     out = _device_pass(lm, enc, with_attentions, with_hidden_states, heads)
     return _to_arrays(lm, out, with_logits, logit_rows, precision)
 
@@ -301,7 +308,8 @@ def _describe(lm: LoadedModel, enc: Any, texts: list[str], pairs: list[str | Non
               ) -> BatchInspection:
     """The batch's tokens, ids and masks (CPU), with ``arrays`` from the pass when given."""
     tok = lm.tokenizer
-    arrays = arrays or {"attentions": None, "hidden_states": None, "mlm_logits": None, "nsp_logits": None}
+    arrays = arrays or {"attentions": None, "hidden_states": None, "mlm_logits": None, "nsp_logits": None,
+                        "sop_logits": None}
     attention_mask = enc["attention_mask"].bool()  # [batch, token]
     special = enc["special_tokens_mask"].bool() | ~attention_mask  # [batch, token]
     input_ids = enc["input_ids"]  # [batch, token]

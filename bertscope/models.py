@@ -54,6 +54,8 @@ ENCODER_TYPES = frozenset(
 )
 # Types whose pretraining class has the next-sentence-prediction head.
 NSP_TYPES = frozenset({"bert", "megatron-bert", "mobilebert", "ernie"})
+# Types whose pretraining class has ALBERT's sentence-order-prediction head.
+SOP_TYPES = frozenset({"albert"})
 # RoBERTa-style position ids start at padding_idx + 1, so two positions are never usable.
 POSITION_OFFSET_TYPES = frozenset(
     {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "xmod",
@@ -72,7 +74,7 @@ class LoadedModel:
     source: str  # the hub id or directory the files came from
     model: Any  # transformers PreTrainedModel in eval mode; shared, treat as read-only
     tokenizer: Any  # fast tokenizer (word ids need it)
-    heads: frozenset[str]  # subset of {"mlm", "nsp"} whose weights came from the checkpoint
+    heads: frozenset[str]  # subset of {"mlm", "nsp", "sop"} whose weights came from the checkpoint
     device: torch.device
     dtype: torch.dtype
     max_length: int  # most tokens per input, special tokens included
@@ -222,6 +224,8 @@ def _head_candidates(config: Any) -> list[tuple[Any, frozenset[str]]]:
     candidates = []
     if model_type in NSP_TYPES:
         candidates.append((AutoModelForPreTraining, frozenset({"mlm", "nsp"})))
+    if model_type in SOP_TYPES:
+        candidates.append((AutoModelForPreTraining, frozenset({"mlm", "sop"})))
     candidates.append((AutoModelForMaskedLM, frozenset({"mlm"})))
     candidates.append((AutoModel, frozenset()))
     return candidates

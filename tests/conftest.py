@@ -174,6 +174,18 @@ def tiny_albert_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_albert_pretraining_dir(tmp_path_factory) -> Path:
+    """A random AlbertForPreTraining: shared layers, masked-LM head and sentence-order head."""
+    from transformers import AlbertConfig, AlbertForPreTraining
+
+    torch.manual_seed(8)
+    config = AlbertConfig(vocab_size=len(VOCAB), embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                          num_attention_heads=4, intermediate_size=48, max_position_embeddings=40,
+                          pad_token_id=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return _save(AlbertForPreTraining(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-albert-pretraining"))
+
+
+@pytest.fixture(scope="session")
 def tiny_distilbert_dir(tmp_path_factory) -> Path:
     """A random DistilBertForMaskedLM (no segments, q_lin/v_lin/out_lin, sa_layer_norm)."""
     from transformers import DistilBertConfig, DistilBertForMaskedLM

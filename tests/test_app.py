@@ -225,6 +225,15 @@ def test_masked_page(monkeypatch, tiny_bert_dir):
     assert not at.exception
 
 
+def test_masked_page_on_albert_reads_its_sentence_order_head(monkeypatch, tiny_albert_pretraining_dir):
+    at = start(monkeypatch, str(tiny_albert_pretraining_dir))
+    at.switch_page("views/masked.py").run()
+    assert not at.exception and not at.error
+    labels = {m.label: m.value for m in at.metric}
+    assert "A then B: in order" in labels and "B then A: in order" in labels
+    assert "A then B: IsNext" not in labels
+
+
 def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     at = start(monkeypatch, str(tiny_encoder_dir))
     at.switch_page("views/masked.py").run()

@@ -206,3 +206,47 @@ def test_require_mlm_suggests_only_what_can_be_loaded(tiny_encoder_dir):
         require_mlm(lm, usable=lambda name: False)
     with pytest.raises(BertScopeError, match="e.g. bundled-mlm, bert-base-uncased"):
         require_mlm(lm)
+
+
+def test_albert_sentence_order_head_matches_hugging_face(tiny_albert_pretraining_dir, tiny_albert_dir):
+    from transformers import AlbertForPreTraining, AutoTokenizer
+
+    from bertscope.inspect import inspect
+    from bertscope.nsp import sentence_order
+
+    lm = load_model(str(tiny_albert_pretraining_dir))
+    assert lm.heads == {"mlm", "sop"} and lm.architecture == "AlbertForPreTraining"
+    a, b = "the man sat on the grass .", "he ate bread ."
+    r = inspect(lm, a, b, with_logits=False)
+    hf = AlbertForPreTraining.from_pretrained(tiny_albert_pretraining_dir).eval()
+    enc = AutoTokenizer.from_pretrained(tiny_albert_pretraining_dir)(a, b, return_tensors="pt")
+    with torch.no_grad():
+        expected = hf(**enc).sop_logits[0].numpy()
+    np.testing.assert_allclose(r.sop_logits, expected, atol=1e-5)
+    order = sentence_order(lm, a, b)
+    p = np.exp(expected) / np.exp(expected).sum()
+    assert order.in_order == pytest.approx(p[0], abs=1e-5) and order.in_order + order.swapped == pytest.approx(1)
+    assert inspect(lm, a, with_logits=False).sop_logits is None  # one segment: the head is not read
+    masked_only = load_model(str(tiny_albert_dir))  # a checkpoint without the head: said in one line
+    assert masked_only.heads == {"mlm"}
+    with pytest.raises(BertScopeError, match="no sentence-order head"):
+        sentence_order(masked_only, a, b)
+
+
+def test_sop_on_the_command_line_and_as_an_attribution_target(tiny_albert_pretraining_dir, capsys):
+    import json
+
+    from bertscope.attribution import attribute
+    from bertscope.cli import main
+    from bertscope.gradients import Target
+
+    assert main(["sop", str(tiny_albert_pretraining_dir), "the man sat .", "he ate bread .", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"in_order", "swapped"} and out["in_order"] + out["swapped"] == pytest.approx(1)
+    assert main(["sop", str(tiny_albert_pretraining_dir), "the man sat .", " "]) == 2
+    assert "Sentence B is empty" in capsys.readouterr().err
+    lm = load_model(str(tiny_albert_pretraining_dir))
+    ig = attribute(lm, "the man sat .", "he ate bread .", method="ig", target=Target("sop"))
+    assert ig.completeness_error < 0.01
+    with pytest.raises(BertScopeError, match="needs a pair"):
+        attribute(lm, "the man sat .", method="grad", target=Target("sop"))

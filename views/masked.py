@@ -15,7 +15,7 @@ from bertscope.fill_mask import (
 )
 from bertscope.logit_lens import layerwise_predictions
 from bertscope.mlm_recipe import mlm_recipe, recipe_corruption
-from bertscope.nsp import both_orders
+from bertscope.nsp import both_orders, sentence_order
 from views.shared import (
     MODEL_KEY, PLOT_CONFIG, cached_model, check_text, from_url, model_key, model_options, obtainable, plain,
     require_model, result_store, show_error, to_url,
@@ -260,9 +260,26 @@ with tab_layers:
             show_error(err)
 
 with tab_nsp:
-    if "nsp" not in lm.heads:
+    if "sop" in lm.heads:  # ALBERT: sentence order, from its own head
+        from_url("a", "nsp_a")
+        from_url("b", "nsp_b")
+        a = st.text_area("Segment A", "The man went to the store.", key="nsp_a")
+        b = st.text_area("Segment B", "He bought a gallon of milk.", key="nsp_b")
+        to_url(a=a, b=b)
+        try:
+            check_text(a, "segment A")
+            check_text(b, "segment B")
+            kept, swapped = sentence_order(lm, a, b), sentence_order(lm, b, a)
+            c1, c2 = st.columns(2)
+            c1.metric("A then B: in order", f"{kept.in_order:.1%}")
+            c2.metric("B then A: in order", f"{swapped.in_order:.1%}")
+            st.caption("ALBERT's sentence-order prediction (Lan et al. 2020, §4.1): two consecutive "
+                       "segments, in order or swapped, so topic alone cannot give the answer away.")
+        except BertScopeError as err:
+            show_error(err)
+    elif "nsp" not in lm.heads:
         st.info(plain(f"{lm.name} has no next-sentence-prediction head (only BERT's pretraining "
-                      "checkpoints, e.g. bert-base-uncased, carry one)."))
+                      "checkpoints, e.g. bert-base-uncased, carry one; ALBERT's carry a sentence-order head)."))
     else:
         from_url("a", "nsp_a")
         from_url("b", "nsp_b")
