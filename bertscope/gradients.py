@@ -34,6 +34,10 @@ from .inspect import Inspection, inspect_ids, output_bytes, to_device
 from .models import LoadedModel
 
 DEFAULT_STEPS = 50
+# sentence-pair heads: target kind -> (model output, head name, family whose checkpoints carry it);
+# class 0 is IsNext (NSP) / in order (SOP)
+PAIR_HEADS = {"nsp": ("seq_relationship_logits", "next-sentence", "BERT"),
+              "sop": ("sop_logits", "sentence-order", "ALBERT")}
 STEP_BYTES = 1 * 2**30  # activations of one batch of IG steps (forward + backward)
 
 
@@ -140,18 +144,13 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         token_id = target.token_id if target.token_id is not None else _token_id(lm, target.token)
         target = Target("token", pos, target.token, token_id)
         return (lambda e: torch.log_softmax(_logits(run(lm.model, e))[:, pos].float(), -1)[:, token_id]), target
-    if target.kind == "nsp":
-        if "nsp" not in lm.heads:
-            raise BertScopeError(f"{lm.name} has no next-sentence head: choose a BERT pretraining checkpoint.")
+    if target.kind in PAIR_HEADS:
+        output, name, family = PAIR_HEADS[target.kind]
+        if target.kind not in lm.heads:
+            raise BertScopeError(f"{lm.name} has no {name} head: choose a {family} pretraining checkpoint.")
         if ins.text_pair is None:
-            raise BertScopeError("The NSP decision needs a pair: give the second sentence (--pair).")
-        return (lambda e: torch.log_softmax(run(lm.model, e).seq_relationship_logits.float(), -1)[:, 0]), target
-    if target.kind == "sop":
-        if "sop" not in lm.heads:
-            raise BertScopeError(f"{lm.name} has no sentence-order head: choose an ALBERT pretraining checkpoint.")
-        if ins.text_pair is None:
-            raise BertScopeError("The SOP decision needs a pair: give the second segment (--pair).")
-        return (lambda e: torch.log_softmax(run(lm.model, e).sop_logits.float(), -1)[:, 0]), target
+            raise BertScopeError(f"The {target.kind.upper()} decision needs a pair: give the second segment (--pair).")
+        return (lambda e: torch.log_softmax(getattr(run(lm.model, e), output).float(), -1)[:, 0]), target
     if target.kind == "probe":
         probe = load_probe(target.probe_dir, target.layer)
         if probe.model != lm.name:

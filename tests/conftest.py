@@ -160,29 +160,32 @@ def tiny_xlmr_dir(tmp_path_factory) -> Path:
     return _save(XLMRobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-xlmr"))
 
 
-@pytest.fixture(scope="session")
-def tiny_albert_dir(tmp_path_factory) -> Path:
-    """A random AlbertForMaskedLM: one layer's weights shared by all three layers, a factorised
-    embedding (16 -> 32), BERT's WordPiece vocabulary."""
-    from transformers import AlbertConfig, AlbertForMaskedLM
+def _tiny_albert(model_class, seed: int, folder: Path) -> Path:
+    """A random ALBERT: one layer's weights shared by all three layers, a factorised embedding
+    (16 -> 32), BERT's WordPiece vocabulary."""
+    from transformers import AlbertConfig
 
-    torch.manual_seed(6)
+    torch.manual_seed(seed)
     config = AlbertConfig(vocab_size=len(VOCAB), embedding_size=16, hidden_size=32, num_hidden_layers=3,
                           num_attention_heads=4, intermediate_size=48, max_position_embeddings=40,
                           pad_token_id=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return _save(AlbertForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-albert"))
+    return _save(model_class(config), bert_tokenizer(), folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_albert_dir(tmp_path_factory) -> Path:
+    """A random AlbertForMaskedLM."""
+    from transformers import AlbertForMaskedLM
+
+    return _tiny_albert(AlbertForMaskedLM, 6, tmp_path_factory.mktemp("tiny-albert"))
 
 
 @pytest.fixture(scope="session")
 def tiny_albert_pretraining_dir(tmp_path_factory) -> Path:
-    """A random AlbertForPreTraining: shared layers, masked-LM head and sentence-order head."""
-    from transformers import AlbertConfig, AlbertForPreTraining
+    """A random AlbertForPreTraining: masked-LM head and sentence-order head."""
+    from transformers import AlbertForPreTraining
 
-    torch.manual_seed(8)
-    config = AlbertConfig(vocab_size=len(VOCAB), embedding_size=16, hidden_size=32, num_hidden_layers=3,
-                          num_attention_heads=4, intermediate_size=48, max_position_embeddings=40,
-                          pad_token_id=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return _save(AlbertForPreTraining(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-albert-pretraining"))
+    return _tiny_albert(AlbertForPreTraining, 8, tmp_path_factory.mktemp("tiny-albert-pretraining"))
 
 
 @pytest.fixture(scope="session")

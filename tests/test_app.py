@@ -170,6 +170,19 @@ def test_attention_page(monkeypatch, tiny_bert_dir):
     assert table["prev"].is_monotonic_decreasing
 
 
+def test_bertviz_without_its_scripts_and_without_network_says_so(monkeypatch, tiny_bert_dir):
+    import bertscope.bertviz_assets
+
+    monkeypatch.setattr(bertscope.bertviz_assets, "installed", lambda *a: False)
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/attention.py").run()
+    at.session_state["att_tab"] = "bertviz model view"
+    at.run()
+    assert not at.exception and not at.error
+    assert any("make bertviz-assets" in w for w in texts(at.warning))
+    assert not at.get("iframe")  # no empty frame
+
+
 def test_head_statistics_on_the_brown_corpus(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
     at.switch_page("views/attention.py").run()

@@ -80,12 +80,58 @@ def browser():
         b.close()
 
 
+def block_outside(page, sink: list[str] | None = None) -> list[str]:
+    """Abort every request that leaves this machine; returns the list they are recorded in
+    (``sink`` when given, as "outside request: URL")."""
+    outside: list[str] = sink if sink is not None else []
+
+    def route(r):
+        host = urlparse(r.request.url).hostname or ""
+        if r.request.url.startswith(("data:", "blob:", "about:")) or host in ("127.0.0.1", "localhost"):
+            r.continue_()
+        else:
+            outside.append(f"outside request: {r.request.url}" if sink is not None else r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    return outside
+
+
 def open_page(browser, url, height: int = 1000):
+    """A page with outside requests blocked: a script error or a request that would leave this
+    machine (a CDN, a font server) lands in ``problems``, which every test asserts empty."""
     page = browser.new_page(viewport={"width": 1400, "height": height})
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(str(exc)))
+    block_outside(page, problems)
     page.goto(url, wait_until="domcontentloaded")
     return page, problems
+
+
+def test_make_run_prints_only_the_local_url(tmp_path):
+    """`make run`'s own command line: no outside service is asked for this machine's address."""
+    import re as regex
+    import shlex
+
+    recipe = regex.search(r"^run:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), regex.M).group(1)
+    args = shlex.split(recipe.replace("$(BIN)/python", sys.executable))
+    port = free_port()
+    log = tmp_path / "run.log"
+    with open(log, "w") as sink:
+        server = subprocess.Popen([*args, "--server.port", str(port)], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while "URL" not in log.read_text() and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.2)
+        time.sleep(1.0)  # anything printed after the URL (an address lookup's complaint) lands too
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    printed = log.read_text()
+    assert f"http://localhost:{port}" in printed, printed
+    for unwanted in ("External URL", "Network URL", "Did not auto detect"):
+        assert unwanted not in printed, printed
 
 
 def test_home_is_a_front_door(browser, app_url, artifacts):
@@ -194,22 +240,6 @@ def test_cold_deep_link_runs_through_the_entry_point(browser, tmp_path, artifact
         page.screenshot(path=str(artifacts / "params-cold-deep-link.png"), full_page=True)
         assert not problems, problems
         page.close()
-
-
-def block_outside(page) -> list[str]:
-    """Abort every request that leaves this machine; returns the list they are recorded in."""
-    outside: list[str] = []
-
-    def route(r):
-        host = urlparse(r.request.url).hostname or ""
-        if r.request.url.startswith(("data:", "blob:", "about:")) or host in ("127.0.0.1", "localhost"):
-            r.continue_()
-        else:
-            outside.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
-    return outside
 
 
 def test_attention_page_offline(browser, app_url, artifacts):

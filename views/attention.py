@@ -12,6 +12,7 @@ from bertscope.attention_stats import STATISTICS, head_stats, read_corpus, shipp
 from bertscope.attribution import agreement, from_attentions, rows_at, token_matrices
 from bertscope.bertviz_assets import URL_PATH as BERTVIZ_URL
 from bertscope.brown_probes import brown_texts
+from bertscope.hub import hub_reachable
 from bertscope.bertviz_assets import installed as bertviz_assets_installed
 from bertscope.figures.attention import (
     attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
@@ -202,6 +203,10 @@ for tab, view in ((tabs[4], "head"), (tabs[5], "model")):
             size = bertviz_bytes(r, view, layers, heads)
             st.caption(f"About {size / 2**20:.1f} MB for {len(layers or range(r.n_layers))} layer(s) at "
                        f"{r.n_tokens} tokens; the cap is {cap / 2**20:.0f} MB.")
+            if not local and not hub_reachable():  # nothing could load: say so instead of a blank frame
+                st.warning("bertviz's scripts are not installed here and the network is out of reach: "
+                           "run `make bertviz-assets` (npm) and reload; the other tabs work without them.")
+                continue
             try:
                 with st.spinner("Building bertviz's page…"):
                     page = bertviz_html(r, view, cap, layers=layers or None, heads=heads or None,

@@ -260,40 +260,32 @@ with tab_layers:
             show_error(err)
 
 with tab_nsp:
-    if "sop" in lm.heads:  # ALBERT: sentence order, from its own head
-        from_url("a", "nsp_a")
-        from_url("b", "nsp_b")
-        a = st.text_area("Segment A", "The man went to the store.", key="nsp_a")
-        b = st.text_area("Segment B", "He bought a gallon of milk.", key="nsp_b")
-        to_url(a=a, b=b)
-        try:
-            check_text(a, "segment A")
-            check_text(b, "segment B")
-            kept, swapped = sentence_order(lm, a, b), sentence_order(lm, b, a)
-            c1, c2 = st.columns(2)
-            c1.metric("A then B: in order", f"{kept.in_order:.1%}")
-            c2.metric("B then A: in order", f"{swapped.in_order:.1%}")
-            st.caption("ALBERT's sentence-order prediction (Lan et al. 2020, §4.1): two consecutive "
-                       "segments, in order or swapped, so topic alone cannot give the answer away.")
-        except BertScopeError as err:
-            show_error(err)
-    elif "nsp" not in lm.heads:
+    pair_head = "sop" if "sop" in lm.heads else "nsp" if "nsp" in lm.heads else None
+    if pair_head is None:
         st.info(plain(f"{lm.name} has no next-sentence-prediction head (only BERT's pretraining "
                       "checkpoints, e.g. bert-base-uncased, carry one; ALBERT's carry a sentence-order head)."))
     else:
+        part = "Segment" if pair_head == "sop" else "Sentence"
         from_url("a", "nsp_a")
         from_url("b", "nsp_b")
-        a = st.text_area("Sentence A", "The man went to the store.", key="nsp_a")
-        b = st.text_area("Sentence B", "He bought a gallon of milk.", key="nsp_b")
+        a = st.text_area(f"{part} A", "The man went to the store.", key="nsp_a")
+        b = st.text_area(f"{part} B", "He bought a gallon of milk.", key="nsp_b")
         to_url(a=a, b=b)
         try:
-            check_text(a, "sentence A")
-            check_text(b, "sentence B")
-            forward, backward = both_orders(lm, a, b)
+            check_text(a, f"{part.lower()} A")
+            check_text(b, f"{part.lower()} B")
             c1, c2 = st.columns(2)
-            c1.metric("A then B: IsNext", f"{forward.is_next:.1%}")
-            c2.metric("B then A: IsNext", f"{backward.is_next:.1%}")
-            st.caption("The swapped order is the idea of ALBERT's sentence-order prediction "
-                       "(Lan et al. 2020): BERT's NSP mostly detects topic change, not order.")
+            if pair_head == "sop":  # ALBERT: sentence order, from its own head
+                kept, swapped = sentence_order(lm, a, b), sentence_order(lm, b, a)
+                c1.metric("A then B: in order", f"{kept.in_order:.1%}")
+                c2.metric("B then A: in order", f"{swapped.in_order:.1%}")
+                st.caption("ALBERT's sentence-order prediction (Lan et al. 2020, §4.1): two consecutive "
+                           "segments, in order or swapped, so topic alone cannot give the answer away.")
+            else:
+                forward, backward = both_orders(lm, a, b)
+                c1.metric("A then B: IsNext", f"{forward.is_next:.1%}")
+                c2.metric("B then A: IsNext", f"{backward.is_next:.1%}")
+                st.caption("The swapped order is the idea of ALBERT's sentence-order prediction "
+                           "(Lan et al. 2020): BERT's NSP mostly detects topic change, not order.")
         except BertScopeError as err:
             show_error(err)
