@@ -179,7 +179,7 @@ def pick_model(page, option: str) -> None:
 
 def test_model_picker_bad_id_then_recovers(browser, app_url, artifacts):
     page, problems = open_page(browser, app_url)
-    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
     pick_model(page, "Other (hub id or local folder)…")
     box = page.get_by_label("Hub id or local folder")
     page.get_by_text("Type a hub id").wait_for(timeout=60_000)  # a prompt, not an error
@@ -191,7 +191,7 @@ def test_model_picker_bad_id_then_recovers(browser, app_url, artifacts):
     assert not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "home-bad-model.png"), full_page=True)
     pick_model(page, "bundled")
-    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
     assert not page.locator('[data-testid="stAlertContentError"]').count()
     assert not problems, problems
     page.close()
@@ -216,8 +216,12 @@ def test_params_headline_metrics_are_not_cut_off(browser, app_url, artifacts):
     """bert-large with MLM + NSP heads: the widest counts; each tile shows its whole value."""
     page, problems = open_page(browser, f"{app_url}/params?model=bert-large-uncased&count=pretraining")
     page.get_by_text("Exact: total 336,", exact=False).wait_for(timeout=60_000)
+    page.get_by_text("336.2 M").first.wait_for(timeout=60_000)  # the tiles, drawn before the line
     values = page.locator('[data-testid="stMetricValue"]')
-    assert values.count() >= 5
+    deadline = time.monotonic() + 30
+    while values.count() < 6 and time.monotonic() < deadline:  # total + five groups
+        page.wait_for_timeout(200)
+    assert values.count() >= 6
     for i in range(values.count()):
         fits = values.nth(i).evaluate("e => [e.scrollWidth, e.clientWidth, e.innerText]")
         inner = values.nth(i).locator("div").first
@@ -471,7 +475,7 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     for name, message in (("nobody-xyz/no-such-model", "hub is unreachable"),
                           (str(gpt2_dir), "not a BERT-family encoder")):
         page.goto(app_url)
-        page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+        page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
         pick_model(page, "Other (hub id or local folder)…")
         box = page.get_by_label("Hub id or local folder")
         box.fill(name)
@@ -494,7 +498,7 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     assert "comma-separated" in alert_text(page)
     # the app still works for this user...
     page.goto(app_url)
-    page.get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
     # ...and for another session at the same time
     other, other_problems = open_page(browser, f"{app_url}/params")
     other.get_by_text("22,713,216").first.wait_for(timeout=60_000)
