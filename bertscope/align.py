@@ -267,10 +267,13 @@ def embed_parallel(
             progress(done, len(texts))
     vectors = vectors.reshape(len(data.languages), n_items, *vectors.shape[1:])
     if file is not None:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_name(f".{file.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, vectors=vectors, counts=np.array([truncated, empty]))
-        os.replace(tmp, file)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_name(f".{file.stem}.{os.getpid()}.tmp.npz")
+            np.savez(tmp, vectors=vectors, counts=np.array([truncated, empty]))
+            os.replace(tmp, file)
+        except OSError:
+            pass  # a cache that cannot be written (read-only disk, full): the vectors are still returned
     return AlignmentVectors(
         model_name=lm.name, data=data, pooling=pooling, context=context,
         vectors=vectors, truncated=truncated, empty=empty,

@@ -244,9 +244,14 @@ def cmd_attribute(args: argparse.Namespace) -> Any:
     target = parse_target(args.target, args.probe, args.probe_layer, args.label, args.position)
     if args.method not in SCORE_METHODS and target is not None:
         raise BertScopeError(f"{args.method} is a token-to-token method: --target/--probe belong to grad and ig.")
-    layers = [int(x) for x in args.layers.split(",") if x.strip()] if args.layers else None
-    if args.layers and layers is not None and not layers:
-        raise BertScopeError("--layers: give layer numbers counted from 1, e.g. 6 or 1,6.")
+    layers = None
+    if args.layers:
+        try:
+            layers = [int(x) for x in args.layers.split(",") if x.strip()]
+        except ValueError:
+            layers = []
+        if not layers:
+            raise BertScopeError("--layers: give layer numbers counted from 1, e.g. 6 or 1,6.")
     result = attribute(_load(args), args.text, args.pair, args.method, target, layers, args.steps)
     if args.json:
         return result.to_json()

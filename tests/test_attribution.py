@@ -285,7 +285,8 @@ def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):
     assert main(["attribute", str(tiny_bert_dir), TEXT, "--method", "grad", "--target", "5"]) == 0
     assert "grad for" in capsys.readouterr().out
     for bad in (["--method", "ig", "--target", "99:river"], ["--method", "rollout", "--target", "5"],
-                ["--method", "flow", "--layers", "7"]):
+                ["--method", "flow", "--layers", "7"], ["--method", "flow", "--layers", "six"],
+                ["--method", "ig", "--target", "5:river", "--steps", "0"]):
         assert main(["attribute", str(tiny_bert_dir), TEXT, *bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1
