@@ -176,6 +176,33 @@ def cmd_nsp(args: argparse.Namespace) -> Any:
     return r.to_json() if args.json else f"IsNext {r.is_next:.4f}  NotNext {r.not_next:.4f}"
 
 
+def cmd_corpus_search(args: argparse.Namespace) -> Any:
+    from .corpus_search import build_index, search
+    from .hidden_cache import HiddenStateCache
+
+    lm = _load(args)
+    layer = lm.num_layers if args.layer is None else args.layer
+    index = build_index(lm, args.size, HiddenStateCache(args.cache))
+    found = search(lm, index, args.text, args.word, layer, args.k)
+    out = {"query_word": found.query_word, "layer": found.layer, "index_words": index.n_words,
+           "matches": [m.__dict__ for m in found.matches], "tags": dict(found.tag_counts.most_common())}
+    if args.json:
+        return out
+    lines = [f"“{found.query_word}” at layer {layer}: the {len(found.matches)} nearest of {index.n_words:,} Brown "
+             f"words; tags {', '.join(f'{t} {n}' for t, n in found.tag_counts.most_common())}"]
+    lines += [f"  {m.similarity:.3f}  {m.word:<14} {m.tag:<6} {m.genre:<16} {m.sentence[:70]}" for m in found.matches]
+    return "\n".join(lines)
+
+
+def _corpus_search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", help="a sentence containing the word to search for")
+    p.add_argument("--word", type=int, required=True, help="the word's index in the text (0 = first word)")
+    p.add_argument("--layer", type=int, help="0 = embeddings (default: the last layer)")
+    p.add_argument("--k", type=int, default=20, help="matches to return (1-200)")
+    p.add_argument("--size", type=int, default=2000, help="Brown sentences in the index (0 = all 57,340)")
+    p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
+
+
 def cmd_sop(args: argparse.Namespace) -> Any:
     from .nsp import sentence_order
 
@@ -407,6 +434,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], Any], Callable | N
     "sop": ("ALBERT's sentence-order prediction for a pair (A then B: in order or swapped)", cmd_sop,
             _nsp_arguments),
     "shift": ("the same word in different contexts, layer by layer", cmd_shift, _shift_arguments),
+    "corpus-search": ("the Brown corpus words nearest to a word of a sentence at a layer, with their tags",
+                      cmd_corpus_search, _corpus_search_arguments),
     "attribute": ("rollout, flow, norm-based attention, ALTI, gradient x input, integrated gradients",
                   cmd_attribute, _attribute_arguments),
     "align": ("cross-lingual retrieval P@1 per layer, raw and mean-centred", cmd_align, _align_arguments),

@@ -56,3 +56,18 @@ def test_bad_queries_say_what_to_do(tiny_bert, index, tmp_path):
         search(tiny_bert, index, "the bank .", word=1, layer=7)
     with pytest.raises(BertScopeError, match="1 to 200"):
         search(tiny_bert, index, "the bank .", word=1, layer=1, k=0)
+
+
+def test_corpus_search_on_the_command_line(tiny_bert_dir, tmp_path, capsys):
+    import json
+
+    from bertscope.cli import main
+
+    args = ["corpus-search", str(tiny_bert_dir), "the bank of the river .", "--word", "1", "--layer", "2",
+            "--k", "5", "--size", "100", "--cache", str(tmp_path)]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["query_word"] == "bank" and out["layer"] == 2 and len(out["matches"]) == 5
+    assert sum(out["tags"].values()) == 5 and set(out["matches"][0]) == {"word", "tag", "genre", "sentence", "similarity"}
+    assert main([*args[:3], "--word", "9", "--size", "100", "--cache", str(tmp_path)]) == 2
+    assert "Word 9 does not exist" in capsys.readouterr().err
