@@ -60,7 +60,7 @@ if not demo():
     st.subheader("Headless")
     st.markdown("Everything on these pages runs from a shell too (documented in the README, "
                 "*Command line*): `python -m bertscope COMMAND` for info, inspect, attention, head-stats, "
-                "fill-mask, mlm-recipe, nsp, shift, align, probe, params and attribute; "
+                "fill-mask, mlm-recipe, nsp, sop, shift, corpus-search, align, probe, params and attribute; "
                 "`python -m probes.layerwise` and `probes.sweep` for probe runs; "
                 "`python -m bertscope.pretrain` for BERT's masked-LM recipe.")
     st.code('python -m bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',
