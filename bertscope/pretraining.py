@@ -343,8 +343,14 @@ def train(
     cfg.check()
     torch_device = resolve_device(device)
     source, local_only = resolve_source(model_name)
-    _load_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
+    config = _load_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
     tokenizer = _load_tokenizer(model_name, source, local_only)
+    from .models import max_input_length
+
+    longest = max_input_length(config, tokenizer)
+    if cfg.seq_len > longest:
+        raise BertScopeError(f"Chunks of {cfg.seq_len} tokens are longer than {model_name} takes ({longest}): "
+                             f"use at most {longest}.")
     if tokenizer.mask_token_id is None:
         raise BertScopeError(f"{model_name}'s tokenizer has no mask token: it cannot learn masked-LM.")
     out = Path(out)

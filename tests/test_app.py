@@ -584,3 +584,41 @@ def test_masked_page_why_this_prediction(monkeypatch, tiny_bert_dir):
     at.session_state["mlm_tab"] = "Why this prediction?"
     at.run()
     assert not at.exception and not at.error
+
+
+def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(monkeypatch, tiny_bert_dir, tmp_path):
+    from bertscope.user_cache import user_cache_dir
+
+    corpora = (user_cache_dir() / "corpora").resolve()  # the installed Brown corpus, read through a link
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the run folder goes there
+    (tmp_path / "corpora").symlink_to(corpora)
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/pretrain.py").run()
+    assert not at.exception and not at.error
+    at.multiselect(key="pretrain_genres").set_value(["humor"])
+    at.number_input(key="pretrain_chunks").set_value(16)
+    at.button(key="FormSubmitter:pretrain_form-Train " + str(tiny_bert_dir)).click().run()
+    assert not at.exception and not at.error
+    job = at.session_state["pretrain_job"]
+    assert job.wait(timeout=300)  # the thread ends; the page only watched it
+    at.run()
+    snap = job.snapshot()
+    assert snap.status == "done", snap.error
+    assert snap.step == snap.total == 1 and len(snap.losses) == 1
+    labels = {m.label for m in at.metric}
+    assert {"Held-out loss", "Held-out top-1", "Held-out top-5"} <= labels
+    table = next(d.value for d in at.dataframe if "before" in d.value.columns)
+    from bertscope.pretraining import CLOZE
+
+    assert len(table) == len(CLOZE) and table["after"].str.len().min() > 0
+    assert (tmp_path / "training").is_dir() and list((tmp_path / "training").glob("*/model/config.json"))
+
+
+def test_pretraining_page_on_a_hosted_demo_is_off_unless_allowed(monkeypatch, tiny_bert_dir):
+    monkeypatch.setenv("BERTSCOPE_DEMO", "1")
+    monkeypatch.setenv("BERTSCOPE_ALLOWLIST", f"bundled,{tiny_bert_dir}")
+    at = start(monkeypatch, "bundled")
+    at.switch_page("views/pretrain.py").run()
+    assert not at.exception
+    assert any("switched off on this hosted demo" in i for i in texts(at.info))
+    assert not at.get("form")

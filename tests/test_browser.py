@@ -141,7 +141,8 @@ def test_home_is_a_front_door(browser, app_url, artifacts):
     main = page.locator('[data-testid="stMain"]')
     links = main.locator('a[data-testid="stPageLink-NavLink"]')
     names = {links.nth(i).inner_text().strip().splitlines()[-1] for i in range(links.count())}  # after the icon
-    assert names == {"Attention", "Masked tokens", "Embedding shift", "Cross-lingual", "Parameters", "Probes"}
+    assert names == {"Attention", "Masked tokens", "Embedding shift", "Cross-lingual", "Parameters", "Probes",
+                     "Pretraining"}
     assert "Models you can use right now" in body and "python -m bertscope" in body
     assert "Heads per layer" in body and "22,713,216" in body
     assert "Model: bundled" in body
@@ -544,5 +545,22 @@ def test_probe_trained_here_is_tested_on_an_uploaded_file(browser, app_url, tmp_
     page.get_by_text("Majority baseline").wait_for(timeout=30_000)
     assert "over the layers" in page.inner_text("body") and not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "probes-test-file.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+def test_pretraining_page_trains_bundled_live(browser, app_url, artifacts):
+    page, problems = open_page(browser, f"{app_url}/pretrain", height=1500)
+    page.get_by_role("button", name="Train bundled").wait_for(timeout=60_000)
+    chunks = page.get_by_label("Chunks to train on", exact=False)
+    chunks.fill("8")
+    chunks.press("Tab")
+    page.get_by_role("button", name="Train bundled").click()
+    page.get_by_text("step", exact=False).first.wait_for(timeout=60_000)  # the live progress line
+    page.get_by_text("Predictions before and after").wait_for(timeout=300_000)
+    page.get_by_text("Held-out top-1").first.wait_for(timeout=30_000)
+    assert not page.locator(".stException").count()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(artifacts / "pretraining.png"), full_page=True)
     assert not problems, problems
     page.close()

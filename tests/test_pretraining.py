@@ -122,3 +122,24 @@ def test_bundled_mlm_reproduces_its_recorded_held_out_figure(tmp_path, monkeypat
     assert figures["top1"] == pytest.approx(0.3780, abs=0.003) and figures["top5"] == pytest.approx(0.5318, abs=0.003)
     top = [p.token.strip() for p in fill_mask(lm, "He deposited the money in the [MASK].", 5).predictions[0]]
     assert "bank" in top
+
+
+def test_training_job_runs_in_the_background_is_cancelled_and_refuses_a_second_run(tiny_bert_dir, tmp_path):
+    from bertscope.training_job import TrainingJob
+
+    long = replace(SMALL, epochs=200)  # far more steps than the test waits for
+    job = TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "a", long, device="cpu")
+    with pytest.raises(BertScopeError, match="already use this server"):
+        TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "b", SMALL, device="cpu")
+    job.cancel()
+    assert job.wait(timeout=120)
+    snap = job.snapshot()
+    assert snap.status == "cancelled" and snap.metrics is None and len(snap.losses) == snap.step  # stopped early
+    done = TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "c", SMALL, device="cpu")  # the slot is free
+    assert done.wait(timeout=300)
+    snap = done.snapshot()
+    assert snap.status == "done" and snap.step == snap.total == len(snap.losses)
+    assert [e["epoch"] for e in snap.epochs] == [1, 2, 3] and snap.metrics["after"]["held_out"]["loss"] > 0
+    failed = TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "d", replace(SMALL, seq_len=128), device="cpu")
+    assert failed.wait(timeout=60)
+    assert failed.snapshot().status == "failed" and "longer than" in failed.snapshot().error

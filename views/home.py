@@ -29,6 +29,9 @@ PAGES = [
     ("views/probes.py", "Probes", ":material/troubleshoot:",
      "linear probes per layer with control tasks, on shipped suites, the Brown corpus or your file.",
      "*pos*, then *brown-pos*: compare accuracy with the control task's (selectivity)."),
+    ("views/pretrain.py", "Pretraining", ":material/model_training:",
+     "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and after.",
+     "bundled with the *news* genre, 256 chunks, one epoch; then its fill-mask."),
 ]
 
 st.title("BertScope")

@@ -1,0 +1,106 @@
+"""BERT's recipe as a background job: what the Pretraining page starts, watches and cancels.
+
+    >>> job = TrainingJob.start("bundled", train_docs, held_docs, "runs/mine", RecipeConfig(epochs=1))
+    >>> job.snapshot()          # status, step, total, losses so far, epochs finished, error
+    >>> job.cancel(); job.wait()
+
+One thread per job runs ``pretraining.train`` with a progress callback and a stop flag; the
+job keeps every step's loss (a float each) and reads the run folder's ``metrics.json`` when
+the run ends. At most ``MAX_JOBS`` jobs train at once in a process (hosted use: one visitor
+cannot fill the machine); a start beyond that is refused with a one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .errors import BertScopeError
+from .pretraining import RecipeConfig, train
+
+MAX_JOBS = 1
+_RUNNING = threading.BoundedSemaphore(MAX_JOBS)
+
+
+@dataclass
+class Snapshot:
+    status: str  # "running", "done", "cancelled", "failed"
+    step: int
+    total: int
+    losses: list[float]  # one per optimiser step
+    epochs: list[dict]  # per finished epoch: train loss, held-out loss / top-1 / top-5
+    error: str | None
+    metrics: dict | None  # metrics.json once done: before/after held-out figures and cloze predictions
+    out: str
+
+
+@dataclass(eq=False)
+class TrainingJob:
+    model_name: str
+    out: Path
+    cfg: RecipeConfig
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _step: int = 0
+    _total: int = 0
+    _losses: list = field(default_factory=list)
+    _status: str = "running"
+    _error: str | None = None
+    _epochs: list = field(default_factory=list)
+
+    @classmethod
+    def start(cls, model_name: str, train_documents: Sequence[Sequence[str]],
+              held_out_documents: Sequence[Sequence[str]], out: str | Path, cfg: RecipeConfig,
+              device: str = "auto") -> "TrainingJob":
+        cfg.check()
+        if not train_documents or not held_out_documents:
+            raise BertScopeError("Training needs documents to train on and held-out documents to score.")
+        if not _RUNNING.acquire(blocking=False):
+            raise BertScopeError(f"{MAX_JOBS} training run(s) already use this server: wait for it to end.")
+        job = cls(model_name, Path(out), cfg)
+        thread = threading.Thread(target=job._run, args=(train_documents, held_out_documents, device),
+                                  name=f"training-{model_name}", daemon=True)
+        thread.start()
+        return job
+
+    def _run(self, train_documents, held_out_documents, device: str) -> None:
+        try:
+            state = train(self.model_name, train_documents, held_out_documents, self.out, self.cfg, device,
+                          progress=self._progress, stop=self._stop.is_set)
+            with self._lock:
+                self._epochs = [{k: v for k, v in h.items() if k != "before"} for h in state.history]
+                self._status = "cancelled" if self._stop.is_set() else "done"
+        except BertScopeError as err:
+            with self._lock:
+                self._status, self._error = "failed", str(err)
+        except Exception as err:  # noqa: BLE001 - a thread must report, not die silently
+            with self._lock:
+                self._status, self._error = "failed", f"{type(err).__name__}: {err}".splitlines()[0]
+        finally:
+            _RUNNING.release()
+            self._done.set()
+
+    def _progress(self, step: int, total: int, info: dict) -> None:
+        with self._lock:
+            self._step, self._total = step, total
+            self._losses.append(float(info["loss"]))
+
+    def cancel(self) -> None:
+        """Ask the run to stop between steps (what was trained so far is kept in its checkpoint)."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            metrics = None
+            file = self.out / "metrics.json"
+            if self._status == "done" and file.is_file():
+                metrics = json.loads(file.read_text())
+            return Snapshot(self._status, self._step, self._total, list(self._losses), list(self._epochs),
+                            self._error, metrics, str(self.out))
