@@ -188,10 +188,13 @@ def test_head_statistics_on_the_brown_corpus(monkeypatch, tiny_bert_dir):
     at.switch_page("views/attention.py").run()
     at.session_state["att_tab"] = "Head statistics"
     at.run()
-    at.radio(key="att_corpus_source").set_value("Brown corpus (500 sentences, all 15 genres)")
+    at.radio(key="att_corpus_source").set_value("Brown corpus (all 15 genres)")
     at.button(key="FormSubmitter:att_stats_form-Compute head statistics").click().run()
     assert not at.exception and not at.error
     assert any(c.startswith("500 sentences") for c in texts(at.caption))
+    at.number_input(key="att_brown_size").set_value(150)  # the size is the user's to choose
+    at.button(key="FormSubmitter:att_stats_form-Compute head statistics").click().run()
+    assert any(c.startswith("150 sentences") for c in texts(at.caption)) and not at.exception
 
 
 def test_attention_page_bad_inputs(monkeypatch, tiny_bert_dir):

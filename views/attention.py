@@ -26,7 +26,7 @@ from views.shared import (
 )
 
 BROWN_HEAD_STATS_SENTENCES = 500
-BROWN_SAMPLE = f"Brown corpus ({BROWN_HEAD_STATS_SENTENCES} sentences, all 15 genres)"
+BROWN_SAMPLE = "Brown corpus (all 15 genres)"
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 
 
@@ -225,6 +225,10 @@ with tabs[6]:
         with st.form("att_stats_form"):
             source = st.radio("Corpus", ["Shipped sample (218 sentences)", BROWN_SAMPLE, "Paste", "Upload (.txt)"],
                               horizontal=True, key="att_corpus_source")
+            brown_size = st.number_input("Brown sentences (spread over all 500 documents, so every genre in "
+                                         "proportion)", 50, Limits.corpus_lines, min(BROWN_HEAD_STATS_SENTENCES,
+                                                                                     Limits.corpus_lines), 50,
+                                         key="att_brown_size")
             pasted = st.text_area("One sentence per line", key="att_corpus_text", height=120)
             uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"], key="att_corpus_file")
             run = st.form_submit_button("Compute head statistics", type="primary")
@@ -233,7 +237,7 @@ with tabs[6]:
                 if source.startswith("Shipped"):
                     sentences = shipped_corpus()
                 elif source == BROWN_SAMPLE:
-                    sentences = brown_texts(BROWN_HEAD_STATS_SENTENCES)
+                    sentences = brown_texts(int(brown_size))
                 elif source == "Paste":
                     sentences = read_corpus(pasted)
                 else:
