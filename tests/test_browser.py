@@ -558,7 +558,7 @@ def test_pretraining_page_trains_bundled_live(browser, app_url, artifacts):
     page.get_by_role("button", name="Train bundled").click()
     page.get_by_text("step", exact=False).first.wait_for(timeout=60_000)  # the live progress line
     page.get_by_text("Predictions before and after").wait_for(timeout=300_000)
-    page.get_by_text("Held-out top-1").first.wait_for(timeout=30_000)
+    page.locator('[data-testid="stMetricLabel"]').get_by_text("Held-out top-1").wait_for(timeout=30_000)
     assert not page.locator(".stException").count()
     page.wait_for_timeout(500)
     page.screenshot(path=str(artifacts / "pretraining.png"), full_page=True)
