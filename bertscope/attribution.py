@@ -238,7 +238,15 @@ def explain_prediction(lm: LoadedModel, template: Inspection, position: int, tok
     target = ig.attribution.target
     grad = token_scores(lm, None, None, "grad", target, template=template)
     last = lm.num_layers
-    matrices = {m: token_matrices(lm, None, None, m, template=template) for m in ("attention", "rollout", "norm", "alti")}
+    # two passes for the four methods: one with attention weights, one with the hooks of norm/ALTI
+    from .attention_blocks import block_measures
+
+    ins = inspect_ids(lm, template, template.input_ids, with_logits=False, with_hidden_states=False)
+    blocks = block_measures(lm, None, None, template)
+    every = tuple(range(1, lm.num_layers + 1))
+    matrices = {m: from_attentions(ins, m) for m in ("attention", "rollout")}
+    matrices["norm"] = TokenMatrices(ins.tokens, "norm", every, blocks.norms)
+    matrices["alti"] = TokenMatrices(ins.tokens, "alti", every, blocks.alti_aggregated())
     rows = {"grad": grad.scores, "ig": ig.scores, **rows_at(matrices, last, position)}
     # over the word pieces: IG gives special and mask tokens 0 by construction (they stay in its baseline)
     keep = ~template.special_mask & (template.input_ids != lm.tokenizer.mask_token_id)
