@@ -103,11 +103,17 @@ def token_matrices(lm: LoadedModel, text: str | None, pair: str | None, method: 
         else:
             ins = inspect_ids(lm, template, template.input_ids, with_logits=False, with_hidden_states=False)
         return from_attentions(ins, method, layers, progress)
-    every = tuple(range(1, ins.n_layers + 1))
-    chosen = every if layers is None else tuple(sorted(set(layers)))
-    if not set(chosen) <= set(every):
-        raise BertScopeError(f"Layers are counted from 1 to {ins.n_layers}; got {list(layers)}.")
+    chosen = _chosen_layers(ins.n_layers, layers)
     return TokenMatrices(ins.tokens, method, chosen, np.asarray(data, np.float32)[[c - 1 for c in chosen]], ins.warnings)
+
+
+def _chosen_layers(n_layers: int, layers: Sequence[int] | None) -> tuple[int, ...]:
+    """``layers`` (counted from 1) sorted and checked; all of them when None."""
+    every = tuple(range(1, n_layers + 1))
+    chosen = every if layers is None else tuple(sorted(set(layers)))
+    if not chosen or not set(chosen) <= set(every):
+        raise BertScopeError(f"Layers are counted from 1 to {n_layers}; got {list(layers or [])}.")
+    return chosen
 
 
 def from_attentions(ins: Inspection, method: str, layers: Sequence[int] | None = None,
@@ -117,10 +123,7 @@ def from_attentions(ins: Inspection, method: str, layers: Sequence[int] | None =
 
     if ins.attentions is None:
         raise BertScopeError("This result was computed without attentions.")
-    every = tuple(range(1, ins.n_layers + 1))
-    chosen = every if layers is None else tuple(sorted(set(layers)))
-    if not chosen or not set(chosen) <= set(every):
-        raise BertScopeError(f"Layers are counted from 1 to {ins.n_layers}; got {list(layers or [])}.")
+    chosen = _chosen_layers(ins.n_layers, layers)
     attentions = ins.attentions.astype(np.float32)  # [layer, head, q, k]
     if method == "flow":
         return TokenMatrices(ins.tokens, method, chosen, flow(attentions, chosen, progress=progress), ins.warnings)
@@ -243,7 +246,7 @@ def explain_prediction(lm: LoadedModel, template: Inspection, position: int, tok
 
     ins = inspect_ids(lm, template, template.input_ids, with_logits=False, with_hidden_states=False)
     blocks = block_measures(lm, None, None, template)
-    every = tuple(range(1, lm.num_layers + 1))
+    every = _chosen_layers(lm.num_layers, None)
     matrices = {m: from_attentions(ins, m) for m in ("attention", "rollout")}
     matrices["norm"] = TokenMatrices(ins.tokens, "norm", every, blocks.norms)
     matrices["alti"] = TokenMatrices(ins.tokens, "alti", every, blocks.alti_aggregated())
