@@ -2,6 +2,7 @@
 
     python -m bertscope.pretrain bundled --corpus brown --out runs/bundled-mlm --epochs 16 --lora 16 --lr 1e-3
     python -m bertscope.pretrain bert-base-uncased --corpus my_text.txt --out runs/mine --lora 0 --lr 1e-4
+    python -m bertscope.pretrain bundled --out runs/nsp --pair nsp      # with BERT's next-sentence task
 
 ``--corpus brown`` takes the Brown corpus (``make brown``), split by document: 10% of each
 genre's documents held out (``brown.split_documents``, seeded). A text file: one sentence per
@@ -71,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
     p.add_argument("--seq-len", type=int, default=defaults.seq_len)
     p.add_argument("--masking", choices=["dynamic", "static"], default=defaults.masking)
+    p.add_argument("--pair", choices=["none", "nsp", "sop"], default=defaults.pair_task,
+                   help="also train on sentence pairs: BERT's next-sentence head (nsp) or ALBERT's "
+                        "sentence-order head (sop)")
     p.add_argument("--max-chunks", type=int, help="train on at most this many chunks (a budget)")
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--device", default="auto")
@@ -80,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     cfg = RecipeConfig(seq_len=args.seq_len, masking=args.masking, lora_rank=args.lora, epochs=args.epochs,
-                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, max_chunks=args.max_chunks)
+                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, max_chunks=args.max_chunks,
+                       pair_task=args.pair)
     try:
         cfg.check()
         if args.corpus == "brown":
@@ -107,8 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bertscope: error: {err}", file=sys.stderr)
         return 2
     last = state.history[-1]["held_out"]
-    print(json.dumps({"out": args.out, "epochs": state.epoch, "held_out_top1": round(last["top1"], 4),
-                      "held_out_top5": round(last["top5"], 4), "held_out_loss": round(last["loss"], 4)}))
+    summary = {"out": args.out, "epochs": state.epoch, "held_out_top1": round(last["top1"], 4),
+               "held_out_top5": round(last["top5"], 4), "held_out_loss": round(last["loss"], 4)}
+    if "pair_accuracy" in last:
+        summary[f"held_out_{args.pair}_accuracy"] = round(last["pair_accuracy"], 4)
+    print(json.dumps(summary))
     return 0
 
 

@@ -15,15 +15,23 @@ What one run does:
 - text: each document's sentences are tokenised and concatenated, then cut into chunks of
   ``seq_len`` tokens ([CLS] ... [SEP]); a chunk never mixes documents, and train and held-out
   documents are disjoint (the caller splits, e.g. ``brown.split_documents``);
-- model: the encoder with a masked-LM head (``AutoModelForMaskedLM``): the checkpoint's own
-  head where it has one, else a new one whose output layer is tied to the input embeddings;
+- ``pair_task`` "nsp" / "sop": instead of plain chunks, sentence pairs [CLS] A [SEP] B [SEP]
+  built once per run as google-research/bert's ``create_pretraining_data.py`` (``pair_instances``):
+  for NSP (Devlin et al. 2019, §3.1) half the B segments come from another document; for SOP
+  (Lan et al. 2020, §4.1) half the pairs are swapped. The pair head's cross-entropy is added to
+  the masked-LM loss, as in both papers. Each family trains its own head (BERT: NSP; ALBERT:
+  SOP), which the loader then reads like any checkpoint's;
+- model: the encoder with a masked-LM head (``AutoModelForMaskedLM``; ``AutoModelForPreTraining``
+  for a pair task): the checkpoint's own heads where it has them, else new ones (the MLM output
+  layer tied to the input embeddings). The head's vocabulary projection runs only at the chosen
+  positions (``_logits_only_at``): 15% of its rows, where it costs as much as MiniLM's encoder;
 - ``lora_rank`` > 0: LoRA adapters on the query, key, value, attention-output and both
   feed-forward projections, and the head's transform, every LayerNorm and the output bias
   trained in full; the embeddings (and so the tied output layer) stay frozen. 0: every weight;
 - AdamW, linear warm-up then linear decay, gradient clipping at 1.0; on a GPU bf16 autocast
   (fp16 with loss scaling where bf16 is missing);
 - after each epoch: held-out loss, top-1 and top-5 accuracy over the chosen positions of a
-  fixed (seeded) corruption of the held-out chunks, and a checkpoint of everything needed to
+  fixed (seeded) corruption of the held-out chunks (and the pair head's held-out accuracy), and a checkpoint of everything needed to
   go on (trainable weights, optimiser moments, RNG states: safetensors + JSON, no pickle,
   written to a temporary folder and renamed). A rerun with the same output folder resumes at
   the last finished epoch and ends with the same weights as an uninterrupted run.
@@ -40,6 +48,7 @@ import math
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
@@ -52,6 +61,7 @@ from .errors import BertScopeError
 from .mlm_recipe import IGNORE_INDEX, _check_rates
 from .user_cache import replace_folder
 
+PAIR_TASKS = ("none", "nsp", "sop")
 LORA_TARGETS = ["query", "key", "value", "output.dense", "intermediate.dense"]  # attention + FFN projections
 CLOZE = (  # everyday sentences to watch predictions change (a word a reader would expect)
     "I drink a cup of [MASK] every morning.",
@@ -79,6 +89,7 @@ class RecipeConfig:
     warmup: float = 0.06  # share of the steps with a linear warm-up
     seed: int = 0
     max_chunks: int | None = None  # a budget: train on at most this many chunks (None: all)
+    pair_task: Literal["none", "nsp", "sop"] = "none"  # sentence pairs with BERT's NSP or ALBERT's SOP beside MLM
 
     def check(self) -> None:
         if not 8 <= self.seq_len <= 512:
@@ -86,23 +97,55 @@ class RecipeConfig:
         _check_rates(self.select_rate, self.mask_rate, self.random_rate)  # the recipe page's rules
         if self.masking not in ("dynamic", "static"):
             raise BertScopeError("Masking is 'dynamic' or 'static'.")
+        if self.pair_task not in PAIR_TASKS:
+            raise BertScopeError("The sentence-pair task is 'none', 'nsp' (BERT's) or 'sop' (ALBERT's).")
         if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise BertScopeError("LoRA rank >= 0, epochs >= 1, batch size >= 1 and a positive learning rate, please.")
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """What training takes and the held-out set scores: rows of ``seq_len`` tokens."""
+
+    ids: torch.Tensor  # [chunk, seq_len] int64: [CLS] ... [SEP] (pairs: [CLS] A [SEP] B [SEP]), padded
+    token_types: torch.Tensor | None = None  # [chunk, seq_len] 0 = segment A, 1 = segment B (pairs only)
+    pair_labels: torch.Tensor | None = None  # [chunk] 0 = B follows A / in order, 1 = B random (NSP) / swapped (SOP)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, idx: torch.Tensor | slice) -> "Chunks":
+        return Chunks(self.ids[idx], None if self.token_types is None else self.token_types[idx],
+                      None if self.pair_labels is None else self.pair_labels[idx])
+
+
+def tokenize_documents(tokenizer: Any, documents: Sequence[Sequence[str]]) -> list[list[list[int]]]:
+    """Per document, per sentence: its token ids (no special tokens); empty ones dropped."""
+    out = []
+    for sentences in documents:
+        sentences = [s for s in sentences if s.strip()]
+        if sentences:
+            rows = [r for r in tokenizer(list(sentences), add_special_tokens=False)["input_ids"] if r]
+            if rows:
+                out.append(rows)
+    return out
+
+
+def _special_ids(tokenizer: Any) -> tuple[int, int, int]:
+    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    if cls is None or sep is None or pad is None:
+        raise BertScopeError("The tokenizer needs [CLS], [SEP] and [PAD] tokens (or <s>, </s>, <pad>).")
+    return cls, sep, pad
 
 
 def chunk_documents(tokenizer: Any, documents: Sequence[Sequence[str]], seq_len: int) -> torch.Tensor:
     """[chunk, seq_len] int64: each document's tokens cut into [CLS] piece [SEP] chunks, padded.
     A document's last piece is kept when it has at least a quarter of a chunk."""
     body = seq_len - 2
-    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
-    if cls is None or sep is None or pad is None:
-        raise BertScopeError("The tokenizer needs [CLS], [SEP] and [PAD] tokens (or <s>, </s>, <pad>).")
+    cls, sep, pad = _special_ids(tokenizer)
     chunks = []
-    for sentences in documents:
-        sentences = [s for s in sentences if s.strip()]
-        if not sentences:
-            continue
-        ids = [i for row in tokenizer(list(sentences), add_special_tokens=False)["input_ids"] for i in row]
+    for sentences in tokenize_documents(tokenizer, documents):
+        ids = [i for row in sentences for i in row]
         for start in range(0, len(ids), body):
             piece = ids[start:start + body]
             if len(piece) < max(4, body // 4) and start > 0:
@@ -111,6 +154,82 @@ def chunk_documents(tokenizer: Any, documents: Sequence[Sequence[str]], seq_len:
     if not chunks:
         raise BertScopeError("The corpus has no text to train on.")
     return torch.tensor(chunks, dtype=torch.long)
+
+
+def pair_instances(tokenizer: Any, documents: Sequence[Sequence[str]], seq_len: int, task: str,
+                   seed: int) -> Chunks:
+    """Sentence pairs for NSP or SOP, as google-research/bert's ``create_instances_from_document``
+    (and ALBERT's): a document's sentences are gathered until they fill a chunk, then cut at a
+    random sentence boundary into segment A and segment B (a one-sentence piece is cut inside
+    the sentence). NSP: half the time B is replaced by text from a random other document
+    (label 1, NotNext; from a distant part of the same one when there is only one document),
+    and the sentences it displaced start the next pair. SOP: half the time
+    A and B swap places (label 1). The pair is trimmed to fit as in ``truncate_seq_pair``: the
+    longer segment loses a token at a random end until both fit."""
+    import random
+
+    if task not in ("nsp", "sop"):
+        raise BertScopeError("Sentence pairs are built for 'nsp' or 'sop'.")
+    cls, sep, pad = _special_ids(tokenizer)
+    docs = tokenize_documents(tokenizer, documents)
+    rng = random.Random(seed)
+    target = seq_len - 3  # [CLS] A [SEP] B [SEP]
+    rows, types, labels = [], [], []
+    for d, sentences in enumerate(docs):
+        i, chunk, length = 0, [], 0
+        while i < len(sentences):
+            chunk.append(sentences[i])
+            length += len(sentences[i])
+            if i == len(sentences) - 1 or length >= target:
+                if len(chunk) == 1:  # one sentence: two pieces of it
+                    piece = chunk[0][:target + 1]
+                    cut = rng.randint(1, len(piece) - 1) if len(piece) > 1 else 0
+                    parts, a_end = [piece[:cut], piece[cut:]], 1
+                else:
+                    parts, a_end = chunk, rng.randint(1, len(chunk) - 1)
+                a = [t for part in parts[:a_end] for t in part]
+                b = [t for part in parts[a_end:] for t in part]
+                label = 0
+                if task == "nsp" and rng.random() < 0.5:
+                    if len(docs) > 1:
+                        other = rng.randrange(len(docs) - 1)
+                        other += other >= d  # any document but this one
+                        start = rng.randrange(len(docs[other]))
+                    else:  # one document (as google's code then does): a part of it away from this pair
+                        other, near = d, range(i - len(chunk) + 1, i + 2)
+                        far = [j for j in range(len(sentences)) if j not in near]
+                        start = rng.choice(far) if far else rng.randrange(len(sentences))
+                    b = []
+                    for sentence in docs[other][start:]:
+                        b.extend(sentence)
+                        if len(b) >= target - len(a):
+                            break
+                    label = 1
+                    if len(chunk) > 1:
+                        i -= len(chunk) - a_end  # the displaced sentences start the next pair
+                elif task == "sop" and rng.random() < 0.5:
+                    a, b, label = b, a, 1
+                while len(a) + len(b) > target:  # truncate_seq_pair
+                    longer = a if len(a) > len(b) else b
+                    del longer[0 if rng.random() < 0.5 else -1]
+                if a and b:
+                    row = [cls, *a, sep, *b, sep]
+                    rows.append(row + [pad] * (seq_len - len(row)))
+                    types.append([0] * (len(a) + 2) + [1] * (len(b) + 1) + [0] * (seq_len - len(row)))
+                    labels.append(label)
+                chunk, length = [], 0
+            i += 1
+    if not rows:
+        raise BertScopeError("The corpus has no text to build sentence pairs from.")
+    return Chunks(torch.tensor(rows, dtype=torch.long), torch.tensor(types, dtype=torch.long),
+                  torch.tensor(labels, dtype=torch.long))
+
+
+def build_chunks(tokenizer: Any, documents: Sequence[Sequence[str]], cfg: RecipeConfig, seed: int) -> Chunks:
+    """Plain chunks for masked-LM alone, sentence pairs when ``cfg.pair_task`` asks for them."""
+    if cfg.pair_task == "none":
+        return Chunks(chunk_documents(tokenizer, documents, cfg.seq_len))
+    return pair_instances(tokenizer, documents, cfg.seq_len, cfg.pair_task, seed)
 
 
 def ordinary_ids(tokenizer: Any, vocab_size: int) -> torch.Tensor:
@@ -155,13 +274,15 @@ def special_mask(tokenizer: Any, ids: torch.Tensor) -> torch.Tensor:
 
 
 def build_model(source: str, local_only: bool, cfg: RecipeConfig) -> Any:
-    """The encoder with a masked-LM head, LoRA-wrapped when ``cfg.lora_rank`` > 0."""
-    from transformers import AutoModelForMaskedLM
+    """The encoder with a masked-LM head (and, for a pair task, the family's pretraining class:
+    BERT's NSP head or ALBERT's SOP head), LoRA-wrapped when ``cfg.lora_rank`` > 0."""
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     from .models import quiet_transformers
 
+    auto = AutoModelForMaskedLM if cfg.pair_task == "none" else AutoModelForPreTraining
     with quiet_transformers():
-        model = AutoModelForMaskedLM.from_pretrained(source, local_files_only=local_only, trust_remote_code=False,
+        model = auto.from_pretrained(source, local_files_only=local_only, trust_remote_code=False,
                                                      attn_implementation="sdpa", dtype=torch.float32)
     if cfg.lora_rank == 0:
         model.requires_grad_(True)
@@ -178,12 +299,17 @@ def build_model(source: str, local_only: bool, cfg: RecipeConfig) -> Any:
     return model
 
 
+PAIR_HEAD_PREFIXES = ("cls.seq_relationship.", "sop_classifier.")  # BERT's NSP, ALBERT's SOP classifier
+
+
 def _is_extra(name: str) -> bool:
-    """Weights trained in full beside LoRA: the head's transform and bias, every LayerNorm."""
+    """Weights trained in full beside LoRA: the head's transform and bias, every LayerNorm, and
+    for pair tasks the pooler and the pair classifier."""
     inner = _inner_name(name)
     return ("LayerNorm" in inner or inner.startswith(("cls.predictions.transform.", "lm_head.dense.",
                                                       "lm_head.layer_norm.", "predictions.dense.",
-                                                      "predictions.LayerNorm."))
+                                                      "predictions.LayerNorm.", "bert.pooler.", "albert.pooler.",
+                                                      *PAIR_HEAD_PREFIXES))
             or inner in {"cls.predictions.bias", "lm_head.bias", "predictions.bias"}) and "lora_" not in inner
 
 
@@ -210,44 +336,111 @@ def _autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
 
 
+def check_pair_task(model_name: str, model_type: str, task: str) -> None:
+    """Each family trains the sentence-pair head its own pretraining had (and the loader reads)."""
+    from .models import NSP_TYPES, SOP_TYPES
+
+    if task == "nsp" and model_type not in NSP_TYPES:
+        other = " (ALBERT's is SOP: choose --pair sop)" if model_type in SOP_TYPES else ""
+        raise BertScopeError(f"{model_name} is a {model_type} model, which has no next-sentence head{other}: "
+                             "NSP is BERT's.")
+    if task == "sop" and model_type not in SOP_TYPES:
+        other = " (BERT's is NSP: choose --pair nsp)" if model_type in NSP_TYPES else ""
+        raise BertScopeError(f"{model_name} is a {model_type} model, which has no sentence-order head{other}: "
+                             "SOP is ALBERT's.")
+
+
+def _mlm_logits(out: Any) -> torch.Tensor:
+    """The masked-LM logits of a ``*ForMaskedLM`` (``logits``) or ``*ForPreTraining`` output."""
+    logits = getattr(out, "prediction_logits", None)
+    return out.logits if logits is None else logits
+
+
+@contextmanager
+def _logits_only_at(model: Any, chosen: torch.Tensor):
+    """Within the block the masked-LM head's output layer sees only the ``chosen`` positions
+    ([batch, token] bool): the model's logits come out as [chosen, vocab], in the order of
+    ``tensor[chosen]``. The [vocab x hidden] projection is the head's cost (about as much as
+    the whole encoder for MiniLM), and the loss needs 15% of its rows. Yields False (nothing
+    changed) where the model has no such output layer."""
+    decoder = model.get_output_embeddings()
+    if not isinstance(decoder, torch.nn.Linear):
+        yield False
+        return
+
+    def only_chosen(module: Any, args: tuple) -> tuple:
+        return (args[0][chosen], *args[1:])  # [batch, token, hidden] -> [chosen, hidden]
+
+    handle = decoder.register_forward_pre_hook(only_chosen)
+    try:
+        yield True
+    finally:
+        handle.remove()
+
+
+def _forward(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,
+             device: torch.device, context: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One pass of the recipe: (logits [chosen, vocab] float32, gold ids [chosen], pair logits
+    [batch, 2] float32 or None)."""
+    labels = labels.to(device)
+    chosen = labels != IGNORE_INDEX  # [batch, token]
+    feed = {"input_ids": inputs.to(device), "attention_mask": (batch.ids != pad_id).long().to(device)}
+    if batch.token_types is not None:
+        feed["token_type_ids"] = batch.token_types.to(device)
+    with context, _logits_only_at(model, chosen) as gathered:
+        out = model(**feed)
+    logits = _mlm_logits(out)
+    if not gathered:
+        logits = logits[chosen]
+    pair = getattr(out, "seq_relationship_logits", None)
+    if pair is None:
+        pair = getattr(out, "sop_logits", None)
+    return logits.float(), labels[chosen], None if batch.pair_labels is None or pair is None else pair.float()
+
+
 EVAL_LOGIT_BYTES = 1 << 30  # an evaluation batch's [batch, token, vocab] float32 logits at most
 
 
 @torch.no_grad()
-def evaluate(model: Any, tokenizer: Any, chunks: torch.Tensor, cfg: RecipeConfig, device: torch.device,
+def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: RecipeConfig, device: torch.device,
              batch_size: int = 128) -> dict[str, float]:
-    """Held-out loss, top-1 and top-5 over the chosen positions of one fixed corruption.
-    Batches hold at most ``batch_size`` chunks and ``EVAL_LOGIT_BYTES`` of logits (BERT's
-    30k vocabulary at 512 tokens is 62 MB of logits a chunk)."""
-    row_bytes = chunks.shape[1] * model.config.vocab_size * 4
+    """Held-out loss, top-1 and top-5 over the chosen positions of one fixed corruption, and for
+    sentence pairs the pair head's loss and accuracy. Batches hold at most ``batch_size`` chunks
+    and ``EVAL_LOGIT_BYTES`` of float32 logits at the chosen positions."""
+    if isinstance(chunks, torch.Tensor):
+        chunks = Chunks(chunks)
+    row_bytes = max(1, round(chunks.ids.shape[1] * cfg.select_rate)) * model.config.vocab_size * 4
     batch_size = max(1, min(batch_size, EVAL_LOGIT_BYTES // row_bytes))
     was_training = model.training
     model.eval()
     generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)  # the same corruption every epoch
     replacements = ordinary_ids(tokenizer, model.config.vocab_size)
     loss_sum, top1, top5, count = 0.0, 0, 0, 0
+    pair_loss, pair_right, pairs = 0.0, 0, 0
     context, _ = _autocast(device)
     # one corruption of the whole set, drawn before batching: the figure does not depend on batch sizes
-    all_inputs, all_labels = mask_tokens(chunks, special_mask(tokenizer, chunks), replacements,
+    all_inputs, all_labels = mask_tokens(chunks.ids, special_mask(tokenizer, chunks.ids), replacements,
                                          tokenizer.mask_token_id, cfg, generator)
     for start in range(0, len(chunks), batch_size):
-        ids = chunks[start:start + batch_size]
-        inputs, labels = all_inputs[start:start + batch_size], all_labels[start:start + batch_size]
-        attention = (ids != tokenizer.pad_token_id).long()
-        with context:
-            logits = model(input_ids=inputs.to(device), attention_mask=attention.to(device)).logits
-        labels = labels.to(device)
-        chosen = labels != IGNORE_INDEX  # [batch, token]
-        picked = logits[chosen].float()  # [chosen, vocab]
-        gold = labels[chosen]
+        part = slice(start, start + batch_size)
+        picked, gold, pair = _forward(model, chunks.take(part), all_inputs[part], all_labels[part],
+                                      tokenizer.pad_token_id, device, context)
         loss_sum += float(F.cross_entropy(picked, gold, reduction="sum"))
         best = picked.topk(5, dim=-1).indices  # [chosen, 5]
         top1 += int((best[:, 0] == gold).sum())
         top5 += int((best == gold[:, None]).any(dim=-1).sum())
-        count += int(chosen.sum())
+        count += len(gold)
+        if pair is not None:
+            truth = chunks.pair_labels[part].to(device)
+            pair_loss += float(F.cross_entropy(pair, truth, reduction="sum"))
+            pair_right += int((pair.argmax(dim=-1) == truth).sum())
+            pairs += len(truth)
     model.train(was_training)
-    return {"loss": loss_sum / max(1, count), "top1": top1 / max(1, count), "top5": top5 / max(1, count),
-            "positions": count}
+    figures = {"loss": loss_sum / max(1, count), "top1": top1 / max(1, count), "top5": top5 / max(1, count),
+               "positions": count}
+    if pairs:
+        figures.update({"pair_loss": pair_loss / pairs, "pair_accuracy": pair_right / pairs, "pairs": pairs})
+    return figures
 
 
 @torch.no_grad()
@@ -260,7 +453,7 @@ def cloze(model: Any, tokenizer: Any, texts: Sequence[str], device: torch.device
         text = text.replace("[MASK]", tokenizer.mask_token)
         enc = tokenizer(text, return_tensors="pt").to(device)
         at = int((enc["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0])
-        logits = model(**enc).logits[0, at].float()
+        logits = _mlm_logits(model(**enc))[0, at].float()
         ids = logits.topk(k).indices.tolist()
         out.append({"text": text, "top": [tokenizer.convert_ids_to_tokens(i) for i in ids]})
     model.train(was_training)
@@ -302,7 +495,7 @@ def _load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer,
     if not (folder / "state.json").is_file():
         return None
     meta = json.loads((folder / "state.json").read_text())
-    saved = dict(meta["config"])
+    saved = {"pair_task": "none", **meta["config"]}  # runs saved before pair tasks existed
     if {k: v for k, v in saved.items() if k != "epochs"} != {k: v for k, v in asdict(cfg).items() if k != "epochs"}:
         raise BertScopeError(f"{folder.parent} holds a run with other settings: choose another output folder.")
     tensors = load_file(str(folder / "state.safetensors"))
@@ -353,14 +546,17 @@ def train(
                              f"use at most {longest}.")
     if tokenizer.mask_token_id is None:
         raise BertScopeError(f"{model_name}'s tokenizer has no mask token: it cannot learn masked-LM.")
+    if cfg.pair_task != "none":
+        check_pair_task(model_name, config.model_type, cfg.pair_task)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    train_chunks = chunk_documents(tokenizer, train_documents, cfg.seq_len)  # [chunk, seq_len]
-    held_chunks = chunk_documents(tokenizer, held_out_documents, cfg.seq_len)
+    # pairs are drawn once per run (as BERT's create_pretraining_data); masks every step when dynamic
+    train_chunks = build_chunks(tokenizer, train_documents, cfg, seed=cfg.seed)  # rows [chunk, seq_len]
+    held_chunks = build_chunks(tokenizer, held_out_documents, cfg, seed=cfg.seed + 1_000_003)
     if cfg.max_chunks is not None:
         keep = torch.randperm(len(train_chunks), generator=torch.Generator().manual_seed(cfg.seed))[:cfg.max_chunks]
-        train_chunks = train_chunks[keep.sort().values]
+        train_chunks = train_chunks.take(keep.sort().values)
     model = build_model(source, local_only, cfg).to(torch_device)
     params = trainable(model)
     decay = [p for n, p in params.items() if p.ndim >= 2]
@@ -374,7 +570,7 @@ def train(
     static_generator = torch.Generator().manual_seed(cfg.seed + 7)
     static = None
     if cfg.masking == "static":  # one corruption per chunk, drawn once (BERT's)
-        static = mask_tokens(train_chunks, special_mask(tokenizer, train_chunks), replacements,
+        static = mask_tokens(train_chunks.ids, special_mask(tokenizer, train_chunks.ids), replacements,
                              tokenizer.mask_token_id, cfg, static_generator)
     context, scaler = _autocast(torch_device)
     before = state.history[0]["before"] if state.history else {
@@ -385,25 +581,26 @@ def train(
     for epoch in range(state.epoch, cfg.epochs):
         generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and masks of this epoch
         order = torch.randperm(len(train_chunks), generator=generator)
-        started, losses, tokens = time.perf_counter(), [], 0
+        started, losses, pair_losses, tokens = time.perf_counter(), [], [], 0
         for s in range(steps_per_epoch):
             if stop is not None and stop():
                 return state
             idx = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
-            ids = train_chunks[idx]  # [batch, seq_len]
+            batch = train_chunks.take(idx)  # [batch, seq_len]
             if static is not None:
                 inputs, labels = static[0][idx], static[1][idx]
             else:
-                inputs, labels = mask_tokens(ids, special_mask(tokenizer, ids), replacements,
+                inputs, labels = mask_tokens(batch.ids, special_mask(tokenizer, batch.ids), replacements,
                                              tokenizer.mask_token_id, cfg, generator)
-            attention = (ids != tokenizer.pad_token_id).long()
             for group in optimizer.param_groups:
                 group["lr"] = _lr_at(state.step, total, cfg)
-            with context:
-                logits = model(input_ids=inputs.to(torch_device), attention_mask=attention.to(torch_device)).logits
-            labels = labels.to(torch_device)
-            chosen = labels != IGNORE_INDEX
-            loss = F.cross_entropy(logits[chosen].float(), labels[chosen])
+            picked, gold, pair = _forward(model, batch, inputs, labels, tokenizer.pad_token_id, torch_device, context)
+            mlm_loss = F.cross_entropy(picked, gold)
+            loss = mlm_loss
+            if pair is not None:  # BERT's and ALBERT's objective: the sum of the two losses
+                pair_loss = F.cross_entropy(pair, batch.pair_labels.to(torch_device))
+                loss = mlm_loss + pair_loss
+                pair_losses.append(float(pair_loss.detach()))
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()
@@ -416,14 +613,16 @@ def train(
                 torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
                 optimizer.step()
             state.step += 1
-            losses.append(float(loss.detach()))
-            tokens += int(attention.sum())
+            losses.append(float(mlm_loss.detach()))
+            tokens += int((batch.ids != tokenizer.pad_token_id).sum())
             if progress is not None:
-                progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1]})
+                progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1],
+                                             **({"pair_loss": pair_losses[-1]} if pair_losses else {})})
         seconds = time.perf_counter() - started
         held = evaluate(model, tokenizer, held_chunks, cfg, torch_device)
         state.epoch = epoch + 1
         state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "held_out": held,
+                              **({"train_pair_loss": float(np.mean(pair_losses))} if pair_losses else {}),
                               "seconds": seconds, "tokens_per_s": tokens / seconds,
                               **({"before": before} if epoch == 0 else {})})
         _save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
@@ -440,7 +639,9 @@ def _export(model: Any, tokenizer: Any, out: Path, cfg: RecipeConfig, model_name
     if cfg.lora_rank:
         model.peft_config["default"].base_model_name_or_path = model_name  # the name, not a local path
         tmp = Path(tempfile.mkdtemp(dir=out, prefix="adapter.tmp-"))
-        model.save_pretrained(tmp)  # adapter_config.json + adapter_model.safetensors (LoRA only)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Could not find a config file")  # a preset name, not a hub id
+            model.save_pretrained(tmp)  # adapter_config.json + adapter_model.safetensors (LoRA only)
         extras = {_inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters() if _is_extra(n)}
         save_file(extras, str(tmp / "extras.safetensors"))
         replace_folder(tmp, out / "adapter")
@@ -472,17 +673,27 @@ def plot_curves(metrics: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = [e["epoch"] for e in metrics["epochs"]]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    left.plot(epochs, [e["train_loss"] for e in metrics["epochs"]], "o-", label="train")
-    left.plot(epochs, [e["held_out"]["loss"] for e in metrics["epochs"]], "s-", label="held out")
-    left.set(xlabel="epoch", ylabel="masked-LM loss (nats)", title="Loss")
-    left.legend()
-    right.plot(epochs, [e["held_out"]["top1"] for e in metrics["epochs"]], "o-", label="top-1")
-    right.plot(epochs, [e["held_out"]["top5"] for e in metrics["epochs"]], "s-", label="top-5")
-    right.set(xlabel="epoch", ylabel="accuracy on masked positions", title="Held-out accuracy", ylim=(0, 1))
-    right.legend()
+    task = metrics["config"].get("pair_task", "none")
+    paired = task != "none" and all("pair_accuracy" in e["held_out"] for e in metrics["epochs"])
+    mlm = "masked-LM " if paired else ""
+    left.plot(epochs, [e["train_loss"] for e in metrics["epochs"]], "o-", label=f"{mlm}train")
+    left.plot(epochs, [e["held_out"]["loss"] for e in metrics["epochs"]], "s-", label=f"{mlm}held out")
+    right.plot(epochs, [e["held_out"]["top1"] for e in metrics["epochs"]], "o-", label="top-1 (masked positions)")
+    right.plot(epochs, [e["held_out"]["top5"] for e in metrics["epochs"]], "s-", label="top-5 (masked positions)")
+    if paired:
+        left.plot(epochs, [e["held_out"]["pair_loss"] for e in metrics["epochs"]], "^--",
+                  label=f"{task.upper()} held out")
+        right.plot(epochs, [e["held_out"]["pair_accuracy"] for e in metrics["epochs"]], "^--",
+                   label=f"{task.upper()} accuracy (pairs; chance 0.5)")
+    left.set(xlabel="epoch", ylabel="loss (nats)", title="Loss")
+    right.set(xlabel="epoch", ylabel="held-out accuracy", title="Held-out accuracy", ylim=(0, 1))
+    for axis in (left, right):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -493,14 +704,16 @@ def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
     folder at ``folder`` (atomically). The base is read from ``base_source`` (a folder)."""
     from peft import PeftModel
     from safetensors.torch import load_file
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
 
     from .models import quiet_transformers
 
-    with quiet_transformers():
-        model = AutoModelForMaskedLM.from_pretrained(base_source, local_files_only=True, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(base_source, local_files_only=True)
     extras = load_file(str(delta / "extras.safetensors"))
+    paired = any(name.startswith(PAIR_HEAD_PREFIXES) for name in extras)  # trained with NSP or SOP
+    auto = AutoModelForPreTraining if paired else AutoModelForMaskedLM
+    with quiet_transformers():
+        model = auto.from_pretrained(base_source, local_files_only=True, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(base_source, local_files_only=True)
     named = dict(model.named_parameters())
     unknown = sorted(set(extras) - set(named))
     if unknown:

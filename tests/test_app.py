@@ -600,6 +600,8 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
     assert not at.exception and not at.error
     at.multiselect(key="pretrain_genres").set_value(["humor"])
     at.number_input(key="pretrain_chunks").set_value(16)
+    assert at.radio(key="pretrain_pair").options == ["masked-LM only", "+ next-sentence prediction (BERT)"]
+    at.radio(key="pretrain_pair").set_value("nsp")
     at.button(key="FormSubmitter:pretrain_form-Train " + str(tiny_bert_dir)).click().run()
     assert not at.exception and not at.error
     job = at.session_state["pretrain_job"]
@@ -609,7 +611,9 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
     assert snap.status == "done", snap.error
     assert snap.step == snap.total == 1 and len(snap.losses) == 1
     labels = {m.label for m in at.metric}
-    assert {"Held-out loss", "Held-out top-1", "Held-out top-5"} <= labels
+    assert {"Held-out loss", "Held-out top-1", "Held-out top-5", "Held-out NSP accuracy"} <= labels
+    assert len(snap.pair_losses) == 1 and job.cfg.pair_task == "nsp"
+    assert "held-out NSP accuracy" in at.dataframe[0].value.columns
     table = next(d.value for d in at.dataframe if "before" in d.value.columns)
     from bertscope.pretraining import CLOZE
 

@@ -553,12 +553,16 @@ def test_pretraining_page_trains_bundled_live(browser, app_url, artifacts):
     page, problems = open_page(browser, f"{app_url}/pretrain", height=1500)
     page.get_by_role("button", name="Train bundled").wait_for(timeout=60_000)
     chunks = page.get_by_label("Chunks to train on", exact=False)
-    chunks.fill("8")
+    chunks.fill("48")  # three steps of 16: the page measures the pace after the first
     chunks.press("Tab")
+    page.get_by_text("+ next-sentence prediction (BERT)").click()
     page.get_by_role("button", name="Train bundled").click()
     page.get_by_text("step", exact=False).first.wait_for(timeout=60_000)  # the live progress line
+    page.get_by_text("left (plus held-out scoring", exact=False).wait_for(timeout=300_000)  # the pace, measured
+    page.screenshot(path=str(artifacts / "pretraining-running.png"), full_page=True)
     page.get_by_text("Predictions before and after").wait_for(timeout=300_000)
     page.locator('[data-testid="stMetricLabel"]').get_by_text("Held-out top-1").wait_for(timeout=30_000)
+    page.locator('[data-testid="stMetricLabel"]').get_by_text("Held-out NSP accuracy").wait_for(timeout=30_000)
     assert not page.locator(".stException").count()
     page.wait_for_timeout(500)
     page.screenshot(path=str(artifacts / "pretraining.png"), full_page=True)

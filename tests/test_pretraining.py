@@ -140,6 +140,108 @@ def test_training_job_runs_in_the_background_is_cancelled_and_refuses_a_second_r
     snap = done.snapshot()
     assert snap.status == "done" and snap.step == snap.total == len(snap.losses)
     assert [e["epoch"] for e in snap.epochs] == [1, 2, 3] and snap.metrics["after"]["held_out"]["loss"] > 0
+    assert snap.seconds_per_step > 0 and snap.seconds_left is None and snap.elapsed > 0  # the pace, measured
+    assert done.device_label.startswith("the CPU")
+    with pytest.raises(BertScopeError, match="Unknown device"):  # refused before taking the one slot
+        TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "e", SMALL, device="tpu")
+    free = TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "f", replace(SMALL, epochs=1), device="cpu")
+    assert free.wait(timeout=300) and free.snapshot().status == "done"
     failed = TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "d", replace(SMALL, seq_len=128), device="cpu")
     assert failed.wait(timeout=60)
     assert failed.snapshot().status == "failed" and "longer than" in failed.snapshot().error
+
+
+def test_the_head_runs_only_at_the_chosen_positions_with_the_full_heads_values(
+        tiny_bert_dir, tiny_roberta_dir, tiny_albert_pretraining_dir, tiny_distilbert_dir):
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+
+    from bertscope.pretraining import Chunks, _forward
+
+    ids = torch.randint(5, 60, (3, 12))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, 2], labels[1, 5], labels[1, 7], labels[2, 11] = 9, 10, 11, 12
+    for folder, auto in ((tiny_bert_dir, AutoModelForPreTraining), (tiny_bert_dir, AutoModelForMaskedLM),
+                         (tiny_roberta_dir, AutoModelForMaskedLM), (tiny_albert_pretraining_dir, AutoModelForPreTraining),
+                         (tiny_distilbert_dir, AutoModelForMaskedLM)):
+        model = auto.from_pretrained(folder).eval()
+        with torch.no_grad():
+            full = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+            full = getattr(full, "prediction_logits", None) if hasattr(full, "prediction_logits") else full.logits
+            picked, gold, _ = _forward(model, Chunks(ids), ids, labels, -1, torch.device("cpu"), torch.no_grad())
+        assert picked.shape == (4, model.config.vocab_size) and gold.tolist() == [9, 10, 11, 12]
+        torch.testing.assert_close(picked, full[labels != IGNORE_INDEX], atol=1e-5, rtol=1e-5)
+        assert not model.get_output_embeddings()._forward_pre_hooks  # the hook is gone after the pass
+
+
+def _segments(tok, row, types):
+    words = [t for t, i in zip(tok.convert_ids_to_tokens(row.tolist()), row.tolist()) if i != tok.pad_token_id]
+    return words, types[:len(words)].tolist()
+
+
+def test_sentence_pairs_follow_berts_recipe(tiny_bert):
+    from bertscope.pretraining import pair_instances
+
+    tok = tiny_bert.tokenizer
+    docs = [[f"the dog {w} ." for w in ("sat", "ran", "ate", "slept")] * 40, ["a cat sat on the boat ."] * 120]
+    for task in ("nsp", "sop"):
+        pairs = pair_instances(tok, docs, 24, task, seed=1)
+        assert pairs.ids.shape[1] == 24 and len(pairs) == len(pairs.pair_labels) >= 50
+        assert 0.35 < pairs.pair_labels.float().mean() < 0.65  # about half are NotNext / swapped
+        for row, types, label in zip(pairs.ids, pairs.token_types, pairs.pair_labels):
+            words, segs = _segments(tok, row, types)
+            first = words.index("[SEP]")
+            assert words[0] == "[CLS]" and words[-1] == "[SEP]" and words.count("[SEP]") == 2 and len(words) <= 24
+            assert segs == [0] * (first + 1) + [1] * (len(words) - first - 1)  # A with [CLS] and its [SEP], then B
+            a, b = words[1:first], words[first + 1:-1]
+            assert a and b
+            if task == "sop":  # the same document either way: SOP is about order, not topic
+                assert ("cat" in a) == ("cat" in b)
+    sop = pair_instances(tok, [["one two three four five six seven eight"] * 1], 12, "sop", seed=0)
+    assert len(sop) == 1  # a one-sentence document is cut inside its sentence
+    alone = pair_instances(tok, docs[:1], 24, "nsp", seed=0)  # one document: NotNext B from elsewhere in it
+    assert len(alone) >= 20 and 0.2 < alone.pair_labels.float().mean() < 0.8
+
+
+def test_nsp_pairs_take_b_from_another_document_exactly_when_labelled_notnext(tiny_bert):
+    from bertscope.pretraining import pair_instances
+
+    tok = tiny_bert.tokenizer
+    docs = [["the dog sat .", "the dog ran .", "the dog ate ."] * 3, ["a cat sat on the boat ."] * 9]
+    pairs = pair_instances(tok, docs, 20, "nsp", seed=4)
+    for row, types, label in zip(pairs.ids, pairs.token_types, pairs.pair_labels):
+        words, _ = _segments(tok, row, types)
+        first = words.index("[SEP]")
+        a, b = words[1:first], words[first + 1:-1]
+        assert (("cat" in a) != ("cat" in b)) == bool(label)
+
+
+@pytest.mark.parametrize("task, fixture", [("nsp", "tiny_bert_dir"), ("sop", "tiny_albert_pretraining_dir")])
+def test_training_a_pair_head_beside_mlm_and_loading_it_back(task, fixture, request, tmp_path):
+    from bertscope import load_model
+
+    folder = request.getfixturevalue(fixture)
+    docs = [[f"the dog {w} by the river ." for w in ("sat", "ran", "ate", "slept", "hid")] * 3,
+            [f"a cat {w} on the boat ." for w in ("sat", "ran", "ate", "slept", "hid")] * 3,
+            [f"he {w} bread and fish ." for w in ("ate", "had", "sold", "bought", "took")] * 3]
+    cfg = replace(SMALL, seq_len=24, epochs=4, pair_task=task, lora_rank=4, lr=1e-2)
+    state = train(str(folder), docs, docs, tmp_path / "run", cfg, device="cpu")
+    held = [h["held_out"] for h in state.history]
+    assert all(0 <= h["pair_accuracy"] <= 1 and h["pairs"] > 0 for h in held)
+    assert held[-1]["pair_loss"] < state.history[0]["before"]["held_out"]["pair_loss"]
+    assert state.history[-1]["train_pair_loss"] < state.history[0]["train_pair_loss"]
+    assert held[-1]["loss"] < state.history[0]["before"]["held_out"]["loss"]
+    lm = load_model(str(tmp_path / "run" / "model"), device="cpu")
+    assert lm.heads == {"mlm", task}  # the loader reads the trained pair head like any checkpoint's
+    extras = load_file(str(tmp_path / "run" / "adapter" / "extras.safetensors"))
+    assert any(k.startswith(("cls.seq_relationship.", "sop_classifier.")) for k in extras)
+    merged = apply_delta(str(folder), tmp_path / "run" / "adapter", tmp_path / "merged")
+    assert load_model(str(merged), device="cpu").heads == {"mlm", task}
+
+
+def test_a_pair_task_the_family_never_had_is_refused_in_one_line(tiny_bert_dir, tiny_roberta_dir, tmp_path):
+    with pytest.raises(BertScopeError, match="BERT's is NSP"):
+        train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "a", replace(SMALL, pair_task="sop"), device="cpu")
+    with pytest.raises(BertScopeError, match="no next-sentence head"):
+        train(str(tiny_roberta_dir), TRAIN, HELD, tmp_path / "b", replace(SMALL, pair_task="nsp"), device="cpu")
+    with pytest.raises(BertScopeError, match="sentence-pair task"):
+        RecipeConfig(pair_task="both").check()

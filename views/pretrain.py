@@ -10,6 +10,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.pretrain import brown_documents
+from bertscope.models import NSP_TYPES, SOP_TYPES
 from bertscope.pretraining import RecipeConfig
 from bertscope.training_job import TrainingJob
 from bertscope.user_cache import user_cache_dir
@@ -22,6 +23,10 @@ GENRES = ("adventure", "belles_lettres", "editorial", "fiction", "government", "
           "lore", "mystery", "news", "religion", "reviews", "romance", "science_fiction")
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def training_allowed() -> bool:
     """Locally always; on a hosted demo only when BERTSCOPE_ALLOW_TRAINING says so (it is costly)."""
     flag = os.environ.get("BERTSCOPE_ALLOW_TRAINING", "").strip().lower() in {"1", "true", "yes", "on"}
@@ -31,8 +36,9 @@ def training_allowed() -> bool:
 st.title("Pretraining")
 st.caption("BERT's masked-LM recipe (Devlin et al. 2019, §3.1: 15% of the tokens chosen, of those 80% [MASK], "
            "10% random, 10% kept; dynamic masking as RoBERTa), continued on the sidebar's model with the Brown "
-           "corpus, held-out documents scored after every epoch. LoRA adapters (peft) by default. The same run "
-           "headless: `python -m bertscope.pretrain MODEL --corpus brown --out runs/NAME`.")
+           "corpus, held-out documents scored after every epoch; optionally with sentence pairs for BERT's "
+           "next-sentence head or ALBERT's sentence-order head. LoRA adapters (peft) by default. The same run "
+           "headless: `python -m bertscope.pretrain MODEL --corpus brown --out runs/NAME [--pair nsp]`.")
 if not training_allowed():
     st.info("Training is switched off on this hosted demo (set BERTSCOPE_ALLOW_TRAINING=1 to allow it). "
             "Run it locally, or headless with `python -m bertscope.pretrain`.")
@@ -42,6 +48,10 @@ if not name:
     st.info("Pick a model in the sidebar first.")
     st.stop()
 
+model_type = require_model().config.model_type
+PAIR_LABELS = {"none": "masked-LM only", "nsp": "+ next-sentence prediction (BERT)",
+               "sop": "+ sentence-order prediction (ALBERT)"}
+pair_options = ["none"] + (["nsp"] if model_type in NSP_TYPES else []) + (["sop"] if model_type in SOP_TYPES else [])
 job: TrainingJob | None = st.session_state.get(JOB)
 running = job is not None and job.snapshot().status == "running"
 with st.form("pretrain_form"):
@@ -53,6 +63,11 @@ with st.form("pretrain_form"):
     epochs = c2.number_input("Epochs", 1, 2 if demo() else 32, 1, key="pretrain_epochs")
     rank = c3.selectbox("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="pretrain_rank")
     lr = c4.select_slider("Learning rate", [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3], 1e-3, key="pretrain_lr")
+    pair = st.radio("Objective", pair_options, format_func=PAIR_LABELS.get, horizontal=True, key="pretrain_pair",
+                    help="Sentence pairs [CLS] A [SEP] B [SEP] as BERT's create_pretraining_data: for NSP half the "
+                         "B segments come from another document, for SOP half the pairs are swapped; the pair "
+                         "head's loss is added to the masked-LM loss. Each family trains the head its own "
+                         f"pretraining had ({model_type}: {', '.join(p.upper() for p in pair_options[1:]) or 'none'}).")
     start = st.form_submit_button(f"Train {name}", type="primary", disabled=running)
 
 if start:
@@ -62,7 +77,7 @@ if start:
         train_docs, held_docs = brown_documents(",".join(genres), seed=0)
         seq_len = min(128, require_model().max_length)  # chunks no longer than the model takes
         cfg = RecipeConfig(seq_len=seq_len, epochs=int(epochs), lora_rank=int(rank), lr=float(lr), batch_size=16,
-                           max_chunks=int(chunks))
+                           max_chunks=int(chunks), pair_task=pair)
         out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
         st.session_state[JOB] = TrainingJob.start(name, train_docs, held_docs, out, cfg)
         st.rerun()
@@ -83,22 +98,45 @@ def live() -> None:
         st.session_state["pretrain_shown"] = snap.status
         st.rerun()  # once, to draw the final state without the timer
     done = snap.step / snap.total if snap.total else 0.0
-    st.progress(done, text=plain(f"{job.model_name}: step {snap.step:,} of {snap.total or '…'} · {snap.status}"))
+    pace = ""
+    if snap.seconds_left is not None:
+        pace = (f" · {snap.seconds_per_step:.1f} s a step on {job.device_label}, about "
+                f"{_duration(snap.seconds_left)} left (plus held-out scoring after each epoch)")
+    elif snap.status == "running" and not snap.step:
+        pace = f" · loading, building chunks and scoring the held-out set before training ({_duration(snap.elapsed)})"
+    st.progress(done, text=plain(f"{job.model_name}: step {snap.step:,} of {snap.total or '…'} · {snap.status}"
+                                 f"{pace}"))
     if snap.status == "running":
         st.button("Cancel", on_click=job.cancel, key="pretrain_cancel",
                   help="Stops between steps; what finished epochs learned stays in the run's checkpoint.")
     if snap.error:
         st.error(plain(snap.error))
     if snap.losses:
-        fig = px.line(x=list(range(1, len(snap.losses) + 1)), y=snap.losses,
-                      labels={"x": "step", "y": "masked-LM loss (nats, chosen positions)"},
+        curves = {"masked-LM (chosen positions)": snap.losses}
+        if snap.pair_losses:
+            curves[f"{job.cfg.pair_task.upper()} (pair head)"] = snap.pair_losses
+        frame = pd.DataFrame([{"step": i + 1, "loss": v, "objective": name}
+                              for name, values in curves.items() for i, v in enumerate(values)])
+        fig = px.line(frame, x="step", y="loss", color="objective", labels={"loss": "loss (nats)"},
                       title="Training loss, step by step", markers=len(snap.losses) <= 200)
+        if len(snap.losses) <= 20:
+            fig.update_xaxes(dtick=1)  # whole steps only
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="pretrain_loss")
     if snap.epochs:
+        pair_name = job.cfg.pair_task.upper()
         st.dataframe(pd.DataFrame([{"epoch": e["epoch"], "train loss": e["train_loss"],
                                     "held-out loss": e["held_out"]["loss"], "held-out top-1": e["held_out"]["top1"],
-                                    "held-out top-5": e["held_out"]["top5"], "tokens/s": e["tokens_per_s"]}
-                                   for e in snap.epochs]), hide_index=True, width="stretch")
+                                    "held-out top-5": e["held_out"]["top5"],
+                                    **({f"held-out {pair_name} accuracy": e["held_out"]["pair_accuracy"]}
+                                       if "pair_accuracy" in e["held_out"] else {}),
+                                    "tokens/s": e["tokens_per_s"]}
+                                   for e in snap.epochs]), hide_index=True, width="stretch",
+                     column_config={"train loss": st.column_config.NumberColumn(format="%.3f"),
+                                    "held-out loss": st.column_config.NumberColumn(format="%.3f"),
+                                    "tokens/s": st.column_config.NumberColumn(format="%,.0f"),
+                                    **{c: st.column_config.NumberColumn(format="percent")
+                                       for c in ("held-out top-1", "held-out top-5",
+                                                 f"held-out {pair_name} accuracy")}})
 
 
 live()
@@ -107,10 +145,15 @@ snap = job.snapshot()
 if snap.metrics:
     m = snap.metrics
     before, after = m["before"]["held_out"], m["after"]["held_out"]
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Held-out loss", f"{after['loss']:.3f}", f"{after['loss'] - before['loss']:+.3f}", delta_color="inverse")
-    c2.metric("Held-out top-1", f"{after['top1']:.1%}", f"{after['top1'] - before['top1']:+.1%}")
-    c3.metric("Held-out top-5", f"{after['top5']:.1%}", f"{after['top5'] - before['top5']:+.1%}")
+    tiles = st.columns(4 if "pair_accuracy" in after else 3)
+    tiles[0].metric("Held-out loss", f"{after['loss']:.3f}", f"{after['loss'] - before['loss']:+.3f}",
+                    delta_color="inverse")
+    tiles[1].metric("Held-out top-1", f"{after['top1']:.1%}", f"{after['top1'] - before['top1']:+.1%}")
+    tiles[2].metric("Held-out top-5", f"{after['top5']:.1%}", f"{after['top5'] - before['top5']:+.1%}")
+    if "pair_accuracy" in after:
+        tiles[3].metric(f"Held-out {m['config']['pair_task'].upper()} accuracy", f"{after['pair_accuracy']:.1%}",
+                        f"{after['pair_accuracy'] - before.get('pair_accuracy', 0.5):+.1%}",
+                        help=f"On {after['pairs']:,} held-out pairs, half of them positive: chance is 50%.")
     st.subheader("Predictions before and after")
     st.dataframe(pd.DataFrame([{"text": b["text"], "before": ", ".join(b["top"]), "after": ", ".join(a["top"])}
                                for b, a in zip(m["before"]["cloze"], m["after"]["cloze"])]),
