@@ -409,7 +409,10 @@ def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: Rec
     and ``EVAL_LOGIT_BYTES`` of float32 logits at the chosen positions."""
     if isinstance(chunks, torch.Tensor):
         chunks = Chunks(chunks)
-    row_bytes = max(1, round(chunks.ids.shape[1] * cfg.select_rate)) * model.config.vocab_size * 4
+    rows = chunks.ids.shape[1]  # logits a chunk: at every position, or at its chosen ones with the hook
+    if isinstance(model.get_output_embeddings(), torch.nn.Linear):
+        rows = max(1, round(rows * cfg.select_rate))
+    row_bytes = rows * model.config.vocab_size * 4
     batch_size = max(1, min(batch_size, EVAL_LOGIT_BYTES // row_bytes))
     was_training = model.training
     model.eval()

@@ -100,6 +100,13 @@ def test_script_errors_are_one_line_with_exit_2(tiny_bert_dir, tmp_path, capsys)
     assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "r"), "--epochs", "1",
                           "--seq-len", "32", "--batch-size", "4", "--lora", "0", "--device", "cpu"]) == 0
     assert json.loads(capsys.readouterr().out)["epochs"] == 1
+    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "s"), "--pair", "sop",
+                          "--seq-len", "32", "--device", "cpu"]) == 2  # BERT's pair head is NSP
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "choose --pair nsp" in err
+    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "n"), "--pair", "nsp",
+                          "--epochs", "1", "--seq-len", "32", "--batch-size", "4", "--device", "cpu"]) == 0
+    assert 0 <= json.loads(capsys.readouterr().out)["held_out_nsp_accuracy"] <= 1
 
 
 @pytest.mark.slow
