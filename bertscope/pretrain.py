@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import BertScopeError
-from .pretraining import RecipeConfig, train
+from .pretraining import CLOZE, RecipeConfig, train
 
 Documents = list[list[str]]
 
@@ -76,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
                    help="also train on sentence pairs: BERT's next-sentence head (nsp) or ALBERT's "
                         "sentence-order head (sop)")
     p.add_argument("--max-chunks", type=int, help="train on at most this many chunks (a budget)")
+    p.add_argument("--cloze", action="append", metavar="SENTENCE",
+                   help="a sentence with [MASK] whose predictions metrics.json compares before and after "
+                        "(repeat for more; default: six everyday sentences)")
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--device", default="auto")
     return p
@@ -104,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             bars[0].refresh()
 
         try:
-            state = train(args.model, train_docs, held_docs, args.out, cfg, args.device, progress)
+            state = train(args.model, train_docs, held_docs, args.out, cfg, args.device, progress,
+                          cloze_texts=args.cloze or CLOZE)
         finally:
             for bar in bars:
                 bar.close()

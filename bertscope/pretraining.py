@@ -446,6 +446,25 @@ def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: Rec
     return figures
 
 
+MAX_CLOZE, MAX_CLOZE_CHARS = 12, 300
+
+
+def check_cloze(texts: Sequence[str]) -> list[str]:
+    """The sentences to compare before and after: each with a [MASK] (the first is predicted)."""
+    texts = [t.strip() for t in texts if t and t.strip()]
+    if not texts:
+        raise BertScopeError("Give at least one sentence with [MASK] to compare before and after.")
+    if len(texts) > MAX_CLOZE:
+        raise BertScopeError(f"At most {MAX_CLOZE} sentences to compare before and after ({len(texts)} given).")
+    for text in texts:
+        if "[MASK]" not in text:
+            raise BertScopeError(f"Each sentence needs a [MASK] to predict: {text[:60]!r} has none.")
+        if len(text) > MAX_CLOZE_CHARS:
+            raise BertScopeError(f"Sentences to compare are at most {MAX_CLOZE_CHARS} characters: {text[:40]!r}… "
+                                 f"has {len(text)}.")
+    return texts
+
+
 @torch.no_grad()
 def cloze(model: Any, tokenizer: Any, texts: Sequence[str], device: torch.device, k: int = 5) -> list[dict]:
     """Top-k words at the first mask of each text."""
@@ -453,7 +472,7 @@ def cloze(model: Any, tokenizer: Any, texts: Sequence[str], device: torch.device
     model.eval()
     out = []
     for text in texts:
-        text = text.replace("[MASK]", tokenizer.mask_token)
+        text = text.replace("[MASK]", tokenizer.mask_token)  # RoBERTa's <mask>
         enc = tokenizer(text, return_tensors="pt").to(device)
         at = int((enc["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0])
         logits = _mlm_logits(model(**enc))[0, at].float()
@@ -528,15 +547,18 @@ def train(
     device: str = "auto",
     progress: Callable[[int, int, dict], None] | None = None,
     stop: Callable[[], bool] | None = None,
+    cloze_texts: Sequence[str] = CLOZE,
 ) -> RunState:
     """Run (or resume) the recipe; writes the run folder (see the module docstring).
 
     ``progress(step, total_steps, info)`` after each step; ``stop()`` is asked between steps
-    and ends the run early at the last finished epoch (a cancel button)."""
+    and ends the run early at the last finished epoch (a cancel button). ``cloze_texts``
+    (each with a [MASK]) are predicted before and after, for metrics.json and the page."""
     from .devices import resolve_device
     from .models import _load_config, _load_tokenizer, resolve_source
 
     cfg.check()
+    cloze_texts = check_cloze(cloze_texts)
     torch_device = resolve_device(device)
     source, local_only = resolve_source(model_name)
     config = _load_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
@@ -549,6 +571,10 @@ def train(
                              f"use at most {longest}.")
     if tokenizer.mask_token_id is None:
         raise BertScopeError(f"{model_name}'s tokenizer has no mask token: it cannot learn masked-LM.")
+    cloze_texts = [t.replace("[MASK]", tokenizer.mask_token) for t in cloze_texts]
+    for text in cloze_texts:
+        if len(tokenizer(text)["input_ids"]) > longest:
+            raise BertScopeError(f"{text[:40]!r}… is longer than {model_name} takes ({longest} tokens).")
     if cfg.pair_task != "none":
         check_pair_task(model_name, config.model_type, cfg.pair_task)
     out = Path(out)
@@ -576,9 +602,12 @@ def train(
         static = mask_tokens(train_chunks.ids, special_mask(tokenizer, train_chunks.ids), replacements,
                              tokenizer.mask_token_id, cfg, static_generator)
     context, scaler = _autocast(torch_device)
+    if state.history and [c["text"] for c in state.history[0]["before"]["cloze"]] != cloze_texts:
+        raise BertScopeError(f"{out} was started with other sentences to compare before and after: give the same "
+                             "ones to resume, or choose another output folder.")
     before = state.history[0]["before"] if state.history else {
         "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device),
-        "cloze": cloze(model, tokenizer, CLOZE, torch_device)}
+        "cloze": cloze(model, tokenizer, cloze_texts, torch_device)}
     model.train()
     n_trainable = sum(p.numel() for p in params.values())
     for epoch in range(state.epoch, cfg.epochs):
@@ -631,7 +660,7 @@ def train(
         _save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
     _export(model, tokenizer, out, cfg, model_name)
     _write_metrics(out, model_name, cfg, state, len(train_chunks), len(held_chunks), n_trainable,
-                   cloze(model, tokenizer, CLOZE, torch_device), torch_device)
+                   cloze(model, tokenizer, cloze_texts, torch_device), torch_device)
     return state
 
 

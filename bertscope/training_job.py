@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import BertScopeError
-from .pretraining import RecipeConfig, train
+from .pretraining import CLOZE, RecipeConfig, check_cloze, train
 
 MAX_JOBS = 1
 _RUNNING = threading.BoundedSemaphore(MAX_JOBS)
@@ -82,23 +82,24 @@ class TrainingJob:
     @classmethod
     def start(cls, model_name: str, train_documents: Sequence[Sequence[str]],
               held_out_documents: Sequence[Sequence[str]], out: str | Path, cfg: RecipeConfig,
-              device: str = "auto") -> "TrainingJob":
+              device: str = "auto", cloze_texts: Sequence[str] = CLOZE) -> "TrainingJob":
         cfg.check()
+        cloze_texts = check_cloze(cloze_texts)
         if not train_documents or not held_out_documents:
             raise BertScopeError("Training needs documents to train on and held-out documents to score.")
         label = _device_label(device)  # an unknown device is refused before a slot is taken
         if not _RUNNING.acquire(blocking=False):
             raise BertScopeError(f"{MAX_JOBS} training run(s) already use this server: wait for it to end.")
         job = cls(model_name, Path(out), cfg, label)
-        thread = threading.Thread(target=job._run, args=(train_documents, held_out_documents, device),
+        thread = threading.Thread(target=job._run, args=(train_documents, held_out_documents, device, cloze_texts),
                                   name=f"training-{model_name}", daemon=True)
         thread.start()
         return job
 
-    def _run(self, train_documents, held_out_documents, device: str) -> None:
+    def _run(self, train_documents, held_out_documents, device: str, cloze_texts: list[str]) -> None:
         try:
             state = train(self.model_name, train_documents, held_out_documents, self.out, self.cfg, device,
-                          progress=self._progress, stop=self._stop.is_set)
+                          progress=self._progress, stop=self._stop.is_set, cloze_texts=cloze_texts)
             with self._lock:
                 self._epochs = [{k: v for k, v in h.items() if k != "before"} for h in state.history]
                 self._status = "cancelled" if self._stop.is_set() else "done"

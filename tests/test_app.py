@@ -621,6 +621,16 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
     assert (tmp_path / "training").is_dir() and list((tmp_path / "training").glob("*/model/config.json"))
 
 
+def test_pretraining_page_refuses_sentences_without_a_mask_in_one_line(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/pretrain.py").run()
+    at.text_area(key="pretrain_cloze").set_value("the dog sat .\nthe [MASK] ran .")
+    at.button(key="FormSubmitter:pretrain_form-Train " + str(tiny_bert_dir)).click().run()
+    assert not at.exception and "pretrain_job" not in at.session_state  # nothing started
+    (error,) = texts(at.error)
+    assert "needs a [MASK]" in error and "'the dog sat .'" in error and "\n" not in error
+
+
 def test_pretraining_page_on_a_hosted_demo_is_off_unless_allowed(monkeypatch, tiny_bert_dir):
     monkeypatch.setenv("BERTSCOPE_DEMO", "1")
     monkeypatch.setenv("BERTSCOPE_ALLOWLIST", f"bundled,{tiny_bert_dir}")

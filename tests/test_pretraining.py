@@ -105,8 +105,14 @@ def test_script_errors_are_one_line_with_exit_2(tiny_bert_dir, tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "choose --pair nsp" in err
     assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "n"), "--pair", "nsp",
-                          "--epochs", "1", "--seq-len", "32", "--batch-size", "4", "--device", "cpu"]) == 0
+                          "--epochs", "1", "--seq-len", "32", "--batch-size", "4", "--device", "cpu",
+                          "--cloze", "the dog sat by the [MASK] .", "--cloze", "a [MASK] ran ."]) == 0
     assert 0 <= json.loads(capsys.readouterr().out)["held_out_nsp_accuracy"] <= 1
+    metrics = json.loads((tmp_path / "n" / "metrics.json").read_text())
+    assert [c["text"] for c in metrics["after"]["cloze"]] == ["the dog sat by the [MASK] .", "a [MASK] ran ."]
+    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "c"),
+                          "--cloze", "no mask"]) == 2
+    assert "needs a [MASK]" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -252,3 +258,19 @@ def test_a_pair_task_the_family_never_had_is_refused_in_one_line(tiny_bert_dir, 
         train(str(tiny_roberta_dir), TRAIN, HELD, tmp_path / "b", replace(SMALL, pair_task="nsp"), device="cpu")
     with pytest.raises(BertScopeError, match="sentence-pair task"):
         RecipeConfig(pair_task="both").check()
+
+
+def test_the_sentences_compared_before_and_after_are_the_callers(tiny_bert_dir, tmp_path):
+    mine = ["the dog sat by the [MASK] .", "she ate [MASK] on the boat ."]
+    cfg = replace(SMALL, epochs=1)
+    train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "run", cfg, device="cpu", cloze_texts=mine)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert [c["text"] for c in metrics["before"]["cloze"]] == mine == [c["text"] for c in metrics["after"]["cloze"]]
+    assert all(len(c["top"]) == 5 for c in metrics["after"]["cloze"])
+    with pytest.raises(BertScopeError, match="other sentences to compare"):  # a resume must compare the same ones
+        train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "run", replace(cfg, epochs=2), device="cpu",
+              cloze_texts=mine[:1])
+    for bad, message in ((["no mask here ."], "needs a \\[MASK\\]"), ([], "at least one sentence"),
+                         (["[MASK] ."] * 13, "At most 12"), (["the [MASK] " + "dog " * 60], "longer than")):
+        with pytest.raises(BertScopeError, match=message):
+            train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "bad", cfg, device="cpu", cloze_texts=bad)

@@ -11,7 +11,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.pretrain import brown_documents
 from bertscope.models import NSP_TYPES, SOP_TYPES
-from bertscope.pretraining import RecipeConfig
+from bertscope.pretraining import CLOZE, MAX_CLOZE, RecipeConfig
 from bertscope.training_job import TrainingJob
 from bertscope.user_cache import user_cache_dir
 from views.shared import (
@@ -68,6 +68,8 @@ with st.form("pretrain_form"):
                          "B segments come from another document, for SOP half the pairs are swapped; the pair "
                          "head's loss is added to the masked-LM loss. Each family trains the head its own "
                          f"pretraining had ({model_type}: {', '.join(p.upper() for p in pair_options[1:]) or 'none'}).")
+    sentences = st.text_area(f"Sentences to compare before and after (one a line, each with [MASK]; at most "
+                             f"{MAX_CLOZE})", "\n".join(CLOZE), key="pretrain_cloze", height=150)
     start = st.form_submit_button(f"Train {name}", type="primary", disabled=running)
 
 if start:
@@ -79,7 +81,8 @@ if start:
         cfg = RecipeConfig(seq_len=seq_len, epochs=int(epochs), lora_rank=int(rank), lr=float(lr), batch_size=16,
                            max_chunks=int(chunks), pair_task=pair)
         out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
-        st.session_state[JOB] = TrainingJob.start(name, train_docs, held_docs, out, cfg)
+        st.session_state[JOB] = TrainingJob.start(name, train_docs, held_docs, out, cfg,
+                                                  cloze_texts=sentences.splitlines())
         st.rerun()
     except BertScopeError as err:
         show_error(err)
