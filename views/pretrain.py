@@ -69,7 +69,7 @@ with st.form("pretrain_form"):
                          "head's loss is added to the masked-LM loss. Each family trains the head its own "
                          f"pretraining had ({model_type}: {', '.join(p.upper() for p in pair_options[1:]) or 'none'}).")
     sentences = st.text_area(f"Sentences to compare before and after (one a line, each with [MASK]; at most "
-                             f"{MAX_CLOZE})", "\n".join(CLOZE), key="pretrain_cloze", height=150)
+                             f"{MAX_CLOZE})", "\n".join(CLOZE), key="pretrain_cloze", height=175)
     start = st.form_submit_button(f"Train {name}", type="primary", disabled=running)
 
 if start:
