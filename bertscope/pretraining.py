@@ -30,6 +30,10 @@ What one run does:
   trained in full; the embeddings (and so the tied output layer) stay frozen. 0: every weight;
 - AdamW, linear warm-up then linear decay, gradient clipping at 1.0; on a GPU bf16 autocast
   (fp16 with loss scaling where bf16 is missing);
+- memory bounded by bytes: what autograd saves for one row is measured once (saved-tensor
+  hooks on a one-row forward), and a batch whose rows would take more than the budget
+  (``BERTSCOPE_TRAIN_MB``; half a GPU, a quarter of the machine's memory on the CPU) runs as
+  micro-batches whose gradients add up to the batch's (equal to 1e-5 without dropout);
 - after each epoch: held-out loss, top-1 and top-5 accuracy over the chosen positions of a
   fixed (seeded) corruption of the held-out chunks (and the pair head's held-out accuracy), and a checkpoint of everything needed to
   go on (trainable weights, optimiser moments, RNG states: safetensors + JSON, no pickle,
@@ -398,6 +402,91 @@ def _forward(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tens
     return logits.float(), labels[chosen], None if batch.pair_labels is None or pair is None else pair.float()
 
 
+BACKWARD_FACTOR = 2  # measured: a training row costs about twice what autograd saves for it (BERT-base,
+# 512 tokens, CPU: 775 MiB saved, +1.57 GB peak RSS a row) -- the backward pass's own buffers
+
+
+def training_budget(device: torch.device) -> int:
+    """Bytes a training step's activations may take: ``BERTSCOPE_TRAIN_MB`` when set, else half
+    of a GPU's memory, or a quarter of the machine's memory on the CPU."""
+    import os
+
+    value = os.environ.get("BERTSCOPE_TRAIN_MB", "").strip()
+    if value:
+        try:
+            mb = int(value)
+        except ValueError:
+            mb = 0
+        if mb <= 0:
+            raise BertScopeError(f"BERTSCOPE_TRAIN_MB must be a positive number of MiB, not {value!r}.")
+        return mb << 20
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // 2
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 16 << 30
+    return memory // 4
+
+
+def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeConfig, device: torch.device,
+                        context: Any) -> int:
+    """What autograd keeps for backward for one row of ``chunks`` (every row is ``seq_len`` wide,
+    so any row costs the same): measured on a one-row forward with saved-tensor hooks, the
+    weights themselves not counted. The random state is left as it was (dropout draws from it)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: set[int] = set()
+    total = 0
+
+    def count(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        key = t.untyped_storage().data_ptr()
+        if key not in seen and key not in params:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+        return t
+
+    row = chunks.take(slice(0, 1))
+    replacements = ordinary_ids(tokenizer, model.config.vocab_size)
+    inputs, labels = mask_tokens(row.ids, special_mask(tokenizer, row.ids), replacements, tokenizer.mask_token_id,
+                                 cfg, torch.Generator().manual_seed(0))
+    was_training = model.training
+    model.train()  # dropout's masks are saved too
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+            torch.autograd.graph.saved_tensors_hooks(count, lambda t: t):
+        picked, gold, pair = _forward(model, row, inputs, labels, tokenizer.pad_token_id, device, context)
+        del picked, gold, pair  # the graph goes with them
+    model.train(was_training)
+    if device.type == "cpu":
+        from .result_cache import return_freed_memory
+
+        return_freed_memory()  # the probe's activations back to the OS, not kept beside the first step's
+    return total
+
+
+def _accumulate_gradients(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,
+                          device: torch.device, context: Any, scaler: Any, micro: int) -> tuple[float, float | None]:
+    """Backward passes over ``batch`` in slices of ``micro`` rows whose gradients add up to the
+    whole batch's: each slice's summed losses divided by the batch's chosen positions (masked-LM)
+    and rows (pair head). Returns the batch's (masked-LM loss, pair loss or None)."""
+    chosen = int((labels != IGNORE_INDEX).sum())
+    rows = len(batch)
+    mlm_total, pair_total, paired = 0.0, 0.0, False
+    for start in range(0, rows, micro):
+        part = slice(start, start + micro)
+        picked, gold, pair = _forward(model, batch.take(part), inputs[part], labels[part], pad_id, device, context)
+        mlm = F.cross_entropy(picked, gold, reduction="sum") / chosen
+        loss = mlm
+        if pair is not None:  # BERT's and ALBERT's objective: the sum of the two losses
+            pair_part = F.cross_entropy(pair, batch.pair_labels[part].to(device), reduction="sum") / rows
+            loss = loss + pair_part
+            pair_total += float(pair_part.detach())
+            paired = True
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        mlm_total += float(mlm.detach())
+    return mlm_total, pair_total if paired else None
+
+
 EVAL_LOGIT_BYTES = 1 << 30  # an evaluation batch's [batch, token, vocab] float32 logits at most
 
 
@@ -548,12 +637,15 @@ def train(
     progress: Callable[[int, int, dict], None] | None = None,
     stop: Callable[[], bool] | None = None,
     cloze_texts: Sequence[str] = CLOZE,
+    memory_bytes: int | None = None,
 ) -> RunState:
     """Run (or resume) the recipe; writes the run folder (see the module docstring).
 
     ``progress(step, total_steps, info)`` after each step; ``stop()`` is asked between steps
     and ends the run early at the last finished epoch (a cancel button). ``cloze_texts``
-    (each with a [MASK]) are predicted before and after, for metrics.json and the page."""
+    (each with a [MASK]) are predicted before and after, for metrics.json and the page.
+    ``memory_bytes`` bounds a step's activations (default ``training_budget``): a batch that
+    would take more runs as micro-batches whose gradients add up to the whole batch's."""
     from .devices import resolve_device
     from .models import _load_config, _load_tokenizer, resolve_source
 
@@ -602,6 +694,9 @@ def train(
         static = mask_tokens(train_chunks.ids, special_mask(tokenizer, train_chunks.ids), replacements,
                              tokenizer.mask_token_id, cfg, static_generator)
     context, scaler = _autocast(torch_device)
+    budget = memory_bytes if memory_bytes is not None else training_budget(torch_device)
+    row_bytes = BACKWARD_FACTOR * saved_bytes_per_row(model, tokenizer, train_chunks, cfg, torch_device, context)
+    micro = max(1, min(cfg.batch_size, budget // max(1, row_bytes)))  # rows a pass, within the budget
     if state.history and [c["text"] for c in state.history[0]["before"]["cloze"]] != cloze_texts:
         raise BertScopeError(f"{out} was started with other sentences to compare before and after: give the same "
                              "ones to resume, or choose another output folder.")
@@ -626,26 +721,21 @@ def train(
                                              tokenizer.mask_token_id, cfg, generator)
             for group in optimizer.param_groups:
                 group["lr"] = _lr_at(state.step, total, cfg)
-            picked, gold, pair = _forward(model, batch, inputs, labels, tokenizer.pad_token_id, torch_device, context)
-            mlm_loss = F.cross_entropy(picked, gold)
-            loss = mlm_loss
-            if pair is not None:  # BERT's and ALBERT's objective: the sum of the two losses
-                pair_loss = F.cross_entropy(pair, batch.pair_labels.to(torch_device))
-                loss = mlm_loss + pair_loss
-                pair_losses.append(float(pair_loss.detach()))
             optimizer.zero_grad(set_to_none=True)
+            mlm_loss, pair_loss = _accumulate_gradients(model, batch, inputs, labels, tokenizer.pad_token_id,
+                                                        torch_device, context, scaler, micro)
+            if pair_loss is not None:
+                pair_losses.append(pair_loss)
             if scaler is not None:
-                scaler.scale(loss).backward()
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
                 scaler.step(optimizer)
                 scaler.update()
             else:
-                loss.backward()
                 torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
                 optimizer.step()
             state.step += 1
-            losses.append(float(mlm_loss.detach()))
+            losses.append(mlm_loss)
             tokens += int((batch.ids != tokenizer.pad_token_id).sum())
             if progress is not None:
                 progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1],
@@ -660,7 +750,8 @@ def train(
         _save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
     _export(model, tokenizer, out, cfg, model_name)
     _write_metrics(out, model_name, cfg, state, len(train_chunks), len(held_chunks), n_trainable,
-                   cloze(model, tokenizer, cloze_texts, torch_device), torch_device)
+                   cloze(model, tokenizer, cloze_texts, torch_device), torch_device,
+                   {"rows_per_pass": micro, "activation_bytes_per_row": row_bytes, "budget_bytes": budget})
     return state
 
 
@@ -687,10 +778,10 @@ def _export(model: Any, tokenizer: Any, out: Path, cfg: RecipeConfig, model_name
 
 
 def _write_metrics(out: Path, model_name: str, cfg: RecipeConfig, state: RunState, n_train: int, n_held: int,
-                   n_trainable: int, after: list[dict], device: torch.device) -> None:
+                   n_trainable: int, after: list[dict], device: torch.device, memory: dict) -> None:
     metrics = {
         "model": model_name, "config": asdict(cfg), "train_chunks": n_train, "held_out_chunks": n_held,
-        "trainable_parameters": n_trainable,
+        "trainable_parameters": n_trainable, "memory": memory,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
         "before": state.history[0]["before"] if state.history else None,
         "epochs": [{k: v for k, v in h.items() if k != "before"} for h in state.history],

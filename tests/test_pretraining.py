@@ -274,3 +274,29 @@ def test_the_sentences_compared_before_and_after_are_the_callers(tiny_bert_dir, 
                          (["[MASK] ."] * 13, "At most 12"), (["the [MASK] " + "dog " * 60], "longer than")):
         with pytest.raises(BertScopeError, match=message):
             train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "bad", cfg, device="cpu", cloze_texts=bad)
+
+
+def test_a_batch_over_the_memory_budget_runs_as_micro_batches_with_the_same_result(tiny_bert_dir, tmp_path,
+                                                                                    monkeypatch):
+    from transformers import AutoTokenizer, BertForPreTraining
+
+    model = BertForPreTraining.from_pretrained(tiny_bert_dir, hidden_dropout_prob=0.0,
+                                               attention_probs_dropout_prob=0.0)  # the same masks either way
+    model.save_pretrained(tmp_path / "still")
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(tmp_path / "still")
+    cfg = replace(SMALL, epochs=1, pair_task="nsp")
+    whole = train(str(tmp_path / "still"), TRAIN, HELD, tmp_path / "whole", cfg, device="cpu")
+    parts = train(str(tmp_path / "still"), TRAIN, HELD, tmp_path / "parts", cfg, device="cpu", memory_bytes=1)
+    memory = [json.loads((tmp_path / run / "metrics.json").read_text())["memory"] for run in ("whole", "parts")]
+    assert memory[0]["rows_per_pass"] == cfg.batch_size and memory[1]["rows_per_pass"] == 1
+    assert memory[0]["activation_bytes_per_row"] == memory[1]["activation_bytes_per_row"] > 0
+    for a, b in zip(whole.history, parts.history):  # the gradients of a batch add up to the same
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+        assert a["train_pair_loss"] == pytest.approx(b["train_pair_loss"], rel=1e-5)
+        assert a["held_out"]["loss"] == pytest.approx(b["held_out"]["loss"], rel=1e-4)
+    x = load_file(str(tmp_path / "whole" / "model" / "model.safetensors"))
+    y = load_file(str(tmp_path / "parts" / "model" / "model.safetensors"))
+    assert x.keys() == y.keys() and all(torch.allclose(x[k], y[k], atol=1e-5) for k in x)
+    monkeypatch.setenv("BERTSCOPE_TRAIN_MB", "lots")
+    with pytest.raises(BertScopeError, match="BERTSCOPE_TRAIN_MB"):
+        train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "bad", cfg, device="cpu")
