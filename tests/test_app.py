@@ -614,6 +614,7 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
     assert {"Held-out loss", "Held-out top-1", "Held-out top-5", "Held-out NSP accuracy"} <= labels
     assert len(snap.pair_losses) == 1 and job.cfg.pair_task == "nsp"
     assert "held-out NSP accuracy" in at.dataframe[0].value.columns
+    assert any("of activations a row" in c and "BERTSCOPE_TRAIN_MB" in c for c in texts(at.caption))
     table = next(d.value for d in at.dataframe if "before" in d.value.columns)
     from bertscope.pretraining import CLOZE
 

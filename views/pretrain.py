@@ -157,6 +157,11 @@ if snap.metrics:
         tiles[3].metric(f"Held-out {m['config']['pair_task'].upper()} accuracy", f"{after['pair_accuracy']:.1%}",
                         f"{after['pair_accuracy'] - before.get('pair_accuracy', 0.5):+.1%}",
                         help=f"On {after['pairs']:,} held-out pairs, half of them positive: chance is 50%.")
+    memory = m.get("memory")
+    if memory:
+        st.caption(plain(f"Memory: {memory['activation_bytes_per_row'] / 2**20:,.0f} MiB of activations a row, "
+                         f"{memory['rows_per_pass']} of the batch's {m['config']['batch_size']} rows a pass within "
+                         f"a budget of {memory['budget_bytes'] / 2**20:,.0f} MiB (BERTSCOPE_TRAIN_MB)."))
     st.subheader("Predictions before and after")
     st.dataframe(pd.DataFrame([{"text": b["text"], "before": ", ".join(b["top"]), "after": ", ".join(a["top"])}
                                for b, a in zip(m["before"]["cloze"], m["after"]["cloze"])]),
