@@ -697,11 +697,13 @@ def train(
     budget = memory_bytes if memory_bytes is not None else training_budget(torch_device)
     row_bytes = BACKWARD_FACTOR * saved_bytes_per_row(model, tokenizer, train_chunks, cfg, torch_device, context)
     micro = max(1, min(cfg.batch_size, budget // max(1, row_bytes)))  # rows a pass, within the budget
+    # without a graph, a pass holds about one layer's activations at a time: scoring batches in the budget too
+    eval_rows = max(1, min(128, budget // max(1, row_bytes // model.config.num_hidden_layers)))
     if state.history and [c["text"] for c in state.history[0]["before"]["cloze"]] != cloze_texts:
         raise BertScopeError(f"{out} was started with other sentences to compare before and after: give the same "
                              "ones to resume, or choose another output folder.")
     before = state.history[0]["before"] if state.history else {
-        "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device),
+        "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows),
         "cloze": cloze(model, tokenizer, cloze_texts, torch_device)}
     model.train()
     n_trainable = sum(p.numel() for p in params.values())
@@ -741,7 +743,7 @@ def train(
                 progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1],
                                              **({"pair_loss": pair_losses[-1]} if pair_losses else {})})
         seconds = time.perf_counter() - started
-        held = evaluate(model, tokenizer, held_chunks, cfg, torch_device)
+        held = evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows)
         state.epoch = epoch + 1
         state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "held_out": held,
                               **({"train_pair_loss": float(np.mean(pair_losses))} if pair_losses else {}),
