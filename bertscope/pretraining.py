@@ -360,6 +360,12 @@ def _mlm_logits(out: Any) -> torch.Tensor:
     return out.logits if logits is None else logits
 
 
+def _vocabulary_layer(model: Any) -> torch.nn.Linear | None:
+    """The masked-LM head's [hidden -> vocab] output layer, where it is a plain Linear."""
+    decoder = model.get_output_embeddings()
+    return decoder if isinstance(decoder, torch.nn.Linear) else None
+
+
 @contextmanager
 def _logits_only_at(model: Any, chosen: torch.Tensor):
     """Within the block the masked-LM head's output layer sees only the ``chosen`` positions
@@ -367,8 +373,8 @@ def _logits_only_at(model: Any, chosen: torch.Tensor):
     ``tensor[chosen]``. The [vocab x hidden] projection is the head's cost (about as much as
     the whole encoder for MiniLM), and the loss needs 15% of its rows. Yields False (nothing
     changed) where the model has no such output layer."""
-    decoder = model.get_output_embeddings()
-    if not isinstance(decoder, torch.nn.Linear):
+    decoder = _vocabulary_layer(model)
+    if decoder is None:
         yield False
         return
 
@@ -430,7 +436,7 @@ def training_budget(device: torch.device) -> int:
 
 
 def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeConfig, device: torch.device,
-                        context: Any) -> int:
+                        context: Any, replacements: torch.Tensor) -> int:
     """What autograd keeps for backward for one row of ``chunks`` (every row is ``seq_len`` wide,
     so any row costs the same): measured on a one-row forward with saved-tensor hooks, the
     weights themselves not counted. The random state is left as it was (dropout draws from it)."""
@@ -447,7 +453,6 @@ def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeC
         return t
 
     row = chunks.take(slice(0, 1))
-    replacements = ordinary_ids(tokenizer, model.config.vocab_size)
     inputs, labels = mask_tokens(row.ids, special_mask(tokenizer, row.ids), replacements, tokenizer.mask_token_id,
                                  cfg, torch.Generator().manual_seed(0))
     was_training = model.training
@@ -499,7 +504,7 @@ def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: Rec
     if isinstance(chunks, torch.Tensor):
         chunks = Chunks(chunks)
     rows = chunks.ids.shape[1]  # logits a chunk: at every position, or at its chosen ones with the hook
-    if isinstance(model.get_output_embeddings(), torch.nn.Linear):
+    if _vocabulary_layer(model) is not None:
         rows = max(1, round(rows * cfg.select_rate))
     row_bytes = rows * model.config.vocab_size * 4
     batch_size = max(1, min(batch_size, EVAL_LOGIT_BYTES // row_bytes))
@@ -695,7 +700,8 @@ def train(
                              tokenizer.mask_token_id, cfg, static_generator)
     context, scaler = _autocast(torch_device)
     budget = memory_bytes if memory_bytes is not None else training_budget(torch_device)
-    row_bytes = BACKWARD_FACTOR * saved_bytes_per_row(model, tokenizer, train_chunks, cfg, torch_device, context)
+    row_bytes = BACKWARD_FACTOR * saved_bytes_per_row(model, tokenizer, train_chunks, cfg, torch_device, context,
+                                                          replacements)
     micro = max(1, min(cfg.batch_size, budget // max(1, row_bytes)))  # rows a pass, within the budget
     # without a graph, a pass holds about one layer's activations at a time: scoring batches in the budget too
     eval_rows = max(1, min(128, budget // max(1, row_bytes // model.config.num_hidden_layers)))
