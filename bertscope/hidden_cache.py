@@ -24,7 +24,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 
@@ -182,80 +182,103 @@ class HiddenStateCache:
         return states
 
 
-def _example_positions(task: ProbeTask, offsets: list[tuple[int, int]], sequence_ids: list[int | None],
-                       sentence: int) -> list[tuple[list[int], str, str]]:
-    """Token-level: (token positions, label, word type) of each labelled word.
+STRIDE = 1 << 40  # keeps each row's character positions apart in one sorted array per batch
 
-    Word i spans [start_i, end_i) of the text (``task.word_spans``: words joined by single
-    spaces unless the task says otherwise); a token belongs to the word its first character
-    falls in (one vectorised pass, not words x tokens).
-    """
-    words, tags = task.words[sentence], task.labels[sentence]
-    bounds = np.array(task.word_spans(sentence), dtype=np.int64).reshape(-1, 2)  # [word, 2]
-    starts, lengths = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
-    span = np.array(offsets, dtype=np.int64).reshape(-1, 2)  # [token, 2]
-    real = np.array([seq == 0 for seq in sequence_ids]) & (span[:, 1] > span[:, 0])
-    owner = np.searchsorted(starts, span[:, 0], side="right") - 1  # [token] word index
-    inside = real & (owner >= 0) & (span[:, 0] < starts[np.clip(owner, 0, None)] + lengths[np.clip(owner, 0, None)])
-    positions: dict[int, list[int]] = {}
-    for token in np.flatnonzero(inside):
-        positions.setdefault(int(owner[token]), []).append(int(token))
-    return [(positions[i], tag, words[i].lower()) for i, tag in enumerate(tags)
-            if tag != UNLABELLED and i in positions]  # a word past the truncation point has no tokens
+
+class WordTable(NamedTuple):
+    """Every word of a token-level task, flat in task order: where it is and where its vector goes."""
+
+    start: np.ndarray  # [word] first character in its sentence's text
+    end: np.ndarray  # [word] one past its last character
+    first: np.ndarray  # [sentence + 1] flat index of each sentence's first word
+    output_row: np.ndarray  # [word] its row in the layer files; -1 for an unlabelled word
+
+
+def word_table(task: ProbeTask) -> WordTable:
+    """The flat table, built once per extraction (words joined by single spaces unless the task
+    gives its own spans, as ``ProbeTask.word_spans``)."""
+    counts = np.array([len(w) for w in task.words], np.int64)
+    first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # [sentence + 1]
+    if task.spans is not None:
+        bounds = np.array([span for spans in task.spans for span in spans], np.int64).reshape(-1, 2)  # [word, 2]
+        start, end = bounds[:, 0], bounds[:, 1]
+    else:
+        lengths = np.array([len(w) for words in task.words for w in words], np.int64)  # [word]
+        after = np.cumsum(lengths + 1)  # [word] one past the separating space, counted over the whole task
+        start = after - lengths - 1 - np.repeat(np.concatenate([[0], after])[first[:-1]], counts)
+        end = start + lengths
+    labelled = np.array([tag != UNLABELLED for tags in task.labels for tag in tags], bool)  # [word]
+    return WordTable(start, end, first, np.where(labelled, np.cumsum(labelled) - 1, -1))
+
+
+def token_plan(table: WordTable, batch, pooling: str) -> tuple[PoolingPlan, np.ndarray]:
+    """Token level, for one padded batch: the pooling plan (one vector per labelled word that kept
+    a token, the mean of its pieces or its first piece) and [example] each vector's row in the
+    layer files. A token belongs to the word its first character falls in; words past the
+    truncation point have no tokens and no vector. One vectorised pass over the batch."""
+    offsets = np.asarray(batch.offsets, np.int64).reshape(len(batch), -1, 2)  # [batch, token, 2]
+    rows, width = offsets.shape[:2]
+    sentences = np.asarray(batch.indices, np.int64)  # [batch]
+    words = np.concatenate([np.arange(table.first[s], table.first[s + 1]) for s in sentences])  # [word] flat index
+    word_row = np.repeat(np.arange(rows), table.first[sentences + 1] - table.first[sentences])  # [word]
+    token_row = np.repeat(np.arange(rows), width)  # [batch x token]
+    start, end = offsets[..., 0].ravel(), offsets[..., 1].ravel()  # [batch x token]
+    # a token task has no second segment: its real tokens are the ones neither special nor padding
+    real = ~np.asarray(batch.special_mask).ravel() & (end > start)
+    owner = np.searchsorted(word_row * STRIDE + table.start[words], token_row * STRIDE + start, side="right") - 1
+    safe = np.clip(owner, 0, None)
+    inside = real & (owner >= 0) & (word_row[safe] == token_row) & (start < table.end[words[safe]])
+    inside &= table.output_row[words[safe]] >= 0  # labelled words only
+    tokens = np.flatnonzero(inside)  # row by row, so each word's pieces come together and words in order
+    owned = owner[tokens]
+    new_word = np.concatenate([[True], owned[1:] != owned[:-1]]) if len(owned) else np.zeros(0, bool)
+    if pooling == "first":
+        tokens, owned, new_word = tokens[new_word], owned[new_word], new_word[new_word]
+    example = np.cumsum(new_word) - 1  # [entry]
+    n_examples = int(example[-1]) + 1 if len(example) else 0
+    weight = (1.0 / np.bincount(example, minlength=n_examples)[example]).astype(np.float32)  # [entry]
+    plan = PoolingPlan(n_examples, example, token_row[tokens], tokens % width, weight)
+    return plan, table.output_row[words[owned[new_word]]]
 
 
 def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, batch_size: int = 64,
             progress: Callable[[int, int], None] | None = None, sort_by_length: bool = True) -> dict:
     """Run every sentence once; write ``layer_XX.npy`` [example, dim] into ``folder``.
 
-    Rows are written into memory-mapped files as batches arrive, so memory holds one batch,
-    never the whole task. Words cut off by truncation (always a sentence's last ones) leave
-    rows that are dropped at the end.
+    Rows are written into memory-mapped files as batches arrive (each layer once a batch), so
+    memory holds one batch, never the whole task. Words cut off by truncation (always a
+    sentence's last ones) leave rows that are dropped at the end.
     """
     texts = task.texts
     layers = range(lm.num_layers + 1)
-    if task.level == "sentence":
-        expected = [1] * len(texts)
+    table = word_table(task) if task.level == "token" else None
+    if table is None:
+        expected = np.ones(len(texts), np.int64)
     else:
-        expected = [sum(t != UNLABELLED for t in tags) for tags in task.labels]
-    first_row = np.concatenate([[0], np.cumsum(expected)]).astype(int)  # [sentence + 1]
-    total = int(first_row[-1])
+        expected = np.bincount(np.repeat(np.arange(len(texts)), np.diff(table.first))[table.output_row >= 0],
+                               minlength=len(texts))
+    total = int(expected.sum())
     files = [np.lib.format.open_memmap(folder / f"layer_{i:02d}.npy", mode="w+", dtype=np.float32,
                                        shape=(total, lm.hidden_size)) for i in layers]
     kept = np.zeros(total, bool)
-    labels, types = [""] * total, [""] * total
     done = 0
-    plans: dict[int, list] = {}  # batch -> [(sentence, found)] in plan order
+    destinations: dict[int, np.ndarray] = {}  # batch -> [example] row in the layer files
 
     def plan_of(batch) -> PoolingPlan:
-        groups, meta = [], []
-        for b, sentence in enumerate(batch.indices):
-            if task.level == "sentence":
-                if pooling == "cls":
-                    positions = [0]
-                else:
-                    positions = np.flatnonzero(~batch.special_mask[b]).tolist()
-                found = [(positions, task.labels[sentence][0], texts[sentence])]
-            else:
-                found = _example_positions(task, batch.offsets[b], batch.sequence_ids[b], sentence)
-            groups += [(b, pos, pooling) for pos, _, _ in found]
-            meta.append((sentence, found))
-        plans[id(batch)] = meta
-        return PoolingPlan.from_groups(groups)
+        if table is not None:
+            plan, destinations[id(batch)] = token_plan(table, batch, pooling)
+            return plan
+        destinations[id(batch)] = np.asarray(batch.indices, np.int64)  # one example per sentence
+        return PoolingPlan.from_groups([(b, [0] if pooling == "cls" else np.flatnonzero(~batch.special_mask[b]).tolist(),
+                                         pooling) for b in range(len(batch))])
 
     for batch, vectors in pooled_hidden_states(lm, texts, plan_of, batch_size=batch_size,
                                                sort_by_length=sort_by_length):
-        at = 0  # vectors: [example, layer+1, dim] pooled on the model's device, in plan order
-        for sentence, found in plans.pop(id(batch)):
-            if not found:
-                continue
-            row = first_row[sentence]
+        rows = destinations.pop(id(batch))  # vectors: [example, layer+1, dim] pooled on the device, in plan order
+        if len(rows):
             for layer in layers:
-                files[layer][row:row + len(found)] = vectors[at:at + len(found), layer]
-            kept[row:row + len(found)] = True
-            for k, (_, tag, kind) in enumerate(found):
-                labels[row + k], types[row + k] = tag, kind
-            at += len(found)
+                files[layer][rows] = vectors[:, layer]
+            kept[rows] = True
         done += len(batch)
         if progress:
             progress(done, len(texts))
@@ -267,14 +290,20 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
             name = folder / f"layer_{layer:02d}.npy"
             rows = np.load(name, mmap_mode="r")[kept]
             np.save(name, rows, allow_pickle=False)
+    if table is None:
+        labels, types = [tags[0] for tags in task.labels], texts
+    else:
+        pairs = [(tag, word.lower()) for words, tags in zip(task.words, task.labels)
+                 for word, tag in zip(words, tags) if tag != UNLABELLED]
+        labels, types = [tag for tag, _ in pairs], [word for _, word in pairs]
     owners = np.asarray(task.groups) if task.groups is not None else np.arange(len(texts))
     groups = np.repeat(owners, expected)  # [example] split group: its sentence, or its document
     sentence_of = np.repeat(np.arange(len(texts)), expected)  # [example] its sentence
     return {
-        "sentences": [int(i) for i, k in zip(sentence_of, kept) if k],
+        "sentences": sentence_of[kept].tolist(),
         "labels": [x for x, k in zip(labels, kept) if k],
         "types": [x for x, k in zip(types, kept) if k],
-        "groups": [int(g) for g, k in zip(groups, kept) if k],
+        "groups": groups[kept].tolist(),
     }
 
 

@@ -14,6 +14,7 @@ cut away, so no statistic built on it can count a pad token.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
 
@@ -204,9 +205,20 @@ def _check_text(text: Any, what: str = "text") -> str:
     return text
 
 
+NUMPY_DTYPES = {torch.float32: np.float32, torch.float16: np.float16}
+
+
 def _numpy(t: torch.Tensor, dtype: torch.dtype = torch.float32) -> np.ndarray:
-    """One transfer: cast on the model's device (half the bytes for float16), then copy."""
-    return t.detach().to(dtype).cpu().numpy()
+    """One transfer: cast on the model's device (half the bytes for float16), then copy into an
+    array numpy allocated. From a GPU that matters: ``.cpu()`` lands in fresh 4 KiB pages that the
+    copy faults in one by one (2.3 GB/s measured on an H200 for a batch's 10 MB of attentions),
+    while numpy asks the kernel for huge pages for buffers of 4 MiB and more."""
+    t = t.detach().to(dtype)
+    if t.device.type == "cpu" or dtype not in NUMPY_DTYPES:
+        return t.cpu().numpy()
+    host = np.empty(tuple(t.shape), NUMPY_DTYPES[dtype])
+    torch.from_numpy(host).copy_(t)
+    return host
 
 
 def _logit_rows(lm: LoadedModel, input_ids: torch.Tensor, positions: LogitPositions) -> torch.Tensor | None:
@@ -287,51 +299,95 @@ def _run_model(
     return _to_arrays(lm, out, with_logits, logit_rows, precision)
 
 
-def _encode(lm: LoadedModel, texts: list[str], pairs: list[str | None]) -> tuple[Any, list[int]]:
-    """Padded encodings (truncated to the model's maximum) and each row's length before that."""
+class Tokenized(NamedTuple):
+    """Texts tokenised once: the fast tokenizer's own ``Encoding`` of each row (cut to the model's
+    maximum) and each row's length before the cut. Batches are padded from these, so a stream
+    sorted by length tokenises every text once, not once to sort and again per batch."""
+
+    encodings: list  # tokenizers.Encoding per row, special tokens included, not padded
+    original: list[int]  # tokens before truncation, special tokens included
+
+
+def tokenize(lm: LoadedModel, texts: list[str], pairs: list[str | None]) -> Tokenized:
+    """Every text (and its pair) tokenised in one call; only rows over the model's maximum are
+    tokenised again, cut (rare), so transformers never warns about a length it will not see."""
     has_pairs = any(p is not None for p in pairs)
     if has_pairs and any(p is None for p in pairs):
         raise BertScopeError("Give a second text for every sentence of a batch, or for none.")
-    second = pairs if has_pairs else None
-    options = dict(
-        add_special_tokens=True, padding=True, return_tensors="pt", return_special_tokens_mask=True,
-    )
-    enc = lm.tokenizer(texts, second, truncation=False, **options)
-    original = enc["attention_mask"].sum(dim=1).tolist()
-    if max(original) > lm.max_length:  # tokenise again only when something must be cut
-        enc = lm.tokenizer(texts, second, truncation=True, max_length=lm.max_length, **options)
-    return enc, original
+    second = list(pairs) if has_pairs else None
+    if not texts:
+        return Tokenized([], [])
+    options = dict(add_special_tokens=True, return_attention_mask=False, return_token_type_ids=False, verbose=False)
+    encodings = list(lm.tokenizer(list(texts), second, truncation=False, **options).encodings)
+    original = [len(e.ids) for e in encodings]
+    long = [i for i, n in enumerate(original) if n > lm.max_length]
+    if long:
+        cut = lm.tokenizer([texts[i] for i in long], [second[i] for i in long] if second else None,
+                           truncation=True, max_length=lm.max_length, **options).encodings
+        for i, e in zip(long, cut):
+            encodings[i] = e
+    return Tokenized(encodings, original)
 
 
-def _describe(lm: LoadedModel, enc: Any, texts: list[str], pairs: list[str | None], indices: list[int],
-              original: list[int], arrays: dict | None = None, rows: torch.Tensor | None = None
-              ) -> BatchInspection:
-    """The batch's tokens, ids and masks (CPU), with ``arrays`` from the pass when given."""
+class Padded(NamedTuple):
+    """One padded batch on the host: the model's inputs and what locating words needs."""
+
+    feed: dict[str, torch.Tensor]  # input_ids, attention_mask, token_type_ids: [batch, token] int64
+    special: np.ndarray  # [batch, token] bool: special tokens and padding
+    word_ids: list[list[int | None]]  # per row, padded positions None
+    sequence_ids: list[list[int | None]]
+    offsets: list[list[tuple[int, int]]]  # (0, 0) for special and pad tokens
+    original: list[int]  # tokens before truncation
+
+
+def pad(lm: LoadedModel, tokenized: Tokenized, rows: Sequence[int]) -> Padded:
+    """Rows ``rows`` of ``tokenized`` padded to the longest of them, on the tokenizer's padding side."""
     tok = lm.tokenizer
+    chosen = [tokenized.encodings[i] for i in rows]
+    n, width = len(chosen), max(len(e.ids) for e in chosen)
+    ids = np.full((n, width), tok.pad_token_id if tok.pad_token_id is not None else 0, np.int64)  # [batch, token]
+    types = np.full((n, width), getattr(tok, "pad_token_type_id", 0) or 0, np.int64)  # [batch, token]
+    mask = np.zeros((n, width), np.int64)  # [batch, token]
+    special = np.ones((n, width), bool)  # [batch, token]
+    left = getattr(tok, "padding_side", "right") == "left"
+    word_ids, sequence_ids, offsets = [], [], []
+    for r, e in enumerate(chosen):
+        k = len(e.ids)
+        gap = width - k
+        at = slice(gap, width) if left else slice(0, k)
+        ids[r, at], types[r, at], mask[r, at], special[r, at] = e.ids, e.type_ids, 1, e.special_tokens_mask
+        for store, values, filler in ((word_ids, e.word_ids, None), (sequence_ids, e.sequence_ids, None),
+                                      (offsets, e.offsets, (0, 0))):
+            store.append([filler] * gap + values if left else values + [filler] * gap)
+    feed = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+            "token_type_ids": torch.from_numpy(types)}
+    return Padded(feed, special, word_ids, sequence_ids, offsets, [tokenized.original[i] for i in rows])
+
+
+def _describe(lm: LoadedModel, padded: Padded, texts: list[str], pairs: list[str | None], indices: list[int],
+              arrays: dict | None = None, rows: torch.Tensor | None = None) -> BatchInspection:
+    """The batch's tokens, ids and masks (CPU), with ``arrays`` from the pass when given."""
     arrays = arrays or {"attentions": None, "hidden_states": None, "mlm_logits": None, "nsp_logits": None,
                         "sop_logits": None}
-    attention_mask = enc["attention_mask"].bool()  # [batch, token]
-    special = enc["special_tokens_mask"].bool() | ~attention_mask  # [batch, token]
-    input_ids = enc["input_ids"]  # [batch, token]
-    token_types = enc.get("token_type_ids", torch.zeros_like(input_ids))  # [batch, token]
+    attention_mask = padded.feed["attention_mask"].numpy().astype(bool)  # [batch, token]
     return BatchInspection(
         model_name=lm.name,
         indices=indices,
         texts=texts,
         text_pairs=list(pairs),
-        input_ids=input_ids.numpy(),
-        token_type_ids=token_types.numpy(),
-        attention_mask=attention_mask.numpy(),
-        special_mask=special.numpy(),
-        word_ids=[e.word_ids for e in enc.encodings],
-        sequence_ids=[e.sequence_ids for e in enc.encodings],
-        offsets=[e.offsets for e in enc.encodings],  # the fast tokenizer's own spans, free
+        input_ids=padded.feed["input_ids"].numpy(),
+        token_type_ids=padded.feed["token_type_ids"].numpy(),
+        attention_mask=attention_mask,
+        special_mask=padded.special | ~attention_mask,
+        word_ids=padded.word_ids,
+        sequence_ids=padded.sequence_ids,
+        offsets=padded.offsets,  # the fast tokenizer's own spans, free
         **arrays,
-        truncated=[o > lm.max_length for o in original],
-        original_lengths=original,
+        truncated=[o > lm.max_length for o in padded.original],
+        original_lengths=padded.original,
         logit_positions=None if rows is None or arrays["mlm_logits"] is None else
         [tuple(int(j) for j in torch.nonzero(r).flatten().tolist()) for r in rows],
-        tokenizer=tok,
+        tokenizer=lm.tokenizer,
     )
 
 
@@ -345,11 +401,16 @@ def _forward_batch(
     with_hidden_states: bool = True,
     logit_positions: LogitPositions = None,
     precision: str = "float32",
+    tokenized: Tokenized | None = None,
+    padded: Padded | None = None,
 ) -> BatchInspection:
-    enc, original = _encode(lm, texts, pairs)
-    rows = _logit_rows(lm, enc["input_ids"], logit_positions) if with_logits else None
-    arrays = _run_model(lm, enc, with_logits, with_attentions, with_hidden_states, rows, precision)
-    return _describe(lm, enc, texts, pairs, indices, original, arrays, rows)
+    """One batch through the model: ``padded`` inputs when given, else ``texts`` tokenised now."""
+    if padded is None and tokenized is None:
+        tokenized = tokenize(lm, texts, pairs)
+    padded = pad(lm, tokenized, range(len(texts))) if padded is None else padded
+    rows = _logit_rows(lm, padded.feed["input_ids"], logit_positions) if with_logits else None
+    arrays = _run_model(lm, padded.feed, with_logits, with_attentions, with_hidden_states, rows, precision)
+    return _describe(lm, padded, texts, pairs, indices, arrays, rows)
 
 
 def inspect(
@@ -405,23 +466,21 @@ def plan_batches(lengths: Sequence[int], row_bytes, batch_size: int, max_batch_b
 
 
 def _plan(lm: LoadedModel, texts: Sequence[str], text_pairs: Sequence[str | None] | None, batch_size: int,
-          sort_by_length: bool, max_batch_bytes: int, row_bytes) -> tuple[list[str], list, list[list[int]]]:
+          sort_by_length: bool, max_batch_bytes: int, row_bytes
+          ) -> tuple[list[str], list, Tokenized, list[list[int]]]:
+    """(texts, pairs, every row tokenised once, batches of row indices)."""
     texts = [_check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
     pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
     if len(pairs) != len(texts):
         raise BertScopeError(f"{len(texts)} sentences but {len(pairs)} second texts.")
-    if any(p is not None for p in pairs) and any(p is None for p in pairs):
-        raise BertScopeError("Give a second text for every sentence of a batch, or for none.")
     if batch_size < 1:
         raise BertScopeError("The batch size must be at least 1.")
-    if not texts:
-        return texts, pairs, []
+    tokenized = tokenize(lm, texts, pairs)
     if not sort_by_length:
-        return texts, pairs, [list(range(s, min(s + batch_size, len(texts)))) for s in range(0, len(texts), batch_size)]
-    second = pairs if any(p is not None for p in pairs) else None
-    enc = lm.tokenizer(texts, second, add_special_tokens=True, truncation=True, max_length=lm.max_length)
-    lengths = [len(ids) for ids in enc["input_ids"]]
-    return texts, pairs, plan_batches(lengths, row_bytes, batch_size, max_batch_bytes)
+        chunks = [list(range(s, min(s + batch_size, len(texts)))) for s in range(0, len(texts), batch_size)]
+        return texts, pairs, tokenized, chunks
+    lengths = [len(e.ids) for e in tokenized.encodings]
+    return texts, pairs, tokenized, plan_batches(lengths, row_bytes, batch_size, max_batch_bytes)
 
 
 def inspect_batch(
@@ -442,13 +501,15 @@ def inspect_batch(
     (BERT-large's attentions at 512 tokens are 400 MB a sentence); each batch's ``indices``
     say where its rows were in ``texts``. ``with_attentions=False`` /
     ``with_hidden_states=False`` skip what a caller does not need (statistics stream faster).
+    Every text is tokenised once.
     """
     row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, with_logits)  # noqa: E731
-    texts, pairs, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes, row)
+    texts, pairs, tokenized, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,
+                                             row)
     for idx in batches:
         yield _forward_batch(
             lm, [texts[i] for i in idx], [pairs[i] for i in idx], with_logits, idx, with_attentions,
-            with_hidden_states,
+            with_hidden_states, padded=pad(lm, tokenized, idx),
         )
 
 
@@ -466,12 +527,12 @@ def device_batches(
     there (corpus statistics): yields (batch without arrays, the Hugging Face output whose
     ``attentions``/``hidden_states`` are tuples of per-layer tensors on ``lm.device``)."""
     row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, False)  # noqa: E731
-    texts, pairs, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes, row)
+    texts, pairs, tokenized, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,
+                                             row)
     for idx in batches:
-        chosen_texts, chosen_pairs = [texts[i] for i in idx], [pairs[i] for i in idx]
-        enc, original = _encode(lm, chosen_texts, chosen_pairs)
-        out = _device_pass(lm, enc, with_attentions, with_hidden_states, with_logits=False)
-        yield _describe(lm, enc, chosen_texts, chosen_pairs, idx, original), out
+        padded = pad(lm, tokenized, idx)
+        out = _device_pass(lm, padded.feed, with_attentions, with_hidden_states, with_logits=False)
+        yield _describe(lm, padded, [texts[i] for i in idx], [pairs[i] for i in idx], idx), out
 
 
 @dataclass(frozen=True)
@@ -496,6 +557,41 @@ class PoolingPlan:
                 example.append(j), row.append(b), token.append(p), weight.append(1.0 / len(chosen))
         return PoolingPlan(len(groups), np.array(example, np.int64), np.array(row, np.int64),
                            np.array(token, np.int64), np.array(weight, np.float32))
+
+
+POOL_BYTES = 64 * 2**20  # float32 hidden states of the layers pooled in one product
+
+
+def pool_layers(hidden_states: Sequence[torch.Tensor], plan: PoolingPlan) -> torch.Tensor:
+    """[example, layer + 1, dim] float32 on the states' device: ``plan``'s weighted sums for every
+    layer at once. The plan is a sparse [example, batch x token] matrix (one row per vector, its
+    weights on that vector's pieces), and each group of layers is one product with the stacked
+    [batch x token, layers x dim] states: a handful of kernels a batch instead of four per layer,
+    which is what a GPU is waiting on when batches are short."""
+    b, t, d = hidden_states[0].shape  # each [batch, token, dim]
+    device = hidden_states[0].device
+    if device.type not in ("cpu", "cuda"):  # no sparse products there (mps): one gather and sum per layer
+        flat = to_device(torch.from_numpy(plan.row * t + plan.token), device)  # [entry]
+        example = to_device(torch.from_numpy(plan.example), device)  # [entry]
+        weight = to_device(torch.from_numpy(plan.weight), device)[:, None]  # [entry, 1]
+        return torch.stack([torch.zeros(plan.n_examples, d, device=device).index_add_(
+            0, example, h.reshape(-1, d)[flat].float() * weight) for h in hidden_states], dim=1)
+    if len(plan.example) > 1 and (np.diff(plan.example) < 0).any():  # rows of a CSR matrix come in order
+        order = np.argsort(plan.example, kind="stable")
+        plan = PoolingPlan(plan.n_examples, plan.example[order], plan.row[order], plan.token[order], plan.weight[order])
+    counts = np.bincount(plan.example, minlength=plan.n_examples)  # [example] entries of each
+    crow = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # [example + 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        weights = torch.sparse_csr_tensor(  # [example, batch x token]
+            to_device(torch.from_numpy(crow), device), to_device(torch.from_numpy(plan.row * t + plan.token), device),
+            to_device(torch.from_numpy(plan.weight), device), size=(plan.n_examples, b * t), check_invariants=False)
+        per = max(1, POOL_BYTES // max(1, b * t * d * 4))
+        parts = []
+        for start in range(0, len(hidden_states), per):
+            group = torch.stack(hidden_states[start:start + per], dim=2).float()  # [batch, token, layers, dim]
+            parts.append((weights @ group.reshape(b * t, -1)).reshape(plan.n_examples, -1, d))  # [example, layers, dim]
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
 
 def to_host_async(t: torch.Tensor) -> tuple[torch.Tensor, Any]:
@@ -532,16 +628,7 @@ def pooled_hidden_states(
             current = (batch, torch.zeros(0, lm.num_layers + 1, lm.hidden_size), None)
         else:
             with torch.inference_mode():
-                device = out.hidden_states[0].device
-                width = out.hidden_states[0].shape[1]
-                flat = to_device(torch.from_numpy(plan.row * width + plan.token), device)  # [entry]
-                example = to_device(torch.from_numpy(plan.example), device)  # [entry]
-                weight = to_device(torch.from_numpy(plan.weight), device)[:, None]  # [entry, 1]
-                layers = []
-                for h in out.hidden_states:  # [batch, token, dim], one layer at a time
-                    rows = h.reshape(-1, h.shape[-1])[flat].float() * weight  # [entry, dim]
-                    layers.append(torch.zeros(plan.n_examples, h.shape[-1], device=device).index_add_(0, example, rows))
-                current = (batch, *to_host_async(torch.stack(layers, dim=1)))  # [example, layer + 1, dim]
+                current = (batch, *to_host_async(pool_layers(out.hidden_states, plan)))  # [example, layer + 1, dim]
         del out
         if pending is not None:
             yield _collect(pending)
