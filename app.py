@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from views.shared import sidebar
+from views.kit.models import sidebar
 
 # a local image: a :material/…: page icon makes every browser fetch it from Google's font server
 ICON = Path(__file__).parent / "views" / "assets" / "icon.png"

@@ -32,7 +32,7 @@ CHILD = """
 import json, sys, time
 import numpy as np
 start = time.perf_counter()
-from bertscope.projection import umap_2d
+from bertscope.analysis.projection import umap_2d
 imported = time.perf_counter() - start
 rng = np.random.default_rng(0)
 n = int(sys.argv[1])
@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    from bertscope.align import centre, embed_parallel, retrieval, retrieval_accuracy, shipped_parallel
+    from bertscope.analysis.align import centre, embed_parallel, retrieval, retrieval_accuracy
+    from bertscope.corpora.parallel import shipped_parallel
 
     child = subprocess.run([sys.executable, "-c", CHILD, str(args.points)], cwd=ROOT, check=True,
                            capture_output=True, text=True)

@@ -5,7 +5,7 @@ completeness error.
                                      [--lengths 32,128] [--repeats 3]
 
 For each input length (tokens, special tokens included, a [MASK] in the middle) every method
-runs through ``bertscope.attribution.attribute`` from text, as the CLI and pages call it; the
+runs through ``bertscope.attribution.methods.attribute`` from text, as the CLI and pages call it; the
 baseline is one bare Hugging Face forward of the same text with the model's heads (logits),
 on the same device. Flow is timed for the last layer only (n² max-flow problems) and only
 under its token cap. Medians of interleaved runs; figures only, nothing passes or fails on time.
@@ -46,10 +46,10 @@ def main() -> None:
     parser.add_argument("--steps", default="4,8,16,32,50,100", help="IG steps for the completeness table (on the first length; empty: no table)")
     args = parser.parse_args()
 
-    from bertscope.attention_flow import MAX_FLOW_TOKENS
-    from bertscope.attribution import attribute
-    from bertscope.gradients import Target
-    from bertscope.inspect import inspect
+    from bertscope.attribution.rollout import MAX_FLOW_TOKENS
+    from bertscope.attribution.methods import attribute
+    from bertscope.attribution.gradients import Target
+    from bertscope.core.forward import inspect
 
     lm = load(args)
     print(describe(lm))

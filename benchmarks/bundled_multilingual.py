@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 CHILD = """
 import json, time
 start = time.perf_counter()
-from bertscope.models import load_model
+from bertscope.core.models import load_model
 imported = time.perf_counter() - start
 start = time.perf_counter()
 lm = load_model("bundled-multilingual")
@@ -48,8 +48,9 @@ def main() -> None:
     print(f"first use (convert + load), fresh process: {first['load']:.1f} s; afterwards: {again['load']:.1f} s "
           f"(imports {again['import']:.1f} s); converted folder {size / 2**20:.0f} MiB")
 
-    from bertscope.align import embed_parallel, retrieval, shipped_parallel
-    from bertscope.models import load_model
+    from bertscope.analysis.align import embed_parallel, retrieval
+    from bertscope.corpora.parallel import shipped_parallel
+    from bertscope.core.models import load_model
 
     lm = load_model("bundled-multilingual")
     for kind in ("sentences", "words"):

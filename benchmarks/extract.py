@@ -84,9 +84,9 @@ def previous(lm, task) -> list[np.ndarray]:
 
 
 def main() -> None:
-    from bertscope.attention_stats import shipped_corpus
-    from bertscope.hidden_cache import HiddenStateCache, extract, hidden_states
-    from bertscope.probe_data import ProbeTask
+    from bertscope.corpora.sentences import shipped_corpus
+    from bertscope.analysis.hidden_cache import HiddenStateCache, extract, hidden_states
+    from bertscope.corpora.probe_tasks import ProbeTask
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser)
@@ -114,7 +114,7 @@ def main() -> None:
         with forced_kernel(lm, "eager"):
             ours()
 
-    from bertscope.inspect import output_bytes, pad, plan_batches, tokenize
+    from bertscope.core.forward import output_bytes, pad, plan_batches, tokenize
 
     tokenized = tokenize(lm, [" ".join(w) for w in words], [None] * len(words))
     lengths = [len(e.ids) for e in tokenized.encodings]

@@ -121,7 +121,7 @@ def time_forwards(args) -> None:
 COLD_START = """
 import time, json
 t0 = time.perf_counter()
-import streamlit, bertscope.inspect, views.shared
+import streamlit, bertscope.core.forward, views.kit.models
 t1 = time.perf_counter()
 from bertscope import load_model, default_model
 name, _ = default_model()

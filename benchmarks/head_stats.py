@@ -51,7 +51,8 @@ class PeakRSS:
 
 
 def main() -> None:
-    from bertscope.attention_stats import head_stats, shipped_corpus
+    from bertscope.analysis.attention_stats import head_stats
+    from bertscope.corpora.sentences import shipped_corpus
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser)

@@ -7,7 +7,7 @@ then the stacked attentions and hidden states are copied to the host as float32 
 - ``.cpu()``: torch allocates fresh pageable memory, which the copy faults in 4 KiB at a time
   (an H200 trace: 16 such copies of ~10 MB took 69.7 ms, 2.3 GB/s);
 - numpy: into an ``np.empty`` array, which numpy backs with huge pages from 4 MiB (what
-  ``bertscope.inspect`` does);
+  ``bertscope.core.forward`` does);
 - pinned: a page-locked staging buffer, then a host copy into a fresh array.
 Beside them: the bare loop (per-layer ``.float().cpu()`` of tensors dropped at once, so the
 allocator hands the same pages back every time), ours whole, the pass alone, and faulting in
@@ -38,7 +38,7 @@ def huge_pages() -> str:
 
 def main() -> None:
     from bertscope import inspect_batch
-    from bertscope.inspect import _device_pass, pad, tokenize
+    from bertscope.core.forward import _device_pass, pad, tokenize
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser, model="random:bert-base-uncased")

@@ -2,13 +2,13 @@
 
     python benchmarks/pretrain.py [--model bundled] [--device cuda] [--chunks 256] [--runs runs/a,runs/b]
 
-Each variant trains one epoch of the recipe (``bertscope.pretraining``: Brown corpus, 128-token
+Each variant trains one epoch of the recipe (``bertscope.training``: Brown corpus, 128-token
 chunks, dynamic 80/10/10 masking, batches of 64) on ``--chunks`` training chunks, on the same
 device, and reports training tokens per second (padding included) measured over the epoch's
 steps alone. "head everywhere" is the previous path, kept here as the baseline: the masked-LM
 head's vocabulary projection at every position, the loss then taken at the chosen 15%; the
 recipe now projects only the chosen positions. The NSP row adds BERT's sentence pairs. ``--runs`` prints held-out top-1/top-5 per epoch from finished runs' metrics.json
-(e.g. those of ``python -m bertscope.pretrain``). Figures only; nothing passes or fails.
+(e.g. those of ``python -m bertscope pretrain``). Figures only; nothing passes or fails.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 @contextmanager
 def _head_everywhere(on: bool):
     """The previous path: the vocabulary projection at every position (the hook switched off)."""
-    from bertscope import pretraining
+    from bertscope.training import steps  # the forward that runs the head looks the hook up there
 
     if not on:
         yield
@@ -38,18 +38,19 @@ def _head_everywhere(on: bool):
     def nothing(model, chosen):
         yield False
 
-    kept = pretraining._logits_only_at
-    pretraining._logits_only_at = nothing
+    kept = steps.logits_only_at
+    steps.logits_only_at = nothing
     try:
         yield
     finally:
-        pretraining._logits_only_at = kept
+        steps.logits_only_at = kept
 
 
 def main() -> None:
     from bertscope.errors import BertScopeError
-    from bertscope.pretrain import brown_documents
-    from bertscope.pretraining import RecipeConfig, train
+    from bertscope.corpora.documents import brown_documents
+    from bertscope.training.config import RecipeConfig
+    from bertscope.training.recipe import train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bundled")

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
-    from bertscope.hidden_cache import CacheKey, HiddenStateCache
-    from bertscope.probing import probe_layers
+    from bertscope.analysis.hidden_cache import CacheKey, HiddenStateCache
+    from bertscope.analysis.probing import probe_layers
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=20_000)

@@ -22,7 +22,8 @@ from benchmarks.timing import add_model_args, bare_forward, describe, interleave
 
 
 def main() -> None:
-    from bertscope.shift import _BASELINES, anisotropy_baseline, collect, sense_presets
+    from bertscope.analysis.shift import anisotropy_baseline, clear_baselines, collect
+    from bertscope.corpora.senses import sense_presets
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser)
@@ -54,7 +55,7 @@ def main() -> None:
     print(f"bare forward with hidden states: {rate(t_bare):8.1f} sentences/s")
     print(f"shift extraction (ours):         {rate(t_ours):8.1f} sentences/s   "
           f"ratio {rate(t_ours) / rate(t_bare):.3f} (goal >= 0.8)")
-    _BASELINES.clear()
+    clear_baselines()
     start = time.perf_counter()
     anisotropy_baseline(lm)
     print(f"anisotropy baseline (218 shipped sentences, once per model): {time.perf_counter() - start:.2f} s")

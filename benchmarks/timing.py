@@ -24,8 +24,8 @@ def add_model_args(parser: argparse.ArgumentParser, model: str = "bundled") -> N
 
 def random_model_dir(config: str, heads: str = "pretraining") -> str:
     """A random model of ``config``'s shapes, built once into the user cache and reused."""
-    from bertscope.random_models import save_random_model
-    from bertscope.user_cache import user_cache_dir
+    from bertscope.core.random_models import save_random_model
+    from bertscope.runtime.user_cache import user_cache_dir
 
     folder = user_cache_dir() / "random-models" / f"{config}-{heads}"
     if not (folder / "config.json").is_file():

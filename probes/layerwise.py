@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
 
 
 def load_task(task: str, data: str | None, size: int | None = None):
-    from bertscope.probe_data import read_task, shipped_task
+    from bertscope.corpora.probe_tasks import read_task
+    from bertscope.corpora.suites import shipped_task
 
     if data:
         path = Path(data)
@@ -61,9 +62,9 @@ def run_one(model: str, task, args, weights_dir: Path | None = None, quiet: bool
     """Extract (or reuse) and probe; returns the ProbeResult and whether the cache was hit."""
     from tqdm import tqdm
 
-    from bertscope.hidden_cache import HiddenStateCache, hidden_states
-    from bertscope.models import load_model
-    from bertscope.probing import probe_layers
+    from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+    from bertscope.core.models import load_model
+    from bertscope.analysis.probing import probe_layers
 
     lm = load_model(model, device=args.device)
     with tqdm(total=len(task.words), desc=f"{model}: hidden states", unit="sentence", disable=quiet,

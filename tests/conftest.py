@@ -21,7 +21,7 @@ def _temporary_user_cache() -> None:
     import shutil
     import tempfile
 
-    from bertscope.user_cache import user_cache_dir
+    from bertscope.runtime.user_cache import user_cache_dir
 
     real = user_cache_dir()
     temporary = tempfile.mkdtemp(prefix="bertscope-test-cache-")
@@ -202,7 +202,7 @@ def tiny_distilbert_dir(tmp_path_factory) -> Path:
 def multilingual_vocab() -> list[str]:
     """Every character of the shipped parallel data and carrier sentences, whole and as a "##"
     continuation: a vocabulary that covers all nine languages' scripts."""
-    from bertscope.align import CARRIERS, shipped_parallel
+    from bertscope.corpora.parallel import CARRIERS, shipped_parallel
 
     chars: set[str] = set("".join(CARRIERS.values()))
     for kind in ("sentences", "words"):
@@ -264,7 +264,7 @@ def artifacts() -> Path:
 @pytest.fixture(scope="session")
 def random_base_dir(tmp_path_factory) -> Path:
     """A random BERT-base-sized BertForPreTraining with the bundled vocabulary (full-size tests)."""
-    from bertscope.random_models import save_random_model
+    from bertscope.core.random_models import save_random_model
 
     return Path(save_random_model("bert-base-uncased", tmp_path_factory.mktemp("bert-base-random")))
 

@@ -11,13 +11,13 @@ import pytest
 from numpy.testing import assert_allclose
 
 from bertscope import BertScopeError, load_model
-from bertscope.align import (
-    CARRIERS, centre, embed_parallel, pair_names, read_parallel_tsv, retrieval, retrieval_accuracy,
-    shipped_parallel, token_alignment, tokenizer_coverage,
+from bertscope.corpora.parallel import CARRIERS, read_parallel_tsv, shipped_parallel
+from bertscope.analysis.align import (
+    centre, embed_parallel, pair_names, retrieval, retrieval_accuracy, token_alignment, tokenizer_coverage,
 )
 from bertscope.cli import main
-from bertscope.inspect import inspect
-from bertscope.projection import project, umap_2d, warm_umap
+from bertscope.core.forward import inspect
+from bertscope.analysis.projection import project, umap_2d, warm_umap
 
 SCRIPTS = {  # a letter of each cell must come from this Unicode script name
     "ru": ("CYRILLIC",), "zh": ("CJK",), "ar": ("ARABIC",), "hi": ("DEVANAGARI",),
@@ -258,7 +258,8 @@ def test_cli_align_bad_input(tiny_multilingual_dir, tmp_path, capsys):
 
 
 def test_vectors_are_kept_on_disk_and_read_back(tiny_multilingual_dir, tmp_path):
-    from bertscope.align import embed_parallel, shipped_parallel
+    from bertscope.analysis.align import embed_parallel
+    from bertscope.corpora.parallel import shipped_parallel
 
     lm = load_model(str(tiny_multilingual_dir))
     data = shipped_parallel("words").select(["en", "de"])

@@ -9,7 +9,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from views.shared import CUSTOM_KEY, MODEL_KEY, OTHER
+from views.kit.models import CUSTOM_KEY, MODEL_KEY, OTHER
 
 from .conftest import ROOT
 
@@ -171,9 +171,9 @@ def test_attention_page(monkeypatch, tiny_bert_dir):
 
 
 def test_bertviz_without_its_scripts_and_without_network_says_so(monkeypatch, tiny_bert_dir):
-    import bertscope.bertviz_assets
+    import bertscope.figures.bertviz_assets
 
-    monkeypatch.setattr(bertscope.bertviz_assets, "installed", lambda *a: False)
+    monkeypatch.setattr(bertscope.figures.bertviz_assets, "installed", lambda *a: False)
     at = start(monkeypatch, str(tiny_bert_dir))
     at.switch_page("views/attention.py").run()
     at.session_state["att_tab"] = "bertviz model view"
@@ -333,9 +333,9 @@ def test_align_page(monkeypatch, tiny_multilingual_dir):
 
 
 def test_align_page_offers_mbert_when_it_can_be_had(monkeypatch, tiny_multilingual_dir):
-    import bertscope.hub
+    import bertscope.sources.hub
 
-    monkeypatch.setattr(bertscope.hub, "hub_reachable", lambda: True)
+    monkeypatch.setattr(bertscope.sources.hub, "hub_reachable", lambda: True)
     at = start(monkeypatch, str(tiny_multilingual_dir))
     at.switch_page("views/align.py").run()
     assert not at.exception
@@ -489,7 +489,7 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     at.run()
     submit = "FormSubmitter:att_stats_form-Compute head statistics"
     for run in range(6):  # the first run computes; later clicks hit the cache, except when flushed
-        from views.shared import shared_results
+        from views.kit.results import shared_results
 
         shared_results().clear()
         at.button(key=submit).click().run()
@@ -500,11 +500,11 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
 @pytest.mark.slow
 def test_probes_page_on_a_brown_suite(monkeypatch, tiny_bert_dir, tmp_path):
     """Real annotated text on the page: brown-pos, split by document (the installed corpus)."""
-    import bertscope.brown_probes
-    from bertscope.brown import read_brown
+    import bertscope.corpora.brown_tasks
+    from bertscope.corpora.brown import read_brown
 
     corpus = read_brown()  # the installed corpus (make test installs it), before the cache moves
-    monkeypatch.setattr(bertscope.brown_probes, "read_brown", lambda folder=None: corpus)
+    monkeypatch.setattr(bertscope.corpora.brown_tasks, "read_brown", lambda folder=None: corpus)
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # hidden states go to a temporary cache
     at = start(monkeypatch, str(tiny_bert_dir))
     at.switch_page("views/probes.py").run()
@@ -590,7 +590,7 @@ def test_masked_page_why_this_prediction(monkeypatch, tiny_bert_dir):
 
 
 def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(monkeypatch, tiny_bert_dir, tmp_path):
-    from bertscope.user_cache import user_cache_dir
+    from bertscope.runtime.user_cache import user_cache_dir
 
     corpora = (user_cache_dir() / "corpora").resolve()  # the installed Brown corpus, read through a link
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the run folder goes there
@@ -616,7 +616,7 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
     assert "held-out NSP accuracy" in at.dataframe[0].value.columns
     assert any("of activations a row" in c and "BERTSCOPE_TRAIN_MB" in c for c in texts(at.caption))
     table = next(d.value for d in at.dataframe if "before" in d.value.columns)
-    from bertscope.pretraining import CLOZE
+    from bertscope.training.config import CLOZE
 
     assert len(table) == len(CLOZE) and table["after"].str.len().min() > 0
     assert (tmp_path / "training").is_dir() and list((tmp_path / "training").glob("*/model/config.json"))

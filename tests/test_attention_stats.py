@@ -7,9 +7,8 @@ import pytest
 from numpy.testing import assert_allclose
 
 from bertscope import BertScopeError, inspect, inspect_batch
-from bertscope.attention_stats import (
-    HeadStats, head_stats, read_corpus, sentence_statistics, shipped_corpus,
-)
+from bertscope.analysis.attention_stats import HeadStats, head_stats, sentence_statistics
+from bertscope.corpora.sentences import read_corpus, shipped_corpus
 
 
 def hand_made():
@@ -78,10 +77,10 @@ def test_corpus_statistics_match_per_sentence_runs(tiny_bert):
 
 
 def test_flags_find_cls_sep_and_punctuation(tiny_bert):
-    from bertscope.attention_stats import _token_flags
+    from bertscope.analysis.attention_stats import token_flags
 
     (batch,) = inspect_batch(tiny_bert, ["the bank , a river ."], batch_size=1)
-    cls, sep, punct = (f[0].tolist() for f in _token_flags(tiny_bert, batch))
+    cls, sep, punct = (f[0].tolist() for f in token_flags(tiny_bert, batch))
     assert batch.tokens[0] == ["[CLS]", "the", "bank", ",", "a", "river", ".", "[SEP]"]
     assert cls == [True] + [False] * 7
     assert sep == [False] * 7 + [True]

@@ -15,10 +15,13 @@ import pytest
 import torch
 
 from bertscope import load_model
-from bertscope.attribution import METHODS, ROWS_SUM_TO_ONE, agreement, attribute, parse_target
+from bertscope.attribution.registry import METHODS
+from bertscope.attribution.explain import agreement
+from bertscope.attribution.methods import attribute
+from bertscope.attribution.gradients import parse_target
 from bertscope.errors import BertScopeError
-from bertscope.gradients import Target, input_embeddings, score_function
-from bertscope.inspect import inspect
+from bertscope.attribution.gradients import Target, input_embeddings, score_function
+from bertscope.core.forward import inspect
 
 TEXT = "the bank of the [MASK] was muddy ."
 PAIR = "she sat on the grass ."
@@ -105,7 +108,7 @@ def test_norms_equal_the_module_weights_computation(tiny_bert_dir):
 
 
 def test_per_head_norms_are_alpha_times_value_norms(tiny_bert_dir):
-    from bertscope.attention_blocks import block_measures
+    from bertscope.attribution.blocks import block_measures
 
     model, attentions, hidden = hf_outputs(tiny_bert_dir, TEXT)
     m = block_measures(load_model(str(tiny_bert_dir)), TEXT)
@@ -169,9 +172,9 @@ def test_every_method_on_every_family(fixture, request):
         m = attribute(lm, text, method=method)
         assert m.matrices.shape == (lm.num_layers, len(m.tokens), len(m.tokens))
         assert np.isfinite(m.matrices).all() and (m.matrices >= 0).all()
-        if ROWS_SUM_TO_ONE[method]:
+        if METHODS[method].rows_sum_to_one:
             np.testing.assert_allclose(m.matrices.sum(-1), 1, atol=1e-4)
-    from bertscope.attention_blocks import block_measures
+    from bertscope.attribution.blocks import block_measures
 
     assert block_measures(lm, text).alti_error < 1e-4  # y_i = Σ_j T_i(x_j) + terms of no token
     position = m.tokens.index("[MASK]") if "[MASK]" in m.tokens else [i for i, t in enumerate(m.tokens) if "mask" in t][0]
@@ -182,7 +185,7 @@ def test_every_method_on_every_family(fixture, request):
 
 
 def test_albert_shares_one_layer_but_measures_each_call(tiny_albert_dir):
-    from bertscope.attention_blocks import block_measures
+    from bertscope.attribution.blocks import block_measures
 
     lm = load_model(str(tiny_albert_dir))
     m = block_measures(lm, TEXT)
@@ -201,7 +204,8 @@ def test_ig_completeness_for_nsp_and_a_token(tiny_bert):
 
 
 def _save_probe_run(folder: Path, model: str, kind: str, classes: int, dim: int, layer: int, level: str):
-    from bertscope.probing import make_probe, save_probe
+    from bertscope.analysis.probing import make_probe
+    from bertscope.analysis.probe_store import save_probe
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((60, dim)).astype(np.float32)
@@ -216,7 +220,7 @@ def _save_probe_run(folder: Path, model: str, kind: str, classes: int, dim: int,
 
 @pytest.mark.parametrize("kind,classes", [("logreg", 2), ("logreg", 3), ("mlp", 3)])
 def test_probe_target_reproduces_sklearn_and_is_complete(tiny_bert, tmp_path, kind, classes):
-    from bertscope.gradients import load_probe
+    from bertscope.analysis.probe_store import load_probe
 
     probe, x = _save_probe_run(tmp_path, tiny_bert.name, kind, classes, tiny_bert.hidden_size, 1, "sentence")
     loaded = load_probe(tmp_path, 1)

@@ -9,12 +9,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from bertscope.brown import (
-    BertScopeError, brown_dir, detokenize, fine_tag, read_brown, split_documents, strip_decorations, unpack,
-    universal_tag,
+from bertscope.corpora.brown import (
+    BertScopeError, brown_dir, detokenize, fine_tag, read_brown, split_documents, strip_decorations, unpack, universal_tag,
 )
-from bertscope.brown_probes import brown_task
-from bertscope.probing import sentence_split
+from bertscope.corpora.brown_tasks import brown_task
+from bertscope.analysis.probing import sentence_split
 
 # Written for these tests in the corpus's exact format: a blank line, then a tab and one
 # sentence of word/tag pairs per line; cats.txt maps documents to genres.
@@ -154,7 +153,7 @@ def test_installed_corpus_counts_and_every_tag_maps():
 
 
 def test_brown_texts_for_statistics_cover_every_genre():
-    from bertscope.brown_probes import brown_texts, sample_sentences
+    from bertscope.corpora.brown_tasks import brown_texts, sample_sentences
 
     texts = brown_texts(300)
     assert len(texts) == 300 and len(set(texts)) > 290

@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from bertscope import inspect, inspect_batch, load_model
-from bertscope.bundled import bundled_model_dir
+from bertscope.sources.minilm import bundled_model_dir
 
 pytestmark = pytest.mark.slow
 

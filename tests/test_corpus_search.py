@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from bertscope import BertScopeError, inspect
-from bertscope.corpus_search import build_index, search, word_occurrences
-from bertscope.hidden_cache import HiddenStateCache
+from bertscope.analysis.corpus_search import build_index, search, word_occurrences
+from bertscope.analysis.hidden_cache import HiddenStateCache
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from bertscope import BertScopeError, load_model
-from bertscope.fill_mask import (
-    fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of,
-)
-from bertscope.logit_lens import layerwise_predictions
-from bertscope.mlm_recipe import IGNORE_INDEX, corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
-from bertscope.nsp import both_orders, next_sentence
+from bertscope.heads.fill_mask import fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of
+from bertscope.heads.logit_lens import layerwise_predictions
+from bertscope.heads.masking import IGNORE_INDEX
+from bertscope.heads.mlm_recipe import corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
+from bertscope.heads.nsp import both_orders, next_sentence
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +195,7 @@ def test_recipe_corruption_needs_only_the_tokenizer(tiny_encoder_dir):
 
 
 def test_require_mlm_suggests_only_what_can_be_loaded(tiny_encoder_dir):
-    from bertscope.fill_mask import require_mlm
+    from bertscope.heads.fill_mask import require_mlm
 
     lm = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="loaded here: bundled-mlm \\(.*need the Hugging Face hub") as err:
@@ -211,8 +210,8 @@ def test_require_mlm_suggests_only_what_can_be_loaded(tiny_encoder_dir):
 def test_albert_sentence_order_head_matches_hugging_face(tiny_albert_pretraining_dir, tiny_albert_dir):
     from transformers import AlbertForPreTraining, AutoTokenizer
 
-    from bertscope.inspect import inspect
-    from bertscope.nsp import sentence_order
+    from bertscope.core.forward import inspect
+    from bertscope.heads.nsp import sentence_order
 
     lm = load_model(str(tiny_albert_pretraining_dir))
     assert lm.heads == {"mlm", "sop"} and lm.architecture == "AlbertForPreTraining"
@@ -236,9 +235,9 @@ def test_albert_sentence_order_head_matches_hugging_face(tiny_albert_pretraining
 def test_sop_on_the_command_line_and_as_an_attribution_target(tiny_albert_pretraining_dir, capsys):
     import json
 
-    from bertscope.attribution import attribute
+    from bertscope.attribution.methods import attribute
     from bertscope.cli import main
-    from bertscope.gradients import Target
+    from bertscope.attribution.gradients import Target
 
     assert main(["sop", str(tiny_albert_pretraining_dir), "the man sat .", "he ate bread .", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from bertscope import hub
+from bertscope.sources import hub
 
 
 @pytest.fixture

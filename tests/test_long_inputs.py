@@ -17,8 +17,8 @@ from bertscope.figures.attention import (
     attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, token_across_layers,
 )
 from bertscope.figures.compact import block_mean, block_size, thousandths
-from bertscope.inspect import output_bytes, plan_batches
-from bertscope.result_cache import ResultCache, size_of
+from bertscope.core.forward import output_bytes, plan_batches
+from bertscope.runtime.result_cache import ResultCache, size_of
 
 MiB = 2**20
 DTYPES = {"u1": np.uint8, "u2": np.uint16, "i1": np.int8, "i2": np.int16, "i4": np.int32, "f4": np.float32,
@@ -196,7 +196,7 @@ def test_logits_only_where_asked(tiny_bert):
 @pytest.mark.parametrize("config", ["bert-base-uncased", "bert-large-uncased"])
 def test_random_full_size_model_at_512_tokens(config, tmp_path_factory, artifacts):
     """A real forward at BERT's operating point: the lean result the app keeps, its figures."""
-    from bertscope.random_models import save_random_model
+    from bertscope.core.random_models import save_random_model
 
     folder = save_random_model(config, tmp_path_factory.mktemp(config), heads="pretraining")
     lm = load_model(folder)
@@ -211,8 +211,8 @@ def test_random_full_size_model_at_512_tokens(config, tmp_path_factory, artifact
         bare = lm.model(input_ids=torch.tensor([r.input_ids.tolist()], device=lm.device), output_attentions=True).attentions
     np.testing.assert_allclose(r.attentions[5], bare[5][0].float().cpu().numpy(), atol=1e-3)
     # head statistics and the shift page's extraction at 512 tokens, within their byte-bounded batches
-    from bertscope.attention_stats import head_stats
-    from bertscope.shift import collect
+    from bertscope.analysis.attention_stats import head_stats
+    from bertscope.analysis.shift import collect
 
     stats = head_stats(lm, [text, text.replace("bank", "shore")])
     assert stats.tokens == 1024 and np.isfinite(stats.stats["entropy"]).all()

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from bertscope import BertScopeError, load_model
-from bertscope.devices import resolve_device, resolve_dtype
-from bertscope.models import max_input_length, resolve_source
+from bertscope.runtime.devices import resolve_device, resolve_dtype
+from bertscope.runtime.hf import max_input_length
+from bertscope.sources.resolve import resolve_source
 
 
 def test_pretraining_checkpoint_gets_both_heads(tiny_bert):

@@ -9,11 +9,9 @@ import pytest
 
 from bertscope import BertScopeError
 from bertscope.cli import main
-from bertscope.params import (
-    count_parameters, flops_per_token, inspect_activation_bytes, load_config, shipped_config_path,
-    weight_bytes,
-)
-from bertscope.presets import PRESETS
+from bertscope.analysis.params import count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes
+from bertscope.sources.configs import model_config as load_config, shipped_config_path
+from bertscope.sources.presets import PRESETS
 
 # Published totals of the bare encoders (Hugging Face model cards / papers' code).
 PUBLISHED = {

@@ -10,10 +10,13 @@ import torch
 from safetensors.torch import load_file
 
 from bertscope.errors import BertScopeError
-from bertscope.pretrain import main as pretrain_main
-from bertscope.pretraining import (
-    IGNORE_INDEX, RecipeConfig, apply_delta, chunk_documents, mask_tokens, special_mask, train,
-)
+from bertscope.cli import main as pretrain_main
+from bertscope.heads.masking import IGNORE_INDEX
+from bertscope.training.config import RecipeConfig
+from bertscope.sources.delta import apply_delta
+from bertscope.training.instances import chunk_documents
+from bertscope.training.batches import mask_tokens, special_mask
+from bertscope.training.recipe import train
 
 TEXT = ["the man walked along the river bank with his dog .", "she deposited the money in the bank .",
         "the dog sat on the grass by the river .", "he ate bread and fish on the boat ."]
@@ -91,26 +94,26 @@ def test_lora_delta_merged_onto_the_base_equals_the_runs_model(tiny_bert_dir, tm
 
 
 def test_script_errors_are_one_line_with_exit_2(tiny_bert_dir, tmp_path, capsys):
-    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(tmp_path / "none.txt"), "--out", str(tmp_path)]) == 2
+    assert pretrain_main(["pretrain", str(tiny_bert_dir), "--corpus", str(tmp_path / "none.txt"), "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
-    assert pretrain_main([str(tiny_bert_dir), "--corpus", "x", "--out", str(tmp_path), "--lr", "0"]) == 2
+    assert pretrain_main(["pretrain", str(tiny_bert_dir), "--corpus", "x", "--out", str(tmp_path), "--lr", "0"]) == 2
     assert "learning rate" in capsys.readouterr().err
     corpus = tmp_path / "text.txt"
     corpus.write_text("\n".join(TEXT * 3) + "\n\n" + "\n".join(TEXT))
-    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "r"), "--epochs", "1",
+    assert pretrain_main(["pretrain", str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "r"), "--epochs", "1",
                           "--seq-len", "32", "--batch-size", "4", "--lora", "0", "--device", "cpu"]) == 0
     assert json.loads(capsys.readouterr().out)["epochs"] == 1
-    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "s"), "--pair", "sop",
+    assert pretrain_main(["pretrain", str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "s"), "--pair", "sop",
                           "--seq-len", "32", "--device", "cpu"]) == 2  # BERT's pair head is NSP
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "choose --pair nsp" in err
-    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "n"), "--pair", "nsp",
+    assert pretrain_main(["pretrain", str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "n"), "--pair", "nsp",
                           "--epochs", "1", "--seq-len", "32", "--batch-size", "4", "--device", "cpu",
                           "--cloze", "the dog sat by the [MASK] .", "--cloze", "a [MASK] ran ."]) == 0
     assert 0 <= json.loads(capsys.readouterr().out)["held_out_nsp_accuracy"] <= 1
     metrics = json.loads((tmp_path / "n" / "metrics.json").read_text())
     assert [c["text"] for c in metrics["after"]["cloze"]] == ["the dog sat by the [MASK] .", "a [MASK] ran ."]
-    assert pretrain_main([str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "c"),
+    assert pretrain_main(["pretrain", str(tiny_bert_dir), "--corpus", str(corpus), "--out", str(tmp_path / "c"),
                           "--cloze", "no mask"]) == 2
     assert "needs a [MASK]" in capsys.readouterr().err
 
@@ -120,9 +123,9 @@ def test_bundled_mlm_reproduces_its_recorded_held_out_figure(tmp_path, monkeypat
     """The shipped delta, merged onto the bundled package, on a fixed sample of held-out Brown
     documents (the first 64 chunks, one seeded corruption): the figure recorded when it was made."""
     from bertscope import load_model
-    from bertscope.fill_mask import fill_mask
-    from bertscope.pretrain import brown_documents
-    from bertscope.pretraining import evaluate
+    from bertscope.heads.fill_mask import fill_mask
+    from bertscope.corpora.documents import brown_documents
+    from bertscope.training.steps import evaluate
 
     _, held = brown_documents(None, 0)  # the installed corpus (make test installs it)
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the model built afresh from the package + delta
@@ -138,7 +141,7 @@ def test_bundled_mlm_reproduces_its_recorded_held_out_figure(tmp_path, monkeypat
 
 
 def test_training_job_runs_in_the_background_is_cancelled_and_refuses_a_second_run(tiny_bert_dir, tmp_path):
-    from bertscope.training_job import TrainingJob
+    from bertscope.training.job import TrainingJob
 
     long = replace(SMALL, epochs=200)  # far more steps than the test waits for
     job = TrainingJob.start(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "a", long, device="cpu")
@@ -168,7 +171,8 @@ def test_the_head_runs_only_at_the_chosen_positions_with_the_full_heads_values(
         tiny_bert_dir, tiny_roberta_dir, tiny_albert_pretraining_dir, tiny_distilbert_dir):
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
-    from bertscope.pretraining import Chunks, _forward
+    from bertscope.training.instances import Chunks
+    from bertscope.training.steps import forward_chosen as _forward
 
     ids = torch.randint(5, 60, (3, 12))
     labels = torch.full_like(ids, IGNORE_INDEX)
@@ -192,7 +196,7 @@ def _segments(tok, row, types):
 
 
 def test_sentence_pairs_follow_berts_recipe(tiny_bert):
-    from bertscope.pretraining import pair_instances
+    from bertscope.training.instances import pair_instances
 
     tok = tiny_bert.tokenizer
     docs = [[f"the dog {w} ." for w in ("sat", "ran", "ate", "slept")] * 40, ["a cat sat on the boat ."] * 120]
@@ -216,7 +220,7 @@ def test_sentence_pairs_follow_berts_recipe(tiny_bert):
 
 
 def test_nsp_pairs_take_b_from_another_document_exactly_when_labelled_notnext(tiny_bert):
-    from bertscope.pretraining import pair_instances
+    from bertscope.training.instances import pair_instances
 
     tok = tiny_bert.tokenizer
     docs = [["the dog sat .", "the dog ran .", "the dog ate ."] * 3, ["a cat sat on the boat ."] * 9]

@@ -10,12 +10,11 @@ import pytest
 
 from bertscope import BertScopeError, load_model
 from bertscope.cli import main as cli_main
-from bertscope.hidden_cache import CacheKey, HiddenStateCache, hidden_states
-from bertscope.inspect import inspect
-from bertscope.probe_data import (
-    SHIPPED, read_conllu, read_csv_task, read_jsonl_task, read_task, shipped_task,
-)
-from bertscope.probing import control_labels, probe_layers, sentence_split
+from bertscope.analysis.hidden_cache import CacheKey, HiddenStateCache, hidden_states
+from bertscope.core.forward import inspect
+from bertscope.corpora.suites import SHIPPED, shipped_task
+from bertscope.corpora.probe_tasks import read_conllu, read_csv_task, read_jsonl_task, read_task
+from bertscope.analysis.probing import control_labels, probe_layers, sentence_split
 
 UPOS = {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT",
         "SCONJ", "SYM", "VERB", "X"}
@@ -96,7 +95,7 @@ def test_shipped_tasks():
 
 def test_shipped_suites_are_exactly_the_generators_output(tmp_path):
     """Labels correct by construction: the files are what probes/make_suites.py writes."""
-    from bertscope.probe_data import DATA
+    from bertscope.corpora.suites import DATA
     from probes.make_suites import main as make_suites
 
     make_suites(tmp_path)
@@ -337,8 +336,8 @@ def test_train_here_test_there(tiny_bert, tiny_bert_dir, tmp_path, capsys):
 
 
 def test_per_example_predictions_and_confusion(tiny_bert, tmp_path):
-    from bertscope.hidden_cache import HiddenStateCache, hidden_states
-    from bertscope.probe_data import shipped_task
+    from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+    from bertscope.corpora.suites import shipped_task
 
     task = shipped_task("pos")
     states = hidden_states(tiny_bert, task, "mean", HiddenStateCache(tmp_path))

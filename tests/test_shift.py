@@ -10,10 +10,11 @@ from numpy.testing import assert_allclose
 
 from bertscope import BertScopeError, inspect, load_model
 from bertscope.cli import main
-from bertscope.shift import (
-    ShiftResult, _pair_means, centroid_accuracy, collect, cosine_matrix, intra_sentence_similarity,
-    layer_metrics, locate, pca_2d, read_labelled_csv, sense_presets, umap_2d, word_pattern,
+from bertscope.analysis.shift import (
+    ShiftResult, _pair_means, centroid_accuracy, collect, cosine_matrix, intra_sentence_similarity, layer_metrics, locate, word_pattern,
 )
+from bertscope.analysis.projection import pca_2d, umap_2d
+from bertscope.corpora.senses import read_labelled_csv, sense_presets
 
 
 def pieces(r, positions):
@@ -156,8 +157,8 @@ def test_shift_figures_fit_the_scale_and_tell_senses_apart(tiny_bert):
     import plotly.io as pio
 
     from bertscope.figures.shift import projection_scatter, similarity_heatmap
-    from bertscope.projection import pca_2d
-    from bertscope.shift import cosine_matrix
+    from bertscope.analysis.projection import pca_2d
+    from bertscope.analysis.shift import cosine_matrix
 
     rows = [("the bank of the river", "river"), ("the muddy bank", "river"),
             ("money in the bank", "money"), ("the bank had cash", "money")]

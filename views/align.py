@@ -7,18 +7,19 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.align import (
-    CARRIERS, PROPOSED_MODEL, centre, embed_parallel, language_name, read_parallel_tsv, retrieval,
-    shipped_parallel, token_alignment, tokenizer_coverage,
+from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
+from bertscope.analysis.align import (
+    PROPOSED_MODEL, centre, embed_parallel, retrieval, token_alignment, tokenizer_coverage,
 )
 from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
-from bertscope.bundled_multilingual import MULTILINGUAL
-from bertscope.presets import BUNDLED
-from bertscope.projection import project, umap_is_warm
-from views.shared import (
-    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, figure_downloads, from_url, model_key,
-    obtainable, plain, require_model, result_store, show_error, to_url, warm_umap_in_background,
-)
+from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
+from bertscope.sources.presets import BUNDLED
+from bertscope.analysis.projection import project, umap_is_warm
+from views.kit.chrome import PLOT_CONFIG, figure_downloads, plain, page_errors
+from views.kit.limits import Limits, allow_expensive, check_upload
+from views.kit.models import cached_model, model_key, obtainable, require_model
+from views.kit.results import result_store, warm_umap_in_background
+from views.kit.url import from_url, to_url
 
 KINDS = {"sentences": "Sentences (105 meanings)", "words": "Words (209 concepts)"}
 
@@ -50,19 +51,16 @@ if page_model != PROPOSED_MODEL:
                   else "on an English-only model, weak alignment is the honest result and is shown as such")
         st.info(plain(f"Made for {PROPOSED_MODEL} (mBERT), which cannot be had here (no hub, no local copy): "
                       f"running on {page_model} ({honest})."))
-try:
+with page_errors():
     with st.spinner(f"Loading {page_model} (bundled-multilingual is converted once, on first use)…"):
         lm = cached_model(*key)
-except BertScopeError as err:
-    show_error(err)
-    st.stop()
 
 from_url("data", "align_kind", str, lambda v: v in KINDS)
 k1, k2 = st.columns([1, 2])
 kind = k1.radio("Data", list(KINDS), format_func=KINDS.get, key="align_kind")
 uploaded = k2.file_uploader("Or upload a TSV (header: language codes, one column each)", type=["tsv", "txt"],
                             key=f"align_upload_{kind}")
-try:
+with page_errors():
     if uploaded is not None:
         check_upload(uploaded)
         try:
@@ -73,9 +71,6 @@ try:
         data = shipped_parallel(kind)
     if data.n_items > Limits.corpus_lines:
         raise BertScopeError(f"{data.n_items:,} rows; this app takes up to {Limits.corpus_lines:,}.")
-except BertScopeError as err:
-    show_error(err)
-    st.stop()
 if data.incomplete:
     shown = ", ".join(f"line {n} (no {', '.join(m)})" for n, m in data.incomplete[:8])
     more = f" and {len(data.incomplete) - 8} more" if len(data.incomplete) > 8 else ""
@@ -101,24 +96,13 @@ with st.form("align_form"):
                            help="Carrier sentences exist for: " + ", ".join(CARRIERS))
     st.form_submit_button("Compute", type="primary")
 
-try:
+with page_errors():
     picked = data.select(languages)
     store = result_store("align")
     computed_key = (key, picked.digest(), pooling, context)
-    av = store.get(computed_key)
-    if av is None:
-        bar = st.progress(0.0)
-        av = embed_parallel(cached_model(*key), picked, pooling, context, cache=True,  # kept on disk too
-                            progress=lambda d, t: bar.progress(d / t, text=f"{d}/{t} texts"))
-        bar.empty()
-        store.put(computed_key, av)
-    scores = result_store("align_retrieval").get(computed_key)
-    if scores is None:
-        scores = retrieval(av)
-        result_store("align_retrieval").put(computed_key, scores)
-except BertScopeError as err:
-    show_error(err)
-    st.stop()
+    av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
+        cached_model(*key), picked, pooling, context, cache=True, progress=progress), "Embedding the texts")
+    scores = result_store("align_retrieval").get_or_compute(computed_key, lambda: retrieval(av))
 
 n_layers = av.n_layers
 mean_raw, mean_centred = scores.mean(), scores.mean(True)
@@ -162,7 +146,7 @@ with tab_map:
     c1, c2 = st.columns([1, 3])
     method = c1.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="align_method")
     join = c2.checkbox("Join each item's translations to its first-language point", key="align_join")
-    try:
+    with page_errors(stop=False):
         store_maps = result_store("align_maps")
         maps = store_maps.get((computed_key, layer, method))
         if maps is None:
@@ -183,8 +167,6 @@ with tab_map:
             column.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key=f"align_map_{name}")
         st.caption("Mean-centring subtracts each language's mean vector: what remains is what the "
                    "languages do not share as a block, so translations can meet.")
-    except BertScopeError as err:
-        show_error(err)
 
 with tab_retrieval:
     c1, c2 = st.columns(2)
@@ -220,7 +202,7 @@ with tab_tokens:
                         format_func=lambda i: f"{i + 1}. {first[i][:60]}")
     source = c2.selectbox("Source", list(picked.languages), index=0, key=f"align_source_{kind}")
     target = c3.selectbox("Target", list(picked.languages), index=1, key=f"align_target_{kind}")
-    try:
+    with page_errors(stop=False):
         if source == target:
             raise BertScopeError("Choose two different languages.")
         texts = (picked.texts(source)[item], picked.texts(target)[item])
@@ -236,5 +218,3 @@ with tab_tokens:
         if al.mutual:
             st.caption("Mutual links: " + plain(", ".join(f"{al.source_tokens[i]} ↔ {al.target_tokens[j]}"
                                                           for i, j in al.mutual)))
-    except BertScopeError as err:
-        show_error(err)

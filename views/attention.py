@@ -7,23 +7,24 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.attention_flow import MAX_FLOW_TOKENS
-from bertscope.attention_stats import STATISTICS, head_stats, read_corpus, shipped_corpus
-from bertscope.attribution import agreement, from_attentions, rows_at, token_matrices
-from bertscope.bertviz_assets import URL_PATH as BERTVIZ_URL
-from bertscope.brown_probes import brown_texts
-from bertscope.hub import hub_reachable
-from bertscope.bertviz_assets import installed as bertviz_assets_installed
+from bertscope.analysis.attention_stats import STATISTICS, head_stats
+from bertscope.corpora.sentences import read_corpus, shipped_corpus
+from bertscope.attribution.explain import agreement, rows_at
+from bertscope.attribution.methods import from_attentions, token_matrices
+from bertscope.figures.bertviz_assets import URL_PATH as BERTVIZ_URL
+from bertscope.corpora.brown_tasks import brown_texts
+from bertscope.sources.hub import hub_reachable
+from bertscope.figures.bertviz_assets import installed as bertviz_assets_installed
 from bertscope.figures.attention import (
-    attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap,
-    token_across_layers,
+    attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap, token_across_layers,
 )
-from bertscope.figures.attribution import TITLES as ATTRIBUTION_TITLES
+from bertscope.attribution.registry import METHODS
 from bertscope.figures.attribution import matrices_side_by_side
-from views.shared import (
-    PLOT_CONFIG, Limits, allow_expensive, cached_inspection, cached_model, check_text, check_upload, figure_downloads,
-    from_url, model_key, plain, require_model, result_store, show_error, to_bool, to_url,
-)
+from views.kit.chrome import PLOT_CONFIG, figure_downloads, plain, page_errors
+from views.kit.limits import Limits, allow_expensive, check_text, check_upload
+from views.kit.models import cached_model, model_key, require_model
+from views.kit.results import cached_inspection, result_store
+from views.kit.url import from_url, to_bool, to_url
 
 BROWN_HEAD_STATS_SENTENCES = 500
 BROWN_SAMPLE = "Brown corpus (all 15 genres)"
@@ -55,14 +56,11 @@ with st.form("att_input"):
     pair = st.text_input("Segment B (optional, for a sentence pair)", key="att_pair")
     st.form_submit_button("Run", type="primary")
 
-try:
+with page_errors():
     check_text(text)
     check_text(pair, "second text")
     with st.spinner("Running the model (attentions of every layer and head)…"):
         r = cached_inspection(key, text, pair if pair.strip() else None)
-except BertScopeError as err:
-    show_error(err)
-    st.stop()
 for warning in r.warnings:
     st.warning(warning)
 st.caption(plain(f"{r.n_tokens} tokens · {r.n_layers} layers × {r.n_heads} heads · {lm.name}"))
@@ -84,7 +82,7 @@ to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=lay
 # Only the open tab runs (and its name is in the link): bertviz's documents are megabytes each.
 tabs = st.tabs(["Head", "All heads of the layer", "Token across layers", "Beyond raw attention",
                 "bertviz head view", "bertviz model view", "Head statistics"], key="att_tab", bind="query-params")
-try:
+with page_errors(stop=False):
     with tabs[0]:
         if tabs[0].open:
             with st.spinner("Drawing the head…"):
@@ -117,8 +115,6 @@ try:
                 fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
             st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
             figure_downloads(fig, f"attention-token-{position}")
-except BertScopeError as err:
-    show_error(err)
 
 with tabs[3]:
     if tabs[3].open:
@@ -128,42 +124,42 @@ with tabs[3]:
                    "2022; attention, residual and LayerNorm, composed through the layers). The layer is the "
                    "one picked above (0-based), so these show the state after layer "
                    f"{layer} + 1 = {layer + 1}.")
-        methods = st.multiselect("Methods", ["attention", "rollout", "norm", "alti", "flow"],
-                                 ["attention", "rollout", "alti"], key="att_methods",
-                                 format_func=lambda m: ATTRIBUTION_TITLES[m])
-        try:
+        matrix_methods = [m.name for m in METHODS.values() if m.kind == "matrix"]
+        methods = st.multiselect("Methods", matrix_methods, ["attention", "rollout", "alti"], key="att_methods",
+                                 format_func=lambda m: METHODS[m].title)
+        with page_errors(stop=False):
             store = result_store("attribution")
             matrices = {}
-            for method in [m for m in methods if m in ("attention", "rollout")]:  # from the pass above
-                matrices[method] = store.get_or_compute((key, text, pair or None, method),
-                                                        lambda m=method: from_attentions(r, m))
-            for method in [m for m in methods if m in ("norm", "alti")]:  # a pass with hooks
-                with st.spinner(f"Computing {ATTRIBUTION_TITLES[method]}…"):
-                    matrices[method] = store.get_or_compute((key, text, pair or None, method), lambda m=method: (
-                        token_matrices(cached_model(*key), text, pair or None, m)))
-            if "flow" in methods:
-                flow_key = (key, text, pair or None, "flow", layer + 1)
-                found = store.get(flow_key)
-                if found is None and r.n_tokens > MAX_FLOW_TOKENS:
-                    st.warning(f"Attention flow solves {r.n_tokens}² max-flow problems per layer and is capped at "
-                               f"{MAX_FLOW_TOKENS} tokens (this input has {r.n_tokens}): rollout approximates it.")
-                elif found is None and st.button(f"Compute flow after layer {layer + 1} ({r.n_tokens}² max-flow "
-                                                 "problems; seconds to a minute)", key="att_flow_go"):
-                    bar = st.progress(0.0, text="Attention flow…")
-                    found = from_attentions(r, "flow", [layer + 1], progress=lambda done, total: bar.progress(
-                        done / total, text=f"Attention flow: {done}/{total} rows"))
-                    bar.empty()
-                    store.put(flow_key, found)
-                    st.rerun()  # redraw without the button
-                if found is not None:
-                    matrices["flow"] = found
+            for name in methods:
+                record = METHODS[name]
+                if record.on_request:  # one layer, when asked: seconds to minutes
+                    request = (key, text, pair or None, name, layer + 1)
+                    found = store.get(request)
+                    if found is None and record.max_tokens is not None and r.n_tokens > record.max_tokens:
+                        st.warning(f"{record.title.capitalize()} is capped at {record.max_tokens} tokens (this input "
+                                   f"has {r.n_tokens}): rollout approximates it.")
+                    elif found is None and st.button(f"Compute {name} after layer {layer + 1} (seconds to a minute)",
+                                                     key=f"att_{name}_go"):
+                        store.compute(request, lambda progress, m=name: from_attentions(r, m, [layer + 1], progress),
+                                      f"{record.title.capitalize()}, rows")
+                        st.rerun()  # redraw without the button
+                    if found is not None:
+                        matrices[name] = found
+                elif record.from_attentions:  # from the pass above
+                    matrices[name] = store.get_or_compute((key, text, pair or None, name),
+                                                          lambda m=name: from_attentions(r, m))
+                else:  # a pass of its own, with hooks
+                    with st.spinner(f"Computing {record.title}…"):
+                        matrices[name] = store.get_or_compute((key, text, pair or None, name), lambda m=name: (
+                            token_matrices(cached_model(*key), text, pair or None, m)))
             if matrices:
                 fig = matrices_side_by_side(r.tokens, {m: v.at(layer + 1) for m, v in matrices.items()}, layer + 1)
                 st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_methods_chart")
                 figure_downloads(fig, f"attribution-L{layer + 1}")
-                if "flow" in matrices and len(matrices) > 1:
-                    st.caption("Flow is computed for one layer at a time: the agreement table and export use "
-                               f"layer {layer + 1}.")
+                one_layer = [METHODS[m].title for m in matrices if METHODS[m].on_request]
+                if one_layer and len(matrices) > 1:
+                    st.caption(f"{', '.join(one_layer).capitalize()}: computed for one layer at a time, so the "
+                               f"agreement table and export use layer {layer + 1}.")
                 if len(matrices) >= 2 and r.n_tokens >= 3:
                     query = st.selectbox("Agreement for token", range(r.n_tokens), index=min(1, r.n_tokens - 1),
                                          format_func=lambda i: f"{i}: {r.tokens[i]}", key="att_agree_token")
@@ -178,8 +174,6 @@ with tabs[3]:
                                    on_click="ignore")
             else:
                 st.info("Choose one or more methods.")
-        except BertScopeError as err:
-            show_error(err)
 
 for tab, view in ((tabs[4], "head"), (tabs[5], "model")):
     with tab:
@@ -233,7 +227,7 @@ with tabs[6]:
             uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"], key="att_corpus_file")
             run = st.form_submit_button("Compute head statistics", type="primary")
         if run:
-            try:
+            with page_errors(stop=False):
                 if source.startswith("Shipped"):
                     sentences = shipped_corpus()
                 elif source == BROWN_SAMPLE:
@@ -253,23 +247,15 @@ with tabs[6]:
                                          f"{Limits.corpus_lines:,} (use `python -m bertscope head-stats` for more).")
                 digest = hashlib.sha256("\n".join(sentences).encode()).hexdigest()
                 st.session_state["att_stats_request"] = (key, digest, tuple(sentences))
-            except BertScopeError as err:
-                show_error(err)
         request = st.session_state.get("att_stats_request")
         if request and request[0] == key:
-            try:
+            with page_errors():
                 store = result_store("head_stats")
-                stats = store.get(request[:2])  # (model, corpus hash)
-                if stats is None:
+                if store.get(request[:2]) is None:  # (model, corpus hash)
                     allow_expensive("head-statistics run")
-                    bar = st.progress(0.0)
-                    stats = head_stats(cached_model(*key), request[2], progress=lambda done, total: bar.progress(
-                        done / total, text=f"Running the corpus through the model: {done}/{total} sentences"))
-                    bar.empty()
-                    store.put(request[:2], stats)
-            except BertScopeError as err:
-                show_error(err)
-                st.stop()
+                stats = store.compute(request[:2], lambda progress: head_stats(cached_model(*key), request[2],
+                                                                              progress=progress),
+                                      "Running the corpus through the model, sentences")
             st.caption(f"{stats.sentences} sentences, {stats.tokens:,} tokens.")
             name = st.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="att_stat")
             fig = stats_heatmap(stats, name, selected=(layer, head))

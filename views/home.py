@@ -3,9 +3,11 @@ right now, where the headless tools are, and the card of the loaded model."""
 
 import streamlit as st
 
-from bertscope.card import heads_text, model_card
-from bertscope.presets import PRESETS
-from views.shared import demo, fallback_notice, model_options, obtainable, plain, require_model
+from bertscope.core.card import heads_text, model_card
+from bertscope.sources.presets import PRESETS
+from views.kit.chrome import plain
+from views.kit.limits import demo
+from views.kit.models import fallback_notice, model_options, obtainable, require_model
 
 # (page script, label, icon, what it shows, what to try first)
 PAGES = [
@@ -65,7 +67,7 @@ if not demo():
                 "*Command line*): `python -m bertscope COMMAND` for info, inspect, attention, head-stats, "
                 "fill-mask, mlm-recipe, nsp, sop, shift, corpus-search, align, probe, params and attribute; "
                 "`python -m probes.layerwise` and `probes.sweep` for probe runs; "
-                "`python -m bertscope.pretrain` for BERT's masked-LM recipe.")
+                "`python -m bertscope pretrain` for BERT's masked-LM recipe.")
     st.code('python -m bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',
             language="bash")
 

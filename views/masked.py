@@ -3,24 +3,23 @@
 import json
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.attribution import explain_prediction
+from bertscope.attribution.explain import explain_prediction
 from bertscope.figures.attention import label
 from bertscope.figures.attribution import token_strip
-from bertscope.fill_mask import (
-    MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of,
-)
-from bertscope.logit_lens import layerwise_predictions
-from bertscope.mlm_recipe import mlm_recipe, recipe_corruption
-from bertscope.nsp import both_orders, sentence_order
-from views.shared import (
-    MODEL_KEY, PLOT_CONFIG, cached_model, check_text, from_url, model_key, model_options, obtainable, plain,
-    require_model, result_store, show_error, to_url,
-)
-from bertscope.presets import BUNDLED_MLM
+from bertscope.figures.masked import prediction_bars, rank_by_layer
+from bertscope.heads.fill_mask import MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of
+from bertscope.heads.logit_lens import layerwise_predictions
+from bertscope.heads.mlm_recipe import mlm_recipe, recipe_corruption
+from bertscope.heads.nsp import both_orders, sentence_order
+from views.kit.chrome import PLOT_CONFIG, plain, page_errors
+from views.kit.limits import check_text
+from views.kit.models import MODEL_KEY, cached_model, model_key, model_options, obtainable, require_model
+from views.kit.results import result_store
+from views.kit.url import from_url, to_url
+from bertscope.sources.presets import BUNDLED_MLM
 
 
 
@@ -40,17 +39,6 @@ def cached_iterative(key, text: str, words: tuple[int, ...] | None):
         return iterative_fill(lm, start)
 
     return result_store("iterative").get_or_compute((key, text, words), run)
-
-
-def bar_chart(predictions, title: str):
-    """Horizontal bars, best on top; integer rows with token tick text (repeats stay apart)."""
-    tokens = [label(p.token.strip() or repr(p.token)) for p in predictions]
-    fig = px.bar(x=[p.score for p in predictions], y=list(range(len(tokens))), orientation="h",
-                 title=label(title), labels={"x": "probability", "y": ""})
-    fig.update_traces(customdata=tokens, hovertemplate="%{customdata}: %{x:.4f}<extra></extra>")
-    fig.update_layout(yaxis=dict(autorange="reversed", tickvals=list(range(len(tokens))), ticktext=tokens),
-                      height=110 + 28 * len(tokens))
-    return fig
 
 
 def recipe_form(submit: str) -> tuple[str, int, float, float, float]:
@@ -89,14 +77,12 @@ except BertScopeError as err:
                "tokens chosen; of those 80% [MASK], 10% a random token, 10% unchanged). Predicting the "
                "originals, the loss and the accuracy need a masked-LM head.")
     text, seed, select_rate, mask_rate, random_rate = recipe_form("Corrupt")
-    try:
+    with page_errors(stop=False):
         view = recipe_corruption(lm, text, seed, select_rate, mask_rate, random_rate)
         st.dataframe(pd.DataFrame(view.rows()), hide_index=True, width="stretch")
         chosen = set(view.corruption.actions)
         st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
             f"▸{t}" if i in chosen else t for i, t in enumerate(view.corrupted_tokens))))
-    except BertScopeError as err:
-        show_error(err)
     st.stop()
 
 tab_fill, tab_why, tab_recipe, tab_layers, tab_nsp = st.tabs(
@@ -113,7 +99,7 @@ with tab_fill:
     mode = st.radio("Masks", ["Type [MASK] in the text", "Pick words to mask"], horizontal=True, key="mlm_mode")
     top_k = st.slider("Top k", 1, 20, 5, key="mlm_top_k")
     words: tuple[int, ...] | None = None
-    try:
+    with page_errors(stop=False):
         if mode.startswith("Type"):
             text = st.text_area(f"Text (up to {MAX_MASKS} masks; [MASK], <mask> or {lm.mask_token})",
                                 "The capital of France is [MASK].", key="mlm_text")
@@ -134,8 +120,6 @@ with tab_fill:
                 result = cached_fill_words(key, text, words, top_k)
             else:
                 st.info("Pick one or more words to mask.")
-    except BertScopeError as err:
-        show_error(err)
     if result is not None:
         for warning in result.warnings:
             st.warning(warning)
@@ -147,7 +131,7 @@ with tab_fill:
             if result.original_ids is not None:
                 title += f": was “{lm.tokenizer.decode([result.original_ids[position]]).strip()}”"
             with columns[n % len(columns)]:
-                st.plotly_chart(bar_chart(preds, title), config=PLOT_CONFIG, width="stretch",
+                st.plotly_chart(prediction_bars(preds, title), config=PLOT_CONFIG, width="stretch",
                                 key=f"mlm_bar_{n}")
         st.caption("Each mask's distribution is independent (one forward pass, as the Hugging Face "
                    "fill-mask pipeline).")
@@ -176,17 +160,12 @@ with tab_why:
                              format_func=lambda t: f"{t.strip()} ({result.predictions[mask_n][candidates.index(t)].score:.1%})")
         steps = w3.select_slider("IG steps", [8, 16, 32, 50, 100, 200], 50, key="why_steps")
         position = result.mask_positions[mask_n]
-        try:
+        with page_errors(stop=False):
             store = result_store("explain")
             request = (key, tuple(int(i) for i in result.inspection.input_ids), position, token, steps)
-            explanation = store.get(request)
-            if explanation is None:
-                bar = st.progress(0.0, text="Integrated gradients…")
-                explanation = explain_prediction(
-                    cached_model(*key), result.inspection, position, token, steps,
-                    progress=lambda done, total: bar.progress(done / total, text=f"Integrated gradients: {done}/{total} steps"))
-                bar.empty()
-                store.put(request, explanation)
+            explanation = store.compute(request, lambda progress: explain_prediction(
+                cached_model(*key), result.inspection, position, token, steps, progress=progress),
+                "Integrated gradients, steps")
             ig = explanation.ig
             for warning in ig.warnings:
                 st.warning(plain(warning))
@@ -211,15 +190,13 @@ with tab_why:
                                "text/csv", key="why_csv", on_click="ignore")
             st.download_button("Download IG (JSON)", json.dumps(ig.to_json()), "integrated-gradients.json",
                                "application/json", key="why_json", on_click="ignore")
-        except BertScopeError as err:
-            show_error(err)
 
 with tab_recipe:
     st.caption("Devlin et al. (2019), §3.1: choose 15% of the tokens; of those, 80% become [MASK], "
                "10% a random token, 10% stay. The loss counts only the chosen positions "
                "(labels are -100 elsewhere).")
     recipe_text, seed, select_rate, mask_rate, random_rate = recipe_form("Corrupt and predict")
-    try:
+    with page_errors(stop=False):
         check_text(recipe_text)
         recipe = mlm_recipe(lm, recipe_text, int(seed), select_rate, mask_rate, random_rate)
         m1, m2, m3 = st.columns(3)
@@ -234,8 +211,6 @@ with tab_recipe:
         chosen = {p.position for p in recipe.positions}
         st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
             f"▸{t}" if i in chosen else t for i, t in enumerate(recipe.corrupted.tokens))))
-    except BertScopeError as err:
-        show_error(err)
 
 with tab_layers:
     st.caption("The MLM head read at every layer (a logit lens). Only the last layer was trained to "
@@ -246,18 +221,14 @@ with tab_layers:
     else:
         which = st.selectbox("Mask", range(len(result.mask_positions)),
                              format_func=lambda n: f"mask {n + 1}", key="mlm_lens_mask")
-        try:
+        with page_errors(stop=False):
             readings = layerwise_predictions(lm, result, which, top_k=5)
             st.dataframe(pd.DataFrame([
                 {"layer": r.layer, "rank of final answer": r.final_rank,
                  **{f"#{i + 1}": f"{p.token.strip()} ({p.score:.2f})" for i, p in enumerate(r.top)}}
                 for r in readings]), hide_index=True, width="stretch")
-            fig = px.line(x=[r.layer for r in readings], y=[r.final_rank for r in readings], markers=True,
-                          log_y=True, labels={"x": "layer (0 = embeddings)", "y": "rank of the final answer"})
-            fig.update_yaxes(autorange="reversed")
-            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
-        except BertScopeError as err:
-            show_error(err)
+            layer_names = ["embeddings" if r.layer == 0 else f"{r.layer}" for r in readings]
+            st.plotly_chart(rank_by_layer(readings, layer_names), config=PLOT_CONFIG, width="stretch")
 
 with tab_nsp:
     pair_head = "sop" if "sop" in lm.heads else "nsp" if "nsp" in lm.heads else None
@@ -271,7 +242,7 @@ with tab_nsp:
         a = st.text_area(f"{part} A", "The man went to the store.", key="nsp_a")
         b = st.text_area(f"{part} B", "He bought a gallon of milk.", key="nsp_b")
         to_url(a=a, b=b)
-        try:
+        with page_errors(stop=False):
             check_text(a, f"{part.lower()} A")
             check_text(b, f"{part.lower()} B")
             c1, c2 = st.columns(2)
@@ -287,5 +258,3 @@ with tab_nsp:
                 c2.metric("B then A: IsNext", f"{backward.is_next:.1%}")
                 st.caption("The swapped order is the idea of ALBERT's sentence-order prediction "
                            "(Lan et al. 2020): BERT's NSP mostly detects topic change, not order.")
-        except BertScopeError as err:
-            show_error(err)

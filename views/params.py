@@ -1,16 +1,18 @@
 """Parameters: exact counts by component from the config alone, memory, FLOPs, comparisons."""
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.params import (
-    count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes,
+from bertscope.analysis.params import count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes
+from bertscope.sources.presets import PRESETS
+from bertscope.analysis.timeline import milestones
+from bertscope.figures.params import (
+    breakdown_treemap, compare_bars, flops_area, per_layer_bars, timeline_scatter,
 )
-from bertscope.presets import PRESETS
-from bertscope.timeline import milestones
-from views.shared import chosen_model_name, from_url, plain, show_error, to_url
+from views.kit.chrome import plain, page_errors, show_error
+from views.kit.models import chosen_model_name
+from views.kit.url import from_url, to_url
 
 st.title("Parameters")
 st.caption(
@@ -29,11 +31,8 @@ to_url(count=head if head != "none" else None)
 if not name:
     st.info("Type a hub id (org/name) or a local model folder in the sidebar.")
     st.stop()
-try:
+with page_errors():
     b = count_parameters(name, head)
-except BertScopeError as err:
-    show_error(err)
-    st.stop()
 
 def compact(count: int) -> str:
     """336.2 M, 31.8 M, 1.5 k: short enough for a metric tile (the exact count is in its help)."""
@@ -62,16 +61,10 @@ tab_tree, tab_layers, tab_formulas, tab_memory, tab_flops, tab_compare = st.tabs
     ["Treemap", "Per layer", "Formulas", "Memory", "FLOPs", "Compare"]
 )
 with tab_tree:
-    tree = rows.assign(layer=[f"layer {v}" if pd.notna(v) else "outside layers" for v in rows["layer"]])
-    fig = px.treemap(tree, path=["group", "layer", "component"], values="count")
-    fig.update_traces(hovertemplate="%{label}: %{value:,} parameters<extra></extra>")
-    st.plotly_chart(fig, width="stretch")
+    st.plotly_chart(breakdown_treemap(rows), width="stretch")
 with tab_layers:
     layers = b.layer_totals()
-    per_layer = rows[rows["layer"].notna()].groupby(["layer", "component"], as_index=False)["count"].sum()
-    fig = px.bar(per_layer, x="layer", y="count", color="component",
-                 labels={"count": "parameters", "layer": "encoder layer"})
-    st.plotly_chart(fig, width="stretch")
+    st.plotly_chart(per_layer_bars(rows), width="stretch")
     st.caption(f"{len(layers)} distinct layer(s) of weights; each holds {next(iter(layers.values()), 0):,}.")
 with tab_formulas:
     st.caption("V vocabulary, H hidden, I intermediate, P positions, E embedding size; "
@@ -95,8 +88,7 @@ with tab_flops:
         [{"length": n, "part": part, "GFLOPs per token": v / 1e9}
          for n in lengths for part, v in flops_per_token(b, n).items()]
     )
-    fig = px.area(flops, x="length", y="GFLOPs per token", color="part")
-    st.plotly_chart(fig, width="stretch")
+    st.plotly_chart(flops_area(flops), width="stretch")
     st.caption("Forward pass, per token: linear = 2 × matmul weights × layers run; attention = "
                "4 × n × H × layers, quadratic in length over the sequence (Kaplan et al. 2020).")
 with tab_compare:
@@ -120,13 +112,8 @@ with tab_compare:
         counts = [c for c in frame.columns if c not in ("model",)]
         st.dataframe(frame, hide_index=True, width="stretch",
                      column_config={c: st.column_config.NumberColumn(format="localized") for c in counts})
-        long = frame.melt(id_vars="model", value_vars=[g for g in ("embeddings", "encoder", "pooler") if g in frame],
-                          var_name="group", value_name="parameters")
-        st.plotly_chart(px.bar(long, x="model", y="parameters", color="group"), width="stretch")
+        st.plotly_chart(compare_bars(frame), width="stretch")
     if st.toggle("Show the timeline of BERT's story (builds GPT-3 on the meta device: seconds)"):
         story = pd.DataFrame([m.__dict__ for m in milestones()])
-        fig = px.scatter(story, x="year", y="parameters", text="model", symbol="source", log_y=True)
-        fig.update_traces(textposition="top center")
-        fig.update_xaxes(tickmode="linear", dtick=1, tickformat="d")  # whole years, no "2,018.5"
-        st.plotly_chart(fig, width="stretch")
+        st.plotly_chart(timeline_scatter(story), width="stretch")
         st.dataframe(story, hide_index=True)

@@ -5,18 +5,18 @@ import os
 import uuid
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.pretrain import brown_documents
-from bertscope.models import NSP_TYPES, SOP_TYPES
-from bertscope.pretraining import CLOZE, MAX_CLOZE, RecipeConfig
-from bertscope.training_job import TrainingJob
-from bertscope.user_cache import user_cache_dir
-from views.shared import (
-    CUSTOM_KEY, MODEL_KEY, OTHER, PLOT_CONFIG, chosen_model_name, demo, plain, require_model, show_error,
-)
+from bertscope.figures.training import loss_curves
+from bertscope.corpora.documents import brown_documents
+from bertscope.runtime.hf import NSP_TYPES, SOP_TYPES
+from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
+from bertscope.training.job import TrainingJob
+from bertscope.runtime.user_cache import user_cache_dir
+from views.kit.chrome import PLOT_CONFIG, plain, page_errors
+from views.kit.limits import demo
+from views.kit.models import CUSTOM_KEY, MODEL_KEY, OTHER, chosen_model_name, require_model
 
 JOB = "pretrain_job"
 GENRES = ("adventure", "belles_lettres", "editorial", "fiction", "government", "hobbies", "humor", "learned",
@@ -38,10 +38,10 @@ st.caption("BERT's masked-LM recipe (Devlin et al. 2019, §3.1: 15% of the token
            "10% random, 10% kept; dynamic masking as RoBERTa), continued on the sidebar's model with the Brown "
            "corpus, held-out documents scored after every epoch; optionally with sentence pairs for BERT's "
            "next-sentence head or ALBERT's sentence-order head. LoRA adapters (peft) by default. The same run "
-           "headless: `python -m bertscope.pretrain MODEL --corpus brown --out runs/NAME [--pair nsp]`.")
+           "headless: `python -m bertscope pretrain MODEL --corpus brown --out runs/NAME [--pair nsp]`.")
 if not training_allowed():
     st.info("Training is switched off on this hosted demo (set BERTSCOPE_ALLOW_TRAINING=1 to allow it). "
-            "Run it locally, or headless with `python -m bertscope.pretrain`.")
+            "Run it locally, or headless with `python -m bertscope pretrain`.")
     st.stop()
 name = chosen_model_name()
 if not name:
@@ -73,7 +73,7 @@ with st.form("pretrain_form"):
     start = st.form_submit_button(f"Train {name}", type="primary", disabled=running)
 
 if start:
-    try:
+    with page_errors(stop=False):
         if not genres:
             raise BertScopeError("Choose at least one genre.")
         train_docs, held_docs = brown_documents(",".join(genres), seed=0)
@@ -84,8 +84,6 @@ if start:
         st.session_state[JOB] = TrainingJob.start(name, train_docs, held_docs, out, cfg,
                                                   cloze_texts=sentences.splitlines())
         st.rerun()
-    except BertScopeError as err:
-        show_error(err)
 
 job = st.session_state.get(JOB)
 if job is None:
@@ -118,13 +116,7 @@ def live() -> None:
         curves = {"masked-LM (chosen positions)": snap.losses}
         if snap.pair_losses:
             curves[f"{job.cfg.pair_task.upper()} (pair head)"] = snap.pair_losses
-        frame = pd.DataFrame([{"step": i + 1, "loss": v, "objective": name}
-                              for name, values in curves.items() for i, v in enumerate(values)])
-        fig = px.line(frame, x="step", y="loss", color="objective", labels={"loss": "loss (nats)"},
-                      title="Training loss, step by step", markers=len(snap.losses) <= 200)
-        if len(snap.losses) <= 20:
-            fig.update_xaxes(dtick=1)  # whole steps only
-        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="pretrain_loss")
+        st.plotly_chart(loss_curves(curves), config=PLOT_CONFIG, width="stretch", key="pretrain_loss")
     if snap.epochs:
         pair_name = job.cfg.pair_task.upper()
         st.dataframe(pd.DataFrame([{"epoch": e["epoch"], "train loss": e["train_loss"],

@@ -6,15 +6,17 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.hidden_cache import HiddenStateCache, hidden_states
-from bertscope.brown_probes import DEFAULT_SENTENCES
-from bertscope.probe_data import BROWN_TASKS, ProbeTask, read_task, shipped_task
+from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
+from bertscope.corpora.suites import BROWN_TASKS, shipped_task
+from bertscope.corpora.probe_tasks import ProbeTask, read_task
 from bertscope.figures.probe import confusion_figure, layer_figure, run_name
-from bertscope.probing import ProbeResult, check_external_labels, example_texts, probe_layers
-from views.shared import (
-    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_upload, demo, from_url, model_key, plain,
-    require_model, result_store, show_error, to_url,
-)
+from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
+from views.kit.chrome import PLOT_CONFIG, plain, page_errors
+from views.kit.limits import Limits, allow_expensive, check_upload, demo
+from views.kit.models import cached_model, model_key, require_model
+from views.kit.results import result_store
+from views.kit.url import from_url, to_url
 
 UPLOAD = "Your own file…"
 TASKS = {
@@ -62,7 +64,7 @@ def read_upload(upload) -> ProbeTask:
 
 
 if submitted:
-    try:
+    with page_errors(stop=False):
         if suite == UPLOAD:
             if uploaded is None:
                 raise BertScopeError("Choose a file to upload, or a shipped task.")
@@ -84,33 +86,28 @@ if submitted:
             check_external_labels(task.classes, other.classes)
         store = result_store("probes")
         run_key = (key, task.digest(), chosen, kind, other.digest() if other is not None else None)
-        found = store.get(run_key)
-        if found is None:
+        if store.get(run_key) is None:
             allow_expensive("probe run")
+
+        def run(progress):
             lm = cached_model(*key)
-            bar = st.progress(0.0, text="Hidden states…")
-            states = hidden_states(lm, task, chosen, HiddenStateCache(),
-                                   progress=lambda d, t: bar.progress(d / t, text=f"Hidden states: {d}/{t} sentences"))
+            states = hidden_states(lm, task, chosen, HiddenStateCache(), progress=progress)
             external = None
             if other is not None:
-                bar.progress(0.0, text="Hidden states of the test file…")
-                external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: bar.progress(
-                    d / t, text=f"Hidden states of the test file: {d}/{t} sentences"))
-            bar.progress(0.0, text="Probes…")
+                external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: progress(
+                    d, t, "Hidden states of the test file, sentences"))
             result = probe_layers(states, task.name, chosen, kind, external=external,
-                                  progress=lambda d, t: bar.progress(d / t, text=f"Probes: layer {d}/{t}"))
-            bar.empty()
-            found = (result, states.hit, states.size_bytes, str(states.folder),
-                     example_texts(states, task.texts, result.test_examples))
-            store.put(run_key, found)
+                                  progress=lambda d, t: progress(d, t, "Probes, layers"))
+            return (result, states.hit, states.size_bytes, str(states.folder),
+                    example_texts(states, task.texts, result.test_examples))
+
+        found = store.compute(run_key, run, "Hidden states, sentences")
         result = found[0]
         runs = st.session_state.setdefault(RUNS, {})
         runs[run_name(result)] = found
         st.session_state["probe_latest"] = run_name(result)
         shown = [n for n in st.session_state.get("probe_compare", []) if n != run_name(result)]
         st.session_state["probe_compare"] = [*shown, run_name(result)][-3:]  # the new run joins the plot
-    except BertScopeError as err:
-        show_error(err)
 
 runs: dict = st.session_state.get(RUNS, {})
 if not runs:
@@ -156,7 +153,7 @@ e1, e2 = st.columns([1, 1])
 layer_choices = [r.layer for r in result.layers]
 at_layer = e1.selectbox("Layer", layer_choices, index=layer_choices.index(best.layer), key="probe_ex_layer")
 errors_only = e2.toggle("Errors only", key="probe_ex_errors")
-try:
+with page_errors(stop=False):
     shown = result.examples(at_layer, errors_only)
     index = {row: k for k, row in enumerate(result.test_examples.tolist())}  # row -> test position
     table = pd.DataFrame([{"n": index[r["example"]], "sentence": described[index[r["example"]]][0],
@@ -179,8 +176,6 @@ try:
     else:
         st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "
                    "filter the table to errors instead.")
-except BertScopeError as err:
-    show_error(err)
 
 st.caption("Headless: `python -m probes.layerwise --model NAME --task pos --out results/` writes the same "
            "figures, and `python -m probes.sweep` compares several models or tasks.")

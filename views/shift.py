@@ -6,19 +6,19 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.shift import (
-    anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, pca_2d, read_labelled_csv,
-    sense_presets, umap_2d,
-)
-from bertscope.corpus_search import MAX_K, build_index, search, word_occurrences
+from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary
+from bertscope.analysis.projection import pca_2d, umap_2d
+from bertscope.corpora.senses import read_labelled_csv, sense_presets
+from bertscope.analysis.corpus_search import MAX_K, build_index, search, word_occurrences
 from bertscope.figures.shift import (
     genre_scatter, layer_lines, occurrence_names, projection_scatter, similarity_heatmap, tag_bars,
 )
-from bertscope.fill_mask import words_of
-from views.shared import (
-    PLOT_CONFIG, Limits, allow_expensive, cached_model, check_text, check_upload, from_url, model_key, plain,
-    require_model, result_store, show_error, to_url,
-)
+from bertscope.heads.fill_mask import words_of
+from views.kit.chrome import PLOT_CONFIG, page_errors, plain
+from views.kit.limits import Limits, allow_expensive, check_text, check_upload
+from views.kit.models import cached_model, model_key, require_model
+from views.kit.results import result_store
+from views.kit.url import from_url, to_url
 
 OWN = "Your own word…"
 
@@ -38,7 +38,7 @@ if not word.strip():
     st.stop()
 uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload")
 
-try:
+with page_errors():
     if uploaded is not None:
         check_upload(uploaded)
         try:
@@ -48,9 +48,6 @@ try:
         source = pd.DataFrame(rows, columns=["sentence", "label"])
     else:
         source = pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
-except BertScopeError as err:
-    show_error(err)
-    st.stop()
 
 from_url("pool", "shift_pooling", str, lambda v: v in ("mean", "first"))
 from_url("occ", "shift_occurrences", str, lambda v: v in ("all", "first"))
@@ -66,26 +63,18 @@ with st.form("shift_form"):
 
 rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
         for s, lab in zip(table["sentence"], table["label"])]
-if len(rows) > Limits.corpus_lines:
-    show_error(BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}."))
-    st.stop()
+with page_errors():
+    if len(rows) > Limits.corpus_lines:
+        raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
 digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
 store = result_store("shift")
-try:
-    computed = store.get((key, digest))
-    if computed is None:
-        bar = st.progress(0.0)
-        result = collect(cached_model(*key), word, rows, pooling, occurrences,
-                         progress=lambda d, t: bar.progress(d / t, text=f"{d}/{t} sentences"))
-        bar.progress(1.0, text="Anisotropy baseline (random words of the shipped corpus, once per model)…")
-        metrics = layer_metrics(result, anisotropy_baseline(lm, pooling))
-        bar.empty()
-        computed = (result, metrics)
-        store.put((key, digest), computed)
-    result, metrics = computed
-except BertScopeError as err:
-    show_error(err)
-    st.stop()
+with page_errors():
+    def run(progress):
+        found = collect(cached_model(*key), word, rows, pooling, occurrences, progress=progress)
+        progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
+        return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
+
+    result, metrics = store.compute((key, digest), run, "Sentences")
 
 if result.skipped:
     st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
@@ -122,7 +111,7 @@ with tab_map:
     from_url("map", "shift_method", str.upper, lambda v: v in ("PCA", "UMAP"))
     method = st.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="shift_method")
     to_url(map=method.lower() if method != "PCA" else None)
-    try:
+    with page_errors(stop=False):
         maps = result_store("shift_maps")
         coords = maps.get((key, digest, layer, method))
         if coords is None:
@@ -134,35 +123,26 @@ with tab_map:
             maps.put((key, digest, layer, method), coords)
         st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at layer {layer}", method),
                         config=PLOT_CONFIG, width="stretch")
-    except BertScopeError as err:
-        show_error(err)
 with tab_vocab:
     st.caption("Nearest rows of the model's input embedding matrix (cosine) to each occurrence's "
                "vector at this layer: a rough reading, since later layers are not in that space.")
-    try:
+    with page_errors(stop=False):
         neighbours = nearest_vocabulary(lm, result.vectors[:, layer])
         st.dataframe(pd.DataFrame({
             "occurrence": occurrence_names(result),
             "sentence": [o.sentence for o in result.occurrences],
             "nearest tokens": [", ".join(f"{t} ({s:.2f})" for t, s in n) for n in neighbours],
         }), hide_index=True, width="stretch")
-    except BertScopeError as err:
-        show_error(err)
 with tab_brown:
     st.caption("Which words of real text sit nearest to this one at the layer above? exBERT-style corpus "
                "search (Hoover et al. 2020) over a Brown corpus sample (every genre; each word the mean of "
                "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
                "word's own occurrences in the corpus coloured by genre.")
     if tab_brown.open:
-        try:
+        with page_errors(stop=False):
             store = result_store("brown_index")
-            index = store.get(key)
-            if index is None:
-                bar = st.progress(0.0, text="Indexing the Brown sample (once per model; kept on disk)…")
-                index = build_index(cached_model(*key), progress=lambda d, t: bar.progress(
-                    d / t, text=f"Indexing the Brown sample: {d:,}/{t:,} sentences"))
-                bar.empty()
-                store.put(key, index)
+            index = store.compute(key, lambda progress: build_index(cached_model(*key), progress=progress),
+                                  "Indexing the Brown sample (once per model; kept on disk), sentences")
             st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
             example = next((sentence for sentence, _ in rows if word.lower() in sentence.lower()), "")
             b1, b2, b3 = st.columns([3, 1, 1])
@@ -187,8 +167,6 @@ with tab_brown:
                                 config=PLOT_CONFIG, width="stretch", key="shift_brown_map")
             except BertScopeError as err:
                 st.info(plain(str(err)))
-        except BertScopeError as err:
-            show_error(err)
     else:
         st.caption("Open this tab to search (the first search indexes the sample once per model).")
 

@@ -7,8 +7,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from ..align import AlignmentVectors, RetrievalResult, TokenAlignment, language_name
-from .attention import label
+from bertscope.analysis.align import AlignmentVectors, RetrievalResult, TokenAlignment
+from bertscope.corpora.parallel import language_name
+from bertscope.figures.attention import label
 
 COLOURS = qualitative.Plotly + qualitative.Dark24
 

@@ -17,10 +17,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..attention_stats import STATISTICS, HeadStats
-from ..errors import BertScopeError
-from ..inspect import Inspection
-from .compact import block_size, percent_blocks, percent_blocks_heatmap, weights_heatmap
+from bertscope.analysis.attention_stats import STATISTICS, HeadStats
+from bertscope.errors import BertScopeError
+from bertscope.core.inspection import Inspection
+from bertscope.figures.compact import block_size, percent_blocks, percent_blocks_heatmap, weights_heatmap
 
 # bertviz writes every weight into its page as JSON; we round weights to 3 decimals first, so
 # one weight costs about this many bytes ("0.012, "), and a page's size is known in advance

@@ -12,19 +12,13 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..errors import BertScopeError
-from .attention import label
-from .compact import block_size, percent_blocks, percent_blocks_heatmap
+from bertscope.attribution.registry import METHODS
+from bertscope.errors import BertScopeError
+from bertscope.figures.attention import label
+from bertscope.figures.compact import block_size, percent_blocks, percent_blocks_heatmap
 
 MATRICES_MAX_BYTES = 1_000_000  # all panels of one figure, as base64 float32
 STRIP_TEXT_TOKENS = 48  # beyond this the cells carry no printed token (the hover names it)
-TITLES = {
-    "attention": "raw attention (heads averaged)",
-    "rollout": "rollout",
-    "flow": "attention flow",
-    "norm": "‖Σ α f(x)‖ (norm-based)",
-    "alti": "ALTI (composed)",
-}
 
 
 def matrices_side_by_side(tokens: list[str], panels: dict[str, np.ndarray], layer: int,
@@ -37,7 +31,7 @@ def matrices_side_by_side(tokens: list[str], panels: dict[str, np.ndarray], laye
     block = block_size(n, len(panels), max_bytes)
     names = list(panels)
     tops = {m: float(np.max(panels[m])) if panels[m].size else 0.0 for m in names}
-    titles = [f"{TITLES.get(m, m)}<br><sup>max {tops[m]:.3g}</sup>" for m in names]
+    titles = [f"{METHODS[m].title if m in METHODS else m}<br><sup>max {tops[m]:.3g}</sup>" for m in names]
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=titles, horizontal_spacing=0.04)
     labels = [label(t) for t in tokens]
     step = -(-n // 40)

@@ -1,0 +1,220 @@
+"""Linear probes per layer, with a majority baseline, a control task and a confidence interval.
+
+- Probe: ``Pipeline(StandardScaler(), LogisticRegression())`` (or a small MLP for contrast),
+  trained on a split that never puts one sentence on both sides (grouped by sentence).
+- Control task (Hewitt & Liang 2019, "Designing and Interpreting Probes with Control Tasks",
+  EMNLP, §2-3): every word type gets a random label, fixed for the type and drawn from the
+  task's label distribution; the same probe is trained on it. Selectivity = task accuracy -
+  control accuracy: how much of the accuracy needs the representation rather than the probe's
+  capacity to memorise word identities. (For sentence-level tasks the "type" is the sentence,
+  so the control sits at chance.)
+- 95% interval: bootstrap over the test examples (1,000 resamples).
+Probe weights are saved as ``.npz`` arrays plus JSON, never pickled.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GroupShuffleSplit
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from bertscope.errors import BertScopeError
+from bertscope.analysis.hidden_cache import CachedStates
+from bertscope.analysis.probe_store import save_probe
+
+ProbeKind = Literal["logreg", "mlp"]
+
+
+def sentence_split(groups: np.ndarray, test_size: float = 0.25, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) example indices; every sentence's examples fall on one side."""
+    if len(np.unique(groups)) < 2:
+        raise BertScopeError("A probe needs at least two sentences.")
+    splitter = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
+    train, test = next(splitter.split(np.zeros(len(groups)), groups=groups))
+    return train, test
+
+
+def control_labels(types: Sequence[str], labels: Sequence[str], seed: int = 0) -> np.ndarray:
+    """Hewitt & Liang's control task: one random label per type, drawn from the label distribution."""
+    counts = Counter(labels)
+    classes = sorted(counts)
+    p = np.array([counts[c] for c in classes], float) / len(labels)
+    rng = np.random.default_rng(seed)
+    chosen = {t: classes[i] for t, i in zip(sorted(set(types)), rng.choice(len(classes), size=len(set(types)), p=p))}
+    return np.array([chosen[t] for t in types])
+
+
+def make_probe(kind: ProbeKind = "logreg", seed: int = 0) -> Pipeline:
+    if kind == "logreg":
+        # 100 L-BFGS steps: the task converges in ~10-20; a control task may not, and the same budget
+        # for both is part of the comparison (Hewitt & Liang train both probes alike)
+        return make_pipeline(StandardScaler(), LogisticRegression(max_iter=100, C=1.0))
+    if kind == "mlp":
+        return make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(128,), max_iter=200,
+                                                             early_stopping=True, random_state=seed))
+    raise BertScopeError("The probe must be 'logreg' or 'mlp'.")
+
+
+def bootstrap_interval(correct: np.ndarray, resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean of ``correct`` (bools)."""
+    rng = np.random.default_rng(seed)
+    means = correct[rng.integers(0, len(correct), size=(resamples, len(correct)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def fit_score(x_train, y_train, x_test, y_test, kind: ProbeKind, seed: int) -> tuple[Pipeline, np.ndarray]:
+    """The fitted probe and, per test example, whether it was right."""
+    probe = make_probe(kind, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # the accuracy is what we report
+        probe.fit(x_train, y_train)
+    return probe, probe.predict(x_test) == y_test
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    layer: int
+    accuracy: float
+    control_accuracy: float
+    ci: tuple[float, float]
+    external_accuracy: float | None = None  # the same probe scored on a user's test file, when given
+    predicted: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] class index
+    confidence: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] p(predicted)
+
+    @property
+    def selectivity(self) -> float:
+        return self.accuracy - self.control_accuracy
+
+    def to_json(self) -> dict:
+        out = {"layer": self.layer, "accuracy": self.accuracy, "control_accuracy": self.control_accuracy,
+               "selectivity": self.selectivity, "ci": list(self.ci)}
+        if self.external_accuracy is not None:
+            out["external_accuracy"] = self.external_accuracy
+        return out
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    model: str
+    task: str
+    level: str
+    pooling: str
+    probe: str
+    majority_baseline: float
+    n_train: int
+    n_test: int
+    layers: list[LayerResult]
+    classes: tuple[str, ...] = ()  # the probe's classes; predicted/gold index them
+    gold: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] class index
+    test_examples: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] row in the states
+
+    @property
+    def best(self) -> LayerResult:
+        return max(self.layers, key=lambda r: r.accuracy)
+
+    def layer_result(self, layer: int) -> LayerResult:
+        for r in self.layers:
+            if r.layer == layer:
+                return r
+        raise BertScopeError(f"Layer {layer} was not probed: layers {[r.layer for r in self.layers]}.")
+
+    def confusion(self, layer: int) -> np.ndarray:
+        """[gold class, predicted class] counts over the test examples at ``layer``."""
+        r = self.layer_result(layer)
+        if r.predicted is None or self.gold is None:
+            raise BertScopeError("This result kept no per-example predictions.")
+        matrix = np.zeros((len(self.classes), len(self.classes)), np.int64)
+        seen = self.gold >= 0  # a test label never trained on has no row
+        np.add.at(matrix, (self.gold[seen], r.predicted[seen]), 1)
+        return matrix
+
+    def examples(self, layer: int, errors_only: bool = False) -> list[dict]:
+        """Test examples at ``layer``: row in the states, gold, predicted, p(predicted)."""
+        r = self.layer_result(layer)
+        if r.predicted is None or self.gold is None:
+            raise BertScopeError("This result kept no per-example predictions.")
+        rows = []
+        for k, row in enumerate(self.test_examples):
+            gold = self.classes[self.gold[k]] if self.gold[k] >= 0 else "(not in training)"
+            pred = self.classes[r.predicted[k]]
+            if errors_only and gold == pred:
+                continue
+            rows.append({"example": int(row), "gold": gold, "predicted": pred, "probability": float(r.confidence[k])})
+        return rows
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "task": self.task, "level": self.level, "pooling": self.pooling,
+                "probe": self.probe, "majority_baseline": self.majority_baseline, "n_train": self.n_train,
+                "n_test": self.n_test, "layers": [r.to_json() for r in self.layers]}
+
+
+def example_texts(states: CachedStates, texts: Sequence[str], rows: Sequence[int]) -> list[tuple[str, str]]:
+    """(sentence, word) of each example row: what a person reads to judge a prediction (for a
+    sentence-level task the word is empty)."""
+    out = []
+    for row in rows:
+        sentence = texts[int(states.sentences[row])] if states.sentences is not None else ""
+        word = states.types[row] if states.key.level == "token" else ""
+        out.append((sentence, word))
+    return out
+
+
+def check_external_labels(train_labels: Sequence[str], external_labels: Sequence[str]) -> None:
+    """A test file may use only labels the probe is trained on: list the others in one line."""
+    unknown = sorted(set(external_labels) - set(train_labels))
+    if unknown:
+        shown = ", ".join(unknown[:12]) + (f" (and {len(unknown) - 12} more)" if len(unknown) > 12 else "")
+        raise BertScopeError(f"The test file has {len(unknown)} label(s) the task never trains on: {shown}.")
+
+
+def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: ProbeKind = "logreg",
+                 seed: int = 0, layers: Sequence[int] | None = None, weights_dir: Path | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 external: CachedStates | None = None) -> ProbeResult:
+    """Train and score the probe and its control at every layer of ``states``; with
+    ``external`` (hidden states of a user's test file, same labels), also score the trained
+    probe there: train here, test there."""
+    labels = np.array(states.labels)
+    if len(set(labels)) < 2:
+        raise BertScopeError("A probe needs at least two different labels.")
+    train, test = sentence_split(states.groups, seed=seed)
+    if external is not None:
+        check_external_labels(labels[train].tolist(), external.labels)
+        external_labels = np.array(external.labels)
+    control = control_labels(states.types, states.labels, seed=seed)
+    majority = Counter(labels[train]).most_common(1)[0][0]
+    baseline = float((labels[test] == majority).mean())
+    chosen = list(layers) if layers is not None else list(states.layers)
+    results = []
+    classes = tuple(sorted(set(labels[train])))
+    index = {c: i for i, c in enumerate(classes)}
+    gold = np.array([index.get(y, -1) for y in labels[test]], np.int64)  # -1: a label never trained on
+    for i, layer in enumerate(chosen):
+        x = np.asarray(states.layer(layer))  # [example, dim]
+        probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed)
+        proba = probe.predict_proba(x[test])  # [test, class], columns in probe.classes_ order (sorted)
+        predicted = proba.argmax(axis=1).astype(np.int64)
+        _, control_right = fit_score(x[train], control[train], x[test], control[test], kind, seed)
+        outside = None
+        if external is not None:
+            outside = float((probe.predict(np.asarray(external.layer(layer))) == external_labels).mean())
+        results.append(LayerResult(layer, float(right.mean()), float(control_right.mean()),
+                                   bootstrap_interval(right, seed=seed), outside,
+                                   predicted, proba.max(axis=1).astype(np.float32)))
+        if weights_dir is not None:
+            weights_dir.mkdir(parents=True, exist_ok=True)
+            save_probe(probe, weights_dir, f"layer_{layer:02d}")
+        if progress:
+            progress(i + 1, len(chosen))
+    return ProbeResult(states.key.model, task_name, states.key.level, pooling, kind, baseline, len(train),
+                       len(test), results, classes, gold, np.asarray(test, np.int64))

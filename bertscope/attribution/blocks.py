@@ -1,0 +1,232 @@
+"""What each attention block moves between tokens, measured on the loaded model's own tensors:
+norm-based attention and ALTI.
+
+- **Norm-based attention** (Kobayashi, Kuribayashi, Yokoi & Inui 2020, "Attention is not only a
+  weight", EMNLP; eq. 5-6): head h moves ``α_ij^h f_h(x_j)`` from token j to token i, with
+  ``f_h(x) = (x W_V^h + b_V^h) W_O^h``; its size ``‖α f(x)‖`` can disagree with ``α``. Per head
+  that is ``α_ij^h · ‖f_h(x_j)‖``; per layer ``‖Σ_h α_ij^h f_h(x_j)‖``.
+- **ALTI** (Ferrando, Gállego & Costa-jussà 2022, "Measuring the Mixing of Contextual
+  Information in the Transformer", EMNLP; section 3): the block's output
+  ``y_i = LN(Σ_j Σ_h α_ij^h f_h(x_j) + b_O + x_i)`` is a sum of one vector per input token,
+  ``T_i(x_j) = γ ⊙ centre(Σ_h α_ij^h f_h(x_j) + δ_ij x_j) / σ_i`` (plus terms of no token:
+  biases and β), because LayerNorm is linear once its ``σ_i`` is fixed. Token j's share is
+  ``max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁)``, normalised per row; layers compose by matrix
+  product (the feed-forward block mixes nothing), as in the paper's rollout-style aggregation.
+
+The pieces are read with forward hooks on the model's own modules (value projection and
+post-attention LayerNorm), one eager pass; nothing of the model is re-implemented. Reductions
+run on the model's device in float32; the norms come from a [head, head] Gram matrix per key,
+and ALTI's L1 distances from a block of queries at a time (the [query, key, dim] tensor of
+BERT-large at 512 tokens is 1 GiB a layer); only [layer, query, key] comes back.
+Supported: post-LayerNorm encoders whose blocks are BERT's (BERT, RoBERTa, XLM-R, ELECTRA,
+CamemBERT, ERNIE), ALBERT's (shared layers: the same modules called once per layer) or
+DistilBERT's.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.core.inspection import Inspection
+from bertscope.core.forward import inspect, to_device
+from bertscope.core.models import LoadedModel
+
+BERT_BLOCKS = frozenset({"bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie", "data2vec-text"})
+CHUNK_BYTES = 64 * 2**20  # one [query block, key, dim] float32 slab
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    """The modules of one attention block that the measures read."""
+
+    value: Any  # nn.Linear: x -> x W_V + b_V, all heads side by side
+    output: Any  # nn.Linear: concatenated heads -> hidden (W_O, b_O)
+    norm: Any  # nn.LayerNorm over (attention output + residual)
+
+
+def block_parts(lm: LoadedModel) -> list[BlockParts]:
+    """One entry per layer, in order (ALBERT's shared layer repeats)."""
+    base = lm.model.base_model
+    kind = lm.model_type
+    if kind in BERT_BLOCKS:
+        return [BlockParts(layer.attention.self.value, layer.attention.output.dense, layer.attention.output.LayerNorm)
+                for layer in base.encoder.layer]
+    if kind == "albert":
+        cfg = lm.config
+        if cfg.inner_group_num != 1:
+            raise BertScopeError("ALBERT with several layers per group is not supported by norm/ALTI.")
+        groups = base.encoder.albert_layer_groups
+        per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
+        parts = []
+        for i in range(cfg.num_hidden_layers):
+            att = groups[i // per_group].albert_layers[0].attention
+            parts.append(BlockParts(att.value, att.dense, att.LayerNorm))
+        return parts
+    if kind == "distilbert":
+        return [BlockParts(block.attention.v_lin, block.attention.out_lin, block.sa_layer_norm)
+                for block in base.transformer.layer]
+    raise BertScopeError(
+        f"Norm-based attention and ALTI read BERT-style post-LayerNorm blocks; {lm.model_type} is not one "
+        "of them (BERT, RoBERTa, XLM-R, ELECTRA, ALBERT, DistilBERT): use rollout, flow, grad or ig."
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class BlockMeasures:
+    """Norm-based attention and ALTI of one input, every layer."""
+
+    inspection: Inspection  # the pass they were read from (tokens, raw attentions)
+    head_value_norms: np.ndarray  # [layer, head, key] ‖f_h(x_j)‖
+    norms: np.ndarray  # [layer, query, key] ‖Σ_h α_ij^h f_h(x_j)‖ (not normalised)
+    alti: np.ndarray | None  # [layer, query, key] ALTI contributions of one layer; rows sum to 1
+    # (None when computed with with_alti=False: the norms alone need no [query, key, dim] slab)
+    alti_error: float  # max |Σ_j T_i(x_j) + terms of no token − y_i| over all layers, a self-check
+
+    def head_norms(self, layer: int) -> np.ndarray:
+        """[head, query, key] α_ij^h ‖f_h(x_j)‖ of ``layer`` (0-based)."""
+        return self.inspection.attentions[layer] * self.head_value_norms[layer][:, None, :]
+
+    def alti_aggregated(self) -> np.ndarray:
+        """[layer, query, key]: contributions of the input tokens to each token after layer l,
+        composed through the layers (rows sum to 1)."""
+        if self.alti is None:
+            raise BertScopeError("These measures were computed without ALTI.")
+        return compose(self.alti)
+
+
+def compose(per_layer: np.ndarray) -> np.ndarray:
+    """[layer, q, k] -> [layer, q, k]: M_1, M_2 M_1, ... (the product runs in float64)."""
+    out = np.empty_like(per_layer, dtype=np.float64)
+    acc = np.eye(per_layer.shape[-1])
+    for layer, m in enumerate(per_layer):
+        acc = m.astype(np.float64) @ acc
+        out[layer] = acc
+    return out.astype(np.float32)
+
+
+class _Capture:
+    """Forward hooks that record value-projection inputs/outputs and LayerNorm inputs/outputs,
+    in call order, for the calling thread only (the model is shared by every session)."""
+
+    def __init__(self, parts: list[BlockParts]) -> None:
+        self.owner = threading.get_ident()
+        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x, x W_V + b_V) per call
+        self.norms: list[tuple[torch.Tensor, torch.Tensor]] = []  # (LN input, LN output) per call
+        self.handles = []
+        for module in {id(p.value): p.value for p in parts}.values():
+            self.handles.append(module.register_forward_hook(self._on_value))
+        for module in {id(p.norm): p.norm for p in parts}.values():
+            self.handles.append(module.register_forward_hook(self._on_norm))
+
+    def _on_value(self, module, inputs, output) -> None:
+        if threading.get_ident() == self.owner:
+            self.values.append((inputs[0].detach(), output.detach()))
+
+    def _on_norm(self, module, inputs, output) -> None:
+        if threading.get_ident() == self.owner:
+            self.norms.append((inputs[0].detach(), output.detach()))
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def _capture_pass(lm: LoadedModel, text: str, pair: str | None, template: Inspection | None
+                  ) -> tuple[Inspection, _Capture, list, list[BlockParts]]:
+    parts = block_parts(lm)
+    if template is None:
+        template = inspect(lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
+    ids = torch.from_numpy(template.input_ids[None])  # [1, token]
+    feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if "token_type_ids" in lm.tokenizer.model_input_names:
+        feed["token_type_ids"] = torch.from_numpy(template.token_type_ids[None].astype(np.int64))
+    feed = {k: to_device(v, lm.device) for k, v in feed.items()}
+    capture = _Capture(parts)
+    try:
+        with lm.guard, lm.attention_kernel(True), torch.inference_mode():
+            out = lm.model.base_model(**feed, output_attentions=True, output_hidden_states=False, return_dict=True)
+    finally:
+        capture.close()
+    if len(capture.values) != lm.num_layers or len(capture.norms) != lm.num_layers:
+        raise BertScopeError(f"Expected {lm.num_layers} attention blocks, saw {len(capture.values)} (unsupported layout).")
+    return template, capture, list(out.attentions), parts
+
+
+def _layer_measures(x: torch.Tensor, values: torch.Tensor, alpha: torch.Tensor, part: BlockParts,
+                    ln_in: torch.Tensor, ln_out: torch.Tensor, n_heads: int, with_alti: bool = True
+                    ) -> tuple[torch.Tensor, ...]:
+    """One layer on the device, float32. x, values, ln_in, ln_out: [token, dim]; alpha: [head, q, k].
+    Returns (‖f_h(x_j)‖ [head, key], norms [q, k], ALTI [q, k] or None, self-check error [])."""
+    tokens, dim = x.shape
+    d_head = values.shape[-1] // n_heads
+    w_o = part.output.weight.float()  # [dim, head * d_head] (out, in)
+    v = values.reshape(tokens, n_heads, d_head).transpose(0, 1)  # [head, key, d_head]
+    f = torch.einsum("hkc,ehc->hke", v, w_o.reshape(dim, n_heads, d_head))  # [head, key, dim] f_h(x_j)
+    value_norms = f.norm(dim=-1)  # [head, key]
+    # ‖Σ_h α_h f_h‖² = Σ_{h,g} α_h α_g <f_h, f_g>: a [head, head] Gram matrix per key, no [q, k, dim] tensor
+    gram = torch.einsum("hke,gke->khg", f, f)  # [key, head, head]
+    a = alpha.permute(2, 1, 0)  # [key, query, head]
+    norms = (torch.bmm(a, gram) * a).sum(-1).clamp_min(0).sqrt().T  # [q, k]
+    gamma = part.norm.weight.float()  # [dim]
+    sigma = torch.sqrt(ln_in.var(dim=-1, unbiased=False) + part.norm.eps)  # [query]
+    scale = gamma[None, :] / sigma[:, None]  # [query, dim]: LayerNorm is linear once σ_i is fixed
+    # terms of no token: centred b_O through LN, plus β: y_i = Σ_j T_i(x_j) + bias_i
+    b_o = part.output.bias.float() if part.output.bias is not None else torch.zeros(dim, device=x.device)
+    beta = part.norm.bias.float() if part.norm.bias is not None else torch.zeros(dim, device=x.device)
+    bias = scale * (b_o - b_o.mean())[None, :] + beta  # [query, dim]
+    y = ln_out  # [query, dim]
+    # mean over dim of u_ij = Σ_h α f_h(x_j) + δ_ij x_j, from per-key means (cheap): [q, k]
+    means = torch.einsum("hqk,hk->qk", alpha, f.mean(dim=-1)) + torch.diag(x.mean(dim=-1))
+    # self-check of the decomposition: Σ_j T_i(x_j) + bias_i against the LayerNorm's own output
+    total = torch.einsum("hqk,hke->qe", alpha, f) + x  # [q, dim] Σ_j u_ij
+    error = (scale * (total - means.sum(dim=1, keepdim=True)) + bias - y).abs().max()
+    if not with_alti:
+        return value_norms, norms, None, error
+    y_l1 = y.abs().sum(dim=-1)  # [query]
+    contrib = torch.empty(tokens, tokens, device=x.device)  # [q, k]
+    block = max(1, CHUNK_BYTES // max(1, tokens * dim * 4))
+    f_by_key = f.transpose(0, 1)  # [key, head, dim]
+    for start in range(0, tokens, block):
+        q = slice(start, min(tokens, start + block))
+        t = torch.bmm(a[:, q], f_by_key).transpose(0, 1)  # [q block, key, dim] Σ_h α f (one batched matmul)
+        rows = torch.arange(q.start, q.stop, device=x.device)
+        t[rows - q.start, rows] += x[rows]  # the residual: δ_ij x_j
+        # T_i(x_j) − y_i, in place (the slab is the only [q, k, dim] tensor alive)
+        t.sub_(means[q, :, None]).mul_(scale[q, None, :]).sub_(y[q, None, :])
+        distance = t.abs_().sum(dim=-1)  # [q block, key] ‖y_i − T_i(x_j)‖₁
+        contrib[q] = torch.clamp(y_l1[q, None] - distance, min=0)
+        del t
+    contrib = contrib / contrib.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+    return value_norms, norms, contrib, error
+
+
+def block_measures(lm: LoadedModel, text: str | None, pair: str | None = None,
+                   template: Inspection | None = None, with_alti: bool = True) -> BlockMeasures:
+    """Norm-based attention and ALTI for ``text`` (and segment B ``pair``) on ``lm``; or for the
+    ids of ``template`` (an input edited by ids, e.g. words masked) when given."""
+    template, capture, attentions, parts = _capture_pass(lm, text, pair, template)
+    n_heads = lm.num_heads
+    head_norms, norms, alti, errors = [], [], [], []
+    with torch.inference_mode():
+        for layer, ((x, values), alpha, (ln_in, ln_out)) in enumerate(zip(capture.values, attentions, capture.norms)):
+            measures = _layer_measures(x[0].float(), values[0].float(), alpha[0].float(), parts[layer],
+                                       ln_in[0].float(), ln_out[0].float(), n_heads, with_alti)
+            for store, value in zip((head_norms, norms, alti, errors), measures):
+                store.append(value)
+        stacked = [torch.stack(s).cpu().numpy() if s[0] is not None else None for s in (head_norms, norms, alti)]
+        error = float(torch.stack(errors).max().cpu())
+    attention = torch.stack(attentions)[:, 0].float().cpu().numpy()  # [layer, head, q, k]
+    inspection = _with_attentions(template, attention)
+    return BlockMeasures(inspection, stacked[0], stacked[1], stacked[2], error)
+
+
+def _with_attentions(template: Inspection, attentions: np.ndarray) -> Inspection:
+    from dataclasses import replace
+
+    return replace(template, attentions=attentions)

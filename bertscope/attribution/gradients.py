@@ -1,0 +1,230 @@
+"""Gradient × input and integrated gradients with respect to the input (word-piece) embeddings,
+for BERT's own decisions: a masked-token prediction, the NSP decision, a trained probe's class.
+
+- **Gradient × input** (Shrikumar et al. 2017; Denil et al. 2014): ``x · ∂f/∂x`` per token,
+  summed over the embedding dimensions.
+- **Integrated gradients** (Sundararajan, Taly & Yan 2017, "Axiomatic Attribution for Deep
+  Networks", ICML; eq. 1-3): ``(x − x') · ∫₀¹ ∂f(x' + α(x − x'))/∂x dα``, the integral by
+  Gauss-Legendre quadrature (as Captum's default), its steps run in batches bounded by bytes.
+  Completeness says the attributions sum to ``f(x) − f(x')``; the relative gap is reported.
+
+The baseline ``x'`` keeps the special tokens ([CLS], [SEP], …) and mask tokens (the question,
+not its content) and puts the padding token's
+embedding at every other position (zeros when the tokenizer has no padding token): the usual
+choice for BERT (Captum's BERT tutorials). Position and segment embeddings are added inside the
+model, so they are the same for ``x`` and ``x'``.
+
+``f`` is a log-probability: ``log p(token | input)`` at a position for a masked-token
+prediction, ``log p(IsNext)`` for NSP, ``log p(in order)`` for ALBERT's SOP, ``log p(class)`` for a probe (on the hidden state at its
+layer, pooled as it was trained).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import numpy as np
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.analysis.probe_store import Probe, load_probe
+from bertscope.core.inspection import Inspection
+from bertscope.core.forward import inspect_ids, output_bytes, to_device
+from bertscope.core.models import LoadedModel
+
+DEFAULT_STEPS = 50
+# sentence-pair heads: target kind -> (model output, head name, family whose checkpoints carry it);
+# class 0 is IsNext (NSP) / in order (SOP)
+PAIR_HEADS = {"nsp": ("seq_relationship_logits", "next-sentence", "BERT"),
+              "sop": ("sop_logits", "sentence-order", "ALBERT")}
+STEP_BYTES = 1 * 2**30  # activations of one batch of IG steps (forward + backward)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is attributed."""
+
+    kind: Literal["token", "nsp", "sop", "probe"]
+    position: int | None = None  # token: the predicted position; probe (word level): a token of the word
+    token: str | None = None  # token: the vocabulary item whose log-probability is explained
+    token_id: int | None = None  # token: its id (found from ``token`` when not given)
+    layer: int | None = None  # probe: the hidden-state layer (0 = embeddings)
+    label: str | None = None  # probe: the class
+    probe_dir: str | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def _token_id(lm: LoadedModel, token: str) -> int:
+    """A vocabulary item as typed: its own spelling, or a word that is one piece."""
+    vocab = lm.tokenizer.get_vocab()
+    if token in vocab:
+        return vocab[token]
+    pieces = lm.tokenizer.tokenize(" " + token.strip()) if token.strip() else []
+    if len(pieces) == 1:
+        return vocab[pieces[0]]
+    raise BertScopeError(f"{token!r} is not one vocabulary item of {lm.name} (it is {len(pieces)} pieces: "
+                         f"{' '.join(pieces)}): choose a single piece.")
+
+
+def _logits(out) -> torch.Tensor:
+    logits = getattr(out, "prediction_logits", None)
+    return out.logits if logits is None else logits
+
+
+def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Callable, Target]:
+    """(f: [batch, token, emb] input embeddings -> [batch] log-probability, the resolved target)."""
+    n = ins.n_tokens
+    feed = {"attention_mask": torch.ones(1, n, dtype=torch.long)}
+    if "token_type_ids" in lm.tokenizer.model_input_names:
+        feed["token_type_ids"] = torch.from_numpy(ins.token_type_ids[None].astype(np.int64))
+    feed = {k: to_device(v, lm.device) for k, v in feed.items()}
+
+    def run(module, e, **extra):
+        b = e.shape[0]
+        return module(inputs_embeds=e, **{k: v.expand(b, -1) for k, v in feed.items()}, return_dict=True, **extra)
+
+    if target.kind == "token":
+        if "mlm" not in lm.heads:
+            raise BertScopeError(f"{lm.name} has no masked-LM head: a prediction needs one (try bundled-mlm).")
+        pos = target.position
+        if pos is None or not 0 <= pos < n:
+            raise BertScopeError(f"Position {pos} does not exist: the input has {n} tokens (0-{n - 1}).")
+        if target.token is None:  # the model's own top prediction there
+            logits = inspect_ids(lm, ins, ins.input_ids, with_attentions=False, with_hidden_states=False,
+                                 logit_positions=[pos]).logits_at(pos)
+            best = int(np.argmax(logits))
+            target = Target("token", pos, lm.tokenizer.convert_ids_to_tokens(best) or f"#{best}", best)
+        token_id = target.token_id if target.token_id is not None else _token_id(lm, target.token)
+        target = Target("token", pos, target.token, token_id)
+        return (lambda e: torch.log_softmax(_logits(run(lm.model, e))[:, pos].float(), -1)[:, token_id]), target
+    if target.kind in PAIR_HEADS:
+        output, name, family = PAIR_HEADS[target.kind]
+        if target.kind not in lm.heads:
+            raise BertScopeError(f"{lm.name} has no {name} head: choose a {family} pretraining checkpoint.")
+        if ins.text_pair is None:
+            raise BertScopeError(f"The {target.kind.upper()} decision needs a pair: give the second segment (--pair).")
+        return (lambda e: torch.log_softmax(getattr(run(lm.model, e), output).float(), -1)[:, 0]), target
+    if target.kind == "probe":
+        probe = load_probe(target.probe_dir, target.layer)
+        if probe.model != lm.name:
+            raise BertScopeError(f"The probe was trained on {probe.model}'s hidden states, not {lm.name}'s: load {probe.model}.")
+        if target.label not in probe.classes:
+            raise BertScopeError(f"The probe has no class {target.label!r}: its classes are {', '.join(probe.classes[:20])}.")
+        c = probe.classes.index(target.label)
+        positions = _probe_positions(ins, probe, target.position)
+        where = torch.tensor(positions, device=lm.device)
+
+        def f(e):
+            h = run(lm.model.base_model, e, output_hidden_states=True).hidden_states[target.layer]  # [b, token, dim]
+            return probe.log_probs(h[:, where].float().mean(dim=1))[:, c]
+        return f, target
+    raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp, sop or a probe.")
+
+
+def _probe_positions(ins: Inspection, probe: Probe, position: int | None) -> list[int]:
+    """The token positions a probe pools over, as the probe run pooled them."""
+    if probe.level == "sentence":
+        return [0] if probe.pooling == "cls" else np.flatnonzero(~ins.special_mask).tolist()
+    if position is None or not 0 <= position < ins.n_tokens or ins.word_ids[position] is None:
+        raise BertScopeError("A word-level probe needs the position of a word's token (--position).")
+    word, seq = ins.word_ids[position], ins.sequence_ids[position]
+    pieces = [i for i, (w, s) in enumerate(zip(ins.word_ids, ins.sequence_ids)) if w == word and s == seq]
+    return pieces[:1] if probe.pooling == "first" else pieces
+
+
+def input_embeddings(lm: LoadedModel, ins: Inspection) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, x'): [1, token, emb] the input's word-piece embeddings and the baseline's."""
+    table = lm.model.get_input_embeddings()
+    ids = to_device(torch.from_numpy(ins.input_ids[None].astype(np.int64)), lm.device)  # [1, token]
+    pad = lm.tokenizer.pad_token_id
+    keep = ins.special_mask | (ins.input_ids == (lm.tokenizer.mask_token_id if lm.tokenizer.mask_token_id is not None else -1))
+    special = to_device(torch.from_numpy(keep[None]), lm.device)  # [1, token] kept as they are
+    with torch.no_grad():
+        x = table(ids).float()
+        if pad is None:
+            base = torch.where(special[..., None], x, torch.zeros_like(x))
+        else:
+            base = table(torch.where(special, ids, torch.full_like(ids, pad))).float()
+    return x, base
+
+
+def _grad(lm: LoadedModel, f: Callable, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(f(e) [batch], ∂Σf/∂e [batch, token, emb]) in the model's dtype, returned in float32."""
+    e = e.to(lm.dtype).detach().requires_grad_(True)
+    with lm.guard, lm.attention_kernel(False), torch.enable_grad():
+        value = f(e)
+        (grad,) = torch.autograd.grad(value.sum(), e)
+    return value.detach().float(), grad.float()
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Per-token scores for one target."""
+
+    scores: np.ndarray  # [token] signed: positive pushes f up
+    f_input: float  # f(x)
+    f_baseline: float | None  # f(x'), integrated gradients only
+    completeness_error: float | None  # |Σ scores − (f(x) − f(x'))| / |f(x) − f(x')|, IG only
+    steps: int | None
+    target: Target
+
+
+def gradient_x_input(lm: LoadedModel, ins: Inspection, target: Target) -> Attribution:
+    f, target = score_function(lm, ins, target)
+    x, _ = input_embeddings(lm, ins)
+    value, grad = _grad(lm, f, x)
+    scores = (grad * x).sum(-1)[0]  # [token]
+    return Attribution(scores.cpu().numpy(), float(value[0]), None, None, None, target)
+
+
+def integrated_gradients(lm: LoadedModel, ins: Inspection, target: Target, steps: int = DEFAULT_STEPS,
+                         batch_size: int | None = None, progress: Callable[[int, int], None] | None = None
+                         ) -> Attribution:
+    """IG along the straight line from the baseline, ``steps`` Gauss-Legendre nodes."""
+    if not 1 <= steps <= 1000:
+        raise BertScopeError("Integrated gradients takes 1 to 1000 steps.")
+    f, target = score_function(lm, ins, target)
+    x, base = input_embeddings(lm, ins)
+    nodes, weights = np.polynomial.legendre.leggauss(steps)
+    alphas = torch.tensor((nodes + 1) / 2, dtype=torch.float32, device=lm.device)  # [step] in (0, 1)
+    w = torch.tensor(weights / 2, dtype=torch.float32, device=lm.device)  # [step], sums to 1
+    if batch_size is None:
+        logits = target.kind == "token"
+        row = 3 * output_bytes(lm, ins.n_tokens, False, True, logits)  # forward kept for backward, roughly
+        batch_size = max(1, min(steps, STEP_BYTES // max(1, row)))
+    total = torch.zeros_like(x[0])  # [token, emb] Σ_k w_k ∇f
+    for start in range(0, steps, batch_size):
+        a = alphas[start:start + batch_size, None, None]  # [b, 1, 1]
+        _, grad = _grad(lm, f, base + a * (x - base))  # [b, token, emb]
+        total += (w[start:start + batch_size, None, None] * grad).sum(0)
+        if progress:
+            progress(min(steps, start + batch_size), steps)
+    scores = ((x - base)[0] * total).sum(-1)  # [token]
+    with lm.guard, lm.attention_kernel(False), torch.inference_mode():
+        ends = f(torch.cat([x, base]).to(lm.dtype)).float()  # [2]: f(x), f(x')
+    delta = float(ends[0] - ends[1])
+    error = abs(float(scores.sum()) - delta) / max(abs(delta), 1e-6)
+    return Attribution(scores.cpu().numpy(), float(ends[0]), float(ends[1]), error, steps, target)
+
+
+def parse_target(spec: str | None, probe_dir: str | None = None, layer: int | None = None,
+                 label: str | None = None, position: int | None = None) -> Target | None:
+    """The CLI's target: ``POSITION:TOKEN``, ``POSITION`` (the model's top prediction), ``nsp``,
+    or a probe (run folder, layer, class)."""
+    if probe_dir is not None:
+        if layer is None or label is None:
+            raise BertScopeError("A probe target needs --layer and --class.")
+        return Target("probe", position=position, layer=layer, label=label, probe_dir=probe_dir)
+    if spec is None:
+        return None
+    if spec.strip().lower() in ("nsp", "sop"):
+        return Target(spec.strip().lower())
+    where, _, token = spec.partition(":")
+    try:
+        pos = int(where)
+    except ValueError:
+        raise BertScopeError(f"--target {spec!r}: use POSITION:TOKEN (e.g. 5:river), POSITION, nsp or sop.") from None
+    return Target("token", pos, token or None)

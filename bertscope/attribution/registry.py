@@ -1,0 +1,94 @@
+"""Every attribution method, one record each: what the CLI offers, what the figures title, what the
+pages list, and what computes it (after inseq's ``list_feature_attribution_methods`` and captum's
+one-method-per-file ``attr/_core``).
+
+    >>> from bertscope.attribution.registry import METHODS
+    >>> [m.name for m in METHODS.values() if m.kind == "matrix"]
+    ['attention', 'rollout', 'flow', 'norm', 'alti']
+
+A matrix method maps (model, a pass of the input, the layers wanted) to ``[layer, query, key]``:
+how much input token j contributes to token i after each layer; a score method maps (model, the
+input, a ``Target``) to one score per token for that decision. Adding a method is a file with its
+function and one ``Method`` record below; ``tests/test_attribution.py`` runs every record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from bertscope.attribution import blocks, gradients, rollout
+from bertscope.errors import BertScopeError
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # what the CLI's --method and the pages' links say
+    title: str  # figure and page label
+    kind: Literal["matrix", "scores"]  # token-to-token per layer, or per-token scores for one target
+    rows_sum_to_one: bool  # matrix methods: each token's row is a distribution over the input tokens
+    needs_target: bool  # scores: explains one decision (a masked token, NSP/SOP, a probe's class)
+    from_attentions: bool  # computed from a pass's attention weights alone (no model call of its own)
+    compute: Callable[..., Any]  # matrix: (lm, inspection, layers, progress) -> [layer, q, k];
+    # scores: (lm, inspection, target, steps, progress) -> Attribution
+    cite: str  # the paper it follows
+    on_request: bool = False  # costly (seconds to minutes for one layer): a page runs it when asked
+    max_tokens: int | None = None  # refused above this length (with a one-line reason)
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.title} ({self.cite})"
+
+
+def _attention(lm, ins, layers, progress) -> np.ndarray:
+    return ins.attentions.astype(np.float32).mean(axis=1)  # [layer, q, k] heads averaged
+
+
+def _rollout(lm, ins, layers, progress) -> np.ndarray:
+    return rollout.rollout(ins.attentions.astype(np.float32))
+
+
+def _flow(lm, ins, layers, progress) -> np.ndarray:
+    return rollout.flow(ins.attentions.astype(np.float32), layers, progress=progress)
+
+
+def _norm(lm, ins, layers, progress) -> np.ndarray:
+    return blocks.block_measures(lm, None, None, ins, with_alti=False).norms
+
+
+def _alti(lm, ins, layers, progress) -> np.ndarray:
+    return blocks.block_measures(lm, None, None, ins).alti_aggregated()
+
+
+def _grad(lm, ins, target, steps, progress) -> gradients.Attribution:
+    return gradients.gradient_x_input(lm, ins, target)
+
+
+def _ig(lm, ins, target, steps, progress) -> gradients.Attribution:
+    return gradients.integrated_gradients(lm, ins, target, steps=steps, progress=progress)
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in [
+        Method("attention", "raw attention (heads averaged)", "matrix", True, False, True, _attention,
+               "for comparison; not an attribution"),
+        Method("rollout", "rollout", "matrix", True, False, True, _rollout, "Abnar & Zuidema 2020"),
+        Method("flow", "attention flow", "matrix", True, False, True, _flow, "Abnar & Zuidema 2020",
+               on_request=True, max_tokens=rollout.MAX_FLOW_TOKENS),
+        Method("norm", "‖Σ α f(x)‖ (norm-based)", "matrix", False, False, False, _norm, "Kobayashi et al. 2020"),
+        Method("alti", "ALTI (composed)", "matrix", True, False, False, _alti, "Ferrando et al. 2022"),
+        Method("grad", "gradient × input", "scores", False, True, False, _grad, "Shrikumar et al. 2017"),
+        Method("ig", "integrated gradients", "scores", False, True, False, _ig, "Sundararajan et al. 2017"),
+    ]
+}
+MATRIX_METHODS = tuple(name for name, m in METHODS.items() if m.kind == "matrix")
+SCORE_METHODS = tuple(name for name, m in METHODS.items() if m.kind == "scores")
+
+
+def find_method(name: str) -> Method:
+    """The record of ``name``, or one line that lists the methods there are."""
+    if name not in METHODS:
+        raise BertScopeError(f"Unknown method {name!r}: use one of {', '.join(METHODS)}.")
+    return METHODS[name]

@@ -1,0 +1,69 @@
+"""What an attribution method returns: token-to-token matrices per layer (``TokenMatrices``,
+``[layer, query, key]``) or one score per token for one decision (``TokenScores``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from bertscope.attribution.gradients import Attribution
+from bertscope.attribution.registry import METHODS
+from bertscope.errors import BertScopeError
+
+
+@dataclass(frozen=True, eq=False)
+class TokenMatrices:
+    tokens: list[str]
+    method: str
+    layers: tuple[int, ...]  # counted from 1 (after the first encoder layer)
+    matrices: np.ndarray  # [len(layers), query, key] float32
+    warnings: tuple[str, ...] = ()
+
+    def at(self, layer: int) -> np.ndarray:
+        """[query, key] after ``layer`` (counted from 1)."""
+        if layer not in self.layers:
+            raise BertScopeError(f"Layer {layer} was not computed: have {list(self.layers)}.")
+        return self.matrices[self.layers.index(layer)]
+
+    def to_json(self, decimals: int = 6) -> dict:
+        return {"tokens": self.tokens, "method": self.method, "rows_sum_to_1": METHODS[self.method].rows_sum_to_one,
+                "layers": [{"layer": layer, "matrix": m.round(decimals).tolist()}
+                           for layer, m in zip(self.layers, self.matrices)],
+                **({"warnings": list(self.warnings)} if self.warnings else {})}
+
+
+@dataclass(frozen=True, eq=False)
+class TokenScores:
+    tokens: list[str]
+    method: str
+    attribution: Attribution
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def scores(self) -> np.ndarray:  # [token]
+        return self.attribution.scores
+
+    @property
+    def completeness_error(self) -> float | None:
+        return self.attribution.completeness_error
+
+    def to_json(self, decimals: int = 6) -> dict:
+        a = self.attribution
+        out = {"tokens": self.tokens, "method": self.method, "target": a.target.to_json(),
+               "scores": np.round(a.scores.astype(np.float64), decimals).tolist(), "f": a.f_input}
+        if self.method == "ig":
+            out.update(completeness_error=a.completeness_error, f_baseline=a.f_baseline, steps=a.steps)
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+def chosen_layers(n_layers: int, layers: Sequence[int] | None) -> tuple[int, ...]:
+    """``layers`` (counted from 1) sorted and checked; all of them when None."""
+    every = tuple(range(1, n_layers + 1))
+    chosen = every if layers is None else tuple(sorted(set(layers)))
+    if not chosen or not set(chosen) <= set(every):
+        raise BertScopeError(f"Layers are counted from 1 to {n_layers}; got {list(layers or [])}.")
+    return chosen

@@ -1,0 +1,56 @@
+"""``python -m bertscope``: the library from a shell, every command one record, one error style.
+
+    python -m bertscope info bundled --json
+    python -m bertscope inspect bundled "The bank of the river." --json
+    python -m bertscope pretrain bundled --out runs/mine --epochs 1
+    python -m bertscope corpus install          # the Brown corpus, once
+
+Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exits with 2. Each
+command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
+This package may import everything below it; nothing imports it but ``__main__``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bertscope.cli import attribution, corpus_views, heads, models, setup
+from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
+from bertscope.errors import BertScopeError
+
+COMMANDS: dict[str, Command] = {
+    c.name: c for module in (models, heads, corpus_views, attribution, setup) for c in module.COMMANDS
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertscope", description="Look inside BERT-family encoders.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS.values():
+        # argparse %-formats help strings (not descriptions): a literal % must be doubled there
+        p = sub.add_parser(command.name, help=command.help.replace("%", "%%"), description=command.help)
+        if command.takes_model:
+            model_arguments(p)
+        if command.arguments:
+            command.arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = COMMANDS[args.command].run(args)
+    except BertScopeError as err:
+        print(f"bertscope: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    as_json = getattr(args, "json", False) or isinstance(result, dict) and not COMMANDS[args.command].takes_model
+    try:
+        print(json.dumps(result, ensure_ascii=False) if as_json else result)
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: the reader left, which is not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0

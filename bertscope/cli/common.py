@@ -1,0 +1,47 @@
+"""What every command shares: the model arguments, loading the model they name, reading a file."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bertscope.errors import BertScopeError
+
+EXIT_BAD_INPUT = 2
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, what it does, its own arguments."""
+
+    name: str
+    help: str
+    run: Callable[[argparse.Namespace], Any]  # -> text, or a JSON-ready object with --json
+    arguments: Callable[[argparse.ArgumentParser], Any] | None = None
+    takes_model: bool = True  # MODEL, --device, --dtype, --json
+
+
+def read_text(path: str, what: str) -> str:
+    """A UTF-8 text file's contents, or one clear error."""
+    file = Path(path)
+    if not file.is_file():
+        raise BertScopeError(f"No {what} file at {path}.")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise BertScopeError(f"{path} is not UTF-8 text.") from err
+
+
+def load(args: argparse.Namespace):
+    from bertscope.core.models import load_model
+
+    return load_model(args.model, device=args.device, dtype=args.dtype)
+
+
+def model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="preset name, hub id, local folder, or 'bundled'")
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
+    p.add_argument("--dtype", default="auto", help="auto (float32), float16 or bfloat16 on a GPU")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")

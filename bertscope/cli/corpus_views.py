@@ -1,0 +1,197 @@
+"""Commands over many sentences: head statistics, one word across contexts, corpus search,
+cross-lingual retrieval, probes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from bertscope.cli.common import Command, load, read_text
+from bertscope.errors import BertScopeError
+
+
+def cmd_head_stats(args: argparse.Namespace) -> Any:
+    from bertscope.analysis.attention_stats import head_stats
+    from bertscope.corpora.sentences import read_corpus, shipped_corpus
+
+    if args.corpus and args.corpus.startswith("brown"):
+        from bertscope.corpora.brown_tasks import brown_texts
+
+        size = args.corpus.partition(":")[2] or "500"
+        if not size.isdigit():
+            raise BertScopeError(f"--corpus {args.corpus}: use brown or brown:N (N sentences, 0 = all).")
+        sentences = brown_texts(int(size))
+    elif args.corpus:
+        sentences = read_corpus(read_text(args.corpus, "corpus"))
+    else:
+        sentences = shipped_corpus()
+    stats = head_stats(load(args), sentences, batch_size=args.batch_size)
+    if args.json:
+        return stats.to_json()
+    lines = [f"{stats.sentences} sentences, {stats.tokens} tokens; top heads per statistic:"]
+    for name in stats.stats:
+        top = ", ".join(f"L{layer}H{h} {v:.3f}" for layer, h, v in stats.ranking(name)[:3])
+        lines.append(f"  {name:<9} {top}")
+    return "\n".join(lines)
+
+
+def _head_stats_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", help="a UTF-8 text file, one sentence per line; or brown[:N], N Brown corpus "
+                                    "sentences over all 15 genres (default N 500); default: the shipped sample")
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def cmd_shift(args: argparse.Namespace) -> Any:
+    from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics
+    from bertscope.corpora.senses import read_labelled_csv, sense_presets
+
+    if args.data:
+        rows = read_labelled_csv(read_text(args.data, "data"))
+    else:
+        presets = sense_presets()
+        if args.word not in presets:
+            raise BertScopeError(f"No shipped sentences for {args.word!r}: pass --data FILE "
+                                 f"(presets: {', '.join(presets)}).")
+        rows = presets[args.word]
+    lm = load(args)
+    result = collect(lm, args.word, rows, pooling=args.pooling, occurrences=args.occurrences)
+    metrics = layer_metrics(result, anisotropy_baseline(lm, args.pooling))
+    out = {
+        "word": result.word,
+        "occurrences": len(result.occurrences),
+        "layers": [m.to_json() for m in metrics],
+        "skipped": result.skipped,
+    }
+    if args.json:
+        return out
+    lines = [f"{result.word}: {len(result.occurrences)} occurrences; skipped rows {result.skipped or 'none'}",
+             "layer  within  across    gap  centroid  self-sim  anisotropy"]
+    lines += [f"{m.layer:>5}  {m.within:6.3f}  {m.across:6.3f}  {m.gap:6.3f}  {m.centroid_accuracy:8.3f}  "
+              f"{m.self_similarity:8.3f}  {m.anisotropy:10.3f}" for m in metrics]
+    return "\n".join(lines)
+
+
+def _shift_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--word", required=True, help="the target word")
+    p.add_argument("--data", help="CSV with columns sentence,label (default: the shipped preset)")
+    p.add_argument("--pooling", choices=["mean", "first"], default="mean", help="over the word's pieces")
+    p.add_argument("--occurrences", choices=["all", "first"], default="all", help="per sentence")
+
+
+def cmd_corpus_search(args: argparse.Namespace) -> Any:
+    from bertscope.analysis.corpus_search import build_index, search
+    from bertscope.analysis.hidden_cache import HiddenStateCache
+
+    lm = load(args)
+    layer = lm.num_layers if args.layer is None else args.layer
+    index = build_index(lm, args.size, HiddenStateCache(args.cache))
+    found = search(lm, index, args.text, args.word, layer, args.k)
+    out = {"query_word": found.query_word, "layer": found.layer, "index_words": index.n_words,
+           "matches": [m.__dict__ for m in found.matches], "tags": dict(found.tag_counts.most_common())}
+    if args.json:
+        return out
+    lines = [f"“{found.query_word}” at layer {layer}: the {len(found.matches)} nearest of {index.n_words:,} Brown "
+             f"words; tags {', '.join(f'{t} {n}' for t, n in found.tag_counts.most_common())}"]
+    lines += [f"  {m.similarity:.3f}  {m.word:<14} {m.tag:<6} {m.genre:<16} {m.sentence[:70]}" for m in found.matches]
+    return "\n".join(lines)
+
+
+def _corpus_search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", help="a sentence containing the word to search for")
+    p.add_argument("--word", type=int, required=True, help="the word's index in the text (0 = first word)")
+    p.add_argument("--layer", type=int, help="0 = embeddings (default: the last layer)")
+    p.add_argument("--k", type=int, default=20, help="matches to return (1-200)")
+    p.add_argument("--size", type=int, default=2000, help="Brown sentences in the index (0 = all 57,340)")
+    p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
+
+
+def cmd_align(args: argparse.Namespace) -> Any:
+    from bertscope.analysis.align import embed_parallel, retrieval
+    from bertscope.corpora.parallel import read_parallel_tsv, shipped_parallel
+
+    if args.data:
+        data = read_parallel_tsv(read_text(args.data, "data"), args.kind)
+    else:
+        data = shipped_parallel(args.kind)
+    if args.languages:
+        data = data.select([g.strip() for g in args.languages.split(",") if g.strip()])
+    vectors = embed_parallel(load(args), data, pooling=args.pooling, context=args.context)
+    scores = retrieval(vectors)
+    out = {"model": args.model, "kind": data.kind, "pooling": args.pooling, "context": args.context,
+           **scores.to_json(),
+           "left_out": [{"line": line, "missing": missing} for line, missing in data.incomplete]}
+    if args.json:
+        return out
+    raw, centred = scores.mean(), scores.mean(True)
+    lines = [f"{data.n_items} items x {len(data.languages)} languages ({', '.join(data.languages)}); "
+             f"chance {scores.chance:.3f}; rows left out: {len(data.incomplete)}",
+             "layer  mean P@1  centred"]
+    lines += [f"{layer:>5}  {raw[layer]:8.3f}  {centred[layer]:7.3f}" for layer in range(len(raw))]
+    return "\n".join(lines)
+
+
+def _align_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="TSV, one column per language code (default: the shipped file)")
+    p.add_argument("--kind", choices=["sentences", "words"], default="sentences")
+    p.add_argument("--languages", help="comma-separated subset, e.g. en,de,zh")
+    p.add_argument("--pooling", choices=["mean", "cls"], default="mean", help="sentence vector")
+    p.add_argument("--context", choices=["alone", "carrier"], default="alone",
+                   help="words: alone or inside a per-language carrier sentence")
+
+
+def cmd_probe(args: argparse.Namespace) -> Any:
+    from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+    from bertscope.corpora.probe_tasks import read_task
+    from bertscope.corpora.suites import shipped_task
+    from bertscope.analysis.probing import check_external_labels, probe_layers
+
+    if args.data:
+        task = read_task(read_text(args.data, "data"), args.data)
+    else:
+        task = shipped_task(args.task, args.size)
+    external_task = None
+    if args.test_data:
+        external_task = read_task(read_text(args.test_data, "test data"), args.test_data)
+        if external_task.level != task.level:
+            raise BertScopeError(f"{args.test_data} is a {external_task.level}-level task; {task.name} is "
+                                 f"{task.level}-level: give a file of the same kind.")
+        check_external_labels(task.classes, external_task.classes)
+    lm = load(args)
+    cache = HiddenStateCache(args.cache)
+    states = hidden_states(lm, task, args.pooling, cache)
+    external = hidden_states(lm, external_task, args.pooling, cache) if external_task is not None else None
+    result = probe_layers(states, task.name, args.pooling, args.probe, args.seed, external=external)
+    if args.json:
+        return result.to_json()
+    lines = [f"{task.name} ({task.level}, {task.n_examples:,} examples, {len(task.classes)} labels) on {lm.name}; "
+             f"cache {'hit' if states.hit else 'built'}; majority baseline {result.majority_baseline:.3f}",
+             "layer  accuracy  control  selectivity  95% interval"]
+    lines += [f"{r.layer:>5}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
+              f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]"
+              + (f"  test file {r.external_accuracy:.3f}" if r.external_accuracy is not None else "")
+              for r in result.layers]
+    return "\n".join(lines)
+
+
+def _probe_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default="pos", help="shipped: pos, sense, tense, subject_number, negation, "
+                                                 "question, bigram_shift; brown-pos, brown-tags, brown-genre "
+                                                 "(after `make brown`)")
+    p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample (default 2000; 0 = all)")
+    p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl")
+    p.add_argument("--test-data", help="train here, test there: also score the probe on this file "
+                                       "(.conllu, .csv or .jsonl with the task's labels)")
+    p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
+    p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
+
+
+COMMANDS = [
+    Command("head-stats", "head statistics over a corpus (Clark et al. 2019)", cmd_head_stats, _head_stats_arguments),
+    Command("shift", "the same word in different contexts, layer by layer", cmd_shift, _shift_arguments),
+    Command("corpus-search", "the Brown corpus words nearest to a word of a sentence at a layer, with their tags",
+            cmd_corpus_search, _corpus_search_arguments),
+    Command("align", "cross-lingual retrieval P@1 per layer, raw and mean-centred", cmd_align, _align_arguments),
+    Command("probe", "linear probes per layer with a control task (Hewitt & Liang 2019)", cmd_probe, _probe_arguments),
+]

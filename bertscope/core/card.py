@@ -1,0 +1,38 @@
+"""The facts shown about a loaded model: the home page's card and ``bertscope info``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bertscope.core.models import LoadedModel
+
+HEAD_NAMES = {"mlm": "masked-LM", "nsp": "next-sentence", "sop": "sentence-order"}
+
+
+def model_card(lm: LoadedModel) -> dict[str, Any]:
+    """Plain JSON-ready facts about ``lm``."""
+    return {
+        "model": lm.name,
+        "source": lm.source,
+        "origin": lm.origin,
+        "revision": lm.revision,
+        "model_type": lm.model_type,
+        "architecture": lm.architecture,
+        "layers": lm.num_layers,
+        "heads": lm.num_heads,
+        "hidden_size": lm.hidden_size,
+        "vocab_size": lm.vocab_size,
+        "max_length": lm.max_length,
+        "heads_present": sorted(lm.heads),
+        "parameters": lm.parameter_count(),
+        "encoder_parameters": lm.parameter_count(encoder_only=True),
+        "device": str(lm.device),
+        "dtype": str(lm.dtype).removeprefix("torch."),
+        "notes": list(lm.notes),
+    }
+
+
+def heads_text(heads: list[str] | frozenset[str]) -> str:
+    """'masked-LM, next-sentence' or 'none (encoder only)'."""
+    names = [HEAD_NAMES.get(h, h) for h in sorted(heads)]
+    return ", ".join(names) if names else "none (encoder only)"

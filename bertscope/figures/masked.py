@@ -1,0 +1,34 @@
+"""Masked-token figures: one mask's top predictions as bars, and the rank of the final answer as the
+head reads each layer (the logit lens). Pure functions from results to plotly figures."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.express as px
+import plotly.graph_objects as go
+
+from bertscope.figures.attention import label
+from bertscope.heads.fill_mask import Prediction
+from bertscope.heads.logit_lens import LayerReading
+
+
+def prediction_bars(predictions: Sequence[Prediction], title: str) -> go.Figure:
+    """Horizontal bars, best on top; integer rows with token tick text (repeats stay apart)."""
+    tokens = [label(p.token.strip() or repr(p.token)) for p in predictions]
+    fig = px.bar(x=[p.score for p in predictions], y=list(range(len(tokens))), orientation="h",
+                 title=label(title), labels={"x": "probability", "y": ""})
+    fig.update_traces(customdata=tokens, hovertemplate="%{customdata}: %{x:.4f}<extra></extra>")
+    fig.update_layout(yaxis=dict(autorange="reversed", tickvals=list(range(len(tokens))), ticktext=tokens),
+                      height=110 + 28 * len(tokens))
+    return fig
+
+
+def rank_by_layer(readings: Sequence[LayerReading], layer_names: Sequence[str]) -> go.Figure:
+    """The final answer's rank (1 = top, log scale, best on top) when the head reads each layer's
+    hidden state; ``layer_names`` label the x axis (the embeddings, then each block)."""
+    fig = px.line(x=list(range(len(readings))), y=[r.final_rank for r in readings], markers=True, log_y=True,
+                  labels={"x": "hidden state", "y": "rank of the final answer"})
+    fig.update_xaxes(tickvals=list(range(len(readings))), ticktext=list(layer_names))
+    fig.update_yaxes(autorange="reversed")
+    return fig

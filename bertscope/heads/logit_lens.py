@@ -1,0 +1,64 @@
+"""Layer-wise predictions: the model's MLM head applied to every layer's hidden state.
+
+The "logit lens" (nostalgebraist 2020) for encoders: read each layer's hidden state at a mask
+position through the trained MLM head. Only the last layer was trained to feed that head, so
+earlier layers' readings show when the answer becomes linearly available to it, not what
+those layers "predict".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.heads.fill_mask import FillMaskResult, Prediction, top_predictions
+from bertscope.core.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class LayerReading:
+    layer: int  # 0 = embedding output
+    top: list[Prediction]
+    final_rank: int  # rank (1 = top) of the last layer's best token at this layer
+
+
+def mlm_head(lm: LoadedModel) -> Callable[[torch.Tensor], torch.Tensor]:
+    """hidden [..., H] -> vocabulary logits [..., V], for the model families we know."""
+    m = lm.model
+    if hasattr(m, "cls") and hasattr(m.cls, "predictions"):  # BERT, MegatronBERT, ERNIE
+        return m.cls.predictions
+    if hasattr(m, "lm_head"):  # RoBERTa, XLM-R, CamemBERT, DeBERTa
+        return m.lm_head
+    if hasattr(m, "vocab_projector"):  # DistilBERT
+        return lambda h: m.vocab_projector(m.vocab_layer_norm(m.activation(m.vocab_transform(h))))
+    if hasattr(m, "predictions"):  # ALBERT
+        return m.predictions
+    if hasattr(m, "generator_lm_head"):  # ELECTRA generator
+        return lambda h: m.generator_lm_head(m.generator_predictions(h))
+    raise BertScopeError(f"Layer-wise predictions are not supported for {type(m).__name__}.")
+
+
+def layerwise_predictions(lm: LoadedModel, result: FillMaskResult, mask_index: int = 0,
+                          top_k: int = 5) -> list[LayerReading]:
+    """Top tokens per layer at one mask, and where the final answer ranks at each layer."""
+    if not 0 <= mask_index < len(result.mask_positions):
+        raise BertScopeError(f"Mask {mask_index + 1} does not exist: the text has "
+                             f"{len(result.mask_positions)} mask(s).")
+    position = result.mask_positions[mask_index]
+    hidden = torch.from_numpy(result.inspection.hidden_states[:, position])  # [layer+1, H]
+    head = mlm_head(lm)
+    with torch.inference_mode():
+        logits = head(hidden.to(lm.device, lm.dtype)).float().cpu().numpy()  # [layer+1, V]
+    # the head read at the last layer must reproduce the model's own logits
+    if not np.allclose(logits[-1], result.inspection.logits_at(position), atol=1e-3, rtol=1e-3):
+        raise BertScopeError(f"{type(lm.model).__name__}'s MLM head could not be isolated.")
+    final = int(np.argmax(logits[-1]))
+    readings = []
+    for layer, row in enumerate(logits):
+        rank = int((row > row[final]).sum()) + 1
+        readings.append(LayerReading(layer, top_predictions(row, top_k, lm.tokenizer), rank))
+    return readings

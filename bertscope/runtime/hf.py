@@ -1,0 +1,123 @@
+"""transformers, as every other module needs it: quiet loads, a config and a fast tokenizer read
+with one clear error, the most tokens a model takes, and the families BertScope knows.
+
+Nothing here picks a model or reads weights (``core.models`` does); nothing here ever enables
+``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator
+
+from bertscope.errors import BertScopeError
+
+# Encoder families whose Hugging Face classes return real attention weights in eager mode.
+ENCODER_TYPES = frozenset(
+    {
+        "albert", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta",
+        "deberta-v2", "distilbert", "electra", "ernie", "ibert", "megatron-bert", "mobilebert",
+        "modernbert", "mpnet", "rembert", "roberta", "roberta-prelayernorm", "roc_bert",
+        "roformer", "squeezebert", "xlm-roberta", "xlm-roberta-xl", "xmod",
+    }
+)
+# Types whose pretraining class has the next-sentence-prediction head.
+NSP_TYPES = frozenset({"bert", "megatron-bert", "mobilebert", "ernie"})
+# Types whose pretraining class has ALBERT's sentence-order-prediction head.
+SOP_TYPES = frozenset({"albert"})
+# RoBERTa-style position ids start at padding_idx + 1, so two positions are never usable.
+POSITION_OFFSET_TYPES = frozenset(
+    {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "xmod",
+     "roberta-prelayernorm"}
+)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load reports and progress bars for the duration of a load."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def explain_load_error(name: str, local_only: bool, err: Exception) -> BertScopeError:
+    """One line a user can act on, for whatever transformers raised while loading ``name``."""
+    text = str(err)
+    if "trust_remote_code" in text:
+        return BertScopeError(
+            f"{name} needs its own code (trust_remote_code), which BertScope never runs: "
+            "choose a standard encoder."
+        )
+    if local_only and not Path(name).is_dir():
+        return BertScopeError(
+            f"{name} is not in the local Hugging Face cache and the hub is unreachable: "
+            f"download it where there is network (`hf download {name}`) or choose 'bundled'."
+        )
+    first_line = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return BertScopeError(f"Could not load {name}: {first_line}")
+
+
+def load_hf_config(name: str, source: str, local_only: bool) -> Any:
+    """``source``'s config; refuses remote code and anything that is not a BERT-family encoder."""
+    from transformers import AutoConfig
+
+    try:
+        with quiet_transformers():
+            config = AutoConfig.from_pretrained(
+                source, local_files_only=local_only, trust_remote_code=False
+            )
+    except (OSError, ValueError, KeyError) as err:
+        raise explain_load_error(name, local_only, err) from err
+    if getattr(config, "auto_map", None):
+        raise BertScopeError(
+            f"{name} needs its own code (trust_remote_code), which BertScope never runs: "
+            "choose a standard encoder."
+        )
+    if config.model_type not in ENCODER_TYPES:
+        kind = "an encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "not"
+        raise BertScopeError(
+            f"{name} is a {config.model_type} model, {kind} a BERT-family encoder: "
+            "choose e.g. bert-base-uncased, roberta-base or bundled."
+        )
+    return config
+
+
+def load_hf_tokenizer(name: str, source: str, local_only: bool) -> Any:
+    """``source``'s fast tokenizer (word ids and character offsets need one)."""
+    from transformers import AutoTokenizer
+
+    try:
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, local_files_only=local_only, trust_remote_code=False
+            )
+    except (OSError, ValueError, KeyError) as err:
+        raise explain_load_error(name, local_only, err) from err
+    if not getattr(tokenizer, "is_fast", False):
+        raise BertScopeError(
+            f"{name} has no fast tokenizer, so words cannot be mapped to pieces: "
+            "save a tokenizer.json with the model."
+        )
+    return tokenizer
+
+
+def max_input_length(config: Any, tokenizer: Any) -> int:
+    """Most tokens the model takes in one input, special tokens included."""
+    limits = []
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions:
+        limits.append(positions - (2 if config.model_type in POSITION_OFFSET_TYPES else 0))
+    declared = getattr(tokenizer, "model_max_length", None)
+    if declared and declared < 1_000_000:  # unset lengths are reported as 1e30
+        limits.append(int(declared))
+    return min(limits) if limits else 512

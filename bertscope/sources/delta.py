@@ -1,0 +1,52 @@
+"""Apply a LoRA run's delta (``adapter/``: the adapter plus the weights trained in full) onto its base
+encoder, and save the result as a standard transformers folder.
+
+This is how ``bundled-mlm`` is built on first use from the shipped 3.4 MB delta, and how any
+LoRA run of ``bertscope pretrain`` can be shared without its base weights. It reads with
+``local_files_only`` and tells peft the base is local, so nothing is asked of the network.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.runtime.hf import quiet_transformers
+from bertscope.runtime.user_cache import replace_folder
+
+PAIR_HEAD_PREFIXES = ("cls.seq_relationship.", "sop_classifier.")  # BERT's NSP, ALBERT's SOP classifier
+
+
+def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
+    """Merge a LoRA run's ``adapter/`` onto its base encoder and save a standard masked-LM
+    folder at ``folder`` (atomically). The base is read from ``base_source`` (a folder)."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
+
+    extras = load_file(str(delta / "extras.safetensors"))
+    paired = any(name.startswith(PAIR_HEAD_PREFIXES) for name in extras)  # trained with NSP or SOP
+    auto = AutoModelForPreTraining if paired else AutoModelForMaskedLM
+    with quiet_transformers():
+        model = auto.from_pretrained(base_source, local_files_only=True, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(base_source, local_files_only=True)
+    named = dict(model.named_parameters())
+    unknown = sorted(set(extras) - set(named))
+    if unknown:
+        raise BertScopeError(f"The delta in {delta} does not fit {base_source} (e.g. {unknown[0]}).")
+    with torch.no_grad():
+        for name, value in extras.items():
+            named[name].copy_(value)
+    with quiet_transformers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
+        merged = PeftModel.from_pretrained(model, str(delta), local_files_only=True).merge_and_unload()
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
+        merged.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    replace_folder(tmp, folder)
+    return folder

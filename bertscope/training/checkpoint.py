@@ -1,0 +1,74 @@
+"""Everything needed to go on after an epoch, atomically: trainable weights, AdamW moments, RNG states
+(safetensors + JSON, never pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.runtime.user_cache import replace_folder
+from bertscope.training.config import RecipeConfig
+from bertscope.training.model import trainable
+
+
+@dataclass
+class RunState:
+    epoch: int = 0  # epochs finished
+    step: int = 0  # optimiser steps taken
+    history: list[dict] = field(default_factory=list)  # one entry per finished epoch
+
+
+def save_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, state: RunState,
+                     cfg: RecipeConfig) -> None:
+    """Everything needed to go on, atomically: trainable weights, AdamW moments, RNG states."""
+    from safetensors.torch import save_file
+
+    params = trainable(model)
+    names = list(params)
+    tensors = {f"param.{n}": p.detach().cpu().contiguous() for n, p in params.items()}
+    index = {id(p): i for i, p in enumerate(params.values())}
+    for p, moments in optimizer.state.items():
+        for key, value in moments.items():
+            tensors[f"opt.{index[id(p)]}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    tensors["rng.cpu"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
+    save_file(tensors, str(tmp / "state.safetensors"))
+    (tmp / "state.json").write_text(json.dumps({"epoch": state.epoch, "step": state.step, "history": state.history,
+                                                "config": asdict(cfg), "params": names}, indent=1))
+    replace_folder(tmp, folder)
+
+
+def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, cfg: RecipeConfig) -> RunState | None:
+    from safetensors.torch import load_file
+
+    if not (folder / "state.json").is_file():
+        return None
+    meta = json.loads((folder / "state.json").read_text())
+    saved = {"pair_task": "none", **meta["config"]}  # runs saved before pair tasks existed
+    if {k: v for k, v in saved.items() if k != "epochs"} != {k: v for k, v in asdict(cfg).items() if k != "epochs"}:
+        raise BertScopeError(f"{folder.parent} holds a run with other settings: choose another output folder.")
+    tensors = load_file(str(folder / "state.safetensors"))
+    params = trainable(model)
+    if list(params) != meta["params"]:
+        raise BertScopeError(f"The checkpoint in {folder} does not fit this model.")
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(tensors[f"param.{n}"])
+    values = list(params.values())
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, i, name = key.split(".", 2)
+            optimizer.state[values[int(i)]][name] = value.to(values[int(i)].device) if name != "step" else value
+    torch.set_rng_state(tensors["rng.cpu"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+    return RunState(meta["epoch"], meta["step"], meta["history"])

@@ -1,0 +1,89 @@
+"""What a run of BERT's recipe is set to: the recipe's settings, the pair task each family has, the
+sentences compared before and after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from bertscope.errors import BertScopeError
+from bertscope.heads.masking import check_rates
+from bertscope.runtime.hf import NSP_TYPES, SOP_TYPES
+
+
+PAIR_TASKS = ("none", "nsp", "sop")
+
+
+LORA_TARGETS = ["query", "key", "value", "output.dense", "intermediate.dense"]  # attention + FFN projections
+
+
+CLOZE = (  # everyday sentences to watch predictions change (a word a reader would expect)
+    "I drink a cup of [MASK] every morning.",
+    "He deposited the money in the [MASK].",
+    "The capital of France is [MASK].",
+    "She opened the [MASK] and walked into the room.",
+    "The children played in the [MASK] after school.",
+    "It was a cold winter [MASK].",
+)
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    seq_len: int = 128  # tokens per chunk, [CLS] and [SEP] included
+    select_rate: float = 0.15  # share of a chunk's ordinary tokens chosen for prediction
+    mask_rate: float = 0.8  # of the chosen: replaced by [MASK]
+    random_rate: float = 0.1  # of the chosen: replaced by a random ordinary token (the rest stay)
+    masking: Literal["dynamic", "static"] = "dynamic"  # RoBERTa's, or one corruption per chunk (BERT)
+    lora_rank: int = 16  # 0 = full fine-tuning
+    lora_alpha: int = 32
+    epochs: int = 16
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.06  # share of the steps with a linear warm-up
+    seed: int = 0
+    max_chunks: int | None = None  # a budget: train on at most this many chunks (None: all)
+    pair_task: Literal["none", "nsp", "sop"] = "none"  # sentence pairs with BERT's NSP or ALBERT's SOP beside MLM
+
+    def check(self) -> None:
+        if not 8 <= self.seq_len <= 512:
+            raise BertScopeError("The chunk length must be between 8 and 512 tokens.")
+        check_rates(self.select_rate, self.mask_rate, self.random_rate)  # the recipe page's rules
+        if self.masking not in ("dynamic", "static"):
+            raise BertScopeError("Masking is 'dynamic' or 'static'.")
+        if self.pair_task not in PAIR_TASKS:
+            raise BertScopeError("The sentence-pair task is 'none', 'nsp' (BERT's) or 'sop' (ALBERT's).")
+        if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise BertScopeError("LoRA rank >= 0, epochs >= 1, batch size >= 1 and a positive learning rate, please.")
+
+
+def check_pair_task(model_name: str, model_type: str, task: str) -> None:
+    """Each family trains the sentence-pair head its own pretraining had (and the loader reads)."""
+    if task == "nsp" and model_type not in NSP_TYPES:
+        other = " (ALBERT's is SOP: choose --pair sop)" if model_type in SOP_TYPES else ""
+        raise BertScopeError(f"{model_name} is a {model_type} model, which has no next-sentence head{other}: "
+                             "NSP is BERT's.")
+    if task == "sop" and model_type not in SOP_TYPES:
+        other = " (BERT's is NSP: choose --pair nsp)" if model_type in NSP_TYPES else ""
+        raise BertScopeError(f"{model_name} is a {model_type} model, which has no sentence-order head{other}: "
+                             "SOP is ALBERT's.")
+
+
+MAX_CLOZE, MAX_CLOZE_CHARS = 12, 300
+
+
+def check_cloze(texts: Sequence[str]) -> list[str]:
+    """The sentences to compare before and after: each with a [MASK] (the first is predicted)."""
+    texts = [t.strip() for t in texts if t and t.strip()]
+    if not texts:
+        raise BertScopeError("Give at least one sentence with [MASK] to compare before and after.")
+    if len(texts) > MAX_CLOZE:
+        raise BertScopeError(f"At most {MAX_CLOZE} sentences to compare before and after ({len(texts)} given).")
+    for text in texts:
+        if "[MASK]" not in text:
+            raise BertScopeError(f"Each sentence needs a [MASK] to predict: {text[:60]!r} has none.")
+        if len(text) > MAX_CLOZE_CHARS:
+            raise BertScopeError(f"Sentences to compare are at most {MAX_CLOZE_CHARS} characters: {text[:40]!r}… "
+                                 f"has {len(text)}.")
+    return texts

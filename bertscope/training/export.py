@@ -1,0 +1,85 @@
+"""What a finished run leaves in its folder: ``model/`` (LoRA merged), ``adapter/`` (the delta alone),
+``metrics.json`` and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertscope.runtime.user_cache import replace_folder
+from bertscope.training.checkpoint import RunState
+from bertscope.training.config import RecipeConfig
+from bertscope.training.model import inner_name, is_extra
+
+
+def export_run(model: Any, tokenizer: Any, out: Path, cfg: RecipeConfig, model_name: str) -> None:
+    """``model/`` (standard folder, LoRA merged) and, for LoRA, ``adapter/`` (the delta)."""
+    from safetensors.torch import save_file
+
+    if cfg.lora_rank:
+        model.peft_config["default"].base_model_name_or_path = model_name  # the name, not a local path
+        tmp = Path(tempfile.mkdtemp(dir=out, prefix="adapter.tmp-"))
+        # the embeddings are frozen (never resized), so peft has no vocabulary to compare with the base's:
+        # without save_embedding_layers=False it looks the base's name up on the hub, offline or not
+        model.save_pretrained(tmp, save_embedding_layers=False)  # adapter_config.json + adapter_model.safetensors
+        extras = {inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters() if is_extra(n)}
+        save_file(extras, str(tmp / "extras.safetensors"))
+        replace_folder(tmp, out / "adapter")
+        merged = model.merge_and_unload()
+    else:
+        merged = model
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix="model.tmp-"))
+    merged.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    replace_folder(tmp, out / "model")
+
+
+def write_metrics(out: Path, model_name: str, cfg: RecipeConfig, state: RunState, n_train: int, n_held: int,
+                   n_trainable: int, after: list[dict], device: torch.device, memory: dict) -> None:
+    metrics = {
+        "model": model_name, "config": asdict(cfg), "train_chunks": n_train, "held_out_chunks": n_held,
+        "trainable_parameters": n_trainable, "memory": memory,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "before": state.history[0]["before"] if state.history else None,
+        "epochs": [{k: v for k, v in h.items() if k != "before"} for h in state.history],
+        "after": {"held_out": state.history[-1]["held_out"] if state.history else None, "cloze": after},
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    plot_curves(metrics, out / "curves.png")
+
+
+def plot_curves(metrics: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = [e["epoch"] for e in metrics["epochs"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    task = metrics["config"].get("pair_task", "none")
+    paired = task != "none" and all("pair_accuracy" in e["held_out"] for e in metrics["epochs"])
+    mlm = "masked-LM " if paired else ""
+    left.plot(epochs, [e["train_loss"] for e in metrics["epochs"]], "o-", label=f"{mlm}train")
+    left.plot(epochs, [e["held_out"]["loss"] for e in metrics["epochs"]], "s-", label=f"{mlm}held out")
+    right.plot(epochs, [e["held_out"]["top1"] for e in metrics["epochs"]], "o-", label="top-1 (masked positions)")
+    right.plot(epochs, [e["held_out"]["top5"] for e in metrics["epochs"]], "s-", label="top-5 (masked positions)")
+    if paired:
+        left.plot(epochs, [e["held_out"]["pair_loss"] for e in metrics["epochs"]], "^--",
+                  label=f"{task.upper()} held out")
+        right.plot(epochs, [e["held_out"]["pair_accuracy"] for e in metrics["epochs"]], "^--",
+                   label=f"{task.upper()} accuracy (pairs; chance 0.5)")
+    left.set(xlabel="epoch", ylabel="loss (nats)", title="Loss")
+    right.set(xlabel="epoch", ylabel="held-out accuracy", title="Held-out accuracy", ylim=(0, 1))
+    for axis in (left, right):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

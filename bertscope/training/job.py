@@ -1,0 +1,146 @@
+"""BERT's recipe as a background job: what the Pretraining page starts, watches and cancels.
+
+    >>> job = TrainingJob.start("bundled", train_docs, held_docs, "runs/mine", RecipeConfig(epochs=1))
+    >>> job.snapshot()          # status, step, total, losses so far, epochs finished, error
+    >>> job.cancel(); job.wait()
+
+One thread per job runs ``pretraining.train`` with a progress callback and a stop flag; the
+job keeps every step's loss (a float each) and reads the run folder's ``metrics.json`` when
+the run ends. At most ``MAX_JOBS`` jobs train at once in a process (hosted use: one visitor
+cannot fill the machine); a start beyond that is refused with a one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from bertscope.errors import BertScopeError
+from bertscope.training.config import CLOZE, RecipeConfig, check_cloze
+from bertscope.training.recipe import train
+
+MAX_JOBS = 1
+_RUNNING = threading.BoundedSemaphore(MAX_JOBS)
+
+
+def _device_label(device: str) -> str:
+    import torch
+
+    from bertscope.runtime.devices import resolve_device
+
+    resolved = resolve_device(device)
+    if resolved.type == "cuda":
+        return torch.cuda.get_device_name(resolved)
+    return f"the CPU ({torch.get_num_threads()} threads)" if resolved.type == "cpu" else "Apple's GPU (mps)"
+
+
+@dataclass
+class Snapshot:
+    status: str  # "running", "done", "cancelled", "failed"
+    step: int
+    total: int
+    losses: list[float]  # masked-LM loss, one per optimiser step
+    pair_losses: list[float]  # NSP / SOP loss per step (empty without a pair task)
+    epochs: list[dict]  # per finished epoch: train loss, held-out loss / top-1 / top-5
+    error: str | None
+    metrics: dict | None  # metrics.json once done: before/after held-out figures and cloze predictions
+    out: str
+    elapsed: float  # seconds since the job started
+    seconds_per_step: float | None  # the measured pace since the first step (None before the second)
+
+    @property
+    def seconds_left(self) -> float | None:
+        """The steps still to run at the measured pace (held-out scoring after each epoch not included)."""
+        if self.seconds_per_step is None or self.status != "running":
+            return None
+        return self.seconds_per_step * max(0, self.total - self.step)
+
+
+@dataclass(eq=False)
+class TrainingJob:
+    model_name: str
+    out: Path
+    cfg: RecipeConfig
+    device_label: str = "the CPU"  # where it trains, in words
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _step: int = 0
+    _total: int = 0
+    _losses: list = field(default_factory=list)
+    _pair_losses: list = field(default_factory=list)
+    _started: float = field(default_factory=time.monotonic)
+    _first_step: tuple[int, float] | None = None  # (step, time) of the first step seen
+    _last_step_at: float = 0.0
+    _status: str = "running"
+    _error: str | None = None
+    _epochs: list = field(default_factory=list)
+
+    @classmethod
+    def start(cls, model_name: str, train_documents: Sequence[Sequence[str]],
+              held_out_documents: Sequence[Sequence[str]], out: str | Path, cfg: RecipeConfig,
+              device: str = "auto", cloze_texts: Sequence[str] = CLOZE) -> "TrainingJob":
+        cfg.check()
+        cloze_texts = check_cloze(cloze_texts)
+        if not train_documents or not held_out_documents:
+            raise BertScopeError("Training needs documents to train on and held-out documents to score.")
+        label = _device_label(device)  # an unknown device is refused before a slot is taken
+        if not _RUNNING.acquire(blocking=False):
+            raise BertScopeError(f"{MAX_JOBS} training run(s) already use this server: wait for it to end.")
+        job = cls(model_name, Path(out), cfg, label)
+        thread = threading.Thread(target=job._run, args=(train_documents, held_out_documents, device, cloze_texts),
+                                  name=f"training-{model_name}", daemon=True)
+        thread.start()
+        return job
+
+    def _run(self, train_documents, held_out_documents, device: str, cloze_texts: list[str]) -> None:
+        try:
+            state = train(self.model_name, train_documents, held_out_documents, self.out, self.cfg, device,
+                          progress=self._progress, stop=self._stop.is_set, cloze_texts=cloze_texts)
+            with self._lock:
+                self._epochs = [{k: v for k, v in h.items() if k != "before"} for h in state.history]
+                self._status = "cancelled" if self._stop.is_set() else "done"
+        except BertScopeError as err:
+            with self._lock:
+                self._status, self._error = "failed", str(err)
+        except Exception as err:  # noqa: BLE001 - a thread must report, not die silently
+            with self._lock:
+                self._status, self._error = "failed", f"{type(err).__name__}: {err}".splitlines()[0]
+        finally:
+            _RUNNING.release()
+            self._done.set()
+
+    def _progress(self, step: int, total: int, info: dict) -> None:
+        with self._lock:
+            self._step, self._total = step, total
+            self._losses.append(float(info["loss"]))
+            if "pair_loss" in info:
+                self._pair_losses.append(float(info["pair_loss"]))
+            now = time.monotonic()
+            if self._first_step is None:
+                self._first_step = (step, now)  # from here on: steps only, not loading and the first scoring
+            self._last_step_at = now
+
+    def cancel(self) -> None:
+        """Ask the run to stop between steps (what was trained so far is kept in its checkpoint)."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            metrics = None
+            file = self.out / "metrics.json"
+            if self._status == "done" and file.is_file():
+                metrics = json.loads(file.read_text())
+            pace = None
+            if self._first_step is not None and self._step > self._first_step[0]:
+                pace = (self._last_step_at - self._first_step[1]) / (self._step - self._first_step[0])
+            return Snapshot(self._status, self._step, self._total, list(self._losses), list(self._pair_losses),
+                            list(self._epochs), self._error, metrics, str(self.out),
+                            time.monotonic() - self._started, pace)

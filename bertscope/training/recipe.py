@@ -1,0 +1,203 @@
+"""BERT's masked-LM recipe, run: continued pretraining of a BERT-family encoder.
+
+    >>> from bertscope.training import RecipeConfig, train
+    >>> run = train("bundled", documents_train, documents_held_out, "runs/mlm",
+    ...             RecipeConfig(epochs=16, lora_rank=16, lr=1e-3))       # doctest: +SKIP
+
+References: Devlin et al. (2019), BERT, section 3.1 and appendix A.1 (15% of tokens chosen;
+of those 80% [MASK], 10% a random token, 10% unchanged; the loss on the chosen positions
+only) and google-research/bert's ``create_pretraining_data.py`` (exactly round(15% x n)
+positions per sequence, never a special token); Liu et al. (2019), RoBERTa, section 4.1
+(dynamic masking: a new mask every time a sequence is seen, against BERT's static masks);
+Hu et al. (2022), LoRA, through the ``peft`` library.
+
+What one run does:
+- text: each document's sentences are tokenised and concatenated, then cut into chunks of
+  ``seq_len`` tokens ([CLS] ... [SEP]); a chunk never mixes documents, and train and held-out
+  documents are disjoint (the caller splits, e.g. ``corpora.brown.split_documents``);
+- ``pair_task`` "nsp" / "sop": instead of plain chunks, sentence pairs [CLS] A [SEP] B [SEP]
+  built once per run as google-research/bert's ``create_pretraining_data.py`` (``training.instances``):
+  for NSP (Devlin et al. 2019, §3.1) half the B segments come from another document; for SOP
+  (Lan et al. 2020, §4.1) half the pairs are swapped. The pair head's cross-entropy is added to
+  the masked-LM loss, as in both papers. Each family trains its own head (BERT: NSP; ALBERT:
+  SOP), which the loader then reads like any checkpoint's;
+- model: the encoder with a masked-LM head (``AutoModelForMaskedLM``; ``AutoModelForPreTraining``
+  for a pair task): the checkpoint's own heads where it has them, else new ones (the MLM output
+  layer tied to the input embeddings). The head's vocabulary projection runs only at the chosen
+  positions (``logits_only_at``): 15% of its rows, where it costs as much as MiniLM's encoder;
+- ``lora_rank`` > 0: LoRA adapters on the query, key, value, attention-output and both
+  feed-forward projections, and the head's transform, every LayerNorm and the output bias
+  trained in full; the embeddings (and so the tied output layer) stay frozen. 0: every weight;
+- AdamW, linear warm-up then linear decay, gradient clipping at 1.0; on a GPU bf16 autocast
+  (fp16 with loss scaling where bf16 is missing);
+- memory bounded by bytes: what autograd saves for one row is measured once (saved-tensor
+  hooks on a one-row forward), and a batch whose rows would take more than the budget
+  (``BERTSCOPE_TRAIN_MB``; half a GPU, a quarter of the machine's memory on the CPU) runs as
+  micro-batches whose gradients add up to the batch's (equal to 1e-5 without dropout);
+- after each epoch: held-out loss, top-1 and top-5 accuracy over the chosen positions of a
+  fixed (seeded) corruption of the held-out chunks (and the pair head's held-out accuracy), and a checkpoint of everything needed to
+  go on (trainable weights, optimiser moments, RNG states: safetensors + JSON, no pickle,
+  written to a temporary folder and renamed). A rerun with the same output folder resumes at
+  the last finished epoch and ends with the same weights as an uninterrupted run.
+
+Outputs in the run folder: ``model/`` (a standard transformers folder with the head, LoRA
+merged), ``adapter/`` for LoRA runs (the delta alone: adapter + ``extras.safetensors``, which
+``sources.delta.apply_delta`` merges onto the base), ``metrics.json`` and ``curves.png``.
+
+The pieces around this loop: ``training.config`` (settings), ``training.instances`` (chunks and
+pairs), ``training.batches`` (the corruption, by ``heads.masking``'s rule), ``training.model``
+(heads, LoRA), ``training.steps`` (forward, backward, scoring), ``training.checkpoint``,
+``training.export``; ``training.job`` runs it in the background for the app.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.heads.masking import replacement_ids
+from bertscope.runtime.devices import resolve_device
+from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
+from bertscope.sources.resolve import resolve_source
+from bertscope.training.batches import mask_tokens, special_mask
+from bertscope.training.checkpoint import RunState, load_checkpoint, save_checkpoint
+from bertscope.training.config import CLOZE, RecipeConfig, check_cloze, check_pair_task
+from bertscope.training.export import export_run, write_metrics
+from bertscope.training.instances import build_chunks
+from bertscope.training.model import build_model, trainable
+from bertscope.training.steps import (
+    BACKWARD_FACTOR, accumulate_gradients, autocast_context, cloze, evaluate, lr_at, saved_bytes_per_row,
+    training_budget,
+)
+
+
+def train(
+    model_name: str,
+    train_documents: Sequence[Sequence[str]],
+    held_out_documents: Sequence[Sequence[str]],
+    out: str | Path,
+    cfg: RecipeConfig = RecipeConfig(),
+    device: str = "auto",
+    progress: Callable[[int, int, dict], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    cloze_texts: Sequence[str] = CLOZE,
+    memory_bytes: int | None = None,
+) -> RunState:
+    """Run (or resume) the recipe; writes the run folder (see the module docstring).
+
+    ``progress(step, total_steps, info)`` after each step; ``stop()`` is asked between steps
+    and ends the run early at the last finished epoch (a cancel button). ``cloze_texts``
+    (each with a [MASK]) are predicted before and after, for metrics.json and the page.
+    ``memory_bytes`` bounds a step's activations (default ``training_budget``): a batch that
+    would take more runs as micro-batches whose gradients add up to the whole batch's."""
+    cfg.check()
+    cloze_texts = check_cloze(cloze_texts)
+    torch_device = resolve_device(device)
+    source, local_only = resolve_source(model_name)
+    config = load_hf_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
+    tokenizer = load_hf_tokenizer(model_name, source, local_only)
+    longest = max_input_length(config, tokenizer)
+    if cfg.seq_len > longest:
+        raise BertScopeError(f"Chunks of {cfg.seq_len} tokens are longer than {model_name} takes ({longest}): "
+                             f"use at most {longest}.")
+    if tokenizer.mask_token_id is None:
+        raise BertScopeError(f"{model_name}'s tokenizer has no mask token: it cannot learn masked-LM.")
+    cloze_texts = [t.replace("[MASK]", tokenizer.mask_token) for t in cloze_texts]
+    for text in cloze_texts:
+        if len(tokenizer(text)["input_ids"]) > longest:
+            raise BertScopeError(f"{text[:40]!r}… is longer than {model_name} takes ({longest} tokens).")
+    if cfg.pair_task != "none":
+        check_pair_task(model_name, config.model_type, cfg.pair_task)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    # pairs are drawn once per run (as BERT's create_pretraining_data); masks every step when dynamic
+    train_chunks = build_chunks(tokenizer, train_documents, cfg, seed=cfg.seed)  # rows [chunk, seq_len]
+    held_chunks = build_chunks(tokenizer, held_out_documents, cfg, seed=cfg.seed + 1_000_003)
+    if cfg.max_chunks is not None:
+        keep = torch.randperm(len(train_chunks), generator=torch.Generator().manual_seed(cfg.seed))[:cfg.max_chunks]
+        train_chunks = train_chunks.take(keep.sort().values)
+    model = build_model(source, local_only, cfg).to(torch_device)
+    params = trainable(model)
+    decay = [p for n, p in params.items() if p.ndim >= 2]
+    no_decay = [p for n, p in params.items() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    steps_per_epoch = math.ceil(len(train_chunks) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
+    replacements = torch.from_numpy(replacement_ids(tokenizer, model.config.vocab_size))
+    static_generator = torch.Generator().manual_seed(cfg.seed + 7)
+    static = None
+    if cfg.masking == "static":  # one corruption per chunk, drawn once (BERT's)
+        static = mask_tokens(train_chunks.ids, special_mask(tokenizer, train_chunks.ids), replacements,
+                             tokenizer.mask_token_id, cfg, static_generator)
+    context, scaler = autocast_context(torch_device)
+    budget = memory_bytes if memory_bytes is not None else training_budget(torch_device)
+    row_bytes = BACKWARD_FACTOR * saved_bytes_per_row(model, tokenizer, train_chunks, cfg, torch_device, context,
+                                                          replacements)
+    micro = max(1, min(cfg.batch_size, budget // max(1, row_bytes)))  # rows a pass, within the budget
+    # without a graph, a pass holds about one layer's activations at a time: scoring batches in the budget too
+    eval_rows = max(1, min(128, budget // max(1, row_bytes // model.config.num_hidden_layers)))
+    if state.history and [c["text"] for c in state.history[0]["before"]["cloze"]] != cloze_texts:
+        raise BertScopeError(f"{out} was started with other sentences to compare before and after: give the same "
+                             "ones to resume, or choose another output folder.")
+    before = state.history[0]["before"] if state.history else {
+        "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows),
+        "cloze": cloze(model, tokenizer, cloze_texts, torch_device)}
+    model.train()
+    n_trainable = sum(p.numel() for p in params.values())
+    for epoch in range(state.epoch, cfg.epochs):
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and masks of this epoch
+        order = torch.randperm(len(train_chunks), generator=generator)
+        started, losses, pair_losses, tokens = time.perf_counter(), [], [], 0
+        for s in range(steps_per_epoch):
+            if stop is not None and stop():
+                return state
+            idx = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
+            batch = train_chunks.take(idx)  # [batch, seq_len]
+            if static is not None:
+                inputs, labels = static[0][idx], static[1][idx]
+            else:
+                inputs, labels = mask_tokens(batch.ids, special_mask(tokenizer, batch.ids), replacements,
+                                             tokenizer.mask_token_id, cfg, generator)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(state.step, total, cfg)
+            optimizer.zero_grad(set_to_none=True)
+            mlm_loss, pair_loss = accumulate_gradients(model, batch, inputs, labels, tokenizer.pad_token_id,
+                                                        torch_device, context, scaler, micro)
+            if pair_loss is not None:
+                pair_losses.append(pair_loss)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                optimizer.step()
+            state.step += 1
+            losses.append(mlm_loss)
+            tokens += int((batch.ids != tokenizer.pad_token_id).sum())
+            if progress is not None:
+                progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1],
+                                             **({"pair_loss": pair_losses[-1]} if pair_losses else {})})
+        seconds = time.perf_counter() - started
+        held = evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows)
+        state.epoch = epoch + 1
+        state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "held_out": held,
+                              **({"train_pair_loss": float(np.mean(pair_losses))} if pair_losses else {}),
+                              "seconds": seconds, "tokens_per_s": tokens / seconds,
+                              **({"before": before} if epoch == 0 else {})})
+        save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
+    export_run(model, tokenizer, out, cfg, model_name)
+    write_metrics(out, model_name, cfg, state, len(train_chunks), len(held_chunks), n_trainable,
+                   cloze(model, tokenizer, cloze_texts, torch_device), torch_device,
+                   {"rows_per_pass": micro, "activation_bytes_per_row": row_bytes, "budget_bytes": budget})
+    return state

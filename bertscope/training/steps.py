@@ -1,0 +1,198 @@
+"""One training step and one scoring pass: the forward with the head at the chosen positions only,
+gradients accumulated in micro-batches within a byte budget, held-out figures, cloze predictions.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from bertscope.errors import BertScopeError
+from bertscope.heads.masking import IGNORE_INDEX, replacement_ids
+from bertscope.runtime.result_cache import return_freed_memory
+from bertscope.training.batches import mask_tokens, special_mask
+from bertscope.training.config import RecipeConfig
+from bertscope.training.instances import Chunks
+from bertscope.training.model import logits_only_at, mlm_logits, vocabulary_layer
+
+
+def lr_at(step: int, total: int, cfg: RecipeConfig) -> float:
+    warm = max(1, int(total * cfg.warmup))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    return cfg.lr * max(0.0, (total - step) / max(1, total - warm))
+
+
+def autocast_context(device: torch.device):
+    if device.type != "cuda":
+        return torch.autocast("cpu", enabled=False), None
+    if torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16), None
+    return torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
+
+
+def forward_chosen(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,
+             device: torch.device, context: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One pass of the recipe: (logits [chosen, vocab] float32, gold ids [chosen], pair logits
+    [batch, 2] float32 or None)."""
+    labels = labels.to(device)
+    chosen = labels != IGNORE_INDEX  # [batch, token]
+    feed = {"input_ids": inputs.to(device), "attention_mask": (batch.ids != pad_id).long().to(device)}
+    if batch.token_types is not None:
+        feed["token_type_ids"] = batch.token_types.to(device)
+    with context, logits_only_at(model, chosen) as gathered:
+        out = model(**feed)
+    logits = mlm_logits(out)
+    if not gathered:
+        logits = logits[chosen]
+    pair = getattr(out, "seq_relationship_logits", None)
+    if pair is None:
+        pair = getattr(out, "sop_logits", None)
+    return logits.float(), labels[chosen], None if batch.pair_labels is None or pair is None else pair.float()
+
+
+BACKWARD_FACTOR = 2  # measured: a training row costs about twice what autograd saves for it (BERT-base,
+
+
+def training_budget(device: torch.device) -> int:
+    """Bytes a training step's activations may take: ``BERTSCOPE_TRAIN_MB`` when set, else half
+    of a GPU's memory, or a quarter of the machine's memory on the CPU."""
+    value = os.environ.get("BERTSCOPE_TRAIN_MB", "").strip()
+    if value:
+        try:
+            mb = int(value)
+        except ValueError:
+            mb = 0
+        if mb <= 0:
+            raise BertScopeError(f"BERTSCOPE_TRAIN_MB must be a positive number of MiB, not {value!r}.")
+        return mb << 20
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // 2
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 16 << 30
+    return memory // 4
+
+
+def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeConfig, device: torch.device,
+                        context: Any, replacements: torch.Tensor) -> int:
+    """What autograd keeps for backward for one row of ``chunks`` (every row is ``seq_len`` wide,
+    so any row costs the same): measured on a one-row forward with saved-tensor hooks, the
+    weights themselves not counted. The random state is left as it was (dropout draws from it)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: set[int] = set()
+    total = 0
+
+    def count(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        key = t.untyped_storage().data_ptr()
+        if key not in seen and key not in params:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+        return t
+
+    row = chunks.take(slice(0, 1))
+    inputs, labels = mask_tokens(row.ids, special_mask(tokenizer, row.ids), replacements, tokenizer.mask_token_id,
+                                 cfg, torch.Generator().manual_seed(0))
+    was_training = model.training
+    model.train()  # dropout's masks are saved too
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+            torch.autograd.graph.saved_tensors_hooks(count, lambda t: t):
+        picked, gold, pair = forward_chosen(model, row, inputs, labels, tokenizer.pad_token_id, device, context)
+        del picked, gold, pair  # the graph goes with them
+    model.train(was_training)
+    if device.type == "cpu":
+        return_freed_memory()  # the probe's activations back to the OS, not kept beside the first step's
+    return total
+
+
+def accumulate_gradients(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,
+                          device: torch.device, context: Any, scaler: Any, micro: int) -> tuple[float, float | None]:
+    """Backward passes over ``batch`` in slices of ``micro`` rows whose gradients add up to the
+    whole batch's: each slice's summed losses divided by the batch's chosen positions (masked-LM)
+    and rows (pair head). Returns the batch's (masked-LM loss, pair loss or None)."""
+    chosen = int((labels != IGNORE_INDEX).sum())
+    rows = len(batch)
+    mlm_total, pair_total, paired = 0.0, 0.0, False
+    for start in range(0, rows, micro):
+        part = slice(start, start + micro)
+        picked, gold, pair = forward_chosen(model, batch.take(part), inputs[part], labels[part], pad_id, device, context)
+        mlm = F.cross_entropy(picked, gold, reduction="sum") / chosen
+        loss = mlm
+        if pair is not None:  # BERT's and ALBERT's objective: the sum of the two losses
+            pair_part = F.cross_entropy(pair, batch.pair_labels[part].to(device), reduction="sum") / rows
+            loss = loss + pair_part
+            pair_total += float(pair_part.detach())
+            paired = True
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        mlm_total += float(mlm.detach())
+    return mlm_total, pair_total if paired else None
+
+
+EVAL_LOGIT_BYTES = 1 << 30  # an evaluation batch's [batch, token, vocab] float32 logits at most
+
+
+@torch.no_grad()
+def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: RecipeConfig, device: torch.device,
+             batch_size: int = 128) -> dict[str, float]:
+    """Held-out loss, top-1 and top-5 over the chosen positions of one fixed corruption, and for
+    sentence pairs the pair head's loss and accuracy. Batches hold at most ``batch_size`` chunks
+    and ``EVAL_LOGIT_BYTES`` of float32 logits at the chosen positions."""
+    if isinstance(chunks, torch.Tensor):
+        chunks = Chunks(chunks)
+    rows = chunks.ids.shape[1]  # logits a chunk: at every position, or at its chosen ones with the hook
+    if vocabulary_layer(model) is not None:
+        rows = max(1, round(rows * cfg.select_rate))
+    row_bytes = rows * model.config.vocab_size * 4
+    batch_size = max(1, min(batch_size, EVAL_LOGIT_BYTES // row_bytes))
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(cfg.seed + 1_000_003)  # the same corruption every epoch
+    replacements = torch.from_numpy(replacement_ids(tokenizer, model.config.vocab_size))
+    loss_sum, top1, top5, count = 0.0, 0, 0, 0
+    pair_loss, pair_right, pairs = 0.0, 0, 0
+    context, _ = autocast_context(device)
+    # one corruption of the whole set, drawn before batching: the figure does not depend on batch sizes
+    all_inputs, all_labels = mask_tokens(chunks.ids, special_mask(tokenizer, chunks.ids), replacements,
+                                         tokenizer.mask_token_id, cfg, generator)
+    for start in range(0, len(chunks), batch_size):
+        part = slice(start, start + batch_size)
+        picked, gold, pair = forward_chosen(model, chunks.take(part), all_inputs[part], all_labels[part],
+                                      tokenizer.pad_token_id, device, context)
+        loss_sum += float(F.cross_entropy(picked, gold, reduction="sum"))
+        best = picked.topk(5, dim=-1).indices  # [chosen, 5]
+        top1 += int((best[:, 0] == gold).sum())
+        top5 += int((best == gold[:, None]).any(dim=-1).sum())
+        count += len(gold)
+        if pair is not None:
+            truth = chunks.pair_labels[part].to(device)
+            pair_loss += float(F.cross_entropy(pair, truth, reduction="sum"))
+            pair_right += int((pair.argmax(dim=-1) == truth).sum())
+            pairs += len(truth)
+    model.train(was_training)
+    figures = {"loss": loss_sum / max(1, count), "top1": top1 / max(1, count), "top5": top5 / max(1, count),
+               "positions": count}
+    if pairs:
+        figures.update({"pair_loss": pair_loss / pairs, "pair_accuracy": pair_right / pairs, "pairs": pairs})
+    return figures
+
+
+@torch.no_grad()
+def cloze(model: Any, tokenizer: Any, texts: Sequence[str], device: torch.device, k: int = 5) -> list[dict]:
+    """Top-k words at the first mask of each text."""
+    was_training = model.training
+    model.eval()
+    out = []
+    for text in texts:
+        text = text.replace("[MASK]", tokenizer.mask_token)  # RoBERTa's <mask>
+        enc = tokenizer(text, return_tensors="pt").to(device)
+        at = int((enc["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0])
+        logits = mlm_logits(model(**enc))[0, at].float()
+        ids = logits.topk(k).indices.tolist()
+        out.append({"text": text, "top": [tokenizer.convert_ids_to_tokens(i) for i in ids]})
+    model.train(was_training)
+    return out

@@ -1,0 +1,80 @@
+"""A hosted demo's caps: which models, how much text, how many costly jobs per session. Read at use,
+so tests can switch demo mode on and off."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import streamlit as st
+
+from bertscope.errors import BertScopeError
+
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+DEFAULT_ALLOWLIST = ("bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,"
+                     "bundled,bundled-multilingual,bundled-mlm")
+
+
+def demo() -> bool:
+    """Hosted demo mode (BERTSCOPE_DEMO=1): allowlisted models only, no local paths, small inputs."""
+    return os.environ.get("BERTSCOPE_DEMO", "").strip().lower() in _TRUTHY
+
+
+def demo_allowlist() -> tuple[str, ...]:
+    names = os.environ.get("BERTSCOPE_ALLOWLIST", DEFAULT_ALLOWLIST)
+    return tuple(m.strip() for m in names.split(",") if m.strip()) or ("bundled",)
+
+
+MAX_RESIDENT_MODELS = max(1, int(os.environ.get("BERTSCOPE_MAX_MODELS", "2" if demo() else "4")))
+
+
+class _Limits:
+    """Input caps: generous locally, tight on a hosted demo (read at use, so tests can switch)."""
+
+    @property
+    def input_chars(self) -> int:
+        return 2_000 if demo() else 100_000
+
+    @property
+    def corpus_lines(self) -> int:
+        return 500 if demo() else 5_000
+
+    @property
+    def upload_bytes(self) -> int:
+        return 1_000_000 if demo() else 20_000_000
+
+    @property
+    def bertviz_bytes(self) -> int:  # one bertviz page (it holds every weight as JSON text)
+        return int(float(os.environ.get("BERTSCOPE_BERTVIZ_MB", "3" if demo() else "8")) * 2**20)
+
+    @property
+    def expensive_per_10_min(self) -> int:  # head statistics runs and UMAP maps per session
+        return 5 if demo() else 10_000
+
+
+Limits = _Limits()
+
+
+def check_text(text: str, what: str = "text") -> None:
+    """The page's cap on one input (tighter on a hosted demo)."""
+    if text and len(text) > Limits.input_chars:
+        raise BertScopeError(f"The {what} has {len(text):,} characters; this app takes up to "
+                             f"{Limits.input_chars:,}.")
+
+
+def check_upload(uploaded) -> None:
+    if uploaded is not None and uploaded.size > Limits.upload_bytes:
+        raise BertScopeError(f"The upload has {uploaded.size:,} bytes; this app takes up to "
+                             f"{Limits.upload_bytes:,}.")
+
+
+def allow_expensive(action: str) -> None:
+    """A per-session budget for costly actions (head statistics, UMAP) on a shared server."""
+    now = time.monotonic()
+    recent = [t for t in st.session_state.get("_expensive", []) if now - t < 600]
+    if len(recent) >= Limits.expensive_per_10_min:
+        raise BertScopeError(f"This session has run {len(recent)} costly actions in 10 minutes; "
+                             f"wait a few minutes before another {action}.")
+    st.session_state["_expensive"] = [*recent, now]

@@ -1,0 +1,94 @@
+"""Results shared by every session of the process, within one byte budget (``BERTSCOPE_CACHE_MB``),
+and the one way a page computes something slow: from the store, or now with a progress bar."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable, TypeVar
+
+import streamlit as st
+
+from views.kit.limits import demo
+from views.kit.models import cached_model
+
+T = TypeVar("T")
+
+def cache_budget_bytes() -> int:
+    """BERTSCOPE_CACHE_MB (default 1,024 locally, 384 on a hosted demo): every result the
+    pages share across sessions (inspections, statistics, maps, probe runs) fits in it."""
+    default = "384" if demo() else "1024"
+    try:
+        megabytes = float(os.environ.get("BERTSCOPE_CACHE_MB", default) or default)
+    except ValueError:
+        megabytes = float(default)
+    return int(max(16.0, megabytes) * 2**20)
+
+
+@st.cache_resource(show_spinner=False)
+def shared_results():
+    """The one byte-bounded, least-recently-used cache of this process."""
+    from bertscope.runtime.result_cache import ResultCache
+
+    return ResultCache(cache_budget_bytes())
+
+
+class ResultStore:
+    """One page's corner of the shared cache: keys are namespaced, bytes are shared."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get(self, key):
+        return shared_results().get((self.name, key))
+
+    def put(self, key, value) -> None:
+        shared_results().put((self.name, key), value)
+
+    def get_or_compute(self, key, compute):
+        return shared_results().get_or_compute((self.name, key), compute)
+
+    def compute(self, key, work: Callable[..., T], what: str) -> T:
+        """The stored result of ``key``, or ``work(progress)`` run now under a progress bar that says
+        ``what: done/total`` (and is removed when done); a job of several stages passes its own
+        label, ``progress(done, total, "Probes, layers")``. Two sessions asking for the same key
+        compute it once; the second waits for the first."""
+        found = self.get(key)
+        if found is not None:
+            return found
+        bar = st.progress(0.0, text=f"{what}…")
+
+        def progress(done: int, total: int, stage: str | None = None) -> None:
+            bar.progress(min(1.0, done / max(total, 1)), text=f"{stage or what}: {done:,}/{total:,}")
+
+        try:
+            return self.get_or_compute(key, lambda: work(progress))
+        finally:
+            bar.empty()
+
+
+def result_store(name: str) -> ResultStore:
+    return ResultStore(name)
+
+
+def cached_inspection(key: tuple[str, str, str], text: str, pair: str | None):
+    """One forward pass per (model, text, pair), shared read-only across reruns and sessions.
+
+    Kept lean for the attention views: attentions in float16 (144 MiB -> 72 MiB for BERT-base
+    at 512 tokens), no hidden states, no MLM logits.
+    """
+    from bertscope import inspect
+
+    return result_store("inspection").get_or_compute((key, text, pair), lambda: inspect(
+        cached_model(*key), text, pair, with_logits=False, with_hidden_states=False, precision="float16"))
+
+
+@st.cache_resource(show_spinner=False)
+def warm_umap_in_background() -> None:
+    """Compile UMAP's numba kernels once per process, off the request path
+    (BERTSCOPE_WARM_UMAP=0 turns it off, e.g. in tests)."""
+    if os.environ.get("BERTSCOPE_WARM_UMAP", "1").strip().lower() in {"0", "false", "no", "off"}:
+        return
+    from bertscope.analysis.projection import warm_umap
+
+    threading.Thread(target=warm_umap, name="umap-warmup", daemon=True).start()
