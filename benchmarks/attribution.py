@@ -46,9 +46,9 @@ def main() -> None:
     parser.add_argument("--steps", default="4,8,16,32,50,100", help="IG steps for the completeness table (on the first length; empty: no table)")
     args = parser.parse_args()
 
-    from bertscope.attribution.rollout import MAX_FLOW_TOKENS
-    from bertscope.attribution.methods import attribute
     from bertscope.attribution.gradients import Target
+    from bertscope.attribution.methods import attribute
+    from bertscope.attribution.rollout import MAX_FLOW_TOKENS
     from bertscope.core.forward import inspect
 
     lm = load(args)

@@ -49,8 +49,8 @@ def main() -> None:
           f"(imports {again['import']:.1f} s); converted folder {size / 2**20:.0f} MiB")
 
     from bertscope.analysis.align import embed_parallel, retrieval
-    from bertscope.corpora.parallel import shipped_parallel
     from bertscope.core.models import load_model
+    from bertscope.corpora.parallel import shipped_parallel
 
     lm = load_model("bundled-multilingual")
     for kind in ("sentences", "words"):

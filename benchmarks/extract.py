@@ -84,9 +84,9 @@ def previous(lm, task) -> list[np.ndarray]:
 
 
 def main() -> None:
-    from bertscope.corpora.sentences import shipped_corpus
     from bertscope.analysis.hidden_cache import HiddenStateCache, extract, hidden_states
     from bertscope.corpora.probe_tasks import ProbeTask
+    from bertscope.corpora.sentences import shipped_corpus
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser)

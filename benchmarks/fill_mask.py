@@ -15,7 +15,6 @@ import statistics
 import sys
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import add_model_args, describe, interleaved, load  # noqa: E402
 

@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.timing import add_model_args, bare_forward, describe, forced_kernel, interleaved, load  # noqa: E402

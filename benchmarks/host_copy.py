@@ -38,7 +38,7 @@ def huge_pages() -> str:
 
 def main() -> None:
     from bertscope import inspect_batch
-    from bertscope.core.forward import _device_pass, pad, tokenize
+    from bertscope.core.forward import device_pass, pad, tokenize
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser, model="random:bert-base-uncased")
@@ -70,7 +70,7 @@ def main() -> None:
     def passes(copy=None):
         def run() -> None:
             for batch in batches:
-                out = _device_pass(lm, batch.feed, True, True, with_logits=False)
+                out = device_pass(lm, batch.feed, True, True, with_logits=False)
                 if copy is not None:
                     with torch.inference_mode():
                         copy(torch.stack(out.attentions, dim=1)), copy(torch.stack(out.hidden_states, dim=1))

@@ -28,6 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.server import CHROMIUM, CHROMIUM_FLAGS, running_app  # noqa: E402
+
 TEXTS = ["The animal didn't cross the street because it was too tired.",
          "The bank of the river was muddy after the storm.",
          "She deposited the money in the bank on Friday.",

@@ -63,7 +63,13 @@ def timed(fn, device, repeats: int = 3):
 def library(args) -> None:
     from bertscope import inspect, load_model
     from bertscope.figures.attention import (
-        BERTVIZ_MAX_BYTES, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, token_across_layers,
+        BERTVIZ_MAX_BYTES,
+        bertviz_bytes,
+        bertviz_fit,
+        bertviz_html,
+        head_heatmap,
+        layer_grid,
+        token_across_layers,
     )
 
     print("| model | tokens | bare forward | lean inspection (kept MiB) | head view | all heads | token across layers "
@@ -97,8 +103,8 @@ def library(args) -> None:
 def app(args) -> None:
     from playwright.sync_api import sync_playwright
 
-    from bertscope import load_model
     from benchmarks.server import CHROMIUM, CHROMIUM_FLAGS, running_app
+    from bertscope import load_model
 
     folder = random_model_dir("bert-base-uncased")
     lm = load_model(folder)

@@ -47,8 +47,8 @@ def _head_everywhere(on: bool):
 
 
 def main() -> None:
-    from bertscope.errors import BertScopeError
     from bertscope.corpora.documents import brown_documents
+    from bertscope.errors import BertScopeError
     from bertscope.training.config import RecipeConfig
     from bertscope.training.recipe import train
 

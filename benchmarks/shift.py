@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import add_model_args, bare_forward, describe, interleaved, load  # noqa: E402
 

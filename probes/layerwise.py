@@ -63,8 +63,8 @@ def run_one(model: str, task, args, weights_dir: Path | None = None, quiet: bool
     from tqdm import tqdm
 
     from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
-    from bertscope.core.models import load_model
     from bertscope.analysis.probing import probe_layers
+    from bertscope.core.models import load_model
 
     lm = load_model(model, device=args.device)
     with tqdm(total=len(task.words), desc=f"{model}: hidden states", unit="sentence", disable=quiet,

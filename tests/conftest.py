@@ -78,7 +78,7 @@ def bert_tokenizer():
     return BertTokenizer(vocab={t: i for i, t in enumerate(VOCAB)})
 
 
-def _save(model, tokenizer, folder: Path) -> Path:
+def save_model(model, tokenizer, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -92,7 +92,7 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 
     torch.manual_seed(0)
     model = BertForPreTraining(tiny_bert_config())
-    return _save(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-pretraining"))
+    return save_model(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-pretraining"))
 
 
 @pytest.fixture(scope="session")
@@ -102,7 +102,7 @@ def tiny_mlm_dir(tmp_path_factory) -> Path:
 
     torch.manual_seed(1)
     model = BertForMaskedLM(tiny_bert_config())
-    return _save(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-mlm"))
+    return save_model(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-mlm"))
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +112,7 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
 
     torch.manual_seed(2)
     model = BertModel(tiny_bert_config())
-    return _save(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-encoder"))
+    return save_model(model, bert_tokenizer(), tmp_path_factory.mktemp("tiny-bert-encoder"))
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +135,7 @@ def tiny_roberta_dir(tmp_path_factory) -> Path:
         num_attention_heads=4, intermediate_size=48, max_position_embeddings=34,
         pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
     )
-    return _save(RobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-roberta"))
+    return save_model(RobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-roberta"))
 
 
 @pytest.fixture(scope="session")
@@ -157,7 +157,7 @@ def tiny_xlmr_dir(tmp_path_factory) -> Path:
         num_attention_heads=4, intermediate_size=48, max_position_embeddings=34,
         pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
     )
-    return _save(XLMRobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-xlmr"))
+    return save_model(XLMRobertaForMaskedLM(config), tokenizer, tmp_path_factory.mktemp("tiny-xlmr"))
 
 
 def _tiny_albert(model_class, seed: int, folder: Path) -> Path:
@@ -169,7 +169,7 @@ def _tiny_albert(model_class, seed: int, folder: Path) -> Path:
     config = AlbertConfig(vocab_size=len(VOCAB), embedding_size=16, hidden_size=32, num_hidden_layers=3,
                           num_attention_heads=4, intermediate_size=48, max_position_embeddings=40,
                           pad_token_id=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return _save(model_class(config), bert_tokenizer(), folder)
+    return save_model(model_class(config), bert_tokenizer(), folder)
 
 
 @pytest.fixture(scope="session")
@@ -196,7 +196,7 @@ def tiny_distilbert_dir(tmp_path_factory) -> Path:
     torch.manual_seed(7)
     config = DistilBertConfig(vocab_size=len(VOCAB), dim=32, n_layers=2, n_heads=4, hidden_dim=48,
                               max_position_embeddings=40)
-    return _save(DistilBertForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-distilbert"))
+    return save_model(DistilBertForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-distilbert"))
 
 
 def multilingual_vocab() -> list[str]:
@@ -225,7 +225,7 @@ def tiny_multilingual_dir(tmp_path_factory) -> Path:
                               strip_accents=False)
     torch.manual_seed(5)
     model = BertModel(tiny_bert_config(vocab_size=len(vocab), max_position_embeddings=128))
-    return _save(model, tokenizer, tmp_path_factory.mktemp("tiny-multilingual"))
+    return save_model(model, tokenizer, tmp_path_factory.mktemp("tiny-multilingual"))
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,19 @@ import pytest
 from numpy.testing import assert_allclose
 
 from bertscope import BertScopeError, load_model
-from bertscope.corpora.parallel import CARRIERS, read_parallel_tsv, shipped_parallel
 from bertscope.analysis.align import (
-    centre, embed_parallel, pair_names, retrieval, retrieval_accuracy, token_alignment, tokenizer_coverage,
+    centre,
+    embed_parallel,
+    pair_names,
+    retrieval,
+    retrieval_accuracy,
+    token_alignment,
+    tokenizer_coverage,
 )
+from bertscope.analysis.projection import project, umap_2d, warm_umap
 from bertscope.cli import main
 from bertscope.core.forward import inspect
-from bertscope.analysis.projection import project, umap_2d, warm_umap
+from bertscope.corpora.parallel import CARRIERS, read_parallel_tsv, shipped_parallel
 
 SCRIPTS = {  # a letter of each cell must come from this Unicode script name
     "ru": ("CYRILLIC",), "zh": ("CJK",), "ar": ("ARABIC",), "hi": ("DEVANAGARI",),

@@ -12,7 +12,13 @@ from torch.testing import assert_close
 
 from bertscope import BertScopeError, inspect
 from bertscope.figures.attention import (
-    bertviz_html, bertviz_inputs, head_heatmap, label, layer_grid, select, token_across_layers,
+    bertviz_html,
+    bertviz_inputs,
+    head_heatmap,
+    label,
+    layer_grid,
+    select,
+    token_across_layers,
 )
 
 HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)>&amp;'

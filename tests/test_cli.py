@@ -158,3 +158,30 @@ def test_masked_bad_input(capsys, tiny_bert_dir, tiny_encoder_dir, argv, message
     argv = [a.format(tiny=tiny_bert_dir, encoder=tiny_encoder_dir) for a in argv]
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_help_of_the_top_level_and_of_every_command(capsys):
+    """`python -m bertscope --help` crashed on the % in mlm-recipe's help while every subcommand's
+    own --help worked: each is run here, the top level first."""
+    from bertscope.cli import COMMANDS
+
+    for argv in (["--help"], *([name, "--help"] for name in COMMANDS)):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0, argv
+        out = capsys.readouterr().out
+        assert out.startswith("usage: bertscope"), argv
+    assert "15% / 80-10-10" in main.__globals__["build_parser"]().format_help()
+
+
+def test_every_entry_point_answers(tmp_path):
+    """The ways a user starts BertScope from a shell: `python -m bertscope` (help and a bad call),
+    the headless probe scripts, and the three commands the Makefile and Dockerfile use."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv, code in ((["-m", "bertscope", "--help"], 0), (["-m", "bertscope"], 2),
+                       (["-m", "bertscope", "pretrain", "--help"], 0), (["-m", "bertscope", "corpus", "--help"], 0),
+                       (["-m", "bertscope", "assets", "--help"], 0), (["-m", "bertscope", "corpus", "remove"], 2),
+                       (["-m", "probes.layerwise", "--help"], 0), (["-m", "probes.sweep", "--help"], 0)):
+        done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == code, (argv, done.stderr[-500:])
+        assert "Traceback" not in done.stderr, argv

@@ -235,9 +235,9 @@ def test_albert_sentence_order_head_matches_hugging_face(tiny_albert_pretraining
 def test_sop_on_the_command_line_and_as_an_attribution_target(tiny_albert_pretraining_dir, capsys):
     import json
 
+    from bertscope.attribution.gradients import Target
     from bertscope.attribution.methods import attribute
     from bertscope.cli import main
-    from bertscope.attribution.gradients import Target
 
     assert main(["sop", str(tiny_albert_pretraining_dir), "the man sat .", "he ate bread .", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -13,11 +13,17 @@ import pytest
 import torch
 
 from bertscope import BertScopeError, inspect, inspect_batch, load_model
+from bertscope.core.forward import output_bytes, plan_batches
 from bertscope.figures.attention import (
-    attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, token_across_layers,
+    attention_row,
+    bertviz_bytes,
+    bertviz_fit,
+    bertviz_html,
+    head_heatmap,
+    layer_grid,
+    token_across_layers,
 )
 from bertscope.figures.compact import block_mean, block_size, thousandths
-from bertscope.core.forward import output_bytes, plan_batches
 from bertscope.runtime.result_cache import ResultCache, size_of
 
 MiB = 2**20

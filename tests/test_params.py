@@ -8,9 +8,10 @@ import re
 import pytest
 
 from bertscope import BertScopeError
-from bertscope.cli import main
 from bertscope.analysis.params import count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes
-from bertscope.sources.configs import model_config as load_config, shipped_config_path
+from bertscope.cli import main
+from bertscope.sources.configs import model_config as load_config
+from bertscope.sources.configs import shipped_config_path
 from bertscope.sources.presets import PRESETS
 
 # Published totals of the bare encoders (Hugging Face model cards / papers' code).

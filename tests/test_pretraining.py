@@ -9,13 +9,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertscope.errors import BertScopeError
 from bertscope.cli import main as pretrain_main
+from bertscope.errors import BertScopeError
 from bertscope.heads.masking import IGNORE_INDEX
-from bertscope.training.config import RecipeConfig
 from bertscope.sources.delta import apply_delta
-from bertscope.training.instances import chunk_documents
 from bertscope.training.batches import mask_tokens, special_mask
+from bertscope.training.config import RecipeConfig
+from bertscope.training.instances import chunk_documents
 from bertscope.training.recipe import train
 
 TEXT = ["the man walked along the river bank with his dog .", "she deposited the money in the bank .",
@@ -123,8 +123,8 @@ def test_bundled_mlm_reproduces_its_recorded_held_out_figure(tmp_path, monkeypat
     """The shipped delta, merged onto the bundled package, on a fixed sample of held-out Brown
     documents (the first 64 chunks, one seeded corruption): the figure recorded when it was made."""
     from bertscope import load_model
-    from bertscope.heads.fill_mask import fill_mask
     from bertscope.corpora.documents import brown_documents
+    from bertscope.heads.fill_mask import fill_mask
     from bertscope.training.steps import evaluate
 
     _, held = brown_documents(None, 0)  # the installed corpus (make test installs it)
@@ -172,7 +172,7 @@ def test_the_head_runs_only_at_the_chosen_positions_with_the_full_heads_values(
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     from bertscope.training.instances import Chunks
-    from bertscope.training.steps import forward_chosen as _forward
+    from bertscope.training.steps import forward_chosen
 
     ids = torch.randint(5, 60, (3, 12))
     labels = torch.full_like(ids, IGNORE_INDEX)
@@ -184,7 +184,7 @@ def test_the_head_runs_only_at_the_chosen_positions_with_the_full_heads_values(
         with torch.no_grad():
             full = model(input_ids=ids, attention_mask=torch.ones_like(ids))
             full = getattr(full, "prediction_logits", None) if hasattr(full, "prediction_logits") else full.logits
-            picked, gold, _ = _forward(model, Chunks(ids), ids, labels, -1, torch.device("cpu"), torch.no_grad())
+            picked, gold, _ = forward_chosen(model, Chunks(ids), ids, labels, -1, torch.device("cpu"), torch.no_grad())
         assert picked.shape == (4, model.config.vocab_size) and gold.tolist() == [9, 10, 11, 12]
         torch.testing.assert_close(picked, full[labels != IGNORE_INDEX], atol=1e-5, rtol=1e-5)
         assert not model.get_output_embeddings()._forward_pre_hooks  # the hook is gone after the pass
@@ -304,3 +304,60 @@ def test_a_batch_over_the_memory_budget_runs_as_micro_batches_with_the_same_resu
     monkeypatch.setenv("BERTSCOPE_TRAIN_MB", "lots")
     with pytest.raises(BertScopeError, match="BERTSCOPE_TRAIN_MB"):
         train(str(tiny_bert_dir), TRAIN, HELD, tmp_path / "bad", cfg, device="cpu")
+
+
+@pytest.mark.slow
+def test_one_masking_rule_for_the_recipe_view_the_cli_and_the_trainer(capsys):
+    """BERT's rule has one home (heads.masking): the per-text view (the Masked page), the CLI's
+    mlm-recipe and the trainer count the same positions and draw replacements from the same ids,
+    none of them a placeholder such as [unused0]."""
+    import numpy as np
+
+    from bertscope import load_model
+    from bertscope.cli import main
+    from bertscope.heads import mlm_recipe
+    from bertscope.heads.masking import is_placeholder, replacement_ids, selection_count
+    from bertscope.training import batches
+    from bertscope.training.config import RecipeConfig
+
+    lm = load_model("bundled")  # bert-base-uncased's vocabulary: 994 [unusedN] placeholders
+    rule = replacement_ids(lm.tokenizer, lm.vocab_size)
+    vocab = {i: piece for piece, i in lm.tokenizer.get_vocab().items()}
+    assert not any(is_placeholder(vocab[i]) for i in rule) and len(rule) > 29_000
+    np.testing.assert_array_equal(mlm_recipe.ordinary_vocab(lm), rule)  # the page and the CLI
+
+    seen_by_recipe: set[int] = set()
+    drawn = []
+    real = mlm_recipe.corrupt
+
+    def spy(ids, special, vocab_ids, *args, **kwargs):
+        np.testing.assert_array_equal(vocab_ids, rule)
+        c = real(ids, special, vocab_ids, *args, **kwargs)
+        drawn.append(len(c.actions))
+        seen_by_recipe.update(c.input_ids[i] for i, a in c.actions.items() if a == "random")
+        return c
+
+    mlm_recipe.corrupt = spy
+    try:
+        text = "The quick brown fox jumps over the lazy dog near the river bank today."
+        for seed in range(20):
+            view = mlm_recipe.recipe_corruption(lm, text, seed=seed, random_rate=0.9, mask_rate=0.0)
+        calls = len(drawn)
+        assert main(["mlm-recipe", "bundled-mlm", text, "--seed", "3", "--json"]) == 0  # the CLI's path
+        assert len(drawn) == calls + 1 and json.loads(capsys.readouterr().out)["positions"]
+    finally:
+        mlm_recipe.corrupt = real
+    n = sum(1 for t in view.tokens if t not in ("[CLS]", "[SEP]"))
+    assert set(drawn) == {selection_count(n, 0.15)}
+    assert seen_by_recipe <= set(rule.tolist())
+
+    import torch
+
+    cfg = RecipeConfig(select_rate=0.15, mask_rate=0.0, random_rate=1.0)
+    ids = torch.tensor([[101] + [2000 + i for i in range(k)] + [102] + [0] * (40 - k) for k in (1, 7, 13, 38)])
+    inputs, labels = batches.mask_tokens(ids, batches.special_mask(lm.tokenizer, ids), torch.from_numpy(rule),
+                                         lm.tokenizer.mask_token_id, cfg, torch.Generator().manual_seed(0))
+    for row, k in zip(labels, (1, 7, 13, 38)):
+        assert int((row != -100).sum()) == selection_count(k, 0.15)  # the trainer counts by the same rule
+    changed = inputs[labels != -100]
+    assert set(changed.tolist()) <= set(rule.tolist())

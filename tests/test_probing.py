@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from bertscope import BertScopeError, load_model
-from bertscope.cli import main as cli_main
 from bertscope.analysis.hidden_cache import CacheKey, HiddenStateCache, hidden_states
-from bertscope.core.forward import inspect
-from bertscope.corpora.suites import SHIPPED, shipped_task
-from bertscope.corpora.probe_tasks import read_conllu, read_csv_task, read_jsonl_task, read_task
 from bertscope.analysis.probing import control_labels, probe_layers, sentence_split
+from bertscope.cli import main as cli_main
+from bertscope.core.forward import inspect
+from bertscope.corpora.probe_tasks import read_conllu, read_csv_task, read_jsonl_task, read_task
+from bertscope.corpora.suites import SHIPPED, shipped_task
 
 UPOS = {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT",
         "SCONJ", "SYM", "VERB", "X"}

@@ -9,11 +9,19 @@ import pytest
 from numpy.testing import assert_allclose
 
 from bertscope import BertScopeError, inspect, load_model
-from bertscope.cli import main
-from bertscope.analysis.shift import (
-    ShiftResult, _pair_means, centroid_accuracy, collect, cosine_matrix, intra_sentence_similarity, layer_metrics, locate, word_pattern,
-)
 from bertscope.analysis.projection import pca_2d, umap_2d
+from bertscope.analysis.shift import (
+    ShiftResult,
+    _pair_means,
+    centroid_accuracy,
+    collect,
+    cosine_matrix,
+    intra_sentence_similarity,
+    layer_metrics,
+    locate,
+    word_pattern,
+)
+from bertscope.cli import main
 from bertscope.corpora.senses import read_labelled_csv, sense_presets
 
 
@@ -156,9 +164,9 @@ def test_pooled_on_the_device_equals_pooling_the_models_hidden_states(tiny_bert)
 def test_shift_figures_fit_the_scale_and_tell_senses_apart(tiny_bert):
     import plotly.io as pio
 
-    from bertscope.figures.shift import projection_scatter, similarity_heatmap
     from bertscope.analysis.projection import pca_2d
     from bertscope.analysis.shift import cosine_matrix
+    from bertscope.figures.shift import projection_scatter, similarity_heatmap
 
     rows = [("the bank of the river", "river"), ("the muddy bank", "river"),
             ("money in the bank", "money"), ("the bank had cash", "money")]

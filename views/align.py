@@ -7,15 +7,20 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
 from bertscope.analysis.align import (
-    PROPOSED_MODEL, centre, embed_parallel, retrieval, token_alignment, tokenizer_coverage,
+    PROPOSED_MODEL,
+    centre,
+    embed_parallel,
+    retrieval,
+    token_alignment,
+    tokenizer_coverage,
 )
-from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
-from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
-from bertscope.sources.presets import BUNDLED
 from bertscope.analysis.projection import project, umap_is_warm
-from views.kit.chrome import PLOT_CONFIG, figure_downloads, plain, page_errors
+from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
+from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
+from bertscope.sources.presets import BUNDLED
+from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
+from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_upload
 from views.kit.models import cached_model, model_key, obtainable, require_model
 from views.kit.results import result_store, warm_umap_in_background

@@ -8,19 +8,26 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.attention_stats import STATISTICS, head_stats
-from bertscope.corpora.sentences import read_corpus, shipped_corpus
 from bertscope.attribution.explain import agreement, rows_at
 from bertscope.attribution.methods import from_attentions, token_matrices
-from bertscope.figures.bertviz_assets import URL_PATH as BERTVIZ_URL
-from bertscope.corpora.brown_tasks import brown_texts
-from bertscope.sources.hub import hub_reachable
-from bertscope.figures.bertviz_assets import installed as bertviz_assets_installed
-from bertscope.figures.attention import (
-    attention_row, bertviz_bytes, bertviz_fit, bertviz_html, head_heatmap, layer_grid, stats_heatmap, token_across_layers,
-)
 from bertscope.attribution.registry import METHODS
+from bertscope.corpora.brown_tasks import brown_texts
+from bertscope.corpora.sentences import read_corpus, shipped_corpus
+from bertscope.figures.attention import (
+    attention_row,
+    bertviz_bytes,
+    bertviz_fit,
+    bertviz_html,
+    head_heatmap,
+    layer_grid,
+    stats_heatmap,
+    token_across_layers,
+)
 from bertscope.figures.attribution import matrices_side_by_side
-from views.kit.chrome import PLOT_CONFIG, figure_downloads, plain, page_errors
+from bertscope.figures.bertviz_assets import URL_PATH as BERTVIZ_URL
+from bertscope.figures.bertviz_assets import installed as bertviz_assets_installed
+from bertscope.sources.hub import hub_reachable
+from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_text, check_upload
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import cached_inspection, result_store

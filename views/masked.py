@@ -14,13 +14,12 @@ from bertscope.heads.fill_mask import MAX_MASKS, fill_mask, fill_mask_words, ite
 from bertscope.heads.logit_lens import layerwise_predictions
 from bertscope.heads.mlm_recipe import mlm_recipe, recipe_corruption
 from bertscope.heads.nsp import both_orders, sentence_order
-from views.kit.chrome import PLOT_CONFIG, plain, page_errors
+from bertscope.sources.presets import BUNDLED_MLM
+from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import check_text
 from views.kit.models import MODEL_KEY, cached_model, model_key, model_options, obtainable, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
-from bertscope.sources.presets import BUNDLED_MLM
-
 
 
 def cached_fill(key, text: str, top_k: int):

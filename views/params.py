@@ -5,12 +5,16 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.params import count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes
-from bertscope.sources.presets import PRESETS
 from bertscope.analysis.timeline import milestones
 from bertscope.figures.params import (
-    breakdown_treemap, compare_bars, flops_area, per_layer_bars, timeline_scatter,
+    breakdown_treemap,
+    compare_bars,
+    flops_area,
+    per_layer_bars,
+    timeline_scatter,
 )
-from views.kit.chrome import plain, page_errors, show_error
+from bertscope.sources.presets import PRESETS
+from views.kit.chrome import page_errors, plain, show_error
 from views.kit.models import chosen_model_name
 from views.kit.url import from_url, to_url
 

@@ -8,13 +8,13 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.figures.training import loss_curves
 from bertscope.corpora.documents import brown_documents
+from bertscope.figures.training import loss_curves
 from bertscope.runtime.hf import NSP_TYPES, SOP_TYPES
+from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
 from bertscope.training.job import TrainingJob
-from bertscope.runtime.user_cache import user_cache_dir
-from views.kit.chrome import PLOT_CONFIG, plain, page_errors
+from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import demo
 from views.kit.models import CUSTOM_KEY, MODEL_KEY, OTHER, chosen_model_name, require_model
 

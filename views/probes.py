@@ -7,12 +7,12 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
-from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
-from bertscope.corpora.suites import BROWN_TASKS, shipped_task
-from bertscope.corpora.probe_tasks import ProbeTask, read_task
-from bertscope.figures.probe import confusion_figure, layer_figure, run_name
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
-from views.kit.chrome import PLOT_CONFIG, plain, page_errors
+from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
+from bertscope.corpora.probe_tasks import ProbeTask, read_task
+from bertscope.corpora.suites import BROWN_TASKS, shipped_task
+from bertscope.figures.probe import confusion_figure, layer_figure, run_name
+from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_upload, demo
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import result_store

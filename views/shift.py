@@ -6,12 +6,17 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary
-from bertscope.analysis.projection import pca_2d, umap_2d
-from bertscope.corpora.senses import read_labelled_csv, sense_presets
 from bertscope.analysis.corpus_search import MAX_K, build_index, search, word_occurrences
+from bertscope.analysis.projection import pca_2d, umap_2d
+from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary
+from bertscope.corpora.senses import read_labelled_csv, sense_presets
 from bertscope.figures.shift import (
-    genre_scatter, layer_lines, occurrence_names, projection_scatter, similarity_heatmap, tag_bars,
+    genre_scatter,
+    layer_lines,
+    occurrence_names,
+    projection_scatter,
+    similarity_heatmap,
+    tag_bars,
 )
 from bertscope.heads.fill_mask import words_of
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain

@@ -25,11 +25,13 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from bertscope.errors import BertScopeError
-from bertscope.corpora.parallel import CARRIERS, ParallelData
+from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
 from bertscope.core.forward import PoolingPlan, inspect_batch, pooled_hidden_states
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import tokens_in_span
+from bertscope.corpora.parallel import CARRIERS, ParallelData
+from bertscope.errors import BertScopeError
+from bertscope.runtime.user_cache import user_cache_dir
 
 Pooling = Literal["mean", "cls"]
 Context = Literal["alone", "carrier"]
@@ -86,9 +88,6 @@ VECTOR_CACHE_VERSION = 1
 
 def _vector_cache_file(lm: LoadedModel, data: ParallelData, pooling: str, context: str, root: Path | None) -> Path:
     """Where these vectors are kept: keyed by weights, tokenizer, data, pooling and context."""
-    from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
-    from bertscope.runtime.user_cache import user_cache_dir
-
     key = repr((VECTOR_CACHE_VERSION, weights_fingerprint(lm), tokenizer_fingerprint(lm), data.digest(),
                 pooling, context, lm.max_length))
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]

@@ -36,10 +36,10 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from bertscope.errors import BertScopeError
-from bertscope.core.inspection import BatchInspection
 from bertscope.core.forward import device_batches, to_device
+from bertscope.core.inspection import BatchInspection
 from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
 
 STATISTICS = {
     "entropy": "mean attention entropy (nats, smoothed as Clark et al. 2019)",

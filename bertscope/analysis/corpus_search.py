@@ -22,12 +22,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from bertscope.corpora.brown import read_brown
-from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task
-from bertscope.errors import BertScopeError
 from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, hidden_states
 from bertscope.core.forward import inspect
 from bertscope.core.models import LoadedModel
+from bertscope.corpora.brown import read_brown
+from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task
+from bertscope.errors import BertScopeError
 
 MAX_K = 200
 

@@ -28,10 +28,10 @@ from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 
-from bertscope.errors import BertScopeError
 from bertscope.core.forward import PoolingPlan, pooled_hidden_states
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.probe_tasks import UNLABELLED, ProbeTask
+from bertscope.errors import BertScopeError
 from bertscope.runtime.user_cache import user_cache_dir
 
 FORMAT_VERSION = 2  # 2: each example's sentence index (``sentences``)

@@ -28,9 +28,9 @@ from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from bertscope.errors import BertScopeError
 from bertscope.analysis.hidden_cache import CachedStates
 from bertscope.analysis.probe_store import save_probe
+from bertscope.errors import BertScopeError
 
 ProbeKind = Literal["logreg", "mlp"]
 

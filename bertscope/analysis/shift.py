@@ -25,11 +25,12 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from bertscope.errors import BertScopeError
-from bertscope.core.inspection import Inspection, TokenRow
 from bertscope.core.forward import PoolingPlan, pooled_hidden_states
+from bertscope.core.inspection import Inspection, TokenRow
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import tokens_in_span
+from bertscope.corpora.sentences import shipped_corpus
+from bertscope.errors import BertScopeError
 
 MAX_ROWS = 2000
 Pooling = Literal["mean", "first"]
@@ -231,8 +232,6 @@ def anisotropy_baseline(lm: LoadedModel, pooling: Pooling = "mean", pairs: int =
     with _BASELINES_LOCK:
         if key in _BASELINES:
             return _BASELINES[key]
-    from bertscope.corpora.sentences import shipped_corpus
-
     vectors = []  # [word, layer+1, dim] per batch, with each word's sentence index
     owners = []
 

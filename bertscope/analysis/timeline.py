@@ -8,6 +8,8 @@ from functools import lru_cache
 
 import torch
 
+from bertscope.analysis.params import count_parameters
+
 
 @dataclass(frozen=True)
 class Milestone:
@@ -26,8 +28,6 @@ def _meta_total(model_class, config) -> int:
 @lru_cache(maxsize=1)
 def milestones() -> tuple[Milestone, ...]:
     from transformers import GPT2Config, GPT2Model, T5Config, T5Model
-
-    from bertscope.analysis.params import count_parameters
 
     counted = "counted from config"
     gpt2_xl = GPT2Config(n_embd=1600, n_layer=48, n_head=25, n_positions=1024, vocab_size=50257)

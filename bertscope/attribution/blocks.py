@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertscope.errors import BertScopeError
-from bertscope.core.inspection import Inspection
 from bertscope.core.forward import inspect, to_device
+from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
 
 BERT_BLOCKS = frozenset({"bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie", "data2vec-text"})
 CHUNK_BYTES = 64 * 2**20  # one [query block, key, dim] float32 slab

@@ -27,11 +27,11 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
-from bertscope.errors import BertScopeError
 from bertscope.analysis.probe_store import Probe, load_probe
-from bertscope.core.inspection import Inspection
 from bertscope.core.forward import inspect_ids, output_bytes, to_device
+from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
 
 DEFAULT_STEPS = 50
 # sentence-pair heads: target kind -> (model output, head name, family whose checkpoints carry it);

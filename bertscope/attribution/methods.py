@@ -36,7 +36,6 @@ from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 
-
 COMPLETENESS_TOLERANCE = 0.01  # IG's relative completeness error above which a result says so
 
 

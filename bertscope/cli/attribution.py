@@ -12,9 +12,9 @@ from bertscope.errors import BertScopeError
 def cmd_attribute(args: argparse.Namespace) -> Any:
     import numpy as np
 
-    from bertscope.attribution.registry import SCORE_METHODS
-    from bertscope.attribution.methods import attribute
     from bertscope.attribution.gradients import parse_target
+    from bertscope.attribution.methods import attribute
+    from bertscope.attribution.registry import SCORE_METHODS
 
     target = parse_target(args.target, args.probe, args.probe_layer, args.label, args.position)
     if args.method not in SCORE_METHODS and target is not None:

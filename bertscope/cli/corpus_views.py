@@ -141,9 +141,9 @@ def _align_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> Any:
     from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+    from bertscope.analysis.probing import check_external_labels, probe_layers
     from bertscope.corpora.probe_tasks import read_task
     from bertscope.corpora.suites import shipped_task
-    from bertscope.analysis.probing import check_external_labels, probe_layers
 
     if args.data:
         task = read_task(read_text(args.data, "data"), args.data)

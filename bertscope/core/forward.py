@@ -82,7 +82,7 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device)
 
 
-def _device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_states: bool,
+def device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_states: bool,
                  with_logits: bool = True) -> Any:
     """The one forward pass; its outputs stay on the model's device. Without logits only the
     encoder runs: the MLM head's [token, vocab] product is a quarter of BERT-base's work."""
@@ -131,7 +131,7 @@ def _run_model(
     # the heads run when MLM logits are asked for, or NSP/SOP can be read (a pair, a model with the head)
     pair = bool((enc.get("token_type_ids", torch.zeros(1)) > 0).any())
     heads = with_logits or (bool({"nsp", "sop"} & lm.heads) and pair)
-    out = _device_pass(lm, enc, with_attentions, with_hidden_states, heads)
+    out = device_pass(lm, enc, with_attentions, with_hidden_states, heads)
     return _to_arrays(lm, out, with_logits, logit_rows, precision)
 
 
@@ -367,7 +367,7 @@ def device_batches(
                                              row)
     for idx in batches:
         padded = pad(lm, tokenized, idx)
-        out = _device_pass(lm, padded.feed, with_attentions, with_hidden_states, with_logits=False)
+        out = device_pass(lm, padded.feed, with_attentions, with_hidden_states, with_logits=False)
         yield _describe(lm, padded, [texts[i] for i in idx], [pairs[i] for i in idx], idx), out
 
 

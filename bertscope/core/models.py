@@ -32,7 +32,13 @@ import torch
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device, resolve_dtype
 from bertscope.runtime.hf import (
-    NSP_TYPES, SOP_TYPES, explain_load_error, load_hf_config, load_hf_tokenizer, max_input_length, quiet_transformers,
+    NSP_TYPES,
+    SOP_TYPES,
+    explain_load_error,
+    load_hf_config,
+    load_hf_tokenizer,
+    max_input_length,
+    quiet_transformers,
 )
 from bertscope.runtime.kernels import EAGER, AttentionKernels, fastest_kernel
 from bertscope.sources.bundled import BUNDLED_MODELS

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from bertscope.sources.minilm import bundled_tokenizer_dir
 from bertscope.errors import BertScopeError
 from bertscope.sources.configs import model_config as load_config
+from bertscope.sources.minilm import bundled_tokenizer_dir
 
 HEADS = ("pretraining", "mlm", "none")
 

@@ -24,8 +24,8 @@ import math
 import numpy as np
 
 from bertscope.corpora.brown import BrownSentence, read_brown
-from bertscope.errors import BertScopeError
 from bertscope.corpora.probe_tasks import ProbeTask
+from bertscope.errors import BertScopeError
 
 DEFAULT_SENTENCES = 2000
 TAGGINGS = {"brown-pos": "universal", "brown-tags": "fine", "brown-genre": "genre"}

@@ -13,7 +13,6 @@ from pathlib import Path
 from bertscope.corpora.brown import read_brown, split_documents
 from bertscope.errors import BertScopeError
 
-
 Documents = list[list[str]]
 
 

@@ -12,16 +12,9 @@ from typing import Literal, Sequence
 from bertscope.corpora import DATA_DIR
 from bertscope.errors import BertScopeError
 
-
 MAX_ROWS = 2000
-
-
 MAX_CELL_CHARS = 2000
-
-
 Kind = Literal["sentences", "words"]
-
-
 LANGUAGE_NAMES = {
     "en": "English", "de": "German", "fr": "French", "es": "Spanish", "ru": "Russian",
     "zh": "Chinese", "ar": "Arabic", "hi": "Hindi", "ja": "Japanese", "ko": "Korean",

@@ -24,13 +24,8 @@ from typing import Literal
 
 from bertscope.errors import BertScopeError
 
-
 UNLABELLED = "_"
-
-
 MAX_SENTENCES = 50_000
-
-
 Level = Literal["token", "sentence"]
 
 

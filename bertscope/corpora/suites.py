@@ -17,19 +17,10 @@ from bertscope.corpora.probe_tasks import UNLABELLED, ProbeTask, finish_task, re
 from bertscope.corpora.senses import sense_presets
 from bertscope.errors import BertScopeError
 
-
 DATA = DATA_DIR / "probing"
-
-
 SENTENCE_TASKS = ("tense", "subject_number", "negation", "question", "bigram_shift")
-
-
 BROWN_TASKS = ("brown-pos", "brown-tags", "brown-genre")  # need the corpus installed (`make brown`)
-
-
 SHIPPED = ("pos", "sense", *SENTENCE_TASKS)
-
-
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 

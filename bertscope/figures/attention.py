@@ -18,8 +18,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertscope.analysis.attention_stats import STATISTICS, HeadStats
-from bertscope.errors import BertScopeError
 from bertscope.core.inspection import Inspection
+from bertscope.errors import BertScopeError
 from bertscope.figures.compact import block_size, percent_blocks, percent_blocks_heatmap, weights_heatmap
 
 # bertviz writes every weight into its page as JSON; we round weights to 3 decimals first, so

@@ -9,8 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from bertscope.figures.attention import label
 from bertscope.analysis.probing import ProbeResult
+from bertscope.figures.attention import label
 
 COLOURS = qualitative.Plotly
 

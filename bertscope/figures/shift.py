@@ -6,8 +6,8 @@ import numpy as np
 import plotly.express as px
 import plotly.graph_objects as go
 
-from bertscope.figures.attention import label
 from bertscope.analysis.shift import LayerMetrics, ShiftResult, cosine_matrix
+from bertscope.figures.attention import label
 
 
 def _order(result: ShiftResult) -> list[int]:

@@ -17,10 +17,11 @@ from typing import Callable
 
 import numpy as np
 
-from bertscope.errors import BertScopeError
-from bertscope.core.inspection import Inspection
 from bertscope.core.forward import inspect, inspect_ids
+from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
+from bertscope.sources.presets import PRESETS
 
 MAX_MASKS = 20
 MAX_TOP_K = 100
@@ -69,8 +70,6 @@ def require_mlm(lm: LoadedModel, usable: Callable[[str], bool] | None = None) ->
     """Raise unless ``lm`` has a masked-LM head; the message suggests presets with one, only
     those ``usable`` (e.g. loadable right now) when given, and says why the others are not."""
     if "mlm" not in lm.heads:
-        from bertscope.sources.presets import PRESETS
-
         with_head = [n for n, p in PRESETS.items() if "mlm" in p.heads and n != lm.name]
         if usable is None:
             hint = f"choose a model with one, e.g. {', '.join(with_head)}."

@@ -14,9 +14,9 @@ from typing import Callable
 import numpy as np
 import torch
 
+from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.heads.fill_mask import FillMaskResult, Prediction, top_predictions
-from bertscope.core.models import LoadedModel
 
 
 @dataclass(frozen=True)

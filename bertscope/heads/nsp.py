@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertscope.errors import BertScopeError
 from bertscope.core.forward import inspect
 from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
+from bertscope.sources.presets import PRESETS
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,6 @@ class NextSentence:
 
 def next_sentence(lm: LoadedModel, text_a: str, text_b: str) -> NextSentence:
     if "nsp" not in lm.heads:
-        from bertscope.sources.presets import PRESETS
-
         with_head = ", ".join(n for n, p in PRESETS.items() if "nsp" in p.heads)
         raise BertScopeError(
             f"{lm.name} has no next-sentence head: choose a BERT pretraining checkpoint, e.g. {with_head}."

@@ -11,13 +11,8 @@ from bertscope.errors import BertScopeError
 from bertscope.heads.masking import check_rates
 from bertscope.runtime.hf import NSP_TYPES, SOP_TYPES
 
-
 PAIR_TASKS = ("none", "nsp", "sop")
-
-
 LORA_TARGETS = ["query", "key", "value", "output.dense", "intermediate.dense"]  # attention + FFN projections
-
-
 CLOZE = (  # everyday sentences to watch predictions change (a word a reader would expect)
     "I drink a cup of [MASK] every morning.",
     "He deposited the money in the [MASK].",

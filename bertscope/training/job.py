@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.devices import resolve_device
 from bertscope.training.config import CLOZE, RecipeConfig, check_cloze
 from bertscope.training.recipe import train
 
@@ -29,8 +30,6 @@ _RUNNING = threading.BoundedSemaphore(MAX_JOBS)
 
 def _device_label(device: str) -> str:
     import torch
-
-    from bertscope.runtime.devices import resolve_device
 
     resolved = resolve_device(device)
     if resolved.type == "cuda":

@@ -72,7 +72,13 @@ from bertscope.training.export import export_run, write_metrics
 from bertscope.training.instances import build_chunks
 from bertscope.training.model import build_model, trainable
 from bertscope.training.steps import (
-    BACKWARD_FACTOR, accumulate_gradients, autocast_context, cloze, evaluate, lr_at, saved_bytes_per_row,
+    BACKWARD_FACTOR,
+    accumulate_gradients,
+    autocast_context,
+    cloze,
+    evaluate,
+    lr_at,
+    saved_bytes_per_row,
     training_budget,
 )
 

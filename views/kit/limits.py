@@ -10,7 +10,7 @@ import streamlit as st
 
 from bertscope.errors import BertScopeError
 
-_TRUTHY = {"1", "true", "yes", "on"}
+TRUTHY = {"1", "true", "yes", "on"}
 
 
 DEFAULT_ALLOWLIST = ("bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,"
@@ -19,7 +19,7 @@ DEFAULT_ALLOWLIST = ("bert-base-uncased,bert-base-multilingual-cased,distilbert-
 
 def demo() -> bool:
     """Hosted demo mode (BERTSCOPE_DEMO=1): allowlisted models only, no local paths, small inputs."""
-    return os.environ.get("BERTSCOPE_DEMO", "").strip().lower() in _TRUTHY
+    return os.environ.get("BERTSCOPE_DEMO", "").strip().lower() in TRUTHY
 
 
 def demo_allowlist() -> tuple[str, ...]:

@@ -9,8 +9,8 @@ import streamlit as st
 
 from bertscope import BertScopeError, LoadedModel, default_model, load_model
 from bertscope.runtime.devices import available_devices
-from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources import hub
+from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources.presets import PRESETS
 from views.kit.chrome import plain, show_error
 from views.kit.limits import MAX_RESIDENT_MODELS, demo, demo_allowlist

@@ -9,6 +9,8 @@ from typing import Callable, TypeVar
 
 import streamlit as st
 
+from bertscope.analysis.projection import warm_umap
+from bertscope.runtime.result_cache import ResultCache
 from views.kit.limits import demo
 from views.kit.models import cached_model
 
@@ -28,8 +30,6 @@ def cache_budget_bytes() -> int:
 @st.cache_resource(show_spinner=False)
 def shared_results():
     """The one byte-bounded, least-recently-used cache of this process."""
-    from bertscope.runtime.result_cache import ResultCache
-
     return ResultCache(cache_budget_bytes())
 
 
@@ -89,6 +89,4 @@ def warm_umap_in_background() -> None:
     (BERTSCOPE_WARM_UMAP=0 turns it off, e.g. in tests)."""
     if os.environ.get("BERTSCOPE_WARM_UMAP", "1").strip().lower() in {"0", "false", "no", "off"}:
         return
-    from bertscope.analysis.projection import warm_umap
-
     threading.Thread(target=warm_umap, name="umap-warmup", daemon=True).start()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from views.kit.chrome import plain
-from views.kit.limits import _TRUTHY
+from views.kit.limits import TRUTHY
+
 
 def to_bool(value: str) -> bool:
-    if value.lower() in _TRUTHY | {"0", "false", "no", "off"}:
-        return value.lower() in _TRUTHY
+    if value.lower() in TRUTHY | {"0", "false", "no", "off"}:
+        return value.lower() in TRUTHY
     raise ValueError(value)
 
 
