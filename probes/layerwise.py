@@ -89,7 +89,7 @@ def write_results(result, out: Path) -> dict:
         writer.writerow(["layer", "accuracy", "control_accuracy", "selectivity", "ci_low", "ci_high",
                          "majority_baseline"])
         for r in result.layers:
-            writer.writerow([r.layer, r.accuracy, r.control_accuracy, r.selectivity, *r.ci, result.majority_baseline])
+            writer.writerow([r.name, r.accuracy, r.control_accuracy, r.selectivity, *r.ci, result.majority_baseline])
     layer_figure([result]).write_html(out / "layers.html", include_plotlyjs=True)
     save_png([result], out / "layers.png")
     return data
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         best = result.best
         print(f"{args.model} on {task.name}: cache {'hit' if hit else 'built'}; "
               f"majority {result.majority_baseline:.3f}; "
-              f"best layer {best.layer}: accuracy {best.accuracy:.3f} (control {best.control_accuracy:.3f}); "
+              f"best layer {best.name}: accuracy {best.accuracy:.3f} (control {best.control_accuracy:.3f}); "
               f"wrote {args.out}/results.json, results.csv, layers.png, layers.html")
     return 0
 

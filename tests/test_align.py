@@ -210,7 +210,7 @@ def test_token_alignment_links(tiny_ml):
     assert all(al.backward[j] == i for i, j in al.mutual)
     same = token_alignment(tiny_ml, "Кошка спит.", "Кошка спит.", layer=1)
     assert same.mutual == [(i, i) for i in range(len(same.source_tokens))]  # identical text: the diagonal
-    with pytest.raises(BertScopeError, match="Layer 9 does not exist"):
+    with pytest.raises(BertScopeError, match="Hidden state 9 does not exist"):
         token_alignment(tiny_ml, "a", "b", layer=9)
 
 
@@ -247,7 +247,7 @@ def test_cli_align_json(tiny_multilingual_dir, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["languages"] == ["en", "de", "ja"] and out["items"] == 2
     assert out["left_out"] == [{"line": 3, "missing": ["ja"]}]
-    assert [e["layer"] for e in out["layers"]] == [0, 1, 2]
+    assert [e["layer"] for e in out["layers"]] == ["embeddings", 0, 1]  # named as every layer (core.layers)
     assert set(out["layers"][0]["p_at_1"]) == {"en-de", "en-ja", "de-en", "de-ja", "ja-en", "ja-de"}
     assert main(["align", str(tiny_multilingual_dir), "--kind", "words", "--languages", "en,hi",
                  "--context", "carrier"]) == 0

@@ -270,7 +270,7 @@ def test_shift_page(monkeypatch, tiny_bert_dir):
     at.switch_page("views/shift.py").run()
     assert not at.exception and not at.error
     assert {m.label for m in at.metric} >= {"Best layer for the senses", "Its centroid accuracy"}
-    at.slider(key="shift_layer").set_value(1).run()
+    at.select_slider(key="shift_layer").set_value(1).run()  # hidden state 1: layer 0
     at.radio(key="shift_pooling").set_value("first")
     at.button[0].click().run()
     assert not at.exception and not at.error
@@ -320,11 +320,11 @@ def test_align_page(monkeypatch, tiny_multilingual_dir):
     at.button[0].click().run()
     assert not at.exception and not at.error
     assert {m.label: m.value for m in at.metric}["Items × languages"] == "209 × 3"
-    at.slider(key="align_layer").set_value(1).run()
+    at.select_slider(key="align_layer").set_value(1).run()
     at.radio(key="align_method").set_value("UMAP")
     at.checkbox(key="align_join").check().run()
     assert not at.exception and not at.error
-    assert at.query_params["data"] in ("words", ["words"]) and at.query_params["layer"] in ("1", ["1"])
+    assert at.query_params["data"] in ("words", ["words"]) and at.query_params["layer"] in ("0", ["0"])  # layer 0
     item = at.selectbox(key="align_item_words")  # after switching to words, the item box names words
     assert item.options[0] == "1. water" and item.value == 0
     at.selectbox(key="align_target_words").set_value("en").run()
@@ -346,10 +346,10 @@ def test_align_page_offers_mbert_when_it_can_be_had(monkeypatch, tiny_multilingu
 
 
 def test_align_page_link_and_one_language(monkeypatch, tiny_multilingual_dir):
-    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "views/align.py", data="words", layer="2",
+    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "views/align.py", data="words", layer="1", v="2",
                         pivot="ja")
     assert not at.exception and not at.error
-    assert at.radio(key="align_kind").value == "words" and at.slider(key="align_layer").value == 2
+    assert at.radio(key="align_kind").value == "words" and at.select_slider(key="align_layer").value == 2  # layer 1
     assert at.selectbox(key="align_pivot").value == "ja"
     at.multiselect(key="align_langs_words").set_value(["en"])
     at.button[0].click().run()
@@ -426,9 +426,17 @@ def test_links_for_masked_shift_and_params(monkeypatch, tiny_bert_dir):
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", text="the [MASK] .", k="3")
     assert not at.exception and at.text_area(key="mlm_text").value == "the [MASK] ."
     assert at.slider(key="mlm_top_k").value == 3
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="1")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="embeddings", v="2")
     assert not at.exception and at.selectbox(key="shift_choice").value == "crane"
-    assert at.slider(key="shift_layer").value == 1
+    assert at.select_slider(key="shift_layer").value == 0 and not texts(at.info)
+    # a link from before layers were named as blocks (layer=1 was the first block's output): the same state,
+    # translated with a notice, never silently shifted
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="1")
+    assert at.select_slider(key="shift_layer").value == 1
+    assert any("old way" in t and "layer 0 now" in t for t in texts(at.info))
+    assert at.query_params["layer"] in ("0", ["0"]) and at.query_params["v"] in ("2", ["2"])  # the new numbering
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="7", v="2")
+    assert any("layer=7" in w for w in texts(at.warning))
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/params.py", count="pretraining")
     assert not at.exception and at.radio(key="params_head").value == "pretraining"
     assert "nsp head" in {m.label for m in at.metric}
@@ -536,7 +544,10 @@ def test_attention_page_at_512_tokens_on_bert_base(monkeypatch, random_base_dir)
     assert not at.exception and not at.error
     chart = at.get("plotly_chart")[-1].proto.spec
     assert "rollout" in chart and len(chart) <= 2**20
-    assert not any("capped at 24 tokens" in w for w in texts(at.warning))  # flow was not asked for
+    assert not any("capped at" in w for w in texts(at.warning))  # flow was not asked for
+    at.session_state["att_methods"] = ["rollout", "flow"]
+    at.run()  # 512 tokens: over flow's cap, one line and no button
+    assert any("capped at 64 tokens" in w for w in texts(at.warning)) and "att_flow_go" not in at.session_state
 
 
 def test_attention_page_beyond_raw_attention(monkeypatch, tiny_bert_dir):
@@ -555,11 +566,16 @@ def test_attention_page_beyond_raw_attention(monkeypatch, tiny_bert_dir):
     at.button(key="att_flow_go").click().run()  # 14 tokens: under the cap; one layer's flow
     assert not at.exception and not at.error
     assert "attention flow" in at.get("plotly_chart")[-1].proto.spec
-    # over the cap: one line, nothing computed
+    # over the cap (lowered here: the tiny model takes 40 tokens): one line, nothing computed
+    import dataclasses
+
+    from bertscope.attribution import registry
+
+    monkeypatch.setitem(registry.METHODS, "flow", dataclasses.replace(registry.METHODS["flow"], max_tokens=12))
     at.text_area(key="att_text").input(" ".join(["the river bank"] * 10))
     at.button[0].click().run()
     assert not at.exception
-    assert any("capped at 24 tokens" in w for w in texts(at.warning))
+    assert any("capped at 12 tokens" in w for w in texts(at.warning))
 
 
 def test_masked_page_why_this_prediction(monkeypatch, tiny_bert_dir):

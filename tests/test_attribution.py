@@ -47,41 +47,42 @@ def test_rollout_is_the_product_of_the_models_own_attentions(tiny_bert_dir):
         acc = (0.5 * a.mean(axis=0) + 0.5 * np.eye(n)) @ acc
         expected.append(acc)
     got = attribute(load_model(str(tiny_bert_dir)), TEXT, method="rollout")
-    assert got.layers == (1, 2)
+    assert got.layers == (0, 1)  # encoder blocks, numbered as `attention` numbers them
     np.testing.assert_allclose(got.matrices, np.stack(expected), atol=1e-5)
     np.testing.assert_allclose(got.matrices.sum(-1), 1, atol=1e-5)
 
 
-def test_flow_matches_scipy_max_flow(tiny_bert_dir):
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import maximum_flow
+def test_flow_equals_networkx_max_flow(tiny_bert_dir):
+    """Flow runs in scipy's compiled max-flow on integer capacities; the reference is networkx's
+    preflow-push on the float weights (the reference code's choice of graph: samiraabnar/attention_flow)."""
+    import networkx as nx
 
     lm = load_model(str(tiny_bert_dir))
     ins = inspect(lm, "the bank of the river .", with_logits=False)
     got = attribute(lm, "the bank of the river .", method="flow")
     n, layers = ins.n_tokens, ins.n_layers
     weights = [0.5 * a.astype(np.float64).mean(0) + 0.5 * np.eye(n) for a in ins.attentions]
-    scale = 1e9  # scipy's max-flow takes integer capacities
-    for layer in range(1, layers + 1):
-        size = (layer + 1) * n
-        cap = np.zeros((size, size), dtype=np.int64)
-        for d in range(1, layer + 1):
-            cap[d * n:(d + 1) * n, (d - 1) * n:d * n] = 0  # placeholder for clarity: edges go upward
-            cap[(d - 1) * n:d * n, d * n:(d + 1) * n] = np.round(weights[d - 1].T * scale).astype(np.int64)
-        graph = csr_matrix(cap)
-        expected = np.array([[maximum_flow(graph, j, layer * n + i).flow_value / scale for j in range(n)]
+    for block in range(layers):  # the state after block `block`: depth block + 1 in the graph
+        graph = nx.DiGraph()
+        for d in range(1, block + 2):
+            graph.add_edges_from(((d - 1, k), (d, q), {"capacity": float(weights[d - 1][q, k])})
+                                 for q in range(n) for k in range(n))
+        expected = np.array([[nx.maximum_flow_value(graph, (0, j), (block + 1, i)) for j in range(n)]
                              for i in range(n)])
         expected /= expected.sum(-1, keepdims=True)
-        np.testing.assert_allclose(got.at(layer), expected, atol=1e-6)
+        np.testing.assert_allclose(got.at(block), expected, atol=1e-6)
     # one layer: the only path from j to i is the edge itself, so flow is the residual attention
-    np.testing.assert_allclose(got.at(1), weights[0], atol=1e-6)
+    np.testing.assert_allclose(got.at(0), weights[0], atol=1e-6)
 
 
 def test_flow_is_capped_with_a_clear_message(tiny_bert):
-    with pytest.raises(BertScopeError, match="capped at 24 tokens.*rollout"):
-        attribute(tiny_bert, " ".join(["the river"] * 20), method="flow")
-    with pytest.raises(BertScopeError, match="counted from 1 to 2"):
-        attribute(tiny_bert, TEXT, method="flow", layers=[3])
+    from bertscope.attribution.rollout import MAX_FLOW_TOKENS, flow
+
+    n = MAX_FLOW_TOKENS + 1
+    with pytest.raises(BertScopeError, match=f"capped at {MAX_FLOW_TOKENS} tokens.*rollout"):
+        flow(np.full((2, 2, n, n), 1 / n), [1])
+    with pytest.raises(BertScopeError, match="numbered 0 to 1"):
+        attribute(tiny_bert, TEXT, method="flow", layers=[2])
 
 
 def _value_vectors(layer, x: np.ndarray) -> np.ndarray:
@@ -225,7 +226,7 @@ def test_probe_target_reproduces_sklearn_and_is_complete(tiny_bert, tmp_path, ki
     probe, x = _save_probe_run(tmp_path, tiny_bert.name, kind, classes, tiny_bert.hidden_size, 1, "sentence")
     loaded = load_probe(tmp_path, 1)
     np.testing.assert_allclose(loaded.log_probs(torch.tensor(x)).numpy(), np.log(probe.predict_proba(x)), atol=1e-4)
-    target = Target("probe", layer=1, label="c1", probe_dir=str(tmp_path))
+    target = Target("probe", layer=0, label="c1", probe_dir=str(tmp_path))  # layer 0 = hidden state 1 (file layer_01)
     # a ReLU MLP's kinks need more steps than the default: the result says so
     steps = 800 if kind == "mlp" else 50
     ig = attribute(tiny_bert, "the man sat on the grass .", method="ig", target=target, steps=steps)
@@ -240,7 +241,7 @@ def test_probe_target_reproduces_sklearn_and_is_complete(tiny_bert, tmp_path, ki
 
 def test_word_level_probe_needs_a_position(tiny_bert, tmp_path):
     _save_probe_run(tmp_path, tiny_bert.name, "logreg", 2, tiny_bert.hidden_size, 2, "token")
-    target = Target("probe", layer=2, label="c0", probe_dir=str(tmp_path))
+    target = Target("probe", layer=1, label="c0", probe_dir=str(tmp_path))  # block 1's output: file layer_02
     with pytest.raises(BertScopeError, match="position of a word"):
         attribute(tiny_bert, "the riverside .", method="grad", target=target)
     ok = attribute(tiny_bert, "the riverside .", method="grad", target=Target(**{**target.__dict__, "position": 2}))
@@ -278,7 +279,7 @@ def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):
 
     assert main(["attribute", str(tiny_bert_dir), TEXT, "--method", "alti", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["method"] == "alti" and [x["layer"] for x in out["layers"]] == [1, 2]
+    assert out["method"] == "alti" and [x["layer"] for x in out["layers"]] == [0, 1]
     matrix = np.array(out["layers"][-1]["matrix"])
     assert matrix.shape == (len(out["tokens"]),) * 2
     np.testing.assert_allclose(matrix.sum(-1), 1, atol=1e-4)
@@ -289,7 +290,7 @@ def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):
     assert main(["attribute", str(tiny_bert_dir), TEXT, "--method", "grad", "--target", "5"]) == 0
     assert "grad for" in capsys.readouterr().out
     for bad in (["--method", "ig", "--target", "99:river"], ["--method", "rollout", "--target", "5"],
-                ["--method", "flow", "--layers", "7"], ["--method", "flow", "--layers", "six"],
+                ["--method", "flow", "--layers", "2"], ["--method", "flow", "--layers", "six"],
                 ["--method", "ig", "--target", "5:river", "--steps", "0"]):
         assert main(["attribute", str(tiny_bert_dir), TEXT, *bad]) == 2
         err = capsys.readouterr().err
@@ -308,7 +309,7 @@ def test_every_method_on_the_bundled_models(name):
     for method in ("rollout", "norm", "alti"):
         m = attribute(lm, text, method=method)
         assert m.matrices.shape == (6, 12, 12)
-    flow = attribute(lm, text, method="flow", layers=[6])
+    flow = attribute(lm, text, method="flow", layers=[5])
     np.testing.assert_allclose(flow.matrices.sum(-1), 1, atol=1e-4)
     if name == "bundled-mlm":
         few = attribute(lm, text, method="ig", target=Target("token", 5, "river"), steps=4)

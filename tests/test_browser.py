@@ -326,7 +326,7 @@ def test_attention_beyond_raw_attention_on_bundled(browser, app_url, artifacts):
     methods.click()
     page.get_by_role("option", name="attention flow").click()
     page.keyboard.press("Escape")
-    panel.get_by_role("button", name="Compute flow after layer 1", exact=False).click()
+    panel.get_by_role("button", name="Compute flow after layer 0", exact=False).click()
     panel.get_by_text("attention flow").first.wait_for(state="attached", timeout=120_000)
     page.wait_for_timeout(1000)
     assert not page.locator(".stException").count()

@@ -52,7 +52,7 @@ def test_index_covers_every_genre_and_occurrences(index):
 def test_bad_queries_say_what_to_do(tiny_bert, index, tmp_path):
     with pytest.raises(BertScopeError, match="Word 9 does not exist"):
         search(tiny_bert, index, "the bank .", word=9, layer=1)
-    with pytest.raises(BertScopeError, match="Layer 7 does not exist"):
+    with pytest.raises(BertScopeError, match="Hidden state 7 does not exist"):
         search(tiny_bert, index, "the bank .", word=1, layer=7)
     with pytest.raises(BertScopeError, match="1 to 200"):
         search(tiny_bert, index, "the bank .", word=1, layer=1, k=0)
@@ -63,11 +63,15 @@ def test_corpus_search_on_the_command_line(tiny_bert_dir, tmp_path, capsys):
 
     from bertscope.cli import main
 
-    args = ["corpus-search", str(tiny_bert_dir), "the bank of the river .", "--word", "1", "--layer", "2",
+    args = ["corpus-search", str(tiny_bert_dir), "the bank of the river .", "--word", "1", "--layer", "1",
             "--k", "5", "--size", "100", "--cache", str(tmp_path)]
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["query_word"] == "bank" and out["layer"] == 2 and len(out["matches"]) == 5
+    assert out["query_word"] == "bank" and out["layer"] == 1 and len(out["matches"]) == 5  # the last block
+    assert main([*args[:5], "--layer", "embeddings", "--size", "100", "--cache", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layer"] == "embeddings"
+    assert main([*args[:5], "--layer", "2", "--size", "100", "--cache", str(tmp_path)]) == 2  # blocks 0 and 1 only
+    assert "numbered 0 to 1" in capsys.readouterr().err
     assert sum(out["tags"].values()) == 5 and set(out["matches"][0]) == {"word", "tag", "genre", "sentence", "similarity"}
     assert main([*args[:3], "--word", "9", "--size", "100", "--cache", str(tmp_path)]) == 2
     assert "Word 9 does not exist" in capsys.readouterr().err

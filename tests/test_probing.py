@@ -270,7 +270,7 @@ def test_cli_probe_json(tiny_bert_dir, tmp_path, capsys):
     data.write_text(CONLLU * 3)
     assert cli_main(["probe", str(tiny_bert_dir), "--data", str(data), "--cache", str(tmp_path / "c"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["task"] == "tags" and [e["layer"] for e in out["layers"]] == [0, 1, 2]
+    assert out["task"] == "tags" and [e["layer"] for e in out["layers"]] == ["embeddings", 0, 1]
     assert set(out["layers"][0]) == {"layer", "accuracy", "control_accuracy", "selectivity", "ci"}
     assert cli_main(["probe", str(tiny_bert_dir), "--task", "nope"]) == 2
     assert capsys.readouterr().err.startswith("bertscope: error: No shipped task")

@@ -16,6 +16,7 @@ from bertscope.analysis.align import (
     tokenizer_coverage,
 )
 from bertscope.analysis.projection import project, umap_is_warm
+from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
 from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
 from bertscope.sources.presets import BUNDLED
@@ -24,7 +25,7 @@ from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_upload
 from views.kit.models import cached_model, model_key, obtainable, require_model
 from views.kit.results import result_store, warm_umap_in_background
-from views.kit.url import from_url, to_url
+from views.kit.url import from_url, from_url_layer, layer_in_url, to_url
 
 KINDS = {"sentences": "Sentences (105 meanings)", "words": "Words (209 concepts)"}
 
@@ -114,8 +115,9 @@ mean_raw, mean_centred = scores.mean(), scores.mean(True)
 best_raw, best_centred = int(np.argmax(mean_raw)), int(np.argmax(mean_centred))
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Items × languages", f"{picked.n_items} × {len(picked.languages)}")
-m2.metric("Best layer (raw)", best_raw, f"mean P@1 {mean_raw[best_raw]:.1%}", delta_color="off")
-m3.metric("Best layer (centred)", best_centred, f"mean P@1 {mean_centred[best_centred]:.1%}", delta_color="off")
+m2.metric("Best layer (raw)", hidden_name(best_raw), f"mean P@1 {mean_raw[best_raw]:.1%}", delta_color="off")
+m3.metric("Best layer (centred)", hidden_name(best_centred), f"mean P@1 {mean_centred[best_centred]:.1%}",
+          delta_color="off")
 m4.metric("Chance", f"{scores.chance:.1%}", help="1 / items: a random guess among the target language's items")
 if mean_centred.max() < 0.3:
     st.warning(plain(f"Weak alignment: even the best layer retrieves the right translation only "
@@ -137,12 +139,15 @@ with st.expander("Tokenizer coverage per language"):
     st.caption("An English vocabulary turns other scripts into unknown tokens or single characters: "
                "the model cannot align what it cannot read.")
 
-from_url("layer", "align_layer", int, lambda v: 0 <= v < n_layers)
-if st.session_state.get("align_layer", 0) >= n_layers:  # a smaller model than the last one
-    st.session_state["align_layer"] = n_layers - 1
-layer = st.slider("Layer", 0, n_layers - 1, best_centred, key="align_layer",
-                  help="0 is the embedding layer's output, before any attention.")
-to_url(data=kind, layer=layer, langs=",".join(picked.languages) if picked.languages != data.languages else None,
+from_url_layer("align_layer", n_layers - 1)
+if st.session_state.get("align_layer_data") != computed_key:  # new data or model: open on its best layer
+    if st.session_state.get("align_layer_data") is not None or "align_layer" not in st.session_state:
+        st.session_state["align_layer"] = best_centred
+    st.session_state["align_layer_data"] = computed_key
+layer = st.select_slider("Layer", list(range(n_layers)), best_centred, format_func=hidden_name, key="align_layer",
+                         help="The embeddings (before any attention), then the output of each encoder block "
+                              "(from 0); it opens on the best layer for retrieval (centred).")
+to_url(data=kind, **layer_in_url(layer), langs=",".join(picked.languages) if picked.languages != data.languages else None,
        vec=pooling if kind == "sentences" and pooling != "mean" else None,
        ctx=context if kind == "words" and context != "alone" else None)
 
@@ -168,7 +173,7 @@ with tab_map:
             store_maps.put((computed_key, layer, method), maps)
         left, right = st.columns(2)
         for column, name in zip((left, right), maps):
-            fig = projection_map(av, maps[name], f"{method} at layer {layer}, {name}", join=join)
+            fig = projection_map(av, maps[name], f"{method} at {layer_title(layer)}, {name}", join=join)
             column.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key=f"align_map_{name}")
         st.caption("Mean-centring subtracts each language's mean vector: what remains is what the "
                    "languages do not share as a block, so translations can meet.")
@@ -183,10 +188,10 @@ with tab_retrieval:
     to_url(pivot=pivot)
     st.plotly_chart(retrieval_by_layer(scores, pivot, direction), config=PLOT_CONFIG, width="stretch")
     left, right = st.columns(2)
-    left.plotly_chart(retrieval_heatmap(scores.raw[layer], picked.languages, f"P@1 at layer {layer}, raw"),
+    left.plotly_chart(retrieval_heatmap(scores.raw[layer], picked.languages, f"P@1 at {layer_title(layer)}, raw"),
                       config=PLOT_CONFIG, width="stretch", key="align_heat_raw")
     right.plotly_chart(retrieval_heatmap(scores.centred[layer], picked.languages,
-                                         f"P@1 at layer {layer}, mean-centred"),
+                                         f"P@1 at {layer_title(layer)}, mean-centred"),
                        config=PLOT_CONFIG, width="stretch", key="align_heat_centred")
     st.caption("A cell is the share of the row language's items whose nearest neighbour (cosine) among "
                "the column language's items is their own translation.")

@@ -128,9 +128,8 @@ with tabs[3]:
         st.caption("Raw weights ignore what a head moves and the residual stream. Beside them: rollout and "
                    "flow (Abnar & Zuidema 2020; heads averaged, residual as 0.5·A + 0.5·I), the size of what "
                    "is moved, ‖Σ α f(x)‖ (Kobayashi et al. 2020, this layer alone), and ALTI (Ferrando et al. "
-                   "2022; attention, residual and LayerNorm, composed through the layers). The layer is the "
-                   "one picked above (0-based), so these show the state after layer "
-                   f"{layer} + 1 = {layer + 1}.")
+                   "2022; attention, residual and LayerNorm, composed through the layers), each as the state "
+                   f"after the layer picked above, layer {layer}.")
         matrix_methods = [m.name for m in METHODS.values() if m.kind == "matrix"]
         methods = st.multiselect("Methods", matrix_methods, ["attention", "rollout", "alti"], key="att_methods",
                                  format_func=lambda m: METHODS[m].title)
@@ -140,14 +139,14 @@ with tabs[3]:
             for name in methods:
                 record = METHODS[name]
                 if record.on_request:  # one layer, when asked: seconds to minutes
-                    request = (key, text, pair or None, name, layer + 1)
+                    request = (key, text, pair or None, name, layer)
                     found = store.get(request)
                     if found is None and record.max_tokens is not None and r.n_tokens > record.max_tokens:
                         st.warning(f"{record.title.capitalize()} is capped at {record.max_tokens} tokens (this input "
                                    f"has {r.n_tokens}): rollout approximates it.")
-                    elif found is None and st.button(f"Compute {name} after layer {layer + 1} (seconds to a minute)",
+                    elif found is None and st.button(f"Compute {name} after layer {layer} (seconds to a minute)",
                                                      key=f"att_{name}_go"):
-                        store.compute(request, lambda progress, m=name: from_attentions(r, m, [layer + 1], progress),
+                        store.compute(request, lambda progress, m=name: from_attentions(r, m, [layer], progress),
                                       f"{record.title.capitalize()}, rows")
                         st.rerun()  # redraw without the button
                     if found is not None:
@@ -160,17 +159,17 @@ with tabs[3]:
                         matrices[name] = store.get_or_compute((key, text, pair or None, name), lambda m=name: (
                             token_matrices(cached_model(*key), text, pair or None, m)))
             if matrices:
-                fig = matrices_side_by_side(r.tokens, {m: v.at(layer + 1) for m, v in matrices.items()}, layer + 1)
+                fig = matrices_side_by_side(r.tokens, {m: v.at(layer) for m, v in matrices.items()}, layer)
                 st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_methods_chart")
-                figure_downloads(fig, f"attribution-L{layer + 1}")
+                figure_downloads(fig, f"attribution-L{layer}")
                 one_layer = [METHODS[m].title for m in matrices if METHODS[m].on_request]
                 if one_layer and len(matrices) > 1:
                     st.caption(f"{', '.join(one_layer).capitalize()}: computed for one layer at a time, so the "
-                               f"agreement table and export use layer {layer + 1}.")
+                               f"agreement table and export use layer {layer}.")
                 if len(matrices) >= 2 and r.n_tokens >= 3:
                     query = st.selectbox("Agreement for token", range(r.n_tokens), index=min(1, r.n_tokens - 1),
                                          format_func=lambda i: f"{i}: {r.tokens[i]}", key="att_agree_token")
-                    names, rho = agreement(rows_at(matrices, layer + 1, query))
+                    names, rho = agreement(rows_at(matrices, layer, query))
                     st.dataframe(pd.DataFrame(rho, index=names, columns=names).style.format("{:+.2f}")
                                  .background_gradient(cmap="RdBu", vmin=-1, vmax=1), width="stretch")
                     st.caption("Spearman rank correlation between the methods' rows for that token (over all "

@@ -7,6 +7,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.attribution.explain import explain_prediction
+from bertscope.core.layers import hidden_name
 from bertscope.figures.attention import label
 from bertscope.figures.attribution import token_strip
 from bertscope.figures.masked import prediction_bars, rank_by_layer
@@ -223,10 +224,10 @@ with tab_layers:
         with page_errors(stop=False):
             readings = layerwise_predictions(lm, result, which, top_k=5)
             st.dataframe(pd.DataFrame([
-                {"layer": r.layer, "rank of final answer": r.final_rank,
+                {"layer": hidden_name(r.layer), "rank of final answer": r.final_rank,
                  **{f"#{i + 1}": f"{p.token.strip()} ({p.score:.2f})" for i, p in enumerate(r.top)}}
                 for r in readings]), hide_index=True, width="stretch")
-            layer_names = ["embeddings" if r.layer == 0 else f"{r.layer}" for r in readings]
+            layer_names = [hidden_name(r.layer) for r in readings]
             st.plotly_chart(rank_by_layer(readings, layer_names), config=PLOT_CONFIG, width="stretch")
 
 with tab_nsp:

@@ -8,6 +8,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
+from bertscope.core.layers import hidden_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
 from bertscope.corpora.probe_tasks import ProbeTask, read_task
 from bertscope.corpora.suites import BROWN_TASKS, shipped_task
@@ -122,14 +123,14 @@ st.caption(plain(f"Cache: {'hit' if hit else 'built now'}, {size / 2**20:.1f} Mi
                  f"{result.n_train:,} training and {result.n_test:,} test examples."))
 best = result.best
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Best layer", best.layer)
+m1.metric("Best layer", best.name, help="Layers are encoder blocks from 0; the embeddings come before layer 0.")
 m2.metric("Its accuracy", f"{best.accuracy:.1%}", help=f"95% interval {best.ci[0]:.1%}–{best.ci[1]:.1%}")
 m3.metric("Control accuracy", f"{best.control_accuracy:.1%}", f"selectivity {best.selectivity:+.1%}",
           delta_color="off")
 m4.metric("Majority baseline", f"{result.majority_baseline:.1%}")
 if best.external_accuracy is not None:  # train here, test there
     scores = [r.external_accuracy for r in result.layers]
-    st.caption(f"Your test file: {best.external_accuracy:.1%} at the best layer ({best.layer}); "
+    st.caption(f"Your test file: {best.external_accuracy:.1%} at the best layer ({best.name}); "
                f"{min(scores):.1%}–{max(scores):.1%} over the layers (column external_accuracy below).")
 
 names = list(runs)
@@ -151,7 +152,8 @@ st.subheader("Single test examples and the confusion matrix")
 st.caption("What a score hides: look at the examples themselves, right and wrong, as LIT does.")
 e1, e2 = st.columns([1, 1])
 layer_choices = [r.layer for r in result.layers]
-at_layer = e1.selectbox("Layer", layer_choices, index=layer_choices.index(best.layer), key="probe_ex_layer")
+at_layer = e1.selectbox("Layer", layer_choices, index=layer_choices.index(best.layer), key="probe_ex_layer",
+                        format_func=hidden_name)
 errors_only = e2.toggle("Errors only", key="probe_ex_errors")
 with page_errors(stop=False):
     shown = result.examples(at_layer, errors_only)
@@ -162,16 +164,16 @@ with page_errors(stop=False):
                          columns=["n", "sentence", "word", "gold", "predicted", "probability"])
     if result.level == "sentence":
         table = table.drop(columns=["word"])
-    st.caption(f"{len(shown):,} of {result.n_test:,} test examples at layer {at_layer}"
+    st.caption(f"{len(shown):,} of {result.n_test:,} test examples at layer {hidden_name(at_layer)}"
                f"{' (the errors)' if errors_only else ''}; probability = the probe's p(predicted).")
     if errors_only and not shown:
-        st.info(f"No errors at layer {at_layer}: every test example is right here. Compare the control "
+        st.info(f"No errors at layer {hidden_name(at_layer)}: every test example is right here. Compare the control "
                 "task's accuracy before reading much into it, or look at an earlier layer.")
     else:
         st.dataframe(table, hide_index=True, width="stretch",
                      column_config={"probability": st.column_config.NumberColumn(format="%.3f")})
     if len(result.classes) <= 60:
-        st.plotly_chart(confusion_figure(result.confusion(at_layer), result.classes, at_layer),
+        st.plotly_chart(confusion_figure(result.confusion(at_layer), result.classes, hidden_name(at_layer)),
                         config=PLOT_CONFIG, width="stretch", key="probe_confusion")
     else:
         st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "

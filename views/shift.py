@@ -9,6 +9,7 @@ from bertscope import BertScopeError
 from bertscope.analysis.corpus_search import MAX_K, build_index, search, word_occurrences
 from bertscope.analysis.projection import pca_2d, umap_2d
 from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary
+from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.senses import read_labelled_csv, sense_presets
 from bertscope.figures.shift import (
     genre_scatter,
@@ -23,7 +24,7 @@ from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_text, check_upload
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import result_store
-from views.kit.url import from_url, to_url
+from views.kit.url import from_url, from_url_layer, layer_in_url, to_url
 
 OWN = "Your own word…"
 
@@ -84,12 +85,15 @@ with page_errors():
 if result.skipped:
     st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
 st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "
-                 f"sense label(s), layers 0–{result.n_layers - 1} (0 = the embedding layer, before any "
-                 "context is mixed in)."))
+                 f"sense label(s); the embeddings (before any context is mixed in), then layers 0–"
+                 f"{result.n_layers - 2}, the output of each encoder block."))
 
-from_url("layer", "shift_layer", int, lambda v: 0 <= v < result.n_layers)
-layer = st.slider("Layer", 0, result.n_layers - 1, result.n_layers - 1, key="shift_layer")
-to_url(word=choice if choice != OWN else None, layer=layer, pool=pooling if pooling != "mean" else None,
+from_url_layer("shift_layer", result.n_layers - 1)
+if st.session_state.get("shift_layer", 0) >= result.n_layers:  # a smaller model than the last one
+    st.session_state["shift_layer"] = result.n_layers - 1
+layer = st.select_slider("Layer", list(range(result.n_layers)), result.n_layers - 1, format_func=hidden_name,
+                         key="shift_layer", help="The embeddings, then the output of each encoder block (from 0).")
+to_url(word=choice if choice != OWN else None, **layer_in_url(layer), pool=pooling if pooling != "mean" else None,
        occ=occurrences if occurrences != "all" else None)
 tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(
     ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours", "In the Brown corpus"],
@@ -99,7 +103,8 @@ with tab_sim:
 with tab_layers:
     best = max(metrics, key=lambda m: (m.centroid_accuracy, m.gap))
     m1, m2, m3 = st.columns(3)
-    m1.metric("Best layer for the senses", best.layer, help="highest leave-one-out centroid accuracy, then gap")
+    m1.metric("Best layer for the senses", hidden_name(best.layer),
+              help="highest leave-one-out centroid accuracy, then gap")
     m2.metric("Its centroid accuracy", f"{best.centroid_accuracy:.0%}")
     m3.metric("Its within − across gap", f"{best.gap:.3f}")
     st.plotly_chart(layer_lines(metrics, "senses"), config=PLOT_CONFIG, width="stretch")
@@ -108,7 +113,7 @@ with tab_layers:
                "Intra-sentence: mean cosine between each word of a sentence and the sentence's mean. "
                "Anisotropy baseline: mean cosine between random words of the shipped corpus; the "
                "adjusted values subtract it (Ethayarajh 2019, §3.3–3.4).")
-    frame = pd.DataFrame([m.to_json() for m in metrics])
+    frame = pd.DataFrame([m.to_json() for m in metrics]).astype({"layer": str})
     st.dataframe(frame, hide_index=True, width="stretch")
     st.download_button("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
                        "text/csv", on_click="ignore", key="shift_dl")
@@ -126,7 +131,7 @@ with tab_map:
                 vectors = result.vectors[:, layer]
                 coords = pca_2d(vectors) if method == "PCA" else umap_2d(vectors, seed=0)
             maps.put((key, digest, layer, method), coords)
-        st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at layer {layer}", method),
+        st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at {layer_title(layer)}", method),
                         config=PLOT_CONFIG, width="stretch")
 with tab_vocab:
     st.caption("Nearest rows of the model's input embedding matrix (cosine) to each occurrence's "
@@ -167,7 +172,7 @@ with tab_brown:
                 seen = word_occurrences(index, found.query_word, layer)
                 coords = pca_2d(seen.vectors)
                 st.plotly_chart(genre_scatter(coords, seen.genres, seen.tags, seen.sentences,
-                                              f"“{seen.word}” in the Brown sample at layer {layer}: "
+                                              f"“{seen.word}” in the Brown sample at {layer_title(layer)}: "
                                               f"{len(seen.genres)} occurrences by genre"),
                                 config=PLOT_CONFIG, width="stretch", key="shift_brown_map")
             except BertScopeError as err:

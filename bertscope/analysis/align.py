@@ -27,6 +27,7 @@ import numpy as np
 
 from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
 from bertscope.core.forward import PoolingPlan, inspect_batch, pooled_hidden_states
+from bertscope.core.layers import hidden_label
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import tokens_in_span
 from bertscope.corpora.parallel import CARRIERS, ParallelData
@@ -52,7 +53,7 @@ class AlignmentVectors:
     data: ParallelData
     pooling: Pooling
     context: Context
-    vectors: np.ndarray  # [language, item, layer + 1, dim] float32; layer 0 = embedding output
+    vectors: np.ndarray  # [language, item, layer + 1, dim] float32; [.., 0, ..] = the embeddings (core.layers)
     truncated: int  # inputs cut at the model's maximum length
     empty: int  # inputs with no token to pool (vector left at zero)
 
@@ -222,7 +223,7 @@ class RetrievalResult:
             "chance": self.chance,
             "layers": [
                 {
-                    "layer": layer,
+                    "layer": hidden_label(layer),
                     "p_at_1": {name: float(self.raw[layer, s, t]) for s, t, name in pairs},
                     "p_at_1_centered": {name: float(self.centred[layer, s, t]) for s, t, name in pairs},
                     "mean_p_at_1": float(self.mean()[layer]),
@@ -259,14 +260,16 @@ class TokenAlignment:
 
 
 def token_alignment(lm: LoadedModel, source: str, target: str, layer: int) -> TokenAlignment:
-    """Non-special tokens of both texts, cosine at ``layer`` (0 = embedding output)."""
+    """Non-special tokens of both texts, cosine at hidden state ``layer`` (0 = the embeddings, l = the
+    output of block l - 1; ``core.layers``)."""
     runs = {}
     for batch in inspect_batch(lm, [source, target], batch_size=2, with_attentions=False):
         for b, index in enumerate(batch.indices):
             runs[index] = batch.item(b)
     a, b = runs[0], runs[1]
     if not 0 <= layer <= a.n_layers:
-        raise BertScopeError(f"Layer {layer} does not exist: choose 0–{a.n_layers}.")
+        raise BertScopeError(f"Hidden state {layer} does not exist: 0 is the embeddings, {a.n_layers} is layer "
+                             f"{a.n_layers - 1} (the last block's output).")
     keep_a, keep_b = np.flatnonzero(~a.special_mask), np.flatnonzero(~b.special_mask)
     if not len(keep_a) or not len(keep_b):
         raise BertScopeError("One of the texts has no tokens besides special ones.")

@@ -91,10 +91,12 @@ class SearchResult:
 
 
 def query_vector(lm: LoadedModel, text: str, word: int, layer: int) -> tuple[np.ndarray, str]:
-    """([dim] the mean of word ``word``'s pieces at ``layer``, the word as written)."""
+    """([dim] the mean of word ``word``'s pieces at hidden state ``layer`` (0 = the embeddings, l = the
+    output of block l - 1), the word as written)."""
     r = inspect(lm, text, with_logits=False, with_attentions=False)
     if not 0 <= layer <= r.n_layers:
-        raise BertScopeError(f"Layer {layer} does not exist: 0 (embeddings) to {r.n_layers}.")
+        raise BertScopeError(f"Hidden state {layer} does not exist: 0 is the embeddings, {r.n_layers} is layer "
+                             f"{r.n_layers - 1} (the last block's output).")
     pieces = [i for i, (w, s) in enumerate(zip(r.word_ids, r.sequence_ids)) if w == word and s == 0]
     if not pieces:
         count = len({w for w, s in zip(r.word_ids, r.sequence_ids) if w is not None and s == 0})

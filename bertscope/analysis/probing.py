@@ -30,6 +30,7 @@ from sklearn.preprocessing import StandardScaler
 
 from bertscope.analysis.hidden_cache import CachedStates
 from bertscope.analysis.probe_store import save_probe
+from bertscope.core.layers import hidden_label, hidden_name
 from bertscope.errors import BertScopeError
 
 ProbeKind = Literal["logreg", "mlp"]
@@ -83,7 +84,7 @@ def fit_score(x_train, y_train, x_test, y_test, kind: ProbeKind, seed: int) -> t
 
 @dataclass(frozen=True)
 class LayerResult:
-    layer: int
+    layer: int  # index into the hidden states: 0 = the embeddings, l = block l - 1's output
     accuracy: float
     control_accuracy: float
     ci: tuple[float, float]
@@ -95,8 +96,13 @@ class LayerResult:
     def selectivity(self) -> float:
         return self.accuracy - self.control_accuracy
 
+    @property
+    def name(self) -> str:
+        """The layer as every surface names it: "embeddings" or the block number (``core.layers``)."""
+        return hidden_name(self.layer)
+
     def to_json(self) -> dict:
-        out = {"layer": self.layer, "accuracy": self.accuracy, "control_accuracy": self.control_accuracy,
+        out = {"layer": hidden_label(self.layer), "accuracy": self.accuracy, "control_accuracy": self.control_accuracy,
                "selectivity": self.selectivity, "ci": list(self.ci)}
         if self.external_accuracy is not None:
             out["external_accuracy"] = self.external_accuracy

@@ -27,6 +27,7 @@ import numpy as np
 
 from bertscope.core.forward import PoolingPlan, pooled_hidden_states
 from bertscope.core.inspection import Inspection, TokenRow
+from bertscope.core.layers import hidden_label
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import tokens_in_span
 from bertscope.corpora.sentences import shipped_corpus
@@ -281,7 +282,7 @@ class LayerMetrics:
 
     def to_json(self) -> dict:
         return {
-            "layer": self.layer, "within": self.within, "across": self.across, "gap": self.gap,
+            "layer": hidden_label(self.layer), "within": self.within, "across": self.across, "gap": self.gap,
             "centroid_accuracy": self.centroid_accuracy, "self_similarity": self.self_similarity,
             "intra_sentence": self.intra_sentence, "anisotropy": self.anisotropy,
             "self_similarity_adjusted": self.self_similarity_adjusted,

@@ -37,7 +37,7 @@ def agreement(rows: dict[str, np.ndarray]) -> tuple[list[str], np.ndarray]:
 
 
 def rows_at(matrices: dict[str, TokenMatrices], layer: int, query: int) -> dict[str, np.ndarray]:
-    """Each method's row for token ``query`` after ``layer`` (counted from 1): [key] per method."""
+    """Each method's row for token ``query`` after block ``layer`` (from 0): [key] per method."""
     out = {}
     for name, m in matrices.items():
         if not 0 <= query < len(m.tokens):
@@ -71,7 +71,7 @@ def explain_prediction(lm: LoadedModel, template: Inspection, position: int, tok
     ig = token_scores(lm, None, None, "ig", Target("token", position, token), steps, progress, template)
     target = ig.attribution.target
     grad = token_scores(lm, None, None, "grad", target, template=template)
-    last = lm.num_layers
+    last = lm.num_layers - 1  # the last block
     # two passes for the four methods: one with attention weights, one with the hooks of norm/ALTI
     ins = inspect_ids(lm, template, template.input_ids, with_logits=False, with_hidden_states=False)
     blocks = block_measures(lm, None, None, template)

@@ -30,6 +30,7 @@ import torch
 from bertscope.analysis.probe_store import Probe, load_probe
 from bertscope.core.forward import inspect_ids, output_bytes, to_device
 from bertscope.core.inspection import Inspection
+from bertscope.core.layers import hidden_index
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 
@@ -49,12 +50,22 @@ class Target:
     position: int | None = None  # token: the predicted position; probe (word level): a token of the word
     token: str | None = None  # token: the vocabulary item whose log-probability is explained
     token_id: int | None = None  # token: its id (found from ``token`` when not given)
-    layer: int | None = None  # probe: the hidden-state layer (0 = embeddings)
+    layer: int | str | None = None  # probe: the layer it reads, a block number or "embeddings" (core.layers)
     label: str | None = None  # probe: the class
     probe_dir: str | None = None
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def describe(self) -> str:
+        """One phrase for a person: 'the prediction "river" at token 5', 'NSP (IsNext)', …"""
+        if self.kind == "token":
+            what = f'"{self.token}"' if self.token else "the top prediction"
+            return f"the prediction {what} at token {self.position}"
+        if self.kind in ("nsp", "sop"):
+            return {"nsp": "next-sentence prediction (IsNext)", "sop": "sentence order (in order)"}[self.kind]
+        where = "" if self.position is None else f" at token {self.position}"
+        return f'the probe\'s class "{self.label}" at layer {self.layer}{where}'
 
 
 def _token_id(lm: LoadedModel, token: str) -> int:
@@ -108,7 +119,8 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
             raise BertScopeError(f"The {target.kind.upper()} decision needs a pair: give the second segment (--pair).")
         return (lambda e: torch.log_softmax(getattr(run(lm.model, e), output).float(), -1)[:, 0]), target
     if target.kind == "probe":
-        probe = load_probe(target.probe_dir, target.layer)
+        index = hidden_index(target.layer, lm.num_layers)  # hidden states: [embeddings, block 0, …]
+        probe = load_probe(target.probe_dir, index)
         if probe.model != lm.name:
             raise BertScopeError(f"The probe was trained on {probe.model}'s hidden states, not {lm.name}'s: load {probe.model}.")
         if target.label not in probe.classes:
@@ -118,7 +130,7 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         where = torch.tensor(positions, device=lm.device)
 
         def f(e):
-            h = run(lm.model.base_model, e, output_hidden_states=True).hidden_states[target.layer]  # [b, token, dim]
+            h = run(lm.model.base_model, e, output_hidden_states=True).hidden_states[index]  # [b, token, dim]
             return probe.log_probs(h[:, where].float().mean(dim=1))[:, c]
         return f, target
     raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp, sop or a probe.")
@@ -210,7 +222,7 @@ def integrated_gradients(lm: LoadedModel, ins: Inspection, target: Target, steps
     return Attribution(scores.cpu().numpy(), float(ends[0]), float(ends[1]), error, steps, target)
 
 
-def parse_target(spec: str | None, probe_dir: str | None = None, layer: int | None = None,
+def parse_target(spec: str | None, probe_dir: str | None = None, layer: int | str | None = None,
                  label: str | None = None, position: int | None = None) -> Target | None:
     """The CLI's target: ``POSITION:TOKEN``, ``POSITION`` (the model's top prediction), ``nsp``,
     or a probe (run folder, layer, class)."""

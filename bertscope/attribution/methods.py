@@ -9,7 +9,7 @@
     >>> s.scores, s.completeness_error
 
 Token-to-token methods (``TokenMatrices``; ``matrices[l][i][j]`` = how much input token j
-contributes to token i after layer l + 1):
+contributes to token i after encoder block ``layers[l]``, blocks numbered from 0 as ``attention`` does):
 - ``attention``: raw attention, heads averaged (for comparison; not an attribution);
 - ``rollout`` and ``flow`` (``attribution.rollout``: Abnar & Zuidema 2020), rows sum to 1;
 - ``norm``: ‖Σ_h α_ij^h f_h(x_j)‖ of each layer alone (``attribution.blocks``: Kobayashi et al.
@@ -43,7 +43,7 @@ def token_matrices(lm: LoadedModel, text: str | None, pair: str | None, method: 
                    layers: Sequence[int] | None = None,
                    progress: Callable[[int, int], None] | None = None,
                    template: Inspection | None = None) -> TokenMatrices:
-    """A matrix method for every layer (flow: ``layers`` only, counted from 1); on the ids of
+    """A matrix method for every layer (flow: ``layers`` only, blocks from 0); on the ids of
     ``template`` instead of ``text`` when given (an input edited by ids)."""
     record = _matrix_method(method)
     weights = record.from_attentions  # the others run their own pass, with hooks
@@ -80,7 +80,7 @@ def _run(lm: LoadedModel | None, ins: Inspection, record, layers: Sequence[int] 
     chosen = chosen_layers(lm.num_layers if lm is not None else ins.n_layers, layers)
     data = np.asarray(record.compute(lm, ins, chosen, progress), np.float32)  # [layer, q, k]
     if len(data) != len(chosen):  # every layer was computed: keep the chosen ones
-        data = data[[c - 1 for c in chosen]]
+        data = data[list(chosen)]
     return TokenMatrices(ins.tokens, record.name, chosen, data, ins.warnings)
 
 

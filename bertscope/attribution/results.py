@@ -17,19 +17,20 @@ from bertscope.errors import BertScopeError
 class TokenMatrices:
     tokens: list[str]
     method: str
-    layers: tuple[int, ...]  # counted from 1 (after the first encoder layer)
+    layers: tuple[int, ...]  # encoder blocks, from 0 (``core.layers``): matrices[k] is the state after block layers[k]
     matrices: np.ndarray  # [len(layers), query, key] float32
     warnings: tuple[str, ...] = ()
 
     def at(self, layer: int) -> np.ndarray:
-        """[query, key] after ``layer`` (counted from 1)."""
+        """[query, key] after block ``layer`` (from 0)."""
         if layer not in self.layers:
             raise BertScopeError(f"Layer {layer} was not computed: have {list(self.layers)}.")
         return self.matrices[self.layers.index(layer)]
 
     def to_json(self, decimals: int = 6) -> dict:
         return {"tokens": self.tokens, "method": self.method, "rows_sum_to_1": METHODS[self.method].rows_sum_to_one,
-                "layers": [{"layer": layer, "matrix": m.round(decimals).tolist()}
+                "numbering": "layer = encoder block from 0; each matrix is the state after that block",
+                "layers": [{"layer": layer, "matrix": np.round(m.astype(np.float64), decimals).tolist()}
                            for layer, m in zip(self.layers, self.matrices)],
                 **({"warnings": list(self.warnings)} if self.warnings else {})}
 
@@ -61,9 +62,10 @@ class TokenScores:
 
 
 def chosen_layers(n_layers: int, layers: Sequence[int] | None) -> tuple[int, ...]:
-    """``layers`` (counted from 1) sorted and checked; all of them when None."""
-    every = tuple(range(1, n_layers + 1))
-    chosen = every if layers is None else tuple(sorted(set(layers)))
+    """``layers`` (encoder blocks from 0) sorted and checked; all of them when None."""
+    every = tuple(range(n_layers))
+    chosen = every if layers is None else tuple(sorted(set(int(x) for x in layers)))
     if not chosen or not set(chosen) <= set(every):
-        raise BertScopeError(f"Layers are counted from 1 to {n_layers}; got {list(layers or [])}.")
+        raise BertScopeError(f"Layers are numbered 0 to {n_layers - 1} (encoder blocks, as in `attention`); got "
+                             f"{list(layers or [])}.")
     return chosen

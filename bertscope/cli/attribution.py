@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from bertscope.cli.common import Command, load
+from bertscope.core.layers import parse_blocks
 from bertscope.errors import BertScopeError
 
 
@@ -19,20 +20,14 @@ def cmd_attribute(args: argparse.Namespace) -> Any:
     target = parse_target(args.target, args.probe, args.probe_layer, args.label, args.position)
     if args.method not in SCORE_METHODS and target is not None:
         raise BertScopeError(f"{args.method} is a token-to-token method: --target/--probe belong to grad and ig.")
-    layers = None
-    if args.layers:
-        try:
-            layers = [int(x) for x in args.layers.split(",") if x.strip()]
-        except ValueError:
-            layers = []
-        if not layers:
-            raise BertScopeError("--layers: give layer numbers counted from 1, e.g. 6 or 1,6.")
-    result = attribute(load(args), args.text, args.pair, args.method, target, layers, args.steps)
+    lm = load(args)
+    layers = parse_blocks(args.layers, lm.num_layers)
+    result = attribute(lm, args.text, args.pair, args.method, target, layers, args.steps)
     if args.json:
         return result.to_json()
     if args.method in SCORE_METHODS:
         a = result.attribution
-        lines = [f"{args.method} for {a.target.to_json()}: f = {a.f_input:.4f}"]
+        lines = [f"{args.method} for {a.target.describe()}: f = log p = {a.f_input:.4f}"]
         if a.completeness_error is not None:
             lines.append(f"  f(baseline) {a.f_baseline:.4f}; completeness error {a.completeness_error:.2%} "
                          f"over {a.steps} steps")
@@ -56,11 +51,14 @@ def _attribute_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="grad/ig: POSITION:TOKEN (a masked-token prediction; POSITION alone = the "
                                     "model's top prediction there), nsp, or sop (ALBERT)")
     p.add_argument("--probe", help="grad/ig: a probe run's output folder (probes.layerwise --out)")
-    p.add_argument("--layer", dest="probe_layer", type=int, help="with --probe: the probe's layer (0 = embeddings)")
+    p.add_argument("--layer", dest="probe_layer", help="with --probe: the layer the probe reads, 0 to L-1 (an encoder "
+                                                        "block, as in `attention`) or 'embeddings'")
     p.add_argument("--class", dest="label", help="with --probe: the class to explain")
     p.add_argument("--position", type=int, help="with a word-level probe: a token position of the word")
     p.add_argument("--steps", type=int, default=50, help="ig: integration steps (Gauss-Legendre)")
-    p.add_argument("--layers", help="flow: comma-separated layers to compute, counted from 1 (default all)")
+    p.add_argument("--layers", help="matrix methods: comma-separated layers to keep, numbered from 0 like every "
+                                    "layer in BertScope (until 2026-11 this flag counted from 1: --layers 6 then "
+                                    "is --layers 5 now); default all")
 
 
 COMMANDS = [

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from bertscope.cli.common import Command, load, read_text
+from bertscope.core.layers import hidden_index, hidden_label, hidden_name, layer_title
 from bertscope.errors import BertScopeError
 
 
@@ -65,8 +66,8 @@ def cmd_shift(args: argparse.Namespace) -> Any:
     if args.json:
         return out
     lines = [f"{result.word}: {len(result.occurrences)} occurrences; skipped rows {result.skipped or 'none'}",
-             "layer  within  across    gap  centroid  self-sim  anisotropy"]
-    lines += [f"{m.layer:>5}  {m.within:6.3f}  {m.across:6.3f}  {m.gap:6.3f}  {m.centroid_accuracy:8.3f}  "
+             "     layer  within  across    gap  centroid  self-sim  anisotropy"]
+    lines += [f"{hidden_name(m.layer):>10}  {m.within:6.3f}  {m.across:6.3f}  {m.gap:6.3f}  {m.centroid_accuracy:8.3f}  "
               f"{m.self_similarity:8.3f}  {m.anisotropy:10.3f}" for m in metrics]
     return "\n".join(lines)
 
@@ -83,14 +84,14 @@ def cmd_corpus_search(args: argparse.Namespace) -> Any:
     from bertscope.analysis.hidden_cache import HiddenStateCache
 
     lm = load(args)
-    layer = lm.num_layers if args.layer is None else args.layer
+    layer = hidden_index(lm.num_layers - 1 if args.layer is None else args.layer, lm.num_layers)
     index = build_index(lm, args.size, HiddenStateCache(args.cache))
     found = search(lm, index, args.text, args.word, layer, args.k)
-    out = {"query_word": found.query_word, "layer": found.layer, "index_words": index.n_words,
+    out = {"query_word": found.query_word, "layer": hidden_label(found.layer), "index_words": index.n_words,
            "matches": [m.__dict__ for m in found.matches], "tags": dict(found.tag_counts.most_common())}
     if args.json:
         return out
-    lines = [f"“{found.query_word}” at layer {layer}: the {len(found.matches)} nearest of {index.n_words:,} Brown "
+    lines = [f"“{found.query_word}” at {layer_title(layer)}: the {len(found.matches)} nearest of {index.n_words:,} Brown "
              f"words; tags {', '.join(f'{t} {n}' for t, n in found.tag_counts.most_common())}"]
     lines += [f"  {m.similarity:.3f}  {m.word:<14} {m.tag:<6} {m.genre:<16} {m.sentence[:70]}" for m in found.matches]
     return "\n".join(lines)
@@ -99,7 +100,8 @@ def cmd_corpus_search(args: argparse.Namespace) -> Any:
 def _corpus_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="a sentence containing the word to search for")
     p.add_argument("--word", type=int, required=True, help="the word's index in the text (0 = first word)")
-    p.add_argument("--layer", type=int, help="0 = embeddings (default: the last layer)")
+    p.add_argument("--layer", help="0 to L-1 (an encoder block's output, as `attention` numbers layers) or "
+                                   "'embeddings' (default: the last layer)")
     p.add_argument("--k", type=int, default=20, help="matches to return (1-200)")
     p.add_argument("--size", type=int, default=2000, help="Brown sentences in the index (0 = all 57,340)")
     p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
@@ -125,8 +127,8 @@ def cmd_align(args: argparse.Namespace) -> Any:
     raw, centred = scores.mean(), scores.mean(True)
     lines = [f"{data.n_items} items x {len(data.languages)} languages ({', '.join(data.languages)}); "
              f"chance {scores.chance:.3f}; rows left out: {len(data.incomplete)}",
-             "layer  mean P@1  centred"]
-    lines += [f"{layer:>5}  {raw[layer]:8.3f}  {centred[layer]:7.3f}" for layer in range(len(raw))]
+             "     layer  mean P@1  centred"]
+    lines += [f"{hidden_name(layer):>10}  {raw[layer]:8.3f}  {centred[layer]:7.3f}" for layer in range(len(raw))]
     return "\n".join(lines)
 
 
@@ -165,8 +167,8 @@ def cmd_probe(args: argparse.Namespace) -> Any:
         return result.to_json()
     lines = [f"{task.name} ({task.level}, {task.n_examples:,} examples, {len(task.classes)} labels) on {lm.name}; "
              f"cache {'hit' if states.hit else 'built'}; majority baseline {result.majority_baseline:.3f}",
-             "layer  accuracy  control  selectivity  95% interval"]
-    lines += [f"{r.layer:>5}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
+             "     layer  accuracy  control  selectivity  95% interval"]
+    lines += [f"{r.name:>10}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
               f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]"
               + (f"  test file {r.external_accuracy:.3f}" if r.external_accuracy is not None else "")
               for r in result.layers]

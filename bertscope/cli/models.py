@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 from bertscope.cli.common import Command, load
+from bertscope.core.layers import hidden_labels
 from bertscope.errors import BertScopeError
 
 
@@ -42,6 +45,9 @@ def cmd_inspect(args: argparse.Namespace) -> Any:
         "token_type_ids": r.token_type_ids.tolist(),
         "word_ids": r.word_ids,
         "shapes": shapes,
+        # the names of the hidden states' first axis, and of the attentions' (core.layers)
+        "hidden_state_layers": hidden_labels(r.n_layers),
+        "attention_layers": list(range(r.n_layers)),
         "truncated": r.truncated,
         "warnings": list(r.warnings),
     }
@@ -49,6 +55,7 @@ def cmd_inspect(args: argparse.Namespace) -> Any:
         return result
     lines = [f"{len(r.tokens)} tokens: {' '.join(r.tokens)}"]
     lines += [f"  {name} {shape}" for name, shape in shapes.items() if shape is not None]
+    lines.append(f"  hidden states: the embeddings, then layers 0-{r.n_layers - 1}; attentions: layers 0-{r.n_layers - 1}")
     lines += [f"warning: {w}" for w in r.warnings]
     return "\n".join(lines)
 
@@ -67,7 +74,9 @@ def cmd_attention(args: argparse.Namespace) -> Any:
                 f"heads 0-{r.n_heads - 1}."
             )
         attentions = attentions[args.layer, args.head]  # [query, key]
-    result = {"tokens": r.tokens, "attentions": attentions.round(6).tolist()}
+    # float32 widened before rounding: 0.000424, not 0.0004239999980200082
+    result = {"tokens": r.tokens, "layers": list(range(r.n_layers)) if args.layer is None else [args.layer],
+              "attentions": np.round(attentions.astype(np.float64), 6).tolist()}
     if r.warnings:
         result["warnings"] = list(r.warnings)
     if args.json:

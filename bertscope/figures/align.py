@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from bertscope.analysis.align import AlignmentVectors, RetrievalResult, TokenAlignment
+from bertscope.core.layers import names_of
 from bertscope.corpora.parallel import language_name
 from bertscope.figures.attention import label
 
@@ -64,7 +65,8 @@ def retrieval_by_layer(result: RetrievalResult, pivot: str, direction: str = "to
     pairs = max(1, len(result.languages) - 1)
     fig.update_layout(title="Retrieval P@1 by layer (solid: raw, dashed: mean-centred)",
                       height=460 + 24 * (-(-2 * pairs // 4)),
-                      xaxis=dict(title="layer (0 = embedding output)", dtick=1),
+                      xaxis=dict(title="layer (the embeddings, then the output of each block)",
+                                 tickvals=layers, ticktext=names_of(layers)),
                       yaxis=dict(title="P@1", range=[0, 1.02]),
                       legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0))
     return fig

@@ -23,7 +23,7 @@ STRIP_TEXT_TOKENS = 48  # beyond this the cells carry no printed token (the hove
 
 def matrices_side_by_side(tokens: list[str], panels: dict[str, np.ndarray], layer: int,
                           max_bytes: int = MATRICES_MAX_BYTES) -> go.Figure:
-    """``panels``: method -> [query, key] after ``layer`` (counted from 1). Values are scaled by
+    """``panels``: method -> [query, key] after block ``layer`` (from 0). Values are scaled by
     each panel's maximum to [0, 100] before plotting; the subtitle gives that maximum."""
     if not panels:
         raise BertScopeError("Nothing to draw: choose at least one method.")

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from bertscope.analysis.probing import ProbeResult
+from bertscope.core.layers import names_of
 from bertscope.figures.attention import label
 
 COLOURS = qualitative.Plotly
@@ -24,7 +25,7 @@ def layer_figure(results: Sequence[ProbeResult]) -> go.Figure:
     fig = go.Figure()
     for i, r in enumerate(results):
         colour, name = COLOURS[i % len(COLOURS)], label(run_name(r))
-        layers = [x.layer for x in r.layers]
+        layers = [x.layer for x in r.layers]  # hidden-state indices, named on the axis
         fig.add_trace(go.Scatter(
             x=layers, y=[x.accuracy for x in r.layers], mode="lines+markers", name=f"{name}: task",
             line=dict(color=colour), legendgroup=str(i),
@@ -37,8 +38,10 @@ def layer_figure(results: Sequence[ProbeResult]) -> go.Figure:
         fig.add_trace(go.Scatter(x=[layers[0], layers[-1]], y=[r.majority_baseline] * 2, mode="lines",
                                  name=f"{name}: majority", line=dict(color=colour, dash="dot", width=1),
                                  legendgroup=str(i)))
+    every = sorted({x.layer for r in results for x in r.layers})
     fig.update_layout(title="Probe accuracy by layer (bars: 95% bootstrap interval)", height=480,
-                      xaxis=dict(title="layer (0 = embedding output)", dtick=1),
+                      xaxis=dict(title="layer (the embeddings, then the output of each block)",
+                                 tickvals=every, ticktext=names_of(every)),
                       yaxis=dict(title="accuracy on held-out sentences", range=[0, 1.02]),
                       legend=dict(orientation="h", y=-0.2))
     return fig
@@ -61,10 +64,11 @@ def save_png(results: Sequence[ProbeResult], path: Path) -> None:
         ax.plot(layers, [x.control_accuracy for x in r.layers], color=colour, ls="--", marker="o", mfc="none",
                 label="control")
         ax.axhline(r.majority_baseline, color=colour, ls=":", lw=1, label="majority")
-    ax.set_xlabel("layer (0 = embedding output)")
+    ax.set_xlabel("layer (the embeddings, then the output of each block)")
     ax.set_ylabel("accuracy on held-out sentences")
     ax.set_ylim(0, 1.02)
-    ax.set_xticks(sorted({x.layer for r in results for x in r.layers}))
+    every = sorted({x.layer for r in results for x in r.layers})
+    ax.set_xticks(every, names_of(every), rotation=45 if len(every) > 14 else 0)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -72,7 +76,7 @@ def save_png(results: Sequence[ProbeResult], path: Path) -> None:
     plt.close(fig)
 
 
-def confusion_figure(counts: np.ndarray, classes: Sequence[str], layer: int) -> go.Figure:
+def confusion_figure(counts: np.ndarray, classes: Sequence[str], layer: str) -> go.Figure:
     """[gold, predicted] counts; colour = share of each gold row (so rare classes show too)."""
     counts = np.asarray(counts)
     share = counts / np.clip(counts.sum(axis=1, keepdims=True), 1, None)  # [gold, predicted]
@@ -86,7 +90,8 @@ def confusion_figure(counts: np.ndarray, classes: Sequence[str], layer: int) -> 
     fig.update_xaxes(title="predicted", tickangle=-60)
     fig.update_yaxes(title="gold", autorange="reversed")
     side = max(420, 22 * len(classes) + 200)
-    fig.update_layout(title=f"Confusion matrix at layer {layer} (counts; colour: share of the gold row)",
+    where = "the embeddings" if layer == "embeddings" else f"layer {layer}"
+    fig.update_layout(title=f"Confusion matrix at {where} (counts; colour: share of the gold row)",
                       height=side)
     return fig
 

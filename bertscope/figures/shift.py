@@ -7,6 +7,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from bertscope.analysis.shift import LayerMetrics, ShiftResult, cosine_matrix
+from bertscope.core.layers import layer_title, names_of
 from bertscope.figures.attention import label
 
 
@@ -28,7 +29,8 @@ def similarity_heatmap(result: ShiftResult, layer: int) -> go.Figure:
     # vectors are anisotropic, so their cosines sit in a narrow band that -1..1 would flatten
     off = sim[~np.eye(len(order), dtype=bool)] if len(order) > 1 else sim.ravel()
     low, high = float(off.min()), float(off.max())
-    if high - low < 1e-6:
+    single = high - low < 1e-6  # two occurrences: one pair, one value
+    if single:
         low, high = low - 0.05, high + 0.05
     fig = go.Figure(go.Heatmap(
         z=sim, x=list(range(len(order))), y=list(range(len(order))), colorscale="Viridis", zmin=low, zmax=high,
@@ -39,8 +41,10 @@ def similarity_heatmap(result: ShiftResult, layer: int) -> go.Figure:
     ticks = dict(tickvals=list(range(len(order))), ticktext=names)
     fig.update_xaxes(**ticks, tickangle=-60)
     fig.update_yaxes(**ticks, autorange="reversed")
-    fig.update_layout(title=f"Cosine similarity of “{label(result.word)}” at layer {layer}, ordered by sense "
-                            f"(colour: {low:.2f} to {high:.2f}, the range off the diagonal)",
+    scale = (f"colour: {low:.2f} to {high:.2f}, the range off the diagonal" if not single
+             else f"one value off the diagonal, {off[0]:.2f}")
+    fig.update_layout(title=f"Cosine similarity of “{label(result.word)}” at {layer_title(layer)}, ordered by sense "
+                            f"({scale})",
                       height=max(480, 18 * len(order) + 200))
     return fig
 
@@ -50,7 +54,7 @@ def layer_lines(metrics: list[LayerMetrics], which: str) -> go.Figure:
     if which == "senses":
         series = {"within sense": [m.within for m in metrics], "across senses": [m.across for m in metrics],
                   "gap": [m.gap for m in metrics], "centroid accuracy (LOO)": [m.centroid_accuracy for m in metrics]}
-        title = "Sense separation by layer (0 = embedding layer)"
+        title = "Sense separation by layer"
     else:
         series = {"self-similarity": [m.self_similarity for m in metrics],
                   "intra-sentence": [m.intra_sentence for m in metrics],
@@ -59,7 +63,9 @@ def layer_lines(metrics: list[LayerMetrics], which: str) -> go.Figure:
                   "intra-sentence, adjusted": [m.intra_sentence_adjusted for m in metrics]}
         title = "Contextuality (Ethayarajh 2019)"
     fig = go.Figure([go.Scatter(x=layers, y=v, mode="lines+markers", name=k) for k, v in series.items()])
-    fig.update_layout(title=title, xaxis=dict(title="layer", dtick=1), yaxis_title="cosine / accuracy",
+    fig.update_layout(title=title, xaxis=dict(title="layer (the embeddings, then the output of each block)",
+                                              tickvals=layers, ticktext=names_of(layers)),
+                      yaxis_title="cosine / accuracy",
                       height=440)
     return fig
 

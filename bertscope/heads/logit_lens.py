@@ -21,7 +21,7 @@ from bertscope.heads.fill_mask import FillMaskResult, Prediction, top_prediction
 
 @dataclass(frozen=True)
 class LayerReading:
-    layer: int  # 0 = embedding output
+    layer: int  # hidden state: 0 = the embeddings, l = block l - 1's output (core.layers)
     top: list[Prediction]
     final_rank: int  # rank (1 = top) of the last layer's best token at this layer
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from bertscope.core.layers import hidden_index, hidden_name, layer_title
+from bertscope.errors import BertScopeError
 from views.kit.chrome import plain
 from views.kit.limits import TRUTHY
 
@@ -43,3 +45,38 @@ def to_url(**params) -> None:
             text = str(int(value)) if isinstance(value, bool) else str(value)
             if st.query_params.get(name) != text:
                 st.query_params[name] = text
+
+
+NUMBERING = "v"  # links carry v=2: layer=embeddings or a block number (core.layers)
+
+
+def from_url_layer(key: str, n_layers: int, param: str = "layer") -> None:
+    """Once per session, before the widget ``key`` (an index into the hidden states: 0 = the
+    embeddings, l = block l - 1's output) is drawn: take it from ?layer=. A link with v=2 names a
+    layer as every page does (``embeddings`` or a block from 0); a link without it was made when
+    these pages counted hidden states (0 = embeddings, 1 = the first block): translated to the
+    same hidden state, with a notice, never silently shifted."""
+    restored = st.session_state.setdefault("_from_url", set())
+    if key in restored:
+        return
+    restored.add(key)
+    if param not in st.query_params:
+        return
+    raw = st.query_params[param]
+    try:
+        if st.query_params.get(NUMBERING) == "2" or not raw.strip().isdigit():
+            index = hidden_index(raw, n_layers)
+        else:
+            index = int(raw)
+            if not 0 <= index <= n_layers:
+                raise BertScopeError(raw)
+            st.info(plain(f"This link numbers layers the old way (0 = the embeddings): its {param}={raw} is "
+                          f"{layer_title(index)} now that every page counts encoder blocks from 0."))
+        st.session_state[key] = index
+    except BertScopeError:
+        st.warning(plain(f"Ignored the link's {param}={raw[:40]}: not a valid layer here."))
+
+
+def layer_in_url(index: int) -> dict[str, str]:
+    """What ``to_url`` writes for a hidden-state layer: its name and the numbering's version."""
+    return {"layer": hidden_name(index), NUMBERING: "2"}
