@@ -75,14 +75,16 @@ def test_bad_model_choice_is_one_error_line(monkeypatch, tiny_bert_dir, gpt2_dir
 
 
 @pytest.mark.slow
-def test_offline_default_is_bundled_with_notice(monkeypatch):
+def test_offline_default_is_bundled_mlm_with_notice(monkeypatch):
     at = start(monkeypatch, None)
     assert not at.exception
-    assert any("bundled all-MiniLM-L6-v2" in w for w in texts(at.warning))
+    assert any("bundled all-MiniLM-L6-v2" in w and "masked-LM head" in w for w in texts(at.warning))
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Layers"] == "6" and metrics["Heads per layer"] == "12"
     assert metrics["Hidden size"] == "384"
-    assert "none (encoder only)" in at.table[0].value.to_string()
+    assert "masked-LM" in at.table[0].value.to_string()  # every page works on it, the masked-token ones too
+    at.switch_page("views/masked.py").run()
+    assert not at.exception and not at.error and at.get("plotly_chart")  # predictions, no warning to switch
 
 
 def test_empty_custom_model_prompts_instead_of_failing(monkeypatch, tiny_bert_dir):
@@ -472,7 +474,9 @@ def test_links_carry_every_input(monkeypatch, tiny_bert_dir, tiny_multilingual_d
 def test_link_can_name_the_model(monkeypatch, tiny_bert_dir, tiny_encoder_dir):
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/home.py", model=str(tiny_encoder_dir))
     assert not at.exception
-    assert "none (encoder only)" in at.table[0].value.to_string()
+    assert "masked-LM" in at.table[0].value.to_string()  # every page works on it, the masked-token ones too
+    at.switch_page("views/masked.py").run()
+    assert not at.exception and not at.error and at.get("plotly_chart")  # predictions, no warning to switch
 
 
 def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):

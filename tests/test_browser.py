@@ -147,7 +147,7 @@ def test_home_is_a_front_door(browser, app_url, artifacts):
     assert "Heads per layer" in body and "22,713,216" in body
     assert "Model: bundled" in body
     assert "sentence-transformers/all-MiniLM-L6-v2" in body
-    assert "using the bundled all-MiniLM-L6-v2" in body  # the offline notice
+    assert "using bundled-mlm, the bundled all-MiniLM-L6-v2" in body  # the offline notice
     assert "Traceback" not in body and not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "home.png"), full_page=True)
     assert not problems, problems
@@ -293,7 +293,7 @@ def test_attention_page_offline(browser, app_url, artifacts):
 
 
 def test_masked_page_without_head_on_bundled(browser, app_url, artifacts):
-    page, problems = open_page(browser, f"{app_url}/masked", height=1400)
+    page, problems = open_page(browser, f"{app_url}/masked?model=bundled", height=1400)
     page.get_by_text("no masked-LM head").wait_for(timeout=60_000)
     page.get_by_text("Corrupted input (▸ = in the loss)", exact=False).wait_for(timeout=60_000)  # the recipe still shows
     page.get_by_role("button", name="Switch to bundled-mlm", exact=False).wait_for(timeout=30_000)
@@ -301,7 +301,7 @@ def test_masked_page_without_head_on_bundled(browser, app_url, artifacts):
     # the offline way on: bundled-mlm, the bundled encoder with the head BertScope trained
     page.get_by_role("button", name="Switch to bundled-mlm", exact=False).click()
     page.locator(".js-plotly-plot").first.wait_for(timeout=180_000)
-    page.get_by_text("paris").first.wait_for(state="attached", timeout=30_000)  # The capital of France is [MASK].
+    page.get_by_text("bank").first.wait_for(state="attached", timeout=30_000)  # He deposited the money in the [MASK].
     assert "model=bundled-mlm" in page.url and not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "masked-bundled-mlm.png"), full_page=True)
     # why "paris"? integrated gradients and the other methods for the mask
@@ -566,5 +566,27 @@ def test_pretraining_page_trains_bundled_live(browser, app_url, artifacts):
     assert not page.locator(".stException").count()
     page.wait_for_timeout(500)
     page.screenshot(path=str(artifacts / "pretraining.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+def test_a_long_job_shows_it_runs_and_stops_on_request(browser, app_url, artifacts):
+    """Head statistics over 500 Brown sentences: the header shows Streamlit's running indicator,
+    the job's own Stop interrupts it, nothing half-done is kept, and the page stays usable."""
+    page, problems = open_page(browser, f"{app_url}/attention?att_tab=Head+statistics", height=1300)
+    panel = page.get_by_role("tabpanel", name="Head statistics")
+    panel.get_by_text("Brown corpus (all 15 genres)").click(timeout=180_000)
+    panel.get_by_role("button", name="Compute head statistics").click()
+    stop = page.get_by_test_id("stButton").get_by_role("button", name="Stop")
+    stop.wait_for(timeout=120_000)
+    assert page.get_by_test_id("stStatusWidget").count()  # "running" in the header, as long as the page works
+    page.screenshot(path=str(artifacts / "attention-head-stats-running.png"))
+    stop.click()
+    page.get_by_text("Stopped (running the corpus through the model)", exact=False).wait_for(timeout=60_000)
+    assert page.get_by_role("button", name="Run it again").count()
+    page.screenshot(path=str(artifacts / "attention-head-stats-stopped.png"))
+    page.get_by_role("tab", name="Head", exact=True).click()  # the rest of the page still works
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    assert not page.locator(".stException").count()
     assert not problems, problems
     page.close()

@@ -57,11 +57,12 @@ def test_offline_variable_skips_the_network(monkeypatch, local_server):
         hub.hub_reachable.cache_clear()
 
 
-def test_default_is_bundled_with_notice_when_offline_and_uncached(monkeypatch):
+def test_default_is_bundled_mlm_with_notice_when_offline_and_uncached(monkeypatch):
+    """Offline, the app opens on a model every page works with (it has a masked-LM head)."""
     monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
     monkeypatch.setattr(hub, "is_cached", lambda repo: False)
     name, notice = hub.default_model()
-    assert name == "bundled"
+    assert name == "bundled-mlm" and "masked-LM head" in notice
     assert "hub is unreachable" in notice and "bundled all-MiniLM-L6-v2" in notice
 
 

@@ -19,7 +19,7 @@ from bertscope.analysis.projection import project, umap_is_warm
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
 from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
-from bertscope.sources.presets import BUNDLED
+from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_upload
@@ -41,7 +41,7 @@ warm_umap_in_background()
 choices = list(dict.fromkeys([sidebar_key[0], *(m for m in (PROPOSED_MODEL, MULTILINGUAL) if obtainable(m))]))
 from_url("enc", "align_model", str, lambda v: v in choices)
 if st.session_state.get("align_model") not in choices:
-    st.session_state["align_model"] = MULTILINGUAL if sidebar_key[0] == BUNDLED and MULTILINGUAL in choices \
+    st.session_state["align_model"] = MULTILINGUAL if sidebar_key[0] in (BUNDLED, BUNDLED_MLM) and MULTILINGUAL in choices \
         else sidebar_key[0]
 page_model = st.radio("Encoder for this page", choices, horizontal=True, key="align_model",
                       format_func=lambda m: f"{m} (sidebar)" if m == sidebar_key[0] else m,
@@ -100,14 +100,15 @@ with st.form("align_form"):
                            format_func={"alone": "the word alone",
                                         "carrier": "inside a carrier sentence (“The word is “…”.”)"}.get,
                            help="Carrier sentences exist for: " + ", ".join(CARRIERS))
-    st.form_submit_button("Compute", type="primary")
+    asked = st.form_submit_button("Compute", type="primary")
 
 with page_errors():
     picked = data.select(languages)
     store = result_store("align")
     computed_key = (key, picked.digest(), pooling, context)
     av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
-        cached_model(*key), picked, pooling, context, cache=True, progress=progress), "Embedding the texts")
+        cached_model(*key), picked, pooling, context, cache=True, progress=progress), "Embedding the texts",
+        asked=asked)
     scores = result_store("align_retrieval").get_or_compute(computed_key, lambda: retrieval(av))
 
 n_layers = av.n_layers

@@ -147,7 +147,7 @@ with tabs[3]:
                     elif found is None and st.button(f"Compute {name} after layer {layer} (seconds to a minute)",
                                                      key=f"att_{name}_go"):
                         store.compute(request, lambda progress, m=name: from_attentions(r, m, [layer], progress),
-                                      f"{record.title.capitalize()}, rows")
+                                      f"{record.title.capitalize()}, rows", asked=True)
                         st.rerun()  # redraw without the button
                     if found is not None:
                         matrices[name] = found
@@ -261,7 +261,7 @@ with tabs[6]:
                     allow_expensive("head-statistics run")
                 stats = store.compute(request[:2], lambda progress: head_stats(cached_model(*key), request[2],
                                                                               progress=progress),
-                                      "Running the corpus through the model, sentences")
+                                      "Running the corpus through the model, sentences", asked=run)
             st.caption(f"{stats.sentences} sentences, {stats.tokens:,} tokens.")
             name = st.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="att_stat")
             fig = stats_heatmap(stats, name, selected=(layer, head))

@@ -18,7 +18,9 @@ PAGES = [
     ("views/masked.py", "Masked tokens", ":material/masks:",
      "fill-mask with several masks, BERT's 80/10/10 recipe, the head read at every layer, NSP, and "
      "why a prediction was made (integrated gradients).",
-     "*The capital of France is [MASK].* on bundled-mlm, then *Why this prediction?*"),
+     "*He wrote a [MASK] to his mother.* on bundled-mlm (it says *letter*, 47%), then *Why this prediction?*; "
+     "and one it gets instructively wrong: *Paris is the capital of [MASK].* (it copies *paris* from the "
+     "sentence, 82%: a small masked-LM leans on words it can see)."),
     ("views/shift.py", "Embedding shift", ":material/explore:",
      "one word in many contexts, layer by layer: do the senses of *bank* separate?",
      "the shipped *bank* sentences; watch the gap between senses grow with depth."),
@@ -30,7 +32,9 @@ PAGES = [
      "bert-large-uncased with its pretraining heads."),
     ("views/probes.py", "Probes", ":material/troubleshoot:",
      "linear probes per layer with control tasks, on shipped suites, the Brown corpus or your file.",
-     "*pos*, then *brown-pos*: compare accuracy with the control task's (selectivity)."),
+     "*brown-pos*: real text, where the probe beats its control task by a wide margin (selectivity about 0.4 "
+     "on bundled); then the template suite *pos*, where task and control both score near 100%: why control "
+     "tasks matter."),
     ("views/pretrain.py", "Pretraining", ":material/model_training:",
      "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and after.",
      "bundled with the *news* genre, 256 chunks, one epoch; then its fill-mask."),

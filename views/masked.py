@@ -102,7 +102,7 @@ with tab_fill:
     with page_errors(stop=False):
         if mode.startswith("Type"):
             text = st.text_area(f"Text (up to {MAX_MASKS} masks; [MASK], <mask> or {lm.mask_token})",
-                                "The capital of France is [MASK].", key="mlm_text")
+                                "He deposited the money in the [MASK].", key="mlm_text")
             to_url(text=text, k=top_k)
             check_text(text)
             result = cached_fill(key, text, top_k)

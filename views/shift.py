@@ -65,7 +65,7 @@ with st.form("shift_form"):
                        format_func={"mean": "mean of its pieces", "first": "first piece"}.get)
     occurrences = o2.radio("In each sentence", ["all", "first"], horizontal=True, key="shift_occurrences",
                            format_func={"all": "every occurrence", "first": "first occurrence"}.get)
-    st.form_submit_button("Compare", type="primary")
+    asked = st.form_submit_button("Compare", type="primary")
 
 rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
         for s, lab in zip(table["sentence"], table["label"])]
@@ -80,7 +80,7 @@ with page_errors():
         progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
         return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
 
-    result, metrics = store.compute((key, digest), run, "Sentences")
+    result, metrics = store.compute((key, digest), run, "Sentences", asked=asked)
 
 if result.skipped:
     st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))

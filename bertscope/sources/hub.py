@@ -14,7 +14,7 @@ import threading
 import urllib.error
 import urllib.request
 
-from bertscope.sources.presets import BUNDLED, PREFERRED_DEFAULT
+from bertscope.sources.presets import BUNDLED_MLM, PREFERRED_DEFAULT
 
 HUB_TIMEOUT_S = 3.0
 _TRUTHY = {"1", "true", "yes", "on"}
@@ -76,14 +76,18 @@ def is_cached(repo_id: str) -> bool:
 def default_model() -> tuple[str, str | None]:
     """The model to open with, and a notice to show when we fell back to the bundled one.
 
-    ``BERTSCOPE_MODEL`` wins; then bert-base-uncased if cached or the hub answers; else bundled.
+    ``BERTSCOPE_MODEL`` wins; then bert-base-uncased if cached or the hub answers; else
+    ``bundled-mlm``: the bundled encoder with the masked-LM head BertScope trained, so that every
+    page (fill-mask, the recipe, the logit lens, why-this-prediction) works offline.
     """
     chosen = os.environ.get("BERTSCOPE_MODEL", "").strip()
     if chosen:
         return chosen, None
     if is_cached(PREFERRED_DEFAULT) or hub_reachable():
         return PREFERRED_DEFAULT, None
-    return BUNDLED, (
+    return BUNDLED_MLM, (
         f"{PREFERRED_DEFAULT} is not in the local Hugging Face cache and the hub is unreachable: "
-        "using the bundled all-MiniLM-L6-v2 (6 layers, 384 wide, no MLM head)."
+        "using bundled-mlm, the bundled all-MiniLM-L6-v2 (6 layers, 384 wide) with a masked-LM head that "
+        "BertScope trained on the Brown corpus, so every page works offline. It is a small demonstration "
+        "model, not Google's BERT."
     )

@@ -3,6 +3,7 @@ and the one way a page computes something slow: from the store, or now with a pr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from typing import Callable, TypeVar
@@ -48,15 +49,34 @@ class ResultStore:
     def get_or_compute(self, key, compute):
         return shared_results().get_or_compute((self.name, key), compute)
 
-    def compute(self, key, work: Callable[..., T], what: str) -> T:
+    def compute(self, key, work: Callable[..., T], what: str, asked: bool = False) -> T:
         """The stored result of ``key``, or ``work(progress)`` run now under a progress bar that says
         ``what: done/total`` (and is removed when done); a job of several stages passes its own
         label, ``progress(done, total, "Probes, layers")``. Two sessions asking for the same key
-        compute it once; the second waits for the first."""
+        compute it once; the second waits for the first.
+
+        A Stop button stands beside the bar while the job runs: a click interrupts the run at its
+        next progress update (Streamlit reruns the page), keeps nothing half-done, and marks this
+        job stopped so the rerun does not start it again; the page then says so and offers to run
+        it again. ``asked``: the user asked for this run just now (a form's button), which starts
+        a stopped job again."""
         found = self.get(key)
         if found is not None:
             return found
+        stopped = st.session_state.setdefault("_stopped_jobs", set())
+        job = (self.name, hashlib.sha256(repr(key).encode()).hexdigest())
+        if asked:
+            stopped.discard(job)
+        if job in stopped:
+            st.info(f"Stopped ({what.split(',')[0].lower()}). Nothing of it was kept.")
+            if st.button("Run it again", key=f"again-{self.name}", icon=":material/replay:"):
+                stopped.discard(job)
+                st.rerun()
+            st.stop()
         bar = st.progress(0.0, text=f"{what}…")
+        stop = st.empty()
+        stop.button("Stop", key=f"stop-{self.name}", icon=":material/stop_circle:", on_click=stopped.add, args=(job,),
+                    help="Stops this job at its next step; the page stays usable and keeps nothing half-done.")
 
         def progress(done: int, total: int, stage: str | None = None) -> None:
             bar.progress(min(1.0, done / max(total, 1)), text=f"{stage or what}: {done:,}/{total:,}")
@@ -65,6 +85,7 @@ class ResultStore:
             return self.get_or_compute(key, lambda: work(progress))
         finally:
             bar.empty()
+            stop.empty()
 
 
 def result_store(name: str) -> ResultStore:
