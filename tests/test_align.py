@@ -282,3 +282,23 @@ def test_vectors_are_kept_on_disk_and_read_back(tiny_multilingual_dir, tmp_path)
     files[0].write_bytes(b"damaged")
     rebuilt = embed_parallel(lm, data, cache=tmp_path)
     np.testing.assert_array_equal(rebuilt.vectors, first.vectors)
+
+
+def test_token_link_accuracy_is_measured_per_layer(tiny_multilingual_dir):
+    """Where a word's pieces link inside its translation (the carrier sentence gives the right
+    link): one share per hidden state, above its chance level on the embeddings of identical
+    spellings, and the sentences data refused in one line."""
+    from bertscope.analysis.align import token_link_accuracy
+    from bertscope.corpora.parallel import ParallelData
+
+    lm = load_model(str(tiny_multilingual_dir))
+    words = shipped_parallel("words")
+    r = token_link_accuracy(lm, words, items=30)
+    assert r.accuracy.shape == r.chance.shape == (lm.num_layers + 1,)
+    assert ((0 <= r.accuracy) & (r.accuracy <= 1)).all() and (r.chance < 0.5).all()
+    assert r.pairs == 30 * (len(words.languages) - 1) and 0 <= r.best <= lm.num_layers
+    same = ParallelData("words", ("en", "de"), tuple((w, w) for w in words.texts("en")[:30]), tuple(range(2, 32)))
+    exact = token_link_accuracy(lm, same, items=30)
+    assert exact.accuracy[0] > exact.chance[0]  # the same pieces meet themselves, even in a random model
+    with pytest.raises(BertScopeError, match="words in carrier sentences"):
+        token_link_accuracy(lm, shipped_parallel("sentences"))

@@ -660,3 +660,19 @@ def test_pretraining_page_on_a_hosted_demo_is_off_unless_allowed(monkeypatch, ti
     assert not at.exception
     assert any("switched off on this hosted demo" in i for i in texts(at.info))
     assert not at.get("form")
+
+
+def test_token_links_open_on_the_layer_where_they_are_right(monkeypatch, tiny_multilingual_dir):
+    """The token tab has its own layer: the one where word links are measured right most often,
+    not retrieval's best; the colour scale fits the values and the title says its range."""
+    from bertscope import load_model
+    from bertscope.analysis.align import token_link_accuracy
+    from bertscope.corpora.parallel import shipped_parallel
+
+    best = token_link_accuracy(load_model(str(tiny_multilingual_dir)), shipped_parallel("words")).best
+    at = start(monkeypatch, str(tiny_multilingual_dir))
+    at.switch_page("views/align.py").run()
+    assert not at.exception and not at.error
+    assert at.select_slider(key="align_token_layer").value == best
+    assert any("where a word's pieces most often link inside its translation" in c for c in texts(at.caption))
+    assert "the values' range" in at.get("plotly_chart")[-1].proto.spec

@@ -304,3 +304,70 @@ def tokenizer_coverage(lm: LoadedModel, data: ParallelData) -> list[Coverage]:
         unknown = sum(1 for x in ids for i in x if unk is not None and i == unk)
         out.append(Coverage(language, unknown / max(total, 1), total / max(len(ids), 1)))
     return out
+
+
+# --------------------------------------------------------------------------- token links, measured
+
+
+@dataclass(frozen=True)
+class TokenLinkAccuracy:
+    """How often a word's pieces link (by cosine argmax, SimAlign's ArgMax) inside its translation,
+    per layer: the shipped words, each inside its language's carrier sentence ("The word is “…”."),
+    so the right link is known. Both directions count: the pivot's pieces into the other
+    language's word, and back."""
+
+    pivot: str
+    languages: tuple[str, ...]  # the others
+    accuracy: np.ndarray  # [layer + 1] share of word pieces whose argmax falls inside the translation
+    chance: np.ndarray  # [layer + 1] the same share for an argmax drawn uniformly over the other sentence
+    pairs: int  # word pairs measured
+
+    @property
+    def best(self) -> int:
+        """The hidden state (0 = the embeddings) where links are most often right."""
+        return int(np.argmax(self.accuracy))
+
+
+def token_link_accuracy(lm: LoadedModel, data: ParallelData, pivot: str = "en", items: int = 100,
+                        batch_size: int = 32) -> TokenLinkAccuracy:
+    """Per layer, the share of word pieces whose most similar token in the translated carrier
+    sentence lies inside the translated word (at most ``items`` words per language)."""
+    if data.kind != "words":
+        raise BertScopeError("Token links are measured on words in carrier sentences: give the words data.")
+    languages = [g for g in data.languages if g in CARRIERS]
+    if pivot not in languages or len(languages) < 2:
+        raise BertScopeError(f"Token links need {pivot!r} and another language with a carrier sentence "
+                             f"({', '.join(CARRIERS)}).")
+    others = [g for g in languages if g != pivot]
+    picked = data.select([pivot, *others])
+    n = min(items, picked.n_items)
+    texts, spans = [], []
+    for g in picked.languages:
+        before, after = CARRIERS[g].split("{}")
+        for cell in picked.texts(g)[:n]:
+            texts.append(before + cell + after)
+            spans.append((len(before), len(before) + len(cell)))
+    vectors: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # text -> ([token, layer + 1, dim] unit, [token] in word)
+    for batch in inspect_batch(lm, texts, batch_size=batch_size, with_attentions=False):
+        for b, index in enumerate(batch.indices):
+            r = batch.item(b)
+            keep = np.flatnonzero(~r.special_mask)  # [token]
+            inside = np.isin(keep, tokens_in_span(r.offsets, r.sequence_ids, *spans[index]))
+            h = r.hidden_states[:, keep].transpose(1, 0, 2)  # [token, layer + 1, dim]
+            vectors[index] = (h / np.clip(np.linalg.norm(h, axis=-1, keepdims=True), 1e-12, None), inside)
+    right = np.zeros(lm.num_layers + 1)
+    chance = np.zeros(lm.num_layers + 1)
+    pieces = 0
+    for k in range(1, len(picked.languages)):
+        for i in range(n):
+            for a, b in ((i, k * n + i), (k * n + i, i)):  # pivot -> other, and back
+                (x, x_in), (y, y_in) = vectors[a], vectors[b]
+                if not x_in.any() or not y_in.any():
+                    continue
+                sim = np.einsum("sld,tld->lst", x[x_in], y)  # [layer + 1, word piece, target token]
+                right += y_in[sim.argmax(-1)].sum(-1)
+                chance += x_in.sum() * y_in.mean()
+                pieces += int(x_in.sum())
+    if not pieces:
+        raise BertScopeError("No word kept a token inside its carrier sentence.")
+    return TokenLinkAccuracy(pivot, tuple(others), right / pieces, chance / pieces, n * len(others))

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from bertscope.analysis.align import AlignmentVectors, RetrievalResult, TokenAlignment
-from bertscope.core.layers import names_of
+from bertscope.core.layers import layer_title, names_of
 from bertscope.corpora.parallel import language_name
 from bertscope.figures.attention import label
 
@@ -89,9 +89,11 @@ def alignment_heatmap(al: TokenAlignment, source_name: str, target_name: str) ->
     """Token cosine with the argmax links: circles from the source side, crosses from the
     target side; a link chosen by both (SimAlign ArgMax) shows both marks."""
     xs, ys = list(range(len(al.target_tokens))), list(range(len(al.source_tokens)))
-    low = min(0.0, float(np.min(al.similarity)))  # cosine: at most 1; one cell must not stretch the bar
+    low, high = float(np.min(al.similarity)), float(np.max(al.similarity))  # fitted: contextual cosines bunch up
+    if high - low < 1e-6:
+        low, high = low - 0.05, high + 0.05
     fig = go.Figure(go.Heatmap(
-        z=al.similarity, x=xs, y=ys, colorscale="Blues", colorbar=dict(title="cosine"), zmin=low, zmax=1.0,
+        z=al.similarity, x=xs, y=ys, colorscale="Blues", colorbar=dict(title="cosine"), zmin=low, zmax=high,
         customdata=[[(label(a), label(b)) for b in al.target_tokens] for a in al.source_tokens],
         hovertemplate="%{customdata[0]} ↔ %{customdata[1]}: %{z:.3f}<extra></extra>",
     ))
@@ -106,6 +108,7 @@ def alignment_heatmap(al: TokenAlignment, source_name: str, target_name: str) ->
     fig.update_yaxes(tickvals=ys, ticktext=[label(t) for t in al.source_tokens], autorange="reversed",
                      title=label(source_name))
     size = max(len(xs), len(ys))
-    fig.update_layout(title=f"Token cosine at layer {al.layer}; {len(al.mutual)} mutual argmax links",
+    fig.update_layout(title=f"Token cosine at {layer_title(al.layer)} (colour: {low:.2f} to {high:.2f}, the values' "
+                            f"range); {len(al.mutual)} mutual argmax links",
                       height=max(420, 26 * size + 200), legend=dict(orientation="h", y=-0.25))
     return fig
