@@ -590,3 +590,29 @@ def test_a_long_job_shows_it_runs_and_stops_on_request(browser, app_url, artifac
     assert not page.locator(".stException").count()
     assert not problems, problems
     page.close()
+
+
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_bertviz_model_view_fits_its_frame(browser, app_url, artifacts, width):
+    """bertviz draws the model view 978 px wide; in a narrower frame the page scales itself, so
+    the last head is never cut off."""
+    page = browser.new_page(viewport={"width": width, "height": 1300})
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    block_outside(page, problems)
+    page.goto(f"{app_url}/attention?att_tab=bertviz+model+view", wait_until="domcontentloaded")
+    frame = page.locator("iframe").first
+    frame.wait_for(timeout=180_000)
+    frame.content_frame.locator("svg").first.wait_for(timeout=60_000)
+    page.wait_for_function("() => { const d = document.querySelector('iframe').contentDocument;"
+                           " return d && d.body && d.body.style.zoom !== '' || d.documentElement.scrollWidth"
+                           " <= d.defaultView.innerWidth; }", timeout=30_000)
+    frame_width, drawn = page.evaluate(
+        "() => { const f = document.querySelector('iframe'), d = f.contentDocument;"
+        " const zoom = parseFloat(d.body.style.zoom) || 1;"
+        " return [f.clientWidth, Math.max(...[...d.querySelectorAll('svg')].map(s => s.getBoundingClientRect().right))"
+        " * zoom]; }")
+    assert drawn <= frame_width, (drawn, frame_width)
+    page.screenshot(path=str(artifacts / f"attention-bertviz-model-{width}.png"), full_page=True)
+    assert not problems, problems
+    page.close()

@@ -302,4 +302,18 @@ def bertviz_html(
     end = page.rindex("</script>")
     guard = ("\nif (typeof require === 'undefined') { bertscopeCdnFailed(); } else {\n"
              "requirejs.onError = function () { bertscopeCdnFailed(); };\n")
-    return page[:start] + guard + page[start:end] + "\n}\n" + page[end:]
+    return page[:start] + guard + page[start:end] + "\n}\n" + page[end:] + _FIT_TO_FRAME
+
+
+# bertviz draws at a fixed size (its model view of 12 heads is 978 px wide): once drawn, the page
+# scales itself to the frame's width, so no head is cut off at any window width (and again on resize)
+_FIT_TO_FRAME = (
+    "<script>(function () {"
+    "function fit() { var body = document.body; body.style.zoom = 1;"
+    " var wide = document.documentElement.scrollWidth, room = window.innerWidth - 4;"
+    " if (wide > room) { body.style.zoom = room / wide; } }"
+    "var tries = 0, wait = setInterval(function () {"
+    " if (document.querySelector('svg') || ++tries > 60) { clearInterval(wait); setTimeout(fit, 300); } }, 250);"
+    "window.addEventListener('resize', fit);"
+    "})();</script>"
+)
