@@ -278,9 +278,10 @@ def test_shift_page(monkeypatch, tiny_bert_dir):
     assert not at.exception and not at.error
     at.selectbox(key="shift_choice").set_value("crane").run()
     assert not at.exception and not at.error
-    # a word that is in no sentence: one line, no traceback
+    # a word that is in no sentence, compared anyway: one line, no traceback
     at.selectbox(key="shift_choice").set_value("Your own word…").run()
     at.text_input(key="shift_word").input("zebra").run()
+    at.button[0].click().run()
     assert not at.exception
     assert any("No sentence contains" in e for e in texts(at.error))
 
@@ -676,3 +677,15 @@ def test_token_links_open_on_the_layer_where_they_are_right(monkeypatch, tiny_mu
     assert at.select_slider(key="align_token_layer").value == best
     assert any("where a word's pieces most often link inside its translation" in c for c in texts(at.caption))
     assert "the values' range" in at.get("plotly_chart")[-1].proto.spec
+
+
+def test_shift_own_word_asks_for_sentences_before_any_error(monkeypatch, tiny_bert_dir):
+    """Typing a new word opens an empty table: the page says what to do next, not a red error."""
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/shift.py").run()
+    at.selectbox(key="shift_choice").set_value("Your own word…").run()
+    at.text_input(key="shift_word").input("zebra").run()
+    assert not at.exception and not at.error
+    assert any("Add sentences that contain “zebra”" in t for t in texts(at.info))
+    at.button[0].click().run()  # Compare with no sentence holding the word: now it is an error, in one line
+    assert [e for e in texts(at.error) if "No sentence contains the word 'zebra'" in e]

@@ -8,7 +8,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.corpus_search import MAX_K, build_index, search, word_occurrences
 from bertscope.analysis.projection import pca_2d, umap_2d
-from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary
+from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, word_pattern
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.senses import read_labelled_csv, sense_presets
 from bertscope.figures.shift import (
@@ -72,6 +72,11 @@ rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab
 with page_errors():
     if len(rows) > Limits.corpus_lines:
         raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+    pattern = word_pattern(word)
+if not asked and not any(pattern.search(sentence) for sentence, _ in rows):  # nothing to compare yet: say what to do
+    st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, if "
+                  "you like), or upload a CSV, then press Compare."))
+    st.stop()
 digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
 store = result_store("shift")
 with page_errors():
