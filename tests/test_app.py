@@ -294,7 +294,12 @@ def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
     at.run()
     assert not at.exception and not at.error
     matches = next(d.value for d in at.dataframe if "genre" in d.value.columns)
-    assert list(matches.columns) == ["word", "tag", "genre", "sentence", "similarity"] and len(matches) == 20
+    assert list(matches.columns) == ["similarity", "tag", "genre", "before", "word", "after"] and len(matches) == 20
+    # a concordance: each sentence centred on its word, which is the matched word itself
+    from bertscope.figures.text import LRM
+
+    assert all(w.strip(LRM) and (b.endswith(" ") or b == "" or b.endswith("…") or not b[-1].isalnum())
+               for b, w in zip(matches["before"], matches["word"]))
     assert matches["similarity"].is_monotonic_decreasing
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("Tags of the 20 Brown words nearest to" in s for s in specs)

@@ -72,6 +72,6 @@ def test_corpus_search_on_the_command_line(tiny_bert_dir, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["layer"] == "embeddings"
     assert main([*args[:5], "--layer", "2", "--size", "100", "--cache", str(tmp_path)]) == 2  # blocks 0 and 1 only
     assert "numbered 0 to 1" in capsys.readouterr().err
-    assert sum(out["tags"].values()) == 5 and set(out["matches"][0]) == {"word", "tag", "genre", "sentence", "similarity"}
+    assert sum(out["tags"].values()) == 5 and set(out["matches"][0]) == {"word", "tag", "genre", "sentence", "similarity", "start", "end"}
     assert main([*args[:3], "--word", "9", "--size", "100", "--cache", str(tmp_path)]) == 2
     assert "Word 9 does not exist" in capsys.readouterr().err

@@ -38,3 +38,23 @@ def test_sentencepiece_is_shown_without_underline_marks(tiny_xlmr_dir):
             words[word] = words.get(word, "") + token.removeprefix("##")
     assert list(words.values()) == ["The", "riverside", "was", "unbelievably", "calm."]  # Metaspace splits on spaces only
     assert any(t.startswith("##") for t in r.tokens)  # some word was split into pieces
+
+
+def test_right_to_left_pieces_keep_their_mark_facing_the_previous_token():
+    """An Arabic continuation piece "##ر" would be laid out right to left ("ر##"): a left-to-right
+    mark fixes the label's direction; left-to-right tokens are untouched."""
+    from bertscope.figures.text import LRM, label, table_text
+
+    assert label("##ر") == LRM + "##ر" and table_text("שלום") == LRM + "שלום"
+    assert label("bank") == "bank" and table_text("##ing") == "##ing" and label("<s>") == "&lt;s&gt;"
+
+
+def test_a_word_in_its_context_is_centred_and_cut_at_spaces():
+    from bertscope.figures.text import in_context
+
+    text = "In the summer of 1961 the committee met at the bank of the river, where nobody expected any vote at all."
+    start = text.index("bank")
+    before, word, after = in_context(text, start, start + 4, width=20)
+    assert word == "bank" and before.startswith("…") and after.endswith("…")
+    assert text[start - len(before.lstrip("…")):start] == before.lstrip("…")
+    assert in_context("the bank", 4, 8) == ("the ", "bank", "")

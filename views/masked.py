@@ -8,9 +8,9 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.attribution.explain import explain_prediction
 from bertscope.core.layers import hidden_name
-from bertscope.figures.attention import label
 from bertscope.figures.attribution import token_strip
 from bertscope.figures.masked import prediction_bars, rank_by_layer
+from bertscope.figures.text import label, table_text
 from bertscope.heads.fill_mask import MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of
 from bertscope.heads.logit_lens import layerwise_predictions
 from bertscope.heads.mlm_recipe import mlm_recipe, recipe_corruption
@@ -79,7 +79,8 @@ except BertScopeError as err:
     text, seed, select_rate, mask_rate, random_rate = recipe_form("Corrupt")
     with page_errors(stop=False):
         view = recipe_corruption(lm, text, seed, select_rate, mask_rate, random_rate)
-        st.dataframe(pd.DataFrame(view.rows()), hide_index=True, width="stretch")
+        st.dataframe(pd.DataFrame(view.rows()).map(lambda v: table_text(v) if isinstance(v, str) else v),
+                     hide_index=True, width="stretch")
         chosen = set(view.corruption.actions)
         st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
             f"▸{t}" if i in chosen else t for i, t in enumerate(view.corrupted_tokens))))
@@ -204,7 +205,8 @@ with tab_recipe:
         m2.metric("Recovered", f"{recipe.accuracy:.0%}")
         m3.metric("Positions in the loss", len(recipe.positions))
         st.dataframe(pd.DataFrame([
-            {"position": p.position, "original": p.original, "model saw": p.shown, "action": p.action,
+            {"position": p.position, "original": table_text(p.original), "model saw": table_text(p.shown),
+             "action": p.action,
              "top prediction": p.top[0].token.strip(), "p(top)": p.top[0].score,
              "cross-entropy": p.loss, "recovered": p.recovered} for p in recipe.positions]),
             hide_index=True, width="stretch")

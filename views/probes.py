@@ -9,10 +9,12 @@ from bertscope import BertScopeError
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
 from bertscope.core.layers import hidden_name
+from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
 from bertscope.corpora.probe_tasks import ProbeTask, read_task
 from bertscope.corpora.suites import BROWN_TASKS, shipped_task
 from bertscope.figures.probe import confusion_figure, layer_figure, run_name
+from bertscope.figures.text import in_context, table_text
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_upload, demo
 from views.kit.models import cached_model, model_key, require_model
@@ -100,7 +102,7 @@ if submitted:
             result = probe_layers(states, task.name, chosen, kind, external=external,
                                   progress=lambda d, t: progress(d, t, "Probes, layers"))
             return (result, states.hit, states.size_bytes, str(states.folder),
-                    example_texts(states, task.texts, result.test_examples))
+                    example_texts(states, task, result.test_examples))
 
         found = store.compute(run_key, run, "Hidden states, sentences", asked=True)  # the button was pressed
         result = found[0]
@@ -158,22 +160,29 @@ errors_only = e2.toggle("Errors only", key="probe_ex_errors")
 with page_errors(stop=False):
     shown = result.examples(at_layer, errors_only)
     index = {row: k for k, row in enumerate(result.test_examples.tolist())}  # row -> test position
-    table = pd.DataFrame([{"n": index[r["example"]], "sentence": described[index[r["example"]]][0],
-                           "word": described[index[r["example"]]][1],
-                           **{k: r[k] for k in ("gold", "predicted", "probability")}} for r in shown],
-                         columns=["n", "sentence", "word", "gold", "predicted", "probability"])
-    if result.level == "sentence":
-        table = table.drop(columns=["word"])
+    records = []
+    for r in shown:
+        n = index[r["example"]]
+        sentence, _, start, end = described[n]
+        where = {"sentence": sentence} if result.level == "sentence" else dict(zip(
+            ("before", "word", "after"), (table_text(part) for part in in_context(sentence, start, end))))
+        records.append({"n": n, **where, "gold": tag_name(r["gold"]), "predicted": tag_name(r["predicted"]),
+                        "probability": r["probability"]})
+    columns = ["n", "sentence"] if result.level == "sentence" else ["n", "before", "word", "after"]
+    table = pd.DataFrame(records, columns=[*columns, "gold", "predicted", "probability"])
     st.caption(f"{len(shown):,} of {result.n_test:,} test examples at layer {hidden_name(at_layer)}"
                f"{' (the errors)' if errors_only else ''}; probability = the probe's p(predicted).")
     if errors_only and not shown:
         st.info(f"No errors at layer {hidden_name(at_layer)}: every test example is right here. Compare the control "
                 "task's accuracy before reading much into it, or look at an earlier layer.")
     else:
-        st.dataframe(table, hide_index=True, width="stretch",
-                     column_config={"probability": st.column_config.NumberColumn(format="%.3f")})
+        st.dataframe(table, hide_index=True, width="stretch",  # each word in the middle, its context around it
+                     column_config={"probability": st.column_config.NumberColumn(format="%.3f"),
+                                    "before": st.column_config.TextColumn(alignment="right"),
+                                    "word": st.column_config.TextColumn(alignment="center")})
     if len(result.classes) <= 60:
-        st.plotly_chart(confusion_figure(result.confusion(at_layer), result.classes, hidden_name(at_layer)),
+        st.plotly_chart(confusion_figure(result.confusion(at_layer), [tag_name(c) for c in result.classes],
+                                         hidden_name(at_layer)),
                         config=PLOT_CONFIG, width="stretch", key="probe_confusion")
     else:
         st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "

@@ -10,6 +10,7 @@ from bertscope.analysis.corpus_search import MAX_K, build_index, search, word_oc
 from bertscope.analysis.projection import pca_2d, umap_2d
 from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, word_pattern
 from bertscope.core.layers import hidden_name, layer_title
+from bertscope.corpora.brown import tag_name
 from bertscope.corpora.senses import read_labelled_csv, sense_presets
 from bertscope.figures.shift import (
     genre_scatter,
@@ -19,6 +20,7 @@ from bertscope.figures.shift import (
     similarity_heatmap,
     tag_bars,
 )
+from bertscope.figures.text import in_context, table_text
 from bertscope.heads.fill_mask import words_of
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_text, check_upload
@@ -170,9 +172,14 @@ with tab_brown:
             k = b3.number_input("Matches", 5, MAX_K, 20, key="shift_brown_k")
             found = search(cached_model(*key), index, query, int(picked), layer, int(k))
             st.plotly_chart(tag_bars(found), config=PLOT_CONFIG, width="stretch", key="shift_brown_tags")
-            st.dataframe(pd.DataFrame([m.__dict__ for m in found.matches]), hide_index=True, width="stretch",
+            concordance = pd.DataFrame([  # each Brown sentence centred on its word (exBERT's view)
+                {"similarity": m.similarity, "tag": tag_name(m.tag), "genre": m.genre,
+                 **dict(zip(("before", "word", "after"), map(table_text, in_context(m.sentence, m.start, m.end))))}
+                for m in found.matches])
+            st.dataframe(concordance, hide_index=True, width="stretch",
                          column_config={"similarity": st.column_config.NumberColumn(format="%.3f"),
-                                        "sentence": st.column_config.TextColumn(width="large")})
+                                        "before": st.column_config.TextColumn(alignment="right"),
+                                        "word": st.column_config.TextColumn(alignment="center")})
             try:
                 seen = word_occurrences(index, found.query_word, layer)
                 coords = pca_2d(seen.vectors)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, hidden_states
+from bertscope.analysis.probing import example_texts
 from bertscope.core.forward import inspect
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.brown import read_brown
@@ -40,6 +41,7 @@ class CorpusIndex:
     texts: tuple[str, ...]  # the sample's sentences, as the model read them
     states: CachedStates  # [example] one per tagged word; sentences / labels / types per example
     genres: list[str]  # [example]
+    spans: np.ndarray  # [example, 2] the word's characters in its sentence
     _unit: dict = None  # layer -> [example, dim] float16 unit rows
 
     def __post_init__(self) -> None:
@@ -69,7 +71,9 @@ def build_index(lm: LoadedModel, sentences: int = DEFAULT_SENTENCES, cache: Hidd
     states = hidden_states(lm, task, "mean", cache or HiddenStateCache(), progress=progress)
     documents = read_brown().documents
     genres = [documents[int(g)].genre for g in states.groups]  # a brown task's groups are documents
-    return CorpusIndex(lm.name, task.texts, states, genres)
+    spans = np.array([(start, end) for _, _, start, end in example_texts(states, task, range(len(states.labels)))],
+                     np.int64).reshape(-1, 2)
+    return CorpusIndex(lm.name, task.texts, states, genres, spans)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class Match:
     genre: str
     sentence: str
     similarity: float  # cosine at the searched layer
+    start: int  # the word's characters in its sentence
+    end: int
 
 
 @dataclass(frozen=True)
@@ -119,8 +125,8 @@ def search(lm: LoadedModel, index: CorpusIndex, text: str, word: int, layer: int
     top = np.argpartition(-scores, min(k, len(scores) - 1))[:k]
     top = top[np.argsort(-scores[top])]
     s = index.states
-    matches = [Match(s.types[i], s.labels[i], index.genres[i], index.texts[int(s.sentences[i])], float(scores[i]))
-               for i in top]
+    matches = [Match(s.types[i], s.labels[i], index.genres[i], index.texts[int(s.sentences[i])], float(scores[i]),
+                     int(index.spans[i, 0]), int(index.spans[i, 1])) for i in top]
     totals = Counter(s.labels)
     return SearchResult(written, layer, matches, Counter(m.tag for m in matches),
                         {t: n / index.n_words for t, n in totals.items()})

@@ -31,6 +31,7 @@ from sklearn.preprocessing import StandardScaler
 from bertscope.analysis.hidden_cache import CachedStates
 from bertscope.analysis.probe_store import save_probe
 from bertscope.core.layers import hidden_label, hidden_name
+from bertscope.corpora.probe_tasks import UNLABELLED, ProbeTask
 from bertscope.errors import BertScopeError
 
 ProbeKind = Literal["logreg", "mlp"]
@@ -164,14 +165,25 @@ class ProbeResult:
                 "n_test": self.n_test, "layers": [r.to_json() for r in self.layers]}
 
 
-def example_texts(states: CachedStates, texts: Sequence[str], rows: Sequence[int]) -> list[tuple[str, str]]:
-    """(sentence, word) of each example row: what a person reads to judge a prediction (for a
-    sentence-level task the word is empty)."""
+def example_texts(states: CachedStates, task: ProbeTask, rows: Sequence[int]) -> list[tuple[str, str, int, int]]:
+    """(sentence, word, start, end) of each example row: what a person reads to judge a prediction,
+    with the word's characters in the sentence so it can be shown in its context (for a
+    sentence-level task the word is empty and the span the whole sentence)."""
+    texts = task.texts
+    if states.sentences is None:
+        return [("", "", 0, 0) for _ in rows]
+    sentence_of = np.asarray(states.sentences)
+    # an example is the k-th kept labelled word of its sentence (truncation only drops a sentence's last words)
+    first = {int(s): i for i, s in reversed(list(enumerate(sentence_of)))}  # sentence -> its first example row
     out = []
     for row in rows:
-        sentence = texts[int(states.sentences[row])] if states.sentences is not None else ""
-        word = states.types[row] if states.key.level == "token" else ""
-        out.append((sentence, word))
+        s = int(sentence_of[row])
+        if states.key.level != "token":
+            out.append((texts[s], "", 0, len(texts[s])))
+            continue
+        labelled = [i for i, tag in enumerate(task.labels[s]) if tag != UNLABELLED]
+        start, end = task.word_spans(s)[labelled[int(row) - first[s]]]
+        out.append((texts[s], states.types[row], start, end))
     return out
 
 

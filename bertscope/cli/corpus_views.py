@@ -8,7 +8,9 @@ from typing import Any
 
 from bertscope.cli.common import Command, load, read_text
 from bertscope.core.layers import hidden_index, hidden_label, hidden_name, layer_title
+from bertscope.corpora.brown import tag_name
 from bertscope.errors import BertScopeError
+from bertscope.figures.text import in_context
 
 
 def cmd_head_stats(args: argparse.Namespace) -> Any:
@@ -93,7 +95,9 @@ def cmd_corpus_search(args: argparse.Namespace) -> Any:
         return out
     lines = [f"“{found.query_word}” at {layer_title(layer)}: the {len(found.matches)} nearest of {index.n_words:,} Brown "
              f"words; tags {', '.join(f'{t} {n}' for t, n in found.tag_counts.most_common())}"]
-    lines += [f"  {m.similarity:.3f}  {m.word:<14} {m.tag:<6} {m.genre:<16} {m.sentence[:70]}" for m in found.matches]
+    for m in found.matches:  # each sentence centred on its word, the word between ▸ ◂
+        before, word, after = in_context(m.sentence, m.start, m.end, width=34)
+        lines.append(f"  {m.similarity:.3f}  {tag_name(m.tag):<6} {m.genre:<16} {before:>36} ▸{word}◂ {after}")
     return "\n".join(lines)
 
 

@@ -91,6 +91,14 @@ _BASE = {
 }
 
 
+TAG_NAMES = {".": "PUNCT"}  # the universal tagset's "." is punctuation: nearly invisible as an axis label
+
+
+def tag_name(tag: str) -> str:
+    """A tag as pages show it: the universal tagset's "." as PUNCT (the name Universal Dependencies uses)."""
+    return TAG_NAMES.get(tag, tag)
+
+
 @dataclass(frozen=True)
 class BrownSentence:
     document: str  # e.g. "ca01"

@@ -10,7 +10,7 @@ from plotly.colors import qualitative
 from bertscope.analysis.align import AlignmentVectors, RetrievalResult, TokenAlignment
 from bertscope.core.layers import layer_title, names_of
 from bertscope.corpora.parallel import language_name
-from bertscope.figures.attention import label
+from bertscope.figures.text import label
 
 COLOURS = qualitative.Plotly + qualitative.Dark24
 

@@ -21,6 +21,7 @@ from bertscope.analysis.attention_stats import STATISTICS, HeadStats
 from bertscope.core.inspection import Inspection
 from bertscope.errors import BertScopeError
 from bertscope.figures.compact import block_size, percent_blocks, percent_blocks_heatmap, weights_heatmap
+from bertscope.figures.text import label, table_text
 
 # bertviz writes every weight into its page as JSON; we round weights to 3 decimals first, so
 # one weight costs about this many bytes ("0.012, "), and a page's size is known in advance
@@ -32,11 +33,6 @@ _CDN_NOTE = (
     "bertviz could not load require.js, d3 and jQuery from cdnjs.cloudflare.com (no network?). "
     "The other attention views are drawn without them."
 )
-
-
-def label(token: str) -> str:
-    """A token as safe text for plotly, which renders a subset of HTML in labels."""
-    return html.escape(token, quote=False)  # plotly decodes &lt; &gt; &amp; but shows &quot; raw
 
 
 def kept_positions(r: Inspection, hide_special: bool) -> np.ndarray:
@@ -145,7 +141,7 @@ def attention_row(r: Inspection, layer: int, head: int, query: int, top: int = 1
         raise BertScopeError(f"Token {query} is not shown: pick one of the visible tokens.")
     weights = select(r, r.attentions[layer, head], hide_special, renormalise)[int(np.flatnonzero(keep == query)[0])]
     order = np.argsort(-weights, kind="stable")[:top]
-    return [{"key": int(keep[j]), "token": r.tokens[keep[j]], "weight": float(weights[j])} for j in order]
+    return [{"key": int(keep[j]), "token": table_text(r.tokens[keep[j]]), "weight": float(weights[j])} for j in order]
 
 
 def stats_heatmap(stats: HeadStats, statistic: str, selected: tuple[int, int] | None = None) -> go.Figure:

@@ -14,8 +14,8 @@ from plotly.subplots import make_subplots
 
 from bertscope.attribution.registry import METHODS
 from bertscope.errors import BertScopeError
-from bertscope.figures.attention import label
 from bertscope.figures.compact import block_size, percent_blocks, percent_blocks_heatmap
+from bertscope.figures.text import label
 
 MATRICES_MAX_BYTES = 1_000_000  # all panels of one figure, as base64 float32
 STRIP_TEXT_TOKENS = 48  # beyond this the cells carry no printed token (the hover names it)

@@ -8,7 +8,7 @@ from typing import Sequence
 import plotly.express as px
 import plotly.graph_objects as go
 
-from bertscope.figures.attention import label
+from bertscope.figures.text import label
 from bertscope.heads.fill_mask import Prediction
 from bertscope.heads.logit_lens import LayerReading
 

@@ -11,7 +11,7 @@ from plotly.colors import qualitative
 
 from bertscope.analysis.probing import ProbeResult
 from bertscope.core.layers import names_of
-from bertscope.figures.attention import label
+from bertscope.figures.text import label
 
 COLOURS = qualitative.Plotly
 

@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 
 from bertscope.analysis.shift import LayerMetrics, ShiftResult, cosine_matrix
 from bertscope.core.layers import layer_title, names_of
-from bertscope.figures.attention import label
+from bertscope.corpora.brown import tag_name
+from bertscope.figures.text import label
 
 
 def _order(result: ShiftResult) -> list[int]:
@@ -105,12 +106,13 @@ def tag_bars(found) -> go.Figure:
     tags = sorted(found.corpus_tag_share, key=lambda t: -found.tag_counts.get(t, 0))
     total = max(1, sum(found.tag_counts.values()))
     fig = go.Figure([
-        go.Bar(x=tags, y=[found.tag_counts.get(t, 0) / total for t in tags], name="among the matches"),
-        go.Scatter(x=tags, y=[found.corpus_tag_share[t] for t in tags], mode="markers", name="in the whole sample",
+        go.Bar(x=[tag_name(t) for t in tags], y=[found.tag_counts.get(t, 0) / total for t in tags],
+               name="among the matches"),
+        go.Scatter(x=[tag_name(t) for t in tags], y=[found.corpus_tag_share[t] for t in tags], mode="markers", name="in the whole sample",
                    marker=dict(symbol="line-ew-open", size=26, line=dict(width=3), color="#d62728")),
     ])
-    fig.update_layout(title=label(f"Tags of the {total} Brown words nearest to “{found.query_word}” at layer "
-                                  f"{found.layer}"), yaxis=dict(title="share", tickformat=".0%"),
+    fig.update_layout(title=label(f"Tags of the {total} Brown words nearest to “{found.query_word}” at "
+                                  f"{layer_title(found.layer)}"), yaxis=dict(title="share", tickformat=".0%"),
                       xaxis_title="universal part of speech", height=360, legend=dict(orientation="h", y=1.12))
     return fig
 
