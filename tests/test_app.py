@@ -44,7 +44,11 @@ def test_home_shows_model_card(monkeypatch, tiny_bert_dir):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Layers"] == "2" and metrics["Heads per layer"] == "4"
     assert metrics["Hidden size"] == "32"
-    assert "masked-LM, next-sentence" in at.table[0].value.to_string()
+    assert "masked-LM, next-sentence" in at.table[-1].value.to_string()  # the card's table
+    models = at.table[0].value  # the models: the ones usable here first, every row in view
+    usable = list(models["usable now"] == "yes")
+    assert usable == sorted(usable, reverse=True) and usable[0] and not usable[-1]
+    assert set(models["model"]) >= {"bundled", "bundled-mlm", "bundled-multilingual", "bert-base-uncased"}
 
 
 def test_no_pages_folder_beside_the_entry_point():
@@ -82,7 +86,7 @@ def test_offline_default_is_bundled_mlm_with_notice(monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Layers"] == "6" and metrics["Heads per layer"] == "12"
     assert metrics["Hidden size"] == "384"
-    assert "masked-LM" in at.table[0].value.to_string()  # every page works on it, the masked-token ones too
+    assert "masked-LM" in at.table[-1].value.to_string()  # every page works on it, the masked-token ones too
     at.switch_page("views/masked.py").run()
     assert not at.exception and not at.error and at.get("plotly_chart")  # predictions, no warning to switch
 
@@ -480,7 +484,7 @@ def test_links_carry_every_input(monkeypatch, tiny_bert_dir, tiny_multilingual_d
 def test_link_can_name_the_model(monkeypatch, tiny_bert_dir, tiny_encoder_dir):
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/home.py", model=str(tiny_encoder_dir))
     assert not at.exception
-    assert "masked-LM" in at.table[0].value.to_string()  # every page works on it, the masked-token ones too
+    assert "masked-LM" in at.table[-1].value.to_string()  # every page works on it, the masked-token ones too
     at.switch_page("views/masked.py").run()
     assert not at.exception and not at.error and at.get("plotly_chart")  # predictions, no warning to switch
 

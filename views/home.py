@@ -58,9 +58,11 @@ for name in model_options():
     preset = PRESETS.get(name)
     if preset is None:
         continue
-    rows.append({"model": name, "usable now": "yes" if obtainable(name) else "no (not cached, hub unreachable)",
-                 "heads": heads_text(list(preset.heads)), "what it is": preset.description})
-st.dataframe(rows, hide_index=True, width="stretch")
+    usable = obtainable(name)
+    rows.append({"model": name, "usable now": "yes" if usable else "no: not cached, hub unreachable",
+                 "heads": heads_text(list(preset.heads)), "what it is": preset.description, "_usable": usable})
+rows.sort(key=lambda row: not row.pop("_usable"))  # the ones that work here first; the order of the list otherwise
+st.table(rows, hide_index=True)  # every row and every word shown: no inner scroll, no cut-off column
 st.caption("Offline, the three bundled models always work; any other Hugging Face encoder works once it "
            "is in the local cache (`hf download bert-base-uncased`) or the hub can be reached. "
            "Pick one in the sidebar, or type a hub id or a local folder.")
