@@ -288,7 +288,9 @@ def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):
     assert out["target"] == {"kind": "token", "position": 5, "token": "river", "token_id": out["target"]["token_id"]}
     assert len(out["scores"]) == len(out["tokens"]) and out["completeness_error"] < 0.01
     assert main(["attribute", str(tiny_bert_dir), TEXT, "--method", "grad", "--target", "5"]) == 0
-    assert "grad for" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "grad for the top prediction at token 5" in out or "grad for the prediction" in out
+    assert "{'kind'" not in out  # a phrase for a person, not a Python dict
     for bad in (["--method", "ig", "--target", "99:river"], ["--method", "rollout", "--target", "5"],
                 ["--method", "flow", "--layers", "2"], ["--method", "flow", "--layers", "six"],
                 ["--method", "ig", "--target", "5:river", "--steps", "0"]):

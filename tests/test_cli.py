@@ -185,3 +185,14 @@ def test_every_entry_point_answers(tmp_path):
         done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == code, (argv, done.stderr[-500:])
         assert "Traceback" not in done.stderr, argv
+
+
+def test_a_long_input_is_cut_without_transformers_misleading_warning(tiny_bert_dir):
+    """The text is truncated correctly, so "Running this sequence through the model will result in
+    indexing errors" must not be printed; BertScope's own one-line warning says what was cut."""
+    text = " ".join(["the bank of the river ."] * 40)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "bertscope", "inspect", str(tiny_bert_dir), text, "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "indexing errors" not in done.stderr and "longer than" not in done.stderr
+    assert "only the first 40" in json.loads(done.stdout)["warnings"][0]
