@@ -32,6 +32,13 @@ def start(monkeypatch, model: str | None) -> AppTest:
     return AppTest.from_file(APP, default_timeout=180).run()
 
 
+def fill(at: AppTest, text: str) -> AppTest:
+    """Type into the Masked page's text and press its Run button (the text sits in a form)."""
+    at.text_area(key="mlm_text").input(text)
+    next(b for b in at.button if b.label == "Run" and "mlm_fill_form" in b.id).click()
+    return at.run()
+
+
 def texts(elements) -> list[str]:
     """Element texts as a reader sees them (Markdown backslash escapes removed)."""
     return [re.sub(r"\\(.)", r"\1", str(e.value)) for e in elements]
@@ -226,7 +233,7 @@ def test_masked_page(monkeypatch, tiny_bert_dir):
     at.switch_page("views/masked.py").run()
     assert not at.exception and not at.error
     assert len(at.get("plotly_chart")) >= 1
-    at.text_area(key="mlm_text").input("the [MASK] of the <mask> .").run()
+    fill(at, "the [MASK] of the <mask> .")
     assert not at.exception and not at.error
     at.toggle(key="mlm_iter").set_value(True).run()
     assert not at.exception
@@ -240,9 +247,9 @@ def test_masked_page(monkeypatch, tiny_bert_dir):
     assert "Mean MLM loss (nats)" in labels and "A then B: IsNext" in labels
     # bad inputs: one line each
     at.radio(key="mlm_mode").set_value("Type [MASK] in the text").run()
-    at.text_area(key="mlm_text").input("no mask here").run()
+    fill(at, "no mask here")
     assert any("no mask" in e for e in texts(at.error))
-    at.text_area(key="mlm_text").input(" ".join(["[MASK]"] * 25)).run()
+    fill(at, " ".join(["[MASK]"] * 25))
     assert any("at most 20" in e for e in texts(at.error))
     assert not at.exception
 
@@ -595,7 +602,7 @@ def test_attention_page_beyond_raw_attention(monkeypatch, tiny_bert_dir):
 def test_masked_page_why_this_prediction(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
     at.switch_page("views/masked.py").run()
-    at.text_area(key="mlm_text").input("the bank of the [MASK] .").run()
+    fill(at, "the bank of the [MASK] .")
     assert "why_mask" not in at.session_state  # the tab is closed: no integrated gradients run
     at.session_state["mlm_tab"] = "Why this prediction?"
     at.run()
@@ -698,3 +705,22 @@ def test_shift_own_word_asks_for_sentences_before_any_error(monkeypatch, tiny_be
     assert any("Add sentences that contain “zebra”" in t for t in texts(at.info))
     at.button[0].click().run()  # Compare with no sentence holding the word: now it is an error, in one line
     assert [e for e in texts(at.error) if "No sentence contains the word 'zebra'" in e]
+
+
+def test_a_link_to_a_tab_the_page_lacks_says_so(monkeypatch, tiny_bert_dir):
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", mlm_tab="Bogus")
+    assert not at.exception
+    assert any("mlm_tab=Bogus" in w and "Fill mask" in w for w in texts(at.warning))
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", mlm_tab="Layer by layer")
+    assert not at.warning and at.session_state["mlm_tab"] == "Layer by layer"  # a good one opens that tab
+
+
+def test_params_compare_follows_the_count_choice(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir))
+    at.switch_page("views/params.py").run()
+    plain = next(d.value for d in at.dataframe if "model" in d.value.columns).set_index("model")["total"]
+    at.radio(key="params_head").set_value("pretraining").run()
+    assert not at.exception
+    counted = next(d.value for d in at.dataframe if "model" in d.value.columns).set_index("model")["total"]
+    assert counted["bert-large-uncased"] > plain["bert-large-uncased"]  # the heads are counted too now
+    assert counted["bert-large-uncased"] == 336_226_108  # BERT-large with MLM + NSP heads, as the tiles say

@@ -180,3 +180,15 @@ def test_shift_figures_fit_the_scale_and_tell_senses_apart(tiny_bert):
     assert len(colours) == 2 and colours <= {"#E41A1C", "#377EB8", "rgb(228,26,28)", "rgb(55,126,184)"}
     layout = pio.to_json(scatter)
     assert '"PCA 1"' in layout and '"PCA 2"' in layout
+
+
+def test_two_occurrences_give_one_value_and_the_title_says_so():
+    """Two sentences: one cosine off the diagonal; the title must not claim a range around it."""
+    from bertscope.analysis.shift import Occurrence
+    from bertscope.figures.shift import similarity_heatmap
+
+    vectors = np.array([[[1.0, 0.0]], [[0.8, 0.6]]], np.float32)  # [occurrence, layer, dim]: cosine 0.8
+    result = ShiftResult("bank", [Occurrence(1, "a bank", "river", (1,)), Occurrence(2, "the bank", "money", (1,))],
+                         vectors, [])
+    title = similarity_heatmap(result, 0).layout.title.text
+    assert "one value off the diagonal, 0.80" in title and " to " not in title.split("(")[-1]

@@ -31,7 +31,7 @@ from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_text, check_upload
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import cached_inspection, result_store
-from views.kit.url import from_url, to_bool, to_url
+from views.kit.url import from_url, tab_from_url, to_bool, to_url
 
 BROWN_HEAD_STATS_SENTENCES = 500
 BROWN_SAMPLE = "Brown corpus (all 15 genres)"
@@ -87,8 +87,10 @@ to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=lay
        hide=hide or None, renorm=renorm or None)
 
 # Only the open tab runs (and its name is in the link): bertviz's documents are megabytes each.
-tabs = st.tabs(["Head", "All heads of the layer", "Token across layers", "Beyond raw attention",
-                "bertviz head view", "bertviz model view", "Head statistics"], key="att_tab", bind="query-params")
+TABS = ["Head", "All heads of the layer", "Token across layers", "Beyond raw attention",
+                "bertviz head view", "bertviz model view", "Head statistics"]
+tab_from_url("att_tab", TABS)
+tabs = st.tabs(TABS, key="att_tab", bind="query-params")
 with page_errors(stop=False):
     with tabs[0]:
         if tabs[0].open:

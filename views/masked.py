@@ -11,7 +11,15 @@ from bertscope.core.layers import hidden_name
 from bertscope.figures.attribution import token_strip
 from bertscope.figures.masked import prediction_bars, rank_by_layer
 from bertscope.figures.text import label, table_text
-from bertscope.heads.fill_mask import MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, require_mlm, words_of
+from bertscope.heads.fill_mask import (
+    MAX_MASKS,
+    fill_mask,
+    fill_mask_words,
+    iterative_fill,
+    mask_spellings,
+    require_mlm,
+    words_of,
+)
 from bertscope.heads.logit_lens import layerwise_predictions
 from bertscope.heads.mlm_recipe import mlm_recipe, recipe_corruption
 from bertscope.heads.nsp import both_orders, sentence_order
@@ -20,7 +28,7 @@ from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import check_text
 from views.kit.models import MODEL_KEY, cached_model, model_key, model_options, obtainable, require_model
 from views.kit.results import result_store
-from views.kit.url import from_url, to_url
+from views.kit.url import from_url, tab_from_url, to_url
 
 
 def cached_fill(key, text: str, top_k: int):
@@ -86,8 +94,10 @@ except BertScopeError as err:
             f"▸{t}" if i in chosen else t for i, t in enumerate(view.corrupted_tokens))))
     st.stop()
 
-tab_fill, tab_why, tab_recipe, tab_layers, tab_nsp = st.tabs(
-    ["Fill mask", "Why this prediction?", "Pretraining recipe (80/10/10)", "Layer by layer", "Next sentence"],
+TABS = ["Fill mask", "Why this prediction?", "Pretraining recipe (80/10/10)", "Layer by layer",
+        "Next sentence"]
+tab_from_url("mlm_tab", TABS)
+tab_fill, tab_why, tab_recipe, tab_layers, tab_nsp = st.tabs(TABS,
     key="mlm_tab", on_change="rerun")
 
 result = None
@@ -102,13 +112,17 @@ with tab_fill:
     words: tuple[int, ...] | None = None
     with page_errors(stop=False):
         if mode.startswith("Type"):
-            text = st.text_area(f"Text (up to {MAX_MASKS} masks; [MASK], <mask> or {lm.mask_token})",
-                                "He deposited the money in the [MASK].", key="mlm_text")
+            with st.form("mlm_fill_form"):  # run on the button, as every page does
+                text = st.text_area(f"Text (up to {MAX_MASKS} masks, written {mask_spellings(lm.mask_token)})",
+                                    "He deposited the money in the [MASK].", key="mlm_text")
+                st.form_submit_button("Run", type="primary")
             to_url(text=text, k=top_k)
             check_text(text)
             result = cached_fill(key, text, top_k)
         else:
-            text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text")
+            with st.form("mlm_words_form"):
+                text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text")
+                st.form_submit_button("Run", type="primary")
             check_text(text)
             _, names = words_of(lm, text)
             from_url("words", "mlm_words", lambda v: [int(i) for i in v.split(",") if i],

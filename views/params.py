@@ -105,7 +105,7 @@ with tab_compare:
     table = []
     for model in picked:
         try:
-            c = count_parameters(model)
+            c = count_parameters(model, head)  # the Count chosen above, for every model alike
         except BertScopeError as err:
             show_error(err)
             continue
@@ -120,4 +120,6 @@ with tab_compare:
     if st.toggle("Show the timeline of BERT's story (builds GPT-3 on the meta device: seconds)"):
         story = pd.DataFrame([m.__dict__ for m in milestones()])
         st.plotly_chart(timeline_scatter(story), width="stretch")
-        st.dataframe(story, hide_index=True)
+        st.dataframe(story, hide_index=True,
+                     column_config={"parameters": st.column_config.NumberColumn(format="localized"),
+                                    "year": st.column_config.NumberColumn(format="%d")})

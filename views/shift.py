@@ -26,7 +26,7 @@ from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, allow_expensive, check_text, check_upload
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import result_store
-from views.kit.url import from_url, from_url_layer, layer_in_url, to_url
+from views.kit.url import from_url, from_url_layer, layer_in_url, tab_from_url, to_url
 
 OWN = "Your own word…"
 
@@ -102,8 +102,9 @@ layer = st.select_slider("Layer", list(range(result.n_layers)), result.n_layers 
                          key="shift_layer", help="The embeddings, then the output of each encoder block (from 0).")
 to_url(word=choice if choice != OWN else None, **layer_in_url(layer), pool=pooling if pooling != "mean" else None,
        occ=occurrences if occurrences != "all" else None)
-tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(
-    ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours", "In the Brown corpus"],
+TABS = ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours", "In the Brown corpus"]
+tab_from_url("shift_tab", TABS)
+tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(TABS,
     key="shift_tab", on_change="rerun")
 with tab_sim:
     st.plotly_chart(similarity_heatmap(result, layer), config=PLOT_CONFIG, width="stretch")

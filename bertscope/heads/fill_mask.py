@@ -26,6 +26,13 @@ from bertscope.sources.presets import PRESETS
 MAX_MASKS = 20
 MAX_TOP_K = 100
 ACCEPTED_MASKS = ("[MASK]", "<mask>")
+
+
+def mask_spellings(own: str | None) -> str:
+    """How a mask may be written for a model whose own mask token is ``own``, each spelling once:
+    "[MASK] or <mask>", or "[MASK], <mask> or ▁[MASK]" for a tokenizer with a spelling of its own."""
+    spellings = list(dict.fromkeys([*ACCEPTED_MASKS, *([own] if own else [])]))
+    return ", ".join(spellings[:-1]) + " or " + spellings[-1]
 # Mask spellings of other tools/families that we do not silently reinterpret.
 _FOREIGN_MASKS = re.compile(r"<extra_id_\d+>|\[mask\]|<MASK>|\{mask\}|__MASK__|<\s*mask\s*>|\[\s*MASK\s*\]", re.I)
 
@@ -96,7 +103,7 @@ def normalise_masks(lm: LoadedModel, text: str) -> str:
     foreign = _FOREIGN_MASKS.search(text)
     if foreign:
         raise BertScopeError(
-            f"{foreign.group(0)!r} is not a mask token here: write [MASK] or <mask> (or {own})."
+            f"{foreign.group(0)!r} is not a mask token here: write {mask_spellings(own)}."
         )
     return text.replace("\0", own)
 

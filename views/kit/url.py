@@ -80,3 +80,19 @@ def from_url_layer(key: str, n_layers: int, param: str = "layer") -> None:
 def layer_in_url(index: int) -> dict[str, str]:
     """What ``to_url`` writes for a hidden-state layer: its name and the numbering's version."""
     return {"layer": hidden_name(index), NUMBERING: "2"}
+
+
+def tab_from_url(key: str, names: list[str], param: str | None = None) -> None:
+    """Before ``st.tabs(names, key=key)``: a link's ?{param}=NAME opens that tab (once per session);
+    a name the page has no tab for is ignored with the usual one-line notice."""
+    param = param or key
+    restored = st.session_state.setdefault("_from_url", set())
+    if key in restored or param not in st.query_params:
+        return
+    restored.add(key)
+    raw = st.query_params[param]
+    if raw in names:
+        st.session_state[key] = raw
+    else:
+        st.warning(plain(f"Ignored the link's {param}={raw[:40]}: this page's tabs are {', '.join(names)}."))
+        st.query_params.pop(param, None)
