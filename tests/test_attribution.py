@@ -300,7 +300,7 @@ def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):
 
 
 def test_methods_listed():
-    assert set(METHODS) == {"attention", "rollout", "flow", "norm", "alti", "grad", "ig"}
+    assert set(METHODS) == {"attention", "rollout", "flow", "norm", "alti", "valuezeroing", "grad", "ig"}
 
 
 @pytest.mark.slow

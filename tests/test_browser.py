@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
@@ -142,10 +143,10 @@ def test_home_is_a_front_door(browser, app_url, artifacts):
     links = main.locator('a[data-testid="stPageLink-NavLink"]')
     names = {links.nth(i).inner_text().strip().splitlines()[-1] for i in range(links.count())}  # after the icon
     assert names == {"Attention", "Masked tokens", "Embedding shift", "Cross-lingual", "Parameters", "Probes",
-                     "Pretraining"}
+                     "Interventions", "Faithfulness", "Pretraining"}
     assert "Models you can use right now" in body and "python -m bertscope" in body
-    assert "Heads per layer" in body and "22,713,216" in body
-    assert "Model: bundled" in body
+    assert "Heads per layer" in body and "22,744,506" in body  # bundled-mlm: the encoder and its masked-LM head
+    assert "Model: bundled-mlm" in body
     assert "sentence-transformers/all-MiniLM-L6-v2" in body
     assert "using bundled-mlm, the bundled all-MiniLM-L6-v2" in body  # the offline notice
     assert "Traceback" not in body and not page.locator(".stException").count()
@@ -180,7 +181,7 @@ def pick_model(page, option: str) -> None:
 
 def test_model_picker_bad_id_then_recovers(browser, app_url, artifacts):
     page, problems = open_page(browser, app_url)
-    page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    page.get_by_text("Heads per layer").wait_for(timeout=60_000)  # the default model's card
     pick_model(page, "Other (hub id or local folder)…")
     box = page.get_by_label("Hub id or local folder")
     page.get_by_text("Type a hub id").wait_for(timeout=60_000)  # a prompt, not an error
@@ -192,7 +193,9 @@ def test_model_picker_bad_id_then_recovers(browser, app_url, artifacts):
     assert not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "home-bad-model.png"), full_page=True)
     pick_model(page, "bundled")
-    page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    page.get_by_role("heading", name="Model: bundled", exact=True).wait_for(timeout=60_000)
+    heads = page.locator("tr", has_text="Heads present")  # the card's row: bundled has no heads
+    heads.get_by_text("none (encoder only)").wait_for(timeout=60_000)
     assert not page.locator('[data-testid="stAlertContentError"]').count()
     assert not problems, problems
     page.close()
@@ -302,7 +305,8 @@ def test_masked_page_without_head_on_bundled(browser, app_url, artifacts):
     page.get_by_role("button", name="Switch to bundled-mlm", exact=False).click()
     page.locator(".js-plotly-plot").first.wait_for(timeout=180_000)
     page.get_by_text("bank").first.wait_for(state="attached", timeout=30_000)  # He deposited the money in the [MASK].
-    assert "model=bundled-mlm" in page.url and not page.locator(".stException").count()
+    # bundled-mlm is the offline default, which a link leaves unsaid
+    assert "model=bundled" not in page.url and not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "masked-bundled-mlm.png"), full_page=True)
     # why "paris"? integrated gradients and the other methods for the mask
     page.get_by_role("tab", name="Why this prediction?").click()
@@ -383,7 +387,7 @@ def test_shift_page_bank_on_bundled(browser, app_url, artifacts):
 
 
 def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
-    """Offline, with the English bundled model in the sidebar, the page runs on
+    """Offline, with the English bundled-mlm in the sidebar, the page runs on
     bundled-multilingual and says why; maps, retrieval and token links are drawn; switching to
     the English model shows its weak alignment; a TSV with gaps is used."""
     page, problems = open_page(browser, f"{app_url}/align", height=1500)
@@ -402,7 +406,7 @@ def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
     page.get_by_role("tab", name="Token alignment").click()
     page.get_by_text("mutual argmax links").first.wait_for(timeout=60_000)
     page.screenshot(path=str(artifacts / "align-tokens.png"), full_page=True)
-    page.get_by_text("bundled (sidebar)").click()
+    page.get_by_text("bundled-mlm (sidebar)").click()
     page.get_by_text("Weak alignment").wait_for(timeout=120_000)
     page.screenshot(path=str(artifacts / "align-english-model.png"), full_page=True)
     gaps = tmp_path / "gaps.tsv"
@@ -476,7 +480,7 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     for name, message in (("nobody-xyz/no-such-model", "hub is unreachable"),
                           (str(gpt2_dir), "not a BERT-family encoder")):
         page.goto(app_url)
-        page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
+        page.get_by_text("Heads per layer").wait_for(timeout=60_000)  # the default model's card
         pick_model(page, "Other (hub id or local folder)…")
         box = page.get_by_label("Hub id or local folder")
         box.fill(name)
@@ -493,13 +497,16 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     target = page.get_by_label("Target word")
     target.fill("zebra")
     target.press("Enter")
+    page.get_by_text("Add sentences that contain", exact=False).wait_for(timeout=60_000)
+    assert "Add sentences that contain “zebra”" in alert_text(page, "Info")  # a new word asks first
+    page.get_by_role("button", name="Compare").click()  # pressed anyway: one line
     assert "No sentence contains" in alert_text(page)
     # 10. a parallel file that is comma-separated (cross-lingual page)
     upload_bad_file(page, f"{app_url}/align", "Best layer (centred)", tmp_path / "bad.tsv", "en,de\nhello,Hallo\n")
     assert "comma-separated" in alert_text(page)
     # the app still works for this user...
     page.goto(app_url)
-    page.get_by_test_id("stTableStyledTable").get_by_text("none (encoder only)").wait_for(timeout=60_000)
+    page.get_by_text("Heads per layer").wait_for(timeout=60_000)
     # ...and for another session at the same time
     other, other_problems = open_page(browser, f"{app_url}/params")
     other.get_by_text("22,713,216").first.wait_for(timeout=60_000)
@@ -579,7 +586,7 @@ def test_a_long_job_shows_it_runs_and_stops_on_request(browser, app_url, artifac
     panel.get_by_role("button", name="Compute head statistics").click()
     stop = page.get_by_test_id("stButton").get_by_role("button", name="Stop")
     stop.wait_for(timeout=120_000)
-    assert page.get_by_test_id("stStatusWidget").count()  # "running" in the header, as long as the page works
+    page.get_by_test_id("stStatusWidget").wait_for(timeout=30_000)  # "running" in the header while the page works
     page.screenshot(path=str(artifacts / "attention-head-stats-running.png"))
     stop.click()
     page.get_by_text("Stopped (running the corpus through the model)", exact=False).wait_for(timeout=60_000)
@@ -616,3 +623,80 @@ def test_bertviz_model_view_fits_its_frame(browser, app_url, artifacts, width):
     page.screenshot(path=str(artifacts / f"attention-bertviz-model-{width}.png"), full_page=True)
     assert not problems, problems
     page.close()
+
+
+def test_interventions_page_on_bundled_mlm(browser, app_url, artifacts):
+    """Click two heads on the board, read the predictions before and after; patch the
+    subject-verb example and see both grids."""
+    page, problems = open_page(browser, f"{app_url}/interventions", height=1400)
+    panel = page.get_by_role("tabpanel", name="Ablate heads")
+    area = panel.locator(".nsewdrag").first
+    area.wait_for(timeout=120_000)
+    layers, heads = 6, 12
+    for layer, head in ((3, 1), (4, 3)):
+        box = area.bounding_box()
+        page.mouse.click(box["x"] + (head + 0.5) / heads * box["width"], box["y"] + (layer + 0.5) / layers * box["height"])
+        page.wait_for_url(f"**{layer}%3A{head}**", timeout=30_000)
+    panel.get_by_text("2 head(s) removed (zero): 3:1, 4:3").wait_for(timeout=60_000)
+    assert panel.get_by_text("Mask at token 6").count()
+    page.screenshot(path=str(artifacts / "interventions-ablate.png"), full_page=True)
+    page.get_by_role("tab", name="Patching").click()
+    patch = page.get_by_role("tabpanel", name="Patching")
+    patch.get_by_role("button", name="Patch").click()
+    patch.get_by_text("Recovered fraction when each head's context").wait_for(timeout=180_000)
+    body = page.inner_text("body")
+    assert "Difference to recover" in body and "2: keys→key" in body
+    page.screenshot(path=str(artifacts / "interventions-patching.png"), full_page=True)
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    page.close()
+
+
+def test_faithfulness_page_on_bundled_mlm(browser, app_url, artifacts):
+    """Run the test on ten Brown sentences: the table with intervals, the bars, the curves, and a
+    disagreeing item that opens on the Masked page's *Why this prediction?*."""
+    page, problems = open_page(browser, f"{app_url}/faithfulness?n=10&methods=attention,alti,valuezeroing,grad,"
+                                        "random&steps=8", height=1500)
+    page.get_by_text("Where the methods disagree most").wait_for(timeout=300_000)  # a link runs on arrival
+    page.locator(".js-plotly-plot").nth(2).wait_for(timeout=60_000)
+    body = page.inner_text("body")
+    assert "10 items (10 Brown sentences)" in body and "random floor" in body
+    page.screenshot(path=str(artifacts / "faithfulness.png"), full_page=True)
+    href = page.locator('a[href*="mlm_tab=Why"]').first.get_attribute("href")  # the most disagreeing item
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(href).query)
+    assert "[MASK]" in query["text"][0] and query["model"] == ["bundled-mlm"]
+    other, other_problems = open_page(browser, f"{app_url}/masked?{urllib.parse.urlparse(href).query}", height=1400)
+    other.get_by_text("Agreement between methods").wait_for(timeout=180_000)
+    assert other.get_by_role("tab", name="Why this prediction?").get_attribute("aria-selected") == "true"
+    other.screenshot(path=str(artifacts / "faithfulness-opened.png"), full_page=True)
+    assert not page.locator(".stException").count() and not other.locator(".stException").count()
+    assert not problems and not other_problems, (problems, other_problems)
+    page.close()
+    other.close()
+
+
+def test_interventions_page_at_512_tokens_on_bert_base(browser, random_base_dir, tmp_path, artifacts):
+    """A BERT-base-sized model and inputs of about 500 tokens: ablation answers, patching the
+    changed word and the mask shows its progress, and the long head grid can be stopped."""
+    import urllib.parse
+
+    sentence = "the bank of the river was muddy after the storm , and the boats stayed in . "
+    clean = sentence * 28 + "the bank of the river was [MASK] after the storm ."
+    corrupt = clean.replace("river", "money", 1)
+    query = urllib.parse.urlencode({"int_tab": "Patching", "clean": clean, "corrupt": corrupt, "a": "muddy",
+                                    "b": "steep", "pos": "changed", "heads": "3:7"})
+    with running_app(tmp_path / "server.log", model=str(random_base_dir)) as url:
+        page, problems = open_page(browser, f"{url}/interventions?{query}", 1400)
+        patch = page.get_by_role("tabpanel", name="Patching")  # the link opens it and patches on arrival
+        patch.get_by_text("Patching hidden states, cells", exact=False).wait_for(timeout=180_000)  # its progress
+        patch.get_by_text("Recovered fraction when each hidden state").wait_for(timeout=300_000)
+        stop = page.get_by_test_id("stButton").get_by_role("button", name="Stop")
+        patch.get_by_text("Patching heads, cells", exact=False).wait_for(timeout=60_000)
+        page.screenshot(path=str(artifacts / "interventions-512-patching.png"), full_page=True)
+        stop.click()
+        page.get_by_text("Stopped (patching heads", exact=False).wait_for(timeout=120_000)
+        page.get_by_role("tab", name="Ablate heads").click()
+        page.get_by_text("1 head(s) removed (zero): 3:7").wait_for(timeout=180_000)
+        assert not page.locator(".stException").count()
+        assert not problems, problems
+        page.close()

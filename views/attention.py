@@ -130,8 +130,10 @@ with tabs[3]:
         st.caption("Raw weights ignore what a head moves and the residual stream. Beside them: rollout and "
                    "flow (Abnar & Zuidema 2020; heads averaged, residual as 0.5·A + 0.5·I), the size of what "
                    "is moved, ‖Σ α f(x)‖ (Kobayashi et al. 2020, this layer alone), and ALTI (Ferrando et al. "
-                   "2022; attention, residual and LayerNorm, composed through the layers), each as the state "
-                   f"after the layer picked above, layer {layer}.")
+                   "2022; attention, residual and LayerNorm, composed through the layers) and Value Zeroing "
+                   "(Mohebbi et al. 2023; each layer re-run with one token's values zeroed, composed), each as "
+                   f"the state after the layer picked above, layer {layer}. Which of them to trust on this model: "
+                   "the Faithfulness page.")
         matrix_methods = [m.name for m in METHODS.values() if m.kind == "matrix"]
         methods = st.multiselect("Methods", matrix_methods, ["attention", "rollout", "alti"], key="att_methods",
                                  format_func=lambda m: METHODS[m].title)
@@ -148,8 +150,11 @@ with tabs[3]:
                                    f"has {r.n_tokens}): rollout approximates it.")
                     elif found is None and st.button(f"Compute {name} after layer {layer} (seconds to a minute)",
                                                      key=f"att_{name}_go"):
-                        store.compute(request, lambda progress, m=name: from_attentions(r, m, [layer], progress),
-                                      f"{record.title.capitalize()}, rows", asked=True)
+                        store.compute(request, lambda progress, m=name: (
+                            from_attentions(r, m, [layer], progress) if METHODS[m].from_attentions else
+                            token_matrices(cached_model(*key), text, pair or None, m, [layer], progress)),
+                            f"{record.title.capitalize()}, " + ("rows" if record.from_attentions else "layers"),
+                            asked=True)
                         st.rerun()  # redraw without the button
                     if found is not None:
                         matrices[name] = found

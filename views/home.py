@@ -35,6 +35,15 @@ PAGES = [
      "*brown-pos*: real text, where the probe beats its control task by a wide margin (selectivity about 0.4 "
      "on bundled); then the template suite *pos*, where task and control both score near 100%: why control "
      "tasks matter."),
+    ("views/faithfulness.py", "Faithfulness", ":material/fact_check:",
+     "which attribution to trust on this model: every method's token ranking put to an erasure test on the "
+     "model's own predictions, with intervals and a random floor.",
+     "*Run the test* on 25 Brown sentences on bundled-mlm, then open the item where the methods disagree most."),
+    ("views/interventions.py", "Interventions", ":material/science:",
+     "test a claim by changing the model: remove heads, rank heads by importance with a pruning curve, "
+     "patch activations from a clean run into a corrupted one.",
+     "*Patching* with the subject–verb example on bundled-mlm: the subject's number sits on *keys* in the "
+     "lower layers and reaches the mask around layers 3-4."),
     ("views/pretrain.py", "Pretraining", ":material/model_training:",
      "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and after.",
      "bundled with the *news* genre, 256 chunks, one epoch; then its fill-mask."),
@@ -71,7 +80,8 @@ if not demo():
     st.subheader("Headless")
     st.markdown("Everything on these pages runs from a shell too (documented in the README, "
                 "*Command line*): `python -m bertscope COMMAND` for info, inspect, attention, head-stats, "
-                "fill-mask, mlm-recipe, nsp, sop, shift, corpus-search, align, probe, params and attribute; "
+                "fill-mask, mlm-recipe, nsp, sop, shift, corpus-search, align, probe, params, attribute, "
+                "faithfulness, ablate, head-importance and patch; "
                 "`python -m probes.layerwise` and `probes.sweep` for probe runs; "
                 "`python -m bertscope pretrain` for BERT's masked-LM recipe.")
     st.code('python -m bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',

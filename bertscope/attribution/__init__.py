@@ -1,8 +1,11 @@
 """Attribution beyond raw attention, as a registry (``registry.METHODS``: one record per method).
 
-``rollout`` (rollout and flow), ``blocks`` (norm-based attention, ALTI), ``gradients`` (gradient x
-input, integrated gradients, targets), ``results`` (the types), ``methods`` (the entry points:
-``attribute``, ``token_matrices``, ``token_scores``), ``explain`` (every method on one masked
-prediction). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``heads``,
-``analysis``.
+``rollout`` (rollout and flow), ``blocks`` (norm-based attention, ALTI), ``value_zeroing`` (Mohebbi
+et al. 2023), ``gradients`` (gradient x input, integrated gradients, targets), ``results`` (the
+types), ``methods`` (the entry points: ``attribute``, ``token_matrices``, ``token_scores``),
+``explain`` (every method on one masked prediction). Which to trust: ``items`` (Brown sentences
+with a content word-piece masked), ``erasure`` (tokens removed through the attention mask or by
+[MASK], p(y) read), ``faithfulness`` (comprehensiveness, sufficiency, leave-one-out agreement,
+bootstrap intervals). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
+``heads``, ``analysis``.
 """

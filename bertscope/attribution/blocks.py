@@ -27,54 +27,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
+from bertscope.core.block_modules import BlockParts, block_parts
 from bertscope.core.forward import inspect, to_device
 from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 
-BERT_BLOCKS = frozenset({"bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie", "data2vec-text"})
 CHUNK_BYTES = 64 * 2**20  # one [query block, key, dim] float32 slab
-
-
-@dataclass(frozen=True)
-class BlockParts:
-    """The modules of one attention block that the measures read."""
-
-    value: Any  # nn.Linear: x -> x W_V + b_V, all heads side by side
-    output: Any  # nn.Linear: concatenated heads -> hidden (W_O, b_O)
-    norm: Any  # nn.LayerNorm over (attention output + residual)
-
-
-def block_parts(lm: LoadedModel) -> list[BlockParts]:
-    """One entry per layer, in order (ALBERT's shared layer repeats)."""
-    base = lm.model.base_model
-    kind = lm.model_type
-    if kind in BERT_BLOCKS:
-        return [BlockParts(layer.attention.self.value, layer.attention.output.dense, layer.attention.output.LayerNorm)
-                for layer in base.encoder.layer]
-    if kind == "albert":
-        cfg = lm.config
-        if cfg.inner_group_num != 1:
-            raise BertScopeError("ALBERT with several layers per group is not supported by norm/ALTI.")
-        groups = base.encoder.albert_layer_groups
-        per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
-        parts = []
-        for i in range(cfg.num_hidden_layers):
-            att = groups[i // per_group].albert_layers[0].attention
-            parts.append(BlockParts(att.value, att.dense, att.LayerNorm))
-        return parts
-    if kind == "distilbert":
-        return [BlockParts(block.attention.v_lin, block.attention.out_lin, block.sa_layer_norm)
-                for block in base.transformer.layer]
-    raise BertScopeError(
-        f"Norm-based attention and ALTI read BERT-style post-LayerNorm blocks; {lm.model_type} is not one "
-        "of them (BERT, RoBERTa, XLM-R, ELECTRA, ALBERT, DistilBERT): use rollout, flow, grad or ig."
-    )
 
 
 @dataclass(frozen=True, eq=False)

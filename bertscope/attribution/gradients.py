@@ -68,14 +68,17 @@ class Target:
         return f'the probe\'s class "{self.label}" at layer {self.layer}{where}'
 
 
-def _token_id(lm: LoadedModel, token: str) -> int:
+def token_id(lm: LoadedModel, token: str) -> int:
     """A vocabulary item as typed: its own spelling, or a word that is one piece."""
     vocab = lm.tokenizer.get_vocab()
     if token in vocab:
         return vocab[token]
     pieces = lm.tokenizer.tokenize(" " + token.strip()) if token.strip() else []
-    if len(pieces) == 1:
+    if len(pieces) == 1 and pieces[0] != lm.tokenizer.unk_token:
         return vocab[pieces[0]]
+    if pieces and all(p == lm.tokenizer.unk_token for p in pieces):
+        raise BertScopeError(f"{token!r} is not one vocabulary item of {lm.name}: it is unknown to its vocabulary "
+                             f"({lm.tokenizer.unk_token}).")
     raise BertScopeError(f"{token!r} is not one vocabulary item of {lm.name} (it is {len(pieces)} pieces: "
                          f"{' '.join(pieces)}): choose a single piece.")
 
@@ -108,9 +111,9 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
                                  logit_positions=[pos]).logits_at(pos)
             best = int(np.argmax(logits))
             target = Target("token", pos, lm.tokenizer.convert_ids_to_tokens(best) or f"#{best}", best)
-        token_id = target.token_id if target.token_id is not None else _token_id(lm, target.token)
-        target = Target("token", pos, target.token, token_id)
-        return (lambda e: torch.log_softmax(_logits(run(lm.model, e))[:, pos].float(), -1)[:, token_id]), target
+        item = target.token_id if target.token_id is not None else token_id(lm, target.token)
+        target = Target("token", pos, target.token, item)
+        return (lambda e: torch.log_softmax(_logits(run(lm.model, e))[:, pos].float(), -1)[:, item]), target
     if target.kind in PAIR_HEADS:
         output, name, family = PAIR_HEADS[target.kind]
         if target.kind not in lm.heads:

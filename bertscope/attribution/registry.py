@@ -4,7 +4,7 @@ one-method-per-file ``attr/_core``).
 
     >>> from bertscope.attribution.registry import METHODS
     >>> [m.name for m in METHODS.values() if m.kind == "matrix"]
-    ['attention', 'rollout', 'flow', 'norm', 'alti']
+    ['attention', 'rollout', 'flow', 'norm', 'alti', 'valuezeroing']
 
 A matrix method maps (model, a pass of the input, the layers wanted) to ``[layer, query, key]``:
 how much input token j contributes to token i after each layer; a score method maps (model, the
@@ -19,7 +19,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from bertscope.attribution import blocks, gradients, rollout
+from bertscope.attribution import blocks, gradients, rollout, value_zeroing
 from bertscope.errors import BertScopeError
 
 
@@ -61,6 +61,10 @@ def _alti(lm, ins, layers, progress) -> np.ndarray:
     return blocks.block_measures(lm, None, None, ins).alti_aggregated()
 
 
+def _valuezeroing(lm, ins, layers, progress) -> np.ndarray:
+    return value_zeroing.value_zeroing_composed(lm, ins, up_to=max(layers), progress=progress)  # layers 0..max
+
+
 def _grad(lm, ins, target, steps, progress) -> gradients.Attribution:
     return gradients.gradient_x_input(lm, ins, target)
 
@@ -79,6 +83,8 @@ METHODS: dict[str, Method] = {
                on_request=True, max_tokens=rollout.MAX_FLOW_TOKENS),
         Method("norm", "‖Σ α f(x)‖ (norm-based)", "matrix", False, False, False, _norm, "Kobayashi et al. 2020"),
         Method("alti", "ALTI (composed)", "matrix", True, False, False, _alti, "Ferrando et al. 2022"),
+        Method("valuezeroing", "Value Zeroing (composed)", "matrix", True, False, False, _valuezeroing,
+               "Mohebbi et al. 2023", on_request=True),
         Method("grad", "gradient × input", "scores", False, True, False, _grad, "Shrikumar et al. 2017"),
         Method("ig", "integrated gradients", "scores", False, True, False, _ig, "Sundararajan et al. 2017"),
     ]

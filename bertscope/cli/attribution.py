@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load
+from bertscope.cli.common import Command, load, progress_bar, read_text
 from bertscope.core.layers import parse_blocks
 from bertscope.errors import BertScopeError
 
@@ -61,7 +61,83 @@ def _attribute_arguments(p: argparse.ArgumentParser) -> None:
                                     "is --layers 5 now); default all")
 
 
+def faithfulness_items(lm, corpus: str | None, data: str | None, seed: int):
+    """(items, lines skipped, where they came from) for ``--corpus brown:N`` or ``--data FILE``."""
+    from bertscope.attribution.items import brown_items, text_items
+
+    if data is not None:
+        items, skipped = text_items(lm, read_text(data, "data").splitlines(), seed)
+        return items, skipped, data
+    spec = corpus or "brown:200"
+    name, _, size = spec.partition(":")
+    if name != "brown" or not (size or "200").isdigit():
+        raise BertScopeError(f"{spec!r}: use --corpus brown:N (N Brown sentences) or --data FILE.")
+    n = int(size or 200)
+    return brown_items(lm, n, seed), 0, f"brown:{n}"
+
+
+def cmd_faithfulness(args: argparse.Namespace) -> Any:
+    from bertscope.attribution.faithfulness import check_methods, faithfulness
+    from bertscope.attribution.erasure import REMOVALS
+
+    if args.corpus is not None and args.data is not None:
+        raise BertScopeError("Give --corpus or --data, not both.")
+    methods = check_methods(args.methods.split(","))
+    if args.removal not in REMOVALS:  # argparse checks too; the library says the same
+        raise BertScopeError(f"Unknown removal {args.removal!r}.")
+    if args.steps < 1:
+        raise BertScopeError("--steps must be at least 1.")
+    lm = load(args)
+    items, skipped, source = faithfulness_items(lm, args.corpus, args.data, args.seed)
+    with progress_bar("items", "item") as progress:
+        board = faithfulness(lm, items, methods, args.removal, args.steps, args.seed, source, skipped, progress)
+    if args.json:
+        return board.to_json()
+    return board_table(board)
+
+
+def board_table(board) -> str:
+    """The scoreboard as text: one row per method, means with 95% intervals."""
+    summary = board.summary()
+    removal = "excluded as keys (attention mask)" if board.removal == "attention" else "replaced by [MASK]"
+    lines = [f"faithfulness of each method on {board.model}'s own masked-token predictions: {len(board.results)} items "
+             f"({board.source}{f', lines skipped: {board.skipped}' if board.skipped else ''}); removed tokens "
+             f"{removal}; AOPC over k = " + ", ".join(f"{f:.0%}" for f in board.fractions) + " of the candidates",
+             f"{'method':<14}{'comprehensiveness ↑':>26}{'sufficiency ↓':>26}{'ρ with leave-one-out ↑':>26}"
+             f"{'s/item':>9}"]
+
+    def cell(stat: dict) -> str:
+        if stat["mean"] is None:
+            return f"{'-':>26}"
+        return f"{stat['mean']:>+10.3f} [{stat['low']:+.3f}, {stat['high']:+.3f}]"
+
+    for name, entry in summary.items():
+        lines.append(f"{name:<14}{cell(entry['comprehensiveness'])}{cell(entry['sufficiency'])}"
+                     f"{cell(entry['loo_spearman'])}{entry['seconds_per_item']:>9.2f}")
+    return "\n".join(lines)
+
+
+def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.attribution.erasure import REMOVALS
+    from bertscope.attribution.faithfulness import DEFAULT_METHODS
+
+    p.add_argument("--corpus", help="brown:N: N Brown sentences over every genre, each with one content word-piece "
+                                    "masked (default brown:200)")
+    p.add_argument("--data", help="a UTF-8 file, one sentence a line: a line's [MASK] is used, else a content word "
+                                  "(Brown's tags) is masked")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated methods of `attribute`, "
+                                                                        "and random (the floor)")
+    p.add_argument("--removal", choices=REMOVALS, default="attention", help="attention: a removed token is no "
+                                                                            "query's key in any layer, positions kept "
+                                                                            "(default); mask: it becomes [MASK]")
+    p.add_argument("--seed", type=int, default=0, help="which sentences and pieces, and the random ranking")
+    p.add_argument("--steps", type=int, default=50, help="integrated gradients' steps")
+
+
 COMMANDS = [
+    Command("faithfulness", "which attribution to trust: comprehensiveness, sufficiency and agreement with "
+            "leave-one-out of every method on the model's own masked-token predictions", cmd_faithfulness,
+            _faithfulness_arguments),
     Command("attribute", "rollout, flow, norm-based attention, ALTI, gradient x input, integrated gradients",
             cmd_attribute, _attribute_arguments),
 ]

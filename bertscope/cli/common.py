@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from bertscope.errors import BertScopeError
 
@@ -45,3 +47,22 @@ def model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
     p.add_argument("--dtype", default="auto", help="auto (float32), float16 or bfloat16 on a GPU")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+@contextmanager
+def progress_bar(what: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` drawing a bar on stderr (stdout stays the result)."""
+    from tqdm import tqdm
+
+    bar: list = []
+
+    def progress(done: int, total: int) -> None:
+        if not bar:
+            bar.append(tqdm(total=total, desc=what, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False))
+        bar[0].update(done - bar[0].n)
+
+    try:
+        yield progress
+    finally:
+        if bar:
+            bar[0].close()

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from bertscope.corpora.brown import BrownSentence, read_brown
+from bertscope.corpora.brown import BrownSentence, read_brown, split_documents
 from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.errors import BertScopeError
 
@@ -79,3 +79,15 @@ def brown_texts(sentences: int = 500, seed: int = 0, folder=None) -> list[str]:
     corpus = read_brown(folder)
     return [s.text for _, s in sample_sentences(corpus.documents, sentences, seed)]
 
+
+
+def brown_split_texts(sentences: int, held_out: bool, seed: int = 0, folder=None) -> list[str]:
+    """``sentences`` Brown sentences from the training side (``held_out=False``) or the held-out side
+    of the document split (``brown.split_documents``: 10% of each genre's documents), spread over
+    the side's documents: what a measurement fits on, and what it is scored on, never share a
+    document."""
+    corpus = read_brown(folder)
+    train_ids, held_ids = split_documents([d.id for d in corpus.documents], seed=seed)
+    wanted = set(held_ids if held_out else train_ids)
+    documents = [d for d in corpus.documents if d.id in wanted]
+    return [s.text for _, s in sample_sentences(documents, sentences, seed)]

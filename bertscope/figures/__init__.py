@@ -1,7 +1,8 @@
 """Plotly (and bertviz) builders: pure functions from results to figures; no widgets.
 
-One module per view: ``attention``, ``attribution``, ``shift``, ``align``, ``probe``, and the
-compact encodings they share (``compact``); ``bertviz_assets`` serves bertviz's scripts locally.
-Pages in ``views/`` call these and only render what they return. May import every floor below
-(``errors`` ... ``training``); nothing in the library imports it but ``cli``.
+One module per view: ``attention``, ``attribution``, ``shift``, ``align``, ``probe``,
+``interventions``, and the compact encodings they share (``compact``); ``bertviz_assets`` serves
+bertviz's scripts locally. Pages in ``views/`` call these and only render what they return. May
+import every floor below (``errors`` ... ``interventions``); nothing in the library imports it but
+``cli``.
 """

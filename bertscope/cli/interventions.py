@@ -1,0 +1,171 @@
+"""Commands that change the model and watch the output: ablate, head-importance, patch.
+Layers and heads are numbered from 0 as in ``attention``; hidden states as in ``inspect``
+("embeddings", then layer l's output)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from bertscope.cli.common import Command, load, progress_bar, read_text
+from bertscope.core.layers import hidden_name
+from bertscope.errors import BertScopeError
+
+
+def brown_sentences(spec: str, default: int, held_out: bool) -> list[str]:
+    """``brown`` or ``brown:N``: N sentences from the training (or held-out) documents of Brown."""
+    from bertscope.corpora.brown_tasks import brown_split_texts
+
+    size = spec.partition(":")[2] or str(default)
+    if not size.isdigit() or int(size) < 1:
+        raise BertScopeError(f"{spec!r}: use brown or brown:N (N sentences, at least 1), or a text file.")
+    return brown_split_texts(int(size), held_out=held_out)
+
+
+def sentences_from(spec: str, default: int, held_out: bool) -> list[str]:
+    from bertscope.corpora.sentences import read_corpus
+
+    if spec.startswith("brown"):
+        return brown_sentences(spec, default, held_out)
+    return read_corpus(read_text(spec, "corpus"))
+
+
+def cmd_ablate(args: argparse.Namespace) -> Any:
+    from bertscope.attribution.gradients import parse_target
+    from bertscope.interventions.ablation import ablate_heads, parse_heads
+
+    heads = parse_heads(args.heads)
+    target = parse_target(args.target, args.probe, args.probe_layer, args.label, args.position)
+    reference = sentences_from(args.reference, 200, False) if args.reference else None
+    lm = load(args)
+    with progress_bar("mean contexts", "sentence") as progress:
+        result = ablate_heads(lm, args.text, heads, args.mode, args.pair, target, args.top_k, reference=reference,
+                              progress=progress)
+    if args.json:
+        return result.to_json()
+    named = ", ".join(f"{layer}:{head}" for layer, head in result.heads)
+    lines = [f"{args.mode} ablation of heads {named} (layer:head, from 0)"
+             + (f"; means over {result.reference}" if result.reference else "")]
+    if result.decision is not None:
+        d = result.decision
+        lines.append(f"  p = {d['before']:.4f} before, {d['after']:.4f} after")
+    for m in result.masks:
+        lines.append(f"  mask at {m.position}:")
+        for b, a in zip(m.before, m.after):
+            lines.append(f"    {b.token.strip():<14} {b.score:.4f}    {a.token.strip():<14} {a.score:.4f}")
+        if m.token is not None:
+            lines.append(f"    p({m.token}) {m.token_before:.4f} -> {m.token_after:.4f}")
+    return "\n".join(lines)
+
+
+def _ablate_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.interventions.ablation import MODES
+
+    p.add_argument("text", help="the input, with [MASK] where the prediction to test is (or a pair with --pair)")
+    p.add_argument("--heads", required=True, help="heads to remove, LAYER:HEAD[,LAYER:HEAD…], both from 0 (3:7,5:2)")
+    p.add_argument("--mode", choices=MODES, default="zero", help="zero the heads' contexts, or replace each by its "
+                                                                 "mean over --reference")
+    p.add_argument("--reference", help="mean mode: a UTF-8 file (one sentence a line) or brown:N (default: 200 "
+                                       "Brown sentences from the training documents)")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--pair", help="segment B text (for nsp/sop)")
+    p.add_argument("--target", help="POSITION:TOKEN (that token's probability at a mask as well), nsp, or sop")
+    p.add_argument("--probe", help="a probe run's output folder (probes.layerwise --out)")
+    p.add_argument("--layer", dest="probe_layer", help="with --probe: the layer the probe reads, 0 to L-1 or "
+                                                        "'embeddings'")
+    p.add_argument("--class", dest="label", help="with --probe: the class whose probability to watch")
+    p.add_argument("--position", type=int, help="with a word-level probe: a token position of the word")
+
+
+def cmd_head_importance(args: argparse.Namespace) -> Any:
+    from bertscope.interventions.importance import head_importance, pruning_curve
+
+    texts = sentences_from(args.corpus, 256, False)
+    held = sentences_from(args.held_out, 200, True) if args.prune else None
+    lm = load(args)
+    with progress_bar("gate gradients", "sentence") as progress:
+        imp = head_importance(lm, texts, batch_size=args.batch_size, seed=args.seed, progress=progress)
+    curve = None
+    if args.prune:
+        with progress_bar("pruning", "step") as progress:
+            curve = pruning_curve(lm, imp, held, seed=args.seed, progress=progress)
+    if args.json:
+        out = imp.to_json()
+        if curve is not None:
+            out["pruning"] = curve.to_json()
+        return out
+    lines = [f"head importance (Michel et al. 2019) over {imp.sentences} sentences, {imp.positions} masked "
+             f"positions, loss {imp.loss:.3f}; each layer's row has unit ℓ2 norm", "layer  " +
+             " ".join(f"{h:>5}" for h in range(lm.num_heads))]
+    for layer, row in enumerate(imp.importance):
+        lines.append(f"{layer:>5}  " + " ".join(f"{v:5.2f}" for v in row))
+    if curve is not None:
+        mean = curve.random_mean
+        lines.append(f"pruning: held-out masked-LM top-1 over {curve.positions} positions")
+        lines.append("removed  importance order  random (mean of " + str(len(curve.random_orders)) + ")")
+        for f, a, r in zip(curve.fractions, curve.importance_order, mean):
+            lines.append(f"  {f:>5.0%}  {a:16.3f}  {r:.3f}")
+    return "\n".join(lines)
+
+
+def _head_importance_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", default="brown:256", help="brown:N (N sentences of Brown's training documents, "
+                                                         "default 256) or a UTF-8 file, one sentence a line")
+    p.add_argument("--prune", action="store_true", help="also the pruning curve (10%% of the heads at a time)")
+    p.add_argument("--held-out", default="brown:200", help="--prune: brown:N (Brown's held-out documents, default "
+                                                           "200 sentences) or a UTF-8 file")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0, help="the masking's seed (BERT's 15%% positions)")
+
+
+def cmd_patch(args: argparse.Namespace) -> Any:
+    from bertscope.interventions.patching import patch
+
+    candidates = [c for c in (args.target or "").split(",")]
+    if len(candidates) != 2:
+        raise BertScopeError("--target takes two tokens, TOKEN_A,TOKEN_B: the metric is their logit difference.")
+    positions = None
+    if args.positions:
+        try:
+            positions = [int(p) for p in args.positions.split(",") if p.strip()]
+        except ValueError:
+            raise BertScopeError("--positions takes token positions, e.g. 2,6.") from None
+    lm = load(args)
+    with progress_bar("patching", "cell") as progress:
+        result = patch(lm, args.clean, args.corrupt, candidates, args.what, positions, progress=progress)
+    if args.json:
+        return result.to_json()
+    s = result.setup
+    lines = [f"logit({s.candidates[0]}) - logit({s.candidates[1]}) at position {s.position}: clean {result.m_clean:.3f}, "
+             f"corrupted {result.m_corrupt:.3f}; recovered fraction per "
+             + ("hidden state (rows) and position (columns)" if args.what == "hidden" else "layer (rows) and head")]
+    columns = s.tokens if args.what == "hidden" else [str(h) for h in range(lm.num_heads)]
+    width = max(6, *(len(c) for c in columns)) + 1
+    lines.append(" " * 11 + "".join(f"{c[:width - 1]:>{width}}" for c in columns))
+    for index, row in enumerate(result.recovered):
+        name = hidden_name(index) if args.what == "hidden" else str(index)
+        lines.append(f"{name:>10} " + "".join(f"{v:>{width}.2f}" if v == v else " " * (width - 1) + "-" for v in row))
+    return "\n".join(lines)
+
+
+def _patch_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.interventions.patching import WHATS
+
+    p.add_argument("--clean", required=True, help="the clean text")
+    p.add_argument("--corrupt", required=True, help="the corrupted text: as many tokens as the clean one, with a [MASK]")
+    p.add_argument("--target", required=True, help="TOKEN_A,TOKEN_B: the metric is logit(A) - logit(B) at the "
+                                                   "corrupted text's first mask")
+    p.add_argument("--what", choices=WHATS, default="hidden", help="hidden: every (hidden state, position); heads: "
+                                                                    "every (layer, head)")
+    p.add_argument("--positions", help="hidden: only these token positions, e.g. 2,6 (a long input's grid costs "
+                                       "one pass a cell); default all")
+
+
+COMMANDS = [
+    Command("ablate", "remove attention heads (zero or mean) and compare predictions before and after",
+            cmd_ablate, _ablate_arguments),
+    Command("head-importance", "head importance from gate gradients (Michel et al. 2019), with --prune the "
+            "pruning curve", cmd_head_importance, _head_importance_arguments),
+    Command("patch", "activation patching: clean states put into a corrupted run, the recovered fraction per "
+            "(hidden state, position) or (layer, head)", cmd_patch, _patch_arguments),
+]

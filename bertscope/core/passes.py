@@ -1,0 +1,50 @@
+"""Batches for interventions: texts tokenised once, padded in length order, inputs on the model's
+device, batches bounded by bytes like every other stream (``core.forward``)."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import torch
+
+from bertscope.core.forward import DEFAULT_BATCH_BYTES, Padded, check_text, pad, plan_batches, to_device, tokenize
+from bertscope.core.models import LoadedModel
+
+
+def pass_bytes(lm: LoadedModel, tokens: int) -> int:
+    """What one row of a pass without returned outputs holds at once, about: a layer's activations
+    (the feed-forward's 4x width) and one layer's attention scores."""
+    return tokens * lm.hidden_size * 4 * 8 + lm.num_heads * tokens * tokens * 4
+
+
+def batches(lm: LoadedModel, texts: Sequence[str], batch_size: int = 32,
+            max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> Iterator[tuple[list[int], Padded, dict]]:
+    """(rows of ``texts``, the padded batch, its inputs on the device), shortest first."""
+    texts = [check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
+    tokenized = tokenize(lm, texts, [None] * len(texts))
+    lengths = [len(e.ids) for e in tokenized.encodings]
+    for rows in plan_batches(lengths, lambda n: pass_bytes(lm, n), batch_size, max_batch_bytes):
+        padded = pad(lm, tokenized, rows)
+        feed = {k: to_device(v, lm.device) for k, v in padded.feed.items() if k in lm.tokenizer.model_input_names}
+        yield rows, padded, feed
+
+
+def repeat_feed(feed: dict, rows: int) -> dict:
+    """One input's feed ([1, token] each) as ``rows`` identical rows."""
+    return {k: v.expand(rows, -1).contiguous() for k, v in feed.items()}
+
+
+def rows_within_budget(lm: LoadedModel, tokens: int, max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> int:
+    return max(1, max_batch_bytes // max(1, pass_bytes(lm, tokens)))
+
+
+def no_grad_pass(lm: LoadedModel, module, feed: dict):
+    """One pass without returned weights, on the fast kernel, under the model's guard."""
+    with lm.guard, lm.attention_kernel(False), torch.inference_mode():
+        return module(**feed, return_dict=True)
+
+
+def wide(t: torch.Tensor) -> torch.Tensor:
+    """Half-precision values widened to float32 for a loss or a difference; float32 and float64 as
+    they are."""
+    return t.float() if t.element_size() < 4 else t

@@ -1,0 +1,207 @@
+"""Activation patching: where does the information that decides a prediction live? (Vig et al.
+2020, causal mediation analysis; Meng et al. 2022, causal tracing.)
+
+Two inputs with the same number of tokens, a clean and a corrupted one ("The keys to the cabinet
+[MASK] …" / "The key to the cabinet [MASK] …"), and a metric read on the corrupted run: the logit
+difference of two candidate tokens at its first [MASK] (``are`` − ``is``). Then, one cell at a time,
+a piece of the clean run is put into the corrupted run and the metric read again, reported as the
+recovered fraction ``(m_patched − m_corrupt) / (m_clean − m_corrupt)``: 0 where the piece carries
+nothing of the difference, 1 where it carries all of it.
+
+- ``hidden``: hidden state s (the embeddings, then each layer's output, ``core.layers``) at one
+  position, for every (s, position): ``(L + 1) x T`` cells.
+- ``heads``: one head's slice of the attention context (before the output projection, at every
+  position), for every (layer, head): ``L x H`` cells.
+
+Cells run as rows of a batch: a layer's positions go through the model together, as many rows
+as the byte budget of a pass allows (``passes.rows_within_budget``), not one forward per cell.
+The clean pieces are captured with the same hooks that put them back, so patching every position
+of a hidden state reproduces the clean run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+import torch
+
+from bertscope.attribution.gradients import token_id
+from bertscope.core.forward import DEFAULT_BATCH_BYTES, check_text, pad, to_device, tokenize
+from bertscope.core.layers import hidden_labels
+from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
+from bertscope.heads.fill_mask import require_mlm
+from bertscope.heads.logit_lens import mlm_head
+from bertscope.core.hooks import HeadEdit, StateEdit
+from bertscope.core.passes import repeat_feed, rows_within_budget, wide
+
+What = Literal["hidden", "heads"]
+WHATS = ("hidden", "heads")
+METRIC = "logit_diff"
+MIN_DIFFERENCE = 1e-4  # |m_clean - m_corrupt| below this leaves nothing to recover
+
+
+@dataclass(frozen=True)
+class PatchSetup:
+    """The two runs and the metric, ready for cells."""
+
+    clean: str
+    corrupt: str
+    clean_tokens: list[str]
+    tokens: list[str]  # the corrupted input's tokens
+    position: int  # the [MASK] of the corrupted input the metric reads
+    candidates: tuple[str, str]
+    candidate_ids: tuple[int, int]
+    clean_feed: dict  # [1, token] each, on the device
+    corrupt_feed: dict
+
+
+def _metric(lm: LoadedModel, last_hidden: torch.Tensor, setup: PatchSetup) -> torch.Tensor:
+    """[rows] logit(candidate A) − logit(candidate B) at the mask, from [rows, token, dim]."""
+    logits = wide(mlm_head(lm)(last_hidden[:, setup.position]))  # [rows, vocab]
+    a, b = setup.candidate_ids
+    return logits[:, a] - logits[:, b]
+
+
+def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]) -> PatchSetup:
+    """Both inputs tokenised and checked: the same token count, a mask in the corrupted one, two
+    candidates that are one vocabulary item each."""
+    require_mlm(lm)
+    clean, corrupt = check_text(clean, "the clean text"), check_text(corrupt, "the corrupted text")
+    if len(candidates) != 2 or not all(str(c).strip() for c in candidates):
+        raise BertScopeError("Give two candidate tokens, e.g. are,is: the metric is their logit difference.")
+    a, b = (str(c).strip() for c in candidates)
+    ids = (token_id(lm, a), token_id(lm, b))
+    if ids[0] == ids[1]:
+        raise BertScopeError(f"{a!r} and {b!r} are the same vocabulary item: give two different candidates.")
+    tokenized = tokenize(lm, [clean, corrupt], [None, None])
+    n_clean, n_corrupt = tokenized.original
+    if n_clean > lm.max_length or n_corrupt > lm.max_length:
+        raise BertScopeError(f"{lm.name} reads at most {lm.max_length} tokens; the inputs have {n_clean} and {n_corrupt}.")
+    if n_clean != n_corrupt:
+        raise BertScopeError(f"The clean text has {n_clean} tokens and the corrupted one {n_corrupt}: patching puts "
+                             f"each position of one into the other, so both need the same number.")
+    mask_id = lm.tokenizer.mask_token_id
+    corrupt_ids = tokenized.encodings[1].ids
+    if mask_id is None or mask_id not in corrupt_ids:
+        raise BertScopeError(f"The corrupted text has no {lm.tokenizer.mask_token or '[MASK]'}: put one where the "
+                             f"candidates compete.")
+    feeds = []
+    for row in (0, 1):
+        padded = pad(lm, tokenized, [row])
+        feeds.append({k: to_device(v, lm.device) for k, v in padded.feed.items() if k in lm.tokenizer.model_input_names})
+    tokens = [lm.tokenizer.convert_ids_to_tokens(e.ids) for e in tokenized.encodings]
+    return PatchSetup(clean, corrupt, tokens[0], tokens[1], corrupt_ids.index(mask_id), (a, b), ids, *feeds)
+
+
+def _pass(lm: LoadedModel, feed: dict) -> torch.Tensor:
+    """[rows, token, dim] the last hidden state (the base model only; the head reads one position)."""
+    return lm.model.base_model(**feed, return_dict=True).last_hidden_state
+
+
+def capture(lm: LoadedModel, setup: PatchSetup, what: What) -> tuple[torch.Tensor, float, float]:
+    """(the clean run's pieces, m_clean, m_corrupt). Pieces: [state, token, dim] hidden states or
+    [layer, token, head, d_head] head contexts, read by the hooks that will put them back."""
+    pieces: list[torch.Tensor] = []
+
+    def keep(index: int, x: torch.Tensor) -> None:  # x [1, token, dim] or [1, token, head, d_head]
+        pieces.append(x[0].detach().clone())
+        return None
+
+    hooks = StateEdit(lm, keep) if what == "hidden" else HeadEdit(lm, keep)
+    with lm.guard, lm.attention_kernel(False), torch.inference_mode():
+        with hooks:
+            m_clean = float(_metric(lm, _pass(lm, setup.clean_feed), setup)[0])
+        m_corrupt = float(_metric(lm, _pass(lm, setup.corrupt_feed), setup)[0])
+    return torch.stack(pieces), m_clean, m_corrupt
+
+
+def patched_metrics(lm: LoadedModel, setup: PatchSetup, what: What, cells: Sequence[tuple[int, Sequence[int]]],
+                    clean_pieces: torch.Tensor, max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+                    progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """[cell] the metric on the corrupted run with each cell's clean pieces put in. A cell is
+    (hidden state, positions) for ``hidden``, (layer, heads) for ``heads``."""
+    n_tokens = len(setup.tokens)
+    per_batch = rows_within_budget(lm, n_tokens, max_batch_bytes)
+    out = np.empty(len(cells), np.float64)
+    # [(row, state or layer, position or head)] flattened: one index per patched piece
+    flat = [(row, where, int(i)) for row, (where, which) in enumerate(cells) for i in which]
+    done = 0
+    for start in range(0, len(cells), per_batch):
+        stop = min(start + per_batch, len(cells))
+        groups: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for where in sorted({w for r, w, _ in flat if start <= r < stop}):
+            pairs = [(r - start, i) for r, w, i in flat if start <= r < stop and w == where]
+            rows = torch.tensor([p[0] for p in pairs], device=lm.device)  # [pieces]
+            index = torch.tensor([p[1] for p in pairs], device=lm.device)  # [pieces] positions or heads
+            groups[where] = (rows, index)
+
+        def put(where: int, x: torch.Tensor) -> torch.Tensor | None:  # [rows, token, dim] / [rows, token, head, d]
+            if where not in groups:
+                return None
+            rows, index = groups[where]
+            new = x.clone()
+            if what == "hidden":
+                new[rows, index] = clean_pieces[where, index].to(x.dtype)  # [pieces, dim]
+            else:
+                new[rows, :, index] = clean_pieces[where][:, index].transpose(0, 1).to(x.dtype)  # [pieces, token, d]
+            return new
+
+        hooks = StateEdit(lm, put) if what == "hidden" else HeadEdit(lm, put)
+        with hooks, lm.guard, lm.attention_kernel(False), torch.inference_mode():
+            metric = _metric(lm, _pass(lm, repeat_feed(setup.corrupt_feed, stop - start)), setup)  # [rows]
+        out[start:stop] = metric.double().cpu().numpy()
+        done = stop
+        if progress:
+            progress(done, len(cells))
+    return out
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    what: str
+    setup: PatchSetup
+    layers: list  # row names: hidden states ("embeddings", 0, …) or layers (0, …)
+    recovered: np.ndarray  # [hidden state, position] or [layer, head]
+    m_clean: float
+    m_corrupt: float
+
+    def to_json(self) -> dict:
+        s = self.setup
+        return {"metric": METRIC, "candidates": list(s.candidates), "position": s.position,
+                "clean": s.clean, "corrupt": s.corrupt, "tokens": s.tokens, "clean_tokens": s.clean_tokens,
+                "what": self.what, "layers": self.layers, "m_clean": self.m_clean, "m_corrupt": self.m_corrupt,
+                "recovered": [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in self.recovered],
+                "numbering": ("rows: hidden states, 'embeddings' then layer l's output; columns: positions"
+                              if self.what == "hidden" else "rows: layers from 0; columns: heads from 0")}
+
+
+def patch(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], what: What = "hidden",
+          positions: Sequence[int] | None = None, max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+          progress: Callable[[int, int], None] | None = None) -> PatchResult:
+    """The recovered fraction for every (hidden state, position) or every (layer, head).
+    ``positions`` (hidden only): patch these positions, not all (the rest of the grid is NaN)."""
+    if what not in WHATS:
+        raise BertScopeError(f"Unknown patching target {what!r}: use hidden or heads.")
+    setup = prepare(lm, clean, corrupt, candidates)
+    if positions is not None:
+        positions = sorted({int(p) for p in positions})
+        n = len(setup.tokens)
+        if what != "hidden" or not positions or not all(0 <= p < n for p in positions):
+            raise BertScopeError(f"Positions to patch are token positions 0-{n - 1} of the hidden-state grid.")
+    pieces, m_clean, m_corrupt = capture(lm, setup, what)
+    if abs(m_clean - m_corrupt) < MIN_DIFFERENCE:
+        raise BertScopeError(f"The clean and corrupted runs give the same logit difference ({m_clean:.4f}): there is "
+                             f"nothing to recover; change the corrupted text or the candidates.")
+    if what == "hidden":
+        rows, columns, labels = lm.num_layers + 1, len(setup.tokens), hidden_labels(lm.num_layers)
+    else:
+        rows, columns, labels = lm.num_layers, lm.num_heads, list(range(lm.num_layers))
+    chosen = range(columns) if positions is None else positions
+    cells = [(r, (c,)) for r in range(rows) for c in chosen]
+    metrics = patched_metrics(lm, setup, what, cells, pieces, max_batch_bytes, progress)
+    recovered = np.full((rows, columns), np.nan)
+    recovered[:, list(chosen)] = ((metrics - m_corrupt) / (m_clean - m_corrupt)).reshape(rows, len(chosen))
+    return PatchResult(what, setup, labels, recovered, m_clean, m_corrupt)

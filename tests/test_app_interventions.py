@@ -1,0 +1,95 @@
+"""Streamlit AppTest of the Interventions page: ablation, importance, patching, links, bad input."""
+
+from __future__ import annotations
+
+from .test_app import fresh_caches, start, start_with_url, texts  # noqa: F401  (fresh_caches: autouse fixture)
+
+PAGE = "views/interventions.py"
+
+
+def open_page(monkeypatch, model):
+    at = start(monkeypatch, model)
+    return at.switch_page(PAGE).run()
+
+
+def press(at, form: str, label: str):
+    next(b for b in at.button if b.label == label and form in b.id).click()
+    return at.run()
+
+
+def test_ablation_tab(monkeypatch, tiny_mlm_dir):
+    at = open_page(monkeypatch, str(tiny_mlm_dir))
+    assert not at.exception and not at.error
+    assert any("Pick heads" in i for i in texts(at.info))
+    at.multiselect(key="int_heads").set_value(["0:1", "1:2"]).run()
+    at.text_area(key="int_text").input("the bank of the [MASK] was muddy .")
+    at = press(at, "int_ablate_form", "Run")
+    assert not at.exception and not at.error
+    frames = [f.value for f in at.dataframe]
+    assert any("intact" in f.columns for f in frames) and any("heads removed" in f.columns for f in frames)
+    assert at.query_params["heads"] in ("0:1,1:2", ["0:1,1:2"])
+    at.radio(key="int_mode").set_value("mean").run()  # means over 200 Brown sentences (or the shipped sample)
+    assert not at.exception and not at.error
+    assert any("means over" in c for c in texts(at.caption))
+    at.toggle(key="int_heldout").set_value(True).run()
+    assert not at.exception and not at.error
+    assert "Top-1, heads zeroed" in {m.label for m in at.metric}
+
+
+def test_importance_and_pruning_tab(monkeypatch, tiny_mlm_dir):
+    at = open_page(monkeypatch, str(tiny_mlm_dir))
+    at.select_slider(key="int_imp_n").set_value(32)
+    at.toggle(key="int_prune").set_value(True)
+    at = press(at, "int_importance_form", "Compute head importance")
+    assert not at.exception and not at.error
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 3  # the ablation grid (now coloured), the importance grid, the pruning curve
+    assert any("random mean" in c for c in texts(at.caption))
+
+
+def test_patching_tab_and_its_bad_input(monkeypatch, tiny_mlm_dir):
+    at = open_page(monkeypatch, str(tiny_mlm_dir))
+    assert any("Press *Patch*" in i for i in texts(at.info))
+    at.text_input(key="int_clean").input("the river was [MASK] and the river .")
+    at.text_input(key="int_corrupt").input("the money was [MASK] and the money .")
+    at.text_input(key="int_a").input("muddy")
+    at.text_input(key="int_b").input("good")
+    at = press(at, "int_patch_form", "Patch")
+    assert not at.exception and not at.error
+    labels = {m.label for m in at.metric}
+    assert {"Clean: logit A − logit B", "Corrupted", "Difference to recover"} <= labels
+    assert len(at.get("plotly_chart")) >= 3  # the head board, the hidden-state grid, the head grid
+    at.text_input(key="int_corrupt").input("the money bank was [MASK] and the money .")
+    at = press(at, "int_patch_form", "Patch")
+    assert not at.exception
+    (error,) = texts(at.error)
+    assert "clean text has 10 tokens and the corrupted one 11" in error and "\n" not in error
+
+
+def test_patching_link_runs_on_arrival(monkeypatch, tiny_mlm_dir):
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, int_tab="Patching", clean="the river was [MASK] .",
+                        corrupt="the money was [MASK] .", a="muddy", b="good", heads="1:3")
+    assert not at.exception and not at.error
+    assert at.multiselect(key="int_heads").value == ["1:3"]
+    assert "Corrupted" in {m.label for m in at.metric}
+
+
+def test_page_without_a_masked_lm_head(monkeypatch, tiny_encoder_dir):
+    at = open_page(monkeypatch, str(tiny_encoder_dir))
+    assert not at.exception and not at.error
+    warning = next(w for w in texts(at.warning) if "no masked-LM head" in w)
+    assert "--probe" in warning  # the target it still has
+    assert "bundled-mlm" in at.button(key="int_switch").label
+    assert not at.get("plotly_chart")
+
+
+def test_ablation_watches_the_next_sentence_head(monkeypatch, tiny_bert_dir):
+    at = open_page(monkeypatch, str(tiny_bert_dir))  # BERT's pretraining heads: the masked LM and NSP
+    at.radio(key="int_watch").set_value("nsp").run()
+    at.multiselect(key="int_heads").set_value(["0:0", "0:1", "0:2", "0:3"]).run()
+    at.text_area(key="int_text_a").input("the man sat in the boat .")
+    at.text_area(key="int_pair").input("he ate bread .")
+    at = press(at, "int_ablate_form", "Run")
+    assert not at.exception and not at.error
+    values = {m.label: m.value for m in at.metric}
+    assert "IsNext (NSP), intact" in values and "IsNext (NSP), heads removed" in values
