@@ -26,6 +26,8 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/attribution.py
 	$(BIN)/python benchmarks/corpus_search.py
 	$(BIN)/python benchmarks/interventions.py --prune
+	$(BIN)/python benchmarks/faithfulness.py --cost --vz-tokens 128
+	$(BIN)/python benchmarks/compare.py
 	$(BIN)/python benchmarks/pretrain.py --chunks 128
 	$(BIN)/python benchmarks/long_inputs.py --texts 4
 	$(BIN)/python benchmarks/load.py

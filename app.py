@@ -20,6 +20,7 @@ PAGES = [
     st.Page("views/probes.py", title="Probes", icon=":material/troubleshoot:"),
     st.Page("views/interventions.py", title="Interventions", icon=":material/science:"),
     st.Page("views/faithfulness.py", title="Faithfulness", icon=":material/fact_check:"),
+    st.Page("views/compare.py", title="Compare", icon=":material/compare:"),
     st.Page("views/pretrain.py", title="Pretraining", icon=":material/model_training:"),
 ]
 

@@ -143,7 +143,7 @@ def test_home_is_a_front_door(browser, app_url, artifacts):
     links = main.locator('a[data-testid="stPageLink-NavLink"]')
     names = {links.nth(i).inner_text().strip().splitlines()[-1] for i in range(links.count())}  # after the icon
     assert names == {"Attention", "Masked tokens", "Embedding shift", "Cross-lingual", "Parameters", "Probes",
-                     "Interventions", "Faithfulness", "Pretraining"}
+                     "Interventions", "Faithfulness", "Compare", "Pretraining"}
     assert "Models you can use right now" in body and "python -m bertscope" in body
     assert "Heads per layer" in body and "22,744,506" in body  # bundled-mlm: the encoder and its masked-LM head
     assert "Model: bundled-mlm" in body
@@ -590,7 +590,7 @@ def test_a_long_job_shows_it_runs_and_stops_on_request(browser, app_url, artifac
     page.screenshot(path=str(artifacts / "attention-head-stats-running.png"))
     stop.click()
     page.get_by_text("Stopped (running the corpus through the model)", exact=False).wait_for(timeout=60_000)
-    assert page.get_by_role("button", name="Run it again").count()
+    page.get_by_role("button", name="Run it again").wait_for(timeout=30_000)  # drawn right after the notice
     page.screenshot(path=str(artifacts / "attention-head-stats-stopped.png"))
     page.get_by_role("tab", name="Head", exact=True).click()  # the rest of the page still works
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
@@ -673,6 +673,25 @@ def test_faithfulness_page_on_bundled_mlm(browser, app_url, artifacts):
     assert not problems and not other_problems, (problems, other_problems)
     page.close()
     other.close()
+
+
+def test_compare_page_bundled_against_bundled_mlm(browser, app_url, artifacts):
+    """The sidebar's bundled-mlm against bundled over 100 Brown sentences: the CKA heatmap with
+    both layer axes named; then both models' predictions (bundled has no head: one line)."""
+    page, problems = open_page(browser, f"{app_url}/compare", height=1300)
+    page.get_by_role("button", name="Compare").wait_for(timeout=120_000)
+    page.get_by_text("Press Compare", exact=False).wait_for(timeout=30_000)  # nothing costly on arrival
+    page.goto(f"{app_url}/compare?n=100")  # a link compares on arrival
+    page.get_by_text("Same depth: CKA", exact=False).wait_for(timeout=240_000)
+    plot = page.locator(".js-plotly-plot").first
+    assert plot.locator(".xtitle").text_content() == "bundled (B): hidden state"
+    assert plot.locator(".ytitle").text_content() == "bundled-mlm (A): hidden state"
+    page.screenshot(path=str(artifacts / "compare.png"), full_page=True)
+    page.get_by_role("tab", name="Predictions").click()
+    page.get_by_text("no masked-LM head", exact=False).wait_for(timeout=60_000)
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    page.close()
 
 
 def test_interventions_page_at_512_tokens_on_bert_base(browser, random_base_dir, tmp_path, artifacts):

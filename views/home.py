@@ -39,6 +39,10 @@ PAGES = [
      "which attribution to trust on this model: every method's token ranking put to an erasure test on the "
      "model's own predictions, with intervals and a random floor.",
      "*Run the test* on 25 Brown sentences on bundled-mlm, then open the item where the methods disagree most."),
+    ("views/compare.py", "Compare", ":material/compare:",
+     "two models side by side: linear CKA between every pair of layers over Brown words, and both models' "
+     "predictions on one text.",
+     "bundled against bundled-mlm: what the shipped masked-LM training moved, layer by layer."),
     ("views/interventions.py", "Interventions", ":material/science:",
      "test a claim by changing the model: remove heads, rank heads by importance with a pruning curve, "
      "patch activations from a clean run into a corrupted one.",
@@ -81,7 +85,7 @@ if not demo():
     st.markdown("Everything on these pages runs from a shell too (documented in the README, "
                 "*Command line*): `python -m bertscope COMMAND` for info, inspect, attention, head-stats, "
                 "fill-mask, mlm-recipe, nsp, sop, shift, corpus-search, align, probe, params, attribute, "
-                "faithfulness, ablate, head-importance and patch; "
+                "faithfulness, compare, ablate, head-importance and patch; "
                 "`python -m probes.layerwise` and `probes.sweep` for probe runs; "
                 "`python -m bertscope pretrain` for BERT's masked-LM recipe.")
     st.code('python -m bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',

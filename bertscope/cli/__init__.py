@@ -16,12 +16,12 @@ import argparse
 import json
 import sys
 
-from bertscope.cli import attribution, corpus_views, heads, interventions, models, setup
+from bertscope.cli import attribution, compare, corpus_views, heads, interventions, models, setup
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (models, heads, corpus_views, attribution, interventions, setup) for c in module.COMMANDS
+    c.name: c for module in (models, heads, corpus_views, attribution, compare, interventions, setup) for c in module.COMMANDS
 }
 
 

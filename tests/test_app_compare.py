@@ -1,0 +1,34 @@
+"""Streamlit AppTest of the Compare page: CKA of two models over Brown, predictions side by side,
+a link, and a model B that cannot be had."""
+
+from __future__ import annotations
+
+from .test_app import fresh_caches, start, start_with_url, texts  # noqa: F401  (fresh_caches: autouse fixture)
+
+PAGE = "views/compare.py"
+
+
+def test_cka_and_predictions(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_mlm_dir)).switch_page(PAGE).run()
+    assert not at.exception and not at.error
+    assert any("Press *Compare*" in i for i in texts(at.info))  # nothing costly on arrival
+    at.text_input(key="cmp_b").input(str(tiny_bert_dir)).run()
+    at.select_slider(key="cmp_n").set_value(100)
+    next(b for b in at.button if b.label == "Compare" and "cmp_form" in b.id).click()
+    at.run()
+    assert not at.exception and not at.error
+    heatmap = at.get("plotly_chart")[0].proto.spec
+    assert "Linear CKA" in heatmap and "embeddings" in heatmap
+    assert any("Same depth" in c for c in texts(at.caption))
+    frames = [f.value for f in at.dataframe]
+    assert frames and {"token", "rank in B", "rank change"} <= set(frames[0].columns)
+
+
+def test_link_and_a_model_b_that_cannot_be_had(monkeypatch, tiny_mlm_dir, tmp_path):
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_mlm_dir), n="100", pool="first")
+    assert not at.exception and not at.error
+    assert "first piece" in at.get("plotly_chart")[0].proto.spec  # a shared link compares on arrival
+    at.text_input(key="cmp_b").input(str(tmp_path / "nowhere")).run()
+    assert not at.exception
+    (error,) = texts(at.error)
+    assert "nowhere" in error and "\n" not in error

@@ -1,0 +1,125 @@
+"""Two models side by side: linear CKA with the unbiased minibatch estimator, checked against a
+direct computation of Song et al.'s HSIC, the invariances CKA promises, the full-batch formula,
+and a model compared with itself."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertscope import BertScopeError, load_model
+from bertscope.analysis.compare import (
+    CkaAccumulator,
+    compare_layers,
+    hsic_terms,
+    linear_cka,
+    text_task,
+    word_vectors,
+)
+
+SENTENCES = ["the bank of the river was muddy .", "she deposited the money in the bank .",
+             "a man is eating food and a woman is riding a horse .", "the dog sat in the boat on the water .",
+             "the river bank was steep and the boat was small ."] * 12
+
+
+def hsic_direct(k: np.ndarray, l: np.ndarray) -> float:
+    """Song et al. (2012), eq. 5, written out term by term in numpy."""
+    n = len(k)
+    k, l = k.copy(), l.copy()
+    np.fill_diagonal(k, 0)
+    np.fill_diagonal(l, 0)
+    one = np.ones(n)
+    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
+                  - 2 / (n - 2) * one @ k @ l @ one) / (n * (n - 3)))
+
+
+def test_hsic_matches_the_formula_written_out():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(30, 5)), rng.normal(size=(30, 7))
+    k, l = x @ x.T, y @ y.T
+    got = hsic_terms(torch.from_numpy(k)[None], torch.from_numpy(l)[None])[0, 0].item()
+    assert got == pytest.approx(hsic_direct(k, l), rel=1e-10)
+
+
+def test_cka_invariances_and_its_agreement_with_the_classic_formula():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 16))
+    y = x @ rng.normal(size=(16, 12)) + 0.5 * rng.normal(size=(400, 12))
+    base = linear_cka(x, y)
+    q, _ = np.linalg.qr(rng.normal(size=(16, 16)))  # an orthogonal transform
+    assert linear_cka(x @ q, y) == pytest.approx(base, abs=1e-9)
+    assert linear_cka(3.7 * x, 0.2 * y) == pytest.approx(base, abs=1e-9)  # isotropic scaling
+    assert linear_cka(x, x) == pytest.approx(1, abs=1e-12)
+    xc, yc = x - x.mean(0), y - y.mean(0)  # Kornblith et al.'s (biased) linear CKA: close at n = 400
+    classic = np.linalg.norm(yc.T @ xc) ** 2 / (np.linalg.norm(xc.T @ xc) * np.linalg.norm(yc.T @ yc))
+    assert base == pytest.approx(classic, abs=0.03)
+    unrelated = linear_cka(x, rng.normal(size=(400, 12)))
+    assert abs(unrelated) < 0.05 and base > 0.5
+
+
+@pytest.fixture(scope="module")
+def mlm(tiny_mlm_dir):
+    return load_model(str(tiny_mlm_dir))
+
+
+def test_streaming_agrees_with_the_full_batch(mlm, tiny_roberta_dir):
+    other = load_model(str(tiny_roberta_dir))
+    task = text_task(SENTENCES)
+    va, vb = word_vectors(mlm, task, "mean"), word_vectors(other, task, "mean")
+    shared = sorted(set(va) & set(vb))
+    xa, xb = np.stack([va[w] for w in shared]), np.stack([vb[w] for w in shared])  # [word, state, dim]
+    full = CkaAccumulator()
+    full.add(torch.from_numpy(xa), torch.from_numpy(xb))
+    # one minibatch of every word is the full-batch estimator, layer by layer
+    result = compare_layers(mlm, other, task, minibatch=len(shared) // 4)
+    assert result.minibatches == 4 and result.n_words == 4 * (len(shared) // 4)
+    per_layer = np.array([[linear_cka(xa[:, i], xb[:, j]) for j in range(xb.shape[1])] for i in range(xa.shape[1])])
+    np.testing.assert_allclose(full.cka(), per_layer, atol=1e-9)
+    np.testing.assert_allclose(result.cka, full.cka(), atol=0.1)  # four minibatches estimate the same thing
+    assert result.cka.shape == (mlm.num_layers + 1, other.num_layers + 1)
+
+
+def test_a_model_with_itself_and_the_json(mlm):
+    task = text_task(SENTENCES)
+    result = compare_layers(mlm, mlm, task, minibatch=64)
+    np.testing.assert_allclose(np.diag(result.cka), 1, atol=1e-6)
+    assert (result.cka <= 1 + 1e-6).all()
+    out = json.loads(json.dumps(result.to_json()))
+    assert out["layers_a"] == ["embeddings", 0, 1] and len(out["cka"]) == 3 and out["pool"] == "mean"
+    first = compare_layers(mlm, mlm, task, pool="first", minibatch=64)
+    assert first.n_words == result.n_words  # every word has a first piece
+
+
+def test_bad_input_gets_one_line(mlm):
+    cases = [(lambda: compare_layers(mlm, mlm, text_task(SENTENCES[:5])), "a stable estimate needs at least 1,024"),
+             (lambda: compare_layers(mlm, mlm, text_task(SENTENCES), pool="max"), "Unknown pooling"),
+             (lambda: text_task(["", "  "]), "no sentences")]
+    for call, message in cases:
+        with pytest.raises(BertScopeError, match=message) as err:
+            call()
+        assert "\n" not in str(err.value)
+
+
+def test_cli_compare(tiny_mlm_dir, tiny_bert_dir, tmp_path, capsys):
+    from bertscope.cli import main
+
+    data = tmp_path / "sentences.txt"
+    data.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    assert main(["compare", str(tiny_mlm_dir), str(tiny_mlm_dir), "--corpus", "brown:60", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["layers_a"] == ["embeddings", 0, 1] and np.allclose(np.diag(out["cka"]), 1, atol=1e-6)
+    assert out["source"] == "brown:60" and out["n_words"] >= 1024
+    assert main(["compare", str(tiny_mlm_dir), str(tiny_bert_dir), "--corpus", "brown:60", "--pool", "first"]) == 0
+    assert "linear CKA" in capsys.readouterr().out
+    for bad, message in ((["--data", str(data)], "a stable estimate needs at least 1,024"),
+                         (["--corpus", "brown:0"], "use --corpus brown:N"),
+                         (["--corpus", "brown:3", "--data", str(data)], "not both"),
+                         (["--corpus", "brown:3"], "a stable estimate needs")):
+        assert main(["compare", str(tiny_mlm_dir), str(tiny_mlm_dir), *bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert err.startswith("bertscope: error: ") and err.count("\n") == 1 and message in err, err
+    assert main(["compare", str(tiny_mlm_dir), str(tmp_path / "nowhere"), "--corpus", "brown:60"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -1,0 +1,143 @@
+"""Two models side by side: how similar their layers are (linear CKA over the words of a corpus),
+and their masked-token predictions on the same text."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from bertscope.analysis.compare import MIN_MINIBATCHES, MINIBATCH, POOLS, compare_layers
+from bertscope.core.layers import hidden_names, layer_title
+from bertscope.corpora.brown_tasks import brown_task
+from bertscope.errors import BertScopeError
+from bertscope.figures.text import label
+from bertscope.heads.fill_mask import fill_mask
+from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
+from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from views.kit.limits import allow_expensive, check_text, demo
+from views.kit.models import OTHER, cached_model, model_key, model_options, obtainable, require_model
+from views.kit.results import result_store
+from views.kit.url import from_url, tab_from_url, to_url
+
+SIZES = [100, 250, 500, 1000, 2000]
+
+
+def max_sentences() -> int:
+    return 500 if demo() else max(SIZES)
+
+
+st.title("Compare two models")
+lm_a = require_model()
+key_a = model_key()
+st.caption("Model A is the sidebar's; pick model B here. Hidden states are named as everywhere: the embeddings, "
+           "then layer 0, 1, … (each block's output).")
+
+options = [m for m in model_options() if m != OTHER]
+default_b = BUNDLED if lm_a.name != BUNDLED else BUNDLED_MLM
+from_url("b", "cmp_b")
+choice = st.selectbox("Model B (a preset, or type a hub id or folder below)", options,
+                      index=options.index(default_b) if default_b in options else 0, key="cmp_b_preset")
+typed = "" if demo() else st.text_input("…or a hub id / local folder for B (e.g. a Pretraining run's output)",
+                                        key="cmp_b")
+name_b = typed.strip() or choice
+key_b = (name_b, key_a[1], key_a[2])
+to_url(b=typed.strip() or None)
+lm_b = None
+with page_errors(stop=False):
+    if not typed.strip() and not obtainable(name_b):
+        raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
+    with st.spinner(f"Loading {name_b}…"):
+        lm_b = cached_model(*key_b)
+if lm_b is None:
+    st.stop()
+
+TABS = ["Layers (CKA)", "Predictions"]
+tab_from_url("cmp_tab", TABS)
+tab_layers, tab_predictions = st.tabs(TABS, key="cmp_tab", on_change="rerun")
+
+with tab_layers:
+    st.caption("Linear CKA (Kornblith et al. 2019) between every hidden state of A and of B over the words of Brown "
+               "sentences, with the unbiased minibatch estimator of Nguyen, Raghu & Kornblith (2021): 1 = the same "
+               f"representation up to rotation and scale. Rows are words ({MINIBATCH} a minibatch), each model's "
+               "pieces pooled per word, so models with different tokenizers compare.")
+    st.session_state.setdefault("cmp_asked", "n" in st.query_params)  # a shared link compares on arrival
+    from_url("n", "cmp_n", int, lambda v: v in SIZES and v <= max_sentences())
+    from_url("pool", "cmp_pool", valid=lambda v: v in POOLS)
+    with st.form("cmp_form"):
+        c1, c2 = st.columns([2, 1])
+        n = c1.select_slider("Brown sentences", [s for s in SIZES if s <= max_sentences()], 500, key="cmp_n",
+                             help=f"Spread over the 15 genres; at least {MIN_MINIBATCHES} minibatches of {MINIBATCH} "
+                                  "words are needed for a stable estimate.")
+        pool = c2.radio("A word's vector", POOLS, horizontal=True, key="cmp_pool",
+                        format_func=lambda p: {"mean": "mean of its pieces", "first": "first piece"}[p])
+        asked = st.form_submit_button("Compare", type="primary")
+    to_url(n=n, pool=pool)
+    if asked:
+        st.session_state["cmp_asked"] = True
+    with page_errors(stop=False):
+        request = (key_a, key_b, n, pool)
+        store = result_store("compare")
+        result = store.get(request)
+        if result is None and not st.session_state["cmp_asked"]:
+            st.info("Press *Compare*: both models read the sentences once (bundled vs bundled-mlm, 500 sentences: "
+                    "about 20 s on a 2-core CPU).")
+        elif result is None:
+            allow_expensive("model comparison")
+            result = store.compute(request, lambda progress: compare_layers(
+                cached_model(*key_a), cached_model(*key_b), brown_task("brown-pos", n), pool,
+                source=f"{n} Brown sentences", progress=progress), "Both models over the sentences, sentences")
+        if result is not None:
+            rows, columns = hidden_names(result.cka.shape[0] - 1), hidden_names(result.cka.shape[1] - 1)
+            fig = go.Figure(go.Heatmap(z=result.cka, x=columns, y=rows, zmin=0, zmax=1, colorscale="Viridis",
+                                       colorbar=dict(title="CKA"), texttemplate="%{z:.2f}" if result.cka.size <= 400
+                                       else None, hovertemplate=f"{label(lm_a.name)} %{{y}} · {label(lm_b.name)} "
+                                                                "%{x}: CKA %{z:.3f}<extra></extra>"))
+            fig.update_layout(title=f"Linear CKA: {result.n_words:,} words of {result.n_sentences:,} sentences, "
+                                    f"{result.minibatches} minibatches, " + {"mean": "the mean of each word's pieces",
+                                                                         "first": "each word's first piece"}[result.pool],
+                              xaxis_title=f"{label(lm_b.name)} (B): hidden state",
+                              yaxis_title=f"{label(lm_a.name)} (A): hidden state",
+                              yaxis=dict(autorange="reversed", type="category"), xaxis=dict(type="category"),
+                              height=max(380, 40 * len(rows) + 160))
+            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="cmp_heatmap")
+            figure_downloads(fig, "cka")
+            if result.cka.shape[0] == result.cka.shape[1]:
+                diagonal = np.diag(result.cka)
+                lowest = int(np.argmin(diagonal))
+                st.caption(plain(f"Same depth: CKA {diagonal.min():.3f} to {diagonal.max():.3f} along the diagonal; "
+                                 f"the two differ most at {layer_title(lowest)} ({diagonal[lowest]:.3f})."))
+            st.download_button("Download (JSON)", json.dumps(result.to_json()), "cka.json", "application/json",
+                               key="cmp_json", on_click="ignore")
+
+with tab_predictions:
+    st.caption("Fill-mask on both models, one text: each of A's top tokens with its rank in B.")
+    heads_missing = [m.name for m in (lm_a, lm_b) if "mlm" not in m.heads]
+    if heads_missing:
+        st.warning(plain(f"{', '.join(heads_missing)} has no masked-LM head: predictions need one (bundled-mlm has)."))
+    else:
+        from_url("text", "cmp_text")
+        with st.form("cmp_fill_form"):
+            text = st.text_area("Text with [MASK]", "He deposited the money in the [MASK].", key="cmp_text")
+            st.form_submit_button("Run", type="primary")
+        to_url(text=text)
+        with page_errors(stop=False):
+            check_text(text)
+            fills = [result_store("fill").get_or_compute((k, text, 50), lambda k=k: fill_mask(cached_model(*k), text, 50))
+                     for k in (key_a, key_b)]
+            for n_mask, (preds_a, preds_b) in enumerate(zip(fills[0].predictions, fills[1].predictions)):
+                rank_b = {p.token.strip(): (i + 1, p.score) for i, p in enumerate(preds_b)}
+                rows = []
+                for i, p in enumerate(preds_a[:10]):
+                    other = rank_b.get(p.token.strip())
+                    rows.append({"A rank": i + 1, "token": p.token.strip(), "p in A": p.score,
+                                 "rank in B": other[0] if other else None, "p in B": other[1] if other else None,
+                                 "rank change": (other[0] - (i + 1)) if other else None})
+                st.markdown(f"**Mask {n_mask + 1}** (token {fills[0].mask_positions[n_mask]})")
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+                    "p in A": st.column_config.NumberColumn(format="%.3f"),
+                    "p in B": st.column_config.NumberColumn(format="%.3f"),
+                    "rank in B": st.column_config.NumberColumn(help="empty: not in B's top 50")})
+                top_b = ", ".join(f"{p.token.strip()} {p.score:.2f}" for p in preds_b[:5])
+                st.caption(plain(f"B's own top 5: {top_b}"))
