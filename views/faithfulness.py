@@ -16,10 +16,9 @@ from bertscope.attribution.registry import METHODS
 from bertscope.errors import BertScopeError
 from bertscope.figures.faithfulness import method_label, perturbation_curves, removal_words, scoreboard_bars
 from bertscope.figures.text import label
-from bertscope.sources.presets import BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import allow_expensive, check_text, demo
-from views.kit.models import MODEL_KEY, cached_model, model_key, model_options, obtainable, require_model
+from views.kit.models import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 
@@ -47,10 +46,7 @@ st.caption("Each attribution method ranks the input tokens behind a prediction; 
 if "mlm" not in lm.heads:
     st.warning(plain(f"{lm.name} has no masked-LM head: the test explains its masked-token predictions, so it "
                      "needs one."))
-    if obtainable(BUNDLED_MLM) and BUNDLED_MLM in model_options():
-        st.button("Switch to bundled-mlm (offline: all-MiniLM-L6-v2 with a masked-LM head BertScope trained on "
-                  "the Brown corpus)", key="faith_switch", icon=":material/arrow_forward:",
-                  on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED_MLM))
+    offer_bundled_mlm("faith_switch")
     st.stop()
 
 from_url("source", "faith_source", valid=lambda v: v in ("brown", "text"))

@@ -18,10 +18,9 @@ from bertscope.interventions.importance import (
     sample_texts,
 )
 from bertscope.interventions.patching import patch, prepare
-from bertscope.sources.presets import BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import check_text
-from views.kit.models import MODEL_KEY, cached_model, model_key, model_options, obtainable, require_model
+from views.kit.models import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -92,10 +91,7 @@ if not has_mlm:
     st.warning(plain(f"{lm.name} has no masked-LM head: the predictions these tabs watch need one. A saved probe's "
                      "class can still be the target, from the command line: python -m bertscope ablate MODEL TEXT "
                      "--heads 3:7 --probe RUN --layer L --class C."))
-    if obtainable(BUNDLED_MLM) and BUNDLED_MLM in model_options():
-        st.button("Switch to bundled-mlm (offline: all-MiniLM-L6-v2 with a masked-LM head BertScope trained on "
-                  "the Brown corpus)", key="int_switch", icon=":material/arrow_forward:",
-                  on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED_MLM))
+    offer_bundled_mlm("int_switch")
     st.stop()
 
 TABS = ["Ablate heads", "Head importance", "Patching"]

@@ -23,10 +23,9 @@ from bertscope.heads.fill_mask import (
 from bertscope.heads.logit_lens import layerwise_predictions
 from bertscope.heads.mlm_recipe import mlm_recipe, recipe_corruption
 from bertscope.heads.nsp import both_orders, sentence_order
-from bertscope.sources.presets import BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import check_text
-from views.kit.models import MODEL_KEY, cached_model, model_key, model_options, obtainable, require_model
+from views.kit.models import cached_model, model_key, model_options, obtainable, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -76,10 +75,7 @@ except BertScopeError as err:
     st.warning(plain(str(err)))
     st.caption("Nothing on this page is simulated: without the checkpoint's trained head there is "
                f"nothing honest to show. {lm.name} ships without one.")
-    if obtainable(BUNDLED_MLM) and BUNDLED_MLM in model_options():
-        st.button("Switch to bundled-mlm (offline: all-MiniLM-L6-v2 with a masked-LM head BertScope trained on "
-                  "the Brown corpus)", key="mlm_switch", icon=":material/arrow_forward:",
-                  on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED_MLM))  # the sidebar's picker
+    offer_bundled_mlm("mlm_switch")
     st.subheader("BERT's recipe on this tokenizer")
     st.caption("What BERT's data generator would feed the model (Devlin et al. 2019, §3.1: 15% of the "
                "tokens chosen; of those 80% [MASK], 10% a random token, 10% unchanged). Predicting the "

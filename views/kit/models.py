@@ -11,7 +11,7 @@ from bertscope import BertScopeError, LoadedModel, default_model, load_model
 from bertscope.runtime.devices import available_devices
 from bertscope.sources import hub
 from bertscope.sources.bundled import BUNDLED_MODELS
-from bertscope.sources.presets import PRESETS
+from bertscope.sources.presets import BUNDLED_MLM, PRESETS
 from views.kit.chrome import plain, show_error
 from views.kit.limits import MAX_RESIDENT_MODELS, demo, demo_allowlist
 from views.kit.url import to_url
@@ -150,3 +150,12 @@ def obtainable(name: str) -> bool:
     if name in BUNDLED_MODELS:
         return BUNDLED_MODELS[name].installed()
     return Path(name).is_dir() or hub.is_cached(name) or hub.hub_reachable()
+
+
+def offer_bundled_mlm(key: str) -> None:
+    """A button that switches the sidebar's model to bundled-mlm, when it can be had here: the
+    offline way on for pages that need a masked-LM head."""
+    if obtainable(BUNDLED_MLM) and BUNDLED_MLM in model_options():
+        st.button("Switch to bundled-mlm (offline: all-MiniLM-L6-v2 with a masked-LM head BertScope trained on "
+                  "the Brown corpus)", key=key, icon=":material/arrow_forward:",
+                  on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED_MLM))  # the sidebar's picker
