@@ -50,6 +50,8 @@ def main() -> None:
     parser.add_argument("--pool", default="mean")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--heads", type=int, default=100, help="sentences for the head comparison (same tokenizer "
+                                                              "only; 0: skip)")
     args = parser.parse_args()
     from bertscope.analysis.compare import compare_layers
     from bertscope.core.forward import device_batches
@@ -84,6 +86,29 @@ def main() -> None:
     print("CKA, rows A, columns B:\n" + " " * 11 + "".join(f"{c:>7}" for c in columns))
     for i, row in enumerate(r.cka):
         print(f"{hidden_name(i):>10} " + "".join(f"{v:>7.3f}" for v in row))
+    if args.heads:
+        import time
+
+        from bertscope.analysis.compare import compare_heads, same_tokenizer
+
+        if same_tokenizer(lm_a, lm_b, texts[: args.heads]):
+            start = time.perf_counter()
+            heads = compare_heads(lm_a, lm_b, texts[: args.heads])
+            seconds = time.perf_counter() - start
+            print(f"heads: every head of A against every head of B over {heads.n_sentences} sentences "
+                  f"({heads.n_rows:,} attention rows) in {seconds:.1f} s")
+            if heads.same_head is not None:
+                same = heads.same_head
+                moved = np.argsort(-same.ravel())[:8]
+                print("JS from the same head, by layer (mean, max):", ", ".join(
+                    f"{layer}: {row.mean():.3f} / {row.max():.3f}" for layer, row in enumerate(same)))
+                print("most moved:", ", ".join(f"{i // same.shape[1]}:{i % same.shape[1]} {same.ravel()[i]:.3f}"
+                                               for i in moved))
+            matches = heads.best_match()
+            print(f"{sum(m['layer'] == m['b_layer'] and m['head'] == m['b_head'] for m in matches)} of "
+                  f"{len(matches)} heads of A are closest to the same head of B")
+        else:
+            print("heads: not compared (the models do not share a tokenizer)")
     if torch.cuda.is_available() and lm_a.device.type == "cuda":
         print(f"GPU peak {torch.cuda.max_memory_allocated(lm_a.device) / 2**20:,.0f} MiB")
 

@@ -726,3 +726,26 @@ def test_params_compare_follows_the_count_choice(monkeypatch, tiny_bert_dir):
     counted = next(d.value for d in at.dataframe if "model" in d.value.columns).set_index("model")["total"]
     assert counted["bert-large-uncased"] > plain["bert-large-uncased"]  # the heads are counted too now
     assert counted["bert-large-uncased"] == 336_226_108  # BERT-large with MLM + NSP heads, as the tiles say
+
+
+def test_attention_page_query_and_key(monkeypatch, tiny_bert_dir):
+    """The Query and key tab: q, q ⊙ k of the top keys and any picked key, the softmax equal to
+    the model's own attention row."""
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/attention.py", att_tab="Query and key",
+                        text="the bank of the river was muddy .", layer="1", head="2", q="3")
+    assert not at.exception and not at.error
+    spec = at.get("plotly_chart")[-1].proto.spec
+    assert "per dimension" in spec and "\"q\"" in spec  # the query row and the q ⊙ k panel
+    assert "Layer 1, head 2: why query 3" in spec and "weight (softmax)" in spec
+    caption = next(c for c in texts(at.caption) if "model's own attention row" in c)
+    gap = float(caption.split("row to ")[1].split(" ")[0])
+    assert gap < 1e-3  # float16 weights on the page
+    at.number_input(key="att_qk_top").set_value(2).run()
+    assert any("the 2 the query attends to most." in c for c in texts(at.caption))
+    from bertscope import load_model
+    from bertscope.analysis.query_key import query_key
+
+    qk = query_key(load_model(str(tiny_bert_dir)), "the bank of the river was muddy .", 1, 2, 3)
+    unlisted = int(np.argsort(-qk.weights)[2])  # the third key: not among the top 2
+    at.multiselect(key="att_qk_keys").set_value([unlisted]).run()
+    assert not at.exception and any("and 1 picked" in c for c in texts(at.caption))

@@ -32,3 +32,14 @@ def test_link_and_a_model_b_that_cannot_be_had(monkeypatch, tiny_mlm_dir, tmp_pa
     assert not at.exception
     (error,) = texts(at.error)
     assert "nowhere" in error and "\n" not in error
+
+
+def test_heads_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tiny_roberta_dir):
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir), cmp_tab="Heads")
+    assert not at.exception and not at.error
+    spec = next(c.proto.spec for c in at.get("plotly_chart") if "moved from the same head" in c.proto.spec)
+    assert "JS" in spec
+    assert any("heads of A are closest to the same head of B" in c for c in texts(at.caption))
+    at.text_input(key="cmp_b").input(str(tiny_roberta_dir)).run()  # another tokenizer: said, nothing drawn
+    assert not at.exception and not at.error
+    assert any("cut text into different tokens" in i for i in texts(at.info))

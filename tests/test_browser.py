@@ -694,6 +694,18 @@ def test_compare_page_bundled_against_bundled_mlm(browser, app_url, artifacts):
     page.close()
 
 
+def test_query_and_key_tab(browser, app_url, artifacts):
+    """The neuron view on the default model: q, q ⊙ k of the top keys, the weights, and the gap to
+    the model's own attention row stated."""
+    page, problems = open_page(browser, f"{app_url}/attention?att_tab=Query+and+key&layer=2&head=3&q=2", height=1200)
+    page.get_by_text("model's own attention row", exact=False).wait_for(timeout=120_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)  # drawn after the text
+    page.screenshot(path=str(artifacts / "attention-query-key.png"), full_page=True)
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    page.close()
+
+
 def test_interventions_page_at_512_tokens_on_bert_base(browser, random_base_dir, tmp_path, artifacts):
     """A BERT-base-sized model and inputs of about 500 tokens: ablation answers, patching the
     changed word and the mask shows its progress, and the long head grid can be stopped."""

@@ -112,8 +112,10 @@ def test_cli_compare(tiny_mlm_dir, tiny_bert_dir, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["layers_a"] == ["embeddings", 0, 1] and np.allclose(np.diag(out["cka"]), 1, atol=1e-6)
     assert out["source"] == "brown:60" and out["n_words"] >= 1024
+    assert np.allclose(out["heads"]["js_same_head"], 0, atol=1e-5)  # same tokenizer: heads compared too
     assert main(["compare", str(tiny_mlm_dir), str(tiny_bert_dir), "--corpus", "brown:60", "--pool", "first"]) == 0
-    assert "linear CKA" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "linear CKA" in text and "heads that moved most" in text
     for bad, message in ((["--data", str(data)], "a stable estimate needs at least 1,024"),
                          (["--corpus", "brown:0"], "use --corpus brown:N"),
                          (["--corpus", "brown:3", "--data", str(data)], "not both"),
@@ -123,3 +125,75 @@ def test_cli_compare(tiny_mlm_dir, tiny_bert_dir, tmp_path, capsys):
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1 and message in err, err
     assert main(["compare", str(tiny_mlm_dir), str(tmp_path / "nowhere"), "--corpus", "brown:60"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+# --- the query/key view ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["tiny_bert_dir", "tiny_roberta_dir", "tiny_xlmr_dir", "tiny_electra_dir",
+                                    "tiny_albert_dir", "tiny_distilbert_dir"])
+def test_query_key_softmax_is_the_models_attention(family, request):
+    from bertscope import inspect
+    from bertscope.analysis.query_key import query_key
+
+    lm = load_model(str(request.getfixturevalue(family)))
+    text = "the bank of the river was muddy ."
+    r = inspect(lm, text, with_hidden_states=False, with_logits=False)  # [layer, head, query, key]
+    for layer, head, query in ((0, 0, 1), (lm.num_layers - 1, lm.num_heads - 1, 3)):
+        qk = query_key(lm, text, layer, head, query)
+        np.testing.assert_allclose(qk.weights, r.attentions[layer, head, query], atol=1e-5)
+        np.testing.assert_allclose(qk.products.sum(-1) / qk.scale, qk.scores, rtol=1e-6)
+        assert qk.keys.shape == (r.n_tokens, lm.hidden_size // lm.num_heads)
+
+
+def test_query_key_cli_and_bad_input(tiny_bert_dir, capsys):
+    from bertscope.cli import main
+
+    assert main(["query-key", str(tiny_bert_dir), "the bank of the river .", "--layer", "1", "--head", "2",
+                 "--query", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"tokens", "query", "keys", "products", "scores", "weights"} <= set(out)
+    assert len(out["keys"]) == len(out["tokens"]) and abs(sum(out["weights"]) - 1) < 1e-5
+    for bad, message in ((["--layer", "9", "--head", "0", "--query", "1"], "does not exist"),
+                         (["--layer", "0", "--head", "0", "--query", "40"], "out of range")):
+        assert main(["query-key", str(tiny_bert_dir), "the bank of the river .", *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err
+
+
+# --- heads ------------------------------------------------------------------------------------------
+
+def test_pairwise_js_matches_scipy():
+    from scipy.spatial.distance import jensenshannon
+
+    from bertscope.analysis import compare as cmp
+
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.ones(7), size=(3, 5))  # [head_a, row, key]
+    q = rng.dirichlet(np.ones(7), size=(4, 5))
+    expected = np.array([[sum(jensenshannon(p[a, r], q[b, r]) ** 2 for r in range(5)) for b in range(4)]
+                         for a in range(3)])
+    got = cmp.pairwise_js(torch.from_numpy(p), torch.from_numpy(q)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+    old = cmp.JS_SLAB_BYTES
+    cmp.JS_SLAB_BYTES = 1  # a head of A at a time: the same numbers
+    try:
+        np.testing.assert_allclose(cmp.pairwise_js(torch.from_numpy(p), torch.from_numpy(q)).numpy(), got)
+    finally:
+        cmp.JS_SLAB_BYTES = old
+
+
+def test_heads_of_a_model_and_itself_and_of_another(mlm, tiny_bert_dir, tiny_roberta_dir):
+    from bertscope.analysis.compare import compare_heads
+
+    texts = SENTENCES[:5]
+    same = compare_heads(mlm, mlm, texts)
+    np.testing.assert_allclose(same.same_head, 0, atol=1e-5)  # each head matches itself
+    assert all(m["layer"] == m["b_layer"] and m["head"] == m["b_head"] for m in same.best_match())
+    other = compare_heads(mlm, load_model(str(tiny_bert_dir)), texts)
+    assert other.same_head.shape == (mlm.num_layers, mlm.num_heads)
+    assert (other.same_head > 10 * same.same_head.max() + 1e-9).all()  # random tiny heads: near-uniform rows
+    assert (other.js <= np.log(2) + 1e-9).all()
+    out = json.loads(json.dumps(other.to_json()))
+    assert len(out["best_match"]) == mlm.num_layers * mlm.num_heads and out["n_sentences"] == 5
+    with pytest.raises(BertScopeError, match="share a tokenizer"):
+        compare_heads(mlm, load_model(str(tiny_roberta_dir)), texts)

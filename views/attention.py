@@ -3,11 +3,13 @@
 import hashlib
 import json
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.attention_stats import STATISTICS, head_stats
+from bertscope.analysis.query_key import query_key
 from bertscope.attribution.explain import agreement, rows_at
 from bertscope.attribution.methods import from_attentions, token_matrices
 from bertscope.attribution.registry import METHODS
@@ -20,6 +22,7 @@ from bertscope.figures.attention import (
     bertviz_html,
     head_heatmap,
     layer_grid,
+    query_key_figure,
     stats_heatmap,
     token_across_layers,
 )
@@ -87,8 +90,9 @@ to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=lay
        hide=hide or None, renorm=renorm or None)
 
 # Only the open tab runs (and its name is in the link): bertviz's documents are megabytes each.
+QK_MAX_KEYS = 64  # keys drawn at once: a 512-token input lists its top ones, any other on request
 TABS = ["Head", "All heads of the layer", "Token across layers", "Beyond raw attention",
-                "bertviz head view", "bertviz model view", "Head statistics"]
+                "bertviz head view", "bertviz model view", "Head statistics", "Query and key"]
 tab_from_url("att_tab", TABS)
 tabs = st.tabs(TABS, key="att_tab", bind="query-params")
 with page_errors(stop=False):
@@ -282,3 +286,36 @@ with tabs[6]:
                                "text/csv", key="att_dl_csv", on_click="ignore")
         else:
             st.info("Choose a corpus and press *Compute head statistics*.")
+
+with tabs[7]:
+    if tabs[7].open:
+        st.caption("bertviz's neuron view, for every family: for the layer and head picked above and one query "
+                   "token, the query vector q, each key's elementwise product q ⊙ k (one cell per dimension: which "
+                   "dimensions make the score; blue adds to it, red subtracts), the score q·k/√d and its softmax, which "
+                   "is the head's attention row. Read with hooks on the model's own query and key projections.")
+        choices = list(range(r.n_tokens))
+        k1, k2, k3 = st.columns([2, 1, 2])
+        from_url("q", "att_qk_query", int, lambda v: 0 <= v < r.n_tokens)
+        query = k1.selectbox("Query token", choices, index=min(1, r.n_tokens - 1), key="att_qk_query",
+                             format_func=lambda i: f"{i}: {r.tokens[i]}")
+        top = k2.number_input("Top keys", 1, min(QK_MAX_KEYS, r.n_tokens), min(12, r.n_tokens), key="att_qk_top")
+        extra = k3.multiselect("…and these keys", choices, key="att_qk_keys",
+                               format_func=lambda i: f"{i}: {r.tokens[i]}")
+        to_url(q=query)
+        with page_errors(stop=False):
+            qk = result_store("query_key").get_or_compute(
+                (key, text, pair or None, layer, head, query),
+                lambda: query_key(cached_model(*key), text, layer, head, query, pair or None))
+            order = [int(j) for j in np.argsort(-qk.weights)[: int(top)]]
+            shown = order + [j for j in extra if j not in order]
+            fig = query_key_figure(qk, shown)
+            st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_qk_chart")
+            figure_downloads(fig, f"query-key-L{layer}-H{head}-Q{query}")
+            gap = float(np.abs(qk.weights - r.attentions[layer, head, query]).max())
+            st.caption(plain(f"The softmax of these scores is the model's own attention row to {gap:.1e} (largest "
+                             f"difference over the {r.n_tokens} keys; the page keeps weights in float16). Keys "
+                             f"listed: the {len(order)} the query attends to most"
+                             + (f", and {len(shown) - len(order)} picked" if len(shown) > len(order) else "") + "."))
+            st.download_button("Download (JSON: q, every k, q ⊙ k, scores, weights)", json.dumps(qk.to_json()),
+                               f"query-key-L{layer}-H{head}-Q{query}.json", "application/json", key="att_qk_json",
+                               on_click="ignore")

@@ -8,9 +8,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from bertscope.analysis.compare import MIN_MINIBATCHES, MINIBATCH, POOLS, compare_layers
+from bertscope.analysis.compare import MIN_MINIBATCHES, MINIBATCH, POOLS, compare_heads, compare_layers, same_tokenizer
+from bertscope.corpora.brown_tasks import brown_task, brown_texts
 from bertscope.core.layers import hidden_names, layer_title
-from bertscope.corpora.brown_tasks import brown_task
 from bertscope.errors import BertScopeError
 from bertscope.figures.text import label
 from bertscope.heads.fill_mask import fill_mask
@@ -53,9 +53,9 @@ with page_errors(stop=False):
 if lm_b is None:
     st.stop()
 
-TABS = ["Layers (CKA)", "Predictions"]
+TABS = ["Layers (CKA)", "Heads", "Predictions"]
 tab_from_url("cmp_tab", TABS)
-tab_layers, tab_predictions = st.tabs(TABS, key="cmp_tab", on_change="rerun")
+tab_layers, tab_heads, tab_predictions = st.tabs(TABS, key="cmp_tab", on_change="rerun")
 
 with tab_layers:
     st.caption("Linear CKA (Kornblith et al. 2019) between every hidden state of A and of B over the words of Brown "
@@ -110,6 +110,41 @@ with tab_layers:
                                  f"the two differ most at {layer_title(lowest)} ({diagonal[lowest]:.3f})."))
             st.download_button("Download (JSON)", json.dumps(result.to_json()), "cka.json", "application/json",
                                key="cmp_json", on_click="ignore")
+
+with tab_heads:
+    st.caption("Every head of A against every head of B: the Jensen–Shannon divergence of their attention rows "
+               "(0 = the same distribution over keys, ln 2 ≈ 0.693 = disjoint), averaged over every query token of "
+               "100 Brown sentences of at most 64 tokens. Rows are compared token by token, so both models must "
+               "share a tokenizer.")
+    if tab_heads.open:
+        with page_errors(stop=False):
+            texts = brown_texts(100)
+            if not same_tokenizer(lm_a, lm_b, texts):
+                st.info(plain(f"{lm_a.name} and {lm_b.name} cut text into different tokens: heads compare only "
+                              "within one tokenizer (the Layers tab compares any two models by words)."))
+            else:
+                heads = result_store("compare_heads").compute(
+                    (key_a, key_b), lambda progress: compare_heads(cached_model(*key_a), cached_model(*key_b), texts,
+                                                                   progress=progress), "Heads, sentences")
+                same = heads.same_head
+                if same is not None:
+                    fig = go.Figure(go.Heatmap(z=same, x=list(range(same.shape[1])), y=list(range(same.shape[0])),
+                                               colorscale="Viridis", zmin=0, colorbar=dict(title="JS"),
+                                               hovertemplate="layer %{y}, head %{x}: JS %{z:.4f}<extra></extra>"))
+                    fig.update_layout(title=f"How far each head of {label(lm_a.name)} moved from the same head of "
+                                            f"{label(lm_b.name)} (JS, {heads.n_sentences} sentences)",
+                                      xaxis_title="head", yaxis_title="layer", height=max(320, 34 * same.shape[0] + 150),
+                                      yaxis=dict(autorange="reversed", dtick=1), xaxis=dict(dtick=1))
+                    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="cmp_heads_map")
+                    figure_downloads(fig, "head-divergence")
+                matches = pd.DataFrame(heads.best_match())
+                moved = matches[(matches["layer"] != matches["b_layer"]) | (matches["head"] != matches["b_head"])]
+                st.caption(plain(f"{len(matches) - len(moved)} of {len(matches)} heads of A are closest to the same "
+                                 "head of B; the others, with the head of B they resemble most:"))
+                st.dataframe(moved if len(moved) else matches, hide_index=True, width="stretch",
+                             column_config={"js": st.column_config.NumberColumn(format="%.4f")})
+                st.download_button("Download (JSON)", json.dumps(heads.to_json()), "heads.json", "application/json",
+                                   key="cmp_heads_json", on_click="ignore")
 
 with tab_predictions:
     st.caption("Fill-mask on both models, one text: each of A's top tokens with its rank in B.")

@@ -35,19 +35,21 @@ PAGES = [
      "*brown-pos*: real text, where the probe beats its control task by a wide margin (selectivity about 0.4 "
      "on bundled); then the template suite *pos*, where task and control both score near 100%: why control "
      "tasks matter."),
-    ("views/faithfulness.py", "Faithfulness", ":material/fact_check:",
-     "which attribution to trust on this model: every method's token ranking put to an erasure test on the "
-     "model's own predictions, with intervals and a random floor.",
-     "*Run the test* on 25 Brown sentences on bundled-mlm, then open the item where the methods disagree most."),
-    ("views/compare.py", "Compare", ":material/compare:",
-     "two models side by side: linear CKA between every pair of layers over Brown words, and both models' "
-     "predictions on one text.",
-     "bundled against bundled-mlm: what the shipped masked-LM training moved, layer by layer."),
     ("views/interventions.py", "Interventions", ":material/science:",
      "test a claim by changing the model: remove heads, rank heads by importance with a pruning curve, "
      "patch activations from a clean run into a corrupted one.",
      "*Patching* with the subject–verb example on bundled-mlm: the subject's number sits on *keys* in the "
      "lower layers and reaches the mask around layers 3-4."),
+    ("views/faithfulness.py", "Faithfulness", ":material/fact_check:",
+     "which attribution to trust on this model: every method's token ranking put to an erasure test on the "
+     "model's own predictions, with intervals and a random floor.",
+     "*Run the test* on 25 Brown sentences on bundled-mlm: integrated gradients and ALTI come out most faithful, "
+     "attention, rollout and norm between them and the random floor; then open the item where they disagree most."),
+    ("views/compare.py", "Compare", ":material/compare:",
+     "two models side by side: linear CKA between every pair of layers over Brown words, and both models' "
+     "predictions on one text.",
+     "bundled-mlm against bundled: what the shipped masked-LM training moved, layer by layer (little below layer 3, "
+     "the top layer most: CKA about 0.26)."),
     ("views/pretrain.py", "Pretraining", ":material/model_training:",
      "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and after.",
      "bundled with the *news* genre, 256 chunks, one epoch; then its fill-mask."),

@@ -210,3 +210,104 @@ def compare_layers(lm_a: LoadedModel, lm_b: LoadedModel, task: ProbeTask, pool: 
             progress(stop, total)
     check_size(used, minibatch)
     return LayerSimilarity(lm_a.name, lm_b.name, acc.cka(), used, total, minibatch, acc.minibatches, pool, source)
+
+
+HEAD_SENTENCE_TOKENS = 64  # sentences longer than this are left out of the head comparison
+
+
+@dataclass(frozen=True)
+class HeadDivergence:
+    """Jensen–Shannon divergence (natural log, 0 to ln 2) between attention rows of every head of A
+    and every head of B, averaged over every query row of every sentence."""
+
+    model_a: str
+    model_b: str
+    js: np.ndarray  # [layer_a x head_a, layer_b x head_b] mean JS
+    shape_a: tuple[int, int]  # (layers, heads)
+    shape_b: tuple[int, int]
+    n_sentences: int
+    n_rows: int
+
+    @property
+    def same_head(self) -> np.ndarray | None:
+        """[layer, head] JS between the head and the same (layer, head) of B; None when shapes differ."""
+        if self.shape_a != self.shape_b:
+            return None
+        return np.diag(self.js).reshape(self.shape_a)
+
+    def best_match(self) -> list[dict]:
+        """For each head of A, the head of B whose rows are closest."""
+        out = []
+        hb = self.shape_b[1]
+        for index, row in enumerate(self.js):
+            j = int(np.argmin(row))
+            out.append({"layer": index // self.shape_a[1], "head": index % self.shape_a[1], "b_layer": j // hb,
+                        "b_head": j % hb, "js": round(float(row[j]), 6)})
+        return out
+
+    def to_json(self) -> dict:
+        same = self.same_head
+        return {"js_same_head": None if same is None else np.round(same, 6).tolist(), "best_match": self.best_match(),
+                "n_sentences": self.n_sentences, "n_rows": self.n_rows, "divergence": "Jensen-Shannon, natural log"}
+
+
+def same_tokenizer(lm_a: LoadedModel, lm_b: LoadedModel, texts: Sequence[str]) -> bool:
+    """Whether both models cut ``texts`` into the same ids (checked on every text)."""
+    if lm_a.tokenizer.get_vocab() != lm_b.tokenizer.get_vocab():
+        return False
+    a = lm_a.tokenizer(list(texts), verbose=False)["input_ids"]
+    b = lm_b.tokenizer(list(texts), verbose=False)["input_ids"]
+    return a == b
+
+
+JS_SLAB_BYTES = 64 * 2**20  # one [head_a block, head_b, row, key] float64 slab
+
+
+def pairwise_js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """[head_a, head_b] summed over rows: JS(p_r, q_r) for every head pair. ``p``: [head_a, row,
+    key], ``q``: [head_b, row, key], each row a distribution (float64). Heads of A a block at a
+    time, so the [block, head_b, row, key] mixture stays within ``JS_SLAB_BYTES``."""
+    per = max(1, JS_SLAB_BYTES // max(1, q.numel() * 8))
+    q_log_q = torch.xlogy(q, q).sum(-1)  # [head_b, row]
+    out = []
+    for start in range(0, len(p), per):
+        block = p[start:start + per]  # [block, row, key]
+        m = 0.5 * (block[:, None] + q[None, :])  # [block, head_b, row, key]
+        log_m = torch.log(m.clamp_min(1e-300))
+        cross_p = (block[:, None] * log_m).sum(-1)  # [block, head_b, row]
+        cross_q = (q[None, :] * log_m).sum(-1)
+        p_log_p = torch.xlogy(block, block).sum(-1)  # [block, row]
+        js = 0.5 * (p_log_p[:, None] - cross_p) + 0.5 * (q_log_q[None, :] - cross_q)  # [block, head_b, row]
+        out.append(js.clamp_min(0).sum(-1))
+    return torch.cat(out)
+
+
+def compare_heads(lm_a: LoadedModel, lm_b: LoadedModel, texts: Sequence[str],
+                  progress: Callable[[int, int], None] | None = None) -> HeadDivergence:
+    """Every head of A against every head of B by the mean JS divergence of their attention rows,
+    over the sentences of ``texts`` of at most ``HEAD_SENTENCE_TOKENS`` tokens. Both models must cut
+    the text into the same tokens."""
+    from bertscope.core.forward import inspect
+
+    if not same_tokenizer(lm_a, lm_b, texts):
+        raise BertScopeError(f"{lm_a.name} and {lm_b.name} do not cut the text into the same tokens: heads are "
+                             "compared row by row only between models that share a tokenizer (CKA compares any two).")
+    na, nb = lm_a.num_layers * lm_a.num_heads, lm_b.num_layers * lm_b.num_heads
+    sums = torch.zeros(na, nb, dtype=torch.float64)
+    used = rows = 0
+    for done, text in enumerate(texts, 1):
+        ra = inspect(lm_a, text, with_hidden_states=False, with_logits=False)
+        if ra.n_tokens <= HEAD_SENTENCE_TOKENS:
+            rb = inspect(lm_b, text, with_hidden_states=False, with_logits=False)
+            t = ra.n_tokens
+            p = torch.from_numpy(ra.attentions.astype(np.float64)).reshape(na, t, t)  # [head, query, key]
+            q = torch.from_numpy(rb.attentions.astype(np.float64)).reshape(nb, t, t)
+            p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)  # float16 weights renormalised
+            sums += pairwise_js(p, q)
+            used, rows = used + 1, rows + t
+        if progress:
+            progress(done, len(texts))
+    if not used:
+        raise BertScopeError(f"No sentence of at most {HEAD_SENTENCE_TOKENS} tokens to compare heads on.")
+    return HeadDivergence(lm_a.name, lm_b.name, (sums / rows).numpy(), (lm_a.num_layers, lm_a.num_heads),
+                          (lm_b.num_layers, lm_b.num_heads), used, rows)

@@ -30,6 +30,8 @@ def compare_task(corpus: str | None, data: str | None):
 
 
 def cmd_compare(args: argparse.Namespace) -> Any:
+    import numpy as np
+
     from bertscope.analysis.compare import compare_layers
     from bertscope.core.layers import hidden_name
     from bertscope.core.models import load_model
@@ -39,8 +41,23 @@ def cmd_compare(args: argparse.Namespace) -> Any:
     lm_b = load_model(args.model_b, device=args.device, dtype=args.dtype)
     with progress_bar("sentences", "sentence") as progress:
         result = compare_layers(lm_a, lm_b, task, args.pool, source=source, progress=progress)
+    heads, skipped = None, None
+    texts = task.texts[: args.head_sentences]
+    if args.head_sentences > 0:
+        from bertscope.analysis.compare import compare_heads, same_tokenizer
+
+        if same_tokenizer(lm_a, lm_b, texts):
+            with progress_bar("heads", "sentence") as progress:
+                heads = compare_heads(lm_a, lm_b, texts, progress=progress)
+        else:
+            skipped = "the models do not share a tokenizer"
     if args.json:
-        return result.to_json()
+        out = result.to_json()
+        if heads is not None:
+            out["heads"] = heads.to_json()
+        elif skipped:
+            out["heads_skipped"] = skipped
+        return out
     rows, columns = result.cka.shape
     lines = [f"linear CKA (unbiased, {result.minibatches} minibatches of {result.minibatch} words; {result.n_words:,} "
              f"words of {result.n_sentences:,} sentences from {source}, pieces pooled by {result.pool}): rows "
@@ -48,6 +65,13 @@ def cmd_compare(args: argparse.Namespace) -> Any:
              " " * 11 + "".join(f"{hidden_name(j)[:6]:>7}" for j in range(columns))]
     for i in range(rows):
         lines.append(f"{hidden_name(i):>10} " + "".join(f"{v:>7.3f}" for v in result.cka[i]))
+    if heads is not None and heads.same_head is not None:
+        moved = np.argsort(-heads.same_head.ravel())[:5]
+        lines.append(f"heads that moved most (Jensen-Shannon divergence of their attention rows from the same head of "
+                     f"B, over {heads.n_sentences} sentences): " + ", ".join(
+                         f"{i // heads.shape_a[1]}:{i % heads.shape_a[1]} {heads.same_head.ravel()[i]:.3f}" for i in moved))
+    elif skipped:
+        lines.append(f"heads not compared: {skipped}")
     return "\n".join(lines)
 
 
@@ -59,9 +83,37 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="a UTF-8 file, one sentence a line (words: runs of non-space characters)")
     p.add_argument("--pool", choices=POOLS, default="mean", help="a word's vector: the mean of its pieces, or its "
                                                                  "first piece")
+    p.add_argument("--head-sentences", type=int, default=100, help="when both models share a tokenizer: compare "
+                                                                   "every head of A with every head of B on this many "
+                                                                   "of the sentences (0: skip)")
+
+
+def cmd_query_key(args: argparse.Namespace) -> Any:
+    from bertscope.analysis.query_key import query_key
+
+    lm = load(args)
+    qk = query_key(lm, args.text, args.layer, args.head, args.query, args.pair)
+    if args.json:
+        return qk.to_json()
+    order = qk.weights.argsort()[::-1][: args.top]
+    lines = [f"layer {qk.layer}, head {qk.head}, query token {qk.query_position} ({qk.tokens[qk.query_position]}): "
+             f"score = q·k / {qk.scale:.2f}, weight = softmax (the head's attention row); the top {len(order)} keys:"]
+    lines += [f"  {j:>4} {qk.tokens[j]:<14} q·k/√d {qk.scores[j]:+8.3f}   weight {qk.weights[j]:.4f}" for j in order]
+    return "\n".join(lines)
+
+
+def _query_key_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text")
+    p.add_argument("--pair", help="segment B text")
+    p.add_argument("--layer", type=int, required=True, help="the layer, from 0 as in `attention`")
+    p.add_argument("--head", type=int, required=True, help="the head, from 0")
+    p.add_argument("--query", type=int, required=True, help="the query token's position (0 = [CLS])")
+    p.add_argument("--top", type=int, default=10, help="text output: how many keys to list")
 
 
 COMMANDS = [
     Command("compare", "how similar two models are, layer by layer: linear CKA over the words of a corpus",
             cmd_compare, _compare_arguments),
+    Command("query-key", "the query and key vectors behind one attention row: q, each k, q ⊙ k, the scores and "
+            "their softmax (bertviz's neuron view)", cmd_query_key, _query_key_arguments),
 ]

@@ -23,6 +23,8 @@ class BlockParts:
     value: Any  # nn.Linear: x -> x W_V + b_V, all heads side by side
     output: Any  # nn.Linear: concatenated heads -> hidden (W_O, b_O)
     norm: Any  # nn.LayerNorm over (attention output + residual)
+    query: Any = None  # nn.Linear: x -> x W_Q + b_Q, all heads side by side
+    key: Any = None  # nn.Linear: x -> x W_K + b_K
 
 
 def block_parts(lm: LoadedModel) -> list[BlockParts]:
@@ -30,8 +32,8 @@ def block_parts(lm: LoadedModel) -> list[BlockParts]:
     base = lm.model.base_model
     kind = lm.model_type
     if kind in BERT_BLOCKS:
-        return [BlockParts(layer.attention.self.value, layer.attention.output.dense, layer.attention.output.LayerNorm)
-                for layer in base.encoder.layer]
+        return [BlockParts(layer.attention.self.value, layer.attention.output.dense, layer.attention.output.LayerNorm,
+                           layer.attention.self.query, layer.attention.self.key) for layer in base.encoder.layer]
     if kind == "albert":
         cfg = lm.config
         if cfg.inner_group_num != 1:
@@ -41,11 +43,11 @@ def block_parts(lm: LoadedModel) -> list[BlockParts]:
         parts = []
         for i in range(cfg.num_hidden_layers):
             att = groups[i // per_group].albert_layers[0].attention
-            parts.append(BlockParts(att.value, att.dense, att.LayerNorm))
+            parts.append(BlockParts(att.value, att.dense, att.LayerNorm, att.query, att.key))
         return parts
     if kind == "distilbert":
-        return [BlockParts(block.attention.v_lin, block.attention.out_lin, block.sa_layer_norm)
-                for block in base.transformer.layer]
+        return [BlockParts(block.attention.v_lin, block.attention.out_lin, block.sa_layer_norm, block.attention.q_lin,
+                           block.attention.k_lin) for block in base.transformer.layer]
     raise BertScopeError(
         f"This measure reads BERT-style post-LayerNorm blocks; {lm.model_type} is not one "
         "of them (BERT, RoBERTa, XLM-R, ELECTRA, ALBERT, DistilBERT): use rollout, flow, grad or ig."

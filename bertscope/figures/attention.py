@@ -313,3 +313,32 @@ _FIT_TO_FRAME = (
     "window.addEventListener('resize', fit);"
     "})();</script>"
 )
+
+
+def query_key_figure(qk, keys: list[int]) -> go.Figure:
+    """bertviz's neuron view for one query: the query vector, then q ⊙ k of each chosen key
+    (a cell per dimension, blue adds to the score, red subtracts), with each key's score q·k/√d
+    and attention weight beside it. ``qk``: ``analysis.query_key.QueryKey``."""
+    names = [f"{j}: {label(qk.tokens[j])}" for j in keys]
+    products = qk.products[keys]  # [key, d_head]
+    span = float(max(1e-9, np.abs(products).max(), np.abs(qk.query).max()))
+    fig = make_subplots(rows=2, cols=2, column_widths=[0.8, 0.2], row_heights=[0.12, 0.88], shared_yaxes=False,
+                        horizontal_spacing=0.03, vertical_spacing=0.04,
+                        subplot_titles=(f"query q of “{label(qk.tokens[qk.query_position])}”", "",
+                                        "q ⊙ k per dimension (sum / √d = the score)", "weight (softmax)"))
+    dims = list(range(qk.query.shape[0]))
+    fig.add_trace(go.Heatmap(z=qk.query[None], x=dims, y=["q"], colorscale="RdBu", zmid=0, zmin=-span, zmax=span,
+                             showscale=False, hovertemplate="q[%{x}] = %{z:.3f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Heatmap(z=products, x=dims, y=names, colorscale="RdBu", zmid=0, zmin=-span, zmax=span,
+                             colorbar=dict(title="q·k term", len=0.8, y=0.42),
+                             hovertemplate="%{y} · dim %{x}: %{z:.3f}<extra></extra>"), row=2, col=1)
+    fig.add_trace(go.Bar(x=qk.weights[keys], y=names, orientation="h", marker_color="#1f77b4", showlegend=False,
+                         customdata=qk.scores[keys], hovertemplate="%{y}: weight %{x:.4f}, q·k/√d %{customdata:+.3f}"
+                                                                   "<extra></extra>"), row=2, col=2)
+    fig.update_yaxes(autorange="reversed", row=2, col=1)
+    fig.update_yaxes(autorange="reversed", showticklabels=False, row=2, col=2)
+    fig.update_xaxes(title_text="dimension of the head", row=2, col=1)
+    fig.update_layout(height=160 + 24 * len(keys), margin=dict(t=70, b=40),
+                      title=dict(text=f"Layer {qk.layer}, head {qk.head}: why query {qk.query_position} attends where "
+                                      f"it does ({len(keys)} of {len(qk.tokens)} keys)", font=dict(size=14)))
+    return fig
