@@ -43,3 +43,17 @@ def test_heads_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tiny_roberta_dir):
     at.text_input(key="cmp_b").input(str(tiny_roberta_dir)).run()  # another tokenizer: said, nothing drawn
     assert not at.exception and not at.error
     assert any("cut text into different tokens" in i for i in texts(at.info))
+
+
+def test_probes_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir), cmp_tab="Probes")
+    assert not at.exception and not at.error
+    assert any("Probe both" in i for i in texts(at.info))  # nothing runs before it is asked
+    at.selectbox(key="cmp_suite").set_value("pos")
+    next(b for b in at.button if b.label == "Probe both" and "cmp_probe_form" in b.id).click()
+    at.run()
+    assert not at.exception, at.exception[0].stack_trace
+    assert not at.error
+    spec = next(c.proto.spec for c in at.get("plotly_chart") if "Probe accuracy by layer" in c.proto.spec)
+    assert spec.count(": task") == 2  # one accuracy line per model
+    assert any(c.startswith("Best layer:") for c in texts(at.caption))

@@ -687,6 +687,10 @@ def test_compare_page_bundled_against_bundled_mlm(browser, app_url, artifacts):
     assert plot.locator(".xtitle").text_content() == "bundled (B): hidden state"
     assert plot.locator(".ytitle").text_content() == "bundled-mlm (A): hidden state"
     page.screenshot(path=str(artifacts / "compare.png"), full_page=True)
+    page.get_by_role("tab", name="Heads").click()
+    page.get_by_text("heads of A are closest to the same head of B", exact=False).wait_for(timeout=180_000)
+    page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)  # heads matched elsewhere
+    page.screenshot(path=str(artifacts / "compare-heads.png"), full_page=True)
     page.get_by_role("tab", name="Predictions").click()
     page.get_by_text("no masked-LM head", exact=False).wait_for(timeout=60_000)
     assert not page.locator(".stException").count()

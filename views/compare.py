@@ -9,14 +9,18 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from bertscope.analysis.compare import MIN_MINIBATCHES, MINIBATCH, POOLS, compare_heads, compare_layers, same_tokenizer
-from bertscope.corpora.brown_tasks import brown_task, brown_texts
+from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+from bertscope.analysis.probing import probe_layers
 from bertscope.core.layers import hidden_names, layer_title
+from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task, brown_texts
+from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, shipped_task
 from bertscope.errors import BertScopeError
+from bertscope.figures.probe import layer_figure
 from bertscope.figures.text import label
 from bertscope.heads.fill_mask import fill_mask
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.limits import allow_expensive, check_text, demo
+from views.kit.limits import Limits, allow_expensive, check_text, demo
 from views.kit.models import OTHER, cached_model, model_key, model_options, obtainable, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
@@ -53,9 +57,9 @@ with page_errors(stop=False):
 if lm_b is None:
     st.stop()
 
-TABS = ["Layers (CKA)", "Heads", "Predictions"]
+TABS = ["Layers (CKA)", "Heads", "Predictions", "Probes"]
 tab_from_url("cmp_tab", TABS)
-tab_layers, tab_heads, tab_predictions = st.tabs(TABS, key="cmp_tab", on_change="rerun")
+tab_layers, tab_heads, tab_predictions, tab_probes = st.tabs(TABS, key="cmp_tab", on_change="rerun")
 
 with tab_layers:
     st.caption("Linear CKA (Kornblith et al. 2019) between every hidden state of A and of B over the words of Brown "
@@ -141,8 +145,10 @@ with tab_heads:
                 moved = matches[(matches["layer"] != matches["b_layer"]) | (matches["head"] != matches["b_head"])]
                 st.caption(plain(f"{len(matches) - len(moved)} of {len(matches)} heads of A are closest to the same "
                                  "head of B; the others, with the head of B they resemble most:"))
-                st.dataframe(moved if len(moved) else matches, hide_index=True, width="stretch",
-                             column_config={"js": st.column_config.NumberColumn(format="%.4f")})
+                names = {"layer": "A layer", "head": "A head", "b_layer": "closest B layer", "b_head": "closest B head",
+                         "js": "JS"}
+                st.dataframe((moved if len(moved) else matches).rename(columns=names), hide_index=True, width="stretch",
+                             column_config={"JS": st.column_config.NumberColumn(format="%.4f")})
                 st.download_button("Download (JSON)", json.dumps(heads.to_json()), "heads.json", "application/json",
                                    key="cmp_heads_json", on_click="ignore")
 
@@ -176,3 +182,40 @@ with tab_predictions:
                     "rank in B": st.column_config.NumberColumn(help="empty: not in B's top 50")})
                 top_b = ", ".join(f"{p.token.strip()} {p.score:.2f}" for p in preds_b[:5])
                 st.caption(plain(f"B's own top 5: {top_b}"))
+
+with tab_probes:
+    st.caption("The same linear probe (and its control task, Hewitt & Liang 2019) trained at every layer of both "
+               "models on the same suite and the same split by document: where each model holds the information. "
+               "Hidden states come from the on-disk cache the Probes page uses.")
+    if tab_probes.open:  # reading a Brown suite takes a moment: only when looked at
+        with st.form("cmp_probe_form"):
+            suite = st.selectbox("Suite", [*SHIPPED, *BROWN_TASKS], index=len(SHIPPED), key="cmp_suite",
+                                 help="Brown suites use the Probes page's sample (split by document).")
+            probe_asked = st.form_submit_button("Probe both", type="primary")
+        with page_errors(stop=False):
+            task = shipped_task(suite, size=min(DEFAULT_SENTENCES, Limits.corpus_lines) if suite in BROWN_TASKS else None)
+            pooling = "mean"
+            results = []
+            for which, k in (("A", key_a), ("B", key_b)):
+                request = (k, task.digest(), pooling)
+                store = result_store(f"compare_probes_{which}")  # one Stop button a model
+                found = store.get(request)
+                if found is None and probe_asked:
+                    allow_expensive("probe run")
+                    found = store.compute(request, lambda progress, k=k: probe_layers(
+                        hidden_states(cached_model(*k), task, pooling, HiddenStateCache(), progress=progress), task.name,
+                        pooling, progress=lambda d, t: progress(d, t, "Probes, layers")), f"Model {which}: hidden states, "
+                        "sentences", asked=True)
+                if found is not None:
+                    results.append(found)
+            if len(results) == 2:
+                fig = layer_figure(results)
+                st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="cmp_probe_chart")
+                figure_downloads(fig, f"probes-{suite}")
+                best = [max(r.layers, key=lambda x: x.accuracy) for r in results]
+                st.caption(plain(f"Best layer: {label(lm_a.name)} {best[0].name} ({best[0].accuracy:.1%}, selectivity "
+                                 f"{best[0].selectivity:+.2f}); {label(lm_b.name)} {best[1].name} ({best[1].accuracy:.1%}, "
+                                 f"selectivity {best[1].selectivity:+.2f}); {results[0].n_test:,} test items."))
+            else:
+                st.info("Pick a suite and press *Probe both* (each model's hidden states are extracted once and cached "
+                        "on disk; brown-pos on bundled takes about a minute a model on a 2-core CPU).")
