@@ -668,6 +668,7 @@ def test_faithfulness_page_on_bundled_mlm(browser, app_url, artifacts):
     other, other_problems = open_page(browser, f"{app_url}/masked?{urllib.parse.urlparse(href).query}", height=1400)
     other.get_by_text("Agreement between methods").wait_for(timeout=180_000)
     assert other.get_by_role("tab", name="Why this prediction?").get_attribute("aria-selected") == "true"
+    other.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)  # the agreement table
     other.screenshot(path=str(artifacts / "faithfulness-opened.png"), full_page=True)
     assert not page.locator(".stException").count() and not other.locator(".stException").count()
     assert not problems and not other_problems, (problems, other_problems)
