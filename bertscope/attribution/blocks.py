@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from bertscope.core.block_modules import BlockParts, block_parts
-from bertscope.core.forward import inspect, to_device
+from bertscope.core.forward import inspect
+from bertscope.core.passes import inspection_feed
 from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
@@ -105,11 +106,7 @@ def _capture_pass(lm: LoadedModel, text: str, pair: str | None, template: Inspec
     parts = block_parts(lm)
     if template is None:
         template = inspect(lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
-    ids = torch.from_numpy(template.input_ids[None])  # [1, token]
-    feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if "token_type_ids" in lm.tokenizer.model_input_names:
-        feed["token_type_ids"] = torch.from_numpy(template.token_type_ids[None].astype(np.int64))
-    feed = {k: to_device(v, lm.device) for k, v in feed.items()}
+    feed = inspection_feed(lm, template)  # [1, token] each
     capture = _Capture(parts)
     try:
         with lm.guard, lm.attention_kernel(True), torch.inference_mode():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -186,8 +186,15 @@ class Scoreboard:
     results: list[ItemResult]
     source: str  # where the items came from
     skipped: int = 0  # lines of a file left out (too long, no content word)
+    # summaries computed once: a page redraws the same board on every interaction
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def summary(self, seed: int = 0) -> dict[str, dict]:
+        if ("summary", seed) not in self.memo:
+            self.memo[("summary", seed)] = self._summary(seed)
+        return self.memo[("summary", seed)]
+
+    def _summary(self, seed: int) -> dict[str, dict]:
         out = {}
         for method in self.methods:
             entry = {metric: bootstrap([r.aopc(method, metric) if metric != "loo_spearman" else r.spearman[method]
@@ -204,6 +211,11 @@ class Scoreboard:
 
     def disagreement(self) -> list[float]:
         """Per item: 1 − the mean pairwise Spearman of the methods' candidate scores (random left out)."""
+        if "disagreement" not in self.memo:
+            self.memo["disagreement"] = self._disagreement()
+        return self.memo["disagreement"]
+
+    def _disagreement(self) -> list[float]:
         out = []
         for r in self.results:
             names = [m for m in self.methods if m != RANDOM]

@@ -25,20 +25,12 @@ import torch
 
 from bertscope.attribution.blocks import compose
 from bertscope.core.block_modules import block_parts
-from bertscope.core.forward import DEFAULT_BATCH_BYTES, to_device
+from bertscope.core.forward import DEFAULT_BATCH_BYTES
 from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.core.block_modules import state_producers
 from bertscope.core.hooks import StateEdit
-from bertscope.core.passes import rows_within_budget, wide
-
-
-def _feed(lm: LoadedModel, ins: Inspection) -> dict:
-    ids = torch.from_numpy(ins.input_ids[None].astype(np.int64))  # [1, token]
-    feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if "token_type_ids" in lm.tokenizer.model_input_names:
-        feed["token_type_ids"] = torch.from_numpy(ins.token_type_ids[None].astype(np.int64))
-    return {k: to_device(v, lm.device) for k, v in feed.items()}
+from bertscope.core.passes import inspection_feed, rows_within_budget, wide
 
 
 def layer_inputs(lm: LoadedModel, ins: Inspection) -> torch.Tensor:
@@ -51,7 +43,7 @@ def layer_inputs(lm: LoadedModel, ins: Inspection) -> torch.Tensor:
         return None
 
     with StateEdit(lm, keep), lm.guard, lm.attention_kernel(False), torch.inference_mode():
-        lm.model.base_model(**_feed(lm, ins), return_dict=True)
+        lm.model.base_model(**inspection_feed(lm, ins), return_dict=True)
     return torch.stack(states)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 
 from bertscope.core.forward import DEFAULT_BATCH_BYTES, Padded, check_text, pad, plan_batches, to_device, tokenize
@@ -48,3 +49,13 @@ def wide(t: torch.Tensor) -> torch.Tensor:
     """Half-precision values widened to float32 for a loss or a difference; float32 and float64 as
     they are."""
     return t.float() if t.element_size() < 4 else t
+
+
+def inspection_feed(lm: LoadedModel, ins) -> dict:
+    """The model's inputs for one inspected text ([1, token] each, on the device): its ids, a full
+    attention mask and, for tokenizers that have them, its segments."""
+    ids = torch.from_numpy(ins.input_ids[None].astype(np.int64))  # [1, token]
+    feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if "token_type_ids" in lm.tokenizer.model_input_names:
+        feed["token_type_ids"] = torch.from_numpy(ins.token_type_ids[None].astype(np.int64))
+    return {k: to_device(v, lm.device) for k, v in feed.items()}
