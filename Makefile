@@ -40,7 +40,7 @@ $(VENV)/.app-installed: requirements.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/.test-installed: requirements-test.txt $(VENV)/.app-installed
+$(VENV)/.test-installed: requirements-test.txt requirements-cluster.txt $(VENV)/.app-installed
 	$(BIN)/python -m pip install --quiet -r requirements-test.txt
 	touch $@
 

@@ -40,11 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: a command may start itself again
     try:
         result = COMMANDS[args.command].run(args)
     except BertScopeError as err:
         print(f"bertscope: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return getattr(err, "status", EXIT_BAD_INPUT)  # 2 for bad input; a failed launch says its own
+    if result is None:  # printed already (another process did)
+        return 0
     as_json = getattr(args, "json", False) or isinstance(result, dict) and not COMMANDS[args.command].takes_model
     try:
         print(json.dumps(result, ensure_ascii=False) if as_json else result)

@@ -4,10 +4,13 @@ fetch bertviz's scripts. The Makefile and the Dockerfile call the last two."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from bertscope.cli.common import Command
+from bertscope.errors import BertScopeError
 
 
 def cmd_pretrain(args: argparse.Namespace) -> Any:
@@ -19,6 +22,17 @@ def cmd_pretrain(args: argparse.Namespace) -> Any:
                        batch_size=args.batch_size, lr=args.lr, seed=args.seed, max_chunks=args.max_chunks,
                        pair_task=args.pair)
     cfg.check()
+    from bertscope.training.processes import launched_world
+
+    world = launched_world()
+    if world == 1 and args.processes != 1:  # start this command again as N data-parallel processes
+        from bertscope.training.launch import check_processes, launch
+
+        check_processes(args.processes, args.device)
+        launch(args.processes, args.argv, Path(args.out))
+        return None  # the main process printed the summary
+    if world > 1 and args.processes not in (1, world):
+        raise BertScopeError(f"This command was launched as {world} processes, not --processes {args.processes}.")
     if args.corpus == "brown":
         train_docs, held_docs = brown_documents(args.genres, args.seed)
     else:
@@ -40,6 +54,8 @@ def cmd_pretrain(args: argparse.Namespace) -> Any:
     finally:
         for bar in bars:
             bar.close()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None  # one summary, from the main process
     last = state.history[-1]["held_out"]
     summary = {"out": args.out, "epochs": state.epoch, "held_out_top1": round(last["top1"], 4),
                "held_out_top5": round(last["top5"], 4), "held_out_loss": round(last["loss"], 4)}
@@ -72,6 +88,10 @@ def _pretrain_arguments(p: argparse.ArgumentParser) -> None:
                         "(repeat for more; default: six everyday sentences)")
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--device", default="auto")
+    p.add_argument("--processes", type=int, default=1,
+                   help="train data-parallel on N processes of this machine through Accelerate (N GPUs, or N "
+                        "CPU processes with gloo); the same as `accelerate launch --multi_gpu --num_processes N -m "
+                        "bertscope pretrain ...`, which also runs it across machines")
 
 
 def cmd_corpus(args: argparse.Namespace) -> Any:

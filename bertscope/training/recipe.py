@@ -47,7 +47,10 @@ merged), ``adapter/`` for LoRA runs (the delta alone: adapter + ``extras.safeten
 The pieces around this loop: ``training.config`` (settings), ``training.instances`` (chunks and
 pairs), ``training.batches`` (the corruption, by ``heads.masking``'s rule), ``training.model``
 (heads, LoRA), ``training.steps`` (forward, backward, scoring), ``training.checkpoint``,
-``training.export``; ``training.job`` runs it in the background for the app.
+``training.export``; ``training.job`` runs it in the background for the app. Data-parallel on N
+processes (``accelerate launch -m bertscope pretrain …`` or ``pretrain --processes N``):
+``training.processes`` (how the batch, the held-out scoring and the writing are shared) and
+``training.launch`` (starting the launch from the command line).
 """
 
 from __future__ import annotations
@@ -62,7 +65,6 @@ import torch
 
 from bertscope.errors import BertScopeError
 from bertscope.heads.masking import replacement_ids
-from bertscope.runtime.devices import resolve_device
 from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
 from bertscope.sources.resolve import resolve_source
 from bertscope.training.batches import mask_tokens, special_mask
@@ -71,6 +73,7 @@ from bertscope.training.config import CLOZE, RecipeConfig, check_cloze, check_pa
 from bertscope.training.export import export_run, write_metrics
 from bertscope.training.instances import build_chunks
 from bertscope.training.model import build_model, trainable
+from bertscope.training.processes import Processes
 from bertscope.training.steps import (
     BACKWARD_FACTOR,
     accumulate_gradients,
@@ -104,7 +107,8 @@ def train(
     would take more runs as micro-batches whose gradients add up to the whole batch's."""
     cfg.check()
     cloze_texts = check_cloze(cloze_texts)
-    torch_device = resolve_device(device)
+    workers = Processes.join(device)  # one process, or this one's place under `accelerate launch`
+    torch_device = workers.device
     source, local_only = resolve_source(model_name)
     config = load_hf_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
     tokenizer = load_hf_tokenizer(model_name, source, local_only)
@@ -138,6 +142,7 @@ def train(
     steps_per_epoch = math.ceil(len(train_chunks) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
+    runner = workers.wrap(model)  # DDP across processes (the weights broadcast from the main one)
     replacements = torch.from_numpy(replacement_ids(tokenizer, model.config.vocab_size))
     static_generator = torch.Generator().manual_seed(cfg.seed + 7)
     static = None
@@ -145,7 +150,7 @@ def train(
         static = mask_tokens(train_chunks.ids, special_mask(tokenizer, train_chunks.ids), replacements,
                              tokenizer.mask_token_id, cfg, static_generator)
     context, scaler = autocast_context(torch_device)
-    budget = memory_bytes if memory_bytes is not None else training_budget(torch_device)
+    budget = memory_bytes if memory_bytes is not None else workers.memory_share(training_budget(torch_device))
     row_bytes = BACKWARD_FACTOR * saved_bytes_per_row(model, tokenizer, train_chunks, cfg, torch_device, context,
                                                           replacements)
     micro = max(1, min(cfg.batch_size, budget // max(1, row_bytes)))  # rows a pass, within the budget
@@ -155,13 +160,15 @@ def train(
         raise BertScopeError(f"{out} was started with other sentences to compare before and after: give the same "
                              "ones to resume, or choose another output folder.")
     before = state.history[0]["before"] if state.history else {
-        "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows),
+        "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows, workers),
         "cloze": cloze(model, tokenizer, cloze_texts, torch_device)}
     model.train()
     n_trainable = sum(p.numel() for p in params.values())
     for epoch in range(state.epoch, cfg.epochs):
         generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and masks of this epoch
         order = torch.randperm(len(train_chunks), generator=generator)
+        if workers.world > 1:  # dropout: each process its own masks, the same ones again on a resumed run
+            torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + workers.rank)
         started, losses, pair_losses, tokens = time.perf_counter(), [], [], 0
         for s in range(steps_per_epoch):
             if stop is not None and stop():
@@ -176,8 +183,8 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(state.step, total, cfg)
             optimizer.zero_grad(set_to_none=True)
-            mlm_loss, pair_loss = accumulate_gradients(model, batch, inputs, labels, tokenizer.pad_token_id,
-                                                        torch_device, context, scaler, micro)
+            mlm_loss, pair_loss = accumulate_gradients(runner, batch, inputs, labels, tokenizer.pad_token_id,
+                                                        torch_device, context, scaler, micro, workers)
             if pair_loss is not None:
                 pair_losses.append(pair_loss)
             if scaler is not None:
@@ -191,19 +198,25 @@ def train(
             state.step += 1
             losses.append(mlm_loss)
             tokens += int((batch.ids != tokenizer.pad_token_id).sum())
-            if progress is not None:
+            if progress is not None and workers.main:
                 progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1],
                                              **({"pair_loss": pair_losses[-1]} if pair_losses else {})})
         seconds = time.perf_counter() - started
-        held = evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows)
+        held = evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows, workers)
         state.epoch = epoch + 1
         state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "held_out": held,
                               **({"train_pair_loss": float(np.mean(pair_losses))} if pair_losses else {}),
                               "seconds": seconds, "tokens_per_s": tokens / seconds,
                               **({"before": before} if epoch == 0 else {})})
-        save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
-    export_run(model, tokenizer, out, cfg, model_name)
-    write_metrics(out, model_name, cfg, state, len(train_chunks), len(held_chunks), n_trainable,
-                   cloze(model, tokenizer, cloze_texts, torch_device), torch_device,
-                   {"rows_per_pass": micro, "activation_bytes_per_row": row_bytes, "budget_bytes": budget})
+        if workers.main:  # the others wait: a checkpoint is whole before anyone goes on
+            save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
+        workers.barrier()
+    after = cloze(model, tokenizer, cloze_texts, torch_device)
+    if workers.main:
+        export_run(model, tokenizer, out, cfg, model_name)
+        write_metrics(out, model_name, cfg, state, len(train_chunks), len(held_chunks), n_trainable, after,
+                      torch_device, {"rows_per_pass": micro, "activation_bytes_per_row": row_bytes,
+                                     "budget_bytes": budget, "processes": workers.world})
+    workers.barrier()
+    workers.end()
     return state

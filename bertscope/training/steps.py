@@ -17,6 +17,9 @@ from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
 from bertscope.training.instances import Chunks
 from bertscope.training.model import logits_only_at, mlm_logits, vocabulary_layer
+from bertscope.training.processes import Processes, unwrap
+
+ONE = Processes()  # a run on one process
 
 
 def lr_at(step: int, total: int, cfg: RecipeConfig) -> float:
@@ -43,8 +46,8 @@ def forward_chosen(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torc
     feed = {"input_ids": inputs.to(device), "attention_mask": (batch.ids != pad_id).long().to(device)}
     if batch.token_types is not None:
         feed["token_type_ids"] = batch.token_types.to(device)
-    with context, logits_only_at(model, chosen) as gathered:
-        out = model(**feed)
+    with context, logits_only_at(unwrap(model), chosen) as gathered:
+        out = model(**feed)  # through DDP's wrapper when several processes train
     logits = mlm_logits(out)
     if not gathered:
         logits = logits[chosen]
@@ -111,25 +114,38 @@ def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeC
 
 
 def accumulate_gradients(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,
-                          device: torch.device, context: Any, scaler: Any, micro: int) -> tuple[float, float | None]:
-    """Backward passes over ``batch`` in slices of ``micro`` rows whose gradients add up to the
-    whole batch's: each slice's summed losses divided by the batch's chosen positions (masked-LM)
-    and rows (pair head). Returns the batch's (masked-LM loss, pair loss or None)."""
+                          device: torch.device, context: Any, scaler: Any, micro: int,
+                          group: Processes = ONE) -> tuple[float, float | None]:
+    """Backward passes over this process's share of ``batch`` (all of it on one process) in
+    slices of ``micro`` rows whose gradients add up to the whole batch's: each slice's summed
+    losses divided by the whole batch's chosen positions (masked-LM) and rows (pair head), times
+    the number of processes, whose gradients DDP averages. Only the last slice all-reduces. A
+    process whose share is empty (a last batch smaller than the processes) runs one row with
+    weight 0, so every process takes part in the step's all-reduce. Returns the whole batch's
+    (masked-LM loss, pair loss or None), summed over processes."""
     chosen = int((labels != IGNORE_INDEX).sum())
     rows = len(batch)
+    mine = group.share(rows)
+    parts = [slice(s, min(s + micro, mine.stop)) for s in range(mine.start, mine.stop, micro)]
+    weight = 1.0 if parts else 0.0
+    parts = parts or [slice(0, 1)]
     mlm_total, pair_total, paired = 0.0, 0.0, False
-    for start in range(0, rows, micro):
-        part = slice(start, start + micro)
-        picked, gold, pair = forward_chosen(model, batch.take(part), inputs[part], labels[part], pad_id, device, context)
-        mlm = F.cross_entropy(picked, gold, reduction="sum") / chosen
-        loss = mlm
-        if pair is not None:  # BERT's and ALBERT's objective: the sum of the two losses
-            pair_part = F.cross_entropy(pair, batch.pair_labels[part].to(device), reduction="sum") / rows
-            loss = loss + pair_part
-            pair_total += float(pair_part.detach())
-            paired = True
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        mlm_total += float(mlm.detach())
+    for k, part in enumerate(parts):
+        with group.no_sync(model, last=k == len(parts) - 1):
+            picked, gold, pair = forward_chosen(model, batch.take(part), inputs[part], labels[part], pad_id, device,
+                                                context)
+            mlm = F.cross_entropy(picked, gold, reduction="sum") / chosen
+            loss = mlm
+            if pair is not None:  # BERT's and ALBERT's objective: the sum of the two losses
+                pair_part = F.cross_entropy(pair, batch.pair_labels[part].to(device), reduction="sum") / rows
+                loss = loss + pair_part
+                pair_total += weight * float(pair_part.detach())
+                paired = True
+            loss = loss * (weight * group.world)
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        mlm_total += weight * float(mlm.detach())
+    if group.world > 1:
+        mlm_total, pair_total = group.sum(torch.tensor([mlm_total, pair_total], dtype=torch.float64)).tolist()
     return mlm_total, pair_total if paired else None
 
 
@@ -138,10 +154,12 @@ EVAL_LOGIT_BYTES = 1 << 30  # an evaluation batch's [batch, token, vocab] float3
 
 @torch.no_grad()
 def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: RecipeConfig, device: torch.device,
-             batch_size: int = 128) -> dict[str, float]:
+             batch_size: int = 128, group: Processes = ONE) -> dict[str, float]:
     """Held-out loss, top-1 and top-5 over the chosen positions of one fixed corruption, and for
     sentence pairs the pair head's loss and accuracy. Batches hold at most ``batch_size`` chunks
-    and ``EVAL_LOGIT_BYTES`` of float32 logits at the chosen positions."""
+    and ``EVAL_LOGIT_BYTES`` of float32 logits at the chosen positions. Several processes each
+    score their share of the chunks (the corruption is drawn for the whole set first) and
+    their sums are added."""
     if isinstance(chunks, torch.Tensor):
         chunks = Chunks(chunks)
     rows = chunks.ids.shape[1]  # logits a chunk: at every position, or at its chosen ones with the hook
@@ -159,8 +177,9 @@ def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: Rec
     # one corruption of the whole set, drawn before batching: the figure does not depend on batch sizes
     all_inputs, all_labels = mask_tokens(chunks.ids, special_mask(tokenizer, chunks.ids), replacements,
                                          tokenizer.mask_token_id, cfg, generator)
-    for start in range(0, len(chunks), batch_size):
-        part = slice(start, start + batch_size)
+    mine = group.share(len(chunks))
+    for start in range(mine.start, mine.stop, batch_size):
+        part = slice(start, min(start + batch_size, mine.stop))
         picked, gold, pair = forward_chosen(model, chunks.take(part), all_inputs[part], all_labels[part],
                                       tokenizer.pad_token_id, device, context)
         loss_sum += float(F.cross_entropy(picked, gold, reduction="sum"))
@@ -174,6 +193,10 @@ def evaluate(model: Any, tokenizer: Any, chunks: Chunks | torch.Tensor, cfg: Rec
             pair_right += int((pair.argmax(dim=-1) == truth).sum())
             pairs += len(truth)
     model.train(was_training)
+    if group.world > 1:
+        sums = group.sum(torch.tensor([loss_sum, top1, top5, count, pair_loss, pair_right, pairs], dtype=torch.float64))
+        loss_sum, pair_loss = float(sums[0]), float(sums[4])
+        top1, top5, count, pair_right, pairs = (int(sums[i]) for i in (1, 2, 3, 5, 6))
     figures = {"loss": loss_sum / max(1, count), "top1": top1 / max(1, count), "top5": top5 / max(1, count),
                "positions": count}
     if pairs:
