@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
     p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--engine", default="local",
+                   help="local (this process), ray (a Ray cluster on this machine) or ray:ADDRESS (a running one)")
 
 
 def load_task(task: str, data: str | None, size: int | None = None):
@@ -66,11 +68,14 @@ def run_one(model: str, task, args, weights_dir: Path | None = None, quiet: bool
     from bertscope.analysis.probing import probe_layers
     from bertscope.core.models import load_model
 
+    from bertscope.engines.ray_engine import rows_for
+
+    rows = rows_for(args.engine)  # None: this process
     lm = load_model(model, device=args.device)
     with tqdm(total=len(task.words), desc=f"{model}: hidden states", unit="sentence", disable=quiet,
               file=sys.stderr) as bar:
         states = hidden_states(lm, task, args.pooling, HiddenStateCache(args.cache), args.batch_size,
-                               progress=lambda d, t: bar.update(d - bar.n))
+                               progress=lambda d, t: bar.update(d - bar.n), rows=rows)
     with tqdm(total=len(states.layers), desc=f"{model}: probes", unit="layer", disable=quiet, file=sys.stderr) as bar:
         result = probe_layers(states, task.name, args.pooling, args.probe, args.seed,
                               weights_dir=weights_dir,

@@ -88,6 +88,11 @@ class HeadStats:
             for head in range(self.heads)
         ]
 
+    @classmethod
+    def from_sums(cls, total: np.ndarray, sentences: int, tokens: int) -> "HeadStats":
+        """From [statistic, layer, head] sums over ``sentences`` sentences (``head_sums``)."""
+        return cls({name: total[i] / sentences for i, name in enumerate(STATISTICS)}, sentences, tokens)
+
     def to_json(self) -> dict:
         return {
             "layers": self.layers,
@@ -202,21 +207,31 @@ def batch_statistics(attentions: tuple[torch.Tensor, ...], flags: torch.Tensor) 
     return torch.cat(parts, dim=1)  # [statistic, layer, head]
 
 
-def head_stats(
-    lm: LoadedModel,
-    sentences: Iterable[str],
-    batch_size: int = 32,
-    progress: Callable[[int, int], None] | None = None,
-) -> HeadStats:
-    """Statistics for every head of ``lm`` over ``sentences`` (streamed, padding excluded)."""
+def corpus_texts(sentences: Iterable[str], limit: int | None = MAX_SENTENCES) -> list[str]:
+    """The corpus's non-empty sentences, within ``limit`` (None: any number, for engines that
+    spread a corpus over a cluster)."""
     texts = [s.strip() for s in sentences if s and s.strip()]
     if not texts:
         raise BertScopeError("The corpus is empty: give at least one sentence (one per line).")
-    if len(texts) > MAX_SENTENCES:
-        raise BertScopeError(f"The corpus has {len(texts):,} sentences; the limit is {MAX_SENTENCES:,}.")
+    if limit is not None and len(texts) > limit:
+        raise BertScopeError(f"The corpus has {len(texts):,} sentences; the limit is {limit:,} "
+                             "(--engine ray takes any number).")
+    return texts
+
+
+def head_sums(
+    lm: LoadedModel,
+    texts: list[str],
+    batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+    plan: list[list[int]] | None = None,
+) -> tuple[np.ndarray, int]:
+    """([statistic, layer, head] float64 sums over ``texts``' sentences, real tokens seen):
+    what ``head_stats`` divides by the number of sentences, and what engines that split a
+    corpus (Ray) add up. ``plan``: the batches to run (``core.forward.corpus_plan``)."""
     sums = []  # [statistic, layer, head] per batch, left on the device until the end
     tokens = done = 0
-    for batch, out in device_batches(lm, texts, batch_size=batch_size, with_attentions=True):
+    for batch, out in device_batches(lm, texts, batch_size=batch_size, with_attentions=True, plan=plan):
         flags = np.stack([batch.attention_mask, *token_flags(lm, batch)])  # [4, batch, token]
         with torch.inference_mode():
             sums.append(batch_statistics(out.attentions, to_device(torch.from_numpy(flags), lm.device)))
@@ -225,7 +240,16 @@ def head_stats(
         done += len(batch)
         if progress is not None:
             progress(done, len(texts))
-    total = torch.stack(sums).cpu().double().sum(dim=0).numpy()  # the one copy: [statistic, layer, head]
-    return HeadStats({name: total[i] / len(texts) for i, name in enumerate(STATISTICS)}, len(texts), tokens)
+    return torch.stack(sums).cpu().double().sum(dim=0).numpy(), tokens  # the one copy
 
 
+def head_stats(
+    lm: LoadedModel,
+    sentences: Iterable[str],
+    batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> HeadStats:
+    """Statistics for every head of ``lm`` over ``sentences`` (streamed, padding excluded)."""
+    texts = corpus_texts(sentences)
+    total, tokens = head_sums(lm, texts, batch_size, progress)
+    return HeadStats.from_sums(total, len(texts), tokens)

@@ -15,6 +15,7 @@ removed and rebuilt.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
 
@@ -241,45 +242,75 @@ def token_plan(table: WordTable, batch, pooling: str) -> tuple[PoolingPlan, np.n
     return plan, table.output_row[words[owned[new_word]]]
 
 
+def batch_plan(table: WordTable | None, pooling: str, batch) -> tuple[PoolingPlan, np.ndarray]:
+    """For one padded batch: its pooling plan and [example] each vector's row in the layer files
+    (token level: one per labelled word that kept a token; sentence level: one per sentence)."""
+    if table is not None:
+        return token_plan(table, batch, pooling)
+    plan = PoolingPlan.from_groups([(b, [0] if pooling == "cls" else np.flatnonzero(~batch.special_mask[b]).tolist(),
+                                     pooling) for b in range(len(batch))])
+    return plan, np.asarray(batch.indices, np.int64)  # one example per sentence
+
+
+Rows = Iterator[tuple[int, np.ndarray, np.ndarray]]  # (sentences done, rows [example], vectors [example, layer + 1, dim])
+
+
+def pooled_rows(lm: LoadedModel, texts: Sequence[str], table: WordTable | None, pooling: str, batch_size: int = 64,
+                sort_by_length: bool = True, plan: Sequence[Sequence[int]] | None = None,
+                indices: np.ndarray | None = None) -> Rows:
+    """Per batch: (its sentences, the rows its vectors go to, the vectors pooled on the device).
+    ``indices``: each text's place in the task, when ``texts`` are a part of it (a Ray actor's
+    share), with ``plan`` the batches of that part to run."""
+    destinations: dict[int, np.ndarray] = {}  # batch -> [example] row in the layer files
+
+    def plan_of(batch) -> PoolingPlan:
+        seen = batch if indices is None else dataclasses.replace(  # the task's numbering, as the word table's
+            batch, indices=[int(indices[i]) for i in batch.indices])
+        pooling_plan, destinations[id(batch)] = batch_plan(table, pooling, seen)
+        return pooling_plan
+
+    for batch, vectors in pooled_hidden_states(lm, texts, plan_of, batch_size=batch_size,
+                                               sort_by_length=sort_by_length, plan=plan):
+        yield len(batch), destinations.pop(id(batch)), vectors  # vectors: [example, layer + 1, dim] in plan order
+
+
+def expected_rows(task: ProbeTask, table: WordTable | None) -> np.ndarray:
+    """[sentence] how many examples each sentence gives (labelled words, or 1)."""
+    if table is None:
+        return np.ones(len(task.texts), np.int64)
+    return np.bincount(np.repeat(np.arange(len(task.texts)), np.diff(table.first))[table.output_row >= 0],
+                       minlength=len(task.texts))
+
+
 def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, batch_size: int = 64,
-            progress: Callable[[int, int], None] | None = None, sort_by_length: bool = True) -> dict:
+            progress: Callable[[int, int], None] | None = None, sort_by_length: bool = True,
+            rows: Callable[[LoadedModel, ProbeTask, WordTable | None, str, int], Rows] | None = None) -> dict:
     """Run every sentence once; write ``layer_XX.npy`` [example, dim] into ``folder``.
 
     Rows are written into memory-mapped files as batches arrive (each layer once a batch), so
     memory holds one batch, never the whole task. Words cut off by truncation (always a
-    sentence's last ones) leave rows that are dropped at the end.
+    sentence's last ones) leave rows that are dropped at the end. ``rows``: where the vectors
+    come from (default: this process's passes, ``pooled_rows``; the Ray engine passes its own).
     """
     texts = task.texts
     layers = range(lm.num_layers + 1)
     table = word_table(task) if task.level == "token" else None
-    if table is None:
-        expected = np.ones(len(texts), np.int64)
-    else:
-        expected = np.bincount(np.repeat(np.arange(len(texts)), np.diff(table.first))[table.output_row >= 0],
-                               minlength=len(texts))
+    expected = expected_rows(task, table)
     total = int(expected.sum())
     files = [np.lib.format.open_memmap(folder / f"layer_{i:02d}.npy", mode="w+", dtype=np.float32,
                                        shape=(total, lm.hidden_size)) for i in layers]
     kept = np.zeros(total, bool)
     done = 0
-    destinations: dict[int, np.ndarray] = {}  # batch -> [example] row in the layer files
-
-    def plan_of(batch) -> PoolingPlan:
-        if table is not None:
-            plan, destinations[id(batch)] = token_plan(table, batch, pooling)
-            return plan
-        destinations[id(batch)] = np.asarray(batch.indices, np.int64)  # one example per sentence
-        return PoolingPlan.from_groups([(b, [0] if pooling == "cls" else np.flatnonzero(~batch.special_mask[b]).tolist(),
-                                         pooling) for b in range(len(batch))])
-
-    for batch, vectors in pooled_hidden_states(lm, texts, plan_of, batch_size=batch_size,
-                                               sort_by_length=sort_by_length):
-        rows = destinations.pop(id(batch))  # vectors: [example, layer+1, dim] pooled on the device, in plan order
-        if len(rows):
+    if rows is None:
+        source = pooled_rows(lm, texts, table, pooling, batch_size, sort_by_length)
+    else:
+        source = rows(lm, task, table, pooling, batch_size)
+    for sentences, destination, vectors in source:
+        if len(destination):
             for layer in layers:
-                files[layer][rows] = vectors[:, layer]
-            kept[rows] = True
-        done += len(batch)
+                files[layer][destination] = vectors[:, layer]
+            kept[destination] = True
+        done += sentences
         if progress:
             progress(done, len(texts))
     del files  # closed without msync: the kernel writes the pages back; readers see them at once
@@ -288,8 +319,8 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
     if not kept.all():  # drop the rows of words lost to truncation
         for layer in layers:
             name = folder / f"layer_{layer:02d}.npy"
-            rows = np.load(name, mmap_mode="r")[kept]
-            np.save(name, rows, allow_pickle=False)
+            kept_rows = np.load(name, mmap_mode="r")[kept]
+            np.save(name, kept_rows, allow_pickle=False)
     if table is None:
         labels, types = [tags[0] for tags in task.labels], texts
     else:
@@ -309,8 +340,10 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
 
 def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
                   cache: HiddenStateCache | None = None, batch_size: int = 64,
-                  progress: Callable[[int, int], None] | None = None) -> CachedStates:
-    """The task's states at every layer: from the cache, or extracted and cached now."""
+                  progress: Callable[[int, int], None] | None = None, rows=None) -> CachedStates:
+    """The task's states at every layer: from the cache, or extracted and cached now (by this
+    process, or by ``rows``, an engine's source of vectors: see ``extract``). Either way the
+    entry is the same: the key does not say how it was computed."""
     allowed = ("mean", "first") if task.level == "token" else ("mean", "cls")
     if pooling not in allowed:
         raise BertScopeError(f"Pooling for a {task.level}-level task: {' or '.join(allowed)}.")
@@ -322,4 +355,4 @@ def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
         if progress:
             progress(len(task.words), len(task.words))
         return found
-    return cache.write(key, lambda tmp: extract(lm, task, tmp, pooling, batch_size, progress))
+    return cache.write(key, lambda tmp: extract(lm, task, tmp, pooling, batch_size, progress, rows=rows))

@@ -66,3 +66,16 @@ def progress_bar(what: str, unit: str) -> Iterator[Callable[[int, int], None]]:
     finally:
         if bar:
             bar[0].close()
+
+
+def engine_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", default="local",
+                   help="where the passes run: local (this process), ray (a Ray cluster started on this machine) or "
+                        "ray:ADDRESS (a running cluster: auto, or HOST:PORT); needs requirements-cluster.txt")
+
+
+def engine_rows(args: argparse.Namespace):
+    """The Ray engine's source of hidden states for ``hidden_states(rows=...)``, or None (this process)."""
+    from bertscope.engines.ray_engine import rows_for
+
+    return rows_for(getattr(args, "engine", "local"))

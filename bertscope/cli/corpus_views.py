@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load, read_text
+from bertscope.cli.common import Command, engine_argument, engine_rows, load, read_text
 from bertscope.core.layers import hidden_index, hidden_label, hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.errors import BertScopeError
@@ -28,7 +28,13 @@ def cmd_head_stats(args: argparse.Namespace) -> Any:
         sentences = read_corpus(read_text(args.corpus, "corpus"))
     else:
         sentences = shipped_corpus()
-    stats = head_stats(load(args), sentences, batch_size=args.batch_size)
+    if args.engine == "local":
+        stats = head_stats(load(args), sentences, batch_size=args.batch_size)
+    else:
+        from bertscope.engines.ray_engine import head_stats as ray_head_stats, parse_engine
+
+        engine = parse_engine(args.engine)  # a bad spec is refused before the model loads
+        stats = ray_head_stats(load(args), sentences, engine, batch_size=args.batch_size)
     if args.json:
         return stats.to_json()
     lines = [f"{stats.sentences} sentences, {stats.tokens} tokens; top heads per statistic:"]
@@ -42,6 +48,7 @@ def _head_stats_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", help="a UTF-8 text file, one sentence per line; or brown[:N], N Brown corpus "
                                     "sentences over all 15 genres (default N 500); default: the shipped sample")
     p.add_argument("--batch-size", type=int, default=32)
+    engine_argument(p)
 
 
 def cmd_shift(args: argparse.Namespace) -> Any:
@@ -87,7 +94,7 @@ def cmd_corpus_search(args: argparse.Namespace) -> Any:
 
     lm = load(args)
     layer = hidden_index(lm.num_layers - 1 if args.layer is None else args.layer, lm.num_layers)
-    index = build_index(lm, args.size, HiddenStateCache(args.cache))
+    index = build_index(lm, args.size, HiddenStateCache(args.cache), rows=engine_rows(args))
     found = search(lm, index, args.text, args.word, layer, args.k)
     out = {"query_word": found.query_word, "layer": hidden_label(found.layer), "index_words": index.n_words,
            "matches": [m.__dict__ for m in found.matches], "tags": dict(found.tag_counts.most_common())}
@@ -109,6 +116,7 @@ def _corpus_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=20, help="matches to return (1-200)")
     p.add_argument("--size", type=int, default=2000, help="Brown sentences in the index (0 = all 57,340)")
     p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
+    engine_argument(p)
 
 
 def cmd_align(args: argparse.Namespace) -> Any:
@@ -164,8 +172,9 @@ def cmd_probe(args: argparse.Namespace) -> Any:
         check_external_labels(task.classes, external_task.classes)
     lm = load(args)
     cache = HiddenStateCache(args.cache)
-    states = hidden_states(lm, task, args.pooling, cache)
-    external = hidden_states(lm, external_task, args.pooling, cache) if external_task is not None else None
+    rows = engine_rows(args)
+    states = hidden_states(lm, task, args.pooling, cache, rows=rows)
+    external = hidden_states(lm, external_task, args.pooling, cache, rows=rows) if external_task is not None else None
     result = probe_layers(states, task.name, args.pooling, args.probe, args.seed, external=external)
     if args.json:
         return result.to_json()
@@ -191,6 +200,7 @@ def _probe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
+    engine_argument(p)
 
 
 COMMANDS = [

@@ -302,9 +302,10 @@ def plan_batches(lengths: Sequence[int], row_bytes, batch_size: int, max_batch_b
 
 
 def _plan(lm: LoadedModel, texts: Sequence[str], text_pairs: Sequence[str | None] | None, batch_size: int,
-          sort_by_length: bool, max_batch_bytes: int, row_bytes
+          sort_by_length: bool, max_batch_bytes: int, row_bytes, plan: Sequence[Sequence[int]] | None = None,
           ) -> tuple[list[str], list, Tokenized, list[list[int]]]:
-    """(texts, pairs, every row tokenised once, batches of row indices)."""
+    """(texts, pairs, every row tokenised once, batches of row indices): ``plan``'s batches when
+    given (a caller that planned a corpus once and hands out its batches: the Ray engine)."""
     texts = [check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
     pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
     if len(pairs) != len(texts):
@@ -312,11 +313,21 @@ def _plan(lm: LoadedModel, texts: Sequence[str], text_pairs: Sequence[str | None
     if batch_size < 1:
         raise BertScopeError("The batch size must be at least 1.")
     tokenized = tokenize(lm, texts, pairs)
+    if plan is not None:
+        return texts, pairs, tokenized, [list(map(int, batch)) for batch in plan]
     if not sort_by_length:
         chunks = [list(range(s, min(s + batch_size, len(texts)))) for s in range(0, len(texts), batch_size)]
         return texts, pairs, tokenized, chunks
     lengths = [len(e.ids) for e in tokenized.encodings]
     return texts, pairs, tokenized, plan_batches(lengths, row_bytes, batch_size, max_batch_bytes)
+
+
+def corpus_plan(lm: LoadedModel, texts: Sequence[str], batch_size: int, with_attentions: bool,
+                with_hidden_states: bool, max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> list[list[int]]:
+    """The batches ``device_batches`` runs over ``texts`` (sorted by length, bounded by rows and
+    bytes): planned once for a corpus whose batches are then run elsewhere (one Ray actor each)."""
+    row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, False)  # noqa: E731
+    return _plan(lm, texts, None, batch_size, True, max_batch_bytes, row)[3]
 
 
 def inspect_batch(
@@ -358,13 +369,15 @@ def device_batches(
     with_hidden_states: bool = False,
     max_batch_bytes: int = DEFAULT_BATCH_BYTES,
     sort_by_length: bool = True,
+    plan: Sequence[Sequence[int]] | None = None,
 ) -> Iterator[tuple[BatchInspection, Any]]:
     """Like ``inspect_batch``, but the model's outputs stay on its device, for reductions
     there (corpus statistics): yields (batch without arrays, the Hugging Face output whose
-    ``attentions``/``hidden_states`` are tuples of per-layer tensors on ``lm.device``)."""
+    ``attentions``/``hidden_states`` are tuples of per-layer tensors on ``lm.device``). ``plan``:
+    batches of indices into ``texts`` to run as they are (``corpus_plan`` made them)."""
     row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, False)  # noqa: E731
     texts, pairs, tokenized, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,
-                                             row)
+                                             row, plan)
     for idx in batches:
         padded = pad(lm, tokenized, idx)
         out = device_pass(lm, padded.feed, with_attentions, with_hidden_states, with_logits=False)
@@ -450,6 +463,7 @@ def pooled_hidden_states(
     batch_size: int = 32,
     sort_by_length: bool = True,
     max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+    plan: Sequence[Sequence[int]] | None = None,
 ) -> Iterator[tuple[BatchInspection, np.ndarray]]:
     """Hidden states pooled where they are: for each batch, ``plan_of(batch)`` says which token
     rows make each vector; the weighted sums run on the model's device (float32), and only
@@ -458,7 +472,7 @@ def pooled_hidden_states(
     attention kernel (no weights are returned) and the encoder alone."""
     pending = None  # (batch, host tensor, event) whose copy is under way
     for batch, out in device_batches(lm, texts, None, batch_size, with_attentions=False, with_hidden_states=True,
-                                     max_batch_bytes=max_batch_bytes, sort_by_length=sort_by_length):
+                                     max_batch_bytes=max_batch_bytes, sort_by_length=sort_by_length, plan=plan):
         plan = plan_of(batch)
         if plan.n_examples == 0:
             current = (batch, torch.zeros(0, lm.num_layers + 1, lm.hidden_size), None)
