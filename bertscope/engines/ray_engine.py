@@ -177,8 +177,10 @@ def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], pla
     context.print_on_execution_start = False
     count, resources = _actors(ray, engine)
     numbering = np.arange(len(texts)) if indices is None else np.asarray(indices, np.int64)
-    items = [{"indices": numbering[batch], "texts": [texts[i] for i in batch]} for batch in plan]
-    dataset = ray.data.from_items(items, override_num_blocks=max(1, min(len(items), count * 4)))
+    # longest batches first (the plan is sorted by length): the actors share out the heavy work
+    # early and the small batches fill the end, instead of one actor finishing the longest alone
+    items = [{"indices": numbering[batch], "texts": [texts[i] for i in batch]} for batch in reversed(plan)]
+    dataset = ray.data.from_items(items, override_num_blocks=max(1, -(-len(items) // BATCHES_PER_CALL)))
     dtype = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}.get(str(lm.dtype), "auto")
     done = dataset.map_batches(
         _Passes, batch_size=BATCHES_PER_CALL, batch_format="numpy", concurrency=count,
