@@ -28,6 +28,8 @@ bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/interventions.py --prune
 	$(BIN)/python benchmarks/faithfulness.py --cost --vz-tokens 128
 	$(BIN)/python benchmarks/compare.py
+	$(BIN)/python benchmarks/scale_out.py
+	$(BIN)/python benchmarks/scale_out.py --training
 	$(BIN)/python benchmarks/pretrain.py --chunks 128
 	$(BIN)/python benchmarks/long_inputs.py --texts 4
 	$(BIN)/python benchmarks/load.py

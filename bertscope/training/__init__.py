@@ -3,6 +3,6 @@
 ``recipe`` (``train``: the loop), ``config``, ``instances`` (chunks, NSP/SOP pairs), ``batches``
 (the 80/10/10 corruption, by ``heads.masking``'s rule), ``model`` (heads, LoRA), ``steps``
 (forward, backward, scoring within a byte budget), ``checkpoint``, ``export``, ``job`` (the
-app's background run). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
+app's background run), ``processes`` and ``launch`` (data-parallel runs through Accelerate). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
 ``heads``.
 """
