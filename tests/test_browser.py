@@ -736,3 +736,44 @@ def test_interventions_page_at_512_tokens_on_bert_base(browser, random_base_dir,
         assert not page.locator(".stException").count()
         assert not problems, problems
         page.close()
+
+
+PAGE_PATHS = ["", "attention", "masked", "shift", "align", "params", "probes", "interventions", "faithfulness",
+              "compare", "pretrain"]
+
+
+def wait_until_idle(page, timeout_s: float = 180) -> None:
+    """Until Streamlit's running indicator has been gone for a second (the page drew itself)."""
+    deadline, quiet_since = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        if page.locator('[data-testid="stStatusWidget"]').count():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 1.0:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{page.url} kept running for {timeout_s} s")
+
+
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_every_page_fits_the_window_at_1280_and_1400_px(browser, app_url, artifacts, width):
+    """Each page as a first visitor opens it, at both widths: nothing wider than the window (no
+    sideways scroll), no error box, no script error, nothing fetched from outside; a
+    full-page screenshot each (test-output/width-W/PAGE.png), looked at by a person."""
+    folder = artifacts / f"width-{width}"
+    folder.mkdir(exist_ok=True)
+    for path in PAGE_PATHS:
+        page = browser.new_page(viewport={"width": width, "height": 1200})
+        problems: list[str] = []
+        page.on("pageerror", lambda exc: problems.append(str(exc)))
+        block_outside(page, problems)
+        page.goto(f"{app_url}/{path}", wait_until="domcontentloaded")
+        page.locator('[data-testid="stMain"] h1').first.wait_for(timeout=120_000)
+        wait_until_idle(page)
+        overflow = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert overflow[0] <= overflow[1], (path, overflow)
+        assert not page.locator(".stException").count(), path
+        page.screenshot(path=str(folder / f"{path or 'home'}.png"), full_page=True)
+        assert not problems, (path, problems)
+        page.close()

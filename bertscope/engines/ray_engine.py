@@ -168,7 +168,7 @@ def _ragged(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
 
 
 def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], plan: list[list[int]],
-         job: str, indices: Sequence[int] | None = None, **job_args) -> Iterator[dict[str, Any]]:
+         job: str, **job_args) -> Iterator[dict[str, Any]]:
     """The planned batches through the actors; yields each output row as it arrives."""
     import ray.data
 
@@ -176,7 +176,7 @@ def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], pla
     context.enable_progress_bars = False
     context.print_on_execution_start = False
     count, resources = _actors(ray, engine)
-    numbering = np.arange(len(texts)) if indices is None else np.asarray(indices, np.int64)
+    numbering = np.arange(len(texts))  # each text's place in the corpus (the word table's numbering)
     # longest batches first (the plan is sorted by length): the actors share out the heavy work
     # early and the small batches fill the end, instead of one actor finishing the longest alone
     items = [{"indices": numbering[batch], "texts": [texts[i] for i in batch]} for batch in reversed(plan)]
@@ -226,11 +226,9 @@ def ray_rows(engine: RayEngine) -> Callable[[LoadedModel, ProbeTask, WordTable |
     def rows(lm: LoadedModel, task: ProbeTask, table: WordTable | None, pooling: str, batch_size: int) -> Rows:
         texts = task.texts
         plan = corpus_plan(lm, texts, batch_size, with_attentions=False, with_hidden_states=True)
-        width = (lm.num_layers + 1) * lm.hidden_size
         with ray_cluster(engine) as ray:
             for row in _run(ray, engine, lm, texts, plan, "hidden", table=table, pooling=pooling):
                 vectors = np.asarray(row["vectors"], np.float32).reshape(-1, lm.num_layers + 1, lm.hidden_size)
-                assert vectors.size % width == 0
                 yield int(row["sentences"]), np.asarray(row["rows"], np.int64), vectors
 
     return rows
