@@ -85,13 +85,29 @@ def test_commands_take_the_ray_engine(cluster, tmp_path, capsys):
     assert built.splitlines()[2:] == read.splitlines()[2:]  # the same accuracies, layer by layer
 
 
+def test_head_importance_through_ray_equals_the_single_process_one(cluster):
+    from bertscope.engines.ray_engine import head_importance as ray_head_importance
+    from bertscope.interventions.importance import head_importance
+
+    lm = load_model("bundled-mlm", device="cpu")
+    texts = shipped_corpus()[:48]
+    local = head_importance(lm, texts, batch_size=8, seed=3)
+    spread = ray_head_importance(lm, texts, RayEngine(), batch_size=8, seed=3)
+    assert (spread.sentences, spread.positions) == (local.sentences, local.positions)  # the same masked positions
+    assert spread.loss == pytest.approx(local.loss, rel=1e-6)
+    np.testing.assert_allclose(spread.raw, local.raw, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(spread.importance, local.importance, rtol=1e-5, atol=1e-7)
+    assert (spread.order() == local.order()).all()
+
+
 @pytest.mark.parametrize("spec", ["spark", "ray:", "rayon"])
 def test_an_unknown_engine_is_one_line_with_exit_2(spec, capsys):
     with pytest.raises(BertScopeError, match="Unknown engine"):
         parse_engine(spec)
-    assert main(["head-stats", "bundled", "--device", "cpu", "--engine", spec]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Unknown engine" in err
+    for command in (["head-stats", "bundled"], ["head-importance", "bundled-mlm"], ["probe", "bundled"]):
+        assert main([*command, "--device", "cpu", "--engine", spec]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Unknown engine" in err
 
 
 def test_an_address_without_a_cluster_is_one_line():

@@ -67,8 +67,9 @@ with st.form("faith_form"):
                               f"in each, chosen with the seed; at most {MAX_ITEM_TOKENS} tokens each.")
     text = c2.text_area(f"My own sentences (one a line, up to {max_items()}): a line's [MASK] is used, else a "
                         "content word is masked", EXAMPLE, key="faith_text", height=110)
-    c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
-    methods = c1.multiselect("Methods", CHOICES, list(DEFAULT_METHODS), key="faith_methods", format_func=method_label)
+    # every chosen method's name in sight: the list gets the whole width, the settings a row below
+    methods = st.multiselect("Methods", CHOICES, list(DEFAULT_METHODS), key="faith_methods", format_func=method_label)
+    c2, c3, c4 = st.columns([2, 1, 1])
     removal = c2.radio("Removing a token", REMOVALS, key="faith_removal", horizontal=True,
                        format_func=lambda r: {"attention": "attention mask", "mask": "[MASK]"}[r],
                        help="attention mask: no token attends to it, in any layer, and the others keep their "

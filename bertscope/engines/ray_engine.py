@@ -1,6 +1,7 @@
-"""Corpus-scale passes on a Ray cluster (Ray Data): head statistics and the hidden states behind
-probes and corpus search, with ``--engine ray`` (a cluster started on this machine) or
-``--engine ray:ADDRESS`` (an existing one: ``auto``, or ``HOST:PORT``).
+"""Corpus-scale passes on a Ray cluster (Ray Data): head statistics, head importance (gate
+gradients summed over batches) and the hidden states behind probes and corpus search, with
+``--engine ray`` (a cluster started on this machine) or ``--engine ray:ADDRESS`` (an existing
+one: ``auto``, or ``HOST:PORT``).
 
     >>> with ray_cluster(RayEngine()):                                       # doctest: +SKIP
     ...     stats = head_stats(lm, sentences, RayEngine())
@@ -40,6 +41,7 @@ from bertscope.core.forward import corpus_plan
 from bertscope.core.models import LoadedModel, load_model
 from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.errors import BertScopeError
+from bertscope.interventions.importance import HeadImportance
 
 BATCHES_PER_CALL = 4  # planned batches an actor is handed at a time (a Ray Data batch of rows)
 HIDDEN_BATCH = 64  # rows of a hidden-state pass, as ``hidden_states``' default
@@ -143,6 +145,8 @@ class _Passes:
         self.job, self.table, self.pooling = job, table, pooling
 
     def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.job == "importance":
+            return self._importance(rows)
         parts = [np.asarray(i, np.int64) for i in rows["indices"]]  # per planned batch: [sentence] task numbering
         texts = [str(t) for part in rows["texts"] for t in part]
         ends = np.cumsum([len(p) for p in parts])
@@ -160,6 +164,37 @@ class _Passes:
                 "vectors": _ragged(out["vectors"], np.float32)}
 
 
+    def _importance(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Σ|∂L/∂ξ| over the corrupted batches handed over (each row one batch, flattened)."""
+        import torch
+
+        from bertscope.heads.masking import IGNORE_INDEX
+        from bertscope.interventions.importance import batch_gradient, new_gates
+
+        gates = new_gates(self.lm)
+        total = torch.zeros(self.lm.num_layers, self.lm.num_heads, device=self.lm.device)
+        tokens = positions = sentences = 0
+        loss_sum = 0.0
+        for i, shape in enumerate(rows["shape"]):
+            shape = tuple(int(x) for x in shape)  # [batch, token]
+            feed = {k: torch.from_numpy(np.asarray(rows[k][i], np.int64).reshape(shape)).to(self.lm.device)
+                    for k in FEED_KEYS if k in rows and len(rows[k][i])}
+            labels = torch.from_numpy(np.asarray(rows["labels"][i], np.int64).reshape(shape)).to(self.lm.device)
+            chosen = labels != IGNORE_INDEX  # [batch, token]
+            grad, loss = batch_gradient(self.lm, gates, feed, chosen, labels[chosen])
+            total += grad
+            tokens += int(feed["attention_mask"].sum())
+            positions += int(chosen.sum())
+            loss_sum += loss * int(chosen.sum())
+            sentences += shape[0]
+        return {"sums": total.double().cpu().numpy()[None], "tokens": np.array([tokens]),
+                "positions": np.array([positions]), "loss_sum": np.array([loss_sum]),
+                "sentences": np.array([sentences])}
+
+
+FEED_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
 def _ragged(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
     """An object array of 1-D arrays (Ray Data's column of variable-length arrays)."""
     column = np.empty(len(arrays), dtype=object)
@@ -168,8 +203,9 @@ def _ragged(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
 
 
 def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], plan: list[list[int]],
-         job: str, **job_args) -> Iterator[dict[str, Any]]:
-    """The planned batches through the actors; yields each output row as it arrives."""
+         job: str, items: list[dict] | None = None, **job_args) -> Iterator[dict[str, Any]]:
+    """The planned batches through the actors (or ``items``, rows made here: one batch each, in
+    the order to hand them out); yields each output row as it arrives."""
     import ray.data
 
     context = ray.data.DataContext.get_current()
@@ -179,7 +215,8 @@ def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], pla
     numbering = np.arange(len(texts))  # each text's place in the corpus (the word table's numbering)
     # longest batches first (the plan is sorted by length): the actors share out the heavy work
     # early and the small batches fill the end, instead of one actor finishing the longest alone
-    items = [{"indices": numbering[batch], "texts": [texts[i] for i in batch]} for batch in reversed(plan)]
+    if items is None:
+        items = [{"indices": numbering[batch], "texts": [texts[i] for i in batch]} for batch in reversed(plan)]
     dataset = ray.data.from_items(items, override_num_blocks=max(1, -(-len(items) // BATCHES_PER_CALL)))
     dtype = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}.get(str(lm.dtype), "auto")
     done = dataset.map_batches(
@@ -217,6 +254,41 @@ def head_stats(lm: LoadedModel, sentences: Sequence[str], engine: RayEngine, bat
             if progress is not None:
                 progress(done, len(texts))
     return HeadStats.from_sums(total, len(texts), tokens)
+
+
+def head_importance(lm: LoadedModel, texts: Sequence[str], engine: RayEngine, batch_size: int = 16, seed: int = 0,
+                    progress: Callable[[int, int], None] | None = None) -> HeadImportance:
+    """``interventions.importance.head_importance`` with the gate gradients computed by the
+    cluster's actors: the batches and BERT's corruption of them are drawn here, in the single-process
+    order and with its seed (so the masked positions are the same), and the sums added here."""
+    import torch
+
+    from bertscope.heads.fill_mask import require_mlm
+    from bertscope.heads.masking import IGNORE_INDEX
+    from bertscope.interventions.importance import importance_from_sums, masked_batches
+
+    require_mlm(lm)
+    if not texts:
+        raise BertScopeError("Head importance needs at least one sentence.")
+    items = []
+    for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
+        labels = torch.full(chosen.shape, IGNORE_INDEX, dtype=torch.long, device=chosen.device)
+        labels[chosen] = gold  # [batch, token]
+        flat = {k: feed[k].cpu().numpy().astype(np.int32).ravel() for k in FEED_KEYS if k in feed}
+        items.append({**flat, "labels": labels.cpu().numpy().astype(np.int32).ravel(),
+                      "shape": np.array(chosen.shape, np.int64)})
+    items.reverse()  # longest first, as for the other jobs
+    total, tokens, positions, loss_sum, done = 0.0, 0, 0, 0.0, 0
+    with ray_cluster(engine) as ray:
+        for row in _run(ray, engine, lm, texts, [], "importance", items=items):
+            total = total + np.asarray(row["sums"], np.float64)  # [layer, head]
+            tokens += int(row["tokens"])
+            positions += int(row["positions"])
+            loss_sum += float(row["loss_sum"])
+            done += int(row["sentences"])
+            if progress is not None:
+                progress(done, len(texts))
+    return importance_from_sums(total, tokens, positions, loss_sum, len(texts))
 
 
 def ray_rows(engine: RayEngine) -> Callable[[LoadedModel, ProbeTask, WordTable | None, str, int], Rows]:

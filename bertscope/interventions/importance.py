@@ -97,30 +97,50 @@ def gated_loss(lm: LoadedModel, gates: torch.Tensor, feed: dict, chosen: torch.T
     return F.cross_entropy(wide(logits), gold)
 
 
+def batch_gradient(lm: LoadedModel, gates: torch.Tensor, feed: dict, chosen: torch.Tensor, gold: torch.Tensor
+                   ) -> tuple[torch.Tensor, float]:
+    """One batch's |∂L/∂ξ| ([layer, head], on the device) and its mean masked-LM loss."""
+    with lm.guard, lm.attention_kernel(False), torch.enable_grad():  # a batch at a time: others get turns
+        loss = gated_loss(lm, gates, feed, chosen, gold)
+        (grad,) = torch.autograd.grad(loss, gates)
+    return grad.abs(), float(loss.detach())
+
+
+def new_gates(lm: LoadedModel) -> torch.Tensor:
+    return torch.ones(lm.num_layers, lm.num_heads, device=lm.device, requires_grad=True)  # ξ, [layer, head]
+
+
+def importance_from_sums(total: np.ndarray, tokens: int, positions: int, loss_sum: float,
+                         sentences: int) -> HeadImportance:
+    """From Σ|∂L/∂ξ| over batches ([layer, head]), the real tokens and masked positions seen and
+    the summed loss: what ``head_importance`` adds up, and what engines that split the batches
+    (Ray) add up too."""
+    raw = np.asarray(total, np.float64) / max(tokens, 1)
+    normalised = raw / (np.sqrt((raw ** 2).sum(-1, keepdims=True)) + 1e-20)  # ℓ2 per layer
+    return HeadImportance(normalised.astype(np.float32), raw.astype(np.float32), sentences, positions,
+                          loss_sum / max(positions, 1))
+
+
 def head_importance(lm: LoadedModel, texts: Sequence[str], batch_size: int = 16, seed: int = 0,
                     progress: Callable[[int, int], None] | None = None) -> HeadImportance:
     """Every head's importance for the masked-LM loss over ``texts``."""
     require_mlm(lm)
     if not texts:
         raise BertScopeError("Head importance needs at least one sentence.")
-    gates = torch.ones(lm.num_layers, lm.num_heads, device=lm.device, requires_grad=True)  # ξ, [layer, head]
+    gates = new_gates(lm)
     total = torch.zeros(lm.num_layers, lm.num_heads, device=lm.device)  # Σ |∂L/∂ξ| over batches
     tokens = positions = done = 0
     loss_sum = 0.0
     for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
-        with lm.guard, lm.attention_kernel(False), torch.enable_grad():  # a batch at a time: others get turns
-            loss = gated_loss(lm, gates, feed, chosen, gold)
-            (grad,) = torch.autograd.grad(loss, gates)
-            total += grad.abs()
-            tokens += int(feed["attention_mask"].sum())
-            positions += len(gold)
-            loss_sum += float(loss.detach()) * len(gold)
-            done += len(rows)
-            if progress:
-                progress(done, len(texts))
-    raw = total / max(tokens, 1)
-    normalised = raw / (raw.pow(2).sum(-1, keepdim=True).sqrt() + 1e-20)  # ℓ2 per layer
-    return HeadImportance(normalised.cpu().numpy(), raw.cpu().numpy(), len(texts), positions, loss_sum / max(positions, 1))
+        grad, loss = batch_gradient(lm, gates, feed, chosen, gold)
+        total += grad
+        tokens += int(feed["attention_mask"].sum())
+        positions += len(gold)
+        loss_sum += loss * len(gold)
+        done += len(rows)
+        if progress:
+            progress(done, len(texts))
+    return importance_from_sums(total.cpu().numpy(), tokens, positions, loss_sum, len(texts))
 
 
 SHIPPED_FIT_SHARE = 0.7  # without Brown: the shipped sample's first 70% to measure on, the rest held out
