@@ -2,14 +2,17 @@
 processes against one.
 
     python benchmarks/scale_out.py [--model bundled] [--sentences 10000] [--cpus 2]
-    python benchmarks/scale_out.py --training [--processes 2] [--chunks 128]
+    python benchmarks/scale_out.py --model random:bert-base-uncased --sentences 24 --tokens 512
+    python benchmarks/scale_out.py --training [--processes 2] [--chunks 128] [--seq-len 128]
 
 Ray: head statistics over ``--sentences`` Brown sentences (spread over the genres), first in
 this process (``analysis.attention_stats.head_stats``), then through a local Ray cluster of
 ``--cpus`` CPUs started here (``engines.ray_engine.head_stats``: one actor per CPU, each with
 the model), on the same machine: the cluster's start-up (``ray.init``), the first run (actors
 start and load the model) and a second run on the warm cluster, each against the
-single-process time, and the largest difference between the two results.
+single-process time, and the largest difference between the two results. ``--tokens N``:
+each text is Brown sentences joined until it reaches N word-pieces (BERT's full 512), with
+this process's peak RSS and the actors' (psutil) beside the times.
 
 Training: ``python -m bertscope pretrain`` on the Brown corpus (one epoch, ``--chunks``
 128-token chunks, batches of 64, LoRA 16) with ``--processes 1`` and ``--processes N``; training
@@ -34,6 +37,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.timing import random_model_dir  # noqa: E402
+
 
 def ray_figures(args: argparse.Namespace) -> None:
     import ray
@@ -44,15 +49,21 @@ def ray_figures(args: argparse.Namespace) -> None:
     from bertscope.corpora.brown_tasks import brown_texts
     from bertscope.engines.ray_engine import RayEngine, head_stats as ray_head_stats
 
-    lm = load_model(args.model, device="cpu")
-    texts = brown_texts(args.sentences)
-    print(f"{args.model}, {len(texts):,} Brown sentences, CPU with {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} cores")
+    name = random_model_dir(args.model.removeprefix("random:"), "none") if args.model.startswith("random:") \
+        else args.model
+    lm = load_model(name, device="cpu")
+    texts = brown_texts(args.sentences if not args.tokens else args.sentences * 40)
+    if args.tokens:
+        texts = long_texts(lm, texts, args.tokens, args.sentences)
+    lengths = [len(e) for e in lm.tokenizer(texts, truncation=True, max_length=lm.max_length)["input_ids"]]
+    print(f"{args.model}, {len(texts):,} Brown texts of {min(lengths)} to {max(lengths)} tokens, CPU with "
+          f"{torch.get_num_threads()} threads, {os.cpu_count()} cores")
     head_stats(lm, texts[:64])  # warm-up
     started = time.perf_counter()
     local = head_stats(lm, texts)
     alone = time.perf_counter() - started
-    print(f"  this process:                 {alone:7.1f} s  ({len(texts) / alone:,.0f} sentences/s)")
+    print(f"  this process:                 {alone:7.1f} s  ({len(texts) / alone:,.1f} texts/s); peak RSS "
+          f"{peak_rss_mib():,.0f} MiB")
     started = time.perf_counter()
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     init = time.perf_counter() - started
@@ -62,16 +73,49 @@ def ray_figures(args: argparse.Namespace) -> None:
         spread = ray_head_stats(lm, texts, RayEngine())
         took = time.perf_counter() - started
         worst = max(float(np.abs(spread.stats[k] - local.stats[k]).max()) for k in local.stats)
-        print(f"  Ray, {run:<22} {took:7.1f} s  {took / alone:5.2f}x this process; largest difference {worst:.1e}")
+        print(f"  Ray, {run:<22} {took:7.1f} s  {took / alone:5.2f}x this process; largest difference {worst:.1e}; "
+              f"this process's peak RSS {peak_rss_mib():,.0f} MiB, the largest actor's {actor_rss_mib():,.0f} MiB")
     ray.shutdown()
+
+
+def long_texts(lm, sentences: list[str], tokens: int, count: int) -> list[str]:
+    """``count`` texts of Brown sentences joined until each reaches ``tokens`` word-pieces."""
+    out, current, length = [], [], 0
+    for sentence in sentences:
+        current.append(sentence)
+        length += len(lm.tokenizer(sentence, add_special_tokens=False)["input_ids"])
+        if length >= tokens - 2:
+            out.append(" ".join(current))
+            current, length = [], 0
+            if len(out) == count:
+                break
+    return out
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def actor_rss_mib() -> float:
+    """The largest resident set among Ray's worker processes now (after a run: what an actor held)."""
+    import psutil
+
+    sizes = [p.memory_info().rss for p in psutil.process_iter(["cmdline"])
+             if any("ray::" in part or "default_worker" in part for part in (p.info["cmdline"] or []))]
+    return max(sizes, default=0) / 2**20
 
 
 def training_figures(args: argparse.Namespace) -> None:
     rates = {}
     for n in (1, args.processes):
         with tempfile.TemporaryDirectory() as out:
-            command = [sys.executable, "-m", "bertscope", "pretrain", args.model, "--out", out, "--epochs", "1",
-                       "--max-chunks", str(args.chunks), "--batch-size", "64", "--lora", "16",
+            model = random_model_dir(args.model.removeprefix("random:"), "mlm") if args.model.startswith("random:") \
+                else args.model
+            command = [sys.executable, "-m", "bertscope", "pretrain", model, "--out", out, "--epochs", "1",
+                       "--max-chunks", str(args.chunks), "--batch-size", str(args.batch_size), "--lora", "16",
+                       "--seq-len", str(args.seq_len),
                        "--device", "cpu", "--processes", str(n), "--cloze", "The capital of France is [MASK]."]
             started = time.perf_counter()
             subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True)
@@ -91,6 +135,9 @@ def main() -> None:
     parser.add_argument("--training", action="store_true")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--chunks", type=int, default=128)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=0, help="long texts of about this many tokens (0: sentences)")
     args = parser.parse_args()
     if args.training:
         args.model = args.model or "bundled-mlm"

@@ -1,0 +1,83 @@
+"""One Ray actor of the engine: the model loaded once (its weights checked against the fingerprint
+the calling machine took), BertScope's own passes over the planned batches it is handed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bertscope.analysis.attention_stats import head_sums
+from bertscope.analysis.hidden_cache import WordTable, pooled_rows, weights_fingerprint
+from bertscope.core.models import load_model
+from bertscope.errors import BertScopeError
+
+FEED_KEYS = ("input_ids", "attention_mask", "token_type_ids")  # what a corrupted batch carries (head importance)
+
+
+class ModelActor:
+    """One Ray actor: the model loaded once, BertScope's own passes over the planned batches it is
+    handed. ``job``: "heads" (statistics sums) or "hidden" (pooled vectors and their rows)."""
+
+    def __init__(self, name: str, dtype: str, fingerprint: str, job: str, on_gpu: bool,
+                 table: WordTable | None = None, pooling: str = "mean") -> None:
+        self.lm = load_model(name, device="cuda" if on_gpu else "cpu", dtype=dtype)
+        if weights_fingerprint(self.lm) != fingerprint:
+            raise BertScopeError(f"A Ray node loaded other weights for {name} than this machine: give every node "
+                                 "the same files (shared storage) or a hub id.")
+        self.job, self.table, self.pooling = job, table, pooling
+
+    def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.job == "importance":
+            return self._importance(rows)
+        parts = [np.asarray(i, np.int64) for i in rows["indices"]]  # per planned batch: [sentence] task numbering
+        texts = [str(t) for part in rows["texts"] for t in part]
+        ends = np.cumsum([len(p) for p in parts])
+        plan = [list(range(end - len(p), end)) for p, end in zip(parts, ends)]  # the batches, as planned
+        if self.job == "heads":
+            total, tokens = head_sums(self.lm, texts, plan=plan)
+            return {"sums": total[None], "tokens": np.array([tokens]), "sentences": np.array([len(texts)])}
+        out: dict[str, list] = {"sentences": [], "rows": [], "vectors": []}
+        for sentences, destination, vectors in pooled_rows(self.lm, texts, self.table, self.pooling, plan=plan,
+                                                           indices=np.concatenate(parts)):
+            out["sentences"].append(sentences)
+            out["rows"].append(destination)
+            out["vectors"].append(vectors.reshape(-1))  # [example x (layer + 1) x dim]
+        return {"sentences": np.array(out["sentences"]), "rows": _ragged(out["rows"], np.int64),
+                "vectors": _ragged(out["vectors"], np.float32)}
+
+
+    def _importance(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Σ|∂L/∂ξ| over the corrupted batches handed over (each row one batch, flattened)."""
+        import torch
+
+        from bertscope.heads.masking import IGNORE_INDEX
+        from bertscope.interventions.importance import batch_gradient, new_gates
+
+        gates = new_gates(self.lm)
+        total = torch.zeros(self.lm.num_layers, self.lm.num_heads, device=self.lm.device)
+        tokens = positions = sentences = 0
+        loss_sum = 0.0
+        for i, shape in enumerate(rows["shape"]):
+            shape = tuple(int(x) for x in shape)  # [batch, token]
+            feed = {k: torch.from_numpy(np.asarray(rows[k][i], np.int64).reshape(shape)).to(self.lm.device)
+                    for k in FEED_KEYS if k in rows and len(rows[k][i])}
+            labels = torch.from_numpy(np.asarray(rows["labels"][i], np.int64).reshape(shape)).to(self.lm.device)
+            chosen = labels != IGNORE_INDEX  # [batch, token]
+            grad, loss = batch_gradient(self.lm, gates, feed, chosen, labels[chosen])
+            total += grad
+            tokens += int(feed["attention_mask"].sum())
+            positions += int(chosen.sum())
+            loss_sum += loss * int(chosen.sum())
+            sentences += shape[0]
+        return {"sums": total.double().cpu().numpy()[None], "tokens": np.array([tokens]),
+                "positions": np.array([positions]), "loss_sum": np.array([loss_sum]),
+                "sentences": np.array([sentences])}
+
+
+def _ragged(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """An object array of 1-D arrays (Ray Data's column of variable-length arrays)."""
+    column = np.empty(len(arrays), dtype=object)
+    column[:] = [np.asarray(a, dtype) for a in arrays]
+    return column
