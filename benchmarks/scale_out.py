@@ -4,6 +4,8 @@ processes against one.
     python benchmarks/scale_out.py [--model bundled] [--sentences 10000] [--cpus 2]
     python benchmarks/scale_out.py --model random:bert-base-uncased --sentences 24 --tokens 512
     python benchmarks/scale_out.py --training [--processes 2] [--chunks 128] [--seq-len 128]
+    python benchmarks/scale_out.py --job faithfulness --sentences 40
+    python benchmarks/scale_out.py --job compare --sentences 2000
 
 Ray: head statistics over ``--sentences`` Brown sentences (spread over the genres), first in
 this process (``analysis.attention_stats.head_stats``), then through a local Ray cluster of
@@ -78,6 +80,57 @@ def ray_figures(args: argparse.Namespace) -> None:
     ray.shutdown()
 
 
+def job_figures(args: argparse.Namespace) -> None:
+    """The faithfulness test (``--job faithfulness``: ``--sentences`` Brown items on bundled-mlm,
+    every default method) or CKA (``--job compare``: bundled against bundled-mlm over
+    ``--sentences`` Brown sentences) in this process and through a local Ray cluster."""
+    import ray
+    import torch
+
+    from bertscope.core.models import load_model
+    from bertscope.engines.ray_engine import RayEngine, chunk_runner, faithfulness_on
+
+    if args.job == "faithfulness":
+        from bertscope.attribution.faithfulness import faithfulness
+        from bertscope.attribution.items import brown_items
+
+        lm = load_model(args.model, device="cpu")
+        items = brown_items(lm, args.sentences, seed=0)
+        what = f"faithfulness, {len(items)} Brown items, {args.model}, every default method"
+
+        def once(run):
+            board = faithfulness(lm, items, run=run)
+            return np.array([[board.summary()[m][k]["mean"] or 0.0 for k in ("comprehensiveness", "sufficiency",
+                                                                             "loo_spearman")] for m in board.methods])
+
+        engine_run = faithfulness_on
+    else:
+        from bertscope.analysis.compare import compare_layers
+        from bertscope.corpora.brown_tasks import brown_task
+
+        lm, other = load_model(args.model, device="cpu"), load_model(args.model_b, device="cpu")
+        task = brown_task("brown-pos", args.sentences)
+        what = f"CKA, {args.model} against {args.model_b}, {len(task.texts):,} Brown sentences"
+
+        def once(run):
+            return compare_layers(lm, other, task, run=run).cka
+
+        engine_run = chunk_runner
+    print(f"{what}; CPU with {torch.get_num_threads()} threads, {os.cpu_count()} cores")
+    started = time.perf_counter()
+    local = once(None)
+    alone = time.perf_counter() - started
+    print(f"  this process:                 {alone:7.1f} s")
+    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    for label in ("first (actors start)", "second (warm cluster)"):
+        started = time.perf_counter()
+        spread = once(engine_run(RayEngine()))
+        took = time.perf_counter() - started
+        print(f"  Ray, {label:<22} {took:7.1f} s  {took / alone:5.2f}x this process; largest difference "
+              f"{float(np.abs(spread - local).max()):.1e}")
+    ray.shutdown()
+
+
 def long_texts(lm, sentences: list[str], tokens: int, count: int) -> list[str]:
     """``count`` texts of Brown sentences joined until each reaches ``tokens`` word-pieces."""
     out, current, length = [], [], 0
@@ -138,8 +191,13 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=0, help="long texts of about this many tokens (0: sentences)")
+    parser.add_argument("--job", choices=("heads", "faithfulness", "compare"), default="heads")
+    parser.add_argument("--model-b", default="bundled-mlm", help="--job compare: the second model")
     args = parser.parse_args()
-    if args.training:
+    if args.job != "heads":
+        args.model = args.model or ("bundled-mlm" if args.job == "faithfulness" else "bundled")
+        job_figures(args)
+    elif args.training:
         args.model = args.model or "bundled-mlm"
         training_figures(args)
     else:

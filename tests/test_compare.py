@@ -13,6 +13,7 @@ import torch
 from bertscope import BertScopeError, load_model
 from bertscope.analysis.compare import (
     CkaAccumulator,
+    chunks,
     compare_layers,
     hsic_terms,
     linear_cka,
@@ -80,6 +81,29 @@ def test_streaming_agrees_with_the_full_batch(mlm, tiny_roberta_dir):
     np.testing.assert_allclose(full.cka(), per_layer, atol=1e-9)
     np.testing.assert_allclose(result.cka, full.cka(), atol=0.1)  # four minibatches estimate the same thing
     assert result.cka.shape == (mlm.num_layers + 1, other.num_layers + 1)
+
+
+def test_chunks_leave_no_word_unused_but_the_last_minibatchs(mlm, tiny_roberta_dir):
+    """Chunks' left-over words join the next chunks' (in chunk order): only fewer than one
+    minibatch of the whole corpus goes unused, however small the chunks."""
+    other = load_model(str(tiny_roberta_dir))
+    task = text_task(SENTENCES * 3)
+    va, vb = word_vectors(mlm, task, "mean"), word_vectors(other, task, "mean")
+    shared = len(set(va) & set(vb))
+    per_word = 4 * max((mlm.num_layers + 1) * mlm.hidden_size, (other.num_layers + 1) * other.hidden_size)
+    whole = compare_layers(mlm, other, task, minibatch=16, seed=1)
+    assert whole.n_words == shared - shared % 16
+    # about 30 words a chunk: every chunk leaves words over for a minibatch of 16
+    cut = compare_layers(mlm, other, task, minibatch=16, seed=1, max_chunk_bytes=30 * per_word)
+    assert len(chunks(task, per_word, 30 * per_word)) >= 20 and cut.n_words == whole.n_words
+    again = compare_layers(mlm, other, task, minibatch=16, seed=1, max_chunk_bytes=30 * per_word)
+    np.testing.assert_array_equal(again.cka, cut.cka)  # seeded: the same minibatches
+    # chunks of about 20 sentences: minibatches are still random samples, the estimate the same (0.02
+    # here; 3-sentence chunks drift by 0.19: a chunk must hold many sentences, CHUNK_SENTENCES 256)
+    some = compare_layers(mlm, other, task, minibatch=16, seed=1, max_chunk_bytes=200 * per_word)
+    np.testing.assert_allclose(some.cka, whole.cka, atol=0.1)
+    assert chunks(task, 1, 10**9, sentences=7) == [(i, min(i + 7, len(task.words)))
+                                                    for i in range(0, len(task.words), 7)]
 
 
 def test_a_model_with_itself_and_the_json(mlm):

@@ -1,12 +1,14 @@
 """The Ray engine on a local Ray cluster the tests start (``ray.init(num_cpus=2)``, no outside
-address): head statistics equal to the single-process path's, hidden-state cache entries whose
-arrays are the same bytes, the same probe accuracies, the same commands."""
+address): head statistics and head importance equal to the single-process path's, hidden-state
+cache entries whose arrays are the same bytes, the same probe accuracies, the same faithfulness
+scoreboard and CKA matrix, the same commands."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -100,11 +102,85 @@ def test_head_importance_through_ray_equals_the_single_process_one(cluster):
     assert (spread.order() == local.order()).all()
 
 
+def test_faithfulness_through_ray_equals_the_single_process_scoreboard(cluster, tiny_mlm_dir):
+    from bertscope.attribution.faithfulness import DEFAULT_METHODS, faithfulness
+    from bertscope.attribution.items import text_items
+    from bertscope.engines.ray_engine import faithfulness_on
+
+    lm = load_model(str(tiny_mlm_dir), device="cpu")
+    lexicon = {"bank": "NOUN", "river": "NOUN", "muddy": "ADJ", "money": "NOUN", "deposited": "VERB", "dog": "NOUN",
+               "sat": "VERB", "boat": "NOUN", "water": "NOUN", "horse": "NOUN", "riding": "VERB"}
+    lines = ["the bank of the river was muddy .", "she deposited the money in the bank .",
+             "a man is eating food and a woman is riding a horse .", "the dog sat in the boat on the water ."]
+    items, _ = text_items(lm, lines, seed=2, lexicon=lexicon)
+    local = faithfulness(lm, items, DEFAULT_METHODS, steps=8, seed=5)
+    seen: list[tuple[int, int]] = []
+    spread = faithfulness(lm, items, DEFAULT_METHODS, steps=8, seed=5, progress=lambda d, t: seen.append((d, t)),
+                          run=faithfulness_on(RayEngine()))
+    assert seen[-1] == (len(items), len(items))
+    assert [r.item for r in spread.results] == items  # in the items' order, each with its own item
+    for ours, theirs in zip(local.results, spread.results):
+        assert theirs.p_full == pytest.approx(ours.p_full, abs=1e-6)
+        np.testing.assert_allclose(theirs.loo_drop, ours.loo_drop, atol=1e-6)
+        for method in DEFAULT_METHODS:
+            np.testing.assert_allclose(theirs.scores[method], ours.scores[method], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(theirs.p_without[method], ours.p_without[method], atol=1e-6)
+            np.testing.assert_allclose(theirs.p_only[method], ours.p_only[method], atol=1e-6)
+            assert set(theirs.seconds) == set(DEFAULT_METHODS)
+    for method, entry in local.summary().items():
+        for metric in ("comprehensiveness", "sufficiency", "loo_spearman"):
+            assert spread.summary()[method][metric]["mean"] == pytest.approx(entry[metric]["mean"], abs=1e-5)
+
+
+def test_cka_through_ray_equals_the_single_process_matrix(cluster, tiny_mlm_dir, tiny_roberta_dir):
+    from bertscope.analysis.compare import chunks, compare_layers, text_task
+    from bertscope.engines.ray_engine import chunk_runner
+
+    a, b = load_model(str(tiny_mlm_dir), device="cpu"), load_model(str(tiny_roberta_dir), device="cpu")
+    task = text_task(shipped_corpus()[:120])
+    budget = 40_000  # bytes of word vectors a chunk: several chunks, each leaving words over
+    per_word = 4 * max((a.num_layers + 1) * a.hidden_size, (b.num_layers + 1) * b.hidden_size)
+    assert len(chunks(task, per_word, budget)) >= 4
+    local = compare_layers(a, b, task, minibatch=16, seed=7, max_chunk_bytes=budget)
+    seen: list[tuple[int, int]] = []
+    spread = compare_layers(a, b, task, minibatch=16, seed=7, max_chunk_bytes=budget,
+                            progress=lambda d, t: seen.append((d, t)), run=chunk_runner(RayEngine()))
+    assert (spread.n_words, spread.minibatches) == (local.n_words, local.minibatches)
+    np.testing.assert_allclose(spread.cka, local.cka, rtol=0, atol=1e-6)
+    assert seen[-1] == (len(task.words), len(task.words))
+
+
+def test_faithfulness_and_compare_commands_take_the_ray_engine(cluster, tiny_mlm_dir, tiny_bert_dir, tmp_path,
+                                                              capsys):
+    data = tmp_path / "lines.txt"
+    data.write_text("the bank of the [MASK] was muddy .\nshe deposited the [MASK] in the bank .\n", encoding="utf-8")
+    command = ["faithfulness", str(tiny_mlm_dir), "--data", str(data), "--methods", "rollout,grad,random", "--steps",
+               "4", "--device", "cpu", "--json"]
+    assert main(command) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main([*command, "--engine", "ray"]) == 0
+    spread = json.loads(capsys.readouterr().out)
+    for method, entry in local["methods"].items():
+        assert spread["methods"][method]["comprehensiveness"]["mean"] == pytest.approx(
+            entry["comprehensiveness"]["mean"], abs=1e-6)
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(shipped_corpus()), encoding="utf-8")  # 2,133 words: 8 minibatches of 256
+    command = ["compare", str(tiny_mlm_dir), str(tiny_bert_dir), "--data", str(sentences), "--head-sentences", "0",
+               "--device", "cpu", "--json"]
+    assert main(command) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main([*command, "--engine", "ray"]) == 0
+    spread = json.loads(capsys.readouterr().out)
+    assert spread["n_words"] == local["n_words"]
+    np.testing.assert_allclose(spread["cka"], local["cka"], atol=2e-6)  # JSON keeps 6 decimals
+
+
 @pytest.mark.parametrize("spec", ["spark", "ray:", "rayon"])
 def test_an_unknown_engine_is_one_line_with_exit_2(spec, capsys):
     with pytest.raises(BertScopeError, match="Unknown engine"):
         parse_engine(spec)
-    for command in (["head-stats", "bundled"], ["head-importance", "bundled-mlm"], ["probe", "bundled"]):
+    for command in (["head-stats", "bundled"], ["head-importance", "bundled-mlm"], ["probe", "bundled"],
+                    ["faithfulness", "bundled-mlm"], ["compare", "bundled", "bundled-mlm"]):
         assert main([*command, "--device", "cpu", "--engine", spec]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Unknown engine" in err
@@ -118,6 +194,37 @@ def test_an_address_without_a_cluster_is_one_line():
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("bertscope: error: No Ray cluster at 127.0.0.1:9")
+
+
+def test_an_actor_that_dies_ends_the_command_with_one_line(tmp_path):
+    """A model actor killed mid-run (as the OOM killer would) is not restarted without end: the
+    command stops at once with one line (its own cluster, apart from the module's)."""
+    import psutil
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(shipped_corpus() * 15), encoding="utf-8")  # 3,270 sentences
+    command = [sys.executable, "-m", "bertscope", "head-stats", "bundled", "--device", "cpu", "--corpus", str(corpus),
+               "--engine", "ray"]
+    run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers: list = []
+        for _ in range(300):  # until the actors have loaded the model and started on batches
+            workers = [p for p in psutil.process_iter(["cmdline"])
+                       if "MapWorker(MapBatches(ModelActor))" in " ".join(p.info["cmdline"] or [])]
+            if len(workers) == 2 or run.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert len(workers) == 2, run.stderr.read() if run.poll() is not None else "no actors"
+        time.sleep(5)
+        workers[0].kill()
+        killed = time.monotonic()
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 2 and time.monotonic() - killed < 60
+    assert err.strip().splitlines() == ["bertscope: error: The Ray engine failed: The actor died unexpectedly before "
+                                        "finishing this task."]
 
 
 def test_the_app_and_the_default_paths_never_import_ray():

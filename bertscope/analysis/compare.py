@@ -9,10 +9,14 @@ Networks Learn the Same Things?", §3.1):
 
 where K_i^a = X_i^a X_i^aᵀ is the linear Gram matrix of minibatch i (``MINIBATCH`` words) and
 HSIC₁ is Song et al. (2012)'s unbiased estimator. Only the running sums of the HSIC terms are
-kept: memory is bounded by a chunk of sentences whose word vectors fit ``CHUNK_BYTES`` per model,
-never by the corpus, so N is bounded by time. Each chunk runs through each model in batches
-sorted by length (little padding), and its words are shuffled (seeded) before they are cut into
-minibatches, so a minibatch is a random sample of words, as the estimator assumes.
+kept: memory is bounded by a chunk of sentences (at most ``CHUNK_SENTENCES``, their word vectors
+within ``CHUNK_BYTES`` per model), never by the corpus, so N is bounded by time. Each chunk runs
+through each model in batches sorted by length (little padding), and its words are shuffled
+(seeded with the seed and the chunk's number) before they are cut into minibatches, so a
+minibatch is a random sample of words, as the estimator assumes; a chunk's last words (fewer
+than a minibatch) join the next chunks' in chunk order. A chunk's sums do not depend on where it
+runs, so a Ray cluster's actors (``--engine ray``) can each take chunks and the sums add up to
+this process's.
 
 Rows are words, not word pieces: each model's pieces of a word are pooled (their mean, or the
 first piece) with the word's character span, so models with different tokenizers compare. A
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -41,6 +45,7 @@ POOLS = ("mean", "first")
 MINIBATCH = 256  # words per Gram matrix
 MIN_MINIBATCHES = 4  # fewer and the estimate swings with the sample: refused, with the minimum
 CHUNK_BYTES = 256 * 2**20  # pooled word vectors of one model held at a time (float32, every hidden state)
+CHUNK_SENTENCES = 256  # sentences a chunk at most: the unit of work of a Ray actor
 
 
 def hsic_terms(grams_a: torch.Tensor, grams_b: torch.Tensor) -> torch.Tensor:
@@ -79,14 +84,25 @@ class CkaAccumulator:
 
     def add(self, xa: torch.Tensor, xb: torch.Tensor) -> None:
         ga, gb = grams(xa), grams(xb)  # [state, word, word] each
-        ab = hsic_terms(ga, gb)
-        aa = hsic_terms(ga, ga).diagonal()  # [state_a] HSIC₁(K, K)
-        bb = hsic_terms(gb, gb).diagonal()  # [state_b]
+        ab = hsic_terms(ga, gb).cpu()  # the sums are kept on the host: a few numbers a minibatch
+        aa = hsic_terms(ga, ga).diagonal().cpu()  # [state_a] HSIC₁(K, K)
+        bb = hsic_terms(gb, gb).diagonal().cpu()  # [state_b]
         if self.ab is None:
             self.ab, self.aa, self.bb = ab, aa, bb
         else:
             self.ab, self.aa, self.bb = self.ab + ab, self.aa + aa, self.bb + bb
         self.minibatches += 1
+
+    def merge(self, sums: "ChunkSums") -> None:
+        """Add another accumulator's sums (a chunk's, from this process or a Ray actor)."""
+        if sums.minibatches == 0:
+            return
+        ab, aa, bb = (torch.tensor(x, dtype=torch.float64) for x in (sums.ab, sums.aa, sums.bb))  # copies: a few numbers
+        if self.ab is None:
+            self.ab, self.aa, self.bb = ab, aa, bb
+        else:
+            self.ab, self.aa, self.bb = self.ab + ab, self.aa + aa, self.bb + bb
+        self.minibatches += sums.minibatches
 
     def cka(self) -> np.ndarray:
         """[state_a, state_b] float64."""
@@ -165,11 +181,13 @@ def check_size(n_words: int, minibatch: int) -> None:
                              f"{MIN_MINIBATCHES * minibatch // 20:,} Brown sentences).")
 
 
-def chunks(task: ProbeTask, bytes_per_word: int, budget: int = CHUNK_BYTES) -> list[tuple[int, int]]:
-    """[start, stop) sentence ranges whose words' vectors fit ``budget`` (at least one sentence)."""
+def chunks(task: ProbeTask, bytes_per_word: int, budget: int = CHUNK_BYTES,
+           sentences: int = CHUNK_SENTENCES) -> list[tuple[int, int]]:
+    """[start, stop) sentence ranges of at most ``sentences`` sentences whose words' vectors fit
+    ``budget`` (at least one sentence each)."""
     out, start, words = [], 0, 0
     for i, sentence in enumerate(task.words):
-        if i > start and (words + len(sentence)) * bytes_per_word > budget:
+        if i > start and ((words + len(sentence)) * bytes_per_word > budget or i - start >= sentences):
             out.append((start, i))
             start, words = i, 0
         words += len(sentence)
@@ -177,39 +195,84 @@ def chunks(task: ProbeTask, bytes_per_word: int, budget: int = CHUNK_BYTES) -> l
     return out
 
 
+@dataclass(frozen=True)
+class ChunkSums:
+    """What one chunk of sentences adds: the HSIC₁ sums of its full minibatches and the words
+    left over (fewer than a minibatch), which join the next chunks' left-overs in chunk order."""
+
+    ab: np.ndarray | None  # [state_a, state_b] float64 Σ HSIC₁(K_a, L_b); None when no minibatch filled
+    aa: np.ndarray | None  # [state_a]
+    bb: np.ndarray | None  # [state_b]
+    minibatches: int
+    rest_a: np.ndarray  # [word, state_a, dim_a] float32
+    rest_b: np.ndarray  # [word, state_b, dim_b] float32
+
+
+def chunk_sums(lm_a: LoadedModel, lm_b: LoadedModel, chunk: ProbeTask, pool: Pool, minibatch: int, seed: int,
+               index: int) -> ChunkSums:
+    """One chunk through both models: its words (those both kept) shuffled with (seed, index), cut
+    into minibatches, their HSIC₁ terms summed on A's device. The same for any chunk wherever it
+    runs, so the sums add up alike in this process and on a Ray cluster."""
+    va, vb = word_vectors(lm_a, chunk, pool), word_vectors(lm_b, chunk, pool)
+    shared = sorted(set(va) & set(vb))
+    order = [shared[w] for w in np.random.default_rng([seed, index]).permutation(len(shared))]
+    acc = CkaAccumulator()
+    full = len(order) - len(order) % minibatch
+    for start in range(0, full, minibatch):  # a minibatch is a random sample of the chunk's words
+        words = order[start:start + minibatch]
+        xa = torch.from_numpy(np.stack([va.pop(w) for w in words])).to(lm_a.device)  # [word, state_a, dim_a]
+        xb = torch.from_numpy(np.stack([vb.pop(w) for w in words])).to(lm_a.device)  # [word, state_b, dim_b]
+        acc.add(xa, xb)
+    rest = order[full:]
+
+    def left(vectors: dict[int, np.ndarray], lm: LoadedModel) -> np.ndarray:
+        if not rest:
+            return np.zeros((0, lm.num_layers + 1, lm.hidden_size), np.float32)
+        return np.stack([vectors[w] for w in rest])
+
+    def host(x: torch.Tensor | None) -> np.ndarray | None:
+        return None if x is None else x.numpy()
+
+    return ChunkSums(host(acc.ab), host(acc.aa), host(acc.bb), acc.minibatches, left(va, lm_a), left(vb, lm_b))
+
+
 def compare_layers(lm_a: LoadedModel, lm_b: LoadedModel, task: ProbeTask, pool: Pool = "mean",
                    minibatch: int = MINIBATCH, source: str = "", seed: int = 0, max_chunk_bytes: int = CHUNK_BYTES,
-                   progress: Callable[[int, int], None] | None = None) -> LayerSimilarity:
-    """CKA between every hidden state of A and every hidden state of B over ``task``'s words."""
+                   progress: Callable[[int, int], None] | None = None,
+                   run: Callable[..., Iterator[ChunkSums]] | None = None) -> LayerSimilarity:
+    """CKA between every hidden state of A and every hidden state of B over ``task``'s words.
+    ``run``: who runs the chunks (``engines.ray_engine.chunk_runner``: a Ray cluster's actors,
+    yielding each chunk's sums in chunk order); by default this process, chunk after chunk."""
     if pool not in POOLS:
         raise BertScopeError(f"Unknown pooling {pool!r}: use mean (of a word's pieces) or first (its first piece).")
     if minibatch < 4:
         raise BertScopeError("A minibatch needs at least 4 words.")
     check_size(sum(len(w) for w in task.words), minibatch)
-    rng = np.random.default_rng(seed)
     per_word = 4 * max((lm_a.num_layers + 1) * lm_a.hidden_size, (lm_b.num_layers + 1) * lm_b.hidden_size)
+    ranges = chunks(task, per_word, max_chunk_bytes)
+    pieces = [_chunk(task, start, stop) for start, stop in ranges]
+    if run is None:
+        parts = (chunk_sums(lm_a, lm_b, piece, pool, minibatch, seed, i) for i, piece in enumerate(pieces))
+    else:
+        parts = run(lm_a, lm_b, pieces, pool, minibatch, seed)
     acc = CkaAccumulator()
-    waiting_a: list[np.ndarray] = []  # words of the last chunk that did not fill a minibatch
+    waiting_a: list[np.ndarray] = []  # left-over words of the chunks so far, in chunk order: [state, dim] each
     waiting_b: list[np.ndarray] = []
-    used = 0
-    total = len(task.words)
-    for start, stop in chunks(task, per_word, max_chunk_bytes):
-        chunk = _chunk(task, start, stop)
-        va, vb = word_vectors(lm_a, chunk, pool), word_vectors(lm_b, chunk, pool)
-        shared = sorted(set(va) & set(vb))
-        for w in rng.permutation(len(shared)):  # a minibatch is a random sample of the chunk's words
-            waiting_a.append(va.pop(shared[w]))
-            waiting_b.append(vb.pop(shared[w]))
+    for (_, stop), part in zip(ranges, parts):
+        acc.merge(part)
+        waiting_a.extend(part.rest_a)
+        waiting_b.extend(part.rest_b)
         while len(waiting_a) >= minibatch:
             xa = torch.from_numpy(np.stack(waiting_a[:minibatch])).to(lm_a.device)  # [word, state_a, dim_a]
             xb = torch.from_numpy(np.stack(waiting_b[:minibatch])).to(lm_a.device)  # [word, state_b, dim_b]
             acc.add(xa, xb)
-            used += minibatch
             del waiting_a[:minibatch], waiting_b[:minibatch]
         if progress:
-            progress(stop, total)
+            progress(stop, len(task.words))
+    used = acc.minibatches * minibatch
     check_size(used, minibatch)
-    return LayerSimilarity(lm_a.name, lm_b.name, acc.cka(), used, total, minibatch, acc.minibatches, pool, source)
+    return LayerSimilarity(lm_a.name, lm_b.name, acc.cka(), used, len(task.words), minibatch, acc.minibatches, pool,
+                           source)
 
 
 HEAD_SENTENCE_TOKENS = 64  # sentences longer than this are left out of the head comparison

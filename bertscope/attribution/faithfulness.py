@@ -237,8 +237,11 @@ class Scoreboard:
 
 def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] = DEFAULT_METHODS,
                  removal: Removal = "attention", steps: int = 50, seed: int = 0, source: str = "",
-                 skipped: int = 0, progress: Callable[[int, int], None] | None = None) -> Scoreboard:
-    """Score every item with every method, erase, and keep what each method's removals did."""
+                 skipped: int = 0, progress: Callable[[int, int], None] | None = None,
+                 run: Callable[..., list[ItemResult]] | None = None) -> Scoreboard:
+    """Score every item with every method, erase, and keep what each method's removals did.
+    ``run``: who does the items' work (``engines.ray_engine.faithfulness_on``: a Ray cluster's
+    actors); by default this process, item after item. Either way each item is ``item_result``."""
     methods = check_methods(methods)
     if removal not in REMOVALS:
         raise BertScopeError(f"Unknown removal {removal!r}: use attention or mask.")
@@ -250,15 +253,23 @@ def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] 
             longest = max(it.inspection.n_tokens for it in items)
             if longest > record.max_tokens:
                 raise BertScopeError(f"{name} is capped at {record.max_tokens} tokens; an item has {longest}.")
-    results = []
-    for done, item in enumerate(items, 1):
-        scores, seconds = {}, {}
-        for name in methods:
-            start = time.perf_counter()
-            scores[name] = method_scores(lm, item, name, steps, seed)
-            seconds[name] = time.perf_counter() - start
-        result = erasure(lm, item, scores, removal)
-        results.append(replace(result, seconds=seconds))
-        if progress:
-            progress(done, len(items))
+    if run is None:
+        results = []
+        for done, item in enumerate(items, 1):
+            results.append(item_result(lm, item, methods, removal, steps, seed))
+            if progress:
+                progress(done, len(items))
+    else:
+        results = run(lm, items, methods, removal, steps, seed, progress)
     return Scoreboard(lm.name, methods, removal, FRACTIONS, results, source, skipped)
+
+
+def item_result(lm: LoadedModel, item: Item, methods: Sequence[str], removal: Removal = "attention", steps: int = 50,
+                seed: int = 0) -> ItemResult:
+    """One item: every method's scores (timed), then the erasure batch."""
+    scores, seconds = {}, {}
+    for name in methods:
+        start = time.perf_counter()
+        scores[name] = method_scores(lm, item, name, steps, seed)
+        seconds[name] = time.perf_counter() - start
+    return replace(erasure(lm, item, scores, removal), seconds=seconds)

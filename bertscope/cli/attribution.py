@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.core.layers import parse_blocks
 from bertscope.errors import BertScopeError
 
@@ -87,10 +87,16 @@ def cmd_faithfulness(args: argparse.Namespace) -> Any:
         raise BertScopeError(f"Unknown removal {args.removal!r}.")
     if args.steps < 1:
         raise BertScopeError("--steps must be at least 1.")
+    engine = engine_of(args)
     lm = load(args)
     items, skipped, source = faithfulness_items(lm, args.corpus, args.data, args.seed)
+    run = None
+    if engine is not None:
+        from bertscope.engines.ray_engine import faithfulness_on
+
+        run = faithfulness_on(engine)
     with progress_bar("items", "item") as progress:
-        board = faithfulness(lm, items, methods, args.removal, args.steps, args.seed, source, skipped, progress)
+        board = faithfulness(lm, items, methods, args.removal, args.steps, args.seed, source, skipped, progress, run)
     if args.json:
         return board.to_json()
     return board_table(board)
@@ -132,6 +138,7 @@ def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
                                                                             "(default); mask: it becomes [MASK]")
     p.add_argument("--seed", type=int, default=0, help="which sentences and pieces, and the random ranking")
     p.add_argument("--steps", type=int, default=50, help="integrated gradients' steps")
+    engine_argument(p)
 
 
 COMMANDS = [

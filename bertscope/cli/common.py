@@ -74,6 +74,13 @@ def engine_argument(p: argparse.ArgumentParser) -> None:
                         "ray:ADDRESS (a running cluster: auto, or HOST:PORT); needs requirements-cluster.txt")
 
 
+def engine_of(args: argparse.Namespace):
+    """``--engine`` parsed (a bad one refused in one line before any model loads): None for local."""
+    from bertscope.engines.ray_cluster import parse_engine
+
+    return parse_engine(getattr(args, "engine", "local"))
+
+
 def engine_rows(args: argparse.Namespace):
     """The Ray engine's source of hidden states for ``hidden_states(rows=...)``, or None (this process)."""
     from bertscope.engines.ray_engine import rows_for

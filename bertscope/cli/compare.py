@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.errors import BertScopeError
 
 DEFAULT_SENTENCES = 500
@@ -36,11 +36,17 @@ def cmd_compare(args: argparse.Namespace) -> Any:
     from bertscope.core.layers import hidden_name
     from bertscope.core.models import load_model
 
+    engine = engine_of(args)
     task, source = compare_task(args.corpus, args.data)
     lm_a = load(args)
     lm_b = load_model(args.model_b, device=args.device, dtype=args.dtype)
+    run = None
+    if engine is not None:
+        from bertscope.engines.ray_engine import chunk_runner
+
+        run = chunk_runner(engine)
     with progress_bar("sentences", "sentence") as progress:
-        result = compare_layers(lm_a, lm_b, task, args.pool, source=source, progress=progress)
+        result = compare_layers(lm_a, lm_b, task, args.pool, source=source, progress=progress, run=run)
     heads, skipped = None, None
     texts = task.texts[: args.head_sentences]
     if args.head_sentences > 0:
@@ -86,6 +92,7 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-sentences", type=int, default=100, help="when both models share a tokenizer: compare "
                                                                    "every head of A with every head of B on this many "
                                                                    "of the sentences (0: skip)")
+    engine_argument(p)  # the CKA passes; the head comparison stays in this process
 
 
 def cmd_query_key(args: argparse.Namespace) -> Any:

@@ -4,6 +4,7 @@ the calling machine took), BertScope's own passes over the planned batches it is
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -16,21 +17,34 @@ from bertscope.errors import BertScopeError
 FEED_KEYS = ("input_ids", "attention_mask", "token_type_ids")  # what a corrupted batch carries (head importance)
 
 
+def _load(name: str, dtype: str, fingerprint: str, on_gpu: bool):
+    lm = load_model(name, device="cuda" if on_gpu else "cpu", dtype=dtype)
+    if weights_fingerprint(lm) != fingerprint:
+        raise BertScopeError(f"A Ray node loaded other weights for {name} than this machine: give every node "
+                             "the same files (shared storage) or a hub id.")
+    return lm
+
+
 class ModelActor:
     """One Ray actor: the model loaded once, BertScope's own passes over the planned batches it is
-    handed. ``job``: "heads" (statistics sums) or "hidden" (pooled vectors and their rows)."""
+    handed. ``job``: "heads" (statistics sums), "hidden" (pooled vectors and their rows),
+    "importance" (gate gradients), "faithfulness" (whole items) or "cka" (chunks of sentences
+    through this model and ``options["model_b"]``)."""
 
     def __init__(self, name: str, dtype: str, fingerprint: str, job: str, on_gpu: bool,
-                 table: WordTable | None = None, pooling: str = "mean") -> None:
-        self.lm = load_model(name, device="cuda" if on_gpu else "cpu", dtype=dtype)
-        if weights_fingerprint(self.lm) != fingerprint:
-            raise BertScopeError(f"A Ray node loaded other weights for {name} than this machine: give every node "
-                                 "the same files (shared storage) or a hub id.")
-        self.job, self.table, self.pooling = job, table, pooling
+                 table: WordTable | None = None, pooling: str = "mean", options: dict | None = None) -> None:
+        self.lm = _load(name, dtype, fingerprint, on_gpu)
+        self.job, self.table, self.pooling, self.options = job, table, pooling, dict(options or {})
+        if job == "cka":
+            self.lm_b = _load(self.options["model_b"], dtype, self.options["fingerprint_b"], on_gpu)
 
     def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.job == "importance":
             return self._importance(rows)
+        if self.job == "faithfulness":
+            return self._faithfulness(rows)
+        if self.job == "cka":
+            return self._cka(rows)
         parts = [np.asarray(i, np.int64) for i in rows["indices"]]  # per planned batch: [sentence] task numbering
         texts = [str(t) for part in rows["texts"] for t in part]
         ends = np.cumsum([len(p) for p in parts])
@@ -74,6 +88,40 @@ class ModelActor:
         return {"sums": total.double().cpu().numpy()[None], "tokens": np.array([tokens]),
                 "positions": np.array([positions]), "loss_sum": np.array([loss_sum]),
                 "sentences": np.array([sentences])}
+
+    def _faithfulness(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each item handed over, whole (``attribution.faithfulness.item_result``); its result goes
+        back as JSON (float64 values round-trip exactly), without the item, which the caller has."""
+        from bertscope.attribution.faithfulness import item_result
+
+        o = self.options
+        out = []
+        for item in rows["item"]:
+            r = item_result(self.lm, item, o["methods"], o["removal"], o["steps"], o["seed"])
+            out.append(json.dumps({"scores": {m: v.tolist() for m, v in r.scores.items()}, "p_full": r.p_full,
+                                   "p_without": r.p_without, "p_only": r.p_only, "loo_drop": r.loo_drop.tolist(),
+                                   "spearman": r.spearman, "seconds": r.seconds}))
+        return {"index": np.asarray(rows["index"], np.int64), "result": np.array(out, dtype=object)}
+
+    def _cka(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each chunk of sentences handed over through both models
+        (``analysis.compare.chunk_sums``): its sums and left-over words, flattened."""
+        from bertscope.analysis.compare import chunk_sums
+
+        o = self.options
+        parts = [chunk_sums(self.lm, self.lm_b, chunk, o["pool"], o["minibatch"], o["seed"], int(i))
+                 for i, chunk in zip(rows["index"], rows["chunk"])]
+
+        def flat(values: list, dtype: Any) -> np.ndarray:
+            return _ragged([np.zeros(0) if v is None else v.ravel() for v in values], dtype)
+
+        return {"index": np.asarray(rows["index"], np.int64),
+                "minibatches": np.array([p.minibatches for p in parts], np.int64),
+                "ab": flat([p.ab for p in parts], np.float64), "aa": flat([p.aa for p in parts], np.float64),
+                "bb": flat([p.bb for p in parts], np.float64),
+                "rest_a": flat([p.rest_a for p in parts], np.float32), "rest_b": flat([p.rest_b for p in parts], np.float32),
+                "shape_a": np.array([p.rest_a.shape for p in parts], np.int64),  # [chunk, 3]: words, states, dim
+                "shape_b": np.array([p.rest_b.shape for p in parts], np.int64)}
 
 
 def _ragged(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Corpus-scale passes on a Ray cluster (Ray Data): head statistics, head importance (gate
-gradients summed over batches) and the hidden states behind probes and corpus search, with
-``--engine ray`` (a cluster started on this machine) or ``--engine ray:ADDRESS`` (an existing
-one: ``auto``, or ``HOST:PORT``).
+gradients summed over batches), the hidden states behind probes and corpus search, the
+faithfulness test (whole items) and the layer-by-layer comparison of two models (CKA's HSIC
+sums per chunk of sentences), with ``--engine ray`` (a cluster started on this machine) or
+``--engine ray:ADDRESS`` (an existing one: ``auto``, or ``HOST:PORT``).
 
     >>> with ray_cluster(RayEngine()):                                       # doctest: +SKIP
     ...     stats = head_stats(lm, sentences, RayEngine())
@@ -16,6 +17,10 @@ path adds it up: [statistic, layer, head] sums (float64) for statistics; for hid
 batch's pooled vectors and the rows they go to, which this process writes into the cache's
 own layer files, so the cache entry (key, files, bytes) is the one the app and the
 single-process path read and write. The batches being the same, the arrays are the same bytes.
+Work that is not batches of one pass goes out whole: a faithfulness item (every method's scores
+and its erasure batch, ``item_result``) or a chunk of sentences through both compared models
+(``chunk_sums``); results come back in order, so the scoreboard and the CKA matrix are this
+process's.
 
 The pieces: ``ray_cluster`` (where it runs; Ray is imported there only, only when an engine is
 asked for: the app never loads it) and ``ray_actor`` (the model actor). Every
@@ -30,6 +35,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+import json
+import logging
+import warnings
+from typing import TYPE_CHECKING
+
 from bertscope.analysis.attention_stats import HeadStats, corpus_texts
 from bertscope.analysis.hidden_cache import Rows, WordTable, weights_fingerprint
 from bertscope.core.forward import corpus_plan
@@ -40,37 +50,60 @@ from bertscope.engines.ray_cluster import RayEngine, actor_resources, parse_engi
 from bertscope.errors import BertScopeError
 from bertscope.interventions.importance import HeadImportance
 
+if TYPE_CHECKING:  # the faithfulness test and CKA are imported by the commands that use them
+    from bertscope.analysis.compare import ChunkSums
+    from bertscope.attribution.faithfulness import ItemResult
+    from bertscope.attribution.items import Item
+
 BATCHES_PER_CALL = 4  # planned batches an actor is handed at a time (a Ray Data batch of rows)
 
-__all__ = ["RayEngine", "parse_engine", "ray_cluster", "head_stats", "head_importance", "ray_rows", "rows_for"]
+__all__ = ["RayEngine", "parse_engine", "ray_cluster", "head_stats", "head_importance", "ray_rows", "rows_for",
+           "faithfulness_on", "chunk_runner"]
 
 
 def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], plan: list[list[int]],
-         job: str, items: list[dict] | None = None, **job_args) -> Iterator[dict[str, Any]]:
-    """The planned batches through the actors (or ``items``, rows made here: one batch each, in
-    the order to hand them out); yields each output row as it arrives."""
+         job: str, items: list[dict] | None = None, per_call: int = BATCHES_PER_CALL,
+         **job_args) -> Iterator[dict[str, Any]]:
+    """The planned batches through the actors (or ``items``, rows made here, in the order to hand
+    them out; ``per_call`` of them to an actor at a time); yields each output row as it arrives.
+    A row may carry a Python object (a faithfulness item, a chunk of sentences): Ray Data keeps
+    such a column in its own serialised form, and only the actor given the row receives it."""
     import ray.data
 
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
+    # our progress bar and one-line errors speak; Ray Data logs its notices and tracebacks otherwise
+    logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     count, resources = actor_resources(ray, engine)
     numbering = np.arange(len(texts))  # each text's place in the corpus (the word table's numbering)
     # longest batches first (the plan is sorted by length): the actors share out the heavy work
     # early and the small batches fill the end, instead of one actor finishing the longest alone
     if items is None:
         items = [{"indices": numbering[batch], "texts": [texts[i] for i in batch]} for batch in reversed(plan)]
-    dataset = ray.data.from_items(items, override_num_blocks=max(1, -(-len(items) // BATCHES_PER_CALL)))
-    dtype = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}.get(str(lm.dtype), "auto")
-    done = dataset.map_batches(
-        ModelActor, batch_size=BATCHES_PER_CALL, batch_format="numpy", concurrency=count,
-        fn_constructor_kwargs={"name": lm.name, "dtype": dtype, "fingerprint": weights_fingerprint(lm), "job": job,
-                               "on_gpu": "num_gpus" in resources, **job_args},
-        runtime_env={"env_vars": worker_env()}, **resources)
+    blocks = max(1, -(-len(items) // per_call))
+    dataset = ray.data.from_items(items, override_num_blocks=blocks)
+    with warnings.catch_warnings():
+        # max_restarts has no named parameter on Ray 2.60 (pinned): passed as a remote argument
+        warnings.simplefilter("ignore", DeprecationWarning)
+        done = _map(dataset, ray, lm, job, resources, per_call, min(count, blocks), job_args)
     try:
         yield from done.iter_rows()
     except Exception as err:  # noqa: BLE001 - an actor's failure arrives wrapped by Ray
         raise BertScopeError(_first_line(err)) from err
+
+
+def _map(dataset: Any, ray: Any, lm: LoadedModel, job: str, resources: dict, per_call: int, actors: int,
+         job_args: dict) -> Any:
+    """The dataset through a pool of model actors. An actor that dies is not restarted (Ray's
+    default restarts it without end, and a batch that kills it would kill every new one): the
+    job ends with one line naming the cause."""
+    dtype = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}.get(str(lm.dtype), "auto")
+    return dataset.map_batches(
+        ModelActor, batch_size=per_call, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
+        fn_constructor_kwargs={"name": lm.name, "dtype": dtype, "fingerprint": weights_fingerprint(lm), "job": job,
+                               "on_gpu": "num_gpus" in resources, **job_args},
+        runtime_env={"env_vars": worker_env()}, max_restarts=0, **resources)
 
 
 def _first_line(err: BaseException) -> str:
@@ -132,6 +165,62 @@ def head_importance(lm: LoadedModel, texts: Sequence[str], engine: RayEngine, ba
             if progress is not None:
                 progress(done, len(texts))
     return importance_from_sums(total, tokens, positions, loss_sum, len(texts))
+
+
+def faithfulness_on(engine: RayEngine) -> Callable[..., list[ItemResult]]:
+    """``run=`` for ``attribution.faithfulness.faithfulness``: the items (made here) handed to the
+    cluster's actors one at a time, each scored by every method and erased there
+    (``item_result``, as in this process); the results back in the items' order."""
+
+    def run(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str], removal: str, steps: int, seed: int,
+            progress: Callable[[int, int], None] | None = None) -> list[ItemResult]:
+        from bertscope.attribution.faithfulness import ItemResult
+
+        found: dict[int, ItemResult] = {}
+        with ray_cluster(engine) as ray:
+            options = {"methods": tuple(methods), "removal": removal, "steps": steps, "seed": seed}
+            rows = [{"index": i, "item": item} for i, item in enumerate(items)]
+            for row in _run(ray, engine, lm, [], [], "faithfulness", items=rows, per_call=1, options=options):
+                index, r = int(row["index"]), json.loads(str(row["result"]))
+                found[index] = ItemResult(items[index], {m: np.asarray(v, np.float64) for m, v in r["scores"].items()},
+                                          r["p_full"], r["p_without"], r["p_only"], np.asarray(r["loo_drop"], np.float64),
+                                          {m: float("nan") if v is None else v for m, v in r["spearman"].items()},
+                                          r["seconds"])
+                if progress is not None:
+                    progress(len(found), len(items))
+        return [found[i] for i in range(len(items))]
+
+    return run
+
+
+def chunk_runner(engine: RayEngine) -> Callable[..., Iterator[ChunkSums]]:
+    """``run=`` for ``analysis.compare.compare_layers``: each chunk of sentences to an actor that
+    holds both models; each chunk's sums yielded in chunk order (a chunk that comes back early
+    waits here: its left-over words join the minibatches in order, as in this process)."""
+
+    def run(lm_a: LoadedModel, lm_b: LoadedModel, chunks: Sequence[ProbeTask], pool: str, minibatch: int,
+            seed: int) -> Iterator[ChunkSums]:
+        from bertscope.analysis.compare import ChunkSums
+
+        waiting: dict[int, ChunkSums] = {}
+        following = 0
+        with ray_cluster(engine) as ray:
+            options = {"model_b": lm_b.name, "fingerprint_b": weights_fingerprint(lm_b), "pool": pool,
+                       "minibatch": minibatch, "seed": seed}
+            rows = [{"index": i, "chunk": chunk} for i, chunk in enumerate(chunks)]
+            for row in _run(ray, engine, lm_a, [], [], "cka", items=rows, per_call=1, options=options):
+                sums = [np.asarray(row[k], np.float64) for k in ("ab", "aa", "bb")]
+                filled = int(row["minibatches"]) > 0
+                waiting[int(row["index"])] = ChunkSums(
+                    sums[0].reshape(len(sums[1]), len(sums[2])) if filled else None, sums[1] if filled else None,
+                    sums[2] if filled else None, int(row["minibatches"]),
+                    np.asarray(row["rest_a"], np.float32).reshape(row["shape_a"]),  # [word, state_a, dim_a]
+                    np.asarray(row["rest_b"], np.float32).reshape(row["shape_b"]))  # [word, state_b, dim_b]
+                while following in waiting:
+                    yield waiting.pop(following)
+                    following += 1
+
+    return run
 
 
 def ray_rows(engine: RayEngine) -> Callable[[LoadedModel, ProbeTask, WordTable | None, str, int], Rows]:
