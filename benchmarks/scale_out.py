@@ -53,7 +53,7 @@ def ray_figures(args: argparse.Namespace) -> None:
 
     name = random_model_dir(args.model.removeprefix("random:"), "none") if args.model.startswith("random:") \
         else args.model
-    lm = load_model(name, device="cpu")
+    lm = load_model(name, device=args.device)
     texts = brown_texts(args.sentences if not args.tokens else args.sentences * 40)
     if args.tokens:
         texts = long_texts(lm, texts, args.tokens, args.sentences)
@@ -94,7 +94,7 @@ def job_figures(args: argparse.Namespace) -> None:
         from bertscope.attribution.faithfulness import faithfulness
         from bertscope.attribution.items import brown_items
 
-        lm = load_model(args.model, device="cpu")
+        lm = load_model(args.model, device=args.device)
         items = brown_items(lm, args.sentences, seed=0)
         what = f"faithfulness, {len(items)} Brown items, {args.model}, every default method"
 
@@ -108,7 +108,7 @@ def job_figures(args: argparse.Namespace) -> None:
         from bertscope.analysis.compare import compare_layers
         from bertscope.corpora.brown_tasks import brown_task
 
-        lm, other = load_model(args.model, device="cpu"), load_model(args.model_b, device="cpu")
+        lm, other = load_model(args.model, device=args.device), load_model(args.model_b, device=args.device)
         task = brown_task("brown-pos", args.sentences)
         what = f"CKA, {args.model} against {args.model_b}, {len(task.texts):,} Brown sentences"
 
@@ -169,7 +169,7 @@ def training_figures(args: argparse.Namespace) -> None:
             command = [sys.executable, "-m", "bertscope", "pretrain", model, "--out", out, "--epochs", "1",
                        "--max-chunks", str(args.chunks), "--batch-size", str(args.batch_size), "--lora", "16",
                        "--seq-len", str(args.seq_len),
-                       "--device", "cpu", "--processes", str(n), "--cloze", "The capital of France is [MASK]."]
+                       "--device", args.device, "--processes", str(n), "--cloze", "The capital of France is [MASK]."]
             started = time.perf_counter()
             subprocess.run(command, check=True, cwd=ROOT, capture_output=True, text=True)
             wall = time.perf_counter() - started
@@ -191,6 +191,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=0, help="long texts of about this many tokens (0: sentences)")
+    parser.add_argument("--device", default="auto", help="this process's model (auto: the GPU when there is one); "
+                                                      "the Ray actors take one GPU each when the cluster has them")
     parser.add_argument("--job", choices=("heads", "faithfulness", "compare"), default="heads")
     parser.add_argument("--model-b", default="bundled-mlm", help="--job compare: the second model")
     args = parser.parse_args()

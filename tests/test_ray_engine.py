@@ -6,12 +6,14 @@ scoreboard and CKA matrix, the same commands."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+import torch
 
 from bertscope.analysis.attention_stats import head_stats
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
@@ -29,7 +31,8 @@ ray = pytest.importorskip("ray", reason="requirements-cluster.txt (installed by 
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # CPU actors only, on a GPU machine too: the comparisons are with this process's CPU passes
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -205,16 +208,17 @@ def test_an_actor_that_dies_ends_the_command_with_one_line(tmp_path):
     corpus.write_text("\n".join(shipped_corpus() * 15), encoding="utf-8")  # 3,270 sentences
     command = [sys.executable, "-m", "bertscope", "head-stats", "bundled", "--device", "cpu", "--corpus", str(corpus),
                "--engine", "ray"]
+    actors = torch.cuda.device_count() or os.cpu_count()  # one per GPU, else one per CPU
     run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         workers: list = []
         for _ in range(300):  # until the actors have loaded the model and started on batches
             workers = [p for p in psutil.process_iter(["cmdline"])
                        if "MapWorker(MapBatches(ModelActor))" in " ".join(p.info["cmdline"] or [])]
-            if len(workers) == 2 or run.poll() is not None:
+            if len(workers) == actors or run.poll() is not None:
                 break
             time.sleep(0.5)
-        assert len(workers) == 2, run.stderr.read() if run.poll() is not None else "no actors"
+        assert len(workers) == actors, run.stderr.read() if run.poll() is not None else "no actors"
         time.sleep(5)
         workers[0].kill()
         killed = time.monotonic()

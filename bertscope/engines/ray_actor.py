@@ -4,7 +4,6 @@ the calling machine took), BertScope's own passes over the planned batches it is
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -61,7 +60,6 @@ class ModelActor:
         return {"sentences": np.array(out["sentences"]), "rows": _ragged(out["rows"], np.int64),
                 "vectors": _ragged(out["vectors"], np.float32)}
 
-
     def _importance(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Σ|∂L/∂ξ| over the corrupted batches handed over (each row one batch, flattened)."""
         import torch
@@ -91,37 +89,31 @@ class ModelActor:
 
     def _faithfulness(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Each item handed over, whole (``attribution.faithfulness.item_result``); its result goes
-        back as JSON (float64 values round-trip exactly), without the item, which the caller has."""
+        back without the item, which the caller has."""
+        from dataclasses import replace
+
         from bertscope.attribution.faithfulness import item_result
 
         o = self.options
-        out = []
-        for item in rows["item"]:
-            r = item_result(self.lm, item, o["methods"], o["removal"], o["steps"], o["seed"])
-            out.append(json.dumps({"scores": {m: v.tolist() for m, v in r.scores.items()}, "p_full": r.p_full,
-                                   "p_without": r.p_without, "p_only": r.p_only, "loo_drop": r.loo_drop.tolist(),
-                                   "spearman": r.spearman, "seconds": r.seconds}))
-        return {"index": np.asarray(rows["index"], np.int64), "result": np.array(out, dtype=object)}
+        results = [replace(item_result(self.lm, item, o["methods"], o["removal"], o["steps"], o["seed"]), item=None)
+                   for item in rows["item"]]
+        return {"index": np.asarray(rows["index"], np.int64), "result": _objects(results)}
 
     def _cka(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Each chunk of sentences handed over through both models
-        (``analysis.compare.chunk_sums``): its sums and left-over words, flattened."""
+        """Each chunk of sentences handed over through both models (``analysis.compare.chunk_sums``)."""
         from bertscope.analysis.compare import chunk_sums
 
         o = self.options
-        parts = [chunk_sums(self.lm, self.lm_b, chunk, o["pool"], o["minibatch"], o["seed"], int(i))
-                 for i, chunk in zip(rows["index"], rows["chunk"])]
+        sums = [chunk_sums(self.lm, self.lm_b, chunk, o["pool"], o["minibatch"], o["seed"], int(i))
+                for i, chunk in zip(rows["index"], rows["chunk"])]
+        return {"index": np.asarray(rows["index"], np.int64), "sums": _objects(sums)}
 
-        def flat(values: list, dtype: Any) -> np.ndarray:
-            return _ragged([np.zeros(0) if v is None else v.ravel() for v in values], dtype)
 
-        return {"index": np.asarray(rows["index"], np.int64),
-                "minibatches": np.array([p.minibatches for p in parts], np.int64),
-                "ab": flat([p.ab for p in parts], np.float64), "aa": flat([p.aa for p in parts], np.float64),
-                "bb": flat([p.bb for p in parts], np.float64),
-                "rest_a": flat([p.rest_a for p in parts], np.float32), "rest_b": flat([p.rest_b for p in parts], np.float32),
-                "shape_a": np.array([p.rest_a.shape for p in parts], np.int64),  # [chunk, 3]: words, states, dim
-                "shape_b": np.array([p.rest_b.shape for p in parts], np.int64)}
+def _objects(values: list) -> np.ndarray:
+    """An object array of Python objects: Ray Data carries such a column in its own serialised form."""
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column
 
 
 def _ragged(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:

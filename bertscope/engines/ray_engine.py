@@ -35,9 +35,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-import json
 import logging
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bertscope.analysis.attention_stats import HeadStats, corpus_texts
@@ -62,17 +62,19 @@ __all__ = ["RayEngine", "parse_engine", "ray_cluster", "head_stats", "head_impor
 
 
 def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], plan: list[list[int]],
-         job: str, items: list[dict] | None = None, per_call: int = BATCHES_PER_CALL,
+         job: str, items: list[dict] | None = None, per_call: int = BATCHES_PER_CALL, ordered: bool = False,
          **job_args) -> Iterator[dict[str, Any]]:
     """The planned batches through the actors (or ``items``, rows made here, in the order to hand
     them out; ``per_call`` of them to an actor at a time); yields each output row as it arrives.
     A row may carry a Python object (a faithfulness item, a chunk of sentences): Ray Data keeps
-    such a column in its own serialised form, and only the actor given the row receives it."""
+    such a column in its own serialised form, and only the actor given the row receives it.
+    ``ordered``: rows come back in the order they went out, else as they are done."""
     import ray.data
 
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
+    context.execution_options.preserve_order = ordered
     # our progress bar and one-line errors speak; Ray Data logs its notices and tracebacks otherwise
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     count, resources = actor_resources(ray, engine)
@@ -174,18 +176,13 @@ def faithfulness_on(engine: RayEngine) -> Callable[..., list[ItemResult]]:
 
     def run(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str], removal: str, steps: int, seed: int,
             progress: Callable[[int, int], None] | None = None) -> list[ItemResult]:
-        from bertscope.attribution.faithfulness import ItemResult
-
         found: dict[int, ItemResult] = {}
         with ray_cluster(engine) as ray:
             options = {"methods": tuple(methods), "removal": removal, "steps": steps, "seed": seed}
             rows = [{"index": i, "item": item} for i, item in enumerate(items)]
             for row in _run(ray, engine, lm, [], [], "faithfulness", items=rows, per_call=1, options=options):
-                index, r = int(row["index"]), json.loads(str(row["result"]))
-                found[index] = ItemResult(items[index], {m: np.asarray(v, np.float64) for m, v in r["scores"].items()},
-                                          r["p_full"], r["p_without"], r["p_only"], np.asarray(r["loo_drop"], np.float64),
-                                          {m: float("nan") if v is None else v for m, v in r["spearman"].items()},
-                                          r["seconds"])
+                index = int(row["index"])
+                found[index] = replace(row["result"], item=items[index])
                 if progress is not None:
                     progress(len(found), len(items))
         return [found[i] for i in range(len(items))]
@@ -195,30 +192,18 @@ def faithfulness_on(engine: RayEngine) -> Callable[..., list[ItemResult]]:
 
 def chunk_runner(engine: RayEngine) -> Callable[..., Iterator[ChunkSums]]:
     """``run=`` for ``analysis.compare.compare_layers``: each chunk of sentences to an actor that
-    holds both models; each chunk's sums yielded in chunk order (a chunk that comes back early
-    waits here: its left-over words join the minibatches in order, as in this process)."""
+    holds both models; each chunk's sums yielded in chunk order (Ray Data keeps the order, holding
+    a chunk that comes back early in its object store), so the left-over words join the
+    minibatches in order, as in this process."""
 
     def run(lm_a: LoadedModel, lm_b: LoadedModel, chunks: Sequence[ProbeTask], pool: str, minibatch: int,
             seed: int) -> Iterator[ChunkSums]:
-        from bertscope.analysis.compare import ChunkSums
-
-        waiting: dict[int, ChunkSums] = {}
-        following = 0
         with ray_cluster(engine) as ray:
             options = {"model_b": lm_b.name, "fingerprint_b": weights_fingerprint(lm_b), "pool": pool,
                        "minibatch": minibatch, "seed": seed}
             rows = [{"index": i, "chunk": chunk} for i, chunk in enumerate(chunks)]
-            for row in _run(ray, engine, lm_a, [], [], "cka", items=rows, per_call=1, options=options):
-                sums = [np.asarray(row[k], np.float64) for k in ("ab", "aa", "bb")]
-                filled = int(row["minibatches"]) > 0
-                waiting[int(row["index"])] = ChunkSums(
-                    sums[0].reshape(len(sums[1]), len(sums[2])) if filled else None, sums[1] if filled else None,
-                    sums[2] if filled else None, int(row["minibatches"]),
-                    np.asarray(row["rest_a"], np.float32).reshape(row["shape_a"]),  # [word, state_a, dim_a]
-                    np.asarray(row["rest_b"], np.float32).reshape(row["shape_b"]))  # [word, state_b, dim_b]
-                while following in waiting:
-                    yield waiting.pop(following)
-                    following += 1
+            for row in _run(ray, engine, lm_a, [], [], "cka", items=rows, per_call=1, ordered=True, options=options):
+                yield row["sums"]
 
     return run
 
