@@ -5,6 +5,7 @@ from pathlib import Path
 import streamlit as st
 
 from views.kit.models import sidebar
+from views.kit.results import new_run
 
 # a local image: a :material/…: page icon makes every browser fetch it from Google's font server
 ICON = Path(__file__).parent / "views" / "assets" / "icon.png"
@@ -24,6 +25,7 @@ PAGES = [
     st.Page("views/pretrain.py", title="Pretraining", icon=":material/model_training:"),
 ]
 
+new_run()
 sidebar()
 page = st.navigation(PAGES)
 page.run()

@@ -87,13 +87,12 @@ def brown_text_of(lm, tokens: int) -> str:
 
 def value_zeroing_cost(lm, tokens: int, repeats: int) -> None:
     from bertscope.attribution.value_zeroing import layer_inputs, value_zeroing
-    from bertscope.core.block_modules import state_producers
+    from bertscope.core.hooked_pass import run_block
     from bertscope.core.forward import inspect
     from bertscope.core.passes import rows_within_budget
 
     ins = inspect(lm, brown_text_of(lm, tokens), with_attentions=False, with_hidden_states=False, with_logits=False)
     n = ins.n_tokens
-    blocks = state_producers(lm)[1:]
     states = layer_inputs(lm, ins)
     per_batch = rows_within_budget(lm, n)
 
@@ -101,8 +100,7 @@ def value_zeroing_cost(lm, tokens: int, repeats: int) -> None:
         for layer in range(lm.num_layers):
             for start in range(0, n, per_batch):
                 rows = min(per_batch, n - start)
-                with lm.attention_kernel(False), torch.inference_mode():
-                    blocks[layer](states[layer].expand(rows, -1, -1).contiguous())
+                run_block(lm, layer, states[layer].expand(rows, -1, -1).contiguous())
 
     times = interleaved({"plain": plain, "ours": lambda: value_zeroing(lm, ins)}, repeats, lm.device)
     p, o = statistics.median(times["plain"]), statistics.median(times["ours"])

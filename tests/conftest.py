@@ -210,6 +210,18 @@ def tiny_electra_dir(tmp_path_factory) -> Path:
     return save_model(ElectraForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-electra"))
 
 
+@pytest.fixture(scope="session")
+def tiny_deberta_dir(tmp_path_factory) -> Path:
+    """A random DebertaV2ForMaskedLM (disentangled attention: query_proj/key_proj/value_proj)."""
+    from transformers import DebertaV2Config, DebertaV2ForMaskedLM
+
+    torch.manual_seed(10)
+    config = DebertaV2Config(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=48, max_position_embeddings=40, relative_attention=True,
+                             pos_att_type=["p2c", "c2p"], max_relative_positions=16, type_vocab_size=0)
+    return save_model(DebertaV2ForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-deberta"))
+
+
 def multilingual_vocab() -> list[str]:
     """Every character of the shipped parallel data and carrier sentences, whole and as a "##"
     continuation: a vocabulary that covers all nine languages' scripts."""

@@ -520,7 +520,8 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
 
         shared_results().clear()
         at.button(key=submit).click().run()
-    assert any("costly actions in 10 minutes" in e for e in texts(at.error))
+    assert any("5 costly jobs per visitor in 10 minutes; the next head-statistics run is possible in" in e
+               for e in texts(at.error))
     assert not at.exception
 
 

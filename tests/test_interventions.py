@@ -15,7 +15,7 @@ import torch
 
 from bertscope import BertScopeError, inspect, load_model
 from bertscope.interventions.ablation import ablate_heads, check_heads, head_edit, mean_head_contexts, parse_heads
-from bertscope.core.hooks import HeadEdit
+from bertscope.core.hook_points import every_layer
 from bertscope.interventions.importance import (
     FRACTIONS,
     gated_loss,
@@ -60,7 +60,7 @@ def test_no_head_ablated_is_the_models_own_output(mlm):
     own = mask_logits(mlm, text)
     with head_edit(mlm, [], "zero"):
         assert np.array_equal(mask_logits(mlm, text), own)
-    with HeadEdit(mlm, lambda layer, context: context.clone()):  # the head split and merge is exact
+    with mlm.hooks(every_layer("attn.hook_z", lambda layer, context: context.clone(), mlm.num_layers)):  # the head split and merge is exact
         assert np.array_equal(mask_logits(mlm, text), own)
     r = ablate_heads(mlm, text, [(0, 1)], mode="zero", top_k=3)
     assert r.masks[0].before[0].token == mlm.tokenizer.convert_ids_to_tokens(int(own[0].argmax()))
@@ -281,7 +281,7 @@ def test_head_patching_equals_a_pass_with_that_head_replaced(mlm):
         new[:, :, 3] = pieces[1][:, 3]
         return new
 
-    with HeadEdit(mlm, put):
+    with mlm.hooks(every_layer("attn.hook_z", put, mlm.num_layers)):
         logits = mask_logits(mlm, setup.corrupt)[0]
     a, b = setup.candidate_ids
     assert grid.recovered[1, 3] == pytest.approx((logits[a] - logits[b] - m_corrupt) / (m_clean - m_corrupt), abs=1e-4)

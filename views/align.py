@@ -23,7 +23,7 @@ from bertscope.figures.align import alignment_heatmap, projection_map, retrieval
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.limits import Limits, allow_expensive, check_upload
+from views.kit.limits import Limits, check_upload
 from views.kit.models import cached_model, model_key, obtainable, require_model
 from views.kit.results import result_store, warm_umap_in_background
 from views.kit.url import from_url, from_url_layer, layer_in_url, to_url
@@ -109,7 +109,7 @@ with page_errors():
     computed_key = (key, picked.digest(), pooling, context)
     av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
         cached_model(*key), picked, pooling, context, cache=True, progress=progress), "Embedding the texts",
-        asked=asked)
+        asked=asked, costly="cross-lingual embedding")
     scores = result_store("align_retrieval").get_or_compute(computed_key, lambda: retrieval(av))
 
 n_layers = av.n_layers
@@ -159,20 +159,21 @@ with tab_map:
     method = c1.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="align_method")
     join = c2.checkbox("Join each item's translations to its first-language point", key="align_join")
     with page_errors(stop=False):
-        store_maps = result_store("align_maps")
-        maps = store_maps.get((computed_key, layer, method))
-        if maps is None:
-            if method == "UMAP":
-                allow_expensive("UMAP map")
+        def draw_maps(progress) -> dict:
             maps = {}
-            spinner = ("UMAP (compiling with numba first: once per process)…" if method == "UMAP" and
-                       not umap_is_warm() else f"{method}…")
-            with st.spinner(spinner):
-                for name, vectors in (("raw", av.vectors[:, :, layer]),
-                                      ("mean-centred", centre(av.vectors)[:, :, layer])):
-                    flat = vectors.reshape(-1, vectors.shape[-1])  # [language * item, dim]
-                    maps[name] = project(flat, method.lower(), seed=0)
-            store_maps.put((computed_key, layer, method), maps)
+            for done, (name, vectors) in enumerate((("raw", av.vectors[:, :, layer]),
+                                                    ("mean-centred", centre(av.vectors)[:, :, layer]))):
+                progress(done, 2)
+                flat = vectors.reshape(-1, vectors.shape[-1])  # [language * item, dim]
+                maps[name] = project(flat, method.lower(), seed=0)
+            return maps
+
+        # one charge for the UMAP of these vectors, whatever layers it is then drawn at; PCA costs a view
+        maps = result_store("align_maps").compute(
+            (computed_key, layer, method), draw_maps,
+            "UMAP (compiling with numba first: once per process), maps" if method == "UMAP" and not umap_is_warm()
+            else f"{method}, maps", costly="UMAP map" if method == "UMAP" else None,
+            charge_key=(computed_key, method))
         left, right = st.columns(2)
         for column, name in zip((left, right), maps):
             fig = projection_map(av, maps[name], f"{method} at {layer_title(layer)}, {name}", join=join)

@@ -31,7 +31,7 @@ from bertscope.figures.bertviz_assets import URL_PATH as BERTVIZ_URL
 from bertscope.figures.bertviz_assets import installed as bertviz_assets_installed
 from bertscope.sources.hub import hub_reachable
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.limits import Limits, allow_expensive, check_text, check_upload
+from views.kit.limits import Limits, check_text, check_upload
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import cached_inspection, result_store
 from views.kit.url import from_url, tab_from_url, to_bool, to_url
@@ -158,7 +158,7 @@ with tabs[3]:
                             from_attentions(r, m, [layer], progress) if METHODS[m].from_attentions else
                             token_matrices(cached_model(*key), text, pair or None, m, [layer], progress)),
                             f"{record.title.capitalize()}, " + ("rows" if record.from_attentions else "layers"),
-                            asked=True)
+                            asked=True, costly=f"{record.title} computation")
                         st.rerun()  # redraw without the button
                     if found is not None:
                         matrices[name] = found
@@ -268,11 +268,10 @@ with tabs[6]:
         if request and request[0] == key:
             with page_errors():
                 store = result_store("head_stats")
-                if store.get(request[:2]) is None:  # (model, corpus hash)
-                    allow_expensive("head-statistics run")
                 stats = store.compute(request[:2], lambda progress: head_stats(cached_model(*key), request[2],
                                                                               progress=progress),
-                                      "Running the corpus through the model, sentences", asked=run)
+                                      "Running the corpus through the model, sentences", asked=run,
+                                      costly="head-statistics run")
             st.caption(f"{stats.sentences} sentences, {stats.tokens:,} tokens.")
             name = st.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="att_stat")
             fig = stats_heatmap(stats, name, selected=(layer, head))

@@ -20,7 +20,7 @@ from bertscope.figures.text import label
 from bertscope.heads.fill_mask import fill_mask
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.limits import Limits, allow_expensive, check_text, demo
+from views.kit.limits import Limits, check_text, demo
 from views.kit.models import OTHER, cached_model, model_key, model_options, obtainable, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
@@ -88,10 +88,10 @@ with tab_layers:
             st.info("Press *Compare*: both models read the sentences once (bundled vs bundled-mlm, 500 sentences: "
                     "about 20 s on a 2-core CPU).")
         elif result is None:
-            allow_expensive("model comparison")
             result = store.compute(request, lambda progress: compare_layers(
                 cached_model(*key_a), cached_model(*key_b), brown_task("brown-pos", n), pool,
-                source=f"{n} Brown sentences", progress=progress), "Both models over the sentences, sentences")
+                source=f"{n} Brown sentences", progress=progress), "Both models over the sentences, sentences",
+                costly="model comparison")
         if result is not None:
             rows, columns = hidden_names(result.cka.shape[0] - 1), hidden_names(result.cka.shape[1] - 1)
             fig = go.Figure(go.Heatmap(z=result.cka, x=columns, y=rows, zmin=0, zmax=1, colorscale="Viridis",
@@ -129,7 +129,8 @@ with tab_heads:
             else:
                 heads = result_store("compare_heads").compute(
                     (key_a, key_b), lambda progress: compare_heads(cached_model(*key_a), cached_model(*key_b), texts,
-                                                                   progress=progress), "Heads, sentences")
+                                                                   progress=progress), "Heads, sentences",
+                    costly="head comparison")
                 same = heads.same_head
                 if same is not None:
                     fig = go.Figure(go.Heatmap(z=same, x=list(range(same.shape[1])), y=list(range(same.shape[0])),
@@ -201,11 +202,10 @@ with tab_probes:
                 store = result_store(f"compare_probes_{which}")  # one Stop button a model
                 found = store.get(request)
                 if found is None and probe_asked:
-                    allow_expensive("probe run")
                     found = store.compute(request, lambda progress, k=k: probe_layers(
                         hidden_states(cached_model(*k), task, pooling, HiddenStateCache(), progress=progress), task.name,
                         pooling, progress=lambda d, t: progress(d, t, "Probes, layers")), f"Model {which}: hidden states, "
-                        "sentences", asked=True)
+                        "sentences", asked=True, costly="probe run")
                 if found is not None:
                     results.append(found)
             if len(results) == 2:

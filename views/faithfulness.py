@@ -17,7 +17,7 @@ from bertscope.errors import BertScopeError
 from bertscope.figures.faithfulness import method_label, perturbation_curves, removal_words, scoreboard_bars
 from bertscope.figures.text import label
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.limits import allow_expensive, check_text, demo
+from views.kit.limits import check_text, demo
 from views.kit.models import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
@@ -100,7 +100,6 @@ with page_errors(stop=False):
                 "on bundled-mlm about 1.5 s an item with every method (integrated gradients and Value Zeroing cost "
                 "most), so 25 sentences take under a minute.")
     elif board is None:
-        allow_expensive("faithfulness test")
 
         def work(progress):
             model = cached_model(*key)
@@ -113,7 +112,7 @@ with page_errors(stop=False):
             return faithfulness(model, items, chosen, removal, steps, int(seed), where, skipped,
                                 progress=lambda done, total: progress(done, total, "Items scored and erased"))
 
-        board = store.compute(request, work, "Faithfulness test, items")
+        board = store.compute(request, work, "Faithfulness test, items", costly="faithfulness test")
 
 if board is not None:
     if board.skipped:

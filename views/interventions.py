@@ -140,7 +140,7 @@ with tab_ablate:
             if mode == "mean":
                 means = result_store("mean_contexts").compute(
                     key, lambda progress: mean_head_contexts(cached_model(*key), progress=progress),
-                    "Mean contexts, sentences")
+                    "Mean contexts, sentences", costly="mean-ablation reference")
             target = None
             if watch != "mlm":
                 check_text(pair, "segment B")
@@ -175,7 +175,8 @@ with tab_ablate:
                 held, where = held_out_texts(200)
                 accuracy = result_store("held_out").compute(
                     (key, tuple(heads), mode == "mean"),
-                    lambda progress: held_out_accuracy(cached_model(*key), held, heads), "Held-out accuracy")
+                    lambda progress: held_out_accuracy(cached_model(*key), held, heads), "Held-out accuracy",
+                    costly="held-out accuracy")
                 c1, c2, c3 = st.columns(3)
                 c1.metric("Top-1, intact", f"{accuracy.intact:.1%}")
                 c2.metric("Top-1, heads zeroed", f"{accuracy.removed:.1%}",
@@ -206,7 +207,8 @@ with tab_importance:
     else:
         with page_errors(stop=False):
             imp = store.compute(request, lambda progress: head_importance(
-                cached_model(*key), fit, seed=int(seed), progress=progress), "Gate gradients, sentences", asked)
+                cached_model(*key), fit, seed=int(seed), progress=progress), "Gate gradients, sentences", asked,
+                costly="head-importance run")
             st.caption(plain(f"Over {where}: {imp.positions:,} masked positions, mean loss {imp.loss:.3f} nats."))
             clickable_grid(lm, "Head importance (each layer's row has unit ℓ2 norm) · click to pick for ablation",
                            imp.importance, "int_imp_grid")
@@ -218,7 +220,7 @@ with tab_importance:
             if prune:
                 curve = result_store("pruning").compute(request, lambda progress: pruning_curve(
                     cached_model(*key), imp, held, seed=int(seed), progress=progress),
-                    "Pruning curve, steps", asked)
+                    "Pruning curve, steps", asked, costly="pruning curve")
                 fig = pruning_figure(curve)
                 st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="int_pruning")
                 figure_downloads(fig, "pruning-curve")
@@ -269,7 +271,7 @@ with tab_patch:
         request = (key, clean, corrupt, a.strip(), b.strip(), tuple(positions or ()))
         hidden = result_store("patch_hidden").compute(request, lambda progress: patch(
             cached_model(*key), clean, corrupt, (a, b), "hidden", positions, progress=progress),
-            "Patching hidden states, cells", asked)
+            "Patching hidden states, cells", asked, costly="patching run", charge_key=("patch", request[:5]))
         c1, c2, c3 = st.columns(3)
         c1.metric("Clean: logit A − logit B", f"{hidden.m_clean:+.3f}")
         c2.metric("Corrupted", f"{hidden.m_corrupt:+.3f}")
@@ -278,7 +280,7 @@ with tab_patch:
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="int_patch_hidden")
         heads = result_store("patch_heads").compute(request[:5], lambda progress: patch(
             cached_model(*key), clean, corrupt, (a, b), "heads", progress=progress),
-            "Patching heads, cells", asked)
+            "Patching heads, cells", asked, costly="patching run", charge_key=("patch", request[:5]))
         st.plotly_chart(recovered_heatmap(heads), config=PLOT_CONFIG, width="stretch", key="int_patch_heads")
         st.download_button("Download both grids (JSON)",
                            json.dumps({"hidden": hidden.to_json(), "heads": heads.to_json()}),

@@ -176,7 +176,7 @@ with tab_why:
             request = (key, tuple(int(i) for i in result.inspection.input_ids), position, token, steps)
             explanation = store.compute(request, lambda progress: explain_prediction(
                 cached_model(*key), result.inspection, position, token, steps, progress=progress),
-                "Integrated gradients, steps")
+                "Integrated gradients, steps", costly="explanation")
             ig = explanation.ig
             for warning in ig.warnings:
                 st.warning(plain(warning))

@@ -16,7 +16,7 @@ from bertscope.corpora.suites import BROWN_TASKS, shipped_task
 from bertscope.figures.probe import confusion_figure, layer_figure, run_name
 from bertscope.figures.text import in_context, table_text
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
-from views.kit.limits import Limits, allow_expensive, check_upload, demo
+from views.kit.limits import Limits, check_upload, demo
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
@@ -89,8 +89,6 @@ if submitted:
             check_external_labels(task.classes, other.classes)
         store = result_store("probes")
         run_key = (key, task.digest(), chosen, kind, other.digest() if other is not None else None)
-        if store.get(run_key) is None:
-            allow_expensive("probe run")
 
         def run(progress):
             lm = cached_model(*key)
@@ -104,7 +102,7 @@ if submitted:
             return (result, states.hit, states.size_bytes, str(states.folder),
                     example_texts(states, task, result.test_examples))
 
-        found = store.compute(run_key, run, "Hidden states, sentences", asked=True)  # the button was pressed
+        found = store.compute(run_key, run, "Hidden states, sentences", asked=True, costly="probe run")  # the button was pressed
         result = found[0]
         runs = st.session_state.setdefault(RUNS, {})
         runs[run_name(result)] = found

@@ -23,7 +23,7 @@ from bertscope.figures.shift import (
 from bertscope.figures.text import in_context, table_text
 from bertscope.heads.fill_mask import words_of
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
-from views.kit.limits import Limits, allow_expensive, check_text, check_upload
+from views.kit.limits import Limits, check_text, check_upload
 from views.kit.models import cached_model, model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, from_url_layer, layer_in_url, tab_from_url, to_url
@@ -87,7 +87,7 @@ with page_errors():
         progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
         return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
 
-    result, metrics = store.compute((key, digest), run, "Sentences", asked=asked)
+    result, metrics = store.compute((key, digest), run, "Sentences", asked=asked, costly=None)  # a few passes
 
 if result.skipped:
     st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
@@ -131,14 +131,12 @@ with tab_map:
     to_url(map=method.lower() if method != "PCA" else None)
     with page_errors(stop=False):
         maps = result_store("shift_maps")
-        coords = maps.get((key, digest, layer, method))
-        if coords is None:
-            if method == "UMAP":
-                allow_expensive("UMAP map")
-            with st.spinner("UMAP (the first run in a process compiles with numba)…" if method == "UMAP" else ""):
-                vectors = result.vectors[:, layer]
-                coords = pca_2d(vectors) if method == "PCA" else umap_2d(vectors, seed=0)
-            maps.put((key, digest, layer, method), coords)
+        vectors = result.vectors[:, layer]
+        # one charge for the UMAP of these sentences, whatever layers it is then drawn at; PCA costs a view
+        coords = maps.compute((key, digest, layer, method), lambda progress: (
+            pca_2d(vectors) if method == "PCA" else umap_2d(vectors, seed=0)),
+            "UMAP (the first run in a process compiles with numba)" if method == "UMAP" else "PCA",
+            costly="UMAP map" if method == "UMAP" else None, charge_key=(key, digest, method))
         st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at {layer_title(layer)}", method),
                         config=PLOT_CONFIG, width="stretch")
 with tab_vocab:
@@ -160,7 +158,8 @@ with tab_brown:
         with page_errors(stop=False):
             store = result_store("brown_index")
             index = store.compute(key, lambda progress: build_index(cached_model(*key), progress=progress),
-                                  "Indexing the Brown sample (once per model; kept on disk), sentences")
+                                  "Indexing the Brown sample (once per model; kept on disk), sentences",
+                                  costly="Brown index")
             st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
             example = next((sentence for sentence, _ in rows if word.lower() in sentence.lower()), "")
             b1, b2, b3 = st.columns([3, 1, 1])

@@ -5,22 +5,19 @@ For layer l, head h and query token i: q = the query projection's output at i, h
 ([d_head]); k_j the key projection's output at every token j ([token, d_head]); their elementwise
 products q ⊙ k_j (one cell per dimension: which dimensions make the score); the scores
 q·k_j / √d_head; and their softmax, which is the head's attention row (checked against the
-model's own attention weights in the tests). The vectors are read with forward hooks on the
-model's own query and key projections (``core.block_modules``), one pass, for the calling thread
-only; nothing of the model is re-implemented. Models with relative position scores
+model's own attention weights in the tests). The vectors are read at the hook points
+``blocks.{l}.attn.hook_q`` and ``hook_k`` (the model's own projections), one pass; nothing of the model is re-implemented. Models with relative position scores
 (``position_embedding_type`` other than absolute) add terms this view does not have: refused.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from bertscope.core.block_modules import block_parts
+from bertscope.core.hooked_pass import ActivationCache, caching_hooks
 from bertscope.core.forward import inspect
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
@@ -65,40 +62,20 @@ class QueryKey:
 def query_key(lm: LoadedModel, text: str, layer: int, head: int, query: int, pair: str | None = None) -> QueryKey:
     """The query of token ``query`` and every key, for ``layer`` and ``head`` (both from 0)."""
     kind = getattr(lm.config, "position_embedding_type", "absolute") or "absolute"
+    if lm.model_type == "deberta-v2":
+        kind = "disentangled"
     if kind != "absolute":
         raise BertScopeError(f"{lm.name} adds relative-position terms ({kind}) to its attention scores: the "
                              "query/key view shows q·k alone, so it would not equal the weights.")
     if not 0 <= layer < lm.num_layers or not 0 <= head < lm.num_heads:
         raise BertScopeError(f"Layer {layer}, head {head} does not exist: layers 0-{lm.num_layers - 1}, heads "
                              f"0-{lm.num_heads - 1}.")
-    parts = block_parts(lm)
-    modules = {"query": parts[layer].query, "key": parts[layer].key}
-    # ALBERT calls its one shared projection once per layer: the layer-th call is this layer's
-    wanted = layer if sum(p.query is modules["query"] for p in parts) > 1 else 0
-    owner = threading.get_ident()
-    captured: dict[str, torch.Tensor] = {}
-    calls = {"query": 0, "key": 0}
-
-    def keep(name: str):
-        def hook(module, args, output):  # output [1, token, head x d_head]
-            if threading.get_ident() != owner:
-                return None
-            if calls[name] == wanted:
-                captured[name] = output[0].detach().float().cpu()
-            calls[name] += 1
-            return None
-
-        return hook
-
-    handles = [modules[name].register_forward_hook(keep(name)) for name in modules]
-    try:
+    names = [f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k"]
+    with lm.hooks(caching_hooks(lm.model, names, captured := ActivationCache())):
         r = inspect(lm, text, pair, with_attentions=False, with_hidden_states=False, with_logits=False)
-    finally:
-        for handle in handles:
-            handle.remove()
     if not 0 <= query < r.n_tokens:
         raise BertScopeError(f"Query token {query} is out of range: this input has tokens 0-{r.n_tokens - 1}.")
     d = lm.hidden_size // lm.num_heads
-    q = captured["query"].reshape(r.n_tokens, lm.num_heads, d)[query, head].numpy()  # [d_head]
-    k = captured["key"].reshape(r.n_tokens, lm.num_heads, d)[:, head].numpy()  # [token, d_head]
+    q = captured[names[0]][0, query, head].float().cpu().numpy()  # [d_head]
+    k = captured[names[1]][0, :, head].float().cpu().numpy()  # [token, d_head]
     return QueryKey(list(r.tokens), layer, head, query, q.astype(np.float32), k.astype(np.float32), math.sqrt(d))

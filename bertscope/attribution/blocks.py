@@ -13,8 +13,8 @@ norm-based attention and ALTI.
   ``max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁)``, normalised per row; layers compose by matrix
   product (the feed-forward block mixes nothing), as in the paper's rollout-style aggregation.
 
-The pieces are read with forward hooks on the model's own modules (value projection and
-post-attention LayerNorm), one eager pass; nothing of the model is re-implemented. Reductions
+The pieces are read at the named hook points (block input, values, W_O's output, the
+post-attention LayerNorm's output), one eager pass; nothing of the model is re-implemented. Reductions
 run on the model's device in float32; the norms come from a [head, head] Gram matrix per key,
 and ALTI's L1 distances from a block of queries at a time (the [query, key, dim] tensor of
 BERT-large at 512 tokens is 1 GiB a layer); only [layer, query, key] comes back.
@@ -25,7 +25,6 @@ DistilBERT's.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,48 +73,23 @@ def compose(per_layer: np.ndarray) -> np.ndarray:
     return out.astype(np.float32)
 
 
-class _Capture:
-    """Forward hooks that record value-projection inputs/outputs and LayerNorm inputs/outputs,
-    in call order, for the calling thread only (the model is shared by every session)."""
-
-    def __init__(self, parts: list[BlockParts]) -> None:
-        self.owner = threading.get_ident()
-        self.values: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x, x W_V + b_V) per call
-        self.norms: list[tuple[torch.Tensor, torch.Tensor]] = []  # (LN input, LN output) per call
-        self.handles = []
-        for module in {id(p.value): p.value for p in parts}.values():
-            self.handles.append(module.register_forward_hook(self._on_value))
-        for module in {id(p.norm): p.norm for p in parts}.values():
-            self.handles.append(module.register_forward_hook(self._on_norm))
-
-    def _on_value(self, module, inputs, output) -> None:
-        if threading.get_ident() == self.owner:
-            self.values.append((inputs[0].detach(), output.detach()))
-
-    def _on_norm(self, module, inputs, output) -> None:
-        if threading.get_ident() == self.owner:
-            self.norms.append((inputs[0].detach(), output.detach()))
-
-    def close(self) -> None:
-        for h in self.handles:
-            h.remove()
-
-
 def _capture_pass(lm: LoadedModel, text: str, pair: str | None, template: Inspection | None
-                  ) -> tuple[Inspection, _Capture, list, list[BlockParts]]:
+                  ) -> tuple[Inspection, list[tuple[torch.Tensor, ...]], list, list[BlockParts]]:
+    """One eager pass; per layer (block input, values [1, token, head x d_head], LayerNorm input,
+    LayerNorm output), read at the hook points; the LayerNorm's input is W_O's output plus the
+    residual, added in the same order as the model adds them."""
     parts = block_parts(lm)
     if template is None:
         template = inspect(lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
     feed = inspection_feed(lm, template)  # [1, token] each
-    capture = _Capture(parts)
-    try:
-        with lm.guard, lm.attention_kernel(True), torch.inference_mode():
-            out = lm.model.base_model(**feed, output_attentions=True, output_hidden_states=False, return_dict=True)
-    finally:
-        capture.close()
-    if len(capture.values) != lm.num_layers or len(capture.norms) != lm.num_layers:
-        raise BertScopeError(f"Expected {lm.num_layers} attention blocks, saw {len(capture.values)} (unsupported layout).")
-    return template, capture, list(out.attentions), parts
+    suffixes = ("hook_resid_pre", "attn.hook_v", "hook_attn_out", "hook_resid_mid")
+    names = [f"blocks.{layer}.{s}" for layer in range(lm.num_layers) for s in suffixes]
+    out, cache = lm.run_with_cache(feed, names, heads=False, attentions=True)
+    pieces = []
+    for layer in range(lm.num_layers):
+        x, v, attn_out, ln_out = (cache[f"blocks.{layer}.{s}"] for s in suffixes)
+        pieces.append((x, v.reshape(*v.shape[:-2], -1), attn_out + x, ln_out))
+    return template, pieces, list(out.attentions), parts
 
 
 def _layer_measures(x: torch.Tensor, values: torch.Tensor, alpha: torch.Tensor, part: BlockParts,
@@ -170,11 +144,11 @@ def block_measures(lm: LoadedModel, text: str | None, pair: str | None = None,
                    template: Inspection | None = None, with_alti: bool = True) -> BlockMeasures:
     """Norm-based attention and ALTI for ``text`` (and segment B ``pair``) on ``lm``; or for the
     ids of ``template`` (an input edited by ids, e.g. words masked) when given."""
-    template, capture, attentions, parts = _capture_pass(lm, text, pair, template)
+    template, pieces, attentions, parts = _capture_pass(lm, text, pair, template)
     n_heads = lm.num_heads
     head_norms, norms, alti, errors = [], [], [], []
     with torch.inference_mode():
-        for layer, ((x, values), alpha, (ln_in, ln_out)) in enumerate(zip(capture.values, attentions, capture.norms)):
+        for layer, ((x, values, ln_in, ln_out), alpha) in enumerate(zip(pieces, attentions)):
             measures = _layer_measures(x[0].float(), values[0].float(), alpha[0].float(), parts[layer],
                                        ln_in[0].float(), ln_out[0].float(), n_heads, with_alti)
             for store, value in zip((head_norms, norms, alti, errors), measures):

@@ -23,6 +23,7 @@ from bertscope.core.forward import DEFAULT_BATCH_BYTES, to_device
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import rows_within_budget, wide
 from bertscope.errors import BertScopeError
+from bertscope.core.hooked_pass import turn
 from bertscope.heads.logit_lens import mlm_head
 
 Removal = Literal["attention", "mask"]
@@ -63,8 +64,8 @@ def target_probabilities(lm: LoadedModel, input_ids: np.ndarray, token_type_ids:
     for start in range(0, len(keep), per_batch):
         rows = keep[start:start + per_batch]
         feed = removal_feed(lm, input_ids, token_type_ids, rows, removal)
-        with lm.guard, lm.attention_kernel(False), torch.inference_mode():
-            hidden = lm.model.base_model(**feed, return_dict=True).last_hidden_state[:, position]  # [variant, dim]
+        with turn(lm), torch.inference_mode():  # the encoder's pass, then the head at one position
+            hidden = lm.run(feed, heads=False).last_hidden_state[:, position]  # [variant, dim]
             logits = wide(head(hidden))  # [variant, vocab]
             p = torch.softmax(logits, dim=-1)[:, target_id]
         out[start:start + len(rows)] = p.double().cpu().numpy()

@@ -29,6 +29,7 @@ import torch
 
 from bertscope.analysis.probe_store import Probe, load_probe
 from bertscope.core.forward import inspect_ids, output_bytes, to_device
+from bertscope.core.hooked_pass import turn
 from bertscope.core.inspection import Inspection
 from bertscope.core.layers import hidden_index
 from bertscope.core.models import LoadedModel
@@ -96,9 +97,9 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         feed["token_type_ids"] = torch.from_numpy(ins.token_type_ids[None].astype(np.int64))
     feed = {k: to_device(v, lm.device) for k, v in feed.items()}
 
-    def run(module, e, **extra):
+    def run(e, heads: bool = True, **extra):  # a pass in the caller's grad mode (a gradient or not)
         b = e.shape[0]
-        return module(inputs_embeds=e, **{k: v.expand(b, -1) for k, v in feed.items()}, return_dict=True, **extra)
+        return lm.run({k: v.expand(b, -1) for k, v in feed.items()}, inputs_embeds=e, grad=None, heads=heads, **extra)
 
     if target.kind == "token":
         if "mlm" not in lm.heads:
@@ -113,14 +114,14 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
             target = Target("token", pos, lm.tokenizer.convert_ids_to_tokens(best) or f"#{best}", best)
         item = target.token_id if target.token_id is not None else token_id(lm, target.token)
         target = Target("token", pos, target.token, item)
-        return (lambda e: torch.log_softmax(_logits(run(lm.model, e))[:, pos].float(), -1)[:, item]), target
+        return (lambda e: torch.log_softmax(_logits(run(e))[:, pos].float(), -1)[:, item]), target
     if target.kind in PAIR_HEADS:
         output, name, family = PAIR_HEADS[target.kind]
         if target.kind not in lm.heads:
             raise BertScopeError(f"{lm.name} has no {name} head: choose a {family} pretraining checkpoint.")
         if ins.text_pair is None:
             raise BertScopeError(f"The {target.kind.upper()} decision needs a pair: give the second segment (--pair).")
-        return (lambda e: torch.log_softmax(getattr(run(lm.model, e), output).float(), -1)[:, 0]), target
+        return (lambda e: torch.log_softmax(getattr(run(e), output).float(), -1)[:, 0]), target
     if target.kind == "probe":
         index = hidden_index(target.layer, lm.num_layers)  # hidden states: [embeddings, block 0, …]
         probe = load_probe(target.probe_dir, index)
@@ -133,7 +134,7 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         where = torch.tensor(positions, device=lm.device)
 
         def f(e):
-            h = run(lm.model.base_model, e, output_hidden_states=True).hidden_states[index]  # [b, token, dim]
+            h = run(e, heads=False, hidden_states=True).hidden_states[index]  # [b, token, dim]
             return probe.log_probs(h[:, where].float().mean(dim=1))[:, c]
         return f, target
     raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp, sop or a probe.")
@@ -169,7 +170,7 @@ def input_embeddings(lm: LoadedModel, ins: Inspection) -> tuple[torch.Tensor, to
 def _grad(lm: LoadedModel, f: Callable, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(f(e) [batch], ∂Σf/∂e [batch, token, emb]) in the model's dtype, returned in float32."""
     e = e.to(lm.dtype).detach().requires_grad_(True)
-    with lm.guard, lm.attention_kernel(False), torch.enable_grad():
+    with turn(lm), torch.enable_grad():  # the forward and its backward in one turn
         value = f(e)
         (grad,) = torch.autograd.grad(value.sum(), e)
     return value.detach().float(), grad.float()
@@ -218,7 +219,7 @@ def integrated_gradients(lm: LoadedModel, ins: Inspection, target: Target, steps
         if progress:
             progress(min(steps, start + batch_size), steps)
     scores = ((x - base)[0] * total).sum(-1)  # [token]
-    with lm.guard, lm.attention_kernel(False), torch.inference_mode():
+    with torch.inference_mode():
         ends = f(torch.cat([x, base]).to(lm.dtype)).float()  # [2]: f(x), f(x')
     delta = float(ends[0] - ends[1])
     error = abs(float(scores.sum()) - delta) / max(abs(delta), 1e-6)

@@ -25,6 +25,7 @@ from bertscope.core.inspection import BatchInspection, Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import readable_tokens
 from bertscope.errors import BertScopeError
+from bertscope.runtime.devices import to_device
 
 MAX_CHARS = 100_000  # beyond this even tokenising is wasteful: the model sees <= 512 tokens
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16}
@@ -73,25 +74,13 @@ def _logit_rows(lm: LoadedModel, input_ids: torch.Tensor, positions: LogitPositi
     return rows
 
 
-def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Copy a CPU tensor to ``device`` without making the host wait for queued GPU work: from
-    pinned memory the copy is queued like a kernel (from pageable memory CUDA first drains
-    the stream, which would serialise tokenising the next batch behind this one's pass)."""
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
-
-
 def device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_states: bool,
                  with_logits: bool = True) -> Any:
     """The one forward pass; its outputs stay on the model's device. Without logits only the
     encoder runs: the MLM head's [token, vocab] product is a quarter of BERT-base's work."""
     feed = {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
-    module = lm.model if with_logits else lm.model.base_model
-    # bounded concurrent passes per shared model; eager only when weights are returned
-    with lm.guard, lm.attention_kernel(with_attentions), torch.inference_mode():
-        return module(**feed, output_attentions=with_attentions,
-                      output_hidden_states=with_hidden_states, return_dict=True)
+    # through the owner: bounded concurrent passes per shared model; eager only when weights are returned
+    return lm.run(feed, attentions=with_attentions, hidden_states=with_hidden_states, heads=with_logits)
 
 
 def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.Tensor | None,

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from bertscope.core import hooked_pass
+from bertscope.core.hook_points import hook_names
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device, resolve_dtype
 from bertscope.runtime.hf import (
@@ -81,6 +83,23 @@ class LoadedModel:
     def attention_kernel(self, need_weights: bool):
         """Context for one forward pass: eager if it returns attention weights, else the fastest."""
         return self.kernels.use(self.model, EAGER if need_weights else self.fast_attention)
+
+    def run(self, inputs: Any, **kwargs: Any) -> Any:
+        """One pass through the owner (``core.hooked_pass.run``): ``lm.run(text, hooks={name: fn})``."""
+        return hooked_pass.run(self, inputs, **kwargs)
+
+    def run_with_cache(self, inputs: Any, names: Any, **kwargs: Any) -> tuple[Any, "hooked_pass.ActivationCache"]:
+        """(output, {name: tensor}) for the named hook points (``core.hooked_pass.run_with_cache``)."""
+        return hooked_pass.run_with_cache(self, inputs, names, **kwargs)
+
+    def hooks(self, hooks: Any):
+        """``with lm.hooks({name: fn}):`` every pass of this thread inside runs the hooks."""
+        return hooked_pass.hooks_on(self, hooks)
+
+    @property
+    def hook_names(self) -> list[str]:
+        """Every named hook point of this model (``core.hook_points``)."""
+        return hook_names(self.model)
 
     @property
     def model_type(self) -> str:

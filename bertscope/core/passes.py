@@ -39,12 +39,6 @@ def rows_within_budget(lm: LoadedModel, tokens: int, max_batch_bytes: int = DEFA
     return max(1, max_batch_bytes // max(1, pass_bytes(lm, tokens)))
 
 
-def no_grad_pass(lm: LoadedModel, module, feed: dict):
-    """One pass without returned weights, on the fast kernel, under the model's guard."""
-    with lm.guard, lm.attention_kernel(False), torch.inference_mode():
-        return module(**feed, return_dict=True)
-
-
 def wide(t: torch.Tensor) -> torch.Tensor:
     """Half-precision values widened to float32 for a loss or a difference; float32 and float64 as
     they are."""

@@ -1,7 +1,7 @@
 """Head ablation: remove chosen heads and watch a decision change (Michel et al. 2019, §3).
 
 A head is removed by acting on its slice of the attention context before the output projection
-(``hooks.HeadEdit``): ``zero`` sets it to 0, as Hugging Face's ``head_mask`` of 0 did; ``mean``
+(the hook point ``blocks.{l}.attn.hook_z``): ``zero`` sets it to 0, as Hugging Face's ``head_mask`` of 0 did; ``mean``
 replaces it by the head's mean context over a reference sample (mean ablation: the head still
 contributes its average, so only what it does for this input goes), by default 200 sentences
 from the training side of the Brown corpus's document split.
@@ -29,7 +29,7 @@ from bertscope.corpora.brown_tasks import brown_split_texts
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError
 from bertscope.heads.fill_mask import Prediction, require_mlm, top_predictions
-from bertscope.core.hooks import HeadEdit
+from bertscope.core.hook_points import every_layer
 from bertscope.core.passes import batches
 
 Mode = Literal["zero", "mean"]
@@ -103,21 +103,20 @@ def mean_head_contexts(lm: LoadedModel, texts: Sequence[str] | None = None, batc
         sums[layer] += (context.float() * mask).sum(dim=(0, 1))
         return None
 
-    with HeadEdit(lm, add):
-        for rows, padded, feed in batches(lm, texts, batch_size):
-            real["mask"] = feed["attention_mask"].bool()
-            with lm.guard, lm.attention_kernel(False), torch.inference_mode():
-                lm.model.base_model(**feed, return_dict=True)
-            count += int(feed["attention_mask"].sum())
-            done += len(rows)
-            if progress:
-                progress(done, len(texts))
+    hooks = every_layer("attn.hook_z", add, lm.num_layers)
+    for rows, padded, feed in batches(lm, texts, batch_size):
+        real["mask"] = feed["attention_mask"].bool()
+        lm.run(feed, hooks=hooks, heads=False)
+        count += int(feed["attention_mask"].sum())
+        done += len(rows)
+        if progress:
+            progress(done, len(texts))
     return MeanContexts(sums / max(count, 1), where, count)
 
 
 def head_edit(lm: LoadedModel, heads: Sequence[tuple[int, int]], mode: Mode = "zero",
-              means: MeanContexts | None = None) -> HeadEdit:
-    """The context manager that removes ``heads`` in every pass run inside it."""
+              means: MeanContexts | None = None):
+    """The context manager that removes ``heads`` in every pass run inside it (this thread's)."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
@@ -132,7 +131,7 @@ def head_edit(lm: LoadedModel, heads: Sequence[tuple[int, int]], mode: Mode = "z
         new[:, :, chosen] = 0 if mode == "zero" else means.means[layer, chosen].to(context.dtype)  # [head, d_head]
         return new
 
-    return HeadEdit(lm, edit)
+    return lm.hooks(every_layer("attn.hook_z", edit, lm.num_layers))
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,7 @@ def ablate_heads(lm: LoadedModel, text: str, heads: Sequence[tuple[int, int]], m
         template = inspect(lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
         f, resolved = score_function(lm, template, target)
         x, _ = input_embeddings(lm, template)
-        with lm.guard, torch.no_grad(), lm.attention_kernel(False):
+        with torch.no_grad():
             before = float(f(x.to(lm.dtype))[0].exp())
             with edit:
                 after = float(f(x.to(lm.dtype))[0].exp())

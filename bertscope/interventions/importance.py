@@ -1,7 +1,7 @@
 """Which heads matter: head importance from gate gradients, and the pruning curve (Michel, Levy &
 Neubig 2019, "Are Sixteen Heads Really Better than One?", NeurIPS; §4.1, eq. 2-3, Figure 3).
 
-- Gates ``ξ_h = 1`` multiply each head's slice of the attention context (``hooks.HeadEdit``); the
+- Gates ``ξ_h = 1`` multiply each head's slice of the attention context (the hook point ``blocks.{l}.attn.hook_z``); the
   importance of head h is ``I_h = E_x |∂L(x)/∂ξ_h|``, with L the masked-LM loss at BERT's 15%
   positions (``heads.masking``'s rule, seeded), accumulated per batch as the absolute gate
   gradient and divided by the tokens seen, then each layer's scores are divided by their ℓ2 norm
@@ -30,11 +30,12 @@ from bertscope.errors import BertScopeError
 from bertscope.heads.fill_mask import require_mlm
 from bertscope.heads.masking import IGNORE_INDEX, replacement_ids
 from bertscope.interventions.ablation import head_edit
-from bertscope.core.hooks import HeadEdit
+from bertscope.core.hook_points import UNEMBED_IN, every_layer
+from bertscope.core.hooked_pass import merged, turn
 from bertscope.core.passes import batches, wide
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
-from bertscope.training.model import logits_only_at, mlm_logits
+from bertscope.training.model import mlm_logits, vocabulary_layer
 
 FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))  # share of all heads removed: 0, 10%, ..., 100%
 RANDOM_ORDERS = 3
@@ -76,12 +77,14 @@ def masked_batches(lm: LoadedModel, texts: Sequence[str], batch_size: int, seed:
         yield rows, {**feed, "input_ids": inputs.to(lm.device)}, chosen, labels.to(lm.device)[chosen]
 
 
-def _chosen_logits(lm: LoadedModel, feed: dict, chosen: torch.Tensor) -> torch.Tensor:
-    """[chosen, vocab] masked-LM logits at ``chosen`` ([batch, token] bool) only."""
-    with logits_only_at(lm.model, chosen) as gathered:
-        out = lm.model(**feed, return_dict=True)
-    logits = mlm_logits(out)
-    return logits if gathered else logits[chosen]
+def _chosen_logits(lm: LoadedModel, feed: dict, chosen: torch.Tensor, hooks: dict | None = None,
+                   grad: bool | None = False) -> torch.Tensor:
+    """[chosen, vocab] masked-LM logits at ``chosen`` ([batch, token] bool) only: where the head's
+    vocabulary projection is a plain Linear, it sees only those rows (``unembed.hook_in``)."""
+    gather = vocabulary_layer(lm.model) is not None
+    only_chosen = {UNEMBED_IN: lambda x, hook: x[chosen]} if gather else None  # [batch, token, d] -> [chosen, d]
+    logits = mlm_logits(lm.run(feed, hooks=merged(hooks, only_chosen), grad=grad))
+    return logits if gather else logits[chosen]
 
 
 def gated_loss(lm: LoadedModel, gates: torch.Tensor, feed: dict, chosen: torch.Tensor, gold: torch.Tensor
@@ -92,15 +95,15 @@ def gated_loss(lm: LoadedModel, gates: torch.Tensor, feed: dict, chosen: torch.T
     def gate(layer: int, context: torch.Tensor) -> torch.Tensor:  # [batch, token, head, d_head]
         return context * gates[layer].to(context.dtype)[None, None, :, None]
 
-    with HeadEdit(lm, gate):
-        logits = _chosen_logits(lm, feed, chosen)  # [chosen, vocab]
+    hooks = every_layer("attn.hook_z", gate, lm.num_layers)
+    logits = _chosen_logits(lm, feed, chosen, hooks, grad=None)  # [chosen, vocab], in the caller's grad mode
     return F.cross_entropy(wide(logits), gold)
 
 
 def batch_gradient(lm: LoadedModel, gates: torch.Tensor, feed: dict, chosen: torch.Tensor, gold: torch.Tensor
                    ) -> tuple[torch.Tensor, float]:
     """One batch's |∂L/∂ξ| ([layer, head], on the device) and its mean masked-LM loss."""
-    with lm.guard, lm.attention_kernel(False), torch.enable_grad():  # a batch at a time: others get turns
+    with turn(lm), torch.enable_grad():  # the forward and its backward; a batch at a time: others get turns
         loss = gated_loss(lm, gates, feed, chosen, gold)
         (grad,) = torch.autograd.grad(loss, gates)
     return grad.abs(), float(loss.detach())
@@ -205,8 +208,7 @@ def mlm_top1(lm: LoadedModel, held: list[tuple], removed: Sequence[tuple[int, in
     right = count = 0
     with head_edit(lm, removed) if removed else nullcontext():
         for feed, chosen, gold in held:
-            with lm.guard, lm.attention_kernel(False), torch.inference_mode():
-                best = _chosen_logits(lm, feed, chosen).argmax(-1)
+            best = _chosen_logits(lm, feed, chosen).argmax(-1)
             right += int((best == gold).sum())
             count += len(gold)
     return right / max(count, 1)

@@ -34,7 +34,8 @@ from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.heads.fill_mask import require_mlm
 from bertscope.heads.logit_lens import mlm_head
-from bertscope.core.hooks import HeadEdit, StateEdit
+from bertscope.core.hook_points import every_layer, every_state
+from bertscope.core.hooked_pass import turn
 from bertscope.core.passes import repeat_feed, rows_within_budget, wide
 
 What = Literal["hidden", "heads"]
@@ -96,26 +97,31 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
     return PatchSetup(clean, corrupt, tokens[0], tokens[1], corrupt_ids.index(mask_id), (a, b), ids, *feeds)
 
 
-def _pass(lm: LoadedModel, feed: dict) -> torch.Tensor:
+def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None) -> torch.Tensor:
     """[rows, token, dim] the last hidden state (the base model only; the head reads one position)."""
-    return lm.model.base_model(**feed, return_dict=True).last_hidden_state
+    return lm.run(feed, hooks=hooks, heads=False).last_hidden_state
+
+
+def _hooks(lm: LoadedModel, what: What, fn) -> dict:
+    """``fn(index, x)`` on every hidden state (0 = embeddings) or every layer's head contexts."""
+    if what == "hidden":
+        return every_state(fn, lm.num_layers)
+    return every_layer("attn.hook_z", fn, lm.num_layers)
 
 
 def capture(lm: LoadedModel, setup: PatchSetup, what: What) -> tuple[torch.Tensor, float, float]:
     """(the clean run's pieces, m_clean, m_corrupt). Pieces: [state, token, dim] hidden states or
     [layer, token, head, d_head] head contexts, read by the hooks that will put them back."""
-    pieces: list[torch.Tensor] = []
+    pieces: dict[int, torch.Tensor] = {}
 
     def keep(index: int, x: torch.Tensor) -> None:  # x [1, token, dim] or [1, token, head, d_head]
-        pieces.append(x[0].detach().clone())
+        pieces[index] = x[0].detach().clone()
         return None
 
-    hooks = StateEdit(lm, keep) if what == "hidden" else HeadEdit(lm, keep)
-    with lm.guard, lm.attention_kernel(False), torch.inference_mode():
-        with hooks:
-            m_clean = float(_metric(lm, _pass(lm, setup.clean_feed), setup)[0])
+    with turn(lm), torch.inference_mode():
+        m_clean = float(_metric(lm, _pass(lm, setup.clean_feed, _hooks(lm, what, keep)), setup)[0])
         m_corrupt = float(_metric(lm, _pass(lm, setup.corrupt_feed), setup)[0])
-    return torch.stack(pieces), m_clean, m_corrupt
+    return torch.stack([pieces[i] for i in sorted(pieces)]), m_clean, m_corrupt
 
 
 def patched_metrics(lm: LoadedModel, setup: PatchSetup, what: What, cells: Sequence[tuple[int, Sequence[int]]],
@@ -149,9 +155,9 @@ def patched_metrics(lm: LoadedModel, setup: PatchSetup, what: What, cells: Seque
                 new[rows, :, index] = clean_pieces[where][:, index].transpose(0, 1).to(x.dtype)  # [pieces, token, d]
             return new
 
-        hooks = StateEdit(lm, put) if what == "hidden" else HeadEdit(lm, put)
-        with hooks, lm.guard, lm.attention_kernel(False), torch.inference_mode():
-            metric = _metric(lm, _pass(lm, repeat_feed(setup.corrupt_feed, stop - start)), setup)  # [rows]
+        with turn(lm), torch.inference_mode():
+            metric = _metric(lm, _pass(lm, repeat_feed(setup.corrupt_feed, stop - start), _hooks(lm, what, put)),
+                             setup)  # [rows]
         out[start:stop] = metric.double().cpu().numpy()
         done = stop
         if progress:

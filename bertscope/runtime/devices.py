@@ -41,3 +41,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if dtype != torch.float32 and device.type == "cpu":
         raise BertScopeError(f"{key} needs a GPU; on the CPU use float32 (or auto).")
     return dtype
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy a CPU tensor to ``device`` without making the host wait for queued GPU work: from
+    pinned memory the copy is queued like a kernel (from pageable memory CUDA first drains
+    the stream, which would serialise tokenising the next batch behind this one's pass)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)

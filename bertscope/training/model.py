@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from bertscope.core.hook_points import UNEMBED_IN, Hooks
 from bertscope.runtime.hf import quiet_transformers
 from bertscope.sources.delta import PAIR_HEAD_PREFIXES
 from bertscope.training.config import LORA_TARGETS, RecipeConfig
@@ -71,19 +72,12 @@ def logits_only_at(model: Any, chosen: torch.Tensor):
     ``tensor[chosen]``. The [vocab x hidden] projection is the head's cost (about as much as
     the whole encoder for MiniLM), and the loss needs 15% of its rows. Yields False (nothing
     changed) where the model has no such output layer."""
-    decoder = vocabulary_layer(model)
-    if decoder is None:
+    if vocabulary_layer(model) is None:
         yield False
         return
-
-    def only_chosen(module: Any, args: tuple) -> tuple:
-        return (args[0][chosen], *args[1:])  # [batch, token, hidden] -> [chosen, hidden]
-
-    handle = decoder.register_forward_pre_hook(only_chosen)
-    try:
+    # the hook point unembed.hook_in: [batch, token, hidden] -> [chosen, hidden]
+    with Hooks(model, {UNEMBED_IN: lambda x, hook: x[chosen]}):
         yield True
-    finally:
-        handle.remove()
 
 
 def mlm_logits(out: Any) -> torch.Tensor:

@@ -1,12 +1,9 @@
-"""A hosted demo's caps: which models, how much text, how many costly jobs per session. Read at use,
+"""A hosted demo's caps: which models, how much text, how many costly jobs per visitor. Read at use,
 so tests can switch demo mode on and off."""
 
 from __future__ import annotations
 
 import os
-import time
-
-import streamlit as st
 
 from bertscope.errors import BertScopeError
 
@@ -50,7 +47,7 @@ class _Limits:
         return int(float(os.environ.get("BERTSCOPE_BERTVIZ_MB", "3" if demo() else "8")) * 2**20)
 
     @property
-    def expensive_per_10_min(self) -> int:  # head statistics runs and UMAP maps per session
+    def expensive_per_10_min(self) -> int:  # costly jobs per visitor (views.kit.budget)
         return 5 if demo() else 10_000
 
 
@@ -68,13 +65,3 @@ def check_upload(uploaded) -> None:
     if uploaded is not None and uploaded.size > Limits.upload_bytes:
         raise BertScopeError(f"The upload has {uploaded.size:,} bytes; this app takes up to "
                              f"{Limits.upload_bytes:,}.")
-
-
-def allow_expensive(action: str) -> None:
-    """A per-session budget for costly actions (head statistics, UMAP) on a shared server."""
-    now = time.monotonic()
-    recent = [t for t in st.session_state.get("_expensive", []) if now - t < 600]
-    if len(recent) >= Limits.expensive_per_10_min:
-        raise BertScopeError(f"This session has run {len(recent)} costly actions in 10 minutes; "
-                             f"wait a few minutes before another {action}.")
-    st.session_state["_expensive"] = [*recent, now]

@@ -6,12 +6,15 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from contextlib import nullcontext
 from typing import Callable, TypeVar
 
 import streamlit as st
 
 from bertscope.analysis.projection import warm_umap
 from bertscope.runtime.result_cache import ResultCache
+from views.kit.budget import BudgetRefused, costly_job
+from views.kit.chrome import show_error
 from views.kit.limits import demo
 from views.kit.models import cached_model
 
@@ -49,7 +52,8 @@ class ResultStore:
     def get_or_compute(self, key, compute):
         return shared_results().get_or_compute((self.name, key), compute)
 
-    def compute(self, key, work: Callable[..., T], what: str, asked: bool = False) -> T:
+    def compute(self, key, work: Callable[..., T], what: str, asked: bool = False, *, costly: str | None,
+                charge_key=None) -> T:
         """The stored result of ``key``, or ``work(progress)`` run now under a progress bar that says
         ``what: done/total`` (and is removed when done); a job of several stages passes its own
         label, ``progress(done, total, "Probes, layers")``. Two sessions asking for the same key
@@ -59,9 +63,15 @@ class ResultStore:
         next progress update (Streamlit reruns the page), keeps nothing half-done, and marks this
         job stopped so the rerun does not start it again; the page then says so and offers to run
         it again. ``asked``: the user asked for this run just now (a form's button), which starts
-        a stopped job again."""
+        a stopped job again.
+
+        ``costly``: the job's name on a hosted demo's cost budget (``views.kit.budget``), or None for
+        a job that costs about a view; every call says which. A computation is charged, a stored
+        result is not; ``charge_key`` groups variants charged once (default: ``key``). A refusal
+        is one line; the last result this session computed here stays on screen below it."""
         found = self.get(key)
         if found is not None:
+            st.session_state[("_last_result", self.name)] = key
             return found
         stopped = st.session_state.setdefault("_stopped_jobs", set())
         job = (self.name, hashlib.sha256(repr(key).encode()).hexdigest())
@@ -82,10 +92,30 @@ class ResultStore:
             bar.progress(min(1.0, done / max(total, 1)), text=f"{stage or what}: {done:,}/{total:,}")
 
         try:
-            return self.get_or_compute(key, lambda: work(progress))
+            charge = (key, False) if charge_key is None else (charge_key, True)
+            with costly_job(costly, *charge) if costly else nullcontext():
+                result = self.get_or_compute(key, lambda: work(progress))
+        except BudgetRefused as refused:
+            last = st.session_state.get(("_last_result", self.name))
+            kept = self.get(last) if last is not None else None
+            if kept is None:
+                raise
+            said = (st.session_state.get("_run"), charge[0])  # one line per refused job and rerun
+            if st.session_state.get("_refusal_said") != said:
+                st.session_state["_refusal_said"] = said
+                show_error(refused)
+                st.caption("Below: your last result on this page, with the settings it was computed with.")
+            return kept
         finally:
             bar.empty()
             stop.empty()
+        st.session_state[("_last_result", self.name)] = key
+        return result
+
+
+def new_run() -> None:
+    """Count the session's reruns (the router calls this first): a refusal is said once per rerun."""
+    st.session_state["_run"] = st.session_state.get("_run", 0) + 1
 
 
 def result_store(name: str) -> ResultStore:
