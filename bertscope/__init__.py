@@ -1,8 +1,16 @@
 """BertScope: look inside BERT-family encoders.
 
     >>> from bertscope import load_model, inspect
-    >>> r = inspect(load_model("bundled"), "The bank of the river.")
+    >>> lm = load_model("bundled")
+    >>> r = inspect(lm, "The bank of the river.")
     >>> r.attentions.shape                         # [layer, head, query, key]
+    (6, 12, 8, 8)
+    >>> out, cache = lm.run_with_cache("The bank of the river.", names=["blocks.3.hook_resid_post"])
+    >>> tuple(cache["blocks.3.hook_resid_post"].shape)   # [batch, pos, d_model]
+    (1, 8, 384)
+
+Every name in ``__all__`` is importable from here (``from bertscope import attribute, patch,
+probe_layers, train``); each subpackage's ``__init__`` exports its own verbs the same way.
 
 The library never imports streamlit; the app (``app.py``, ``views/``) and the command line
 (``python -m bertscope``) are thin layers over it. Its floors, each a subpackage that imports only
@@ -26,10 +34,27 @@ from bertscope.core.forward import inspect, inspect_batch
 from bertscope.core.inspection import BatchInspection, Inspection
 from bertscope.core.models import LoadedModel, load_model
 from bertscope.errors import BertScopeError
+from bertscope.runtime.exports import lazy_exports
 from bertscope.sources.hub import default_model, hub_reachable
 from bertscope.sources.presets import BUNDLED, PRESETS
 
+# the verbs a notebook needs, each imported from its floor when first used
+_EXPORTS = {
+    "run": "core.hooked_pass", "run_with_cache": "core.hooked_pass", "ActivationCache": "core.hooked_pass",
+    "zero_head": "core.hook_points", "every_layer": "core.hook_points",
+    "fill_mask": "heads.fill_mask", "head_stats": "analysis.attention_stats",
+    "hidden_states": "analysis.hidden_cache", "HiddenStateCache": "analysis.hidden_cache",
+    "probe_layers": "analysis.probing", "shipped_task": "corpora.suites", "read_task": "corpora.probe_tasks",
+    "compare_layers": "analysis.compare", "compare_heads": "analysis.compare",
+    "attribute": "attribution.methods", "Target": "attribution.gradients", "METHODS": "attribution.registry",
+    "faithfulness": "attribution.faithfulness",
+    "ablate_heads": "interventions.ablation", "head_importance": "interventions.importance",
+    "pruning_curve": "interventions.importance", "patch": "interventions.patching",
+    "train": "training.recipe", "RecipeConfig": "training.config",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
 __all__ = [
     "BUNDLED", "PRESETS", "BatchInspection", "BertScopeError", "Inspection", "LoadedModel",
-    "default_model", "hub_reachable", "inspect", "inspect_batch", "load_model",
+    "default_model", "hub_reachable", "inspect", "inspect_batch", "load_model", *_EXPORTS,
 ]

@@ -300,7 +300,11 @@ def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):
 
 
 def test_methods_listed():
-    assert set(METHODS) == {"attention", "rollout", "flow", "norm", "alti", "valuezeroing", "grad", "ig"}
+    assert set(METHODS) == {"attention", "rollout", "flow", "norm", "alti", "valuezeroing", "grad", "ig", "random"}
+    from bertscope.attribution.faithfulness import DEFAULT_METHODS
+
+    assert DEFAULT_METHODS == tuple(n for n, m in METHODS.items() if m.faithfulness_default) and "random" in DEFAULT_METHODS
+    assert "valuezeroing" in DEFAULT_METHODS and "flow" not in DEFAULT_METHODS
 
 
 @pytest.mark.slow
@@ -327,8 +331,14 @@ def test_every_registered_method_runs_and_keeps_its_promises(tiny_bert):
 
     position = 5  # the [MASK] of TEXT
     for name, record in METHODS.items():
-        assert find_method(name) is record and record.title and record.cite
-        if record.kind == "matrix":
+        assert find_method(name, tuple(METHODS)) is record and record.title and record.cite
+        if record.kind == "floor":
+            with pytest.raises(BertScopeError, match="Unknown method 'random'"):
+                find_method(name)  # attribute explains a decision; the floor explains nothing
+            ins = attribute(tiny_bert, TEXT, method="rollout").tokens
+            scores = record.compute(inspect(tiny_bert, TEXT), 3)
+            assert scores.shape == (len(ins),) and np.array_equal(scores, record.compute(inspect(tiny_bert, TEXT), 3))
+        elif record.kind == "matrix":
             m = attribute(tiny_bert, TEXT, method=name, layers=[1] if record.on_request else None)
             assert m.matrices.ndim == 3 and np.isfinite(m.matrices).all()
             if record.rows_sum_to_one:

@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from views.kit.pages import PAGES
+
 from .conftest import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -738,8 +740,7 @@ def test_interventions_page_at_512_tokens_on_bert_base(browser, random_base_dir,
         page.close()
 
 
-PAGE_PATHS = ["", "attention", "masked", "shift", "align", "params", "probes", "interventions", "faithfulness",
-              "compare", "pretrain"]
+PAGE_PATHS = [page.url_path for page in PAGES]  # the app's one list of pages
 
 
 def wait_until_idle(page, timeout_s: float = 180) -> None:

@@ -24,7 +24,7 @@ from views.kit.url import from_url, to_url
 
 SIZES = [10, 25, 50, 100, 200]
 STEPS = [8, 16, 32, 50]
-CHOICES = [*METHODS, RANDOM]
+CHOICES = list(METHODS)  # every method of the registry, its floor included
 EXAMPLE = ("The river was wide and the [MASK] was muddy.\nShe deposited the money in the bank.\n"
            "The keys to the cabinet [MASK] on the table.")
 

@@ -5,3 +5,28 @@
 ``params``, ``timeline``.
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``.
 """
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "head_stats": "analysis.attention_stats",
+    "HeadStats": "analysis.attention_stats",
+    "collect": "analysis.shift",
+    "layer_metrics": "analysis.shift",
+    "embed_parallel": "analysis.align",
+    "retrieval": "analysis.align",
+    "token_alignment": "analysis.align",
+    "hidden_states": "analysis.hidden_cache",
+    "HiddenStateCache": "analysis.hidden_cache",
+    "probe_layers": "analysis.probing",
+    "ProbeResult": "analysis.probing",
+    "compare_layers": "analysis.compare",
+    "compare_heads": "analysis.compare",
+    "linear_cka": "analysis.compare",
+    "count_parameters": "analysis.params",
+    "build_index": "analysis.corpus_search",
+    "search": "analysis.corpus_search",
+    "query_key": "analysis.query_key",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -3,9 +3,12 @@ to a word in your sentence, at a layer, and what are their part-of-speech tags? 
 corpus search (Hoover, Strobelt & Gehrmann 2020, "exBERT: A Visual Analysis Tool to Explore
 Learned Representations in Transformer Models", ACL demos; §3.2).
 
-    >>> index = build_index(lm, sentences=2000)          # ~44k words, every genre
+    >>> from bertscope import load_model
+    >>> lm = load_model("bundled")
+    >>> index = build_index(lm, sentences=200)           # 4,263 words, every genre (2,000 by default)
     >>> found = search(lm, index, "The bank of the river was muddy.", word=1, layer=4)
-    >>> found.matches[0].word, found.tag_counts.most_common(3)
+    >>> [m.word for m in found.matches[:3]], found.tag_counts.most_common(2)
+    (['deposit', 'river', 'barbs'], [('NOUN', 19), ('ADJ', 1)])
 
 The index is the probes' hidden-state cache of ``brown-pos`` on the same sample (one vector
 per word, the mean of its pieces, every layer; ``hidden_cache``): built once per model and

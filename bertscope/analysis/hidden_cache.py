@@ -1,7 +1,9 @@
 """Hidden states of a probe task, extracted once and kept on disk, one file per layer.
 
-    >>> states = hidden_states(lm, shipped_task("pos"), pooling="mean")   # doctest: +SKIP
-    >>> states.hit, states.layer(4).shape                                   # [example, dim]
+    >>> from bertscope import load_model, shipped_task
+    >>> states = hidden_states(load_model("bundled"), shipped_task("pos"), pooling="mean")
+    >>> states.layer(4).shape                                   # [example, dim]
+    (2091, 384)
 
 Layout: ``<cache>/hidden/<key>/`` holds ``layer_00.npy`` ... (float32 ``[example, dim]``, read
 memory-mapped with ``allow_pickle=False``, so reading one layer never loads the others and

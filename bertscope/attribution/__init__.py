@@ -9,3 +9,21 @@ with a content word-piece masked), ``erasure`` (tokens removed through the atten
 bootstrap intervals). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
 ``heads``, ``analysis``.
 """
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "attribute": "attribution.methods",
+    "token_matrices": "attribution.methods",
+    "token_scores": "attribution.methods",
+    "Target": "attribution.gradients",
+    "METHODS": "attribution.registry",
+    "find_method": "attribution.registry",
+    "explain_prediction": "attribution.explain",
+    "faithfulness": "attribution.faithfulness",
+    "Scoreboard": "attribution.faithfulness",
+    "brown_items": "attribution.items",
+    "text_items": "attribution.items",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

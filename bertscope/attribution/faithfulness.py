@@ -32,34 +32,32 @@ from bertscope.attribution.erasure import REMOVALS, Removal, target_probabilitie
 from bertscope.attribution.gradients import Target
 from bertscope.attribution.items import Item
 from bertscope.attribution.methods import token_matrices, token_scores
-from bertscope.attribution.registry import METHODS, find_method
+from bertscope.attribution.registry import FAITHFULNESS_DEFAULTS, FLOOR, METHODS, find_method
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 
 FRACTIONS = (0.01, 0.05, 0.10, 0.20, 0.50)
-RANDOM = "random"
-DEFAULT_METHODS = ("attention", "rollout", "norm", "alti", "valuezeroing", "grad", "ig", RANDOM)
+RANDOM = FLOOR  # the registry's floor record
+DEFAULT_METHODS = FAITHFULNESS_DEFAULTS
 BOOTSTRAP = 1_000
 METRICS = ("comprehensiveness", "sufficiency", "loo_spearman")
 
 
 def check_methods(names: Sequence[str]) -> tuple[str, ...]:
-    """The methods asked for, in order, each one the registry has (or ``random``)."""
+    """The methods asked for, in order, each one the registry has (the floor included)."""
     chosen = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not chosen:
         raise BertScopeError(f"Give at least one method: {', '.join(DEFAULT_METHODS)}.")
     for name in chosen:
-        if name != RANDOM and name not in METHODS:
-            raise BertScopeError(f"Unknown method {name!r}: use one of {', '.join([*METHODS, RANDOM])}.")
+        find_method(name, tuple(METHODS))
     return chosen
 
 
 def method_scores(lm: LoadedModel, item: Item, method: str, steps: int = 50, seed: int = 0) -> np.ndarray:
     """[token] the method's scores of every input token for the item's decision."""
-    n = item.inspection.n_tokens
-    if method == RANDOM:
-        return np.random.default_rng([seed, int(item.input_ids.sum()), n]).random(n)
-    record = find_method(method)
+    record = find_method(method, tuple(METHODS))
+    if record.kind == "floor":
+        return record.compute(item.inspection, seed)
     if record.kind == "matrix":
         layers = [lm.num_layers - 1] if record.name == "flow" else None
         matrices = token_matrices(lm, None, None, record.name, layers, template=item.inspection).matrices

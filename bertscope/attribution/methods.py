@@ -5,8 +5,10 @@
     >>> lm = load_model("bundled-mlm")
     >>> m = attribute(lm, "The bank of the [MASK] was muddy.", method="alti")
     >>> m.matrices.shape                                   # [layer, query, key]
+    (6, 10, 10)
     >>> s = attribute(lm, "The bank of the [MASK] was muddy.", method="ig", target=Target("token", 5, "river"))
-    >>> s.scores, s.completeness_error
+    >>> s.tokens[2], bool(s.scores[2] > 0), s.completeness_error < 0.01   # "bank" supports "river"
+    ('bank', True, True)
 
 Token-to-token methods (``TokenMatrices``; ``matrices[l][i][j]`` = how much input token j
 contributes to token i after encoder block ``layers[l]``, blocks numbered from 0 as ``attention`` does):

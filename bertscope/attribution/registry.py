@@ -8,8 +8,11 @@ one-method-per-file ``attr/_core``).
 
 A matrix method maps (model, a pass of the input, the layers wanted) to ``[layer, query, key]``:
 how much input token j contributes to token i after each layer; a score method maps (model, the
-input, a ``Target``) to one score per token for that decision. Adding a method is a file with its
-function and one ``Method`` record below; ``tests/test_attribution.py`` runs every record.
+input, a ``Target``) to one score per token for that decision; the floor (``random``) ranks tokens
+at random, seeded, so the faithfulness scoreboard has a line every method must clear. Adding a
+method is a file with its function and one ``Method`` record below (``faithfulness_default``:
+whether the scoreboard runs it unless told otherwise); ``tests/test_attribution.py`` runs every
+record, and every list of methods (CLI, pages, figures, the home page) is read from here.
 """
 
 from __future__ import annotations
@@ -27,15 +30,17 @@ from bertscope.errors import BertScopeError
 class Method:
     name: str  # what the CLI's --method and the pages' links say
     title: str  # figure and page label
-    kind: Literal["matrix", "scores"]  # token-to-token per layer, or per-token scores for one target
+    kind: Literal["matrix", "scores", "floor"]  # token-to-token per layer, per-token scores for one
+    # target, or the random floor of the faithfulness scoreboard (per-token scores of no method)
     rows_sum_to_one: bool  # matrix methods: each token's row is a distribution over the input tokens
     needs_target: bool  # scores: explains one decision (a masked token, NSP/SOP, a probe's class)
     from_attentions: bool  # computed from a pass's attention weights alone (no model call of its own)
     compute: Callable[..., Any]  # matrix: (lm, inspection, layers, progress) -> [layer, q, k];
-    # scores: (lm, inspection, target, steps, progress) -> Attribution
+    # scores: (lm, inspection, target, steps, progress) -> Attribution; floor: (inspection, seed) -> [token]
     cite: str  # the paper it follows
     on_request: bool = False  # costly (seconds to minutes for one layer): a page runs it when asked
     max_tokens: int | None = None  # refused above this length (with a one-line reason)
+    faithfulness_default: bool = True  # the scoreboard runs it unless told which methods to run
 
     def describe(self) -> str:
         return f"{self.name}: {self.title} ({self.cite})"
@@ -73,6 +78,12 @@ def _ig(lm, ins, target, steps, progress) -> gradients.Attribution:
     return gradients.integrated_gradients(lm, ins, target, steps=steps, progress=progress)
 
 
+def _random(ins, seed: int) -> np.ndarray:
+    """[token] uniform in [0, 1), seeded by the run's seed and the input (the same item, the same ranking)."""
+    n = ins.n_tokens
+    return np.random.default_rng([seed, int(ins.input_ids.sum()), n]).random(n)
+
+
 METHODS: dict[str, Method] = {
     m.name: m
     for m in [
@@ -80,21 +91,26 @@ METHODS: dict[str, Method] = {
                "for comparison; not an attribution"),
         Method("rollout", "rollout", "matrix", True, False, True, _rollout, "Abnar & Zuidema 2020"),
         Method("flow", "attention flow", "matrix", True, False, True, _flow, "Abnar & Zuidema 2020",
-               on_request=True, max_tokens=rollout.MAX_FLOW_TOKENS),
+               on_request=True, max_tokens=rollout.MAX_FLOW_TOKENS, faithfulness_default=False),
         Method("norm", "‖Σ α f(x)‖ (norm-based)", "matrix", False, False, False, _norm, "Kobayashi et al. 2020"),
         Method("alti", "ALTI (composed)", "matrix", True, False, False, _alti, "Ferrando et al. 2022"),
         Method("valuezeroing", "Value Zeroing (composed)", "matrix", True, False, False, _valuezeroing,
                "Mohebbi et al. 2023", on_request=True),
         Method("grad", "gradient × input", "scores", False, True, False, _grad, "Shrikumar et al. 2017"),
         Method("ig", "integrated gradients", "scores", False, True, False, _ig, "Sundararajan et al. 2017"),
+        Method("random", "random (floor)", "floor", False, False, False, _random,
+               "the floor: a seeded random ranking of the tokens"),
     ]
 }
 MATRIX_METHODS = tuple(name for name, m in METHODS.items() if m.kind == "matrix")
 SCORE_METHODS = tuple(name for name, m in METHODS.items() if m.kind == "scores")
+ATTRIBUTION_METHODS = MATRIX_METHODS + SCORE_METHODS  # what `attribute` computes (the floor explains nothing)
+FLOOR = next(name for name, m in METHODS.items() if m.kind == "floor")
+FAITHFULNESS_DEFAULTS = tuple(name for name, m in METHODS.items() if m.faithfulness_default)
 
 
-def find_method(name: str) -> Method:
-    """The record of ``name``, or one line that lists the methods there are."""
-    if name not in METHODS:
-        raise BertScopeError(f"Unknown method {name!r}: use one of {', '.join(METHODS)}.")
+def find_method(name: str, among: tuple[str, ...] = ATTRIBUTION_METHODS) -> Method:
+    """The record of ``name`` (one of ``among``), or one line that lists them."""
+    if name not in among:
+        raise BertScopeError(f"Unknown method {name!r}: use one of {', '.join(among)}.")
     return METHODS[name]

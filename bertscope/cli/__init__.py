@@ -7,7 +7,9 @@
 
 Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exits with 2. Each
 command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
-This package may import everything below it; nothing imports it but ``__main__``.
+Nothing imports it but ``__main__`` and the home page (which lists ``COMMANDS``). May import:
+``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``heads``, ``analysis``, ``attribution``,
+``training``, ``interventions``, ``figures``, ``engines``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from typing import Any
 
 from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.core.layers import parse_blocks
+from bertscope.attribution.registry import MATRIX_METHODS, METHODS, SCORE_METHODS
 from bertscope.errors import BertScopeError
 
 
@@ -43,11 +44,11 @@ def cmd_attribute(args: argparse.Namespace) -> Any:
 
 
 def _attribute_arguments(p: argparse.ArgumentParser) -> None:
-    from bertscope.attribution.registry import METHODS
+    from bertscope.attribution.registry import ATTRIBUTION_METHODS
 
     p.add_argument("text")
     p.add_argument("--pair", help="segment B text")
-    p.add_argument("--method", choices=METHODS, default="rollout")
+    p.add_argument("--method", choices=ATTRIBUTION_METHODS, default="rollout")
     p.add_argument("--target", help="grad/ig: POSITION:TOKEN (a masked-token prediction; POSITION alone = the "
                                     "model's top prediction there), nsp, or sop (ALBERT)")
     p.add_argument("--probe", help="grad/ig: a probe run's output folder (probes.layerwise --out)")
@@ -125,14 +126,14 @@ def board_table(board) -> str:
 
 def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.attribution.erasure import REMOVALS
-    from bertscope.attribution.faithfulness import DEFAULT_METHODS
+    from bertscope.attribution.faithfulness import DEFAULT_METHODS, RANDOM
 
     p.add_argument("--corpus", help="brown:N: N Brown sentences over every genre, each with one content word-piece "
                                     "masked (default brown:200)")
     p.add_argument("--data", help="a UTF-8 file, one sentence a line: a line's [MASK] is used, else a content word "
                                   "(Brown's tags) is masked")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated methods of `attribute`, "
-                                                                        "and random (the floor)")
+                                                                        f"and {RANDOM} (the floor)")
     p.add_argument("--removal", choices=REMOVALS, default="attention", help="attention: a removed token is no "
                                                                             "query's key in any layer, positions kept "
                                                                             "(default); mask: it becomes [MASK]")
@@ -145,6 +146,7 @@ COMMANDS = [
     Command("faithfulness", "which attribution to trust: comprehensiveness, sufficiency and agreement with "
             "leave-one-out of every method on the model's own masked-token predictions", cmd_faithfulness,
             _faithfulness_arguments),
-    Command("attribute", "rollout, flow, norm-based attention, ALTI, gradient x input, integrated gradients",
-            cmd_attribute, _attribute_arguments),
+    Command("attribute", "what each token owes to the others (" + ", ".join(
+        METHODS[m].title for m in MATRIX_METHODS if m != "attention") + ") or to one decision (" + ", ".join(
+        METHODS[m].title for m in SCORE_METHODS) + ")", cmd_attribute, _attribute_arguments),
 ]

@@ -10,3 +10,26 @@ whose outputs stay on the device, pooling there), ``inspection`` (the typed resu
 (batches bounded by bytes for passes that only need the output).
 May import: ``errors``, ``runtime``, ``sources``.
 """
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "LoadedModel": "core.models",
+    "load_model": "core.models",
+    "inspect": "core.forward",
+    "inspect_batch": "core.forward",
+    "Inspection": "core.inspection",
+    "BatchInspection": "core.inspection",
+    "run": "core.hooked_pass",
+    "run_with_cache": "core.hooked_pass",
+    "run_block": "core.hooked_pass",
+    "turn": "core.hooked_pass",
+    "ActivationCache": "core.hooked_pass",
+    "hook_names": "core.hook_points",
+    "hook_point": "core.hook_points",
+    "every_layer": "core.hook_points",
+    "every_state": "core.hook_points",
+    "zero_head": "core.hook_points",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

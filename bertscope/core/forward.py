@@ -4,7 +4,7 @@
     >>> lm = load_model("bundled")
     >>> r = inspect(lm, "The bank of the river.")
     >>> r.tokens[:3], r.attentions.shape          # [layer, head, query, key]
-    (['[CLS]', 'the', 'bank'], (6, 12, 9, 9))
+    (['[CLS]', 'the', 'bank'], (6, 12, 8, 8))
 
 Everything handed out is CPU float32 numpy, so analysis code never touches torch or the
 device. ``inspect_batch`` runs many sentences with padding; each ``BatchInspection`` keeps

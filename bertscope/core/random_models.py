@@ -1,8 +1,11 @@
 """Randomly initialised models of real sizes, for benchmarks and full-size tests.
 
-    >>> from bertscope.core.random_models import save_random_model
-    >>> folder = save_random_model("bert-base-uncased", "/tmp/bert-base-random")
-    >>> lm = load_model(folder)               # BertForPreTraining: MLM + NSP heads, 110 M weights
+    >>> import tempfile
+    >>> from bertscope import load_model
+    >>> folder = save_random_model("distilbert-base-uncased", tempfile.mkdtemp())
+    >>> lm = load_model(folder)
+    >>> lm.architecture, round(lm.parameter_count() / 1e6), sorted(lm.heads)   # 66 M weights and the MLM head
+    ('DistilBertForMaskedLM', 67, ['mlm'])
 
 A forward pass costs the same whatever the weights' values, so a random model built from a
 shipped config (``bertscope/configs/``) measures time, memory and bytes sent at BERT's real

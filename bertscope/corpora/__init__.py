@@ -9,4 +9,16 @@ May import: ``errors``, ``runtime``.
 
 from pathlib import Path
 
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "shipped_task": "corpora.suites",
+    "ProbeTask": "corpora.probe_tasks",
+    "read_task": "corpora.probe_tasks",
+    "read_brown": "corpora.brown",
+    "install_brown": "corpora.brown",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"  # the shipped data files

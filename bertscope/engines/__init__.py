@@ -2,6 +2,7 @@
 
 ``ray_engine``: head statistics, head importance, the hidden states behind probes and corpus
 search, the faithfulness test and CKA between two models on a Ray cluster (Ray Data, one actor
-per GPU or CPU), merged into the same results and cache entries as the single-process path. Ray is imported only when an engine is asked for. May
-import every floor up to ``interventions``; only ``cli`` and ``probes`` import it.
+per GPU or CPU), merged into the same results and cache entries as the single-process path. Ray is imported only
+when an engine is asked for; only ``cli`` and ``probes`` import it. May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``heads``, ``analysis``, ``attribution``,
+``training``, ``interventions``.
 """

@@ -16,7 +16,7 @@ FLOOR = "#9e9e9e"
 
 
 def method_label(name: str) -> str:
-    return "random (floor)" if name == RANDOM else METHODS[name].title if name in METHODS else name
+    return METHODS[name].title if name in METHODS else name
 
 
 def removal_words(removal: str) -> str:

@@ -1,7 +1,10 @@
 """Masked-token prediction: several masks, whole-word masking, most-confident-first filling.
 
-    >>> r = fill_mask(lm, "The capital of France is [MASK].", top_k=5)
-    >>> [(p.token, round(p.score, 3)) for p in r.predictions[0]]
+    >>> from bertscope import load_model
+    >>> lm = load_model("bundled-mlm")
+    >>> r = fill_mask(lm, "He wrote a [MASK] to his mother.", top_k=3)
+    >>> [(p.token, round(p.score, 2)) for p in r.predictions[0]]
+    [('letter', 0.47), ('word', 0.08), ('message', 0.03)]
 
 Independent predictions equal transformers' ``fill-mask`` pipeline: a softmax over the
 vocabulary at each mask position of one forward pass, top k by probability, the token written

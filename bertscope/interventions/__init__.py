@@ -6,5 +6,19 @@ thread only): ``ablation`` (zero or mean-ablate heads; the
 prediction before and after), ``importance`` (Michel et al. 2019: head importance from gate
 gradients, and the pruning curve against random orders), ``patching`` (clean states patched into a
 corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 2022).
-May import every floor up to ``attribution`` (its targets) and ``training`` (BERT's corruption).
+May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``heads``, ``analysis``,
+``attribution`` (its targets), ``training`` (BERT's corruption).
 """
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "ablate_heads": "interventions.ablation",
+    "mean_head_contexts": "interventions.ablation",
+    "head_importance": "interventions.importance",
+    "pruning_curve": "interventions.importance",
+    "held_out_accuracy": "interventions.importance",
+    "patch": "interventions.patching",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

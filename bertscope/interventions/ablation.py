@@ -10,8 +10,14 @@ The decision is one ``attribution.gradients.Target``: a masked-token prediction 
 every mask before and after; with ``POSITION:TOKEN``, that token's probability too), BERT's NSP,
 ALBERT's SOP, or a saved probe's class.
 
-    >>> r = ablate_heads(lm, "The keys to the cabinet [MASK] on the table.", [(3, 7), (5, 2)], mode="zero")
-    >>> r.masks[0].before[0], r.masks[0].after[0]
+    >>> from bertscope import load_model
+    >>> lm = load_model("bundled-mlm")
+    >>> every_head_of_4_and_5 = [(layer, head) for layer in (4, 5) for head in range(12)]
+    >>> r = ablate_heads(lm, "He wrote a [MASK] to his mother.", every_head_of_4_and_5, mode="zero")
+    >>> [(p.token, round(p.score, 2)) for p in r.masks[0].before[:2]]   # intact
+    [('letter', 0.47), ('word', 0.08)]
+    >>> [(p.token, round(p.score, 2)) for p in r.masks[0].after[:2]]    # the top two layers' heads removed
+    [('letter', 0.05), ('statement', 0.03)]
 """
 
 from __future__ import annotations

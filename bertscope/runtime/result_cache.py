@@ -1,7 +1,10 @@
 """A least-recently-used cache bounded by bytes, safe to share between threads (sessions).
 
+    >>> import numpy as np
     >>> cache = ResultCache(max_bytes=512 * 2**20)
-    >>> r = cache.get_or_compute(("inspection", model, text), lambda: inspect(lm, text))
+    >>> ones = cache.get_or_compute(("ones", 3), lambda: np.ones(3, np.float32))   # computed once
+    >>> cache.get(("ones", 3)) is ones, cache.bytes
+    (True, 12)
 
 Entries are weighed by ``size_of`` (numpy arrays and tensors by their buffers, containers and
 dataclasses by their contents); past the budget the least recently used go first. An entry

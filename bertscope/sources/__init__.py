@@ -6,3 +6,15 @@ offline models: package, origin, card note, folder), ``minilm``, ``minilm_mlm``,
 its base), ``hub`` (reachability, the default model), ``resolve`` (a typed name -> files),
 ``configs`` (a config without weights). May import: ``errors``, ``runtime``.
 """
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "PRESETS": "sources.presets",
+    "BUNDLED": "sources.presets",
+    "BUNDLED_MODELS": "sources.bundled",
+    "default_model": "sources.hub",
+    "hub_reachable": "sources.hub",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

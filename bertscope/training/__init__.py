@@ -6,3 +6,12 @@
 app's background run), ``processes`` and ``launch`` (data-parallel runs through Accelerate). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
 ``heads``.
 """
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "train": "training.recipe",
+    "RecipeConfig": "training.config",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,8 +1,8 @@
 """BERT's recipe as a background job: what the Pretraining page starts, watches and cancels.
 
-    >>> job = TrainingJob.start("bundled", train_docs, held_docs, "runs/mine", RecipeConfig(epochs=1))
-    >>> job.snapshot()          # status, step, total, losses so far, epochs finished, error
-    >>> job.cancel(); job.wait()
+    job = TrainingJob.start("bundled", train_docs, held_docs, "runs/mine", RecipeConfig(epochs=1))
+    job.snapshot()          # status, step, total, losses so far, epochs finished, error
+    job.cancel(); job.wait()
 
 One thread per job runs ``pretraining.train`` with a progress callback and a stop flag; the
 job keeps every step's loss (a float each) and reads the run folder's ``metrics.json`` when

@@ -2,8 +2,9 @@
 Accelerate (``accelerate launch -m bertscope pretrain …``, or ``pretrain --processes N``, which
 starts that launch; DDP over gloo on CPUs, NCCL on GPUs).
 
-    >>> group = Processes.join("auto")      # doctest: +SKIP
-    >>> group.rank, group.world, group.device
+    >>> group = Processes.join("auto")      # outside a launch: the one process of a run
+    >>> group.rank, group.world
+    (0, 1)
 
 How the work is split, so that N processes end with the weights of one (to float rounding,
 without dropout): every process draws the same global order and the same corruption of each

@@ -1,0 +1,70 @@
+"""Every page of the app, one record each: ``app.py`` routes to them, the home page lists them, the browser
+tests open them. Adding a page is its script in ``views/`` and one ``Page`` record here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Page:
+    script: str  # views/NAME.py, run by st.navigation
+    title: str
+    icon: str  # Streamlit's :material/NAME: icon, in the navigation and on the home page
+    shows: str = ""  # what the page shows (Markdown), for the home page
+    try_first: str = ""  # what to try first there (Markdown)
+    default: bool = False  # the page at the root URL
+
+    @property
+    def url_path(self) -> str:
+        """Where the page lives under the app's address (Streamlit names it after the script)."""
+        return "" if self.default else self.script.rsplit("/", 1)[-1].removesuffix(".py")
+
+
+PAGES: tuple[Page, ...] = (
+    Page("views/home.py", "Home", ":material/home:", default=True),
+    Page("views/attention.py", "Attention", ":material/visibility:",
+         "every head of every layer as heatmaps, bertviz, head statistics over a corpus, and what raw weights "
+         "miss: rollout, flow, norm-based attention, ALTI.",
+         "the default sentence, layer 2: which heads resolve *it*?"),
+    Page("views/masked.py", "Masked tokens", ":material/masks:",
+         "fill-mask with several masks, BERT's 80/10/10 recipe, the head read at every layer, NSP, and why a "
+         "prediction was made (integrated gradients).",
+         "*He wrote a [MASK] to his mother.* on bundled-mlm (it says *letter*, 47%), then *Why this "
+         "prediction?*; and one it gets instructively wrong: *Paris is the capital of [MASK].* (it copies "
+         "*paris* from the sentence, 82%: a small masked-LM leans on words it can see)."),
+    Page("views/shift.py", "Embedding shift", ":material/explore:",
+         "one word in many contexts, layer by layer: do the senses of *bank* separate?",
+         "the shipped *bank* sentences; watch the gap between senses grow with depth."),
+    Page("views/align.py", "Cross-lingual", ":material/translate:",
+         "translations in one space: maps coloured by language, retrieval per layer, token alignment.",
+         "the shipped sentences on bundled-multilingual; compare raw and mean-centred retrieval."),
+    Page("views/params.py", "Parameters", ":material/calculate:",
+         "exact parameter counts for any config without downloading weights, memory, FLOPs, a timeline.",
+         "bert-large-uncased with its pretraining heads."),
+    Page("views/probes.py", "Probes", ":material/troubleshoot:",
+         "linear probes per layer with control tasks, on shipped suites, the Brown corpus or your file.",
+         "*brown-pos*: real text, where the probe beats its control task by a wide margin (selectivity about "
+         "0.4 on bundled); then the template suite *pos*, where task and control both score near 100%: why "
+         "control tasks matter."),
+    Page("views/interventions.py", "Interventions", ":material/science:",
+         "test a claim by changing the model: remove heads, rank heads by importance with a pruning curve, "
+         "patch activations from a clean run into a corrupted one.",
+         "*Patching* with the subject–verb example on bundled-mlm: the subject's number sits on *keys* in the "
+         "lower layers and reaches the mask around layers 3-4."),
+    Page("views/faithfulness.py", "Faithfulness", ":material/fact_check:",
+         "which attribution to trust on this model: every method's token ranking put to an erasure test on the"
+         " model's own predictions, with intervals and a random floor.",
+         "*Run the test* on 25 Brown sentences on bundled-mlm: integrated gradients and ALTI come out most "
+         "faithful, attention, rollout and norm between them and the random floor; then open the item where "
+         "they disagree most."),
+    Page("views/compare.py", "Compare", ":material/compare:",
+         "two models side by side: linear CKA between every pair of layers over Brown words, and both models' "
+         "predictions on one text.",
+         "bundled-mlm against bundled: what the shipped masked-LM training moved, layer by layer (little below"
+         " layer 3, the top layer most: CKA about 0.26)."),
+    Page("views/pretrain.py", "Pretraining", ":material/model_training:",
+         "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and "
+         "after.",
+         "bundled with the *news* genre, 256 chunks, one epoch; then its fill-mask."),
+)
