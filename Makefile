@@ -6,13 +6,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench brown bertviz-assets npm chromium gcc clean
+.PHONY: run test test-fast bench brown bertviz-assets npm chromium gcc clean
 
 run: $(VENV)/.app-installed brown bertviz-assets
 	$(BIN)/python -m streamlit run app.py --browser.serverAddress localhost
 
 test: $(VENV)/.test-installed chromium gcc brown bertviz-assets
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
+
+# The library's unit tests while working (tiny models, no browser, no cluster, no processes): ~2 min here.
+test-fast: $(VENV)/.test-installed brown
+	$(BIN)/python -m pytest -m "not slow and not browser and not cluster and not multiprocess" \
+		tests/core tests/sources tests/corpora tests/heads tests/analysis tests/figures tests/attribution \
+		tests/training tests/interventions tests/test_public_api.py --durations=10
 
 bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/forward.py

@@ -8,7 +8,7 @@
 2. Retrieval P@1 per layer on the shipped parallel sentences and words (9 languages, every
    ordered pair averaged), raw and mean-centred: the offline counterpart of mBERT's figures.
 3. The agreement with the package's engine (cosine of sentence embeddings) is a test, not a
-   figure here: tests/test_bundled_multilingual.py.
+   figure here: tests/sources/test_bundled_multilingual.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def hadolint() -> str:

@@ -62,8 +62,8 @@ apply_clicked_head()
 from_url("text", "att_text")
 from_url("pair", "att_pair")
 with st.form("att_input"):
-    text = st.text_area("Sentence (segment A)", DEFAULT_TEXT, key="att_text", height=80)
-    pair = st.text_input("Segment B (optional, for a sentence pair)", key="att_pair")
+    text = st.text_area("Sentence (segment A)", DEFAULT_TEXT, key="att_text", height=80, max_chars=Limits.input_chars)
+    pair = st.text_input("Segment B (optional, for a sentence pair)", key="att_pair", max_chars=Limits.input_chars)
     st.form_submit_button("Run", type="primary")
 
 with page_errors():
@@ -240,7 +240,8 @@ with tabs[6]:
                                          "proportion)", 50, Limits.corpus_lines, min(BROWN_HEAD_STATS_SENTENCES,
                                                                                      Limits.corpus_lines), 50,
                                          key="att_brown_size")
-            pasted = st.text_area("One sentence per line", key="att_corpus_text", height=120)
+            pasted = st.text_area("One sentence per line", key="att_corpus_text", height=120,
+                                  max_chars=Limits.corpus_chars)
             uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"], key="att_corpus_file")
             run = st.form_submit_button("Compute head statistics", type="primary")
         if run:

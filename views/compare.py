@@ -44,7 +44,7 @@ from_url("b", "cmp_b")
 choice = st.selectbox("Model B (a preset, or type a hub id or folder below)", options,
                       index=options.index(default_b) if default_b in options else 0, key="cmp_b_preset")
 typed = "" if demo() else st.text_input("…or a hub id / local folder for B (e.g. a Pretraining run's output)",
-                                        key="cmp_b")
+                                        key="cmp_b", max_chars=Limits.name_chars)
 name_b = typed.strip() or choice
 key_b = (name_b, key_a[1], key_a[2])
 to_url(b=typed.strip() or None)
@@ -161,7 +161,8 @@ with tab_predictions:
     else:
         from_url("text", "cmp_text")
         with st.form("cmp_fill_form"):
-            text = st.text_area("Text with [MASK]", "He deposited the money in the [MASK].", key="cmp_text")
+            text = st.text_area("Text with [MASK]", "He deposited the money in the [MASK].", key="cmp_text",
+                                max_chars=Limits.input_chars)
             st.form_submit_button("Run", type="primary")
         to_url(text=text)
         with page_errors(stop=False):

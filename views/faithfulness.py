@@ -17,7 +17,7 @@ from bertscope.errors import BertScopeError
 from bertscope.figures.faithfulness import method_label, perturbation_curves, removal_words, scoreboard_bars
 from bertscope.figures.text import label
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.limits import check_text, demo
+from views.kit.limits import Limits, check_text, demo
 from views.kit.models import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
@@ -66,7 +66,7 @@ with st.form("faith_form"):
                          help="Spread over the 15 genres; a content word-piece (noun, verb, adjective, adverb) masked "
                               f"in each, chosen with the seed; at most {MAX_ITEM_TOKENS} tokens each.")
     text = c2.text_area(f"My own sentences (one a line, up to {max_items()}): a line's [MASK] is used, else a "
-                        "content word is masked", EXAMPLE, key="faith_text", height=110)
+                        "content word is masked", EXAMPLE, key="faith_text", height=110, max_chars=Limits.corpus_chars)
     # every chosen method's name in sight: the list gets the whole width, the settings a row below
     methods = st.multiselect("Methods", CHOICES, list(DEFAULT_METHODS), key="faith_methods", format_func=method_label)
     c2, c3, c4 = st.columns([2, 1, 1])

@@ -19,7 +19,7 @@ from bertscope.interventions.importance import (
 )
 from bertscope.interventions.patching import patch, prepare
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.limits import check_text
+from views.kit.limits import Limits, check_text
 from views.kit.models import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
@@ -123,11 +123,14 @@ with tab_ablate:
         from_url("text", "int_text")
         with st.form("int_ablate_form"):
             if watch == "mlm":
-                text = st.text_area("Text with [MASK]", "The keys to the cabinet [MASK] on the table.", key="int_text")
+                text = st.text_area("Text with [MASK]", "The keys to the cabinet [MASK] on the table.", key="int_text",
+                                    max_chars=Limits.input_chars)
                 pair = None
             else:
-                text = st.text_area("Segment A", "The man went to the store.", key="int_text_a")
-                pair = st.text_area("Segment B", "He bought a gallon of milk.", key="int_pair")
+                text = st.text_area("Segment A", "The man went to the store.", key="int_text_a",
+                                    max_chars=Limits.input_chars)
+                pair = st.text_area("Segment B", "He bought a gallon of milk.", key="int_pair",
+                                    max_chars=Limits.input_chars)
             st.form_submit_button("Run", type="primary")
     heads = selected_heads()
     to_url(heads=",".join(head_name(*h) for h in heads) or None, text=text if watch == "mlm" else None)
@@ -245,11 +248,12 @@ with tab_patch:
         from_url(param, k)
     from_url("pos", "int_positions", str, lambda v: v in POSITIONS)
     with st.form("int_patch_form"):
-        clean = st.text_input("Clean text", key="int_clean")
-        corrupt = st.text_input("Corrupted text (as many tokens, with the mask)", key="int_corrupt")
+        clean = st.text_input("Clean text", key="int_clean", max_chars=Limits.input_chars)
+        corrupt = st.text_input("Corrupted text (as many tokens, with the mask)", key="int_corrupt",
+                                max_chars=Limits.input_chars)
         c1, c2, c3 = st.columns([1, 1, 2])
-        a = c1.text_input("Candidate A", key="int_a")
-        b = c2.text_input("Candidate B", key="int_b")
+        a = c1.text_input("Candidate A", key="int_a", max_chars=Limits.name_chars)
+        b = c2.text_input("Candidate B", key="int_b", max_chars=Limits.name_chars)
         where = c3.radio("Positions (hidden states)", list(POSITIONS), format_func=POSITIONS.get,
                          key="int_positions", help="A long input's grid costs one pass a cell: patch fewer.")
         asked = st.form_submit_button("Patch", type="primary")

@@ -24,7 +24,7 @@ from bertscope.heads.logit_lens import layerwise_predictions
 from bertscope.heads.mlm_recipe import mlm_recipe, recipe_corruption
 from bertscope.heads.nsp import both_orders, sentence_order
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
-from views.kit.limits import check_text
+from views.kit.limits import Limits, check_text
 from views.kit.models import cached_model, model_key, model_options, obtainable, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
@@ -55,7 +55,8 @@ def recipe_form(submit: str) -> tuple[str, int, float, float, float]:
     from_url("select", "mlm_select", float, lambda v: 0.05 <= v <= 0.5)
     with st.form("mlm_recipe_form"):
         text = st.text_area("Text", "The man went to the store to buy a gallon of milk, "
-                            "but the shop had closed early that evening.", key="mlm_recipe_text")
+                            "but the shop had closed early that evening.", key="mlm_recipe_text",
+                            max_chars=Limits.input_chars)
         c1, c2, c3, c4 = st.columns(4)
         seed = c1.number_input("Seed", 0, 10_000, 0, key="mlm_seed")
         select_rate = c2.slider("Chosen for the loss", 0.05, 0.5, 0.15, 0.01, key="mlm_select")
@@ -110,14 +111,16 @@ with tab_fill:
         if mode.startswith("Type"):
             with st.form("mlm_fill_form"):  # run on the button, as every page does
                 text = st.text_area(f"Text (up to {MAX_MASKS} masks, written {mask_spellings(lm.mask_token)})",
-                                    "He deposited the money in the [MASK].", key="mlm_text")
+                                    "He deposited the money in the [MASK].", key="mlm_text",
+                                    max_chars=Limits.input_chars)
                 st.form_submit_button("Run", type="primary")
             to_url(text=text, k=top_k)
             check_text(text)
             result = cached_fill(key, text, top_k)
         else:
             with st.form("mlm_words_form"):
-                text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text")
+                text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text",
+                                    max_chars=Limits.input_chars)
                 st.form_submit_button("Run", type="primary")
             check_text(text)
             _, names = words_of(lm, text)
@@ -251,8 +254,8 @@ with tab_nsp:
         part = "Segment" if pair_head == "sop" else "Sentence"
         from_url("a", "nsp_a")
         from_url("b", "nsp_b")
-        a = st.text_area(f"{part} A", "The man went to the store.", key="nsp_a")
-        b = st.text_area(f"{part} B", "He bought a gallon of milk.", key="nsp_b")
+        a = st.text_area(f"{part} A", "The man went to the store.", key="nsp_a", max_chars=Limits.input_chars)
+        b = st.text_area(f"{part} B", "He bought a gallon of milk.", key="nsp_b", max_chars=Limits.input_chars)
         to_url(a=a, b=b)
         with page_errors(stop=False):
             check_text(a, f"{part.lower()} A")

@@ -15,7 +15,7 @@ from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
 from bertscope.training.job import TrainingJob
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
-from views.kit.limits import demo
+from views.kit.limits import Limits, demo
 from views.kit.models import CUSTOM_KEY, MODEL_KEY, OTHER, chosen_model_name, require_model
 
 JOB = "pretrain_job"
@@ -69,7 +69,8 @@ with st.form("pretrain_form"):
                          "head's loss is added to the masked-LM loss. Each family trains the head its own "
                          f"pretraining had ({model_type}: {', '.join(p.upper() for p in pair_options[1:]) or 'none'}).")
     sentences = st.text_area(f"Sentences to compare before and after (one a line, each with [MASK]; at most "
-                             f"{MAX_CLOZE})", "\n".join(CLOZE), key="pretrain_cloze", height=175)
+                             f"{MAX_CLOZE})", "\n".join(CLOZE), key="pretrain_cloze", height=175,
+                             max_chars=Limits.corpus_chars)
     start = st.form_submit_button(f"Train {name}", type="primary", disabled=running)
 
 if start:

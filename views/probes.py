@@ -102,7 +102,8 @@ if submitted:
             return (result, states.hit, states.size_bytes, str(states.folder),
                     example_texts(states, task, result.test_examples))
 
-        found = store.compute(run_key, run, "Hidden states, sentences", asked=True, costly="probe run")  # the button was pressed
+        # asked: the button was pressed
+        found = store.compute(run_key, run, "Hidden states, sentences", asked=True, costly="probe run")
         result = found[0]
         runs = st.session_state.setdefault(RUNS, {})
         runs[run_name(result)] = found

@@ -40,7 +40,7 @@ presets = sense_presets()
 from_url("word", "shift_choice", str, lambda v: v in presets)
 c1, c2 = st.columns([1, 2])
 choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
-word = c1.text_input("Target word", key="shift_word") if choice == OWN else choice
+word = c1.text_input("Target word", key="shift_word", max_chars=Limits.name_chars) if choice == OWN else choice
 if not word.strip():
     st.info("Type the word to follow through the sentences.")
     st.stop()
@@ -163,7 +163,8 @@ with tab_brown:
             st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
             example = next((sentence for sentence, _ in rows if word.lower() in sentence.lower()), "")
             b1, b2, b3 = st.columns([3, 1, 1])
-            query = b1.text_input("Sentence", example or f"The {word} was there.", key="shift_brown_text")
+            query = b1.text_input("Sentence", example or f"The {word} was there.", key="shift_brown_text",
+                                  max_chars=Limits.input_chars)
             check_text(query)
             _, names = words_of(lm, query)
             default = next((i for i, n in enumerate(names) if n.lower() == word.lower()), 0)

@@ -11,7 +11,7 @@ how much input token j contributes to token i after each layer; a score method m
 input, a ``Target``) to one score per token for that decision; the floor (``random``) ranks tokens
 at random, seeded, so the faithfulness scoreboard has a line every method must clear. Adding a
 method is a file with its function and one ``Method`` record below (``faithfulness_default``:
-whether the scoreboard runs it unless told otherwise); ``tests/test_attribution.py`` runs every
+whether the scoreboard runs it unless told otherwise); ``tests/attribution/test_attribution.py`` runs every
 record, and every list of methods (CLI, pages, figures, the home page) is read from here.
 """
 

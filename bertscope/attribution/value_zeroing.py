@@ -12,7 +12,7 @@ The block is the model's own module, called on the layer's original input (read 
 points ``embed`` and ``blocks.{l}.hook_resid_post``) through ``core.hooked_pass.run_block``, with
 ``blocks.{l}.attn.hook_v`` zeroing token j's value in variant j: a layer's T variants run as rows
 of batches sized by bytes, not T passes of the whole model. Families: those of
-``core.block_modules.block_parts`` (BERT, RoBERTa/XLM-R, ELECTRA, ALBERT, DistilBERT). Checked against a loop over tokens in ``tests/test_faithfulness.py``.
+``core.block_modules.block_parts`` (BERT, RoBERTa/XLM-R, ELECTRA, ALBERT, DistilBERT). Checked against a loop over tokens in ``tests/attribution/test_faithfulness.py``.
 """
 
 from __future__ import annotations

@@ -35,6 +35,14 @@ class _Limits:
         return 2_000 if demo() else 100_000
 
     @property
+    def name_chars(self) -> int:  # a word, a candidate token, a hub id or a folder
+        return 300
+
+    @property
+    def corpus_chars(self) -> int:  # a box of sentences, one a line
+        return self.corpus_lines * 400
+
+    @property
     def corpus_lines(self) -> int:
         return 500 if demo() else 5_000
 

@@ -13,7 +13,7 @@ from bertscope.sources import hub
 from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources.presets import BUNDLED_MLM, PRESETS
 from views.kit.chrome import plain, show_error
-from views.kit.limits import MAX_RESIDENT_MODELS, demo, demo_allowlist
+from views.kit.limits import MAX_RESIDENT_MODELS, Limits, demo, demo_allowlist
 from views.kit.url import to_url
 
 OTHER = "Other (hub id or local folder)…"
@@ -86,7 +86,8 @@ def sidebar() -> None:
             help="Presets other than 'bundled' need the Hugging Face hub or a local cache copy.",
         )
         if st.session_state[MODEL_KEY] == OTHER:
-            st.text_input("Hub id or local folder", key=CUSTOM_KEY, placeholder="org/model or /path")
+            st.text_input("Hub id or local folder", key=CUSTOM_KEY, placeholder="org/model or /path",
+                          max_chars=Limits.name_chars)
         if demo():
             st.caption("Hosted demo: a fixed list of models and smaller inputs.")
         devices = ["auto", *available_devices()]

@@ -26,6 +26,8 @@ from bertscope.engines.ray_engine import RayEngine, head_stats as ray_head_stats
 from bertscope.errors import BertScopeError
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.cluster  # starts a local Ray cluster
+
 ray = pytest.importorskip("ray", reason="requirements-cluster.txt (installed by `make test`)")
 
 

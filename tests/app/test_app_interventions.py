@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .test_app import fresh_caches, start, start_with_url, texts  # noqa: F401  (fresh_caches: autouse fixture)
+from tests.app.kit import start, start_with_url, texts
 
 PAGE = "views/interventions.py"
 

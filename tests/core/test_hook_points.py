@@ -135,7 +135,7 @@ def test_hooks_and_turns_are_per_thread(tiny_mlm_dir):
         lm.run(TEXT, attentions=True)  # weights inside a turn on the fast kernel: said, not deadlocked
 
 
-ROOT = Path(__file__).resolve().parents[1] / "bertscope"
+ROOT = Path(__file__).resolve().parents[2] / "bertscope"
 OWNERS = {"core/hook_points.py", "core/hooked_pass.py", "core/models.py"}
 # training runs its own (LoRA, DDP-wrapped) copy of a model, not the shared one: its pass is its loop's
 TRAINING_PASS = {"training/steps.py": "out = model(**feed)"}

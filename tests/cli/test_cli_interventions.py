@@ -9,7 +9,7 @@ import pytest
 
 from bertscope import inspect, load_model
 
-from .test_cli import run_cli
+from tests.cli.test_cli import run_cli
 
 SENTENCES = ["the bank of the river was muddy .", "she deposited the money in the bank .",
              "a man is eating food .", "the dog sat in the boat .", "he rode a horse to the river ."]

@@ -23,6 +23,8 @@ from safetensors.torch import load_file
 from bertscope.cli import main
 from tests.conftest import ROOT, bert_tokenizer, save_model, tiny_bert_config
 
+pytestmark = pytest.mark.multiprocess  # starts training processes (gloo)
+
 # 11 chunks in batches of 5: shares of 3 and 2 rows, and a last batch of one row, which leaves
 # the second process nothing of it (it then takes part in the all-reduce with weight 0)
 RUN = ["--seq-len", "16", "--batch-size", "5", "--max-chunks", "11", "--lora", "0", "--lr", "3e-3",

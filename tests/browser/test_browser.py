@@ -17,7 +17,7 @@ import pytest
 
 from views.kit.pages import PAGES
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -523,7 +523,7 @@ def test_attention_page_at_512_tokens_on_bert_base(browser, random_base_dir, tmp
     layer, drawn from compact arrays (uint16 heatmaps) with the truncation said."""
     import urllib.parse
 
-    from .conftest import LONG_TEXT
+    from tests.conftest import LONG_TEXT
 
     with running_app(tmp_path / "server.log", model=str(random_base_dir)) as url:
         page, problems = open_page(browser, f"{url}/attention?{urllib.parse.urlencode({'text': LONG_TEXT})}", 1400)

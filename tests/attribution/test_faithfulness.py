@@ -31,7 +31,7 @@ from bertscope.attribution.value_zeroing import value_zeroing, value_zeroing_com
 from bertscope.core.block_modules import block_parts
 from bertscope.core.forward import inspect
 
-from .conftest import bert_tokenizer, save_model, tiny_bert_config
+from tests.conftest import bert_tokenizer, save_model, tiny_bert_config
 
 LINES = ["the bank of the [MASK] was muddy .", "she deposited the money in the [MASK] .",
          "a man is [MASK] food and a woman is riding a horse ."]
@@ -268,6 +268,7 @@ def test_scoreboard_on_a_tiny_model(tiny_mlm_dir):
     assert len(curves["alti"]["without_top"]) == len(FRACTIONS)
 
 
+@pytest.mark.slow
 def test_brown_items_are_content_words_over_the_genres():
     lm = load_model("bundled-mlm")
     items = brown_items(lm, 30, seed=0)

@@ -12,9 +12,9 @@ from streamlit.testing.v1 import AppTest
 
 from views.kit.budget import WINDOW_S, BudgetRefused, CostBudget
 
-from .test_app import APP, fresh_caches, texts  # noqa: F401  (fresh_caches: autouse fixture)
+from tests.app.kit import APP, texts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_five_jobs_per_visitor_then_one_line_saying_when():
@@ -126,3 +126,18 @@ def test_the_sixth_costly_job_is_refused_also_after_a_reload_and_the_last_result
     assert any("the next patching run is possible in" in e for e in texts(again.error))
     again = _patch(again, *PAIRS[0])  # computed before: served from the cache, free
     assert not again.error and "Corrupted" in {m.label for m in again.metric}
+
+
+def test_every_text_box_shows_its_cap_before_the_button():
+    """Every text box of every page has ``max_chars`` (Streamlit shows the count and the cap as one
+    types, and stops typing past it), read from the demo's limits."""
+    boxes = []
+    for path in sorted((ROOT / "views").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("text_area", "text_input"):
+                cap = next((k.value for k in node.keywords if k.arg == "max_chars"), None)
+                boxes.append((path.name, node.lineno, ast.unparse(cap) if cap is not None else None))
+    assert len(boxes) >= 20
+    uncapped = [b for b in boxes if b[2] is None or not b[2].startswith("Limits.")]
+    assert not uncapped, uncapped

@@ -12,7 +12,7 @@ import pytest
 
 from bertscope.cli import main
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def run_cli(capsys, *argv):

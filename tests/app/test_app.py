@@ -9,39 +9,9 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from tests.app.kit import APP, fill, start, start_with_url, texts
+from tests.conftest import ROOT
 from views.kit.models import CUSTOM_KEY, MODEL_KEY, OTHER
-
-from .conftest import ROOT
-
-APP = str(ROOT / "app.py")
-
-
-@pytest.fixture(autouse=True)
-def fresh_caches():
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    yield
-    st.cache_resource.clear()
-
-
-def start(monkeypatch, model: str | None) -> AppTest:
-    if model is None:
-        monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
-    else:
-        monkeypatch.setenv("BERTSCOPE_MODEL", model)
-    return AppTest.from_file(APP, default_timeout=180).run()
-
-
-def fill(at: AppTest, text: str) -> AppTest:
-    """Type into the Masked page's text and press its Run button (the text sits in a form)."""
-    at.text_area(key="mlm_text").input(text)
-    next(b for b in at.button if b.label == "Run" and "mlm_fill_form" in b.id).click()
-    return at.run()
-
-
-def texts(elements) -> list[str]:
-    """Element texts as a reader sees them (Markdown backslash escapes removed)."""
-    return [re.sub(r"\\(.)", r"\1", str(e.value)) for e in elements]
 
 
 def test_home_shows_model_card(monkeypatch, tiny_bert_dir):
@@ -409,18 +379,6 @@ def test_probes_page(monkeypatch, tiny_bert_dir):
     assert len(at.multiselect(key="probe_compare").value) == 2
 
 
-def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:
-    if default_model is None:
-        monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
-    else:
-        monkeypatch.setenv("BERTSCOPE_MODEL", default_model)
-    at = AppTest.from_file(APP, default_timeout=180)
-    for name, value in params.items():
-        at.query_params[name] = value
-    at.run()
-    return at.switch_page(page).run()
-
-
 def test_links_reproduce_the_attention_view(monkeypatch, tiny_bert_dir):
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/attention.py",
                         text="the bank of the river .", pair="a dog", layer="1", head="3", hide="1")
@@ -507,9 +465,18 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     assert not any("site-packages" in c or "loaded from" in c for c in texts(at.caption))  # no server paths
     assert not at.text_input  # no free-text model field
     at.switch_page("views/attention.py").run()
-    at.text_area(key="att_text").input("word " * 600)
+    box = at.text_area(key="att_text")
+    assert box.max_chars == 2_000  # shown as one types, before any button
+    before = box.value
+    box.input("word " * 600)
     at.button[0].click().run()
-    assert any("this app takes up to 2,000" in e for e in texts(at.error))
+    assert at.text_area(key="att_text").value == before  # past the cap the box does not take it
+    linked = AppTest.from_file(APP, default_timeout=180)
+    linked.query_params["text"] = "word " * 600  # a link can carry more: the page refuses it in one line
+    linked.run()
+    linked.switch_page("views/attention.py").run()
+    assert not linked.exception
+    assert texts(linked.error) == ["The text has 3,000 characters; this app takes up to 2,000."]
     at.text_area(key="att_text").input("The bank of the river.")
     at.button[0].click().run()
     at.session_state["att_tab"] = "Head statistics"
@@ -547,7 +514,7 @@ def test_probes_page_on_a_brown_suite(monkeypatch, tiny_bert_dir, tmp_path):
 @pytest.mark.slow
 def test_attention_page_at_512_tokens_on_bert_base(monkeypatch, random_base_dir):
     """BERT's operating point in the app: a truncated 512-token input, compact figures."""
-    from .conftest import LONG_TEXT
+    from tests.conftest import LONG_TEXT
 
     monkeypatch.setenv("BERTSCOPE_MODEL", str(random_base_dir))
     at = AppTest.from_file(APP, default_timeout=300)

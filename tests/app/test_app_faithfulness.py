@@ -3,7 +3,7 @@ bad input, and a model without a masked-LM head."""
 
 from __future__ import annotations
 
-from .test_app import fresh_caches, start, start_with_url, texts  # noqa: F401  (fresh_caches: autouse fixture)
+from tests.app.kit import start, start_with_url, texts
 
 PAGE = "views/faithfulness.py"
 LINES = "the bank of the [MASK] was muddy .\nshe deposited the money in the [MASK] .\nthe dog sat in the [MASK] ."

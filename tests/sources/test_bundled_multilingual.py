@@ -170,7 +170,7 @@ def test_missing_package_is_one_line_and_other_models_still_load(monkeypatch, tm
 def test_every_page_runs_on_it(monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from .test_app import APP, texts
+    from tests.app.kit import APP, texts
 
     monkeypatch.setenv("BERTSCOPE_MODEL", MULTILINGUAL)
     at = AppTest.from_file(APP, default_timeout=300).run()

@@ -1,0 +1,43 @@
+"""What the AppTest files share: the app's entry point, starting it on a model or a link, reading texts."""
+
+from __future__ import annotations
+
+import re
+
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import ROOT
+
+APP = str(ROOT / "app.py")
+
+
+def start(monkeypatch, model: str | None) -> AppTest:
+    if model is None:
+        monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
+    else:
+        monkeypatch.setenv("BERTSCOPE_MODEL", model)
+    return AppTest.from_file(APP, default_timeout=180).run()
+
+
+def fill(at: AppTest, text: str) -> AppTest:
+    """Type into the Masked page's text and press its Run button (the text sits in a form)."""
+    at.text_area(key="mlm_text").input(text)
+    next(b for b in at.button if b.label == "Run" and "mlm_fill_form" in b.id).click()
+    return at.run()
+
+
+def texts(elements) -> list[str]:
+    """Element texts as a reader sees them (Markdown backslash escapes removed)."""
+    return [re.sub(r"\\(.)", r"\1", str(e.value)) for e in elements]
+
+
+def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:
+    if default_model is None:
+        monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
+    else:
+        monkeypatch.setenv("BERTSCOPE_MODEL", default_model)
+    at = AppTest.from_file(APP, default_timeout=180)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    return at.switch_page(page).run()
