@@ -84,7 +84,7 @@ def _capture_pass(lm: LoadedModel, text: str, pair: str | None, template: Inspec
     feed = inspection_feed(lm, template)  # [1, token] each
     suffixes = ("hook_resid_pre", "attn.hook_v", "hook_attn_out", "hook_resid_mid")
     names = [f"blocks.{layer}.{s}" for layer in range(lm.num_layers) for s in suffixes]
-    out, cache = lm.run_with_cache(feed, names, heads=False, attentions=True)
+    out, cache = lm.run_with_cache(feed, names, encoder_only=True, attentions=True)
     pieces = []
     for layer in range(lm.num_layers):
         x, v, attn_out, ln_out = (cache[f"blocks.{layer}.{s}"] for s in suffixes)

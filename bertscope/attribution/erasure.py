@@ -65,7 +65,7 @@ def target_probabilities(lm: LoadedModel, input_ids: np.ndarray, token_type_ids:
         rows = keep[start:start + per_batch]
         feed = removal_feed(lm, input_ids, token_type_ids, rows, removal)
         with turn(lm), torch.inference_mode():  # the encoder's pass, then the head at one position
-            hidden = lm.run(feed, heads=False).last_hidden_state[:, position]  # [variant, dim]
+            hidden = lm.run(feed, encoder_only=True).last_hidden_state[:, position]  # [variant, dim]
             logits = wide(head(hidden))  # [variant, vocab]
             p = torch.softmax(logits, dim=-1)[:, target_id]
         out[start:start + len(rows)] = p.double().cpu().numpy()

@@ -97,9 +97,10 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         feed["token_type_ids"] = torch.from_numpy(ins.token_type_ids[None].astype(np.int64))
     feed = {k: to_device(v, lm.device) for k, v in feed.items()}
 
-    def run(e, heads: bool = True, **extra):  # a pass in the caller's grad mode (a gradient or not)
+    def run(e, encoder_only: bool = False, **extra):  # a pass in the caller's grad mode (a gradient or not)
         b = e.shape[0]
-        return lm.run({k: v.expand(b, -1) for k, v in feed.items()}, inputs_embeds=e, grad=None, heads=heads, **extra)
+        rows = {k: v.expand(b, -1) for k, v in feed.items()}
+        return lm.run(rows, inputs_embeds=e, grad=None, encoder_only=encoder_only, **extra)
 
     if target.kind == "token":
         if "mlm" not in lm.heads:
@@ -134,7 +135,7 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         where = torch.tensor(positions, device=lm.device)
 
         def f(e):
-            h = run(e, heads=False, hidden_states=True).hidden_states[index]  # [b, token, dim]
+            h = run(e, encoder_only=True, hidden_states=True).hidden_states[index]  # [b, token, dim]
             return probe.log_probs(h[:, where].float().mean(dim=1))[:, c]
         return f, target
     raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp, sop or a probe.")

@@ -36,7 +36,7 @@ def layer_inputs(lm: LoadedModel, ins: Inspection) -> torch.Tensor:
     """[hidden state, token, dim] every hidden state of one pass (0 = the embeddings, l + 1 =
     layer l's output), read at the hook points patching uses: layer l's input is state l."""
     names = [EMBED] + [f"blocks.{layer}.hook_resid_post" for layer in range(lm.num_layers)]
-    _, cache = lm.run_with_cache(inspection_feed(lm, ins), names, heads=False)
+    _, cache = lm.run_with_cache(inspection_feed(lm, ins), names, encoder_only=True)
     return torch.stack([cache[name][0] for name in names])
 
 

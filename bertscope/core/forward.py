@@ -80,7 +80,7 @@ def device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_st
     encoder runs: the MLM head's [token, vocab] product is a quarter of BERT-base's work."""
     feed = {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
     # through the owner: bounded concurrent passes per shared model; eager only when weights are returned
-    return lm.run(feed, attentions=with_attentions, hidden_states=with_hidden_states, heads=with_logits)
+    return lm.run(feed, attentions=with_attentions, hidden_states=with_hidden_states, encoder_only=not with_logits)
 
 
 def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.Tensor | None,

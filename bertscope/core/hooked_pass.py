@@ -89,16 +89,16 @@ def _hooks(lm: Any, hooks: Mapping[str, HookFn | Iterable[HookFn]] | None) -> An
 
 def run(lm: Any, inputs: Any, *, hooks: Mapping[str, HookFn | Iterable[HookFn]] | None = None,
         grad: bool | None = False, attentions: bool = False, hidden_states: bool = False,
-        heads: bool = True, **model_kwargs: Any) -> Any:
+        encoder_only: bool = False, **model_kwargs: Any) -> Any:
     """One pass of ``lm`` with ``hooks`` ({hook name: fn}); returns the Hugging Face output.
 
     ``grad``: False runs under inference mode, True with gradients, None in the caller's mode.
-    ``heads=False`` runs the encoder alone (its ``last_hidden_state``; no masked-LM head's cost).
+    ``encoder_only=True`` runs the encoder alone (its ``last_hidden_state``; no output head's cost).
     ``model_kwargs`` go to the model (e.g. ``inputs_embeds``)."""
     feed = feed_of(lm, inputs) if inputs is not None else {}
     active = _hooks(lm, hooks)
     eager = attentions or (isinstance(active, Hooks) and active.needs_weights)
-    module = lm.model if heads else lm.model.base_model
+    module = lm.model.base_model if encoder_only else lm.model
     with turn(lm, eager), _grad_mode(grad), active:
         return module(**feed, **model_kwargs, output_attentions=attentions, output_hidden_states=hidden_states,
                       return_dict=True)

@@ -112,7 +112,7 @@ def mean_head_contexts(lm: LoadedModel, texts: Sequence[str] | None = None, batc
     hooks = every_layer("attn.hook_z", add, lm.num_layers)
     for rows, padded, feed in batches(lm, texts, batch_size):
         real["mask"] = feed["attention_mask"].bool()
-        lm.run(feed, hooks=hooks, heads=False)
+        lm.run(feed, hooks=hooks, encoder_only=True)
         count += int(feed["attention_mask"].sum())
         done += len(rows)
         if progress:

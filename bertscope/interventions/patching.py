@@ -99,7 +99,7 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
 
 def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None) -> torch.Tensor:
     """[rows, token, dim] the last hidden state (the base model only; the head reads one position)."""
-    return lm.run(feed, hooks=hooks, heads=False).last_hidden_state
+    return lm.run(feed, hooks=hooks, encoder_only=True).last_hidden_state
 
 
 def _hooks(lm: LoadedModel, what: What, fn) -> dict:

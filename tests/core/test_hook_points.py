@@ -35,8 +35,8 @@ def family(request):
 
 def test_every_point_equals_the_models_own_tensors(family):
     lm = family
-    out, cache = lm.run_with_cache(TEXT, names=lambda name: True, attentions=True, hidden_states=True, heads=False)
-    assert set(cache) == set(lm.hook_names) - {UNEMBED_IN}  # heads=False: the vocabulary projection never ran
+    out, cache = lm.run_with_cache(TEXT, names=lambda name: True, attentions=True, hidden_states=True, encoder_only=True)
+    assert set(cache) == set(lm.hook_names) - {UNEMBED_IN}  # encoder only: the vocabulary projection never ran
     assert lm.hook_names[0] == EMBED and len(lm.hook_names) >= 1 + lm.num_layers * len(BLOCK_SUFFIXES)
     torch.testing.assert_close(cache[EMBED], out.hidden_states[0], rtol=0, atol=0)
     heads, d_head = lm.num_heads, lm.hidden_size // lm.num_heads
@@ -64,18 +64,18 @@ def test_every_point_equals_the_models_own_tensors(family):
 
 def test_identity_edits_leave_the_pass_unchanged_and_a_zeroed_head_is_the_same_at_two_points(family):
     lm = family
-    own = lm.run(TEXT, heads=False).last_hidden_state
+    own = lm.run(TEXT, encoder_only=True).last_hidden_state
     identity = {name: (lambda x, hook: x.clone()) for name in lm.hook_names
                 if not name.endswith("hook_pattern") and name != UNEMBED_IN}
-    torch.testing.assert_close(lm.run(TEXT, hooks=identity, heads=False).last_hidden_state, own, rtol=1e-5, atol=1e-5)
-    by_z = lm.run(TEXT, hooks={"blocks.1.attn.hook_z": zero_head(2)}, heads=False).last_hidden_state
+    torch.testing.assert_close(lm.run(TEXT, hooks=identity, encoder_only=True).last_hidden_state, own, rtol=1e-5, atol=1e-5)
+    by_z = lm.run(TEXT, hooks={"blocks.1.attn.hook_z": zero_head(2)}, encoder_only=True).last_hidden_state
 
     def drop_result(x, hook):  # [batch, pos, head, d_model]
         x = x.clone()
         x[:, :, 2] = 0
         return x
 
-    by_result = lm.run(TEXT, hooks={"blocks.1.attn.hook_result": drop_result}, heads=False).last_hidden_state
+    by_result = lm.run(TEXT, hooks={"blocks.1.attn.hook_result": drop_result}, encoder_only=True).last_hidden_state
     torch.testing.assert_close(by_z, by_result, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(by_z, own)
     assert _no_hooks_left(lm.model)
