@@ -22,6 +22,7 @@ from the floors below it:
     corpora      text and labels without a model: Brown, probe suites, senses, parallel data
     core         the loaded model, one forward pass, its typed results, layer names
     heads        what the pretraining heads say: fill-mask, the masking rule, logit lens, NSP/SOP
+    tasks        what a fine-tuned model decides: classification, tagging (its task head)
     analysis     reading representations: head statistics, shift, alignment, probes, parameters
     attribution  a registry of attribution methods
     training     BERT's pretraining recipe
@@ -51,6 +52,7 @@ _EXPORTS = {
     "ablate_heads": "interventions.ablation", "head_importance": "interventions.importance",
     "pruning_curve": "interventions.importance", "patch": "interventions.patching",
     "train": "training.recipe", "RecipeConfig": "training.config",
+    "predict": "tasks.predict", "classify": "tasks.classify", "tag": "tasks.tag",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 

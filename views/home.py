@@ -72,10 +72,11 @@ cols[4].metric("Parameters", f"{card['parameters'] / 1e6:.1f} M", help=f"{card['
 
 st.table(
     {
-        "": ["Architecture", "Heads present", "Max tokens", "Parameters (exact)", "Device", "Precision"],
+        "": ["Architecture", "Heads present", "Task head", "Max tokens", "Parameters (exact)", "Device", "Precision"],
         "value": [
             f"{card['architecture']} ({card['model_type']})",
             heads_text(card["heads_present"]),
+            card["task"]["description"] if card["task"] else "none (not a fine-tuned checkpoint)",
             str(card["max_length"]),
             f"{card['parameters']:,} (encoder {card['encoder_parameters']:,})",
             card["device"],

@@ -24,7 +24,9 @@ def cmd_info(args: argparse.Namespace) -> Any:
         f"vocab {card['vocab_size']:,}, max tokens {card['max_length']}",
         f"  parameters {card['parameters']:,} (encoder {card['encoder_parameters']:,})",
         f"  heads present: {heads_text(card['heads_present'])}",
+        f"  task head: {card['task']['description'] if card['task'] else 'none'}",
         f"  device {card['device']}, dtype {card['dtype']}",
+        *(f"  note: {note}" for note in card["notes"]),
     ]
     return "\n".join(lines)
 

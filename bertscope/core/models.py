@@ -7,9 +7,10 @@
 
 What is loaded:
 - the pretraining heads when the checkpoint carries them: ``BertForPreTraining`` (MLM + NSP)
-  for BERT-like types, else the masked-LM class, else the bare encoder. A head counts as
-  present only if every one of its weights came from the checkpoint, so a randomly
-  initialised head is never shown as real;
+  for BERT-like types, else the masked-LM class, else the bare encoder; a fine-tuned checkpoint's
+  task head (sequence classification, token classification, question answering: ``task``) when
+  it was saved with one. A head counts as present only if every one of its weights came from
+  the checkpoint, so a randomly initialised head is never shown as real;
 - eager attention (``attn_implementation="eager"``) for passes that return attention weights,
   and the fastest kernel the class supports (SDPA) for passes that need only hidden states or
   logits, switched per pass without reloading (``runtime.kernels``);
@@ -31,6 +32,7 @@ import torch
 
 from bertscope.core import hooked_pass
 from bertscope.core.hook_points import hook_names
+from bertscope.core.task_head import TaskHead, task_head, task_kind
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device, resolve_dtype
 from bertscope.runtime.hf import (
@@ -48,6 +50,7 @@ from bertscope.sources.resolve import resolve_source
 
 # Weights a checkpoint may lack without harm: the pooler is never used for inspection.
 _OPTIONAL_BASE_WEIGHTS = re.compile(r"(^|\.)pooler\.")
+PRETRAINING_HEADS = frozenset({"mlm", "nsp", "sop"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +69,7 @@ class LoadedModel:
     origin: str | None = None  # where the weights were published, e.g. for "bundled"
     notes: tuple[str, ...] = field(default_factory=tuple)
     fast_attention: str = EAGER  # kernel for passes without attention weights ("sdpa" when supported)
+    task: TaskHead | None = None  # a fine-tuned checkpoint's task head (its kind and labels)
     kernels: AttentionKernels = field(default_factory=AttentionKernels, repr=False)
     # forward passes on one shared model at once; more would only contend for the same cores
     # (or GPU memory) and, on a hosted demo, let one session starve the others
@@ -136,12 +140,25 @@ class LoadedModel:
 
 
 def _head_candidates(config: Any) -> list[tuple[Any, frozenset[str]]]:
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining
+    from transformers import (
+        AutoModel,
+        AutoModelForMaskedLM,
+        AutoModelForPreTraining,
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
 
     model_type = config.model_type
     saved_as = getattr(config, "architectures", None) or []
     if saved_as and all(a.endswith("Model") for a in saved_as):
         return [(AutoModel, frozenset())]  # saved from a bare encoder: it has no heads to find
+    kind = task_kind(config)
+    if kind is not None:  # a fine-tuned checkpoint: its task head, else the encoder alone
+        task_class = {"sequence-classification": AutoModelForSequenceClassification,
+                      "token-classification": AutoModelForTokenClassification,
+                      "question-answering": AutoModelForQuestionAnswering}[kind]
+        return [(task_class, frozenset({kind})), (AutoModel, frozenset())]
     candidates = []
     if model_type in NSP_TYPES:
         candidates.append((AutoModelForPreTraining, frozenset({"mlm", "nsp"})))
@@ -178,7 +195,9 @@ def _load_weights(
             raise explain_load_error(name, local_only, err) from err
         prefix = model.base_model_prefix + "."
         missing = list(info.get("missing_keys", []))
-        if heads and any(not k.startswith(prefix) for k in missing):
+        task = bool(heads - PRETRAINING_HEADS)
+        # a task head reads the pooler too (BERT's classifier): then every weight must be there
+        if heads and any(task or not k.startswith(prefix) for k in missing):
             del model
             continue  # the checkpoint has no such head: try a plainer class
         body_missing = [
@@ -200,11 +219,19 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
     source, local_only = resolve_source(name)
     config = load_hf_config(name, source, local_only)
     tokenizer = load_hf_tokenizer(name, source, local_only)
-    model, heads = _load_weights(name, source, local_only, config, torch_dtype)
+    model, found = _load_weights(name, source, local_only, config, torch_dtype)
+    heads = found & PRETRAINING_HEADS
+    task = next((task_head(model.config, kind) for kind in found - PRETRAINING_HEADS), None)
     model.to(torch_device).eval()
     model.requires_grad_(False)
     bundled = BUNDLED_MODELS.get(name.strip())
     notes = [bundled.note] if bundled is not None and bundled.note else []
+    if task is not None and task.generic_labels:
+        notes.append(f"The checkpoint does not name its labels: they are shown as it has them "
+                     f"({', '.join(task.labels[:4])}{', …' if len(task.labels) > 4 else ''}).")
+    if task is None and task_kind(config) is not None:
+        notes.append(f"The checkpoint was saved as {', '.join(config.architectures)}, but its task head's weights are "
+                     "not all in it: loaded as the encoder alone.")
     if "mlm" not in heads:
         notes.append("This checkpoint has no masked-LM head: fill-mask views are unavailable.")
     return LoadedModel(
@@ -220,4 +247,5 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
         origin=bundled.origin if bundled is not None else None,
         notes=tuple(notes),
         fast_attention=fastest_kernel(model),
+        task=task,
     )

@@ -19,10 +19,14 @@ def pass_bytes(lm: LoadedModel, tokens: int) -> int:
 
 
 def batches(lm: LoadedModel, texts: Sequence[str], batch_size: int = 32,
-            max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> Iterator[tuple[list[int], Padded, dict]]:
-    """(rows of ``texts``, the padded batch, its inputs on the device), shortest first."""
+            max_batch_bytes: int = DEFAULT_BATCH_BYTES, pairs: Sequence[str | None] | None = None
+            ) -> Iterator[tuple[list[int], Padded, dict]]:
+    """(rows of ``texts``, the padded batch, its inputs on the device), shortest first; each text
+    with its second segment ``pairs[i]`` when given."""
     texts = [check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
-    tokenized = tokenize(lm, texts, [None] * len(texts))
+    if pairs is not None:
+        pairs = [None if p is None else check_text(p, f"pair {i + 1}") for i, p in enumerate(pairs)]
+    tokenized = tokenize(lm, texts, list(pairs) if pairs is not None else [None] * len(texts))
     lengths = [len(e.ids) for e in tokenized.encodings]
     for rows in plan_batches(lengths, lambda n: pass_bytes(lm, n), batch_size, max_batch_bytes):
         padded = pad(lm, tokenized, rows)

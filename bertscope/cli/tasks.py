@@ -1,0 +1,68 @@
+"""``predict``: what a fine-tuned model decides (classifiers and taggers), on a text or a file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bertscope.cli.common import Command, load, progress_bar, read_text
+from bertscope.errors import BertScopeError
+
+
+def cmd_predict(args: argparse.Namespace) -> Any:
+    from bertscope.tasks.predict import predict, read_records
+
+    if (args.text is None) == (args.file is None):
+        raise BertScopeError("Give a TEXT or --file (a .csv or .jsonl of records), not both.")
+    if args.question is not None:
+        raise BertScopeError("--question is for question-answering models, whose answer spans predict does not "
+                             "read yet.")
+    if args.file is not None:
+        records = read_records(read_text(args.file, "records"), Path(args.file).name)
+        if args.pair is not None:
+            raise BertScopeError("--pair goes with a TEXT; a file gives its pairs in a pair column.")
+        texts, pairs, gold = records.texts, records.pairs, records.gold
+    else:
+        texts, pairs, gold = [args.text], None if args.pair is None else [args.pair], None
+    lm = load(args)
+    with progress_bar("Predicting", "text") as progress:
+        out = predict(lm, texts, pairs, args.top_k, gold, progress=progress if len(texts) > 32 else None)
+    out["model"] = lm.name
+    if args.json:
+        return out
+    return _text(out)
+
+
+def _text(out: dict) -> str:
+    lines = [f"{out['model']}: {out['task'].replace('-', ' ')}"]
+    for item in out["items"]:
+        if out["task"] == "sequence-classification":
+            head = item["text"] + (f"  ||  {item['pair']}" if item["pair"] else "")
+            lines.append(f"  {head[:100]}")
+            lines += [f"    {s['label']:<24} {s['score']:.4f}" for s in item["scores"]]
+        else:
+            lines.append(f"  {item['text'][:100]}")
+            lines += [f"    {e['entity_group']:<10} {e['word']!r} [{e['start']}:{e['end']}] {e['score']:.3f}"
+                      for e in item["entities"]] or ["    (no entity)"]
+    if "evaluation" in out:
+        e = out["evaluation"]
+        lines.append(f"  {e['records']:,} labelled records: accuracy {e['accuracy']:.4f}, macro-F1 {e['macro_f1']:.4f}, "
+                     f"{e['misclassified_count']:,} misclassified (--json lists them and the confusion matrix)")
+    return "\n".join(lines)
+
+
+def _predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", nargs="?", help="the text to decide on (or --file)")
+    p.add_argument("--pair", help="the second text of a pair (sentence-pair classifiers: NLI, paraphrase)")
+    p.add_argument("--question", help="question-answering models: the question (TEXT is the context)")
+    p.add_argument("--file", help="a .csv (text[,pair][,label]) or .jsonl of records; with labels, accuracy, "
+                                  "macro-F1 and the confusion matrix too")
+    p.add_argument("--top-k", type=int, help="classification: the K best labels (default: every label)")
+
+
+COMMANDS = [
+    Command("predict", "what a fine-tuned model decides: every label's score (classifiers, text pairs), each "
+            "token's label and the entities (taggers), on a text or a labelled file", cmd_predict,
+            _predict_arguments),
+]

@@ -1,0 +1,20 @@
+"""What a fine-tuned model decides: the task heads of ``core.task_head`` put to use.
+
+``classify`` (sequence classification of texts and pairs: every label's score, as transformers'
+``text-classification`` pipeline), ``tag`` (token classification: each piece's label, each word's,
+and entities grouped as the ``token-classification`` pipeline's ``simple`` strategy),
+``predict`` (one entry point for every task, the records of a labelled file, the JSON the CLI
+prints). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``.
+"""
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "classify": "tasks.classify",
+    "ClassScores": "tasks.classify",
+    "tag": "tasks.tag",
+    "Tagging": "tasks.tag",
+    "predict": "tasks.predict",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
