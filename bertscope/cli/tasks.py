@@ -1,4 +1,4 @@
-"""``predict``: what a fine-tuned model decides (classifiers and taggers), on a text or a file."""
+"""``predict``: what a fine-tuned model decides (classifiers, taggers, question answering), on a text or a file."""
 
 from __future__ import annotations
 
@@ -15,19 +15,18 @@ def cmd_predict(args: argparse.Namespace) -> Any:
 
     if (args.text is None) == (args.file is None):
         raise BertScopeError("Give a TEXT or --file (a .csv or .jsonl of records), not both.")
-    if args.question is not None:
-        raise BertScopeError("--question is for question-answering models, whose answer spans predict does not "
-                             "read yet.")
     if args.file is not None:
         records = read_records(read_text(args.file, "records"), Path(args.file).name)
-        if args.pair is not None:
-            raise BertScopeError("--pair goes with a TEXT; a file gives its pairs in a pair column.")
-        texts, pairs, gold = records.texts, records.pairs, records.gold
+        if args.pair is not None or args.question is not None:
+            raise BertScopeError("--pair and --question go with a TEXT; a file gives them in its own columns.")
+        texts, pairs, gold, questions = records.texts, records.pairs, records.gold, records.questions
     else:
         texts, pairs, gold = [args.text], None if args.pair is None else [args.pair], None
+        questions = None if args.question is None else [args.question]
     lm = load(args)
     with progress_bar("Predicting", "text") as progress:
-        out = predict(lm, texts, pairs, args.top_k, gold, progress=progress if len(texts) > 32 else None)
+        out = predict(lm, texts, pairs, args.top_k, gold, progress=progress if len(texts) > 32 else None,
+                      questions=questions)
     out["model"] = lm.name
     if args.json:
         return out
@@ -41,6 +40,9 @@ def _text(out: dict) -> str:
             head = item["text"] + (f"  ||  {item['pair']}" if item["pair"] else "")
             lines.append(f"  {head[:100]}")
             lines += [f"    {s['label']:<24} {s['score']:.4f}" for s in item["scores"]]
+        elif out["task"] == "question-answering":
+            lines.append(f"  Q: {item['question'][:100]}")
+            lines += [f"    {a['answer']!r} [{a['start']}:{a['end']}] {a['score']:.4f}" for a in item["answers"]]
         else:
             lines.append(f"  {item['text'][:100]}")
             lines += [f"    {e['entity_group']:<10} {e['word']!r} [{e['start']}:{e['end']}] {e['score']:.3f}"
@@ -55,14 +57,17 @@ def _text(out: dict) -> str:
 def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", nargs="?", help="the text to decide on (or --file)")
     p.add_argument("--pair", help="the second text of a pair (sentence-pair classifiers: NLI, paraphrase)")
-    p.add_argument("--question", help="question-answering models: the question (TEXT is the context)")
+    p.add_argument("--question", help="question-answering models: the question (TEXT is the context, cut into "
+                                      "overlapping windows when it is longer than the model reads)")
     p.add_argument("--file", help="a .csv (text[,pair][,label]) or .jsonl of records; with labels, accuracy, "
                                   "macro-F1 and the confusion matrix too")
-    p.add_argument("--top-k", type=int, help="classification: the K best labels (default: every label)")
+    p.add_argument("--top-k", type=int, help="classification: the K best labels (default: every label); "
+                                             "question answering: the K best answers (default 1)")
 
 
 COMMANDS = [
     Command("predict", "what a fine-tuned model decides: every label's score (classifiers, text pairs), each "
-            "token's label and the entities (taggers), on a text or a labelled file", cmd_predict,
+            "token's label and the entities (taggers), the answer spans (question answering), on a text or a "
+            "labelled file", cmd_predict,
             _predict_arguments),
 ]

@@ -3,6 +3,7 @@
 ``classify`` (sequence classification of texts and pairs: every label's score, as transformers'
 ``text-classification`` pipeline), ``tag`` (token classification: each piece's label, each word's,
 and entities grouped as the ``token-classification`` pipeline's ``simple`` strategy),
+``spans`` (extractive question answering: the best answer spans, windows over long contexts),
 ``predict`` (one entry point for every task, the records of a labelled file, the JSON the CLI
 prints). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``.
 """
@@ -14,6 +15,8 @@ _EXPORTS = {
     "ClassScores": "tasks.classify",
     "tag": "tasks.tag",
     "Tagging": "tasks.tag",
+    "answer": "tasks.spans",
+    "Answers": "tasks.spans",
     "predict": "tasks.predict",
 }
 __all__ = list(_EXPORTS)

@@ -1,8 +1,9 @@
 """One entry point for every task head: texts (or a file of records) -> the decisions as JSON with
 the pipelines' own keys, and, when the records carry gold labels, how often the model is right.
 
-Records: a CSV (header ``text`` and optionally ``pair``/``text_pair`` and ``label``) or JSONL (one
-object a line with those keys); every label of a labelled file must be one of the model's.
+Records: a CSV (header ``text`` and optionally ``pair``/``text_pair`` and ``label``; for question
+answering ``question`` and ``context``) or JSONL (one object a line with those keys); every label
+of a labelled file must be one of the model's.
 Classification scores: accuracy, macro-F1 (scikit-learn's ``f1_score(average="macro")``) and the
 confusion matrix, with the misclassified records listed (LIT's per-example inspection).
 """
@@ -21,6 +22,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.errors import BertScopeError
 from bertscope.tasks.classify import MAX_TEXTS, ClassScores, classify
+from bertscope.tasks.spans import answer
 from bertscope.tasks.tag import tag
 
 MAX_MISCLASSIFIED = 200
@@ -30,9 +32,10 @@ MAX_MISCLASSIFIED = 200
 class Records:
     """Inputs read from a file: texts, their second segments (or None) and gold labels (or None)."""
 
-    texts: list[str]
+    texts: list[str]  # the texts (question answering: the contexts)
     pairs: list[str | None] | None
     gold: list[str] | None
+    questions: list[str] | None = None
 
 
 def read_records(content: str, name: str) -> Records:
@@ -51,19 +54,22 @@ def read_records(content: str, name: str) -> Records:
             rows.append(row)
     else:
         reader = csv.DictReader(io.StringIO(content))
-        if not reader.fieldnames or "text" not in reader.fieldnames:
-            raise BertScopeError(f"{name}: the first line must name a text column (text[,pair][,label]).")
+        if not reader.fieldnames or not {"text", "context"} & set(reader.fieldnames):
+            raise BertScopeError(f"{name}: the first line must name a text column (text[,pair][,label], or "
+                                 "question,context).")
         rows = list(reader)
     if not rows:
         raise BertScopeError(f"{name} has no records.")
     if len(rows) > MAX_TEXTS:
         raise BertScopeError(f"{name} has {len(rows):,} records; at most {MAX_TEXTS:,} at once.")
-    texts, pairs, gold = [], [], []
+    texts, pairs, gold, questions = [], [], [], []
     for number, row in enumerate(rows, 1):
-        text = row.get("text")
+        text = row.get("text", row.get("context"))
         if not isinstance(text, str) or not text.strip():
             raise BertScopeError(f"{name}, record {number}: no text.")
         texts.append(text)
+        question = row.get("question")
+        questions.append(None if question in (None, "") else str(question))
         pair = row.get("pair", row.get("text_pair"))
         pairs.append(None if pair in (None, "") else str(pair))
         label = row.get("label")
@@ -73,7 +79,11 @@ def read_records(content: str, name: str) -> Records:
         raise BertScopeError(f"{name}: give a pair for every record, or for none.")
     if has_gold and not all(g is not None for g in gold):
         raise BertScopeError(f"{name}: give a label for every record, or for none.")
-    return Records(texts, pairs if has_pairs else None, gold if has_gold else None)
+    has_questions = any(q is not None for q in questions)
+    if has_questions and not all(q is not None for q in questions):
+        raise BertScopeError(f"{name}: give a question for every record, or for none.")
+    return Records(texts, pairs if has_pairs else None, gold if has_gold else None,
+                   questions if has_questions else None)
 
 
 def evaluation(results: Sequence[ClassScores], gold: Sequence[str], labels: Sequence[str]) -> dict:
@@ -97,15 +107,19 @@ def evaluation(results: Sequence[ClassScores], gold: Sequence[str], labels: Sequ
 
 def predict(lm: LoadedModel, texts: Sequence[str], pairs: Sequence[str | None] | None = None,
             top_k: int | None = None, gold: Sequence[str] | None = None, batch_size: int = 32,
-            progress: Callable[[int, int], None] | None = None) -> dict:
+            progress: Callable[[int, int], None] | None = None, questions: Sequence[str] | None = None) -> dict:
     """The model's decisions on ``texts`` as JSON (``predict``'s output), with an evaluation when
-    ``gold`` labels are given (classification)."""
+    ``gold`` labels are given (classification). Question answering: ``texts`` are the contexts of
+    ``questions``; ``top_k`` answers (default 1)."""
     if lm.task is None:
         raise BertScopeError(f"{lm.name} has no task head (not a fine-tuned checkpoint): predict reads a "
                              "classifier, a tagger or a question-answering model.")
     if top_k is not None and top_k < 1:
         raise BertScopeError("--top-k takes a number from 1.")
     kind = lm.task.kind
+    if questions is not None and kind != SPANS:
+        raise BertScopeError(f"A question goes to a question-answering model; {lm.name} is a "
+                             f"{kind.replace('-', ' ')} model.")
     if kind == SEQUENCE:
         results = classify(lm, texts, pairs, batch_size, progress)
         out = {"task": kind, "labels": list(lm.task.labels), "scoring": lm.task.scoring,
@@ -121,6 +135,10 @@ def predict(lm: LoadedModel, texts: Sequence[str], pairs: Sequence[str | None] |
         return {"task": kind, "labels": list(lm.task.labels),
                 "items": [t.to_json() for t in tag(lm, texts, batch_size, progress)]}
     if kind == SPANS:
-        raise BertScopeError(f"{lm.name} is a question-answering model: its task head loads, but predict does "
-                             "not read answer spans yet.")
+        if questions is None:
+            raise BertScopeError("A question-answering model needs a question for each context (--question).")
+        if pairs is not None or gold is not None:
+            raise BertScopeError("A question-answering model takes a question and a context, no pair or label.")
+        results = answer(lm, questions, texts, top_k or 1, batch_size=batch_size, progress=progress)
+        return {"task": kind, "items": [r.to_json() for r in results]}
     raise BertScopeError(f"Unknown task {kind!r}.")

@@ -129,12 +129,66 @@ def test_every_family_tags_as_the_pipeline(family, tmp_path):
         assert all(mine.text[w["start"]:w["end"]] == w["word"] for w in mine.words)
 
 
-def test_question_answering_checkpoints_load_with_their_head(tiny_bert_dir, tmp_path):
+def brute_force_answers(lm, question: str, context: str, top_k: int, max_answer_len: int = 15) -> tuple[list, int]:
+    """Every span of every window scored from the model's own logits, in float64: the old
+    pipeline's rules written out as loops (windows of min(384, limit) tokens, stride half of it)."""
+    tok = lm.tokenizer
+    length = min(384, lm.max_length, tok.model_max_length)
+    enc = tok(question, context, truncation="only_second", max_length=length, stride=min(length // 2, 128),
+              return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
+    found: dict[str, dict] = {}
+    for w in range(len(enc["input_ids"])):
+        ids, seq = enc["input_ids"][w], enc.sequence_ids(w)
+        with torch.no_grad():
+            out = lm.model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([enc["token_type_ids"][w]]))
+        allowed = [seq[i] == 1 or ids[i] == tok.cls_token_id for i in range(len(ids))]
+
+        def probabilities(logits):
+            x = np.where(allowed, logits[0].double().numpy(), -10000.0)
+            x = np.exp(x - x.max())
+            return x / x.sum()
+
+        ps, pe = probabilities(out.start_logits), probabilities(out.end_logits)
+        ps[0] = pe[0] = 0.0  # [CLS]: the no-answer score, not an answer
+        spans = sorted(((ps[i] * pe[j], i, j) for i in range(len(ids)) for j in range(i, min(len(ids), i + max_answer_len))
+                        if allowed[i] and allowed[j]), reverse=True)[:top_k * 2 + 10]
+        window = enc[w]
+        for score, i, j in spans:
+            a = window.word_to_chars(window.token_to_word(i), sequence_index=1)[0]
+            b = window.word_to_chars(window.token_to_word(j), sequence_index=1)[1]
+            text = context[a:b]
+            same = found.get(text.lower())
+            if same:
+                same["score"] += score
+            else:
+                found[text.lower()] = {"answer": text, "start": a, "end": b, "score": score}
+    return sorted(found.values(), key=lambda x: x["score"], reverse=True)[:top_k], len(enc["input_ids"])
+
+
+def test_question_answering_equals_every_span_scored_by_hand_also_over_several_windows(tiny_bert_dir, tmp_path):
+    from bertscope.tasks.spans import answer
+
     folder = task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 7)
     lm = load_model(str(folder))
     assert lm.task.kind == "question-answering" and "answer spans" in lm.task.describe()
-    with pytest.raises(BertScopeError, match="does not read answer spans yet"):
-        predict(lm, TEXTS)
+    short = "the man walked along the river bank and the dog ate the bread ."
+    long = " ".join(["the man walked along the river bank ; she had cash in the bank ; the dog ate bread ."] * 4)
+    results = answer(lm, ["where was the man ?", "who had cash ?"], [short, long], top_k=3)
+    assert results[0].windows == 1 and results[1].windows >= 3  # the long context is cut into windows
+    for result, context in zip(results, [short, long]):
+        expected, windows = brute_force_answers(lm, result.question, context, 3)
+        assert result.windows == windows
+        assert [(a["answer"], a["start"], a["end"]) for a in result.answers] == \
+               [(a["answer"], a["start"], a["end"]) for a in expected]
+        np.testing.assert_allclose([a["score"] for a in result.answers], [a["score"] for a in expected], rtol=1e-5)
+        assert all(context[a["start"]:a["end"]] == a["answer"] for a in result.answers)
+    out = predict(lm, [short], questions=["where was the man ?"])
+    assert out["task"] == "question-answering" and len(out["items"][0]["answers"]) == 1
+    assert out["items"][0]["answers"][0] == results[0].answers[0]
+    with pytest.raises(BertScopeError, match="needs a question"):
+        predict(lm, [short])
+    with pytest.raises(BertScopeError, match="the question is empty"):
+        answer(lm, [" "], [short])
 
 
 def test_a_checkpoint_saved_as_a_classifier_without_its_head_is_the_encoder_and_says_so(tiny_bert_dir, tmp_path):
@@ -176,10 +230,27 @@ def test_the_predict_command_and_a_labelled_file(tiny_bert_dir, tmp_path, capsys
     assert "task head: sequence classification (3 labels: negative, neutral, positive)" in capsys.readouterr().out
 
 
+def test_the_predict_command_answers_questions(tiny_bert_dir, tmp_path, capsys):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 7)
+    context = "the man walked along the river bank and the dog ate the bread ."
+    capsys.readouterr()
+    assert main(["predict", str(folder), context, "--question", "where was the man ?", "--top-k", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    answers = out["items"][0]["answers"]
+    assert out["task"] == "question-answering" and len(answers) == 2 and answers[0]["score"] >= answers[1]["score"]
+    assert all(context[a["start"]:a["end"]] == a["answer"] for a in answers)
+    records = tmp_path / "qa.jsonl"
+    records.write_text(json.dumps({"question": "who ate ?", "context": context}) + "\n")
+    assert main(["predict", str(folder), "--file", str(records)]) == 0
+    assert "Q: who ate ?" in capsys.readouterr().out
+    assert main(["predict", str(folder), context]) == 2
+    assert "needs a question" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["TEXT", "--file", "x.csv"], "Give a TEXT or --file"),
     ([], "Give a TEXT or --file"),
-    (["TEXT", "--question", "who?"], "question-answering"),
+    (["TEXT", "--question", "who?"], "A question goes to a question-answering model"),
     (["--file", "missing.csv"], "No records file"),
     (["TEXT", "--top-k", "0"], "--top-k takes a number from 1"),
 ])

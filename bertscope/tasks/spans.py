@@ -1,0 +1,189 @@
+"""Extractive question answering: a question and a context -> the best answer spans, with scores and
+character offsets into the context (BERT, §4.2: a start vector S and an end vector E; the span
+i..j scores S·T_i + E·T_j, with j >= i).
+
+transformers 5 removed its ``question-answering`` pipeline; this ports the algorithm of its last
+version (4.53, ``pipelines/question_answering.py``: ``preprocess``, ``select_starts_ends``,
+``decode_spans``, ``postprocess`` with ``align_to_words``) for fast tokenizers, and
+``tests/tasks/test_predict.py`` holds it to a brute-force enumeration of every allowed span:
+- the context is cut into windows of at most ``max_seq_len`` tokens (default min(384, the
+  model's limit)) overlapping by ``doc_stride`` (default min(max_seq_len // 2, 128)), the
+  question whole in each (``truncation="only_second"``);
+- in each window the start and end logits of tokens outside the context (question, special
+  tokens; [CLS] kept) are set to -10000, each is softmaxed, [CLS]'s probabilities are then set to
+  0, and the span score is p_start(i) · p_end(j) for i <= j < i + ``max_answer_len``;
+- spans are widened to whole words, and answers with the same text (case aside) found in several
+  windows add their scores; the ``top_k`` best are returned.
+The windows of every question run together in batches bounded by bytes, through the one owner of
+a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bertscope.core.forward import DEFAULT_BATCH_BYTES, plan_batches
+from bertscope.core.models import LoadedModel
+from bertscope.core.passes import pass_bytes, wide
+from bertscope.core.task_head import SPANS, require_task
+from bertscope.errors import BertScopeError
+from bertscope.runtime.devices import to_device
+
+MAX_CONTEXT_CHARS = 1_000_000
+MASKED = -10000.0
+
+
+@dataclass(frozen=True)
+class Answers:
+    """One question's best spans in its context."""
+
+    question: str
+    context: str
+    answers: list[dict]  # {"answer", "start", "end", "score"}, best first
+    windows: int  # how many windows the context was cut into
+
+    def to_json(self) -> dict:
+        return {"question": self.question, "context": self.context, "answers": self.answers,
+                "windows": self.windows}
+
+
+def decode_spans(start: np.ndarray, end: np.ndarray, top_k: int, max_answer_len: int,
+                 allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, scores) of the ``top_k`` best spans of one window: start [1, token] and end
+    [1, token] probabilities, ``allowed`` [1, token] 1 where a span may begin or end."""
+    outer = np.matmul(np.expand_dims(start, -1), np.expand_dims(end, 1))  # [1, start, end]
+    candidates = np.tril(np.triu(outer), max_answer_len - 1)  # end >= start, at most max_answer_len tokens
+    flat = candidates.flatten()
+    if top_k == 1:
+        order = [np.argmax(flat)]
+    elif len(flat) < top_k:
+        order = np.argsort(-flat)
+    else:
+        best = np.argpartition(-flat, top_k)[0:top_k]
+        order = best[np.argsort(-flat[best])]
+    starts, ends = np.unravel_index(order, candidates.shape)[1:]
+    keep = np.isin(starts, allowed.nonzero()) & np.isin(ends, allowed.nonzero())
+    starts, ends = starts[keep], ends[keep]
+    return starts, ends, candidates[0, starts, ends]
+
+
+def _window_spans(start: np.ndarray, end: np.ndarray, p_mask: np.ndarray, top_k: int, max_answer_len: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """One window's candidate spans from its logits ([token] each) and p_mask ([token], 1 where no
+    answer may be), and the no-answer score (p_start([CLS]) · p_end([CLS]))."""
+    allowed = (np.abs(np.asarray(p_mask)[None] - 1)).astype(np.int64)  # [1, token]
+    start = np.where(allowed == 0, MASKED, start[None])
+    end = np.where(allowed == 0, MASKED, end[None])
+    start = np.exp(start - start.max(axis=-1, keepdims=True))
+    start = start / start.sum()
+    end = np.exp(end - end.max(axis=-1, keepdims=True))
+    end = end / end.sum()
+    null = float(start[0, 0] * end[0, 0])
+    start[0, 0] = end[0, 0] = 0.0
+    starts, ends, scores = decode_spans(start, end, top_k, max_answer_len, allowed)
+    return starts, ends, scores, null
+
+
+def _char_span(enc, s: int, e: int, sequence_index: int) -> tuple[int, int]:
+    """Token span s..e -> character span in the context, widened to whole words."""
+    try:
+        start = enc.word_to_chars(enc.token_to_word(s), sequence_index=sequence_index)[0]
+        end = enc.word_to_chars(enc.token_to_word(e), sequence_index=sequence_index)[1]
+    except Exception:  # a token of no word (the pipeline's own fallback)
+        start, end = enc.offsets[s][0], enc.offsets[e][1]
+    return start, end
+
+
+def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], top_k: int = 1,
+           max_answer_len: int = 15, max_seq_len: int | None = None, doc_stride: int | None = None,
+           handle_impossible_answer: bool = False, batch_size: int = 32,
+           max_batch_bytes: int = DEFAULT_BATCH_BYTES, progress: Callable[[int, int], None] | None = None
+           ) -> list[Answers]:
+    """The ``top_k`` best answer spans of each question in its context, in the order given."""
+    require_task(lm, SPANS)
+    tok = lm.tokenizer
+    if len(questions) != len(contexts):
+        raise BertScopeError(f"{len(questions)} questions but {len(contexts)} contexts.")
+    if not questions:
+        raise BertScopeError("No question to answer.")
+    if top_k < 1 or max_answer_len < 1:
+        raise BertScopeError("top-k and the longest answer are numbers from 1.")
+    max_seq_len = min(tok.model_max_length or lm.max_length, 384, lm.max_length) if max_seq_len is None \
+        else max_seq_len
+    doc_stride = min(max_seq_len // 2, 128) if doc_stride is None else doc_stride
+    if doc_stride > max_seq_len:
+        raise BertScopeError(f"The stride ({doc_stride}) is longer than a window ({max_seq_len}).")
+    question_first = getattr(tok, "padding_side", "right") == "right"
+    windows = []  # (example, encoding, p_mask [token])
+    for i, (q, c) in enumerate(zip(questions, contexts)):
+        for what, text in (("question", q), ("context", c)):
+            if not isinstance(text, str) or not text.strip():
+                raise BertScopeError(f"Item {i + 1}: the {what} is empty.")
+        if len(c) > MAX_CONTEXT_CHARS:
+            raise BertScopeError(f"Item {i + 1}: the context has {len(c):,} characters; at most {MAX_CONTEXT_CHARS:,}.")
+        try:
+            encoded = tok(text=q if question_first else c, text_pair=c if question_first else q,
+                          truncation="only_second" if question_first else "only_first", max_length=max_seq_len,
+                          stride=doc_stride, return_token_type_ids=True, return_overflowing_tokens=True,
+                          return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False)
+        except Exception as err:  # the tokenizer cannot fit the question with any of the context
+            raise BertScopeError(f"Item {i + 1}: the question is too long for windows of {max_seq_len} tokens "
+                                 f"({type(err).__name__}).") from None
+        for w in range(len(encoded["input_ids"])):
+            # the reference's p_mask: 1 outside the context (question first), [CLS] kept
+            p_mask = [tid != 1 if question_first else 0 for tid in encoded.sequence_ids(w)]
+            ids = encoded["input_ids"][w]
+            if tok.cls_token_id is not None:
+                for at in np.nonzero(np.array(ids) == tok.cls_token_id)[0]:
+                    p_mask[at] = 0
+            windows.append((i, encoded[w], np.asarray(p_mask, np.int64)))
+    logits: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(windows)
+    lengths = [len(enc.ids) for _, enc, _ in windows]
+    done = 0
+    for rows in plan_batches(lengths, lambda n: pass_bytes(lm, n), batch_size, max_batch_bytes):
+        width = max(lengths[r] for r in rows)
+        ids = torch.full((len(rows), width), tok.pad_token_id or 0, dtype=torch.long)  # [batch, token]
+        types = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, r in enumerate(rows):
+            enc = windows[r][1]
+            ids[b, :lengths[r]] = torch.tensor(enc.ids)
+            types[b, :lengths[r]] = torch.tensor(enc.type_ids)
+            mask[b, :lengths[r]] = 1
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        feed = {k: to_device(v, lm.device) for k, v in feed.items() if k in tok.model_input_names}
+        out = lm.run(feed)
+        starts, ends = wide(out.start_logits).cpu().numpy(), wide(out.end_logits).cpu().numpy()  # [batch, token]
+        for b, r in enumerate(rows):
+            logits[r] = (starts[b, :lengths[r]], ends[b, :lengths[r]])
+        done += len(rows)
+        if progress:
+            progress(done, len(windows))
+    pre_top_k = top_k * 2 + 10  # more candidates before widening to words merges some
+    found: list[list[dict]] = [[] for _ in questions]
+    nulls = [1_000_000.0] * len(questions)
+    counts = [0] * len(questions)
+    sequence_index = 1 if question_first else 0
+    for (i, enc, p_mask), (start, end) in zip(windows, logits):
+        counts[i] += 1
+        starts, ends, scores, null = _window_spans(start, end, p_mask, pre_top_k, max_answer_len)
+        nulls[i] = min(nulls[i], null)
+        for s, e, score in zip(starts, ends, scores):
+            a, b = _char_span(enc, int(s), int(e), sequence_index)
+            text = contexts[i][a:b]
+            same = next((x for x in found[i] if x["answer"].lower() == text.lower()), None)
+            if same is not None:
+                same["score"] += float(score)
+            else:
+                found[i].append({"answer": text, "start": int(a), "end": int(b), "score": float(score)})
+    results = []
+    for i, answers in enumerate(found):
+        if handle_impossible_answer:
+            answers.append({"answer": "", "start": 0, "end": 0, "score": nulls[i]})
+        best = sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k]
+        results.append(Answers(questions[i], contexts[i], best, counts[i]))
+    return results
