@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=0, help="0: Brown sentences; N: texts of about N tokens")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    base = random_model_dir(args.model.removeprefix("random:"), "encoder") if args.model.startswith("random:") \
+    base = random_model_dir(args.model.removeprefix("random:"), "none") if args.model.startswith("random:") \
         else args.model
     for auto, kind, options in (("AutoModelForSequenceClassification", "text-classification", {"top_k": None}),
                                 ("AutoModelForTokenClassification", "token-classification",

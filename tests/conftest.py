@@ -293,3 +293,23 @@ def random_base_dir(tmp_path_factory) -> Path:
 
 
 LONG_TEXT = " ".join(["the bank of the river was muddy after the storm , and the boats stayed in ."] * 40)
+
+
+def task_checkpoint(base: Path, folder: Path, auto: str, seed: int, **config) -> Path:
+    """``base``'s encoder under a new task head (seeded), saved as a fine-tuned checkpoint is."""
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer
+
+    torch.manual_seed(seed)
+    cfg = AutoConfig.from_pretrained(base, **config)
+    model = getattr(transformers, auto).from_pretrained(base, config=cfg).eval()
+    for name, p in model.named_parameters():  # a decisive head: larger weights than the init's
+        if not name.startswith(model.base_model_prefix):
+            p.data.normal_(0, 2.0)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(base).save_pretrained(folder)
+    return folder
+
+
+def labels(names: list[str]) -> dict:
+    return {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}

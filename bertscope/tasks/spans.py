@@ -120,18 +120,19 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
     question_first = getattr(tok, "padding_side", "right") == "right"
     windows = []  # (example, encoding, p_mask [token])
     for i, (q, c) in enumerate(zip(questions, contexts)):
+        item = f"Item {i + 1}: the" if len(questions) > 1 else "The"
         for what, text in (("question", q), ("context", c)):
             if not isinstance(text, str) or not text.strip():
-                raise BertScopeError(f"Item {i + 1}: the {what} is empty.")
+                raise BertScopeError(f"{item} {what} is empty.")
         if len(c) > MAX_CONTEXT_CHARS:
-            raise BertScopeError(f"Item {i + 1}: the context has {len(c):,} characters; at most {MAX_CONTEXT_CHARS:,}.")
+            raise BertScopeError(f"{item} context has {len(c):,} characters; at most {MAX_CONTEXT_CHARS:,}.")
         try:
             encoded = tok(text=q if question_first else c, text_pair=c if question_first else q,
                           truncation="only_second" if question_first else "only_first", max_length=max_seq_len,
                           stride=doc_stride, return_token_type_ids=True, return_overflowing_tokens=True,
                           return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False)
         except Exception as err:  # the tokenizer cannot fit the question with any of the context
-            raise BertScopeError(f"Item {i + 1}: the question is too long for windows of {max_seq_len} tokens "
+            raise BertScopeError(f"{item} question is too long for windows of {max_seq_len} tokens "
                                  f"({type(err).__name__}).") from None
         for w in range(len(encoded["input_ids"])):
             # the reference's p_mask: 1 outside the context (question first), [CLS] kept

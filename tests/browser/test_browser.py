@@ -784,3 +784,43 @@ def test_every_page_fits_the_window_at_1280_and_1400_px(browser, app_url, artifa
         page.screenshot(path=str(folder / f"{path or 'home'}.png"), full_page=True)
         assert not problems, (path, problems)
         page.close()
+
+
+def test_predictions_page_on_a_classifier_and_a_tagger_of_the_bundled_encoder(browser, tmp_path, artifacts):
+    """The bundled encoder under seeded task heads (saved as fine-tuned checkpoints are): the
+    classifier's bars, then a labelled CSV uploaded and scored; the tagger's marked entities."""
+    from bertscope.sources.resolve import resolve_source
+    from tests.conftest import labels, task_checkpoint
+
+    base = Path(resolve_source("bundled")[0])
+    classifier = task_checkpoint(base, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=3,
+                                 **labels(["negative", "neutral", "positive"]))
+    records = tmp_path / "records.csv"
+    records.write_text("text,label\n" + "".join(f'"{t}",{g}\n' for t, g in [
+        ("What a wonderful day at the beach.", "positive"), ("The service was slow and rude.", "negative"),
+        ("The meeting is at ten.", "neutral"), ("I loved every minute of it.", "positive"),
+        ("This is the worst film of the year.", "negative"), ("The train leaves from platform two.", "neutral")]))
+    with running_app(tmp_path / "server.log", model=str(classifier)) as url:
+        page, problems = open_page(browser, f"{url}/predictions", 1400)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+        assert "sequence classification (3 labels: negative, neutral, positive)" in page.inner_text("body")
+        page.locator('input[type="file"]').set_input_files(str(records))
+        page.get_by_role("button", name="Score the file").click()
+        page.get_by_text("Macro-F1").first.wait_for(timeout=120_000)
+        page.get_by_text("Confusion matrix (6 records)").first.wait_for(state="attached", timeout=60_000)
+        wait_until_idle(page)
+        assert "Misclassified" in page.inner_text("body") and not page.locator(".stException").count()
+        page.screenshot(path=str(artifacts / "predictions-classifier.png"), full_page=True)
+        assert not problems, problems
+        page.close()
+    tagger = task_checkpoint(base, tmp_path / "tag", "AutoModelForTokenClassification", 6, num_labels=5,
+                             **labels(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]))
+    with running_app(tmp_path / "server-tagger.log", model=str(tagger)) as url:
+        page, problems = open_page(browser, f"{url}/predictions", 1200)
+        page.locator("mark").first.wait_for(timeout=120_000)
+        wait_until_idle(page)
+        assert not page.locator(".stException").count()
+        page.screenshot(path=str(artifacts / "predictions-tagger.png"), full_page=True)
+        assert not problems, problems
+        page.close()
+

@@ -19,6 +19,7 @@ from bertscope.errors import BertScopeError
 from bertscope.tasks.classify import classify
 from bertscope.tasks.predict import predict, read_records
 from bertscope.tasks.tag import tag
+from tests.conftest import labels, task_checkpoint
 
 FAMILIES = ["tiny_bert_dir", "tiny_roberta_dir", "tiny_xlmr_dir", "tiny_albert_dir", "tiny_distilbert_dir",
             "tiny_electra_dir", "tiny_deberta_dir"]
@@ -27,26 +28,6 @@ TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 # short: the tiny XLM-R's character-level vocabulary makes many pieces, and its limit is 32 tokens
 TEXTS = ["the river bank .", "she had cash !", "hello world , dog ."]
 PAIRS = ["the river was muddy .", "he had a loan .", "the cat sat there ."]
-
-
-def task_checkpoint(base: Path, folder: Path, auto: str, seed: int, **config) -> Path:
-    """``base``'s encoder under a new task head (seeded), saved as a fine-tuned checkpoint is."""
-    import transformers
-    from transformers import AutoConfig, AutoTokenizer
-
-    torch.manual_seed(seed)
-    cfg = AutoConfig.from_pretrained(base, **config)
-    model = getattr(transformers, auto).from_pretrained(base, config=cfg).eval()
-    for name, p in model.named_parameters():  # a decisive head: larger weights than the init's
-        if not name.startswith(model.base_model_prefix):
-            p.data.normal_(0, 2.0)
-    model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(base).save_pretrained(folder)
-    return folder
-
-
-def labels(names: list[str]) -> dict:
-    return {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
 
 
 @pytest.fixture(params=FAMILIES)
@@ -187,7 +168,7 @@ def test_question_answering_equals_every_span_scored_by_hand_also_over_several_w
     assert out["items"][0]["answers"][0] == results[0].answers[0]
     with pytest.raises(BertScopeError, match="needs a question"):
         predict(lm, [short])
-    with pytest.raises(BertScopeError, match="the question is empty"):
+    with pytest.raises(BertScopeError, match="The question is empty"):
         answer(lm, [" "], [short])
 
 

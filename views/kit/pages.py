@@ -33,6 +33,12 @@ PAGES: tuple[Page, ...] = (
          "*He wrote a [MASK] to his mother.* on bundled-mlm (it says *letter*, 47%), then *Why this "
          "prediction?*; and one it gets instructively wrong: *Paris is the capital of [MASK].* (it copies "
          "*paris* from the sentence, 82%: a small masked-LM leans on words it can see)."),
+    Page("views/predictions.py", "Predictions", ":material/label:",
+         "what a fine-tuned model decides: every label's probability for a text or a pair, each word's tag and "
+         "the entities, the answer to a question in its context; a labelled file's accuracy, macro-F1 and "
+         "confusion matrix.",
+         "a fine-tuned checkpoint of yours (a folder that transformers' Trainer saved, or a hub id when the hub "
+         "can be reached) in the sidebar; then a labelled CSV."),
     Page("views/shift.py", "Embedding shift", ":material/explore:",
          "one word in many contexts, layer by layer: do the senses of *bank* separate?",
          "the shipped *bank* sentences; watch the gap between senses grow with depth."),

@@ -1,0 +1,85 @@
+"""Streamlit AppTest of the Predictions page: a classifier (a text, a pair, a labelled file), a
+tagger, a question-answering model, an encoder without a task head, and bad input."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from tests.app.kit import start, texts
+from tests.conftest import labels, task_checkpoint
+
+PAGE = "views/predictions.py"
+SENTIMENT = ["negative", "neutral", "positive"]
+
+
+def open_page(monkeypatch, model) -> AppTest:
+    return start(monkeypatch, str(model)).switch_page(PAGE).run()
+
+
+def press(at: AppTest, form: str, label: str) -> AppTest:
+    next(b for b in at.button if b.label == label and form in b.id).click()
+    return at.run()
+
+
+def test_a_classifier_shows_every_labels_probability_and_takes_a_pair(monkeypatch, tiny_bert_dir, tmp_path):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=3,
+                             **labels(SENTIMENT))
+    at = open_page(monkeypatch, folder)
+    assert not at.exception and not at.error
+    assert any("sequence classification (3 labels: negative, neutral, positive)" in c for c in texts(at.caption))
+    chart = at.get("plotly_chart")[0].proto.spec
+    assert all(name in chart for name in SENTIMENT)
+    at.text_area(key="pred_text").input("the dog ate the bread .")
+    at.text_input(key="pred_pair").input("the cat sat there .")
+    at = press(at, "pred_form", "Predict")
+    assert not at.exception and not at.error and at.query_params["text"] in ("the dog ate the bread .",
+                                                                              ["the dog ate the bread ."])
+
+
+def test_a_classifier_offers_a_labelled_file_with_its_cap(monkeypatch, tiny_bert_dir, tmp_path):
+    """The upload itself runs in the browser test (AppTest cannot fill a file uploader)."""
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=3,
+                             **labels(SENTIMENT))
+    at = open_page(monkeypatch, folder)
+    assert not at.exception and "A labelled file" in [s.value for s in at.subheader]
+    assert any("up to 5,000 records" in c for c in texts(at.caption))
+    assert any(b.label == "Score the file" for b in at.button)
+
+
+def test_a_tagger_marks_its_entities_and_lists_each_word(monkeypatch, tiny_bert_dir, tmp_path):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "tag", "AutoModelForTokenClassification", 6, num_labels=5,
+                             **labels(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]))
+    at = open_page(monkeypatch, folder)
+    at.text_area(key="pred_text").input("the man walked along the river bank .")
+    at = press(at, "pred_form", "Predict")
+    assert not at.exception and not at.error
+    words = at.dataframe[0].value
+    assert list(words.columns) == ["word", "start", "end", "label", "score"] and len(words) == 8
+    assert any("<mark" in m.value for m in at.markdown) or any("No entity" in c for c in texts(at.caption))
+
+
+def test_a_question_answering_model_marks_the_answer(monkeypatch, tiny_bert_dir, tmp_path):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 7)
+    at = open_page(monkeypatch, folder)
+    at.text_input(key="pred_question").input("where did the man walk ?")
+    at.text_area(key="pred_text").input("the man walked along the river bank and the dog ate the bread .")
+    at = press(at, "pred_form", "Predict")
+    assert not at.exception and not at.error
+    answers = at.dataframe[0].value
+    assert list(answers.columns) == ["answer", "start", "end", "score"] and 1 <= len(answers) <= 3
+    assert any("<mark" in m.value for m in at.markdown)
+
+
+def test_an_encoder_without_a_task_head_says_what_the_page_needs(monkeypatch, tiny_bert_dir):
+    at = open_page(monkeypatch, tiny_bert_dir)
+    assert not at.exception and not at.error
+    assert any("has no task head" in i for i in texts(at.info))
+
+
+def test_bad_input_is_one_line(monkeypatch, tiny_bert_dir, tmp_path):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 7)
+    at = open_page(monkeypatch, folder)
+    at.text_input(key="pred_question").input(" ")
+    at = press(at, "pred_form", "Predict")
+    assert not at.exception
+    assert texts(at.error) == ["The question is empty."]

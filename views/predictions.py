@@ -1,0 +1,128 @@
+"""Predictions: what a fine-tuned model decides (its task head): every label's probability for a
+text or a pair, each word's tag and the entities, the answer to a question in its context; and a
+labelled file's accuracy, macro-F1, confusion matrix and misclassified records."""
+
+import hashlib
+
+import pandas as pd
+import streamlit as st
+
+from bertscope import BertScopeError
+from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
+from bertscope.figures.tasks import confusion_heatmap, label_bars, marked_text
+from bertscope.tasks.classify import classify
+from bertscope.tasks.predict import predict, read_records
+from bertscope.tasks.spans import answer
+from bertscope.tasks.tag import tag
+from views.kit.chrome import PLOT_CONFIG, page_errors, plain
+from views.kit.limits import Limits, check_text, check_upload
+from views.kit.models import cached_model, model_key, require_model
+from views.kit.results import result_store
+from views.kit.url import from_url, to_url
+
+DEFAULTS = {SEQUENCE: "What a wonderful day at the beach with friends!", TOKEN: "John Smith moved from Paris to "
+            "London to work for the BBC.", SPANS: "The Brown Corpus was compiled at Brown University in Providence "
+            "in the 1960s; it holds 500 samples of American English prose."}
+
+st.title("Predictions")
+lm = require_model()
+key = model_key()
+if lm.task is None:
+    st.info(plain(f"{lm.name} has no task head: this page shows what a fine-tuned model decides. Load a checkpoint "
+                  "saved with one — a classifier (…ForSequenceClassification, sentiment, NLI, topics), a tagger "
+                  "(…ForTokenClassification, NER, parts of speech) or a question-answering model "
+                  "(…ForQuestionAnswering) — by its hub id or folder in the sidebar. The other pages read the "
+                  "pretraining heads (Masked tokens) and the encoder."))
+    st.stop()
+
+task = lm.task
+st.caption(plain(f"{lm.name}: {task.describe()}."))
+if task.generic_labels:
+    st.info("The checkpoint does not name its labels (LABEL_0, LABEL_1, …): they are shown as it has them.")
+
+from_url("text", "pred_text")
+with st.form("pred_form"):
+    if task.kind == SPANS:
+        question = st.text_input("Question", "Where was the corpus compiled?", key="pred_question",
+                                 max_chars=Limits.input_chars)
+    text = st.text_area("Context" if task.kind == SPANS else "Text", DEFAULTS[task.kind], key="pred_text",
+                        max_chars=Limits.input_chars)
+    if task.kind == SEQUENCE:
+        pair = st.text_input("Second text (optional: sentence-pair classifiers such as NLI)", key="pred_pair",
+                             max_chars=Limits.input_chars)
+    st.form_submit_button("Predict", type="primary")
+to_url(text=text)
+
+with page_errors(stop=False):
+    check_text(text)
+    store = result_store("predict")
+    if task.kind == SEQUENCE:
+        check_text(pair, "second text")
+        result = store.get_or_compute((key, text, pair or None), lambda: classify(
+            cached_model(*key), [text], [pair] if pair else None)[0])
+        if result.truncated:
+            st.warning(f"The input is longer than {lm.max_length} tokens: the model read its first {lm.max_length}.")
+        if task.scoring == "none":
+            st.metric("Predicted value (regression)", f"{result.scores[0]:.4f}")
+        else:
+            what = "probability, each label on its own (multi-label)" if task.scoring == "sigmoid" else "probability"
+            st.plotly_chart(label_bars(result.ranked, f"Decision: {result.predicted}", what), config=PLOT_CONFIG,
+                            width="stretch", key="pred_bars")
+    elif task.kind == TOKEN:
+        result = store.get_or_compute((key, text), lambda: tag(cached_model(*key), [text])[0])
+        spans = [(e["start"], e["end"], e["entity_group"], e["score"]) for e in result.entities]
+        st.markdown(marked_text(text, spans), unsafe_allow_html=True)
+        if not spans:
+            st.caption("No entity: every word's label is O (or the tagger's outside label).")
+        st.caption("Each word, as the BERT paper labels it: the label of its first piece.")
+        st.dataframe(pd.DataFrame(result.words), hide_index=True, width="stretch")
+    else:
+        check_text(question, "question")
+        result = store.get_or_compute((key, question, text), lambda: answer(
+            cached_model(*key), [question], [text], top_k=3)[0])
+        best = result.answers[:1]
+        st.markdown(marked_text(text, [(a["start"], a["end"], "answer", a["score"]) for a in best]),
+                    unsafe_allow_html=True)
+        st.caption(plain(f"The three best spans (the context ran in {result.windows} window(s) of the model's "
+                         "length; an answer found in several adds its scores)."))
+        st.dataframe(pd.DataFrame(result.answers), hide_index=True, width="stretch")
+
+if task.kind == SEQUENCE:
+    st.subheader("A labelled file")
+    st.caption(plain(f"A CSV with a header (text[,pair],label) or JSONL records with those keys, up to "
+                     f"{Limits.corpus_lines:,} records: accuracy, macro-F1, the confusion matrix and every "
+                     "misclassified record."))
+    with st.form("pred_file_form"):
+        uploaded = st.file_uploader("Records", type=["csv", "jsonl"], key="pred_file")
+        asked = st.form_submit_button("Score the file")
+    if uploaded is not None:
+        with page_errors(stop=False):
+            check_upload(uploaded)
+            content = uploaded.getvalue()
+            try:
+                records = read_records(content.decode("utf-8"), uploaded.name)
+            except UnicodeDecodeError:
+                raise BertScopeError(f"{uploaded.name} is not UTF-8 text.") from None
+            if len(records.texts) > Limits.corpus_lines:
+                raise BertScopeError(f"The file has {len(records.texts):,} records; this app takes up to "
+                                     f"{Limits.corpus_lines:,}.")
+            if records.gold is None:
+                st.warning("The file has no label column: its records are predicted, not scored.")
+            digest = hashlib.sha256(content).hexdigest()
+            out = result_store("predict_file").compute((key, digest), lambda progress: predict(
+                cached_model(*key), records.texts, records.pairs, gold=records.gold, progress=progress),
+                "Records", asked, costly="labelled-file run")
+            if "evaluation" in out:
+                e = out["evaluation"]
+                c1, c2, c3 = st.columns(3)
+                c1.metric("Accuracy", f"{e['accuracy']:.1%}")
+                c2.metric("Macro-F1", f"{e['macro_f1']:.3f}")
+                c3.metric("Misclassified", f"{e['misclassified_count']:,} of {e['records']:,}")
+                st.plotly_chart(confusion_heatmap(e), config=PLOT_CONFIG, width="stretch", key="pred_confusion")
+                if e["misclassified"]:
+                    st.caption("Misclassified records (gold, predicted and the predicted label's score):")
+                    st.dataframe(pd.DataFrame(e["misclassified"]), hide_index=True, width="stretch")
+            else:
+                st.dataframe(pd.DataFrame([{"text": i["text"], "predicted": i["scores"][0]["label"],
+                                            "score": i["scores"][0]["score"]} for i in out["items"]]),
+                             hide_index=True, width="stretch")
