@@ -33,6 +33,8 @@ from bertscope.core.hooked_pass import turn
 from bertscope.core.inspection import Inspection
 from bertscope.core.layers import hidden_index
 from bertscope.core.models import LoadedModel
+from bertscope.attribution.targets import Target, parse_target  # noqa: F401  (Target, parse_target: imported from here too)
+from bertscope.attribution.task_targets import TASK_TARGETS, task_score_function
 from bertscope.errors import BertScopeError
 
 DEFAULT_STEPS = 50
@@ -41,32 +43,6 @@ DEFAULT_STEPS = 50
 PAIR_HEADS = {"nsp": ("seq_relationship_logits", "next-sentence", "BERT"),
               "sop": ("sop_logits", "sentence-order", "ALBERT")}
 STEP_BYTES = 1 * 2**30  # activations of one batch of IG steps (forward + backward)
-
-
-@dataclass(frozen=True)
-class Target:
-    """What is attributed."""
-
-    kind: Literal["token", "nsp", "sop", "probe"]
-    position: int | None = None  # token: the predicted position; probe (word level): a token of the word
-    token: str | None = None  # token: the vocabulary item whose log-probability is explained
-    token_id: int | None = None  # token: its id (found from ``token`` when not given)
-    layer: int | str | None = None  # probe: the layer it reads, a block number or "embeddings" (core.layers)
-    label: str | None = None  # probe: the class
-    probe_dir: str | None = None
-
-    def to_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-    def describe(self) -> str:
-        """One phrase for a person: 'the prediction "river" at token 5', 'NSP (IsNext)', …"""
-        if self.kind == "token":
-            what = f'"{self.token}"' if self.token else "the top prediction"
-            return f"the prediction {what} at token {self.position}"
-        if self.kind in ("nsp", "sop"):
-            return {"nsp": "next-sentence prediction (IsNext)", "sop": "sentence order (in order)"}[self.kind]
-        where = "" if self.position is None else f" at token {self.position}"
-        return f'the probe\'s class "{self.label}" at layer {self.layer}{where}'
 
 
 def token_id(lm: LoadedModel, token: str) -> int:
@@ -123,6 +99,8 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         if ins.text_pair is None:
             raise BertScopeError(f"The {target.kind.upper()} decision needs a pair: give the second segment (--pair).")
         return (lambda e: torch.log_softmax(getattr(run(e), output).float(), -1)[:, 0]), target
+    if target.kind in TASK_TARGETS:
+        return task_score_function(lm, ins, target, run)
     if target.kind == "probe":
         index = hidden_index(target.layer, lm.num_layers)  # hidden states: [embeddings, block 0, …]
         probe = load_probe(target.probe_dir, index)
@@ -138,7 +116,8 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
             h = run(e, encoder_only=True, hidden_states=True).hidden_states[index]  # [b, token, dim]
             return probe.log_probs(h[:, where].float().mean(dim=1))[:, c]
         return f, target
-    raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp, sop or a probe.")
+    raise BertScopeError(f"Unknown target {target.kind!r}: use a token, nsp, sop, a probe, or a task model's class, "
+                         "tag, start, end or span.")
 
 
 def _probe_positions(ins: Inspection, probe: Probe, position: int | None) -> list[int]:
@@ -225,23 +204,3 @@ def integrated_gradients(lm: LoadedModel, ins: Inspection, target: Target, steps
     delta = float(ends[0] - ends[1])
     error = abs(float(scores.sum()) - delta) / max(abs(delta), 1e-6)
     return Attribution(scores.cpu().numpy(), float(ends[0]), float(ends[1]), error, steps, target)
-
-
-def parse_target(spec: str | None, probe_dir: str | None = None, layer: int | str | None = None,
-                 label: str | None = None, position: int | None = None) -> Target | None:
-    """The CLI's target: ``POSITION:TOKEN``, ``POSITION`` (the model's top prediction), ``nsp``,
-    or a probe (run folder, layer, class)."""
-    if probe_dir is not None:
-        if layer is None or label is None:
-            raise BertScopeError("A probe target needs --layer and --class.")
-        return Target("probe", position=position, layer=layer, label=label, probe_dir=probe_dir)
-    if spec is None:
-        return None
-    if spec.strip().lower() in ("nsp", "sop"):
-        return Target(spec.strip().lower())
-    where, _, token = spec.partition(":")
-    try:
-        pos = int(where)
-    except ValueError:
-        raise BertScopeError(f"--target {spec!r}: use POSITION:TOKEN (e.g. 5:river), POSITION, nsp or sop.") from None
-    return Target("token", pos, token or None)

@@ -22,6 +22,7 @@ ARCHITECTURE_SUFFIXES = {"ForSequenceClassification": SEQUENCE, "ForTokenClassif
                          "ForQuestionAnswering": SPANS}
 SINGLE, MULTI, REGRESSION = "single_label_classification", "multi_label_classification", "regression"
 _GENERIC = re.compile(r"^LABEL_\d+$")
+MAX_TEXTS = 100_000  # texts decided in one call
 
 
 @dataclass(frozen=True)
@@ -84,3 +85,14 @@ def require_task(lm: Any, kind: str) -> None:
                              f"for {kind.replace('-', ' ')}.")
     if lm.task.kind != kind:
         raise BertScopeError(f"{lm.name} is a {lm.task.kind.replace('-', ' ')} model, not {kind.replace('-', ' ')}.")
+
+
+def task_inputs(lm: Any, kind: str, texts: Any, verb: str) -> list[str]:
+    """``texts`` as a list, once ``lm`` is a ``kind`` model and there are 1 to MAX_TEXTS of them."""
+    require_task(lm, kind)
+    texts = list(texts)
+    if not texts:
+        raise BertScopeError(f"No texts to {verb}.")
+    if len(texts) > MAX_TEXTS:
+        raise BertScopeError(f"{len(texts):,} texts; at most {MAX_TEXTS:,} at once.")
+    return texts

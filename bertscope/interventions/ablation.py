@@ -197,10 +197,13 @@ def ablate_heads(lm: LoadedModel, text: str, heads: Sequence[tuple[int, int]], m
         template = inspect(lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
         f, resolved = score_function(lm, template, target)
         x, _ = input_embeddings(lm, template)
+        # f is a log-probability, except a regression head's value, which is watched as it is
+        value = resolved.kind == "class" and lm.task is not None and lm.task.scoring == "none"
         with torch.no_grad():
-            before = float(f(x.to(lm.dtype))[0].exp())
+            before, after = f(x.to(lm.dtype))[0], None
             with edit:
-                after = float(f(x.to(lm.dtype))[0].exp())
+                after = f(x.to(lm.dtype))[0]
+        before, after = (float(before), float(after)) if value else (float(before.exp()), float(after.exp()))
         return AblationResult(mode, chosen, template.tokens, [], {"target": resolved.to_json(), "before": before,
                                                                   "after": after}, where)
     require_mlm(lm)

@@ -20,11 +20,8 @@ import torch
 
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches, wide
-from bertscope.core.task_head import SEQUENCE, require_task
+from bertscope.core.task_head import SEQUENCE, task_inputs
 from bertscope.errors import BertScopeError
-
-MAX_TEXTS = 100_000
-
 
 def scores_of(logits: torch.Tensor, scoring: str) -> torch.Tensor:
     """[..., label] logits -> scores, on their device, float32."""
@@ -69,12 +66,7 @@ class ClassScores:
 def classify(lm: LoadedModel, texts: Sequence[str], pairs: Sequence[str | None] | None = None,
              batch_size: int = 32, progress: Callable[[int, int], None] | None = None) -> list[ClassScores]:
     """Every label's score for each text (and its pair), in the order given."""
-    require_task(lm, SEQUENCE)
-    texts = list(texts)
-    if not texts:
-        raise BertScopeError("No texts to classify.")
-    if len(texts) > MAX_TEXTS:
-        raise BertScopeError(f"{len(texts):,} texts; at most {MAX_TEXTS:,} at once.")
+    texts = task_inputs(lm, SEQUENCE, texts, "classify")
     if pairs is not None and len(pairs) != len(texts):
         raise BertScopeError(f"{len(texts)} texts but {len(pairs)} second segments.")
     out: list[ClassScores | None] = [None] * len(texts)

@@ -19,9 +19,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from bertscope.core.models import LoadedModel
-from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
+from bertscope.core.task_head import MAX_TEXTS, SEQUENCE, SPANS, TOKEN
 from bertscope.errors import BertScopeError
-from bertscope.tasks.classify import MAX_TEXTS, ClassScores, classify
+from bertscope.tasks.classify import ClassScores, classify
 from bertscope.tasks.spans import answer
 from bertscope.tasks.tag import tag
 

@@ -71,7 +71,7 @@ def decode_spans(start: np.ndarray, end: np.ndarray, top_k: int, max_answer_len:
     return starts, ends, candidates[0, starts, ends]
 
 
-def _window_spans(start: np.ndarray, end: np.ndarray, p_mask: np.ndarray, top_k: int, max_answer_len: int
+def window_spans(start: np.ndarray, end: np.ndarray, p_mask: np.ndarray, top_k: int, max_answer_len: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """One window's candidate spans from its logits ([token] each) and p_mask ([token], 1 where no
     answer may be), and the no-answer score (p_start([CLS]) · p_end([CLS]))."""
@@ -171,7 +171,7 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
     sequence_index = 1 if question_first else 0
     for (i, enc, p_mask), (start, end) in zip(windows, logits):
         counts[i] += 1
-        starts, ends, scores, null = _window_spans(start, end, p_mask, pre_top_k, max_answer_len)
+        starts, ends, scores, null = window_spans(start, end, p_mask, pre_top_k, max_answer_len)
         nulls[i] = min(nulls[i], null)
         for s, e, score in zip(starts, ends, scores):
             a, b = _char_span(enc, int(s), int(e), sequence_index)

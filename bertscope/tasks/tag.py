@@ -22,10 +22,8 @@ import torch
 
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches, wide
-from bertscope.core.task_head import TOKEN, require_task
-from bertscope.errors import BertScopeError
+from bertscope.core.task_head import TOKEN, task_inputs
 from bertscope.runtime.hf import quiet_transformers
-from bertscope.tasks.classify import MAX_TEXTS
 
 _PIPELINES: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
@@ -70,12 +68,7 @@ def tag(lm: LoadedModel, texts: Sequence[str], batch_size: int = 32,
     """Each text's pieces, words and entities, in the order given."""
     from transformers.pipelines.token_classification import AggregationStrategy
 
-    require_task(lm, TOKEN)
-    texts = list(texts)
-    if not texts:
-        raise BertScopeError("No texts to tag.")
-    if len(texts) > MAX_TEXTS:
-        raise BertScopeError(f"{len(texts):,} texts; at most {MAX_TEXTS:,} at once.")
+    texts = task_inputs(lm, TOKEN, texts, "tag")
     grouping, labels = _grouping(lm), lm.task.labels
     out: list[Tagging | None] = [None] * len(texts)
     done = 0

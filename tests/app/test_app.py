@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from tests.app.kit import APP, fill, start, start_with_url, texts
