@@ -8,7 +8,10 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
+from bertscope.attribution.gradients import Target, parse_target
+from bertscope.attribution.methods import attribute
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
+from bertscope.figures.attribution import token_strip
 from bertscope.figures.tasks import confusion_heatmap, label_bars, marked_text
 from bertscope.tasks.classify import classify
 from bertscope.tasks.predict import predict, read_records
@@ -86,6 +89,41 @@ with page_errors(stop=False):
         st.caption(plain(f"The three best spans (the context ran in {result.windows} window(s) of the model's "
                          "length; an answer found in several adds its scores)."))
         st.dataframe(pd.DataFrame(result.answers), hide_index=True, width="stretch")
+
+st.subheader("Why this decision?")
+st.caption("Integrated gradients (Sundararajan et al. 2017) on the decision's log-probability (a regression's value): "
+           "each token's share of the change from the baseline, every word piece replaced by the padding token. "
+           "The other methods of the Attention and Faithfulness pages read the same targets from the command line "
+           "(`attribute … --target class:LABEL`, `tag:POSITION`, `span`).")
+with st.form("pred_why_form"):
+    choices = {SEQUENCE: list(task.labels), TOKEN: None, SPANS: ["span", "start", "end"]}[task.kind]
+    if task.kind == TOKEN:
+        why_position = st.number_input("Token position (0 is the first special token)", 0, lm.max_length - 1, 1,
+                                       key="pred_why_pos")
+        why = None
+    else:
+        why = st.selectbox("Explain", choices, key="pred_why")
+    steps = st.select_slider("Steps", [16, 32, 64, 128], 32, key="pred_why_steps")
+    why_asked = st.form_submit_button("Explain")
+if why_asked or st.session_state.get("pred_why_ran"):
+    st.session_state["pred_why_ran"] = True
+    with page_errors(stop=False):
+        if task.kind == SEQUENCE:
+            target, first, second = Target("class", label=why), text, pair or None
+        elif task.kind == TOKEN:
+            target, first, second = Target("tag", int(why_position)), text, None
+        else:
+            target, first, second = parse_target(why), question, text
+        request = (key, first, second, target, steps)
+        explained = result_store("predict_why").compute(request, lambda progress: attribute(
+            cached_model(*key), first, second, "ig", target, steps=steps, progress=progress),
+            "Integrated gradients, steps", why_asked, costly="explanation")
+        a = explained.attribution
+        st.plotly_chart(token_strip(explained.tokens, explained.scores, f"Integrated gradients for "
+                                    f"{a.target.describe()}"), config=PLOT_CONFIG, width="stretch", key="pred_why_ig")
+        st.caption(plain(f"f = {a.f_input:.3f} on the input, {a.f_baseline:.3f} at the baseline; the scores sum to "
+                         f"{a.scores.sum():.3f}: completeness error {a.completeness_error:.2%} at {a.steps} steps. "
+                         "Red pushes the decision up, blue down."))
 
 if task.kind == SEQUENCE:
     st.subheader("A labelled file")

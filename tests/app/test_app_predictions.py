@@ -83,3 +83,26 @@ def test_bad_input_is_one_line(monkeypatch, tiny_bert_dir, tmp_path):
     at = press(at, "pred_form", "Predict")
     assert not at.exception
     assert texts(at.error) == ["The question is empty."]
+
+
+def test_why_this_decision_explains_a_class(monkeypatch, tiny_bert_dir, tmp_path):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=3,
+                             **labels(SENTIMENT))
+    at = open_page(monkeypatch, folder)
+    at.selectbox(key="pred_why").set_value("positive")
+    at = press(at, "pred_why_form", "Explain")
+    assert not at.exception and not at.error
+    assert any("completeness error" in c for c in texts(at.caption))
+    assert any("Integrated gradients for the class" in c.proto.spec and "positive" in c.proto.spec
+               for c in at.get("plotly_chart"))
+
+
+def test_why_this_answer(monkeypatch, tiny_bert_dir, tmp_path):
+    qa = task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 7)
+    at = open_page(monkeypatch, qa)
+    at.text_input(key="pred_question").input("where did the man walk ?")
+    at.text_area(key="pred_text").input("the man walked along the river bank and the dog ate the bread .")
+    at = press(at, "pred_form", "Predict")
+    at = press(at, "pred_why_form", "Explain")
+    assert not at.exception and not at.error
+    assert any("the answer span, tokens" in c.proto.spec for c in at.get("plotly_chart"))
