@@ -12,8 +12,9 @@ from bertscope.attribution.gradients import Target, parse_target
 from bertscope.attribution.methods import attribute
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.figures.attribution import token_strip
-from bertscope.figures.tasks import confusion_heatmap, label_bars, marked_text
+from bertscope.figures.tasks import confusion_heatmap, label_bars, layer_readings, marked_text
 from bertscope.tasks.classify import classify
+from bertscope.tasks.layer_lens import layer_decisions
 from bertscope.tasks.predict import predict, read_records
 from bertscope.tasks.spans import answer
 from bertscope.tasks.tag import tag
@@ -71,6 +72,15 @@ with page_errors(stop=False):
             what = "probability, each label on its own (multi-label)" if task.scoring == "sigmoid" else "probability"
             st.plotly_chart(label_bars(result.ranked, f"Decision: {result.predicted}", what), config=PLOT_CONFIG,
                             width="stretch", key="pred_bars")
+        lens = store.get_or_compute((key, "by layer", text, pair or None), lambda: layer_decisions(
+            cached_model(*key), text, pair or None))
+        st.plotly_chart(layer_readings(lens.states, lens.labels, lens.scores,
+                                       "value" if task.scoring == "none" else "probability"),
+                        config=PLOT_CONFIG, width="stretch", key="pred_layers")
+        st.caption(plain(f"The head read at every hidden state (put where the last layer's output goes; "
+                         f"{'the pooler and ' if hasattr(lm.model.base_model, 'pooler') and lm.model.base_model.pooler is not None else ''}"
+                         f"the classifier as the model applies them): the decision is "
+                         f"“{lens.predicted[-1]}” from hidden state {lens.first_final()} on."))
     elif task.kind == TOKEN:
         result = store.get_or_compute((key, text), lambda: tag(cached_model(*key), [text])[0])
         spans = [(e["start"], e["end"], e["entity_group"], e["score"]) for e in result.entities]

@@ -23,10 +23,16 @@ def cmd_predict(args: argparse.Namespace) -> Any:
     else:
         texts, pairs, gold = [args.text], None if args.pair is None else [args.pair], None
         questions = None if args.question is None else [args.question]
+    if args.by_layer and args.file is not None:
+        raise BertScopeError("--by-layer reads one TEXT at every hidden state; leave out --file.")
     lm = load(args)
     with progress_bar("Predicting", "text") as progress:
         out = predict(lm, texts, pairs, args.top_k, gold, progress=progress if len(texts) > 32 else None,
                       questions=questions)
+    if args.by_layer:
+        from bertscope.tasks.layer_lens import layer_decisions
+
+        out["items"][0]["by_layer"] = layer_decisions(lm, texts[0], pairs[0] if pairs else None).to_json()
     out["model"] = lm.name
     if args.json:
         return out
@@ -40,6 +46,10 @@ def _text(out: dict) -> str:
             head = item["text"] + (f"  ||  {item['pair']}" if item["pair"] else "")
             lines.append(f"  {head[:100]}")
             lines += [f"    {s['label']:<24} {s['score']:.4f}" for s in item["scores"]]
+            if "by_layer" in item:
+                lens = item["by_layer"]
+                lines.append(f"    decided from hidden state {lens['decided_from']} on; by hidden state: " + ", ".join(
+                    f"{row['layer']} {max(row['scores'], key=row['scores'].get)}" for row in lens["layers"]))
         elif out["task"] == "question-answering":
             lines.append(f"  Q: {item['question'][:100]}")
             lines += [f"    {a['answer']!r} [{a['start']}:{a['end']}] {a['score']:.4f}" for a in item["answers"]]
@@ -61,6 +71,8 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
                                       "overlapping windows when it is longer than the model reads)")
     p.add_argument("--file", help="a .csv (text[,pair][,label]) or .jsonl of records; with labels, accuracy, "
                                   "macro-F1 and the confusion matrix too")
+    p.add_argument("--by-layer", action="store_true", help="classifiers: the head read at every hidden state (the "
+                                                               "embeddings, then each layer): where the decision is made")
     p.add_argument("--top-k", type=int, help="classification: the K best labels (default: every label); "
                                              "question answering: the K best answers (default 1)")
 

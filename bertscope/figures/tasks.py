@@ -25,6 +25,17 @@ def label_bars(ranked: Sequence[tuple[str, float]], title: str, axis: str = "pro
     return fig
 
 
+def layer_readings(states: Sequence[str], labels: Sequence[str], scores, axis: str = "probability") -> go.Figure:
+    """Each label's score as the head reads each hidden state ([state, label]), one line a label."""
+    fig = go.Figure()
+    for c, name in enumerate(labels):
+        fig.add_trace(go.Scatter(x=list(range(len(states))), y=[float(v) for v in scores[:, c]], mode="lines+markers",
+                                 name=label(name), hovertemplate=f"{label(name)}: %{{y:.4f}}<extra></extra>"))
+    fig.update_layout(xaxis=dict(title="hidden state the head reads", tickvals=list(range(len(states))),
+                                 ticktext=list(states)), yaxis_title=axis, height=360, legend_title_text="label")
+    return fig
+
+
 def confusion_heatmap(evaluation: dict) -> go.Figure:
     """Counts, [gold, predicted] in the model's label order, each cell written in it."""
     names = [label(n) for n in evaluation["labels"]]

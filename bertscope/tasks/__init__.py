@@ -4,6 +4,7 @@
 ``text-classification`` pipeline), ``tag`` (token classification: each piece's label, each word's,
 and entities grouped as the ``token-classification`` pipeline's ``simple`` strategy),
 ``spans`` (extractive question answering: the best answer spans, windows over long contexts),
+``layer_lens`` (the classifier's head read at every hidden state: where is the decision made?),
 ``predict`` (one entry point for every task, the records of a labelled file, the JSON the CLI
 prints). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``.
 """
@@ -17,6 +18,7 @@ _EXPORTS = {
     "Tagging": "tasks.tag",
     "answer": "tasks.spans",
     "Answers": "tasks.spans",
+    "layer_decisions": "tasks.layer_lens",
     "predict": "tasks.predict",
 }
 __all__ = list(_EXPORTS)

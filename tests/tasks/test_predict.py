@@ -261,3 +261,31 @@ def test_wrong_labels_a_model_without_a_task_and_bad_files_are_one_line(tiny_ber
         read_records("text,label\na,b\nc,\n", "x.csv")
     with pytest.raises(BertScopeError, match="line 1: not a JSON object"):
         read_records("[1, 2]\n", "x.jsonl")
+
+
+def test_the_heads_reading_of_every_layer_ends_on_the_models_decision(family, tmp_path):
+    from bertscope.tasks.layer_lens import layer_decisions
+
+    folder = task_checkpoint(family, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=3,
+                             **labels(SENTIMENT))
+    lm = load_model(str(folder))
+    lens = layer_decisions(lm, TEXTS[0])
+    own = classify(lm, TEXTS[:1])[0]
+    assert lens.states[0] == "embeddings" and len(lens.states) == lm.num_layers + 1
+    np.testing.assert_allclose(lens.scores[-1], own.scores, atol=1e-5)  # the last reading is the model's own
+    np.testing.assert_allclose(lens.logits[-1], own.logits, atol=1e-4)
+    assert not np.allclose(lens.logits[0], lens.logits[-1], atol=1e-3)  # earlier states read otherwise
+    assert lens.predicted[-1] == own.predicted and lens.first_final() in lens.states
+    json_out = lens.to_json()
+    assert json_out["layers"][0]["layer"] == "embeddings" and json_out["layers"][1]["layer"] == 0
+
+
+def test_predict_by_layer_on_the_command_line(tiny_bert_dir, tmp_path, capsys):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=3,
+                             **labels(SENTIMENT))
+    capsys.readouterr()
+    assert main(["predict", str(folder), TEXTS[0], "--by-layer", "--json"]) == 0
+    lens = json.loads(capsys.readouterr().out)["items"][0]["by_layer"]
+    assert [row["layer"] for row in lens["layers"]] == ["embeddings", 0, 1] and lens["decided_from"] in ("embeddings", "0", "1")
+    assert main(["predict", str(folder), TEXTS[0], "--by-layer"]) == 0
+    assert "decided from hidden state" in capsys.readouterr().out
