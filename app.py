@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from views.kit.models import sidebar
+from views.kit.model_picker import sidebar
 from views.kit.pages import PAGES
 from views.kit.results import new_run
 

@@ -61,11 +61,11 @@ def main() -> None:
         calls = {"forward (baseline)": lambda: bare_forward(lm, [text], heads=True)}
         for method in ("attention", "rollout", "norm", "alti"):
             calls[method] = lambda m=method: attribute(lm, text, method=m)
-        if "mlm" in lm.heads:
+        if "mlm" in lm.outputs:
             calls["grad"] = lambda: attribute(lm, text, method="grad", target=target)
         times = interleaved(calls, args.repeats, lm.device)
         slow = {}
-        if "mlm" in lm.heads:
+        if "mlm" in lm.outputs:
             slow["ig (50 steps)"] = lambda: attribute(lm, text, method="ig", target=target)
         if ins.n_tokens <= MAX_FLOW_TOKENS:
             slow[f"flow (layer {lm.num_layers} only)"] = lambda: attribute(lm, text, method="flow", layers=[lm.num_layers])
@@ -78,7 +78,7 @@ def main() -> None:
             print(f"{name:<22} {median * 1000:>10.1f} {median / base:>10.1f}")
         if ins.n_tokens > MAX_FLOW_TOKENS:
             print(f"{'flow':<22} {'over the ' + str(MAX_FLOW_TOKENS) + '-token cap':>21}")
-    if "mlm" in lm.heads and args.steps.strip():
+    if "mlm" in lm.outputs and args.steps.strip():
         length = int(args.lengths.split(",")[0])
         text = text_of(lm, length)
         ins = inspect(lm, text, with_attentions=False, with_hidden_states=False, with_logits=False)

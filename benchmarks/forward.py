@@ -120,7 +120,7 @@ def time_forwards(args) -> None:
 COLD_START = """
 import time, json
 t0 = time.perf_counter()
-import streamlit, bertscope.core.forward, views.kit.models
+import streamlit, bertscope.core.forward, views.kit.model_picker
 t1 = time.perf_counter()
 from bertscope import load_model, default_model
 name, _ = default_model()

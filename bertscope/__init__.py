@@ -21,8 +21,9 @@ from the floors below it:
     sources      where a model's files come from: presets, the bundled models, the hub, shipped configs
     corpora      text and labels without a model: Brown, probe suites, senses, parallel data
     core         the loaded model, one forward pass, its typed results, layer names
-    heads        what the pretraining heads say: fill-mask, the masking rule, logit lens, NSP/SOP
-    tasks        what a fine-tuned model decides: classification, tagging (its task head)
+    outputs      what the pretraining output layers say: fill-mask, the masking rule, logit lens, NSP/SOP
+                 (``heads`` is its old name; "heads" are attention heads)
+    tasks        what a fine-tuned model decides: classification, tagging, answer spans (its task head)
     analysis     reading representations: head statistics, shift, alignment, probes, parameters
     attribution  a registry of attribution methods
     training     BERT's pretraining recipe
@@ -43,7 +44,7 @@ from bertscope.sources.presets import BUNDLED, PRESETS
 _EXPORTS = {
     "run": "core.hooked_pass", "run_with_cache": "core.hooked_pass", "ActivationCache": "core.hooked_pass",
     "zero_head": "core.hook_points", "every_layer": "core.hook_points",
-    "fill_mask": "heads.fill_mask", "head_stats": "analysis.attention_stats",
+    "fill_mask": "outputs.fill_mask", "head_stats": "analysis.attention_stats",
     "hidden_states": "analysis.hidden_cache", "HiddenStateCache": "analysis.hidden_cache",
     "probe_layers": "analysis.probing", "shipped_task": "corpora.suites", "read_task": "corpora.probe_tasks",
     "compare_layers": "analysis.compare", "compare_heads": "analysis.compare",

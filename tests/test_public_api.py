@@ -78,3 +78,12 @@ def test_each_floor_imports_only_what_its_docstring_allows():
         for path in sorted(package.rglob("*.py")):
             extra = _imports(path) - allowed
             assert not extra, f"{path.relative_to(ROOT)} imports {sorted(extra)}; {package.name} may import {sorted(allowed)}"
+
+
+def test_no_package_exports_a_name_its_submodule_has():
+    """``from bertscope.tasks import predict`` would give the module or the function depending on what
+    was imported before: a package's verbs never share a name with its modules."""
+    for package in [p for p in sorted(ROOT.iterdir()) if (p / "__init__.py").is_file()]:
+        module = importlib.import_module(f"bertscope.{package.name}")
+        modules = {m.name for m in pkgutil.iter_modules([str(package)])}
+        assert not set(getattr(module, "__all__", [])) & modules, package.name

@@ -24,7 +24,7 @@ from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_upload
-from views.kit.models import cached_model, model_key, obtainable, require_model
+from views.kit.model_picker import cached_model, model_key, obtainable, require_model
 from views.kit.results import result_store, warm_umap_in_background
 from views.kit.url import from_url, from_url_layer, layer_in_url, to_url
 

@@ -32,7 +32,7 @@ from bertscope.figures.bertviz_assets import installed as bertviz_assets_install
 from bertscope.sources.hub import hub_reachable
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, check_upload
-from views.kit.models import cached_model, model_key, require_model
+from views.kit.model_picker import cached_model, model_key, require_model
 from views.kit.results import cached_inspection, result_store
 from views.kit.url import from_url, tab_from_url, to_bool, to_url
 

@@ -17,11 +17,11 @@ from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, shipped_task
 from bertscope.errors import BertScopeError
 from bertscope.figures.probe import layer_figure
 from bertscope.figures.text import label
-from bertscope.heads.fill_mask import fill_mask
+from bertscope.outputs.fill_mask import fill_mask
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo
-from views.kit.models import OTHER, cached_model, model_key, model_options, obtainable, require_model
+from views.kit.model_picker import OTHER, cached_model, model_key, model_options, obtainable, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 

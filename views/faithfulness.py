@@ -18,7 +18,7 @@ from bertscope.figures.faithfulness import method_label, perturbation_curves, re
 from bertscope.figures.text import label
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo
-from views.kit.models import cached_model, model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 
@@ -43,7 +43,7 @@ st.caption("Each attribution method ranks the input tokens behind a prediction; 
            "method's ranking should agree with removing one token at a time (leave-one-out). Random ranking is "
            "the floor.")
 
-if "mlm" not in lm.heads:
+if "mlm" not in lm.outputs:
     st.warning(plain(f"{lm.name} has no masked-LM head: the test explains its masked-token predictions, so it "
                      "needs one."))
     offer_bundled_mlm("faith_switch")

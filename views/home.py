@@ -4,11 +4,11 @@ right now, where the headless tools are, and the card of the loaded model."""
 import streamlit as st
 
 from bertscope.cli import COMMANDS
-from bertscope.core.card import heads_text, model_card
+from bertscope.core.card import model_card, outputs_text
 from bertscope.sources.presets import PRESETS
 from views.kit.chrome import plain
 from views.kit.limits import demo
-from views.kit.models import fallback_notice, model_options, obtainable, require_model
+from views.kit.model_picker import fallback_notice, model_options, obtainable, require_model
 from views.kit.pages import PAGES
 
 
@@ -34,7 +34,7 @@ for name in model_options():
         continue
     usable = obtainable(name)
     rows.append({"model": name, "usable now": "yes" if usable else "no: not cached, hub unreachable",
-                 "heads": heads_text(list(preset.heads)), "what it is": preset.description, "_usable": usable})
+                 "pretraining outputs": outputs_text(list(preset.outputs)), "what it is": preset.description, "_usable": usable})
 rows.sort(key=lambda row: not row.pop("_usable"))  # the ones that work here first; the order of the list otherwise
 st.table(rows, hide_index=True)  # every row and every word shown: no inner scroll, no cut-off column
 st.caption("Offline, the three bundled models always work; any other Hugging Face encoder works once it "
@@ -72,10 +72,10 @@ cols[4].metric("Parameters", f"{card['parameters'] / 1e6:.1f} M", help=f"{card['
 
 st.table(
     {
-        "": ["Architecture", "Heads present", "Task head", "Max tokens", "Parameters (exact)", "Device", "Precision"],
+        "": ["Architecture", "Pretraining outputs", "Task head", "Max tokens", "Parameters (exact)", "Device", "Precision"],
         "value": [
             f"{card['architecture']} ({card['model_type']})",
-            heads_text(card["heads_present"]),
+            outputs_text(card["outputs_present"]),
             card["task"]["description"] if card["task"] else "none (not a fine-tuned checkpoint)",
             str(card["max_length"]),
             f"{card['parameters']:,} (encoder {card['encoder_parameters']:,})",

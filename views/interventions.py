@@ -20,7 +20,7 @@ from bertscope.interventions.importance import (
 from bertscope.interventions.patching import patch, prepare
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text
-from views.kit.models import cached_model, model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -84,9 +84,9 @@ key = model_key()
 st.caption("The other pages read the model; this one changes it and watches the output. Layers and heads are "
            "numbered from 0, as on the Attention page; hidden states are the embeddings, then each layer's output.")
 
-pair_head = "sop" if "sop" in lm.heads else "nsp" if "nsp" in lm.heads else None
+pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
 PAIR_NAMES = {"nsp": "IsNext (NSP)", "sop": "In order (SOP)"}
-has_mlm = "mlm" in lm.heads
+has_mlm = "mlm" in lm.outputs
 if not has_mlm:
     st.warning(plain(f"{lm.name} has no masked-LM head: the predictions these tabs watch need one. A saved probe's "
                      "class can still be the target, from the command line: python -m bertscope ablate MODEL TEXT "

@@ -11,7 +11,7 @@ from bertscope.core.layers import hidden_name
 from bertscope.figures.attribution import token_strip
 from bertscope.figures.masked import prediction_bars, rank_by_layer
 from bertscope.figures.text import label, table_text
-from bertscope.heads.fill_mask import (
+from bertscope.outputs.fill_mask import (
     MAX_MASKS,
     fill_mask,
     fill_mask_words,
@@ -20,12 +20,12 @@ from bertscope.heads.fill_mask import (
     require_mlm,
     words_of,
 )
-from bertscope.heads.logit_lens import layerwise_predictions
-from bertscope.heads.mlm_recipe import mlm_recipe, recipe_corruption
-from bertscope.heads.nsp import both_orders, sentence_order
+from bertscope.outputs.logit_lens import layerwise_predictions
+from bertscope.outputs.mlm_recipe import mlm_recipe, recipe_corruption
+from bertscope.outputs.nsp import both_orders, sentence_order
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text
-from views.kit.models import cached_model, model_key, model_options, obtainable, offer_bundled_mlm, require_model
+from views.kit.model_picker import cached_model, model_key, model_options, obtainable, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -246,7 +246,7 @@ with tab_layers:
             st.plotly_chart(rank_by_layer(readings, layer_names), config=PLOT_CONFIG, width="stretch")
 
 with tab_nsp:
-    pair_head = "sop" if "sop" in lm.heads else "nsp" if "nsp" in lm.heads else None
+    pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
     if pair_head is None:
         st.info(plain(f"{lm.name} has no next-sentence-prediction head (only BERT's pretraining "
                       "checkpoints, e.g. bert-base-uncased, carry one; ALBERT's carry a sentence-order head)."))

@@ -15,7 +15,7 @@ from bertscope.figures.params import (
 )
 from bertscope.sources.presets import PRESETS
 from views.kit.chrome import page_errors, plain, show_error
-from views.kit.models import chosen_model_name
+from views.kit.model_picker import chosen_model_name
 from views.kit.url import from_url, to_url
 
 st.title("Parameters")

@@ -20,7 +20,7 @@ from bertscope.tasks.spans import answer
 from bertscope.tasks.tag import tag
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text, check_upload
-from views.kit.models import cached_model, model_key, require_model
+from views.kit.model_picker import cached_model, model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 

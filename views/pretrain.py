@@ -16,7 +16,7 @@ from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
 from bertscope.training.job import TrainingJob
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, demo
-from views.kit.models import CUSTOM_KEY, MODEL_KEY, OTHER, chosen_model_name, require_model
+from views.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER, chosen_model_name, require_model
 
 JOB = "pretrain_job"
 GENRES = ("adventure", "belles_lettres", "editorial", "fiction", "government", "hobbies", "humor", "learned",

@@ -17,7 +17,7 @@ from bertscope.figures.probe import confusion_figure, layer_figure, run_name
 from bertscope.figures.text import in_context, table_text
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_upload, demo
-from views.kit.models import cached_model, model_key, require_model
+from views.kit.model_picker import cached_model, model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 

@@ -21,10 +21,10 @@ from bertscope.figures.shift import (
     tag_bars,
 )
 from bertscope.figures.text import in_context, table_text
-from bertscope.heads.fill_mask import words_of
+from bertscope.outputs.fill_mask import words_of
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text, check_upload
-from views.kit.models import cached_model, model_key, require_model
+from views.kit.model_picker import cached_model, model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, from_url_layer, layer_in_url, tab_from_url, to_url
 

@@ -26,7 +26,6 @@ _EXPORTS = {
     "count_parameters": "analysis.params",
     "build_index": "analysis.corpus_search",
     "search": "analysis.corpus_search",
-    "query_key": "analysis.query_key",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

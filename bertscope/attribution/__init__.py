@@ -7,7 +7,7 @@ types), ``methods`` (the entry points: ``attribute``, ``token_matrices``, ``toke
 with a content word-piece masked), ``erasure`` (tokens removed through the attention mask or by
 [MASK], p(y) read), ``faithfulness`` (comprehensiveness, sufficiency, leave-one-out agreement,
 bootstrap intervals). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
-``heads``, ``analysis``, ``tasks``.
+``outputs``, ``analysis``, ``tasks``.
 """
 
 from bertscope.runtime.exports import lazy_exports
@@ -20,7 +20,6 @@ _EXPORTS = {
     "METHODS": "attribution.registry",
     "find_method": "attribution.registry",
     "explain_prediction": "attribution.explain",
-    "faithfulness": "attribution.faithfulness",
     "Scoreboard": "attribution.faithfulness",
     "brown_items": "attribution.items",
     "text_items": "attribution.items",

@@ -79,7 +79,7 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         return lm.run(rows, inputs_embeds=e, grad=None, encoder_only=encoder_only, **extra)
 
     if target.kind == "token":
-        if "mlm" not in lm.heads:
+        if "mlm" not in lm.outputs:
             raise BertScopeError(f"{lm.name} has no masked-LM head: a prediction needs one (try bundled-mlm).")
         pos = target.position
         if pos is None or not 0 <= pos < n:
@@ -94,7 +94,7 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         return (lambda e: torch.log_softmax(_logits(run(e))[:, pos].float(), -1)[:, item]), target
     if target.kind in PAIR_HEADS:
         output, name, family = PAIR_HEADS[target.kind]
-        if target.kind not in lm.heads:
+        if target.kind not in lm.outputs:
             raise BertScopeError(f"{lm.name} has no {name} head: choose a {family} pretraining checkpoint.")
         if ins.text_pair is None:
             raise BertScopeError(f"The {target.kind.upper()} decision needs a pair: give the second segment (--pair).")

@@ -23,7 +23,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.corpora.brown import read_brown
 from bertscope.corpora.brown_tasks import sample_sentences
 from bertscope.errors import BertScopeError
-from bertscope.heads.fill_mask import ACCEPTED_MASKS, require_mlm
+from bertscope.outputs.fill_mask import ACCEPTED_MASKS, require_mlm
 
 CONTENT_TAGS = ("NOUN", "VERB", "ADJ", "ADV")
 MAX_ITEM_TOKENS = 64

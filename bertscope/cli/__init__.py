@@ -8,7 +8,7 @@
 Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exits with 2. Each
 command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
 Nothing imports it but ``__main__`` and the home page (which lists ``COMMANDS``). May import:
-``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``heads``, ``analysis``, ``attribution``,
+``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution``,
 ``training``, ``interventions``, ``tasks``, ``figures``, ``engines``.
 """
 
@@ -18,12 +18,12 @@ import argparse
 import json
 import sys
 
-from bertscope.cli import attribution, compare, corpus_views, heads, interventions, models, setup, tasks
+from bertscope.cli import attribution, compare, corpus, inspection, interventions, outputs, setup, tasks, training
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (models, heads, tasks, corpus_views, attribution, compare, interventions, setup) for c in module.COMMANDS
+    c.name: c for module in (inspection, outputs, tasks, corpus, attribution, compare, interventions, training, setup) for c in module.COMMANDS
 }
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from bertscope.core.models import LoadedModel
 
-HEAD_NAMES = {"mlm": "masked-LM", "nsp": "next-sentence", "sop": "sentence-order"}
+OUTPUT_NAMES = {"mlm": "masked-LM", "nsp": "next-sentence", "sop": "sentence-order"}
 
 
 def model_card(lm: LoadedModel) -> dict[str, Any]:
@@ -23,7 +23,8 @@ def model_card(lm: LoadedModel) -> dict[str, Any]:
         "hidden_size": lm.hidden_size,
         "vocab_size": lm.vocab_size,
         "max_length": lm.max_length,
-        "heads_present": sorted(lm.heads),
+        "outputs_present": sorted(lm.outputs),
+        "heads_present": sorted(lm.outputs),  # the old key of outputs_present, for scripts that read it
         "task": None if lm.task is None else {"kind": lm.task.kind, "labels": list(lm.task.labels),
                                                "problem_type": lm.task.problem_type,
                                                "description": lm.task.describe()},
@@ -35,7 +36,7 @@ def model_card(lm: LoadedModel) -> dict[str, Any]:
     }
 
 
-def heads_text(heads: list[str] | frozenset[str]) -> str:
+def outputs_text(outputs: list[str] | frozenset[str]) -> str:
     """'masked-LM, next-sentence' or 'none (encoder only)'."""
-    names = [HEAD_NAMES.get(h, h) for h in sorted(heads)]
+    names = [OUTPUT_NAMES.get(h, h) for h in sorted(outputs)]
     return ", ".join(names) if names else "none (encoder only)"

@@ -93,7 +93,7 @@ def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.T
         logits = getattr(out, "prediction_logits", None)
         if logits is None:
             logits = getattr(out, "logits", None)
-        keep_logits = with_logits and logits is not None and "mlm" in lm.heads
+        keep_logits = with_logits and logits is not None and "mlm" in lm.outputs
         if keep_logits and logit_rows is not None:
             logits = logits[logit_rows.to(logits.device)]  # [rows kept, vocab], item by item
         nsp = getattr(out, "seq_relationship_logits", None)
@@ -104,8 +104,8 @@ def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.T
             "hidden_states": None if out.hidden_states is None else
             _numpy(torch.stack(out.hidden_states, dim=1)),  # [batch, layer + 1, token, dim]
             "mlm_logits": _numpy(logits) if keep_logits else None,
-            "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.heads) else None,  # [batch, 2]
-            "sop_logits": _numpy(sop) if (sop is not None and "sop" in lm.heads) else None,  # [batch, 2]
+            "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.outputs) else None,  # [batch, 2]
+            "sop_logits": _numpy(sop) if (sop is not None and "sop" in lm.outputs) else None,  # [batch, 2]
         }
 
 
@@ -119,7 +119,7 @@ def _run_model(
         raise BertScopeError(f"Unknown precision {precision!r}: use float32 or float16.")
     # the heads run when MLM logits are asked for, or NSP/SOP can be read (a pair, a model with the head)
     pair = bool((enc.get("token_type_ids", torch.zeros(1)) > 0).any())
-    heads = with_logits or (bool({"nsp", "sop"} & lm.heads) and pair)
+    heads = with_logits or (bool({"nsp", "sop"} & lm.outputs) and pair)
     out = device_pass(lm, enc, with_attentions, with_hidden_states, heads)
     return _to_arrays(lm, out, with_logits, logit_rows, precision)
 
@@ -268,7 +268,7 @@ def output_bytes(lm: LoadedModel, tokens: int, with_attentions: bool, with_hidde
         size += lm.num_layers * lm.num_heads * tokens * tokens * 4  # [layer, head, q, k]
     if with_hidden_states:
         size += (lm.num_layers + 1) * tokens * lm.hidden_size * 4  # [layer + 1, token, dim]
-    if with_logits and "mlm" in lm.heads:
+    if with_logits and "mlm" in lm.outputs:
         size += tokens * lm.vocab_size * 4  # [token, vocab]
     return size
 

@@ -2,11 +2,11 @@
 
     >>> from bertscope import load_model
     >>> lm = load_model("bundled")            # genuine all-MiniLM-L6-v2, no network needed
-    >>> lm.heads, lm.num_layers, lm.num_heads
+    >>> lm.outputs, lm.num_layers, lm.num_heads
     (frozenset(), 6, 12)
 
 What is loaded:
-- the pretraining heads when the checkpoint carries them: ``BertForPreTraining`` (MLM + NSP)
+- the pretraining output layers ("heads" in Hugging Face's words) when the checkpoint carries them: ``BertForPreTraining`` (MLM + NSP)
   for BERT-like types, else the masked-LM class, else the bare encoder; a fine-tuned checkpoint's
   task head (sequence classification, token classification, question answering: ``task``) when
   it was saved with one. A head counts as present only if every one of its weights came from
@@ -61,7 +61,8 @@ class LoadedModel:
     source: str  # the hub id or directory the files came from
     model: Any  # transformers PreTrainedModel in eval mode; shared, treat as read-only
     tokenizer: Any  # fast tokenizer (word ids need it)
-    heads: frozenset[str]  # subset of {"mlm", "nsp", "sop"} whose weights came from the checkpoint
+    outputs: frozenset[str]  # pretraining output layers whose weights came from the checkpoint: subset of
+    # {"mlm", "nsp", "sop"} ("heads" is kept for attention heads; ``task`` is a fine-tuned output layer)
     device: torch.device
     dtype: torch.dtype
     max_length: int  # most tokens per input, special tokens included
@@ -79,6 +80,11 @@ class LoadedModel:
         ),
         repr=False,
     )
+
+    @property
+    def heads(self) -> frozenset[str]:
+        """The old name of ``outputs`` (code written before the rename still reads it)."""
+        return self.outputs
 
     @property
     def config(self) -> Any:
@@ -220,7 +226,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
     config = load_hf_config(name, source, local_only)
     tokenizer = load_hf_tokenizer(name, source, local_only)
     model, found = _load_weights(name, source, local_only, config, torch_dtype)
-    heads = found & PRETRAINING_HEADS
+    outputs = found & PRETRAINING_HEADS
     task = next((task_head(model.config, kind) for kind in found - PRETRAINING_HEADS), None)
     model.to(torch_device).eval()
     model.requires_grad_(False)
@@ -232,14 +238,14 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
     if task is None and task_kind(config) is not None:
         notes.append(f"The checkpoint was saved as {', '.join(config.architectures)}, but its task head's weights are "
                      "not all in it: loaded as the encoder alone.")
-    if "mlm" not in heads:
+    if "mlm" not in outputs:
         notes.append("This checkpoint has no masked-LM head: fill-mask views are unavailable.")
     return LoadedModel(
         name=name.strip(),
         source=source,
         model=model,
         tokenizer=tokenizer,
-        heads=heads,
+        outputs=outputs,
         device=torch_device,
         dtype=torch_dtype,
         max_length=max_input_length(config, tokenizer),

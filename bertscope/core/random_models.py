@@ -4,7 +4,7 @@
     >>> from bertscope import load_model
     >>> folder = save_random_model("distilbert-base-uncased", tempfile.mkdtemp())
     >>> lm = load_model(folder)
-    >>> lm.architecture, round(lm.parameter_count() / 1e6), sorted(lm.heads)   # 66 M weights and the MLM head
+    >>> lm.architecture, round(lm.parameter_count() / 1e6), sorted(lm.outputs)   # 66 M weights and the MLM head
     ('DistilBertForMaskedLM', 67, ['mlm'])
 
 A forward pass costs the same whatever the weights' values, so a random model built from a

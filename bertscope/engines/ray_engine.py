@@ -141,8 +141,8 @@ def head_importance(lm: LoadedModel, texts: Sequence[str], engine: RayEngine, ba
     order and with its seed (so the masked positions are the same), and the sums added here."""
     import torch
 
-    from bertscope.heads.fill_mask import require_mlm
-    from bertscope.heads.masking import IGNORE_INDEX
+    from bertscope.outputs.fill_mask import require_mlm
+    from bertscope.outputs.masking import IGNORE_INDEX
     from bertscope.interventions.importance import importance_from_sums, masked_batches
 
     require_mlm(lm)

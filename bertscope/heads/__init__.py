@@ -1,18 +1,12 @@
-"""What the pretraining heads say: ``fill_mask``, ``masking`` (BERT's masking rule, its one home),
-``mlm_recipe`` (the 80/10/10 corruption of one text, predicted), ``logit_lens`` (the head read at
-every layer), ``nsp`` (next-sentence and sentence-order prediction).
-May import: ``errors``, ``runtime``, ``sources``, ``core``.
+"""The old name of ``bertscope.outputs`` ("heads" now names attention heads only): code written
+against ``bertscope.heads.fill_mask`` and its neighbours still imports. May import: ``outputs``.
 """
 
-from bertscope.runtime.exports import lazy_exports
+import importlib
+import sys
 
-_EXPORTS = {
-    "fill_mask": "heads.fill_mask",
-    "iterative_fill": "heads.fill_mask",
-    "mlm_recipe": "heads.mlm_recipe",
-    "layerwise_predictions": "heads.logit_lens",
-    "next_sentence": "heads.nsp",
-    "sentence_order": "heads.nsp",
-}
-__all__ = list(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+from bertscope.outputs import *  # noqa: F401,F403
+from bertscope.outputs import __all__  # noqa: F401
+
+for _name in ("fill_mask", "logit_lens", "masking", "mlm_recipe", "nsp"):
+    sys.modules[f"{__name__}.{_name}"] = importlib.import_module(f"bertscope.outputs.{_name}")

@@ -6,7 +6,7 @@ thread only): ``ablation`` (zero or mean-ablate heads; the
 prediction before and after), ``importance`` (Michel et al. 2019: head importance from gate
 gradients, and the pruning curve against random orders), ``patching`` (clean states patched into a
 corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 2022).
-May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``heads``, ``analysis``,
+May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``,
 ``attribution`` (its targets), ``training`` (BERT's corruption).
 """
 

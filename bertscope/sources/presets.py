@@ -24,7 +24,7 @@ PREFERRED_DEFAULT = "bert-base-uncased"
 class Preset:
     name: str  # what the user picks or types
     description: str  # one line for the picker's help text
-    heads: tuple[str, ...]  # heads the published checkpoint carries ("mlm", "nsp")
+    outputs: tuple[str, ...]  # pretraining output layers the published checkpoint carries ("mlm", "nsp")
 
 
 PRESETS: dict[str, Preset] = {

@@ -12,14 +12,11 @@ prints). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
-    "classify": "tasks.classify",
     "ClassScores": "tasks.classify",
-    "tag": "tasks.tag",
     "Tagging": "tasks.tag",
     "answer": "tasks.spans",
     "Answers": "tasks.spans",
     "layer_decisions": "tasks.layer_lens",
-    "predict": "tasks.predict",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

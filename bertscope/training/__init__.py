@@ -4,7 +4,7 @@
 (the 80/10/10 corruption, by ``heads.masking``'s rule), ``model`` (heads, LoRA), ``steps``
 (forward, backward, scoring within a byte budget), ``checkpoint``, ``export``, ``job`` (the
 app's background run), ``processes`` and ``launch`` (data-parallel runs through Accelerate). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
-``heads``.
+``outputs``.
 """
 
 from bertscope.runtime.exports import lazy_exports

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from bertscope.heads.masking import IGNORE_INDEX
+from bertscope.outputs.masking import IGNORE_INDEX
 from bertscope.training.config import RecipeConfig
 
 

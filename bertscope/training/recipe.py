@@ -64,7 +64,7 @@ import numpy as np
 import torch
 
 from bertscope.errors import BertScopeError
-from bertscope.heads.masking import replacement_ids
+from bertscope.outputs.masking import replacement_ids
 from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
 from bertscope.sources.resolve import resolve_source
 from bertscope.training.batches import mask_tokens, special_mask

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from bertscope.errors import BertScopeError
-from bertscope.heads.masking import IGNORE_INDEX, replacement_ids
+from bertscope.outputs.masking import IGNORE_INDEX, replacement_ids
 from bertscope.runtime.result_cache import return_freed_memory
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig

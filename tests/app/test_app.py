@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.kit import APP, fill, start, start_with_url, texts
 from tests.conftest import ROOT
-from views.kit.models import CUSTOM_KEY, MODEL_KEY, OTHER
+from views.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
 
 
 def test_home_shows_model_card(monkeypatch, tiny_bert_dir):

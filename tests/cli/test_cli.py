@@ -26,7 +26,7 @@ def test_info_json(capsys, tiny_bert_dir):
     assert code == 0 and err == ""
     card = json.loads(out)
     assert card["layers"] == 2 and card["heads"] == 4 and card["hidden_size"] == 32
-    assert card["heads_present"] == ["mlm", "nsp"]
+    assert card["outputs_present"] == card["heads_present"] == ["mlm", "nsp"]  # the old key stays
     assert card["architecture"] == "BertForPreTraining"
     assert card["parameters"] > card["encoder_parameters"] > 0
 

@@ -12,7 +12,7 @@ from bertscope.sources.resolve import resolve_source
 
 
 def test_pretraining_checkpoint_gets_both_heads(tiny_bert):
-    assert tiny_bert.heads == {"mlm", "nsp"}
+    assert tiny_bert.outputs == {"mlm", "nsp"}
     assert tiny_bert.architecture == "BertForPreTraining"
     assert tiny_bert.model.config._attn_implementation == tiny_bert.kernels.current  # eager or sdpa, per pass
     assert not tiny_bert.model.training
@@ -22,13 +22,13 @@ def test_pretraining_checkpoint_gets_both_heads(tiny_bert):
 
 def test_mlm_only_checkpoint_gets_no_nsp_head(tiny_mlm_dir):
     lm = load_model(str(tiny_mlm_dir))
-    assert lm.heads == {"mlm"}
+    assert lm.outputs == {"mlm"}
     assert lm.architecture == "BertForMaskedLM"
 
 
 def test_bare_encoder_checkpoint_gets_no_head(tiny_encoder_dir):
     lm = load_model(str(tiny_encoder_dir))
-    assert lm.heads == frozenset()
+    assert lm.outputs == frozenset()
     assert lm.architecture == "BertModel"
     assert any("no masked-LM head" in n for n in lm.notes)
 
@@ -49,7 +49,7 @@ def test_parameter_count_matches_bert_formula(tiny_bert):
 
 def test_roberta_positions_offset(tiny_roberta_dir):
     lm = load_model(str(tiny_roberta_dir))
-    assert lm.heads == {"mlm"}
+    assert lm.outputs == {"mlm"}
     assert lm.max_length == 32  # 34 position embeddings minus RoBERTa's offset of 2
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from bertscope.cli import main as pretrain_main
 from bertscope.errors import BertScopeError
-from bertscope.heads.masking import IGNORE_INDEX
+from bertscope.outputs.masking import IGNORE_INDEX
 from bertscope.sources.delta import apply_delta
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
@@ -124,13 +124,13 @@ def test_bundled_mlm_reproduces_its_recorded_held_out_figure(tmp_path, monkeypat
     documents (the first 64 chunks, one seeded corruption): the figure recorded when it was made."""
     from bertscope import load_model
     from bertscope.corpora.documents import brown_documents
-    from bertscope.heads.fill_mask import fill_mask
+    from bertscope.outputs.fill_mask import fill_mask
     from bertscope.training.steps import evaluate
 
     _, held = brown_documents(None, 0)  # the installed corpus (make test installs it)
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the model built afresh from the package + delta
     lm = load_model("bundled-mlm", device="cpu")
-    assert lm.heads == {"mlm"} and "Brown corpus" in " ".join(lm.notes)
+    assert lm.outputs == {"mlm"} and "Brown corpus" in " ".join(lm.notes)
     chunks = chunk_documents(lm.tokenizer, held, 128)
     assert len(chunks) == 1080
     figures = evaluate(lm.model, lm.tokenizer, chunks[:64], RecipeConfig(), lm.device)
@@ -248,7 +248,7 @@ def test_training_a_pair_head_beside_mlm_and_loading_it_back(task, fixture, requ
     assert state.history[-1]["train_pair_loss"] < state.history[0]["train_pair_loss"]
     assert held[-1]["loss"] < state.history[0]["before"]["held_out"]["loss"]
     lm = load_model(str(tmp_path / "run" / "model"), device="cpu")
-    assert lm.heads == {"mlm", task}  # the loader reads the trained pair head like any checkpoint's
+    assert lm.outputs == {"mlm", task}  # the loader reads the trained pair head like any checkpoint's
     extras = load_file(str(tmp_path / "run" / "adapter" / "extras.safetensors"))
     assert any(k.startswith(("cls.seq_relationship.", "sop_classifier.")) for k in extras)
     merged = apply_delta(str(folder), tmp_path / "run" / "adapter", tmp_path / "merged")
@@ -315,8 +315,8 @@ def test_one_masking_rule_for_the_recipe_view_the_cli_and_the_trainer(capsys):
 
     from bertscope import load_model
     from bertscope.cli import main
-    from bertscope.heads import mlm_recipe
-    from bertscope.heads.masking import is_placeholder, replacement_ids, selection_count
+    from bertscope.outputs import mlm_recipe
+    from bertscope.outputs.masking import is_placeholder, replacement_ids, selection_count
     from bertscope.training import batches
     from bertscope.training.config import RecipeConfig
 

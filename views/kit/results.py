@@ -16,7 +16,7 @@ from bertscope.runtime.result_cache import ResultCache
 from views.kit.budget import BudgetRefused, costly_job
 from views.kit.chrome import show_error
 from views.kit.limits import demo
-from views.kit.models import cached_model
+from views.kit.model_picker import cached_model
 
 T = TypeVar("T")
 

@@ -28,8 +28,8 @@ class NextSentence:
 
 
 def next_sentence(lm: LoadedModel, text_a: str, text_b: str) -> NextSentence:
-    if "nsp" not in lm.heads:
-        with_head = ", ".join(n for n, p in PRESETS.items() if "nsp" in p.heads)
+    if "nsp" not in lm.outputs:
+        with_head = ", ".join(n for n, p in PRESETS.items() if "nsp" in p.outputs)
         raise BertScopeError(
             f"{lm.name} has no next-sentence head: choose a BERT pretraining checkpoint, e.g. {with_head}."
         )
@@ -57,7 +57,7 @@ class SentenceOrder:
 
 def sentence_order(lm: LoadedModel, text_a: str, text_b: str) -> SentenceOrder:
     """ALBERT's SOP head on the pair (A, B): class 0 = the original order (A then B)."""
-    if "sop" not in lm.heads:
+    if "sop" not in lm.outputs:
         raise BertScopeError(f"{lm.name} has no sentence-order head: choose an ALBERT pretraining checkpoint "
                              "that carries it (AlbertForPreTraining).")
     if not isinstance(text_b, str) or not text_b.strip():

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from bertscope import BertScopeError, load_model
-from bertscope.heads.fill_mask import fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of
-from bertscope.heads.logit_lens import layerwise_predictions
-from bertscope.heads.masking import IGNORE_INDEX
-from bertscope.heads.mlm_recipe import corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
-from bertscope.heads.nsp import both_orders, next_sentence
+from bertscope.outputs.fill_mask import fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of
+from bertscope.outputs.logit_lens import layerwise_predictions
+from bertscope.outputs.masking import IGNORE_INDEX
+from bertscope.outputs.mlm_recipe import corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
+from bertscope.outputs.nsp import both_orders, next_sentence
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_recipe_corruption_needs_only_the_tokenizer(tiny_encoder_dir):
 
 
 def test_require_mlm_suggests_only_what_can_be_loaded(tiny_encoder_dir):
-    from bertscope.heads.fill_mask import require_mlm
+    from bertscope.outputs.fill_mask import require_mlm
 
     lm = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="loaded here: bundled-mlm \\(.*need the Hugging Face hub") as err:
@@ -211,10 +211,10 @@ def test_albert_sentence_order_head_matches_hugging_face(tiny_albert_pretraining
     from transformers import AlbertForPreTraining, AutoTokenizer
 
     from bertscope.core.forward import inspect
-    from bertscope.heads.nsp import sentence_order
+    from bertscope.outputs.nsp import sentence_order
 
     lm = load_model(str(tiny_albert_pretraining_dir))
-    assert lm.heads == {"mlm", "sop"} and lm.architecture == "AlbertForPreTraining"
+    assert lm.outputs == {"mlm", "sop"} and lm.architecture == "AlbertForPreTraining"
     a, b = "the man sat on the grass .", "he ate bread ."
     r = inspect(lm, a, b, with_logits=False)
     hf = AlbertForPreTraining.from_pretrained(tiny_albert_pretraining_dir).eval()
@@ -227,7 +227,7 @@ def test_albert_sentence_order_head_matches_hugging_face(tiny_albert_pretraining
     assert order.in_order == pytest.approx(p[0], abs=1e-5) and order.in_order + order.swapped == pytest.approx(1)
     assert inspect(lm, a, with_logits=False).sop_logits is None  # one segment: the head is not read
     masked_only = load_model(str(tiny_albert_dir))  # a checkpoint without the head: said in one line
-    assert masked_only.heads == {"mlm"}
+    assert masked_only.outputs == {"mlm"}
     with pytest.raises(BertScopeError, match="no sentence-order head"):
         sentence_order(masked_only, a, b)
 

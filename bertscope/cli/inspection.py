@@ -13,7 +13,7 @@ from bertscope.errors import BertScopeError
 
 
 def cmd_info(args: argparse.Namespace) -> Any:
-    from bertscope.core.card import heads_text, model_card
+    from bertscope.core.card import model_card, outputs_text
 
     card = model_card(load(args))
     if args.json:
@@ -23,7 +23,7 @@ def cmd_info(args: argparse.Namespace) -> Any:
         f"  layers {card['layers']}, heads {card['heads']}, hidden {card['hidden_size']}, "
         f"vocab {card['vocab_size']:,}, max tokens {card['max_length']}",
         f"  parameters {card['parameters']:,} (encoder {card['encoder_parameters']:,})",
-        f"  heads present: {heads_text(card['heads_present'])}",
+        f"  pretraining outputs: {outputs_text(card['outputs_present'])}",
         f"  task head: {card['task']['description'] if card['task'] else 'none'}",
         f"  device {card['device']}, dtype {card['dtype']}",
         *(f"  note: {note}" for note in card["notes"]),
@@ -110,7 +110,7 @@ def cmd_params(args: argparse.ArgumentParser) -> Any:
 
 
 COMMANDS = [
-    Command("info", "config summary, heads present, parameter total", cmd_info),
+    Command("info", "config summary, the output layers it carries (pretraining, a task), parameter total", cmd_info),
     Command("inspect", "tokens and tensor shapes of one forward pass", cmd_inspect,
             lambda p: (p.add_argument("text"), p.add_argument("--pair", help="segment B text"))),
     Command("attention", "attention weights of one input, all heads or one", cmd_attention, _attention_arguments),

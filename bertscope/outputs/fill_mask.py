@@ -79,8 +79,8 @@ class IterativeFill:
 def require_mlm(lm: LoadedModel, usable: Callable[[str], bool] | None = None) -> None:
     """Raise unless ``lm`` has a masked-LM head; the message suggests presets with one, only
     those ``usable`` (e.g. loadable right now) when given, and says why the others are not."""
-    if "mlm" not in lm.heads:
-        with_head = [n for n, p in PRESETS.items() if "mlm" in p.heads and n != lm.name]
+    if "mlm" not in lm.outputs:
+        with_head = [n for n, p in PRESETS.items() if "mlm" in p.outputs and n != lm.name]
         if usable is None:
             hint = f"choose a model with one, e.g. {', '.join(with_head)}."
         else:

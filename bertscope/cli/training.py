@@ -1,0 +1,99 @@
+"""``pretrain``: continue BERT's masked-LM pretraining (and NSP/SOP) on one process or many."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from bertscope.cli.common import Command
+from bertscope.errors import BertScopeError
+
+
+def cmd_pretrain(args: argparse.Namespace) -> Any:
+    from bertscope.corpora.documents import brown_documents, file_documents
+    from bertscope.training.config import CLOZE, RecipeConfig
+    from bertscope.training.recipe import train
+
+    cfg = RecipeConfig(seq_len=args.seq_len, masking=args.masking, lora_rank=args.lora, epochs=args.epochs,
+                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, max_chunks=args.max_chunks,
+                       pair_task=args.pair)
+    cfg.check()
+    from bertscope.training.processes import launched_world
+
+    world = launched_world()
+    if world == 1 and args.processes != 1:  # start this command again as N data-parallel processes
+        from bertscope.training.launch import check_processes, launch
+
+        check_processes(args.processes, args.device)
+        launch(args.processes, args.argv, Path(args.out))
+        return None  # the main process printed the summary
+    if world > 1 and args.processes not in (1, world):
+        raise BertScopeError(f"This command was launched as {world} processes, not --processes {args.processes}.")
+    if args.corpus == "brown":
+        train_docs, held_docs = brown_documents(args.genres, args.seed)
+    else:
+        train_docs, held_docs = file_documents(args.corpus, args.seed)
+    from tqdm import tqdm
+
+    bars: list = []  # opened at the first step, so an input error prints only its line
+
+    def progress(step: int, total: int, info: dict) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, initial=step - 1, unit="step", file=sys.stderr, dynamic_ncols=True))
+        bars[0].n = step
+        bars[0].set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
+        bars[0].refresh()
+
+    try:
+        state = train(args.model, train_docs, held_docs, args.out, cfg, args.device, progress,
+                      cloze_texts=args.cloze or CLOZE)
+    finally:
+        for bar in bars:
+            bar.close()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None  # one summary, from the main process
+    last = state.history[-1]["held_out"]
+    summary = {"out": args.out, "epochs": state.epoch, "held_out_top1": round(last["top1"], 4),
+               "held_out_top5": round(last["top5"], 4), "held_out_loss": round(last["loss"], 4)}
+    if "pair_accuracy" in last:
+        summary[f"held_out_{args.pair}_accuracy"] = round(last["pair_accuracy"], 4)
+    return summary  # printed as JSON whether or not --json is given (scripts read it)
+
+
+def _pretrain_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.training.config import RecipeConfig
+
+    p.add_argument("model", help="preset, hub id or local folder (bundled, bert-base-uncased, ./my-model)")
+    p.add_argument("--corpus", default="brown", help="'brown' or a text file (one sentence a line, blank lines "
+                                                     "between documents)")
+    p.add_argument("--genres", help="brown: comma-separated genres (default: all 15)")
+    p.add_argument("--out", required=True, help="run folder: checkpoint, model/, adapter/, metrics.json, curves.png")
+    defaults = RecipeConfig()
+    p.add_argument("--epochs", type=int, default=defaults.epochs)
+    p.add_argument("--lora", type=int, default=defaults.lora_rank, help="LoRA rank; 0 = full fine-tuning")
+    p.add_argument("--lr", type=float, default=defaults.lr)
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    p.add_argument("--seq-len", type=int, default=defaults.seq_len)
+    p.add_argument("--masking", choices=["dynamic", "static"], default=defaults.masking)
+    p.add_argument("--pair", choices=["none", "nsp", "sop"], default=defaults.pair_task,
+                   help="also train on sentence pairs: BERT's next-sentence head (nsp) or ALBERT's "
+                        "sentence-order head (sop)")
+    p.add_argument("--max-chunks", type=int, help="train on at most this many chunks (a budget)")
+    p.add_argument("--cloze", action="append", metavar="SENTENCE",
+                   help="a sentence with [MASK] whose predictions metrics.json compares before and after "
+                        "(repeat for more; default: six everyday sentences)")
+    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--processes", type=int, default=1,
+                   help="train data-parallel on N processes of this machine through Accelerate (N GPUs, or N "
+                        "CPU processes with gloo); the same as `accelerate launch --multi_gpu --num_processes N -m "
+                        "bertscope pretrain ...`, which also runs it across machines")
+
+
+COMMANDS = [
+    Command("pretrain", "continue BERT's masked-LM pretraining (and NSP/SOP) on the Brown corpus or your text",
+            cmd_pretrain, _pretrain_arguments, takes_model=False),
+]
