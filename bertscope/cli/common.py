@@ -81,8 +81,10 @@ def engine_of(args: argparse.Namespace):
     return parse_engine(getattr(args, "engine", "local"))
 
 
-def engine_rows(args: argparse.Namespace):
-    """The Ray engine's source of hidden states for ``hidden_states(rows=...)``, or None (this process)."""
-    from bertscope.engines.ray_engine import rows_for
+def engine_rows(engine):
+    """The parsed engine's source of hidden states for ``hidden_states(rows=...)``, or None (this process)."""
+    if engine is None:
+        return None
+    from bertscope.engines.ray_engine import ray_rows
 
-    return rows_for(getattr(args, "engine", "local"))
+    return ray_rows(engine)

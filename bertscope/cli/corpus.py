@@ -1,12 +1,12 @@
 """Commands over many sentences: head statistics, one word across contexts, corpus search,
-cross-lingual retrieval, probes."""
+cross-lingual retrieval (probes: ``cli.probe``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_rows, load, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, engine_rows, load, read_text
 from bertscope.core.layers import hidden_index, hidden_label, hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.errors import BertScopeError
@@ -28,12 +28,12 @@ def cmd_head_stats(args: argparse.Namespace) -> Any:
         sentences = read_corpus(read_text(args.corpus, "corpus"))
     else:
         sentences = shipped_corpus()
-    if args.engine == "local":
+    engine = engine_of(args)  # a bad spec is refused before the model loads
+    if engine is None:
         stats = head_stats(load(args), sentences, batch_size=args.batch_size)
     else:
-        from bertscope.engines.ray_engine import head_stats as ray_head_stats, parse_engine
+        from bertscope.engines.ray_engine import head_stats as ray_head_stats
 
-        engine = parse_engine(args.engine)  # a bad spec is refused before the model loads
         stats = ray_head_stats(load(args), sentences, engine, batch_size=args.batch_size)
     if args.json:
         return stats.to_json()
@@ -92,9 +92,10 @@ def cmd_corpus_search(args: argparse.Namespace) -> Any:
     from bertscope.analysis.corpus_search import build_index, search
     from bertscope.analysis.hidden_cache import HiddenStateCache
 
+    rows = engine_rows(engine_of(args))
     lm = load(args)
     layer = hidden_index(lm.num_layers - 1 if args.layer is None else args.layer, lm.num_layers)
-    index = build_index(lm, args.size, HiddenStateCache(args.cache), rows=engine_rows(args))
+    index = build_index(lm, args.size, HiddenStateCache(args.cache), rows=rows)
     found = search(lm, index, args.text, args.word, layer, args.k)
     out = {"query_word": found.query_word, "layer": hidden_label(found.layer), "index_words": index.n_words,
            "matches": [m.__dict__ for m in found.matches], "tags": dict(found.tag_counts.most_common())}
@@ -153,61 +154,10 @@ def _align_arguments(p: argparse.ArgumentParser) -> None:
                    help="words: alone or inside a per-language carrier sentence")
 
 
-def cmd_probe(args: argparse.Namespace) -> Any:
-    from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
-    from bertscope.analysis.probing import check_external_labels, probe_layers
-    from bertscope.corpora.probe_tasks import read_task
-    from bertscope.corpora.suites import shipped_task
-
-    if args.data:
-        task = read_task(read_text(args.data, "data"), args.data)
-    else:
-        task = shipped_task(args.task, args.size)
-    external_task = None
-    if args.test_data:
-        external_task = read_task(read_text(args.test_data, "test data"), args.test_data)
-        if external_task.level != task.level:
-            raise BertScopeError(f"{args.test_data} is a {external_task.level}-level task; {task.name} is "
-                                 f"{task.level}-level: give a file of the same kind.")
-        check_external_labels(task.classes, external_task.classes)
-    lm = load(args)
-    cache = HiddenStateCache(args.cache)
-    rows = engine_rows(args)
-    states = hidden_states(lm, task, args.pooling, cache, rows=rows)
-    external = hidden_states(lm, external_task, args.pooling, cache, rows=rows) if external_task is not None else None
-    result = probe_layers(states, task.name, args.pooling, args.probe, args.seed, external=external)
-    if args.json:
-        return result.to_json()
-    lines = [f"{task.name} ({task.level}, {task.n_examples:,} examples, {len(task.classes)} labels) on {lm.name}; "
-             f"cache {'hit' if states.hit else 'built'}; majority baseline {result.majority_baseline:.3f}",
-             "     layer  accuracy  control  selectivity  95% interval"]
-    lines += [f"{r.name:>10}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
-              f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]"
-              + (f"  test file {r.external_accuracy:.3f}" if r.external_accuracy is not None else "")
-              for r in result.layers]
-    return "\n".join(lines)
-
-
-def _probe_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="pos", help="shipped: pos, sense, tense, subject_number, negation, "
-                                                 "question, bigram_shift; brown-pos, brown-tags, brown-genre "
-                                                 "(after `make brown`)")
-    p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample (default 2000; 0 = all)")
-    p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl")
-    p.add_argument("--test-data", help="train here, test there: also score the probe on this file "
-                                       "(.conllu, .csv or .jsonl with the task's labels)")
-    p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
-    p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
-    engine_argument(p)
-
-
 COMMANDS = [
     Command("head-stats", "head statistics over a corpus (Clark et al. 2019)", cmd_head_stats, _head_stats_arguments),
     Command("shift", "the same word in different contexts, layer by layer", cmd_shift, _shift_arguments),
     Command("corpus-search", "the Brown corpus words nearest to a word of a sentence at a layer, with their tags",
             cmd_corpus_search, _corpus_search_arguments),
     Command("align", "cross-lingual retrieval P@1 per layer, raw and mean-centred", cmd_align, _align_arguments),
-    Command("probe", "linear probes per layer with a control task (Hewitt & Liang 2019)", cmd_probe, _probe_arguments),
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.core.layers import hidden_name
 from bertscope.errors import BertScopeError
 
@@ -83,14 +83,14 @@ def cmd_head_importance(args: argparse.Namespace) -> Any:
 
     texts = sentences_from(args.corpus, 256, False)
     held = sentences_from(args.held_out, 200, True) if args.prune else None
-    from bertscope.engines.ray_engine import head_importance as on_ray, parse_engine
-
-    engine = parse_engine(args.engine)  # None: this process; a bad spec is refused before the model loads
+    engine = engine_of(args)  # None: this process; a bad spec is refused before the model loads
     lm = load(args)
     with progress_bar("gate gradients", "sentence") as progress:
         if engine is None:
             imp = head_importance(lm, texts, batch_size=args.batch_size, seed=args.seed, progress=progress)
         else:
+            from bertscope.engines.ray_engine import head_importance as on_ray
+
             imp = on_ray(lm, texts, engine, batch_size=args.batch_size, seed=args.seed, progress=progress)
     curve = None
     if args.prune:

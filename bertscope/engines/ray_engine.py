@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # the faithfulness test and CKA are imported by the commands 
 
 BATCHES_PER_CALL = 4  # planned batches an actor is handed at a time (a Ray Data batch of rows)
 
-__all__ = ["RayEngine", "parse_engine", "ray_cluster", "head_stats", "head_importance", "ray_rows", "rows_for",
+__all__ = ["RayEngine", "parse_engine", "ray_cluster", "head_stats", "head_importance", "ray_rows",
            "faithfulness_on", "chunk_runner"]
 
 
@@ -221,9 +221,3 @@ def ray_rows(engine: RayEngine) -> Callable[[LoadedModel, ProbeTask, WordTable |
                 yield int(row["sentences"]), np.asarray(row["rows"], np.int64), vectors
 
     return rows
-
-
-def rows_for(spec: str | None) -> Callable | None:
-    """``--engine``'s source of hidden states for ``hidden_states(rows=...)``: None for local."""
-    engine = parse_engine(spec)
-    return None if engine is None else ray_rows(engine)

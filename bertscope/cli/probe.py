@@ -1,0 +1,120 @@
+"""``probe``: linear probes per layer with a control task (Hewitt & Liang 2019) — the one probe command
+line; ``python -m probes.layerwise`` and ``probes.sweep`` call what is here."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from bertscope.cli.common import Command, engine_argument, engine_of, engine_rows, load, progress_bar, read_text
+from bertscope.errors import BertScopeError
+
+TASKS_HELP = ("shipped: pos, sense, tense, subject_number, negation, question, bigram_shift; brown-pos, brown-tags, "
+              "brown-genre (after `make brown`)")
+
+
+def load_task(task: str, data: str | None, size: int | None = None):
+    """Your file (``--data``: .conllu, .csv or .jsonl) or a shipped task."""
+    from bertscope.corpora.probe_tasks import read_task
+    from bertscope.corpora.suites import shipped_task
+
+    if data:
+        return read_task(read_text(data, "data"), data)
+    return shipped_task(task, size)
+
+
+def run_probe(lm, task, args: argparse.Namespace, engine=None, external_task=None, weights_dir: Path | None = None,
+              quiet: bool = False):
+    """(ProbeResult, whether the hidden-state cache was hit): states extracted (or read) with a bar,
+    then a probe and its control at every layer with a bar of layers."""
+    from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+    from bertscope.analysis.probing import probe_layers
+
+    cache, rows = HiddenStateCache(args.cache), engine_rows(engine)
+    with progress_bar(f"{lm.name}: hidden states", "sentence") as progress:
+        states = hidden_states(lm, task, args.pooling, cache, args.batch_size, progress=None if quiet else progress,
+                               rows=rows)
+        external = None if external_task is None else hidden_states(lm, external_task, args.pooling, cache,
+                                                                    args.batch_size, rows=rows)
+    with progress_bar(f"{lm.name}: probes", "layer") as progress:
+        result = probe_layers(states, task.name, args.pooling, args.probe, args.seed, external=external,
+                              weights_dir=weights_dir, progress=None if quiet else progress)
+    return result, states.hit
+
+
+def write_probe_results(result, out: Path) -> dict:
+    """``results.json``, ``results.csv``, ``layers.html`` and ``layers.png`` into ``out``."""
+    from bertscope.figures.probe import layer_figure, save_png
+
+    out.mkdir(parents=True, exist_ok=True)
+    data = result.to_json()
+    (out / "results.json").write_text(json.dumps(data, indent=1))
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["layer", "accuracy", "control_accuracy", "selectivity", "ci_low", "ci_high",
+                         "majority_baseline"])
+        for r in result.layers:
+            writer.writerow([r.name, r.accuracy, r.control_accuracy, r.selectivity, *r.ci, result.majority_baseline])
+    layer_figure([result]).write_html(out / "layers.html", include_plotlyjs=True)
+    save_png([result], out / "layers.png")
+    return data
+
+
+def cmd_probe(args: argparse.Namespace) -> Any:
+    from bertscope.analysis.probing import check_external_labels
+    from bertscope.corpora.probe_tasks import read_task
+
+    engine = engine_of(args)  # a bad --engine is refused before anything loads
+    task = load_task(args.task, args.data, args.size)
+    external_task = None
+    if args.test_data:
+        external_task = read_task(read_text(args.test_data, "test data"), args.test_data)
+        if external_task.level != task.level:
+            raise BertScopeError(f"{args.test_data} is a {external_task.level}-level task; {task.name} is "
+                                 f"{task.level}-level: give a file of the same kind.")
+        check_external_labels(task.classes, external_task.classes)
+    lm = load(args)
+    out = Path(args.out) if args.out else None
+    result, hit = run_probe(lm, task, args, engine, external_task, None if out is None else out / "weights",
+                            quiet=args.json)
+    data = write_probe_results(result, out) if out is not None else result.to_json()
+    if args.json:
+        return data
+    lines = [f"{task.name} ({task.level}, {task.n_examples:,} examples, {len(task.classes)} labels) on {lm.name}; "
+             f"cache {'hit' if hit else 'built'}; majority baseline {result.majority_baseline:.3f}",
+             "     layer  accuracy  control  selectivity  95% interval"]
+    lines += [f"{r.name:>10}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
+              f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]"
+              + (f"  test file {r.external_accuracy:.3f}" if r.external_accuracy is not None else "")
+              for r in result.layers]
+    if out is not None:
+        lines.append(f"wrote {out}/results.json, results.csv, layers.png, layers.html and weights/")
+    return "\n".join(lines)
+
+
+def probe_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
+    """The probe's options; ``several``: the sweep's --tasks in place of --task/--data/--test-data."""
+    if several:
+        p.add_argument("--tasks", default="pos", help="comma-separated shipped tasks")
+    else:
+        p.add_argument("--task", default="pos", help=TASKS_HELP)
+        p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl (overrides --task)")
+        p.add_argument("--test-data", help="train here, test there: also score the probe on this file "
+                                           "(.conllu, .csv or .jsonl with the task's labels)")
+    p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample (default 2000; 0 = all)")
+    p.add_argument("--out", help="a folder for results.json, results.csv, layers.png, layers.html and the probes' "
+                                 "weights (weights/layer_XX.npz + .json, no pickle)")
+    p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
+    p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
+    p.add_argument("--batch-size", type=int, default=64)
+    engine_argument(p)
+
+
+COMMANDS = [
+    Command("probe", "linear probes per layer with a control task (Hewitt & Liang 2019)", cmd_probe, probe_arguments),
+]
