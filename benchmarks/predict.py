@@ -6,7 +6,9 @@
 A task head (seeded) is put on the model's encoder and saved as a fine-tuned checkpoint is; then
 the same texts go through ``bertscope.tasks.predict`` and through ``pipeline("text-classification",
 top_k=None)`` / ``pipeline("token-classification", aggregation_strategy="simple")`` with the same
-batch size, interleaved, medians. Figures only.
+batch size, interleaved, medians. ``--importance N``: head importance on the classifier's own
+loss over N Brown sentences (labelled with the model's own decisions) against a plain forward +
+backward (parameter gradients) of the same batches. Figures only.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=0, help="0: Brown sentences; N: texts of about N tokens")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--importance", type=int, default=0, help="N: also head importance on the task loss")
     args = parser.parse_args()
     base = random_model_dir(args.model.removeprefix("random:"), "none") if args.model.startswith("random:") \
         else args.model
@@ -92,6 +95,38 @@ def main() -> None:
         print(describe(lm))
         print(f"{kind}: {len(texts)} texts of {min(lengths)}-{max(lengths)} tokens, batches of {batch}: "
               f"pipeline {p * 1e3:.1f} ms, predict {o * 1e3:.1f} ms, ratio {o / p:.3f} (goal <= 1.1)")
+        if args.importance and kind == "text-classification":
+            task_importance(lm, args.importance, max(1, args.repeats // 2))
+
+
+def task_importance(lm, sentences: int, repeats: int) -> None:
+    import torch.nn.functional as F
+
+    from bertscope.corpora.brown_tasks import brown_split_texts
+    from bertscope.interventions.task_importance import labelled_batches, task_head_importance
+    from bertscope.tasks.classify import classify
+
+    texts = brown_split_texts(sentences, held_out=False)
+    gold = [r.predicted for r in classify(lm, texts)]
+    batches = labelled_batches(lm, texts, gold, batch_size=16)
+
+    def plain():
+        lm.model.zero_grad(set_to_none=True)
+        with torch.enable_grad(), lm.attention_kernel(False):
+            for _, feed, labels in batches:
+                F.cross_entropy(lm.model(**feed, return_dict=True).logits.float(), labels).backward()
+        lm.model.zero_grad(set_to_none=True)
+
+    for p in lm.model.parameters():
+        p.requires_grad_(True)
+    times = interleaved({"plain": plain, "ours": lambda: task_head_importance(lm, texts, gold, batch_size=16)},
+                        repeats, lm.device)
+    for p in lm.model.parameters():
+        p.requires_grad_(False)
+    p, o = statistics.median(times["plain"]), statistics.median(times["ours"])
+    tokens = sum(int(f["attention_mask"].sum()) for _, f, _ in batches)
+    print(f"head importance on the task loss: {sentences} Brown sentences, {tokens:,} tokens, {len(batches)} "
+          f"batches: plain forward + backward {p:.2f} s, ours {o:.2f} s, ratio {o / p:.2f}x (goal <= 2.5x)")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def ray_figures(args: argparse.Namespace) -> None:
     from bertscope.analysis.attention_stats import head_stats
     from bertscope.core.models import load_model
     from bertscope.corpora.brown_tasks import brown_texts
-    from bertscope.engines.ray_engine import RayEngine, head_stats as ray_head_stats
+    from bertscope.engines.ray_engine import RayEngine
 
     name = random_model_dir(args.model.removeprefix("random:"), "none") if args.model.startswith("random:") \
         else args.model
@@ -72,7 +72,7 @@ def ray_figures(args: argparse.Namespace) -> None:
     print(f"  ray.init (local, {args.cpus} CPUs):      {init:7.1f} s")
     for run in ("first (actors start)", "second (warm cluster)"):
         started = time.perf_counter()
-        spread = ray_head_stats(lm, texts, RayEngine())
+        spread = head_stats(lm, texts, engine=RayEngine())
         took = time.perf_counter() - started
         worst = max(float(np.abs(spread.stats[k] - local.stats[k]).max()) for k in local.stats)
         print(f"  Ray, {run:<22} {took:7.1f} s  {took / alone:5.2f}x this process; largest difference {worst:.1e}; "
@@ -88,7 +88,7 @@ def job_figures(args: argparse.Namespace) -> None:
     import torch
 
     from bertscope.core.models import load_model
-    from bertscope.engines.ray_engine import RayEngine, chunk_runner, faithfulness_on
+    from bertscope.engines.ray_engine import RayEngine
 
     if args.job == "faithfulness":
         from bertscope.attribution.faithfulness import faithfulness
@@ -98,12 +98,11 @@ def job_figures(args: argparse.Namespace) -> None:
         items = brown_items(lm, args.sentences, seed=0)
         what = f"faithfulness, {len(items)} Brown items, {args.model}, every default method"
 
-        def once(run):
-            board = faithfulness(lm, items, run=run)
+        def once(engine):
+            board = faithfulness(lm, items, engine=engine)
             return np.array([[board.summary()[m][k]["mean"] or 0.0 for k in ("comprehensiveness", "sufficiency",
                                                                              "loo_spearman")] for m in board.methods])
 
-        engine_run = faithfulness_on
     else:
         from bertscope.analysis.compare import compare_layers
         from bertscope.corpora.brown_tasks import brown_task
@@ -112,10 +111,9 @@ def job_figures(args: argparse.Namespace) -> None:
         task = brown_task("brown-pos", args.sentences)
         what = f"CKA, {args.model} against {args.model_b}, {len(task.texts):,} Brown sentences"
 
-        def once(run):
-            return compare_layers(lm, other, task, run=run).cka
+        def once(engine):
+            return compare_layers(lm, other, task, engine=engine).cka
 
-        engine_run = chunk_runner
     print(f"{what}; CPU with {torch.get_num_threads()} threads, {os.cpu_count()} cores")
     started = time.perf_counter()
     local = once(None)
@@ -124,7 +122,7 @@ def job_figures(args: argparse.Namespace) -> None:
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     for label in ("first (actors start)", "second (warm cluster)"):
         started = time.perf_counter()
-        spread = once(engine_run(RayEngine()))
+        spread = once(RayEngine())
         took = time.perf_counter() - started
         print(f"  Ray, {label:<22} {took:7.1f} s  {took / alone:5.2f}x this process; largest difference "
               f"{float(np.abs(spread - local).max()):.1e}")

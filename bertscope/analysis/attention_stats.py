@@ -40,6 +40,7 @@ from bertscope.core.forward import device_batches, to_device
 from bertscope.core.inspection import BatchInspection
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.runtime.engine import Engine
 
 STATISTICS = {
     "entropy": "mean attention entropy (nats, smoothed as Clark et al. 2019)",
@@ -248,8 +249,14 @@ def head_stats(
     sentences: Iterable[str],
     batch_size: int = 32,
     progress: Callable[[int, int], None] | None = None,
+    engine: Engine | None = None,
 ) -> HeadStats:
-    """Statistics for every head of ``lm`` over ``sentences`` (streamed, padding excluded)."""
-    texts = corpus_texts(sentences)
-    total, tokens = head_sums(lm, texts, batch_size, progress)
+    """Statistics for every head of ``lm`` over ``sentences`` (streamed, padding excluded); with an
+    ``engine`` (``runtime.engine``) its workers run the batches, with no cap on sentences."""
+    if engine is None:
+        texts = corpus_texts(sentences)
+        total, tokens = head_sums(lm, texts, batch_size, progress)
+    else:
+        texts = corpus_texts(sentences, limit=None)
+        total, tokens = engine.head_sums(lm, texts, batch_size, progress)
     return HeadStats.from_sums(total, len(texts), tokens)

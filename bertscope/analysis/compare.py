@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ from bertscope.core.layers import hidden_labels
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.errors import BertScopeError
+from bertscope.runtime.engine import Engine
 
 Pool = Literal["mean", "first"]
 POOLS = ("mean", "first")
@@ -239,10 +240,10 @@ def chunk_sums(lm_a: LoadedModel, lm_b: LoadedModel, chunk: ProbeTask, pool: Poo
 def compare_layers(lm_a: LoadedModel, lm_b: LoadedModel, task: ProbeTask, pool: Pool = "mean",
                    minibatch: int = MINIBATCH, source: str = "", seed: int = 0, max_chunk_bytes: int = CHUNK_BYTES,
                    progress: Callable[[int, int], None] | None = None,
-                   run: Callable[..., Iterator[ChunkSums]] | None = None) -> LayerSimilarity:
+                   engine: Engine | None = None) -> LayerSimilarity:
     """CKA between every hidden state of A and every hidden state of B over ``task``'s words.
-    ``run``: who runs the chunks (``engines.ray_engine.chunk_runner``: a Ray cluster's actors,
-    yielding each chunk's sums in chunk order); by default this process, chunk after chunk."""
+    ``engine``: who runs the chunks (``runtime.engine``: a Ray cluster's actors, yielding each
+    chunk's sums in chunk order); by default this process, chunk after chunk."""
     if pool not in POOLS:
         raise BertScopeError(f"Unknown pooling {pool!r}: use mean (of a word's pieces) or first (its first piece).")
     if minibatch < 4:
@@ -251,10 +252,10 @@ def compare_layers(lm_a: LoadedModel, lm_b: LoadedModel, task: ProbeTask, pool: 
     per_word = 4 * max((lm_a.num_layers + 1) * lm_a.hidden_size, (lm_b.num_layers + 1) * lm_b.hidden_size)
     ranges = chunks(task, per_word, max_chunk_bytes)
     pieces = [_chunk(task, start, stop) for start, stop in ranges]
-    if run is None:
+    if engine is None:
         parts = (chunk_sums(lm_a, lm_b, piece, pool, minibatch, seed, i) for i, piece in enumerate(pieces))
     else:
-        parts = run(lm_a, lm_b, pieces, pool, minibatch, seed)
+        parts = engine.chunk_sums(lm_a, lm_b, pieces, pool, minibatch, seed)
     acc = CkaAccumulator()
     waiting_a: list[np.ndarray] = []  # left-over words of the chunks so far, in chunk order: [state, dim] each
     waiting_b: list[np.ndarray] = []

@@ -68,11 +68,11 @@ class CorpusIndex:
 
 
 def build_index(lm: LoadedModel, sentences: int = DEFAULT_SENTENCES, cache: HiddenStateCache | None = None,
-                progress: Callable[[int, int], None] | None = None, rows=None) -> CorpusIndex:
+                progress: Callable[[int, int], None] | None = None, engine=None) -> CorpusIndex:
     """The Brown sample's word vectors at every layer (extracted once, then read from disk;
-    ``rows``: an engine's source of vectors, as ``hidden_states`` takes)."""
+    ``engine``: who runs the passes, as ``hidden_states`` takes)."""
     task = brown_task("brown-pos", sentences)
-    states = hidden_states(lm, task, "mean", cache or HiddenStateCache(), progress=progress, rows=rows)
+    states = hidden_states(lm, task, "mean", cache or HiddenStateCache(), progress=progress, engine=engine)
     documents = read_brown().documents
     genres = [documents[int(g)].genre for g in states.groups]  # a brown task's groups are documents
     spans = np.array([(start, end) for _, _, start, end in example_texts(states, task, range(len(states.labels)))],

@@ -35,6 +35,7 @@ from bertscope.core.forward import PoolingPlan, pooled_hidden_states
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.probe_tasks import UNLABELLED, ProbeTask
 from bertscope.errors import BertScopeError
+from bertscope.runtime.engine import Engine
 from bertscope.runtime.user_cache import user_cache_dir
 
 FORMAT_VERSION = 2  # 2: each example's sentence index (``sentences``)
@@ -342,9 +343,9 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
 
 def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
                   cache: HiddenStateCache | None = None, batch_size: int = 64,
-                  progress: Callable[[int, int], None] | None = None, rows=None) -> CachedStates:
+                  progress: Callable[[int, int], None] | None = None, engine: Engine | None = None) -> CachedStates:
     """The task's states at every layer: from the cache, or extracted and cached now (by this
-    process, or by ``rows``, an engine's source of vectors: see ``extract``). Either way the
+    process, or by an ``engine``'s workers: see ``extract``). Either way the
     entry is the same: the key does not say how it was computed."""
     allowed = ("mean", "first") if task.level == "token" else ("mean", "cls")
     if pooling not in allowed:
@@ -357,4 +358,5 @@ def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
         if progress:
             progress(len(task.words), len(task.words))
         return found
+    rows = None if engine is None else engine.hidden_rows
     return cache.write(key, lambda tmp: extract(lm, task, tmp, pooling, batch_size, progress, rows=rows))

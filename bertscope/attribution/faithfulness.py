@@ -35,6 +35,7 @@ from bertscope.attribution.methods import token_matrices, token_scores
 from bertscope.attribution.registry import FAITHFULNESS_DEFAULTS, FLOOR, METHODS, find_method
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.runtime.engine import Engine
 
 FRACTIONS = (0.01, 0.05, 0.10, 0.20, 0.50)
 RANDOM = FLOOR  # the registry's floor record
@@ -236,10 +237,10 @@ class Scoreboard:
 def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] = DEFAULT_METHODS,
                  removal: Removal = "attention", steps: int = 50, seed: int = 0, source: str = "",
                  skipped: int = 0, progress: Callable[[int, int], None] | None = None,
-                 run: Callable[..., list[ItemResult]] | None = None) -> Scoreboard:
+                 engine: Engine | None = None) -> Scoreboard:
     """Score every item with every method, erase, and keep what each method's removals did.
-    ``run``: who does the items' work (``engines.ray_engine.faithfulness_on``: a Ray cluster's
-    actors); by default this process, item after item. Either way each item is ``item_result``."""
+    ``engine``: who does the items' work (``runtime.engine``: a Ray cluster's actors); by default
+    this process, item after item. Either way each item is ``item_result``."""
     methods = check_methods(methods)
     if removal not in REMOVALS:
         raise BertScopeError(f"Unknown removal {removal!r}: use attention or mask.")
@@ -251,14 +252,14 @@ def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] 
             longest = max(it.inspection.n_tokens for it in items)
             if longest > record.max_tokens:
                 raise BertScopeError(f"{name} is capped at {record.max_tokens} tokens; an item has {longest}.")
-    if run is None:
+    if engine is None:
         results = []
         for done, item in enumerate(items, 1):
             results.append(item_result(lm, item, methods, removal, steps, seed))
             if progress:
                 progress(done, len(items))
     else:
-        results = run(lm, items, methods, removal, steps, seed, progress)
+        results = engine.item_results(lm, items, methods, removal, steps, seed, progress)
     return Scoreboard(lm.name, methods, removal, FRACTIONS, results, source, skipped)
 
 

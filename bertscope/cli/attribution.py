@@ -93,13 +93,8 @@ def cmd_faithfulness(args: argparse.Namespace) -> Any:
     engine = engine_of(args)
     lm = load(args)
     items, skipped, source = faithfulness_items(lm, args.corpus, args.data, args.seed)
-    run = None
-    if engine is not None:
-        from bertscope.engines.ray_engine import faithfulness_on
-
-        run = faithfulness_on(engine)
     with progress_bar("items", "item") as progress:
-        board = faithfulness(lm, items, methods, args.removal, args.steps, args.seed, source, skipped, progress, run)
+        board = faithfulness(lm, items, methods, args.removal, args.steps, args.seed, source, skipped, progress, engine)
     if args.json:
         return board.to_json()
     return board_table(board)

@@ -76,15 +76,6 @@ def engine_argument(p: argparse.ArgumentParser) -> None:
 
 def engine_of(args: argparse.Namespace):
     """``--engine`` parsed (a bad one refused in one line before any model loads): None for local."""
-    from bertscope.engines.ray_cluster import parse_engine
+    from bertscope.engines.ray_engine import parse_engine
 
     return parse_engine(getattr(args, "engine", "local"))
-
-
-def engine_rows(engine):
-    """The parsed engine's source of hidden states for ``hidden_states(rows=...)``, or None (this process)."""
-    if engine is None:
-        return None
-    from bertscope.engines.ray_engine import ray_rows
-
-    return ray_rows(engine)

@@ -40,13 +40,8 @@ def cmd_compare(args: argparse.Namespace) -> Any:
     task, source = compare_task(args.corpus, args.data)
     lm_a = load(args)
     lm_b = load_model(args.model_b, device=args.device, dtype=args.dtype)
-    run = None
-    if engine is not None:
-        from bertscope.engines.ray_engine import chunk_runner
-
-        run = chunk_runner(engine)
     with progress_bar("sentences", "sentence") as progress:
-        result = compare_layers(lm_a, lm_b, task, args.pool, source=source, progress=progress, run=run)
+        result = compare_layers(lm_a, lm_b, task, args.pool, source=source, progress=progress, engine=engine)
     heads, skipped = None, None
     texts = task.texts[: args.head_sentences]
     if args.head_sentences > 0:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, engine_rows, load, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, read_text
 from bertscope.core.layers import hidden_index, hidden_label, hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.errors import BertScopeError
@@ -29,12 +29,7 @@ def cmd_head_stats(args: argparse.Namespace) -> Any:
     else:
         sentences = shipped_corpus()
     engine = engine_of(args)  # a bad spec is refused before the model loads
-    if engine is None:
-        stats = head_stats(load(args), sentences, batch_size=args.batch_size)
-    else:
-        from bertscope.engines.ray_engine import head_stats as ray_head_stats
-
-        stats = ray_head_stats(load(args), sentences, engine, batch_size=args.batch_size)
+    stats = head_stats(load(args), sentences, batch_size=args.batch_size, engine=engine)
     if args.json:
         return stats.to_json()
     lines = [f"{stats.sentences} sentences, {stats.tokens} tokens; top heads per statistic:"]
@@ -92,10 +87,10 @@ def cmd_corpus_search(args: argparse.Namespace) -> Any:
     from bertscope.analysis.corpus_search import build_index, search
     from bertscope.analysis.hidden_cache import HiddenStateCache
 
-    rows = engine_rows(engine_of(args))
+    engine = engine_of(args)
     lm = load(args)
     layer = hidden_index(lm.num_layers - 1 if args.layer is None else args.layer, lm.num_layers)
-    index = build_index(lm, args.size, HiddenStateCache(args.cache), rows=rows)
+    index = build_index(lm, args.size, HiddenStateCache(args.cache), engine=engine)
     found = search(lm, index, args.text, args.word, layer, args.k)
     out = {"query_word": found.query_word, "layer": hidden_label(found.layer), "index_words": index.n_words,
            "matches": [m.__dict__ for m in found.matches], "tags": dict(found.tag_counts.most_common())}

@@ -5,6 +5,7 @@ Layers and heads are numbered from 0 as in ``attention``; hidden states as in ``
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
@@ -78,37 +79,63 @@ def _ablate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--position", type=int, help="with a word-level probe: a token position of the word")
 
 
+def labelled(path: str):
+    """A labelled file's records (text[,pair],label), for a classifier's own task loss."""
+    from bertscope.tasks.predict import read_records
+
+    records = read_records(read_text(path, "labelled"), Path(path).name)
+    if records.gold is None:
+        raise BertScopeError(f"{path} has no label column: the task loss needs gold labels.")
+    return records
+
+
 def cmd_head_importance(args: argparse.Namespace) -> Any:
     from bertscope.interventions.importance import head_importance, pruning_curve
+    from bertscope.interventions.task_importance import task_head_importance, task_pruning_curve
 
-    texts = sentences_from(args.corpus, 256, False)
-    held = sentences_from(args.held_out, 200, True) if args.prune else None
     engine = engine_of(args)  # None: this process; a bad spec is refused before the model loads
-    lm = load(args)
-    with progress_bar("gate gradients", "sentence") as progress:
-        if engine is None:
-            imp = head_importance(lm, texts, batch_size=args.batch_size, seed=args.seed, progress=progress)
-        else:
-            from bertscope.engines.ray_engine import head_importance as on_ray
-
-            imp = on_ray(lm, texts, engine, batch_size=args.batch_size, seed=args.seed, progress=progress)
-    curve = None
-    if args.prune:
-        with progress_bar("pruning", "step") as progress:
-            curve = pruning_curve(lm, imp, held, seed=args.seed, progress=progress)
+    if args.data is not None:  # a fine-tuned classifier's own loss (Michel et al.'s MNLI setting)
+        if engine is not None:
+            raise BertScopeError("The task loss runs in this process: leave out --engine with --data.")
+        if args.prune and args.held_out_data is None:
+            raise BertScopeError("--prune with --data needs --held-out-data (labelled records to score accuracy on).")
+        fit = labelled(args.data)
+        held_records = labelled(args.held_out_data) if args.prune else None
+        lm = load(args)
+        with progress_bar("gate gradients", "record") as progress:
+            imp = task_head_importance(lm, fit.texts, fit.gold, fit.pairs, args.batch_size, progress=progress)
+        curve = None
+        if args.prune:
+            with progress_bar("pruning", "step") as progress:
+                curve = task_pruning_curve(lm, imp, held_records.texts, held_records.gold, held_records.pairs,
+                                           seed=args.seed, progress=progress)
+        what, scored = (f"{imp.sentences} labelled records, loss {imp.loss:.3f} (cross-entropy of the task head)",
+                        "held-out accuracy over {} records")
+    else:
+        texts = sentences_from(args.corpus, 256, False)
+        held = sentences_from(args.held_out, 200, True) if args.prune else None
+        lm = load(args)
+        with progress_bar("gate gradients", "sentence") as progress:
+            imp = head_importance(lm, texts, batch_size=args.batch_size, seed=args.seed, progress=progress,
+                                  engine=engine)
+        curve = None
+        if args.prune:
+            with progress_bar("pruning", "step") as progress:
+                curve = pruning_curve(lm, imp, held, seed=args.seed, progress=progress)
+        what, scored = (f"{imp.sentences} sentences, {imp.positions} masked positions, loss {imp.loss:.3f}",
+                        "held-out masked-LM top-1 over {} positions")
     if args.json:
         out = imp.to_json()
         if curve is not None:
             out["pruning"] = curve.to_json()
         return out
-    lines = [f"head importance (Michel et al. 2019) over {imp.sentences} sentences, {imp.positions} masked "
-             f"positions, loss {imp.loss:.3f}; each layer's row has unit ℓ2 norm", "layer  " +
+    lines = [f"head importance (Michel et al. 2019) over {what}; each layer's row has unit ℓ2 norm", "layer  " +
              " ".join(f"{h:>5}" for h in range(lm.num_heads))]
     for layer, row in enumerate(imp.importance):
         lines.append(f"{layer:>5}  " + " ".join(f"{v:5.2f}" for v in row))
     if curve is not None:
         mean = curve.random_mean
-        lines.append(f"pruning: held-out masked-LM top-1 over {curve.positions} positions")
+        lines.append("pruning: " + scored.format(curve.positions))
         lines.append("removed  importance order  random (mean of " + str(len(curve.random_orders)) + ")")
         for f, a, r in zip(curve.fractions, curve.importance_order, mean):
             lines.append(f"  {f:>5.0%}  {a:16.3f}  {r:.3f}")
@@ -121,6 +148,9 @@ def _head_importance_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prune", action="store_true", help="also the pruning curve (10%% of the heads at a time)")
     p.add_argument("--held-out", default="brown:200", help="--prune: brown:N (Brown's held-out documents, default "
                                                            "200 sentences) or a UTF-8 file")
+    p.add_argument("--data", help="a fine-tuned classifier's own task: a labelled .csv or .jsonl "
+                                  "(text[,pair],label); importance on its cross-entropy, as Michel et al. on MNLI")
+    p.add_argument("--held-out-data", help="--data --prune: labelled records to score the accuracy on")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0, help="the masking's seed (BERT's 15%% positions)")
     engine_argument(p)

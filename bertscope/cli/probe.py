@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, engine_rows, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.errors import BertScopeError
 
 TASKS_HELP = ("shipped: pos, sense, tense, subject_number, negation, question, bigram_shift; brown-pos, brown-tags, "
@@ -33,12 +33,12 @@ def run_probe(lm, task, args: argparse.Namespace, engine=None, external_task=Non
     from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
     from bertscope.analysis.probing import probe_layers
 
-    cache, rows = HiddenStateCache(args.cache), engine_rows(engine)
+    cache = HiddenStateCache(args.cache)
     with progress_bar(f"{lm.name}: hidden states", "sentence") as progress:
         states = hidden_states(lm, task, args.pooling, cache, args.batch_size, progress=None if quiet else progress,
-                               rows=rows)
+                               engine=engine)
         external = None if external_task is None else hidden_states(lm, external_task, args.pooling, cache,
-                                                                    args.batch_size, rows=rows)
+                                                                    args.batch_size, engine=engine)
     with progress_bar(f"{lm.name}: probes", "layer") as progress:
         result = probe_layers(states, task.name, args.pooling, args.probe, args.seed, external=external,
                               weights_dir=weights_dir, progress=None if quiet else progress)

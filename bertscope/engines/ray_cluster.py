@@ -17,26 +17,13 @@ from bertscope.errors import BertScopeError
 
 
 @dataclass(frozen=True)
-class RayEngine:
+class ClusterSpec:
     """Where the passes run: ``address`` None starts a Ray cluster on this machine (its CPUs and
     GPUs); "auto" or "HOST:PORT" joins a running one. ``actors``: how many model copies (default:
     one per GPU of the cluster, else one per CPU)."""
 
     address: str | None = None
     actors: int | None = None
-
-
-def parse_engine(spec: str | None) -> RayEngine | None:
-    """``local`` (None: this process), ``ray`` or ``ray:ADDRESS``."""
-    spec = (spec or "local").strip()
-    if spec == "local":
-        return None
-    if spec == "ray":
-        return RayEngine()
-    if spec.startswith("ray:") and spec[4:].strip():
-        return RayEngine(spec[4:].strip())
-    raise BertScopeError(f"Unknown engine {spec!r}: use local, ray (a cluster on this machine) or ray:ADDRESS "
-                         "(auto, or HOST:PORT of a running cluster).")
 
 
 def import_ray() -> Any:
@@ -70,7 +57,7 @@ def _reachable(address: str | None, seconds: float = 5.0) -> None:
 
 
 @contextmanager
-def ray_cluster(engine: RayEngine) -> Iterator[Any]:
+def ray_cluster(engine: ClusterSpec) -> Iterator[Any]:
     """Ray, connected: a cluster started here (and shut down after), a running one joined, or
     the one this process already initialised (left as it was)."""
     ray = import_ray()
@@ -90,7 +77,7 @@ def ray_cluster(engine: RayEngine) -> Iterator[Any]:
         ray.shutdown()
 
 
-def actor_resources(ray: Any, engine: RayEngine) -> tuple[int, dict]:
+def actor_resources(ray: Any, engine: ClusterSpec) -> tuple[int, dict]:
     """(how many actors, each one's resources): one per GPU, else one per CPU."""
     resources = ray.cluster_resources()
     gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))

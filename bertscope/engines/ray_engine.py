@@ -4,9 +4,12 @@ faithfulness test (whole items) and the layer-by-layer comparison of two models 
 sums per chunk of sentences), with ``--engine ray`` (a cluster started on this machine) or
 ``--engine ray:ADDRESS`` (an existing one: ``auto``, or ``HOST:PORT``).
 
-    >>> with ray_cluster(RayEngine()):                                       # doctest: +SKIP
-    ...     stats = head_stats(lm, sentences, RayEngine())
-    ...     states = hidden_states(lm, task, "mean", rows=ray_rows(RayEngine()))
+    >>> stats = head_stats(lm, sentences, engine=RayEngine())                # doctest: +SKIP
+    >>> states = hidden_states(lm, task, "mean", engine=RayEngine())         # doctest: +SKIP
+
+``RayEngine`` is the library's ``runtime.engine.Engine``: the library's own ``head_stats``,
+``head_importance``, ``hidden_states``, ``faithfulness`` and ``compare_layers`` plan the work and
+merge what comes back; the methods here only run it on the cluster.
 
 How the work is split: this process tokenises the corpus once and plans its batches exactly as
 the single-process path does (``core.forward.corpus_plan``: sorted by length, bounded by rows
@@ -40,15 +43,14 @@ import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from bertscope.analysis.attention_stats import HeadStats, corpus_texts
+from dataclasses import dataclass
 from bertscope.analysis.hidden_cache import Rows, WordTable, weights_fingerprint
 from bertscope.core.forward import corpus_plan
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.engines.ray_actor import FEED_KEYS, ModelActor
-from bertscope.engines.ray_cluster import RayEngine, actor_resources, parse_engine, ray_cluster, worker_env
+from bertscope.engines.ray_cluster import ClusterSpec, actor_resources, ray_cluster, worker_env
 from bertscope.errors import BertScopeError
-from bertscope.interventions.importance import HeadImportance
 
 if TYPE_CHECKING:  # the faithfulness test and CKA are imported by the commands that use them
     from bertscope.analysis.compare import ChunkSums
@@ -57,11 +59,10 @@ if TYPE_CHECKING:  # the faithfulness test and CKA are imported by the commands 
 
 BATCHES_PER_CALL = 4  # planned batches an actor is handed at a time (a Ray Data batch of rows)
 
-__all__ = ["RayEngine", "parse_engine", "ray_cluster", "head_stats", "head_importance", "ray_rows",
-           "faithfulness_on", "chunk_runner"]
+__all__ = ["RayEngine", "parse_engine", "ray_cluster"]
 
 
-def _run(ray: Any, engine: RayEngine, lm: LoadedModel, texts: Sequence[str], plan: list[list[int]],
+def _run(ray: Any, engine: ClusterSpec, lm: LoadedModel, texts: Sequence[str], plan: list[list[int]],
          job: str, items: list[dict] | None = None, per_call: int = BATCHES_PER_CALL, ordered: bool = False,
          **job_args) -> Iterator[dict[str, Any]]:
     """The planned batches through the actors (or ``items``, rows made here, in the order to hand
@@ -117,107 +118,101 @@ def _first_line(err: BaseException) -> str:
     return "The Ray engine failed: " + (text.strip().splitlines() or [type(err).__name__])[0]
 
 
-def head_stats(lm: LoadedModel, sentences: Sequence[str], engine: RayEngine, batch_size: int = 32,
-               progress: Callable[[int, int], None] | None = None) -> HeadStats:
-    """``analysis.attention_stats.head_stats`` with the batches run by the cluster's actors and
-    their sums added here (any number of sentences)."""
-    texts = corpus_texts(sentences, limit=None)
-    plan = corpus_plan(lm, texts, batch_size, with_attentions=True, with_hidden_states=False)
-    total, tokens, done = 0.0, 0, 0
-    with ray_cluster(engine) as ray:
-        for row in _run(ray, engine, lm, texts, plan, "heads"):
-            total = total + np.asarray(row["sums"], np.float64)  # [statistic, layer, head]
-            tokens += int(row["tokens"])
-            done += int(row["sentences"])
-            if progress is not None:
-                progress(done, len(texts))
-    return HeadStats.from_sums(total, len(texts), tokens)
+@dataclass(frozen=True)
+class RayEngine(ClusterSpec):
+    """A Ray cluster as the library's engine (``runtime.engine.Engine``): ``address`` None starts
+    one on this machine, "auto" or "HOST:PORT" joins a running one."""
 
+    def head_sums(self, lm: LoadedModel, texts: list[str], batch_size: int,
+                  progress: Callable[[int, int], None] | None) -> tuple[np.ndarray, int]:
+        """The batches planned here as the single process plans them, run by the actors; their
+        [statistic, layer, head] sums added here."""
+        plan = corpus_plan(lm, texts, batch_size, with_attentions=True, with_hidden_states=False)
+        total, tokens, done = 0.0, 0, 0
+        with ray_cluster(self) as ray:
+            for row in _run(ray, self, lm, texts, plan, "heads"):
+                total = total + np.asarray(row["sums"], np.float64)  # [statistic, layer, head]
+                tokens += int(row["tokens"])
+                done += int(row["sentences"])
+                if progress is not None:
+                    progress(done, len(texts))
+        return np.asarray(total, np.float64), tokens
 
-def head_importance(lm: LoadedModel, texts: Sequence[str], engine: RayEngine, batch_size: int = 16, seed: int = 0,
-                    progress: Callable[[int, int], None] | None = None) -> HeadImportance:
-    """``interventions.importance.head_importance`` with the gate gradients computed by the
-    cluster's actors: the batches and BERT's corruption of them are drawn here, in the single-process
-    order and with its seed (so the masked positions are the same), and the sums added here."""
-    import torch
+    def importance_sums(self, lm: LoadedModel, texts: Sequence[str], batch_size: int, seed: int,
+                        progress: Callable[[int, int], None] | None) -> tuple[np.ndarray, int, int, float]:
+        """The batches and BERT's corruption of them drawn here (the single process's order and
+        seed: the same masked positions), their gate gradients taken by the actors, summed here."""
+        import torch
 
-    from bertscope.outputs.fill_mask import require_mlm
-    from bertscope.outputs.masking import IGNORE_INDEX
-    from bertscope.interventions.importance import importance_from_sums, masked_batches
+        from bertscope.interventions.importance import masked_batches
+        from bertscope.outputs.masking import IGNORE_INDEX
 
-    require_mlm(lm)
-    if not texts:
-        raise BertScopeError("Head importance needs at least one sentence.")
-    items = []
-    for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
-        labels = torch.full(chosen.shape, IGNORE_INDEX, dtype=torch.long, device=chosen.device)
-        labels[chosen] = gold  # [batch, token]
-        flat = {k: feed[k].cpu().numpy().astype(np.int32).ravel() for k in FEED_KEYS if k in feed}
-        items.append({**flat, "labels": labels.cpu().numpy().astype(np.int32).ravel(),
-                      "shape": np.array(chosen.shape, np.int64)})
-    items.reverse()  # longest first, as for the other jobs
-    total, tokens, positions, loss_sum, done = 0.0, 0, 0, 0.0, 0
-    with ray_cluster(engine) as ray:
-        for row in _run(ray, engine, lm, texts, [], "importance", items=items):
-            total = total + np.asarray(row["sums"], np.float64)  # [layer, head]
-            tokens += int(row["tokens"])
-            positions += int(row["positions"])
-            loss_sum += float(row["loss_sum"])
-            done += int(row["sentences"])
-            if progress is not None:
-                progress(done, len(texts))
-    return importance_from_sums(total, tokens, positions, loss_sum, len(texts))
+        items = []
+        for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
+            labels = torch.full(chosen.shape, IGNORE_INDEX, dtype=torch.long, device=chosen.device)
+            labels[chosen] = gold  # [batch, token]
+            flat = {k: feed[k].cpu().numpy().astype(np.int32).ravel() for k in FEED_KEYS if k in feed}
+            items.append({**flat, "labels": labels.cpu().numpy().astype(np.int32).ravel(),
+                          "shape": np.array(chosen.shape, np.int64)})
+        items.reverse()  # longest first, as for the other jobs
+        total, tokens, positions, loss_sum, done = 0.0, 0, 0, 0.0, 0
+        with ray_cluster(self) as ray:
+            for row in _run(ray, self, lm, texts, [], "importance", items=items):
+                total = total + np.asarray(row["sums"], np.float64)  # [layer, head]
+                tokens += int(row["tokens"])
+                positions += int(row["positions"])
+                loss_sum += float(row["loss_sum"])
+                done += int(row["sentences"])
+                if progress is not None:
+                    progress(done, len(texts))
+        return np.asarray(total, np.float64), tokens, positions, loss_sum
 
+    def hidden_rows(self, lm: LoadedModel, task: ProbeTask, table: WordTable | None, pooling: str,
+                    batch_size: int) -> Rows:
+        """The task's batches, planned here as the single process plans them, pooled by the actors."""
+        texts = task.texts
+        plan = corpus_plan(lm, texts, batch_size, with_attentions=False, with_hidden_states=True)
+        with ray_cluster(self) as ray:
+            for row in _run(ray, self, lm, texts, plan, "hidden", table=table, pooling=pooling):
+                vectors = np.asarray(row["vectors"], np.float32).reshape(-1, lm.num_layers + 1, lm.hidden_size)
+                yield int(row["sentences"]), np.asarray(row["rows"], np.int64), vectors
 
-def faithfulness_on(engine: RayEngine) -> Callable[..., list[ItemResult]]:
-    """``run=`` for ``attribution.faithfulness.faithfulness``: the items (made here) handed to the
-    cluster's actors one at a time, each scored by every method and erased there
-    (``item_result``, as in this process); the results back in the items' order."""
-
-    def run(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str], removal: str, steps: int, seed: int,
-            progress: Callable[[int, int], None] | None = None) -> list[ItemResult]:
+    def item_results(self, lm: LoadedModel, items: Sequence[Item], methods: Sequence[str], removal: str,
+                     steps: int, seed: int, progress: Callable[[int, int], None] | None = None) -> list[ItemResult]:
+        """The faithfulness items (made here) to the actors one at a time, each scored by every
+        method and erased there (``item_result``, as in this process); back in the items' order."""
         found: dict[int, ItemResult] = {}
-        with ray_cluster(engine) as ray:
+        with ray_cluster(self) as ray:
             options = {"methods": tuple(methods), "removal": removal, "steps": steps, "seed": seed}
             rows = [{"index": i, "item": item} for i, item in enumerate(items)]
-            for row in _run(ray, engine, lm, [], [], "faithfulness", items=rows, per_call=1, options=options):
+            for row in _run(ray, self, lm, [], [], "faithfulness", items=rows, per_call=1, options=options):
                 index = int(row["index"])
                 found[index] = replace(row["result"], item=items[index])
                 if progress is not None:
                     progress(len(found), len(items))
         return [found[i] for i in range(len(items))]
 
-    return run
-
-
-def chunk_runner(engine: RayEngine) -> Callable[..., Iterator[ChunkSums]]:
-    """``run=`` for ``analysis.compare.compare_layers``: each chunk of sentences to an actor that
-    holds both models; each chunk's sums yielded in chunk order (Ray Data keeps the order, holding
-    a chunk that comes back early in its object store), so the left-over words join the
-    minibatches in order, as in this process."""
-
-    def run(lm_a: LoadedModel, lm_b: LoadedModel, chunks: Sequence[ProbeTask], pool: str, minibatch: int,
-            seed: int) -> Iterator[ChunkSums]:
-        with ray_cluster(engine) as ray:
+    def chunk_sums(self, lm_a: LoadedModel, lm_b: LoadedModel, chunks: Sequence[ProbeTask], pool: str,
+                   minibatch: int, seed: int) -> Iterator[ChunkSums]:
+        """Each chunk of sentences to an actor holding both models; the sums yielded in chunk order
+        (Ray Data keeps the order, holding a chunk that comes back early in its object store), so
+        the left-over words join the minibatches in order, as in this process."""
+        with ray_cluster(self) as ray:
             options = {"model_b": lm_b.name, "fingerprint_b": weights_fingerprint(lm_b), "pool": pool,
                        "minibatch": minibatch, "seed": seed}
             rows = [{"index": i, "chunk": chunk} for i, chunk in enumerate(chunks)]
-            for row in _run(ray, engine, lm_a, [], [], "cka", items=rows, per_call=1, ordered=True, options=options):
+            for row in _run(ray, self, lm_a, [], [], "cka", items=rows, per_call=1, ordered=True, options=options):
                 yield row["sums"]
 
-    return run
 
-
-def ray_rows(engine: RayEngine) -> Callable[[LoadedModel, ProbeTask, WordTable | None, str, int], Rows]:
-    """A source of pooled vectors for ``hidden_states(..., rows=...)``: the task's batches, planned
-    here as the single-process path plans them, run by the cluster's actors."""
-
-    def rows(lm: LoadedModel, task: ProbeTask, table: WordTable | None, pooling: str, batch_size: int) -> Rows:
-        texts = task.texts
-        plan = corpus_plan(lm, texts, batch_size, with_attentions=False, with_hidden_states=True)
-        with ray_cluster(engine) as ray:
-            for row in _run(ray, engine, lm, texts, plan, "hidden", table=table, pooling=pooling):
-                vectors = np.asarray(row["vectors"], np.float32).reshape(-1, lm.num_layers + 1, lm.hidden_size)
-                yield int(row["sentences"]), np.asarray(row["rows"], np.int64), vectors
-
-    return rows
+def parse_engine(spec: str | None) -> RayEngine | None:
+    """``local`` (None: this process), ``ray`` or ``ray:ADDRESS``."""
+    spec = (spec or "local").strip()
+    if spec == "local":
+        return None
+    if spec == "ray":
+        return RayEngine()
+    if spec.startswith("ray:") and spec[4:].strip():
+        return RayEngine(spec[4:].strip())
+    raise BertScopeError(f"Unknown engine {spec!r}: use local, ray (a cluster on this machine) or ray:ADDRESS "
+                         "(auto, or HOST:PORT of a running cluster).")

@@ -27,6 +27,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.corpora.brown_tasks import brown_split_texts
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError
+from bertscope.runtime.engine import Engine
 from bertscope.outputs.fill_mask import require_mlm
 from bertscope.outputs.masking import IGNORE_INDEX, replacement_ids
 from bertscope.interventions.ablation import head_edit
@@ -125,11 +126,16 @@ def importance_from_sums(total: np.ndarray, tokens: int, positions: int, loss_su
 
 
 def head_importance(lm: LoadedModel, texts: Sequence[str], batch_size: int = 16, seed: int = 0,
-                    progress: Callable[[int, int], None] | None = None) -> HeadImportance:
-    """Every head's importance for the masked-LM loss over ``texts``."""
+                    progress: Callable[[int, int], None] | None = None, engine: Engine | None = None
+                    ) -> HeadImportance:
+    """Every head's importance for the masked-LM loss over ``texts``; with an ``engine``
+    (``runtime.engine``) its workers take the gradients of the batches drawn here."""
     require_mlm(lm)
     if not texts:
         raise BertScopeError("Head importance needs at least one sentence.")
+    if engine is not None:
+        total, tokens, positions, loss_sum = engine.importance_sums(lm, texts, batch_size, seed, progress)
+        return importance_from_sums(total, tokens, positions, loss_sum, len(texts))
     gates = new_gates(lm)
     total = torch.zeros(lm.num_layers, lm.num_heads, device=lm.device)  # Σ |∂L/∂ξ| over batches
     tokens = positions = done = 0
@@ -241,8 +247,17 @@ def pruning_curve(lm: LoadedModel, importance: HeadImportance, held_out: Sequenc
     require_mlm(lm)
     if not held_out:
         raise BertScopeError("The pruning curve needs held-out sentences to score.")
-    n = lm.num_layers * lm.num_heads
     held = _held_out_batches(lm, held_out, batch_size, seed)
+    positions = sum(len(gold) for _, _, gold in held)
+    return curve_of(lm, importance, lambda removed: mlm_top1(lm, held, removed), positions, orders, seed, progress)
+
+
+def curve_of(lm: LoadedModel, importance: HeadImportance, score: Callable[[list[tuple[int, int]]], float],
+             scored: int, orders: int = RANDOM_ORDERS, seed: int = 0,
+             progress: Callable[[int, int], None] | None = None) -> PruningCurve:
+    """The pruning curve of any held-out ``score(removed heads)``: heads removed 10% at a time, least
+    important first and in ``orders`` random orders (seeded); ``scored``: what the score counted."""
+    n = lm.num_layers * lm.num_heads
     rng = np.random.default_rng(seed)
     all_orders = [importance.order(), *(rng.permutation(n) for _ in range(orders))]
     counts = [int(round(f * n)) for f in FRACTIONS]
@@ -253,11 +268,10 @@ def pruning_curve(lm: LoadedModel, importance: HeadImportance, held_out: Sequenc
         for k in counts:
             removed = frozenset((int(i) // lm.num_heads, int(i) % lm.num_heads) for i in order[:k])
             if removed not in cache:  # every order shares the first point (nothing removed) and the last
-                cache[removed] = mlm_top1(lm, held, sorted(removed))
+                cache[removed] = score(sorted(removed))
             curve.append(cache[removed])
             done += 1
             if progress:
                 progress(done, total)
         curves.append(curve)
-    positions = sum(len(gold) for _, _, gold in held)
-    return PruningCurve(FRACTIONS, curves[0], curves[1:], curves[0][0], positions)
+    return PruningCurve(FRACTIONS, curves[0], curves[1:], curves[0][0], scored)

@@ -22,7 +22,7 @@ from bertscope.cli import main
 from bertscope.core.models import load_model
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.corpora.suites import shipped_task
-from bertscope.engines.ray_engine import RayEngine, head_stats as ray_head_stats, parse_engine, ray_rows
+from bertscope.engines.ray_engine import RayEngine, parse_engine
 from bertscope.errors import BertScopeError
 from tests.conftest import ROOT
 
@@ -48,7 +48,7 @@ def test_head_statistics_through_ray_equal_the_single_process_ones(cluster, bund
     sentences = shipped_corpus()
     local = head_stats(bundled, sentences)
     seen: list[tuple[int, int]] = []
-    spread = ray_head_stats(bundled, sentences, RayEngine(), progress=lambda d, t: seen.append((d, t)))
+    spread = head_stats(bundled, sentences, progress=lambda d, t: seen.append((d, t)), engine=RayEngine())
     assert (spread.sentences, spread.tokens) == (local.sentences, local.tokens)
     for name in local.stats:
         np.testing.assert_allclose(spread.stats[name], local.stats[name], rtol=0, atol=1e-6)
@@ -60,7 +60,7 @@ def test_the_cache_written_through_ray_is_the_local_one_byte_for_byte(cluster, b
                                                                        pooling):
     task = shipped_task(task_name)
     local = hidden_states(bundled, task, pooling, HiddenStateCache(tmp_path / "local"))
-    spread = hidden_states(bundled, task, pooling, HiddenStateCache(tmp_path / "ray"), rows=ray_rows(RayEngine()))
+    spread = hidden_states(bundled, task, pooling, HiddenStateCache(tmp_path / "ray"), engine=RayEngine())
     assert not spread.hit and spread.folder.name == local.folder.name  # the same key
     assert (spread.labels, spread.types, spread.groups.tolist()) == (local.labels, local.types, local.groups.tolist())
     for layer in local.layers:
@@ -93,13 +93,12 @@ def test_commands_take_the_ray_engine(cluster, tmp_path, capsys):
 
 
 def test_head_importance_through_ray_equals_the_single_process_one(cluster):
-    from bertscope.engines.ray_engine import head_importance as ray_head_importance
     from bertscope.interventions.importance import head_importance
 
     lm = load_model("bundled-mlm", device="cpu")
     texts = shipped_corpus()[:48]
     local = head_importance(lm, texts, batch_size=8, seed=3)
-    spread = ray_head_importance(lm, texts, RayEngine(), batch_size=8, seed=3)
+    spread = head_importance(lm, texts, batch_size=8, seed=3, engine=RayEngine())
     assert (spread.sentences, spread.positions) == (local.sentences, local.positions)  # the same masked positions
     assert spread.loss == pytest.approx(local.loss, rel=1e-6)
     np.testing.assert_allclose(spread.raw, local.raw, rtol=1e-5, atol=1e-9)
@@ -110,7 +109,6 @@ def test_head_importance_through_ray_equals_the_single_process_one(cluster):
 def test_faithfulness_through_ray_equals_the_single_process_scoreboard(cluster, tiny_mlm_dir):
     from bertscope.attribution.faithfulness import DEFAULT_METHODS, faithfulness
     from bertscope.attribution.items import text_items
-    from bertscope.engines.ray_engine import faithfulness_on
 
     lm = load_model(str(tiny_mlm_dir), device="cpu")
     lexicon = {"bank": "NOUN", "river": "NOUN", "muddy": "ADJ", "money": "NOUN", "deposited": "VERB", "dog": "NOUN",
@@ -121,7 +119,7 @@ def test_faithfulness_through_ray_equals_the_single_process_scoreboard(cluster, 
     local = faithfulness(lm, items, DEFAULT_METHODS, steps=8, seed=5)
     seen: list[tuple[int, int]] = []
     spread = faithfulness(lm, items, DEFAULT_METHODS, steps=8, seed=5, progress=lambda d, t: seen.append((d, t)),
-                          run=faithfulness_on(RayEngine()))
+                          engine=RayEngine())
     assert seen[-1] == (len(items), len(items))
     assert [r.item for r in spread.results] == items  # in the items' order, each with its own item
     for ours, theirs in zip(local.results, spread.results):
@@ -139,7 +137,6 @@ def test_faithfulness_through_ray_equals_the_single_process_scoreboard(cluster, 
 
 def test_cka_through_ray_equals_the_single_process_matrix(cluster, tiny_mlm_dir, tiny_roberta_dir):
     from bertscope.analysis.compare import chunks, compare_layers, text_task
-    from bertscope.engines.ray_engine import chunk_runner
 
     a, b = load_model(str(tiny_mlm_dir), device="cpu"), load_model(str(tiny_roberta_dir), device="cpu")
     task = text_task(shipped_corpus()[:120])
@@ -149,7 +146,7 @@ def test_cka_through_ray_equals_the_single_process_matrix(cluster, tiny_mlm_dir,
     local = compare_layers(a, b, task, minibatch=16, seed=7, max_chunk_bytes=budget)
     seen: list[tuple[int, int]] = []
     spread = compare_layers(a, b, task, minibatch=16, seed=7, max_chunk_bytes=budget,
-                            progress=lambda d, t: seen.append((d, t)), run=chunk_runner(RayEngine()))
+                            progress=lambda d, t: seen.append((d, t)), engine=RayEngine())
     assert (spread.n_words, spread.minibatches) == (local.n_words, local.minibatches)
     np.testing.assert_allclose(spread.cka, local.cka, rtol=0, atol=1e-6)
     assert seen[-1] == (len(task.words), len(task.words))

@@ -1,0 +1,35 @@
+"""What runs a corpus-wide job's work beyond this process: the one ``engine=`` argument of the
+library's long jobs (``head_stats``, ``head_importance``, ``hidden_states`` and ``build_index``,
+``faithfulness``, ``compare_layers``). None runs everything here; ``engines.ray_engine.RayEngine``
+hands the work to a Ray cluster's model actors. The library plans the work and merges what comes
+back exactly as it does alone (so results are the single process's); an engine only runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import numpy as np
+
+Progress = Callable[[int, int], None] | None
+
+
+class Engine(Protocol):
+    def head_sums(self, lm: Any, texts: list[str], batch_size: int, progress: Progress) -> tuple[np.ndarray, int]:
+        """[statistic, layer, head] sums (float64) over ``texts`` and the real tokens seen."""
+
+    def importance_sums(self, lm: Any, texts: Sequence[str], batch_size: int, seed: int, progress: Progress
+                        ) -> tuple[np.ndarray, int, int, float]:
+        """Σ|∂L/∂ξ| ([layer, head]) over the seeded masked batches, tokens, masked positions, Σ loss."""
+
+    def hidden_rows(self, lm: Any, task: Any, table: Any, pooling: str, batch_size: int
+                    ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Per batch: (sentences done, destination rows, pooled vectors [example, layer + 1, dim])."""
+
+    def item_results(self, lm: Any, items: Sequence[Any], methods: Sequence[str], removal: str, steps: int,
+                     seed: int, progress: Progress) -> list[Any]:
+        """Each faithfulness item's result, in the items' order."""
+
+    def chunk_sums(self, lm_a: Any, lm_b: Any, chunks: Sequence[Any], pool: str, minibatch: int, seed: int
+                   ) -> Iterator[Any]:
+        """Each chunk's CKA sums, in chunk order."""
