@@ -21,25 +21,15 @@ from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from bertscope.core.hooked_pass import check_text
 from bertscope.core.inspection import BatchInspection, Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import readable_tokens
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import to_device
 
-MAX_CHARS = 100_000  # beyond this even tokenising is wasteful: the model sees <= 512 tokens
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16}
 LogitPositions = Sequence[int] | Literal["masks"] | None
-
-
-def check_text(text: Any, what: str = "text") -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise BertScopeError(f"The {what} is empty: type at least one word.")
-    if len(text) > MAX_CHARS:
-        raise BertScopeError(
-            f"The {what} has {len(text):,} characters; the limit is {MAX_CHARS:,}."
-        )
-    return text
 
 
 NUMPY_DTYPES = {torch.float32: np.float32, torch.float16: np.float16}

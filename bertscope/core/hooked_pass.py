@@ -29,10 +29,17 @@ from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import to_device
 from bertscope.runtime.kernels import EAGER
 
-Inputs = "str | tuple[str, str] | Mapping[str, torch.Tensor]"
 _turns = threading.local()  # per thread: {id(model): the kernel its turn holds}
+MAX_CHARS = 100_000  # beyond this even tokenising is wasteful: the model sees <= 512 tokens
 
-MAX_TEXT_CHARS = 100_000
+
+def check_text(text: Any, what: str = "text") -> str:
+    """``text`` when it has a word and at most MAX_CHARS characters, else one line saying which."""
+    if not isinstance(text, str) or not text.strip():
+        raise BertScopeError(f"The {what} is empty: type at least one word.")
+    if len(text) > MAX_CHARS:
+        raise BertScopeError(f"The {what} has {len(text):,} characters; the limit is {MAX_CHARS:,}.")
+    return text
 
 
 def _held() -> dict[int, str]:
@@ -72,13 +79,9 @@ def feed_of(lm: Any, inputs: Any) -> dict[str, torch.Tensor]:
     if isinstance(inputs, Mapping):
         return {k: to_device(v, lm.device) if v.device != lm.device else v for k, v in inputs.items()}
     text, pair = (inputs, None) if isinstance(inputs, str) else tuple(inputs)
-    for what, t in (("text", text), ("pair", pair)):
-        if t is None and what == "pair":
-            continue
-        if not isinstance(t, str) or not t.strip():
-            raise BertScopeError(f"The {what} is empty: type at least one word.")
-        if len(t) > MAX_TEXT_CHARS:
-            raise BertScopeError(f"The {what} has {len(t):,} characters; the limit is {MAX_TEXT_CHARS:,}.")
+    check_text(text)
+    if pair is not None:
+        check_text(pair, "pair")
     enc = lm.tokenizer(text, pair, return_tensors="pt", truncation=True, max_length=lm.max_length)
     return {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
 
