@@ -265,8 +265,8 @@ with tab_patch:
         st.stop()
     st.session_state["int_patch_ran"] = request
     with page_errors(stop=False):
-        check_text(clean, "the clean text")
-        check_text(corrupt, "the corrupted text")
+        check_text(clean, "clean text")
+        check_text(corrupt, "corrupted text")
         setup = prepare(lm, clean, corrupt, (a, b))  # bad input answers here, in one line
         positions = None
         if where == "changed":

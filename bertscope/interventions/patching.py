@@ -70,7 +70,7 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
     """Both inputs tokenised and checked: the same token count, a mask in the corrupted one, two
     candidates that are one vocabulary item each."""
     require_mlm(lm)
-    clean, corrupt = check_text(clean, "the clean text"), check_text(corrupt, "the corrupted text")
+    clean, corrupt = check_text(clean, "clean text"), check_text(corrupt, "corrupted text")
     if len(candidates) != 2 or not all(str(c).strip() for c in candidates):
         raise BertScopeError("Give two candidate tokens, e.g. are,is: the metric is their logit difference.")
     a, b = (str(c).strip() for c in candidates)

@@ -308,3 +308,8 @@ def test_patching_bad_input_is_one_line(mlm, tiny_encoder_dir):
         prepare(load_model(str(tiny_encoder_dir)), "the river [MASK] .", "the money [MASK] .", ("is", "are"))
     with pytest.raises(BertScopeError, match="hidden or heads"):
         patch(mlm, "the river [MASK] .", "the money [MASK] .", ("is", "are"), what="mlp")
+
+
+def test_an_empty_patching_text_is_named_once(mlm):
+    with pytest.raises(BertScopeError, match=r"^The clean text is empty: type at least one word\.$"):
+        patch(mlm, " ", "the money was [MASK] .", ["muddy", "good"])

@@ -289,3 +289,15 @@ def test_predict_by_layer_on_the_command_line(tiny_bert_dir, tmp_path, capsys):
     assert [row["layer"] for row in lens["layers"]] == ["embeddings", 0, 1] and lens["decided_from"] in ("embeddings", "0", "1")
     assert main(["predict", str(folder), TEXTS[0], "--by-layer"]) == 0
     assert "decided from hidden state" in capsys.readouterr().out
+
+
+def test_a_fine_tuned_model_beside_its_base(tiny_bert_dir, tmp_path):
+    """What fine-tuning changed, asked of CKA: a task head on an unchanged encoder changes no layer."""
+    from bertscope.analysis.compare import compare_layers
+    from bertscope.corpora.suites import shipped_task
+
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=3,
+                             **labels(SENTIMENT))
+    task = shipped_task("pos")
+    result = compare_layers(load_model(str(folder)), load_model(str(tiny_bert_dir)), task, minibatch=8)
+    np.testing.assert_allclose(np.diag(result.cka), 1.0, atol=1e-4)
