@@ -36,7 +36,7 @@ if lm.task is None:
                   "saved with one — a classifier (…ForSequenceClassification, sentiment, NLI, topics), a tagger "
                   "(…ForTokenClassification, NER, parts of speech) or a question-answering model "
                   "(…ForQuestionAnswering) — by its hub id or folder in the sidebar. The other pages read the "
-                  "pretraining heads (Masked tokens) and the encoder."))
+                  "encoder and its pretraining output layers (Masked tokens)."))
     st.stop()
 
 task = lm.task
