@@ -185,7 +185,8 @@ def test_model_picker_bad_id_then_recovers(browser, app_url, artifacts):
     page.get_by_text("Heads per layer").wait_for(timeout=60_000)  # the default model's card
     pick_model(page, "Other (hub id or local folder)…")
     box = page.get_by_label("Hub id or local folder")
-    page.get_by_text("Type a hub id").wait_for(timeout=60_000)  # a prompt, not an error
+    # a prompt, not an error (its own words: the home page's caption also says "type a hub id")
+    page.get_by_text("Type a hub id (org/name) or a local model folder", exact=False).wait_for(timeout=60_000)
     box.fill("nobody-xyz/no-such-model")
     box.press("Enter")
     error = page.locator('[data-testid="stAlertContentError"]')
