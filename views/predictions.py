@@ -72,15 +72,16 @@ with page_errors(stop=False):
             what = "probability, each label on its own (multi-label)" if task.scoring == "sigmoid" else "probability"
             st.plotly_chart(label_bars(result.ranked, f"Decision: {result.predicted}", what), config=PLOT_CONFIG,
                             width="stretch", key="pred_bars")
-        lens = store.get_or_compute((key, "by layer", text, pair or None), lambda: layer_decisions(
-            cached_model(*key), text, pair or None))
-        st.plotly_chart(layer_readings(lens.states, lens.labels, lens.scores,
-                                       "value" if task.scoring == "none" else "probability"),
-                        config=PLOT_CONFIG, width="stretch", key="pred_layers")
-        st.caption(plain(f"The head read at every hidden state (put where the last layer's output goes; "
-                         f"{'the pooler and ' if hasattr(lm.model.base_model, 'pooler') and lm.model.base_model.pooler is not None else ''}"
-                         f"the classifier as the model applies them): the decision is "
-                         f"“{lens.predicted[-1]}” from hidden state {lens.first_final()} on."))
+        if st.toggle("Read the decision at every layer (a pass per hidden state)", key="pred_by_layer"):
+            lens = result_store("predict_layers").compute((key, text, pair or None), lambda progress: layer_decisions(
+                cached_model(*key), text, pair or None), "Every layer's reading", costly="layer reading")
+            st.plotly_chart(layer_readings(lens.states, lens.labels, lens.scores,
+                                           "value" if task.scoring == "none" else "probability"),
+                            config=PLOT_CONFIG, width="stretch", key="pred_layers")
+            pooler = "the pooler and " if getattr(lm.model.base_model, "pooler", None) is not None else ""
+            st.caption(plain(f"The head read at every hidden state (put where the last layer's output goes; "
+                             f"{pooler}the classifier as the model applies them): the decision is "
+                             f"“{lens.predicted[-1]}” from hidden state {lens.first_final()} on."))
     elif task.kind == TOKEN:
         result = store.get_or_compute((key, text), lambda: tag(cached_model(*key), [text])[0])
         spans = [(e["start"], e["end"], e["entity_group"], e["score"]) for e in result.entities]

@@ -34,6 +34,9 @@ def test_a_classifier_shows_every_labels_probability_and_takes_a_pair(monkeypatc
     at = press(at, "pred_form", "Predict")
     assert not at.exception and not at.error and at.query_params["text"] in ("the dog ate the bread .",
                                                                               ["the dog ate the bread ."])
+    at.toggle(key="pred_by_layer").set_value(True).run()  # asked for: a pass per hidden state, on the budget
+    assert not at.exception and not at.error
+    assert any("from hidden state" in c for c in texts(at.caption))
 
 
 def test_a_classifier_offers_a_labelled_file_with_its_cap(monkeypatch, tiny_bert_dir, tmp_path):

@@ -276,6 +276,8 @@ def test_the_heads_reading_of_every_layer_ends_on_the_models_decision(family, tm
     np.testing.assert_allclose(lens.logits[-1], own.logits, atol=1e-4)
     assert not np.allclose(lens.logits[0], lens.logits[-1], atol=1e-3)  # earlier states read otherwise
     assert lens.predicted[-1] == own.predicted and lens.first_final() in lens.states
+    small = layer_decisions(lm, TEXTS[0], max_batch_bytes=1)  # a row at a time: the same readings
+    np.testing.assert_allclose(small.logits, lens.logits, rtol=1e-6, atol=1e-4)  # batch-size rounding
     json_out = lens.to_json()
     assert json_out["layers"][0]["layer"] == "embeddings" and json_out["layers"][1]["layer"] == 0
 
