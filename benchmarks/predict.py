@@ -8,7 +8,10 @@ the same texts go through ``bertscope.tasks.predict`` and through ``pipeline("te
 top_k=None)`` / ``pipeline("token-classification", aggregation_strategy="simple")`` with the same
 batch size, interleaved, medians. ``--importance N``: head importance on the classifier's own
 loss over N Brown sentences (labelled with the model's own decisions) against a plain forward +
-backward (parameter gradients) of the same batches. Figures only.
+backward (parameter gradients) of the same batches. ``--decisions``: each view of a decision timed on
+the classifier beside the same view of the masked-LM head on the same encoder (ablation, IG with
+16 steps, patching every head, one faithfulness item at its 64-token cap): the ratio says whether
+a task model's views hold the pretraining head's cost. Figures only.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=0, help="0: Brown sentences; N: texts of about N tokens")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--importance", type=int, default=0, help="N: also head importance on the task loss")
+    parser.add_argument("--decisions", action="store_true", help="each decision view: classifier against masked LM")
     args = parser.parse_args()
     base = random_model_dir(args.model.removeprefix("random:"), "none") if args.model.startswith("random:") \
         else args.model
@@ -97,6 +101,52 @@ def main() -> None:
               f"pipeline {p * 1e3:.1f} ms, predict {o * 1e3:.1f} ms, ratio {o / p:.3f} (goal <= 1.1)")
         if args.importance and kind == "text-classification":
             task_importance(lm, args.importance, max(1, args.repeats // 2))
+        if args.decisions and kind == "text-classification":
+            mlm_source = random_model_dir(args.model.removeprefix("random:"), "pretraining") \
+                if args.model.startswith("random:") else "bundled-mlm" if base == "bundled" else base
+            decisions(lm, load_model(mlm_source, device=args.device, dtype=args.dtype), texts[0],
+                      max(1, args.repeats // 3))
+
+
+def decisions(cls, mlm, text: str, repeats: int) -> None:
+    """Each view of a decision on the classifier and on the masked-LM head, interleaved, medians."""
+    from bertscope.attribution.class_items import class_items
+    from bertscope.attribution.faithfulness import faithfulness
+    from bertscope.attribution.items import MAX_ITEM_TOKENS, text_items
+    from bertscope.attribution.methods import attribute
+    from bertscope.attribution.targets import Target
+    from bertscope.interventions.ablation import ablate_heads
+    from bertscope.interventions.patching import patch
+    from bertscope.interventions.task_importance import classes_with_heads_removed
+
+    words = text.split()
+    swap = next(i for i, w in enumerate(words) if w.lower() == "the")
+    corrupt = " ".join(words[:swap] + ["a"] + words[swap + 1:])
+    masked = lambda t: " ".join(t.split()[:-2] + [mlm.tokenizer.mask_token] + t.split()[-1:])  # noqa: E731
+    mask_at = mlm.tokenizer(masked(text))["input_ids"].index(mlm.tokenizer.mask_token_id)
+    heads = [(0, h) for h in range(cls.num_heads)]
+    short = " ".join(words[:40])
+    while len(cls.tokenizer(short)["input_ids"]) > MAX_ITEM_TOKENS:
+        short = " ".join(short.split()[:-4])
+    labels = cls.task.labels
+    views = {
+        "ablation (layer 0's heads)": (lambda: classes_with_heads_removed(cls, text, None, heads),
+                                       lambda: ablate_heads(mlm, masked(text), heads)),
+        "integrated gradients, 16 steps": (
+            lambda: attribute(cls, text, method="ig", target=Target("class"), steps=16),
+            lambda: attribute(mlm, masked(text), method="ig", target=Target("token", mask_at), steps=16)),
+        "patching every head": (lambda: patch(cls, text, corrupt, (labels[0], labels[-1]), "heads"),
+                                lambda: patch(mlm, masked(text), masked(corrupt), ("the", "a"), "heads")),
+        f"faithfulness, one item of <= {MAX_ITEM_TOKENS} tokens (rollout, ig, random)": (
+            lambda: faithfulness(cls, class_items(cls, [short])[0], ["rollout", "ig", "random"], steps=16),
+            lambda: faithfulness(mlm, text_items(mlm, [masked(short)])[0], ["rollout", "ig", "random"], steps=16)),
+    }
+    n = len(cls.tokenizer(text)["input_ids"])
+    print(f"each view of a decision at {n} tokens: the classifier beside the masked-LM head on the same encoder")
+    for name, (ours, reference) in views.items():
+        times = interleaved({"mlm": reference, "cls": ours}, repeats, cls.device)
+        m, c = statistics.median(times["mlm"]), statistics.median(times["cls"])
+        print(f"  {name}: masked LM {m:.2f} s, classifier {c:.2f} s, ratio {c / m:.2f}")
 
 
 def task_importance(lm, sentences: int, repeats: int) -> None:

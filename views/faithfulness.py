@@ -1,5 +1,6 @@
 """Which attribution to trust? Every method's ranking of the input tokens put to an erasure test
-on the model's own masked-token predictions: remove what a method ranks highest and watch p(y)."""
+on the model's own masked-token predictions (or a fine-tuned classifier's predicted classes):
+remove what a method ranks highest and watch p(y)."""
 
 import json
 from urllib.parse import urlencode
@@ -11,7 +12,9 @@ import streamlit as st
 
 from bertscope.attribution.erasure import REMOVALS
 from bertscope.attribution.faithfulness import DEFAULT_METHODS, FRACTIONS, RANDOM, check_methods, faithfulness
+from bertscope.attribution.class_items import brown_class_items, class_items
 from bertscope.attribution.items import MAX_ITEM_TOKENS, brown_items, text_items
+from bertscope.core.task_head import SEQUENCE
 from bertscope.attribution.registry import METHODS
 from bertscope.errors import BertScopeError
 from bertscope.figures.faithfulness import method_label, perturbation_curves, removal_words, scoreboard_bars
@@ -27,6 +30,8 @@ STEPS = [8, 16, 32, 50]
 CHOICES = list(METHODS)  # every method of the registry, its floor included
 EXAMPLE = ("The river was wide and the [MASK] was muddy.\nShe deposited the money in the bank.\n"
            "The keys to the cabinet [MASK] on the table.")
+CLASS_EXAMPLE = ("What a wonderful day, the concert was brilliant!\nThe train was late again and nobody told us why.\n"
+                 "The meeting is moved to Tuesday at ten.")
 
 
 def max_items() -> int:
@@ -36,14 +41,19 @@ def max_items() -> int:
 st.title("Which attribution to trust?")
 lm = require_model()
 key = model_key()
+classifier = lm.task is not None and lm.task.kind == SEQUENCE and lm.task.scoring != "none"
 st.caption("Each attribution method ranks the input tokens behind a prediction; this page tests the rankings "
-           "on the model itself (DeYoung et al. 2020, ERASER). In each sentence one word-piece of a content word is "
-           "masked and y is the model's own top prediction there. Removing the tokens a method ranks highest "
+           "on the model itself (DeYoung et al. 2020, ERASER). "
+           + ("This model is a fine-tuned classifier: y is the class it predicts for each text, p(y) its head's "
+              "probability, and the matrix methods read [CLS]'s row (the token its head reads). " if classifier else
+              "In each sentence one word-piece of a content word is masked and y is the model's own top prediction "
+              "there. ")
+           + "Removing the tokens a method ranks highest "
            "should cost p(y) much (comprehensiveness); keeping only them should cost little (sufficiency); and a "
            "method's ranking should agree with removing one token at a time (leave-one-out). Random ranking is "
            "the floor.")
 
-if "mlm" not in lm.outputs:
+if "mlm" not in lm.outputs and not classifier:
     st.warning(plain(f"{lm.name} has no masked-LM head: the test explains its masked-token predictions, so it "
                      "needs one."))
     offer_bundled_mlm("faith_switch")
@@ -63,10 +73,17 @@ with st.form("faith_form"):
                       format_func=lambda s: {"brown": "Brown corpus", "text": "my own"}[s])
     sizes = [s for s in SIZES if s <= max_items()]
     n = c1.select_slider("Brown sentences", sizes, 25, key="faith_n",
-                         help="Spread over the 15 genres; a content word-piece (noun, verb, adjective, adverb) masked "
-                              f"in each, chosen with the seed; at most {MAX_ITEM_TOKENS} tokens each.")
-    text = c2.text_area(f"My own sentences (one a line, up to {max_items()}): a line's [MASK] is used, else a "
-                        "content word is masked", EXAMPLE, key="faith_text", height=110, max_chars=Limits.corpus_chars)
+                         help="Spread over the 15 genres; " + ("each one classified by the model" if classifier else
+                                                               "a content word-piece (noun, verb, adjective, adverb) "
+                                                               "masked in each, chosen with the seed")
+                              + f"; at most {MAX_ITEM_TOKENS} tokens each.")
+    if classifier:
+        text = c2.text_area(f"My own texts (one a line, up to {max_items()}): y is the class the model predicts",
+                            CLASS_EXAMPLE, key="faith_class_text", height=110, max_chars=Limits.corpus_chars)
+    else:
+        text = c2.text_area(f"My own sentences (one a line, up to {max_items()}): a line's [MASK] is used, else a "
+                            "content word is masked", EXAMPLE, key="faith_text", height=110,
+                            max_chars=Limits.corpus_chars)
     # every chosen method's name in sight: the list gets the whole width, the settings a row below
     methods = st.multiselect("Methods", CHOICES, list(DEFAULT_METHODS), key="faith_methods", format_func=method_label)
     c2, c3, c4 = st.columns([2, 1, 1])
@@ -105,7 +122,11 @@ with page_errors(stop=False):
             model = cached_model(*key)
             if source == "brown":
                 progress(0, n, "Choosing Brown sentences")
-                items, skipped, where = brown_items(model, n, int(seed)), 0, f"{n} Brown sentences"
+                choose = brown_class_items if classifier else brown_items
+                items, skipped, where = choose(model, n, int(seed)), 0, f"{n} Brown sentences"
+            elif classifier:
+                items, skipped = class_items(model, lines)
+                where = "your texts"
             else:
                 items, skipped = text_items(model, lines, int(seed))
                 where = "your sentences"
@@ -116,8 +137,9 @@ with page_errors(stop=False):
 
 if board is not None:
     if board.skipped:
-        st.info(plain(f"{board.skipped} line(s) left out: longer than {MAX_ITEM_TOKENS} tokens, or without a content "
-                      "word (Brown's tags) or a word beside the mask."))
+        st.info(plain(f"{board.skipped} line(s) left out: longer than {MAX_ITEM_TOKENS} tokens, or "
+                      + ("with fewer than 3 tokens to remove." if board.decision == "class" else
+                         "without a content word (Brown's tags) or a word beside the mask.")))
     summary = board.summary()
 
     def cell(stat: dict) -> str:
@@ -157,7 +179,11 @@ if board is not None:
         for n_, i in enumerate(order, 1):
             r = board.results[i]
             it = r.item
-            link = "./masked?" + urlencode({"model": lm.name, "text": it.masked_text, "mlm_tab": "Why this prediction?"})
+            if it.decision == "class":
+                link = "./predictions?" + urlencode({"model": lm.name, "text": it.text})
+            else:
+                link = "./masked?" + urlencode({"model": lm.name, "text": it.masked_text,
+                                                "mlm_tab": "Why this prediction?"})
             candidates = it.candidates()
             top = {method_label(m): label(it.inspection.tokens[candidates[int(np.argmax(s[candidates]))]])
                    for m, s in r.scores.items()}
@@ -169,8 +195,9 @@ if board is not None:
             "p(y)": st.column_config.NumberColumn(format="%.3f"),
             "disagreement": st.column_config.NumberColumn(format="%.2f",
                                                           help="1 − the mean Spearman between methods' rankings")})
-        st.markdown("Open in the Masked page's *Why this prediction?* (every method on that one prediction): "
-                    + " · ".join(links))
+        where = ("the Predictions page (its *Why this decision?*)" if board.decision == "class" else
+                 "the Masked page's *Why this prediction?* (every method on that one prediction)")
+        st.markdown(f"Open in {where}: " + " · ".join(links))
         pick = st.selectbox("Scores of one item", order, key="faith_item",
                             format_func=lambda i: board.results[i].item.masked_text[:90])
         r = board.results[pick]
@@ -186,7 +213,9 @@ if board is not None:
         heat.add_trace(go.Heatmap(z=[drop], x=tokens, y=["leave-one-out drop"], colorscale="RdBu", zmid=0, zmin=-1,
                                   zmax=1, showscale=False, hovertemplate="leave-one-out · %{x}: %{z:.2f}<extra></extra>"))
         heat.update_layout(height=120 + 28 * (len(names) + 1), margin=dict(t=50, b=40),
-                           title=(f"“{label(r.item.target)}” at token {r.item.mask_position}, p(y) {r.p_full:.3f}: "
+                           title=(f"“{label(r.item.target)}” "
+                                  + ("(class)" if r.item.decision == "class" else f"at token {r.item.mask_position}")
+                                  + f", p(y) {r.p_full:.3f}: "
                                        "each method's scores over its largest magnitude"),
                            yaxis=dict(autorange="reversed"))
         st.plotly_chart(heat, config=PLOT_CONFIG, width="stretch", key="faith_item_scores")

@@ -3,12 +3,11 @@ activations from a clean run into a corrupted one."""
 
 import json
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 from bertscope.attribution.gradients import Target
-from bertscope.figures.interventions import head_grid, pruning_figure, recovered_heatmap
+from bertscope.figures.interventions import pruning_figure, recovered_heatmap
 from bertscope.interventions.ablation import MODES, ablate_heads, mean_head_contexts, parse_heads
 from bertscope.interventions.importance import (
     head_importance,
@@ -18,13 +17,15 @@ from bertscope.interventions.importance import (
     sample_texts,
 )
 from bertscope.interventions.patching import patch, prepare
+from bertscope.core.task_head import SEQUENCE
+from views.kit import classifier_interventions
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, selected_heads
 from views.kit.limits import Limits, check_text
 from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
-HEADS_KEY = "int_heads"
 POSITIONS = {"all": "every position", "changed": "where the texts differ, and the mask"}
 IMPORTANCE_SIZES = [32, 64, 128, 256, 512]
 PRESETS = {  # (clean, corrupted, candidate A, candidate B)
@@ -34,37 +35,6 @@ PRESETS = {  # (clean, corrupted, candidate A, candidate B)
                            "she", "he"),
     "Capital cities": ("Paris is the capital of [MASK].", "Rome is the capital of [MASK].", "france", "italy"),
 }
-
-
-def head_name(layer: int, head: int) -> str:
-    return f"{layer}:{head}"
-
-
-def selected_heads() -> list[tuple[int, int]]:
-    return [tuple(map(int, h.split(":"))) for h in st.session_state.get(HEADS_KEY, [])]
-
-
-def toggle_from_grid(chart_key: str) -> None:
-    """A click on a grid adds or removes that head; a box adds every head in it. The grid is
-    drawn afresh after each (a new key), so clicking the same cell again removes it."""
-    event = st.session_state.get(chart_key)
-    points = (event or {}).get("selection", {}).get("points", []) if event else []
-    chosen = list(st.session_state.get(HEADS_KEY, []))
-    names = [head_name(int(p["y"]), int(p["x"])) for p in points if "x" in p and "y" in p]
-    if len(names) == 1:
-        name = names[0]
-        chosen = [h for h in chosen if h != name] if name in chosen else chosen + [name]
-    else:
-        chosen += [n for n in names if n not in chosen]
-    st.session_state[HEADS_KEY] = sorted(chosen, key=lambda h: tuple(map(int, h.split(":"))))
-    st.session_state["int_grid_n"] = st.session_state.get("int_grid_n", 0) + 1
-
-
-def clickable_grid(lm, title: str, values: np.ndarray | None, name: str) -> None:
-    chart_key = f"{name}_{st.session_state.get('int_grid_n', 0)}"
-    fig = head_grid(lm.num_layers, lm.num_heads, selected_heads(), title, values)
-    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key=chart_key, on_select=lambda: toggle_from_grid(chart_key),
-                    selection_mode=("points", "box"))
 
 
 def stored_importance(key):
@@ -84,11 +54,24 @@ key = model_key()
 st.caption("The other pages read the model; this one changes it and watches the output. Layers and heads are "
            "numbered from 0, as on the Attention page; hidden states are the embeddings, then each layer's output.")
 
+if lm.task is not None and lm.task.kind == SEQUENCE:  # a fine-tuned classifier: its decisions are watched
+    st.caption(plain(f"{lm.name} is a fine-tuned classifier ({lm.task.describe()}): each tab watches its decision."))
+    TABS = ["Ablate heads", "Head importance", "Patching"]
+    tab_from_url("int_tab", TABS)
+    tab_ablate, tab_importance, tab_patch = st.tabs(TABS, key="int_tab", on_change="rerun")
+    with tab_ablate:
+        classifier_interventions.ablate_tab(lm, key)
+    with tab_importance:
+        classifier_interventions.importance_tab(lm, key)
+    with tab_patch:
+        classifier_interventions.patch_tab(lm, key)
+    st.stop()
 pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
 PAIR_NAMES = {"nsp": "IsNext (NSP)", "sop": "In order (SOP)"}
 has_mlm = "mlm" in lm.outputs
 if not has_mlm:
-    st.warning(plain(f"{lm.name} has no masked-LM head: the predictions these tabs watch need one. A saved probe's "
+    st.warning(plain(f"{lm.name} has no masked-LM head (nor a sequence classifier's): the predictions these tabs "
+                     "watch need one. A saved probe's "
                      "class can still be the target, from the command line: python -m bertscope ablate MODEL TEXT "
                      "--heads 3:7 --probe RUN --layer L --class C."))
     offer_bundled_mlm("int_switch")

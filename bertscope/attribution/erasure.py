@@ -9,7 +9,8 @@ al. 2020, ERASER: deletion without shifting positions) is one of:
 - ``mask``: the token's id becomes the tokenizer's mask token.
 
 p(y) is the masked-LM head's probability of token ``target_id`` at ``position``, read from the
-last hidden state at that position only.
+last hidden state at that position only; for a fine-tuned classifier, its head's probability of
+the label (``class_probabilities``).
 """
 
 from __future__ import annotations
@@ -68,5 +69,30 @@ def target_probabilities(lm: LoadedModel, input_ids: np.ndarray, token_type_ids:
             hidden = lm.run(feed, encoder_only=True).last_hidden_state[:, position]  # [variant, dim]
             logits = wide(head(hidden))  # [variant, vocab]
             p = torch.softmax(logits, dim=-1)[:, target_id]
+        out[start:start + len(rows)] = p.double().cpu().numpy()
+    return out
+
+
+def class_probabilities(lm: LoadedModel, input_ids: np.ndarray, token_type_ids: np.ndarray, keep: np.ndarray,
+                        position: int, label: int, removal: Removal = "attention",
+                        max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> np.ndarray:
+    """[variant] p(label | the input with the tokens ``keep`` leaves out removed) under a sequence
+    classifier's head (softmax, or the label's sigmoid for a multi-label head), float64.
+    ``position``: the token the head reads ([CLS]), never removed."""
+    from bertscope.attribution.class_items import class_probabilities as scores, require_classifier
+
+    require_classifier(lm)
+    keep = np.asarray(keep, bool)
+    if keep.ndim != 2 or keep.shape[1] != len(input_ids):
+        raise BertScopeError("Removal variants must be [variant, token] rows of the input's length.")
+    if not keep[:, position].all():
+        raise BertScopeError("The token the classifier reads cannot be removed.")
+    per_batch = rows_within_budget(lm, len(input_ids), max_batch_bytes)
+    out = np.empty(len(keep))
+    for start in range(0, len(keep), per_batch):
+        rows = keep[start:start + per_batch]
+        feed = removal_feed(lm, input_ids, token_type_ids, rows, removal)
+        with torch.inference_mode():
+            p = scores(lm, lm.run(feed).logits)[:, label]  # [variant]
         out[start:start + len(rows)] = p.double().cpu().numpy()
     return out

@@ -1,8 +1,9 @@
 """Which attribution to trust: an erasure test of every method on the model's own predictions.
 
 For each item (``attribution.items``: a sentence with one content word-piece masked, y = the
-model's top-1 there) every method scores the candidate tokens (all but the special tokens and
-the mask) for p(y): the mask's row after the last layer for the matrix methods (raw attention
+model's top-1 there; or, for a fine-tuned classifier, ``attribution.class_items``: a text and the
+class it predicts, read at [CLS]) every method scores the candidate tokens (all but the special
+tokens and the mask) for p(y): the mask's (or [CLS]'s) row after the last layer for the matrix methods (raw attention
 heads averaged, rollout, norm-based attention, ALTI and Value Zeroing composed through the
 layers), the signed scores of gradient x input and integrated gradients for log p(y), and a
 seeded random ranking as the floor. Then, removing tokens (``attribution.erasure``):
@@ -28,7 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
-from bertscope.attribution.erasure import REMOVALS, Removal, target_probabilities
+from bertscope.attribution.erasure import REMOVALS, Removal, class_probabilities, target_probabilities
 from bertscope.attribution.gradients import Target
 from bertscope.attribution.items import Item
 from bertscope.attribution.methods import token_matrices, token_scores
@@ -63,7 +64,10 @@ def method_scores(lm: LoadedModel, item: Item, method: str, steps: int = 50, see
         layers = [lm.num_layers - 1] if record.name == "flow" else None
         matrices = token_matrices(lm, None, None, record.name, layers, template=item.inspection).matrices
         return matrices[-1][item.mask_position].astype(np.float64)  # [key] the mask's row after the last layer
-    target = Target("token", item.mask_position, item.target, item.target_id)
+    if item.decision == "class":
+        target = Target("class", label=item.target)
+    else:
+        target = Target("token", item.mask_position, item.target, item.target_id)
     return token_scores(lm, None, None, record.name, target, steps, template=item.inspection).scores.astype(np.float64)
 
 
@@ -95,7 +99,9 @@ class ItemResult:
 
     def to_json(self) -> dict:
         it = self.item
-        return {"text": it.text, "masked_text": it.masked_text, "source": it.source, "word": it.word, "tag": it.tag, "tokens": it.inspection.tokens,
+        return {"decision": it.decision, "text": it.text, **({"pair": it.pair} if it.pair is not None else {}),
+                "masked_text": it.masked_text, "source": it.source, "word": it.word, "tag": it.tag,
+                "tokens": it.inspection.tokens,
                 "input_ids": it.input_ids.tolist(), "mask_position": it.mask_position, "target_id": it.target_id,
                 "target": it.target, "p_full": self.p_full,
                 "scores": {m: np.round(s, 8).tolist() for m, s in self.scores.items()},
@@ -152,8 +158,12 @@ def erasure(lm: LoadedModel, item: Item, scores: dict[str, np.ndarray], removal:
     """Every removal variant of one item as rows of one batch, and what they say of each method."""
     plan = plan_removals(item, scores, fractions)
     candidates = item.candidates()
-    p = target_probabilities(lm, item.input_ids, item.inspection.token_type_ids, plan.keeps,
-                             item.mask_position, item.target_id, removal)
+    if item.decision == "class":
+        p = class_probabilities(lm, item.input_ids, item.inspection.token_type_ids, plan.keeps, item.mask_position,
+                                item.target_id, removal)
+    else:
+        p = target_probabilities(lm, item.input_ids, item.inspection.token_type_ids, plan.keeps,
+                                 item.mask_position, item.target_id, removal)
     drop = p[plan.full] - p[plan.loo]
     spearman = {}
     for method, s in scores.items():
@@ -225,8 +235,13 @@ class Scoreboard:
             out.append(float(1 - np.mean(pairs)) if pairs else float("nan"))
         return out
 
+    @property
+    def decision(self) -> str:
+        """What the items' y is: "token" (a masked-token prediction) or "class" (a predicted class)."""
+        return self.results[0].item.decision if self.results else "token"
+
     def to_json(self, with_items: bool = True) -> dict:
-        out = {"model": self.model, "removal": self.removal, "fractions": list(self.fractions),
+        out = {"model": self.model, "decision": self.decision, "removal": self.removal, "fractions": list(self.fractions),
                "source": self.source, "n_items": len(self.results), "skipped": self.skipped,
                "methods": self.summary(), "curves": self.curves()}
         if with_items:

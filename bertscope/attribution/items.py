@@ -45,6 +45,11 @@ class Item:
     target: str
     p_full: float  # its probability there
     source: str = ""  # "Brown cn12 (adventure)", "line 3"
+    # "token": a masked-token prediction (``mask_position`` is the mask, ``target_id`` a vocabulary
+    # id); "class": a classifier's predicted class (``mask_position`` is the token its head reads,
+    # [CLS]; ``target_id`` the label's index; ``attribution.class_items``)
+    decision: str = "token"
+    pair: str | None = None  # a class item's second segment
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -53,14 +58,17 @@ class Item:
     @property
     def masked_text(self) -> str:
         """The sentence with the masked piece written as the tokenizer's mask (what the Masked page
-        takes)."""
+        takes); a class item's text (and its pair after " | ")."""
+        if self.decision == "class":
+            return self.text if self.pair is None else f"{self.text} | {self.pair}"
         if not self.masked_piece:
             return self.text
         start, end = self.inspection.offsets[self.mask_position]
         return self.text[:start] + self.inspection.tokens[self.mask_position] + self.text[end:]
 
     def candidates(self) -> np.ndarray:
-        """Token positions that may be removed: all but the special tokens and the mask itself."""
+        """Token positions that may be removed: all but the special tokens and the mask itself (a
+        class item: all but the special tokens)."""
         special = self.inspection.special_mask
         return np.array([i for i in range(len(special)) if not special[i] and i != self.mask_position], int)
 

@@ -65,18 +65,39 @@ def _attribute_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def faithfulness_items(lm, corpus: str | None, data: str | None, seed: int):
-    """(items, lines skipped, where they came from) for ``--corpus brown:N`` or ``--data FILE``."""
+    """(items, lines skipped, where they came from) for ``--corpus brown:N`` or ``--data FILE``: a
+    fine-tuned classifier's predicted classes, else masked-token predictions."""
+    from bertscope.attribution.class_items import brown_class_items, class_items
     from bertscope.attribution.items import brown_items, text_items
+    from bertscope.core.task_head import SEQUENCE
 
+    classifier = lm.task is not None and lm.task.kind == SEQUENCE
     if data is not None:
-        items, skipped = text_items(lm, read_text(data, "data").splitlines(), seed)
+        content = read_text(data, "data")
+        if not classifier:
+            items, skipped = text_items(lm, content.splitlines(), seed)
+            return items, skipped, data
+        texts, pairs = class_texts(content, data)
+        items, skipped = class_items(lm, texts, pairs)
         return items, skipped, data
     spec = corpus or "brown:200"
     name, _, size = spec.partition(":")
     if name != "brown" or not (size or "200").isdigit():
         raise BertScopeError(f"{spec!r}: use --corpus brown:N (N Brown sentences) or --data FILE.")
     n = int(size or 200)
+    if classifier:
+        return brown_class_items(lm, n, seed), 0, f"brown:{n}"
     return brown_items(lm, n, seed), 0, f"brown:{n}"
+
+
+def class_texts(content: str, name: str) -> tuple[list[str], list[str | None] | None]:
+    """A classifier's texts (and pairs) from a CSV/JSONL file of records, or one text a line."""
+    from bertscope.tasks.predict import read_records
+
+    if name.lower().endswith((".csv", ".jsonl", ".json")):
+        records = read_records(content, name)
+        return records.texts, records.pairs
+    return [line for line in content.splitlines() if line.strip()], None
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> Any:
@@ -104,7 +125,8 @@ def board_table(board) -> str:
     """The scoreboard as text: one row per method, means with 95% intervals."""
     summary = board.summary()
     removal = "excluded as keys (attention mask)" if board.removal == "attention" else "replaced by [MASK]"
-    lines = [f"faithfulness of each method on {board.model}'s own masked-token predictions: {len(board.results)} items "
+    own = "predicted classes" if board.decision == "class" else "masked-token predictions"
+    lines = [f"faithfulness of each method on {board.model}'s own {own}: {len(board.results)} items "
              f"({board.source}{f', lines skipped: {board.skipped}' if board.skipped else ''}); removed tokens "
              f"{removal}; AOPC over k = " + ", ".join(f"{f:.0%}" for f in board.fractions) + " of the candidates",
              f"{'method':<14}{'comprehensiveness ↑':>26}{'sufficiency ↓':>26}{'ρ with leave-one-out ↑':>26}"
@@ -128,7 +150,8 @@ def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", help="brown:N: N Brown sentences over every genre, each with one content word-piece "
                                     "masked (default brown:200)")
     p.add_argument("--data", help="a UTF-8 file, one sentence a line: a line's [MASK] is used, else a content word "
-                                  "(Brown's tags) is masked")
+                                  "(Brown's tags) is masked; for a fine-tuned classifier, its texts (a .csv/.jsonl "
+                                  "of text[,pair][,label] records, or one text a line) and y = the predicted class")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated methods of `attribute`, "
                                                                         f"and {RANDOM} (the floor)")
     p.add_argument("--removal", choices=REMOVALS, default="attention", help="attention: a removed token is no "
@@ -141,7 +164,8 @@ def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
 
 COMMANDS = [
     Command("faithfulness", "which attribution to trust: comprehensiveness, sufficiency and agreement with "
-            "leave-one-out of every method on the model's own masked-token predictions", cmd_faithfulness,
+            "leave-one-out of every method on the model's own masked-token predictions (or a classifier's predicted "
+            "classes)", cmd_faithfulness,
             _faithfulness_arguments),
     Command("attribute", "what each token owes to the others (" + ", ".join(
         METHODS[m].title for m in MATRIX_METHODS if m != "attention") + ") or to one decision (" + ", ".join(

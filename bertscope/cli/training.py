@@ -1,4 +1,5 @@
-"""``pretrain``: continue BERT's masked-LM pretraining (and NSP/SOP) on one process or many."""
+"""``pretrain`` (BERT's first stage: masked-LM, NSP/SOP) and ``finetune`` (its second: a task head), on one
+process or many."""
 
 from __future__ import annotations
 
@@ -93,7 +94,99 @@ def _pretrain_arguments(p: argparse.ArgumentParser) -> None:
                         "bertscope pretrain ...`, which also runs it across machines")
 
 
+def cmd_finetune(args: argparse.Namespace) -> Any:
+    from bertscope.training.config import FinetuneConfig
+    from bertscope.training.finetune import finetune
+    from bertscope.training.processes import launched_world
+    from bertscope.training.task_data import load_task_data
+
+    if args.lora is not None and args.full:
+        raise BertScopeError("Give --lora R or --full, not both.")
+    rank = 0 if args.full or args.lora is None else args.lora
+    lr = args.lr if args.lr is not None else (5e-4 if rank else 5e-5)
+    cfg = FinetuneConfig(task=args.task, seq_len=args.seq_len, lora_rank=rank, epochs=args.epochs,
+                         batch_size=args.batch_size, lr=lr, seed=args.seed, held_out=args.held_out,
+                         class_weights=args.class_weights, max_examples=args.max_examples)
+    cfg.check()
+    world = launched_world()
+    if world == 1 and args.processes != 1:  # start this command again as N data-parallel processes
+        from bertscope.training.launch import check_processes, launch
+
+        check_processes(args.processes, args.device)
+        launch(args.processes, args.argv, Path(args.out))
+        return None
+    if world > 1 and args.processes not in (1, world):
+        raise BertScopeError(f"This command was launched as {world} processes, not --processes {args.processes}.")
+    data = load_task_data(args.task, args.data, args.text_column, args.label_column, args.pair_column,
+                          args.held_out, args.seed)
+    from tqdm import tqdm
+
+    bars: list = []
+
+    def progress(step: int, total: int, info: dict) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, initial=step - 1, unit="step", file=sys.stderr, dynamic_ncols=True))
+        bars[0].n = step
+        bars[0].set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
+        bars[0].refresh()
+
+    try:
+        state = finetune(args.model, data, args.out, cfg, args.device, progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    last = state.history[-1]["held_out"]
+    summary = {"out": args.out, "task": args.task, "data": data.source, "epochs": state.epoch,
+               "held_out_accuracy": round(last["accuracy"], 4), "held_out_macro_f1": round(last["macro_f1"], 4),
+               "held_out_loss": round(last["loss"], 4)}
+    import json
+
+    test = json.loads((Path(args.out) / "metrics.json").read_text())["after"]["test"]
+    if test:
+        summary["test_accuracy"] = round(test["accuracy"], 4)
+    return summary  # printed as JSON whether or not --json is given (scripts read it)
+
+
+def _finetune_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.training.config import FinetuneConfig
+    from bertscope.training.task_data import SHIPPED, TASKS
+
+    defaults = FinetuneConfig()
+    p.add_argument("model", help="preset, hub id or local folder (bundled, bert-base-uncased, ./my-model)")
+    p.add_argument("--task", required=True, choices=[*TASKS, "span"],
+                   help="classify: a label per text; pairs: per text pair (NLI-style); tag: a label per word "
+                        "(span: not built yet)")
+    p.add_argument("--data", required=True, help=f"{', '.join(SHIPPED)} (installed by `corpus install`), or a file: "
+                                                 ".csv/.tsv/.jsonl records (classify, pairs) or .conllu / .jsonl "
+                                                 "{tokens, tags} (tag)")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--pair-column", help="pairs: the second segment's column (default text_pair)")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--out", required=True, help="run folder: checkpoint, model/, adapter/, metrics.json, curves.png")
+    p.add_argument("--lora", type=int, help="train LoRA adapters of this rank (the head, pooler and LayerNorms in "
+                                            "full); default: --full")
+    p.add_argument("--full", action="store_true", help="train every weight, as BERT's fine-tuning does (default)")
+    p.add_argument("--epochs", type=int, default=defaults.epochs)
+    p.add_argument("--lr", type=float, help="default 5e-5 (full) or 5e-4 (LoRA)")
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    p.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens at most per input; longer ones are "
+                                                                         "cut and counted")
+    p.add_argument("--held-out", type=float, default=defaults.held_out,
+                   help="share held out (stratified, by seed) where the data has no split of its own")
+    p.add_argument("--class-weights", action="store_true", help="weigh the loss by inverse class frequency")
+    p.add_argument("--max-examples", type=int, help="train on at most this many examples (a seeded sample)")
+    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--processes", type=int, default=1,
+                   help="train data-parallel on N processes of this machine through Accelerate")
+
+
 COMMANDS = [
     Command("pretrain", "continue BERT's masked-LM pretraining (and NSP/SOP) on the Brown corpus or your text",
             cmd_pretrain, _pretrain_arguments, takes_model=False),
+    Command("finetune", "BERT's second stage: fine-tune an encoder under a task head (classify, pairs, tag) on "
+            "the tweets, the BBC topics, EWT's UPOS, Brown's tags or your file", cmd_finetune, _finetune_arguments,
+            takes_model=False),
 ]

@@ -73,9 +73,10 @@ def recovered_heatmap(result: PatchResult) -> go.Figure:
     return fig
 
 
-def pruning_figure(curve: PruningCurve) -> go.Figure:
-    """Held-out top-1 against the share of heads removed: importance order, random mean, and the
-    random orders' range as a band."""
+def pruning_figure(curve: PruningCurve, score: str = "masked-LM top-1", unit: str = "positions") -> go.Figure:
+    """Held-out top-1 (a classifier: its accuracy, ``score="accuracy"``, ``unit="records"``) against
+    the share of heads removed: importance order, random mean, and the random orders' range as a
+    band."""
     x = [100 * f for f in curve.fractions]
     low, high = curve.random_spread
     fig = go.Figure()
@@ -86,7 +87,8 @@ def pruning_figure(curve: PruningCurve) -> go.Figure:
                              name="random orders (mean)"))
     fig.add_trace(go.Scatter(x=x, y=curve.importance_order, mode="lines+markers", line=dict(color="#1f77b4"),
                              name="least important first"))
-    fig.update_layout(title=f"Pruning heads: held-out masked-LM top-1 over {curve.positions:,} positions",
-                      xaxis=dict(title="heads removed (%)", dtick=10), yaxis=dict(title="top-1 accuracy", rangemode="tozero"),
+    fig.update_layout(title=f"Pruning heads: held-out {score} over {curve.positions:,} {unit}",
+                      xaxis=dict(title="heads removed (%)", dtick=10),
+                      yaxis=dict(title="top-1 accuracy" if score == "masked-LM top-1" else score, rangemode="tozero"),
                       height=420, legend=dict(orientation="h", y=-0.25))
     return fig

@@ -5,9 +5,11 @@ state ``embed`` / ``hook_resid_post``, edited on the loaded model's own modules,
 thread only): ``ablation`` (zero or mean-ablate heads; the
 prediction before and after), ``importance`` (Michel et al. 2019: head importance from gate
 gradients, and the pruning curve against random orders), ``patching`` (clean states patched into a
-corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 2022).
-May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``,
-``attribution`` (its targets), ``training`` (BERT's corruption).
+corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 2022); on a
+fine-tuned classifier, ``task_importance`` (the task loss's head importance and pruning curve,
+every label before and after ablation). May import: ``errors``, ``runtime``, ``sources``,
+``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution`` (its targets), ``training``
+(BERT's corruption), ``tasks`` (a classifier's decisions).
 """
 
 from bertscope.runtime.exports import lazy_exports

@@ -37,6 +37,7 @@ from bertscope.outputs.logit_lens import mlm_head
 from bertscope.core.hook_points import every_layer, every_state
 from bertscope.core.hooked_pass import turn
 from bertscope.core.passes import repeat_feed, rows_within_budget, wide
+from bertscope.core.task_head import SEQUENCE
 
 What = Literal["hidden", "heads"]
 WHATS = ("hidden", "heads")
@@ -57,6 +58,20 @@ class PatchSetup:
     candidate_ids: tuple[int, int]
     clean_feed: dict  # [1, token] each, on the device
     corrupt_feed: dict
+    reads: str = "mask"  # "mask": the masked-LM head at ``position``; "class": a classifier's two labels
+    # (``candidate_ids`` their indices); "value": a regression head's value
+
+
+def _read(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = None) -> torch.Tensor:
+    """[rows] the metric of a pass: the masked-LM head reads one position of the base model's last
+    state; a classifier's head runs as the model's own."""
+    if setup.reads == "mask":
+        return _metric(lm, _pass(lm, feed, hooks), setup)
+    logits = wide(lm.run(feed, hooks=hooks).logits)  # [rows, label]
+    if setup.reads == "value":
+        return logits[:, 0]
+    a, b = setup.candidate_ids
+    return logits[:, a] - logits[:, b]
 
 
 def _metric(lm: LoadedModel, last_hidden: torch.Tensor, setup: PatchSetup) -> torch.Tensor:
@@ -68,15 +83,34 @@ def _metric(lm: LoadedModel, last_hidden: torch.Tensor, setup: PatchSetup) -> to
 
 def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]) -> PatchSetup:
     """Both inputs tokenised and checked: the same token count, a mask in the corrupted one, two
-    candidates that are one vocabulary item each."""
-    require_mlm(lm)
+    candidates that are one vocabulary item each (a classifier: two of its labels; no mask needed)."""
+    reads = "mask"
+    if lm.task is not None and lm.task.kind == SEQUENCE:
+        reads = "value" if lm.task.scoring == "none" else "class"
+    elif lm.task is not None:
+        raise BertScopeError(f"Patching watches a masked-token prediction or a classifier's labels; {lm.name} is a "
+                             f"{lm.task.kind.replace('-', ' ')} model.")
+    else:
+        require_mlm(lm)
     clean, corrupt = check_text(clean, "clean text"), check_text(corrupt, "corrupted text")
-    if len(candidates) != 2 or not all(str(c).strip() for c in candidates):
-        raise BertScopeError("Give two candidate tokens, e.g. are,is: the metric is their logit difference.")
-    a, b = (str(c).strip() for c in candidates)
-    ids = (token_id(lm, a), token_id(lm, b))
-    if ids[0] == ids[1]:
-        raise BertScopeError(f"{a!r} and {b!r} are the same vocabulary item: give two different candidates.")
+    if reads == "value":
+        a, b, ids = "value", "", (0, 0)
+    else:
+        what = "labels, e.g. positive,negative" if reads == "class" else "candidate tokens, e.g. are,is"
+        if len(candidates) != 2 or not all(str(c).strip() for c in candidates):
+            raise BertScopeError(f"Give two {what}: the metric is their logit difference.")
+        a, b = (str(c).strip() for c in candidates)
+        if reads == "class":
+            missing = [c for c in (a, b) if c not in lm.task.labels]
+            if missing:
+                raise BertScopeError(f"{lm.name} has no label {missing[0]!r}: its labels are "
+                                     f"{', '.join(lm.task.labels[:20])}.")
+            ids = (lm.task.labels.index(a), lm.task.labels.index(b))
+        else:
+            ids = (token_id(lm, a), token_id(lm, b))
+        if ids[0] == ids[1]:
+            raise BertScopeError(f"{a!r} and {b!r} are the same {'label' if reads == 'class' else 'vocabulary item'}: "
+                                 "give two different candidates.")
     tokenized = tokenize(lm, [clean, corrupt], [None, None])
     n_clean, n_corrupt = tokenized.original
     if n_clean > lm.max_length or n_corrupt > lm.max_length:
@@ -86,7 +120,9 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
                              f"each position of one into the other, so both need the same number.")
     mask_id = lm.tokenizer.mask_token_id
     corrupt_ids = tokenized.encodings[1].ids
-    if mask_id is None or mask_id not in corrupt_ids:
+    if reads != "mask":
+        pass
+    elif mask_id is None or mask_id not in corrupt_ids:
         raise BertScopeError(f"The corrupted text has no {lm.tokenizer.mask_token or '[MASK]'}: put one where the "
                              f"candidates compete.")
     feeds = []
@@ -94,7 +130,8 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
         padded = pad(lm, tokenized, [row])
         feeds.append({k: to_device(v, lm.device) for k, v in padded.feed.items() if k in lm.tokenizer.model_input_names})
     tokens = [lm.tokenizer.convert_ids_to_tokens(e.ids) for e in tokenized.encodings]
-    return PatchSetup(clean, corrupt, tokens[0], tokens[1], corrupt_ids.index(mask_id), (a, b), ids, *feeds)
+    position = corrupt_ids.index(mask_id) if reads == "mask" else 0  # a classifier's head reads [CLS]
+    return PatchSetup(clean, corrupt, tokens[0], tokens[1], position, (a, b), ids, *feeds, reads=reads)
 
 
 def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None) -> torch.Tensor:
@@ -119,8 +156,8 @@ def capture(lm: LoadedModel, setup: PatchSetup, what: What) -> tuple[torch.Tenso
         return None
 
     with turn(lm), torch.inference_mode():
-        m_clean = float(_metric(lm, _pass(lm, setup.clean_feed, _hooks(lm, what, keep)), setup)[0])
-        m_corrupt = float(_metric(lm, _pass(lm, setup.corrupt_feed), setup)[0])
+        m_clean = float(_read(lm, setup.clean_feed, setup, _hooks(lm, what, keep))[0])
+        m_corrupt = float(_read(lm, setup.corrupt_feed, setup)[0])
     return torch.stack([pieces[i] for i in sorted(pieces)]), m_clean, m_corrupt
 
 
@@ -156,8 +193,7 @@ def patched_metrics(lm: LoadedModel, setup: PatchSetup, what: What, cells: Seque
             return new
 
         with turn(lm), torch.inference_mode():
-            metric = _metric(lm, _pass(lm, repeat_feed(setup.corrupt_feed, stop - start), _hooks(lm, what, put)),
-                             setup)  # [rows]
+            metric = _read(lm, repeat_feed(setup.corrupt_feed, stop - start), setup, _hooks(lm, what, put))  # [rows]
         out[start:stop] = metric.double().cpu().numpy()
         done = stop
         if progress:
@@ -176,7 +212,8 @@ class PatchResult:
 
     def to_json(self) -> dict:
         s = self.setup
-        return {"metric": METRIC, "candidates": list(s.candidates), "position": s.position,
+        return {"metric": "value" if s.reads == "value" else METRIC, "reads": s.reads,
+                "candidates": [] if s.reads == "value" else list(s.candidates), "position": s.position,
                 "clean": s.clean, "corrupt": s.corrupt, "tokens": s.tokens, "clean_tokens": s.clean_tokens,
                 "what": self.what, "layers": self.layers, "m_clean": self.m_clean, "m_corrupt": self.m_corrupt,
                 "recovered": [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in self.recovered],
@@ -199,7 +236,7 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], 
             raise BertScopeError(f"Positions to patch are token positions 0-{n - 1} of the hidden-state grid.")
     pieces, m_clean, m_corrupt = capture(lm, setup, what)
     if abs(m_clean - m_corrupt) < MIN_DIFFERENCE:
-        raise BertScopeError(f"The clean and corrupted runs give the same logit difference ({m_clean:.4f}): there is "
+        raise BertScopeError(f"The clean and corrupted runs give the same {'value' if setup.reads == 'value' else 'logit difference'} ({m_clean:.4f}): there is "
                              f"nothing to recover; change the corrupted text or the candidates.")
     if what == "hidden":
         rows, columns, labels = lm.num_layers + 1, len(setup.tokens), hidden_labels(lm.num_layers)

@@ -95,3 +95,33 @@ def task_pruning_curve(lm: LoadedModel, importance: HeadImportance, texts: Seque
     held = labelled_batches(lm, texts, gold, pairs, batch_size)
     return curve_of(lm, importance, lambda removed: task_accuracy(lm, held, removed), len(texts), seed=seed,
                     progress=progress)
+
+
+def split_records(texts: Sequence[str], gold: Sequence[str], pairs: Sequence[str | None] | None = None,
+                  seed: int = 0) -> tuple[tuple, tuple]:
+    """One labelled file in two seeded halves: (texts, gold, pairs) to estimate importance on, and
+    the held-out half the pruning curve scores (Michel et al. estimate on training data and
+    prune on held-out data; one file stands for both here)."""
+    if len(texts) < 2:
+        raise BertScopeError("Give at least two labelled records: one half estimates importance, the other is "
+                             "held out.")
+    order = np.random.default_rng(seed).permutation(len(texts))
+    half = len(texts) // 2
+    take = lambda rows: (  # noqa: E731
+        [texts[i] for i in rows], [gold[i] for i in rows], None if pairs is None else [pairs[i] for i in rows])
+    return take(sorted(order[half:].tolist())), take(sorted(order[:half].tolist()))
+
+
+def classes_with_heads_removed(lm: LoadedModel, text: str, pair: str | None, heads: Sequence[tuple[int, int]],
+                               mode: str = "zero", means=None):
+    """(intact, heads removed): every label's score for one input (``tasks.classify``), before and
+    after ``heads`` are removed (``ablation.head_edit``)."""
+    from bertscope.interventions.ablation import check_heads
+    from bertscope.tasks.classify import classify
+
+    chosen = check_heads(lm, heads)
+    pairs = None if pair is None else [pair]
+    before = classify(lm, [text], pairs)[0]
+    with head_edit(lm, chosen, mode, means):
+        after = classify(lm, [text], pairs)[0]
+    return before, after

@@ -8,6 +8,7 @@ LoRA run of ``bertscope pretrain`` can be shared without its base weights. It re
 
 from __future__ import annotations
 
+import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -19,20 +20,34 @@ from bertscope.runtime.hf import quiet_transformers
 from bertscope.runtime.user_cache import replace_folder
 
 PAIR_HEAD_PREFIXES = ("cls.seq_relationship.", "sop_classifier.")  # BERT's NSP, ALBERT's SOP classifier
+TASK_CLASSES = ("AutoModelForSequenceClassification", "AutoModelForTokenClassification")
 
 
 def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
     """Merge a LoRA run's ``adapter/`` onto its base encoder and save a standard masked-LM
-    folder at ``folder`` (atomically). The base is read from ``base_source`` (a folder)."""
+    folder at ``folder`` (atomically), or, for a fine-tuning run's delta (its ``task.json``), the
+    task model with its labels. The base is read from ``base_source`` (a folder)."""
     from peft import PeftModel
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
 
+    import transformers
+
     extras = load_file(str(delta / "extras.safetensors"))
-    paired = any(name.startswith(PAIR_HEAD_PREFIXES) for name in extras)  # trained with NSP or SOP
-    auto = AutoModelForPreTraining if paired else AutoModelForMaskedLM
+    task_file = delta / "task.json"  # a fine-tuning run's delta: its head's class and labels
+    options: dict = {}
+    if task_file.is_file():
+        task = json.loads(task_file.read_text(encoding="utf-8"))
+        if task.get("auto") not in TASK_CLASSES:
+            raise BertScopeError(f"{task_file} names {task.get('auto')!r}, not a task class BertScope builds.")
+        auto = getattr(transformers, task["auto"])
+        labels = {int(k): v for k, v in task["id2label"].items()}
+        options = {"num_labels": len(labels), "id2label": labels, "label2id": {v: k for k, v in labels.items()}}
+    else:
+        paired = any(name.startswith(PAIR_HEAD_PREFIXES) for name in extras)  # trained with NSP or SOP
+        auto = AutoModelForPreTraining if paired else AutoModelForMaskedLM
     with quiet_transformers():
-        model = auto.from_pretrained(base_source, local_files_only=True, dtype=torch.float32)
+        model = auto.from_pretrained(base_source, local_files_only=True, dtype=torch.float32, **options)
         tokenizer = AutoTokenizer.from_pretrained(base_source, local_files_only=True)
     named = dict(model.named_parameters())
     unknown = sorted(set(extras) - set(named))

@@ -1,10 +1,15 @@
-"""BERT's pretraining recipe, continued on any BERT-family encoder.
+"""BERT's two stages on any BERT-family encoder: masked-LM pretraining, continued, and fine-tuning
+under a task head.
 
-``recipe`` (``train``: the loop), ``config``, ``instances`` (chunks, NSP/SOP pairs), ``batches``
-(the 80/10/10 corruption, by ``heads.masking``'s rule), ``model`` (heads, LoRA), ``steps``
-(forward, backward, scoring within a byte budget), ``checkpoint``, ``export``, ``job`` (the
-app's background run), ``processes`` and ``launch`` (data-parallel runs through Accelerate). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
-``outputs``.
+``loop`` (the one training loop of both stages: ``run_epochs`` over an ``Objective``); the first
+stage: ``recipe`` (``train`` and its ``MaskedLM`` objective), ``config``, ``instances`` (chunks,
+NSP/SOP pairs), ``batches`` (the 80/10/10 corruption, by ``outputs.masking``'s rule), ``model``
+(heads, LoRA), ``steps`` (forward, backward, scoring within a byte budget); the second stage:
+``finetune``, ``task_data`` (the tweets, the BBC topics, EWT, Brown, a user's file),
+``task_objective`` (labels on first pieces, the loss, held-out figures), ``task_model`` (the head,
+LoRA); both: ``checkpoint``, ``export``, ``job`` (the app's background run), ``processes`` and
+``launch`` (data-parallel runs through Accelerate). May import: ``errors``, ``runtime``,
+``sources``, ``corpora``, ``core``, ``outputs``.
 """
 
 from bertscope.runtime.exports import lazy_exports
@@ -12,6 +17,8 @@ from bertscope.runtime.exports import lazy_exports
 _EXPORTS = {
     "train": "training.recipe",
     "RecipeConfig": "training.config",
+    "finetune": "training.finetune",
+    "FinetuneConfig": "training.config",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

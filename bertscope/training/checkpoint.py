@@ -14,7 +14,6 @@ import torch
 
 from bertscope.errors import BertScopeError
 from bertscope.runtime.user_cache import replace_folder
-from bertscope.training.config import RecipeConfig
 from bertscope.training.model import trainable
 
 
@@ -26,7 +25,7 @@ class RunState:
 
 
 def save_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, state: RunState,
-                     cfg: RecipeConfig) -> None:
+                     cfg: Any) -> None:
     """Everything needed to go on, atomically: trainable weights, AdamW moments, RNG states."""
     from safetensors.torch import save_file
 
@@ -47,13 +46,14 @@ def save_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, 
     replace_folder(tmp, folder)
 
 
-def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, cfg: RecipeConfig) -> RunState | None:
+def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, cfg: Any) -> RunState | None:
     from safetensors.torch import load_file
 
     if not (folder / "state.json").is_file():
         return None
     meta = json.loads((folder / "state.json").read_text())
-    saved = {"pair_task": "none", **meta["config"]}  # runs saved before pair tasks existed
+    saved = {**({"pair_task": "none"} if hasattr(cfg, "pair_task") else {}), **meta["config"]}  # runs saved
+    # before pair tasks existed
     if {k: v for k, v in saved.items() if k != "epochs"} != {k: v for k, v in asdict(cfg).items() if k != "epochs"}:
         raise BertScopeError(f"{folder.parent} holds a run with other settings: choose another output folder.")
     tensors = load_file(str(folder / "state.safetensors"))

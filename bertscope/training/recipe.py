@@ -55,12 +55,10 @@ processes (``accelerate launch -m bertscope pretrain …`` or ``pretrain --proce
 
 from __future__ import annotations
 
-import math
-import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 
 from bertscope.errors import BertScopeError
@@ -68,22 +66,58 @@ from bertscope.outputs.masking import replacement_ids
 from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
 from bertscope.sources.resolve import resolve_source
 from bertscope.training.batches import mask_tokens, special_mask
-from bertscope.training.checkpoint import RunState, load_checkpoint, save_checkpoint
+from bertscope.training.checkpoint import RunState, load_checkpoint
 from bertscope.training.config import CLOZE, RecipeConfig, check_cloze, check_pair_task
 from bertscope.training.export import export_run, write_metrics
-from bertscope.training.instances import build_chunks
+from bertscope.training.instances import Chunks, build_chunks
 from bertscope.training.model import build_model, trainable
 from bertscope.training.processes import Processes
+from bertscope.training.loop import run_epochs
 from bertscope.training.steps import (
     BACKWARD_FACTOR,
     accumulate_gradients,
     autocast_context,
     cloze,
     evaluate,
-    lr_at,
     saved_bytes_per_row,
     training_budget,
 )
+
+
+@dataclass
+class MaskedLM:
+    """The first stage's objective (``loop.Objective``): BERT's corruption of each batch (drawn
+    from the epoch's generator, or once for static masking), the masked-LM loss and the pair head's."""
+
+    tokenizer: Any
+    cfg: RecipeConfig
+    chunks: Chunks
+    held: Chunks
+    replacements: torch.Tensor
+    device: torch.device
+    static: tuple[torch.Tensor, torch.Tensor] | None = None  # (inputs, labels) of every chunk, drawn once
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def batch(self, idx: torch.Tensor, generator: torch.Generator):
+        batch = self.chunks.take(idx)  # [batch, seq_len]
+        if self.static is not None:
+            return batch, self.static[0][idx], self.static[1][idx]
+        inputs, labels = mask_tokens(batch.ids, special_mask(self.tokenizer, batch.ids), self.replacements,
+                                     self.tokenizer.mask_token_id, self.cfg, generator)
+        return batch, inputs, labels
+
+    def tokens(self, batch) -> int:
+        return int((batch[0].ids != self.tokenizer.pad_token_id).sum())
+
+    def accumulate(self, runner, batch, micro, group, context, scaler) -> dict[str, float]:
+        mlm, pair = accumulate_gradients(runner, *batch, self.tokenizer.pad_token_id, self.device, context, scaler,
+                                         micro, group)
+        return {"loss": mlm, **({"pair_loss": pair} if pair is not None else {})}
+
+    def evaluate(self, model, rows: int, group) -> dict:
+        return evaluate(model, self.tokenizer, self.held, self.cfg, self.device, rows, group)
 
 
 def train(
@@ -139,8 +173,6 @@ def train(
     no_decay = [p for n, p in params.items() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
-    steps_per_epoch = math.ceil(len(train_chunks) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
     state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
     runner = workers.wrap(model)  # DDP across processes (the weights broadcast from the main one)
     replacements = torch.from_numpy(replacement_ids(tokenizer, model.config.vocab_size))
@@ -162,55 +194,12 @@ def train(
     before = state.history[0]["before"] if state.history else {
         "held_out": evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows, workers),
         "cloze": cloze(model, tokenizer, cloze_texts, torch_device)}
-    model.train()
     n_trainable = sum(p.numel() for p in params.values())
-    for epoch in range(state.epoch, cfg.epochs):
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and masks of this epoch
-        order = torch.randperm(len(train_chunks), generator=generator)
-        if workers.world > 1:  # dropout: each process its own masks, the same ones again on a resumed run
-            torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + workers.rank)
-        started, losses, pair_losses, tokens = time.perf_counter(), [], [], 0
-        for s in range(steps_per_epoch):
-            if stop is not None and stop():
-                return state
-            idx = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
-            batch = train_chunks.take(idx)  # [batch, seq_len]
-            if static is not None:
-                inputs, labels = static[0][idx], static[1][idx]
-            else:
-                inputs, labels = mask_tokens(batch.ids, special_mask(tokenizer, batch.ids), replacements,
-                                             tokenizer.mask_token_id, cfg, generator)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(state.step, total, cfg)
-            optimizer.zero_grad(set_to_none=True)
-            mlm_loss, pair_loss = accumulate_gradients(runner, batch, inputs, labels, tokenizer.pad_token_id,
-                                                        torch_device, context, scaler, micro, workers)
-            if pair_loss is not None:
-                pair_losses.append(pair_loss)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
-                optimizer.step()
-            state.step += 1
-            losses.append(mlm_loss)
-            tokens += int((batch.ids != tokenizer.pad_token_id).sum())
-            if progress is not None and workers.main:
-                progress(state.step, total, {"epoch": epoch + 1, "loss": losses[-1],
-                                             **({"pair_loss": pair_losses[-1]} if pair_losses else {})})
-        seconds = time.perf_counter() - started
-        held = evaluate(model, tokenizer, held_chunks, cfg, torch_device, eval_rows, workers)
-        state.epoch = epoch + 1
-        state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "held_out": held,
-                              **({"train_pair_loss": float(np.mean(pair_losses))} if pair_losses else {}),
-                              "seconds": seconds, "tokens_per_s": tokens / seconds,
-                              **({"before": before} if epoch == 0 else {})})
-        if workers.main:  # the others wait: a checkpoint is whole before anyone goes on
-            save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
-        workers.barrier()
+    objective = MaskedLM(tokenizer, cfg, train_chunks, held_chunks, replacements, torch_device, static)
+    finished = run_epochs(model, runner, params, optimizer, objective, cfg, out, state, workers, micro, eval_rows,
+                          before, context, scaler, progress, stop)
+    if not finished:
+        return state
     after = cloze(model, tokenizer, cloze_texts, torch_device)
     if workers.main:
         export_run(model, tokenizer, out, cfg, model_name)

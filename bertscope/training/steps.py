@@ -5,7 +5,7 @@ gradients accumulated in micro-batches within a byte budget, held-out figures, c
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,13 +20,6 @@ from bertscope.training.model import logits_only_at, mlm_logits, vocabulary_laye
 from bertscope.training.processes import Processes, unwrap
 
 ONE = Processes()  # a run on one process
-
-
-def lr_at(step: int, total: int, cfg: RecipeConfig) -> float:
-    warm = max(1, int(total * cfg.warmup))
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    return cfg.lr * max(0.0, (total - step) / max(1, total - warm))
 
 
 def autocast_context(device: torch.device):
@@ -81,11 +74,10 @@ def training_budget(device: torch.device) -> int:
     return memory // 4
 
 
-def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeConfig, device: torch.device,
-                        context: Any, replacements: torch.Tensor) -> int:
-    """What autograd keeps for backward for one row of ``chunks`` (every row is ``seq_len`` wide,
-    so any row costs the same): measured on a one-row forward with saved-tensor hooks, the
-    weights themselves not counted. The random state is left as it was (dropout draws from it)."""
+def saved_bytes(model: Any, device: torch.device, forward: Callable[[], Any]) -> int:
+    """What autograd keeps for backward during ``forward()`` (a one-row pass in training mode,
+    dropout's masks included), the weights themselves not counted. The random state is left as
+    it was (dropout draws from it)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: set[int] = set()
     total = 0
@@ -98,19 +90,27 @@ def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeC
             total += t.untyped_storage().nbytes()
         return t
 
-    row = chunks.take(slice(0, 1))
-    inputs, labels = mask_tokens(row.ids, special_mask(tokenizer, row.ids), replacements, tokenizer.mask_token_id,
-                                 cfg, torch.Generator().manual_seed(0))
     was_training = model.training
     model.train()  # dropout's masks are saved too
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
             torch.autograd.graph.saved_tensors_hooks(count, lambda t: t):
-        picked, gold, pair = forward_chosen(model, row, inputs, labels, tokenizer.pad_token_id, device, context)
-        del picked, gold, pair  # the graph goes with them
+        out = forward()
+        del out  # the graph goes with it
     model.train(was_training)
     if device.type == "cpu":
         return_freed_memory()  # the probe's activations back to the OS, not kept beside the first step's
     return total
+
+
+def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeConfig, device: torch.device,
+                        context: Any, replacements: torch.Tensor) -> int:
+    """What autograd keeps for backward for one row of ``chunks`` (every row is ``seq_len`` wide,
+    so any row costs the same): measured on a one-row forward of the recipe."""
+    row = chunks.take(slice(0, 1))
+    inputs, labels = mask_tokens(row.ids, special_mask(tokenizer, row.ids), replacements, tokenizer.mask_token_id,
+                                 cfg, torch.Generator().manual_seed(0))
+    return saved_bytes(model, device, lambda: forward_chosen(model, row, inputs, labels, tokenizer.pad_token_id,
+                                                             device, context))
 
 
 def accumulate_gradients(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,

@@ -221,3 +221,18 @@ def test_heads_of_a_model_and_itself_and_of_another(mlm, tiny_bert_dir, tiny_rob
     assert len(out["best_match"]) == mlm.num_layers * mlm.num_heads and out["n_sentences"] == 5
     with pytest.raises(BertScopeError, match="share a tokenizer"):
         compare_heads(mlm, load_model(str(tiny_roberta_dir)), texts)
+
+
+def test_a_fine_tuned_model_beside_its_base(tiny_bert_dir, tmp_path, capsys):
+    """A classifier built on a base's encoder (its task head new, the encoder untouched) compares as
+    the same model layer by layer: what fine-tuning changed is measured on the encoder alone."""
+    from bertscope.cli import main
+    from tests.conftest import labels, task_checkpoint
+
+    tuned = task_checkpoint(tiny_bert_dir, tmp_path / "cls", "AutoModelForSequenceClassification", 1, num_labels=2,
+                            **labels(["no", "yes"]))
+    capsys.readouterr()
+    assert main(["compare", str(tiny_bert_dir), str(tuned), "--corpus", "brown:60", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert np.allclose(np.diag(out["cka"]), 1, atol=1e-6)
+    assert np.allclose(out["heads"]["js_same_head"], 0, atol=1e-6)

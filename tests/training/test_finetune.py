@@ -1,0 +1,209 @@
+"""BERT's second stage: a task head trained on labelled texts or tagged words, through the same loop
+as pretraining (resume, micro-batches, LoRA deltas), its output opened as a fine-tuned model, and
+every bad input one line with exit status 2."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertscope import load_model
+from bertscope.cli import main
+from bertscope.errors import BertScopeError
+from bertscope.sources.delta import apply_delta
+from bertscope.training.config import FinetuneConfig
+from bertscope.training.finetune import class_weights, finetune
+from bertscope.training.task_data import load_task_data
+from bertscope.training.task_objective import IGNORE, encode, scores
+
+GOOD = ["the food was good", "a good dog", "very good bread", "the good horse ate", "good fish and good bread",
+        "the man was good", "a very good boat", "good water"]
+BAD = ["the food was bad", "a bad dog", "very bad bread", "the bad horse sat", "bad fish and bad bread",
+       "the man was bad", "a very bad boat", "bad water"]
+TAGS = {"the": "DET", "a": "DET", "dog": "NOUN", "cat": "NOUN", "man": "NOUN", "woman": "NOUN", "sat": "VERB",
+        "ate": "VERB", "walked": "VERB", "rode": "VERB", "horse": "NOUN", "food": "NOUN", "river": "NOUN",
+        "in": "ADP", "on": "ADP", ".": "PUNCT", "unbelievably": "ADV", "playful": "ADJ"}
+SENTENCES = ["the dog sat on the river .", "a man ate the food .", "the woman rode a horse .",
+             "the cat walked in the river .", "a playful dog ate unbelievably .", "the man walked on a horse ."]
+SMALL = FinetuneConfig(task="classify", seq_len=32, epochs=3, batch_size=4, lr=5e-3, seed=0, held_out=0.25)
+
+
+@pytest.fixture
+def records(tmp_path):
+    path = tmp_path / "reviews.csv"
+    rows = [(t, "positive") for t in GOOD * 2] + [(t, "negative") for t in BAD * 2]
+    path.write_text("text,label\n" + "".join(f"{t},{label}\n" for t, label in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tagged(tmp_path):
+    path = tmp_path / "tagged.jsonl"
+    lines = [json.dumps({"tokens": s.split(), "tags": [TAGS[w] for w in s.split()]}) for s in SENTENCES * 4]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_classifier_learns_and_opens_as_a_fine_tuned_model(tiny_bert_dir, records, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    data = load_task_data("classify", str(records), held_out=0.25, seed=0)
+    assert data.labels == ["negative", "positive"] and len(data.held_out) == 8
+    state = finetune(str(tiny_bert_dir), data, tmp_path / "run", SMALL, device="cpu")
+    before, after = state.history[0]["before"]["held_out"], state.history[-1]["held_out"]
+    assert after["loss"] < before["loss"] and after["accuracy"] == 1.0 and after["macro_f1"] == 1.0
+    assert sum(map(sum, after["confusion"])) == after["examples"] == 8
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert [e["epoch"] for e in metrics["epochs"]] == [1, 2, 3] and metrics["split"].startswith("stratified 25%")
+    assert metrics["worst_held_out"][0]["gold"] in ("negative", "positive") and metrics["after"]["test"] is None
+    folder = tmp_path / "run" / "model"
+    hf = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert hf.config.id2label == {0: "negative", 1: "positive"}
+    lm = load_model(str(folder))
+    assert lm.task.kind == "sequence-classification" and lm.task.labels == ("negative", "positive")
+    from bertscope.tasks.classify import classify
+
+    ours = classify(lm, ["a good horse", "a bad horse"])
+    assert [r.predicted for r in ours] == ["positive", "negative"]
+    enc = lm.tokenizer(["a good horse"], return_tensors="pt")
+    with torch.no_grad():
+        np.testing.assert_allclose(ours[0].scores, torch.softmax(hf(**enc).logits, -1)[0].numpy(), atol=1e-5)
+
+
+def test_word_pieces_take_their_words_label_on_the_first_piece_only(tiny_bert):
+    data = load_task_data("tag", "ewt-upos")  # the shape only; a sentence of our own is encoded
+    from bertscope.training.task_data import Tagged
+
+    side = Tagged("t", [["the", "unbelievably", "playful", "dog"]], [["DET", "ADV", "ADJ", "NOUN"]])
+    labels = ["ADJ", "ADV", "DET", "NOUN"]
+    enc = encode(tiny_bert.tokenizer, "tag", side, labels, 32)
+    pieces = tiny_bert.tokenizer.convert_ids_to_tokens(enc.ids[0])
+    assert pieces == ["[CLS]", "the", "un", "##bel", "##ie", "##va", "##bly", "play", "##ful", "dog", "[SEP]"] or \
+        pieces[:3] == ["[CLS]", "the", "un"]
+    first = {i for i, p in enumerate(pieces) if p not in ("[CLS]", "[SEP]") and not p.startswith("##")}
+    assert [labels[v] for v in enc.labels[0] if v != IGNORE] == ["DET", "ADV", "ADJ", "NOUN"]
+    assert {i for i, v in enumerate(enc.labels[0]) if v != IGNORE} == first
+    short = encode(tiny_bert.tokenizer, "tag", side, labels, 5)  # [CLS] the un ##bel [SEP]: three words cut
+    assert short.truncated == 1 and short.unscored_words == 2
+    assert len(data.labels) == 17
+
+
+def test_a_tagger_learns_its_tags(tiny_bert_dir, tagged, tmp_path):
+    data = load_task_data("tag", str(tagged), held_out=0.25, seed=0)
+    cfg = replace(SMALL, task="tag", epochs=4, lr=1e-2)
+    state = finetune(str(tiny_bert_dir), data, tmp_path / "run", cfg, device="cpu")
+    before, after = state.history[0]["before"]["held_out"], state.history[-1]["held_out"]
+    assert after["accuracy"] > max(0.8, before["accuracy"]) and after["words"] == before["words"] > 0
+    assert set(after["per_label"]) == set(data.labels)
+    lm = load_model(str(tmp_path / "run" / "model"))
+    assert lm.task.kind == "token-classification" and set(lm.task.labels) == set(TAGS.values())
+
+
+def total_steps(cfg) -> int:
+    return -(-24 // cfg.batch_size)  # steps of one epoch: 24 training records
+
+
+def test_resuming_gives_the_weights_of_an_uninterrupted_run(tiny_bert_dir, records, tmp_path):
+    data = load_task_data("classify", str(records), held_out=0.25, seed=0)
+    cfg = replace(SMALL, epochs=2)
+    whole = finetune(str(tiny_bert_dir), data, tmp_path / "whole", cfg, device="cpu")
+    steps: list[int] = []  # a Stop pressed during the second epoch: the first epoch's checkpoint is kept
+    cut = finetune(str(tiny_bert_dir), data, tmp_path / "parts", cfg, device="cpu",
+                   progress=lambda step, total, info: steps.append(step), stop=lambda: len(steps) > total_steps(cfg))
+    assert cut.epoch == 1 and not (tmp_path / "parts" / "model").exists()
+    parts = finetune(str(tiny_bert_dir), data, tmp_path / "parts", cfg, device="cpu")
+    assert parts.step == whole.step and [h["held_out"] for h in parts.history] == [h["held_out"] for h in whole.history]
+    a = load_file(str(tmp_path / "whole" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "parts" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    other = load_task_data("tag", "ewt-upos")
+    with pytest.raises(BertScopeError, match="another model, data or label set"):
+        finetune(str(tiny_bert_dir), other, tmp_path / "parts", replace(SMALL, task="tag", epochs=2), device="cpu")
+
+
+def test_micro_batches_add_up_to_the_batch(tiny_bert_dir, records, tmp_path):
+    from transformers import AutoTokenizer, BertModel
+
+    still = tmp_path / "still"  # no dropout: the same numbers either way
+    BertModel.from_pretrained(tiny_bert_dir, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                              add_pooling_layer=True).save_pretrained(still)
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(still)
+    data = load_task_data("classify", str(records), held_out=0.25, seed=0)
+    cfg = replace(SMALL, epochs=1, class_weights=True)
+    whole = finetune(str(still), data, tmp_path / "whole", cfg, device="cpu")
+    parts = finetune(str(still), data, tmp_path / "parts", cfg, device="cpu", memory_bytes=1)
+    memory = [json.loads((tmp_path / run / "metrics.json").read_text())["memory"] for run in ("whole", "parts")]
+    assert memory[0]["rows_per_pass"] == cfg.batch_size and memory[1]["rows_per_pass"] == 1
+    assert whole.history[0]["train_loss"] == pytest.approx(parts.history[0]["train_loss"], rel=1e-5)
+    x = load_file(str(tmp_path / "whole" / "model" / "model.safetensors"))
+    y = load_file(str(tmp_path / "parts" / "model" / "model.safetensors"))
+    assert all(torch.allclose(x[k], y[k], atol=1e-5) for k in x)
+
+
+def test_a_lora_run_ships_a_delta_that_merges_into_the_runs_model(tiny_bert_dir, tagged, tmp_path):
+    from transformers import AutoModelForTokenClassification
+
+    data = load_task_data("tag", str(tagged), held_out=0.25, seed=0)
+    finetune(str(tiny_bert_dir), data, tmp_path / "run", replace(SMALL, task="tag", epochs=1, lora_rank=4),
+             device="cpu")
+    adapter = tmp_path / "run" / "adapter"
+    task = json.loads((adapter / "task.json").read_text())
+    assert task["auto"] == "AutoModelForTokenClassification" and list(task["id2label"].values()) == data.labels
+    extras = load_file(str(adapter / "extras.safetensors"))
+    assert {"classifier.weight", "classifier.bias"} <= set(extras) and any("LayerNorm" in k for k in extras)
+    assert not any("lora_" in k for k in extras)
+    merged = apply_delta(str(tiny_bert_dir), adapter, tmp_path / "merged")
+    ids = torch.tensor([[2, 10, 11, 4, 12, 3]])
+    with torch.no_grad():
+        ours = AutoModelForTokenClassification.from_pretrained(merged)(input_ids=ids).logits
+        theirs = AutoModelForTokenClassification.from_pretrained(tmp_path / "run" / "model")(input_ids=ids).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_scores_and_class_weights():
+    confusion = np.array([[3, 1], [0, 4]])
+    out = scores(confusion, ["a", "b"])
+    assert out["accuracy"] == 7 / 8 and out["per_label"]["a"]["recall"] == 0.75 and out["per_label"]["b"]["precision"] == 0.8
+    from sklearn.metrics import f1_score
+
+    gold, predicted = [0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]
+    assert out["macro_f1"] == pytest.approx(f1_score(gold, predicted, average="macro"))
+    from bertscope.training.task_objective import Encoded
+
+    w = class_weights(Encoded([[0]] * 4, None, [0, 0, 0, 1], 0), ["x", "y", "z"], tagging=False)
+    assert w.tolist() == pytest.approx([4 / 6, 2.0, 0.0])
+
+
+def test_bad_input_is_one_line_with_exit_2(tiny_bert_dir, tmp_path, capsys):
+    def run(*extra, data=None, task="classify"):
+        capsys.readouterr()
+        status = main(["finetune", str(tiny_bert_dir), "--task", task, "--data", str(data), "--out",
+                       str(tmp_path / "out"), "--device", "cpu", *extra])
+        err = capsys.readouterr().err
+        assert status == 2 and err.startswith("bertscope: error: ") and err.count("\n") == 1, err
+        return err
+
+    one_class = tmp_path / "one.csv"
+    one_class.write_text("text,label\na good dog,pos\na bad dog,pos\n", encoding="utf-8")
+    assert "one class" in run(data=one_class)
+    no_label = tmp_path / "nolabel.csv"
+    no_label.write_text("text,stars\na good dog,5\n", encoding="utf-8")
+    assert "no column 'label'" in run(data=no_label) and "stars" in run(data=no_label)
+    assert "record 1" not in run("--label-column", "stars", data=one_class)  # its column is named
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("text,label\ncaf\xe9 good,pos\nbad,neg\n".encode("latin-1"))
+    assert "not UTF-8" in run(data=latin)
+    mismatch = tmp_path / "tags.jsonl"
+    mismatch.write_text(json.dumps({"tokens": ["a", "dog"], "tags": ["DET"]}) + "\n", encoding="utf-8")
+    assert "2 tokens but 1 tags" in run(data=mismatch, task="tag")
+    assert "not built yet" in run(data="sentiment", task="span")
+    assert "use --task tag" in run(data="ewt-upos")
+    assert "--lora R or --full" in run("--lora", "4", "--full", data="sentiment")
+    assert "cores" in run("--processes", "64", data="sentiment")
+    assert "No data" in run(data=tmp_path / "missing.csv")
+    assert "--seq-len" in run("--seq-len", "4", data="sentiment")

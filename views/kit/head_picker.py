@@ -1,0 +1,41 @@
+"""The heads a user picks on the Interventions page: a clickable layer x head grid and a list,
+one selection (session state ``int_heads``, "layer:head" names numbered from 0)."""
+
+import numpy as np
+import streamlit as st
+
+from bertscope.figures.interventions import head_grid
+from views.kit.chrome import PLOT_CONFIG
+
+HEADS_KEY = "int_heads"
+
+
+def head_name(layer: int, head: int) -> str:
+    return f"{layer}:{head}"
+
+
+def selected_heads() -> list[tuple[int, int]]:
+    return [tuple(map(int, h.split(":"))) for h in st.session_state.get(HEADS_KEY, [])]
+
+
+def toggle_from_grid(chart_key: str) -> None:
+    """A click on a grid adds or removes that head; a box adds every head in it. The grid is
+    drawn afresh after each (a new key), so clicking the same cell again removes it."""
+    event = st.session_state.get(chart_key)
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    chosen = list(st.session_state.get(HEADS_KEY, []))
+    names = [head_name(int(p["y"]), int(p["x"])) for p in points if "x" in p and "y" in p]
+    if len(names) == 1:
+        name = names[0]
+        chosen = [h for h in chosen if h != name] if name in chosen else chosen + [name]
+    else:
+        chosen += [n for n in names if n not in chosen]
+    st.session_state[HEADS_KEY] = sorted(chosen, key=lambda h: tuple(map(int, h.split(":"))))
+    st.session_state["int_grid_n"] = st.session_state.get("int_grid_n", 0) + 1
+
+
+def clickable_grid(lm, title: str, values: np.ndarray | None, name: str) -> None:
+    chart_key = f"{name}_{st.session_state.get('int_grid_n', 0)}"
+    fig = head_grid(lm.num_layers, lm.num_heads, selected_heads(), title, values)
+    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key=chart_key, on_select=lambda: toggle_from_grid(chart_key),
+                    selection_mode=("points", "box"))
