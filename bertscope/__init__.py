@@ -53,7 +53,7 @@ _EXPORTS = {
     "ablate_heads": "interventions.ablation", "head_importance": "interventions.importance",
     "pruning_curve": "interventions.importance", "patch": "interventions.patching",
     "train": "training.recipe", "RecipeConfig": "training.config",
-    "finetune": "training.finetune", "FinetuneConfig": "training.config", "load_task_data": "training.task_data",
+    "finetune": "training.fine_tuning", "FinetuneConfig": "training.config", "load_task_data": "training.task_data",
     "predict": "tasks.predict", "classify": "tasks.classify", "tag": "tasks.tag",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -96,7 +96,7 @@ def _pretrain_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_finetune(args: argparse.Namespace) -> Any:
     from bertscope.training.config import FinetuneConfig
-    from bertscope.training.finetune import finetune
+    from bertscope.training.fine_tuning import finetune
     from bertscope.training.processes import launched_world
     from bertscope.training.task_data import load_task_data
 

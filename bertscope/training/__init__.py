@@ -5,7 +5,7 @@ under a task head.
 stage: ``recipe`` (``train`` and its ``MaskedLM`` objective), ``config``, ``instances`` (chunks,
 NSP/SOP pairs), ``batches`` (the 80/10/10 corruption, by ``outputs.masking``'s rule), ``model``
 (heads, LoRA), ``steps`` (forward, backward, scoring within a byte budget); the second stage:
-``finetune``, ``task_data`` (the tweets, the BBC topics, EWT, Brown, a user's file),
+``fine_tuning`` (``finetune``), ``task_data`` (the tweets, the BBC topics, EWT, Brown, a user's file),
 ``task_objective`` (labels on first pieces, the loss, held-out figures), ``task_model`` (the head,
 LoRA); both: ``checkpoint``, ``export``, ``job`` (the app's background run), ``processes`` and
 ``launch`` (data-parallel runs through Accelerate). May import: ``errors``, ``runtime``,
@@ -17,7 +17,7 @@ from bertscope.runtime.exports import lazy_exports
 _EXPORTS = {
     "train": "training.recipe",
     "RecipeConfig": "training.config",
-    "finetune": "training.finetune",
+    "finetune": "training.fine_tuning",
     "FinetuneConfig": "training.config",
 }
 __all__ = list(_EXPORTS)

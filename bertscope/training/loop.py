@@ -1,7 +1,7 @@
 """The one training loop of both of BERT's stages: epochs of seeded batches, AdamW with linear
 warm-up and decay, gradient clipping, loss scaling on a GPU, a checkpoint after every epoch, a
 progress callback and a stop flag. What is trained and how it is scored is the ``Objective``'s:
-masked-LM pretraining (``training.recipe``) or a downstream task (``training.finetune``).
+masked-LM pretraining (``training.recipe``) or a downstream task (``training.fine_tuning``).
 
 Per epoch ``e`` one generator, seeded ``seed * 1000 + e``, draws the order of the rows and then
 whatever the objective draws for each batch (BERT's masks), in step order: a resumed run draws

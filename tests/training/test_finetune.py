@@ -17,7 +17,7 @@ from bertscope.cli import main
 from bertscope.errors import BertScopeError
 from bertscope.sources.delta import apply_delta
 from bertscope.training.config import FinetuneConfig
-from bertscope.training.finetune import class_weights, finetune
+from bertscope.training.fine_tuning import class_weights, finetune
 from bertscope.training.task_data import load_task_data
 from bertscope.training.task_objective import IGNORE, encode, scores
 

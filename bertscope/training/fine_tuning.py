@@ -2,7 +2,7 @@
 layer over [CLS] for classification and sentence pairs, over every token for tagging; the whole
 model trained end to end, or LoRA adapters with the head in full).
 
-    >>> from bertscope.training.finetune import finetune
+    >>> from bertscope.training.fine_tuning import finetune
     >>> from bertscope.training.task_data import load_task_data
     >>> data = load_task_data("classify", "sentiment")
     >>> state = finetune("bundled", data, "runs/sentiment", FinetuneConfig(lora_rank=16, lr=5e-4))  # doctest: +SKIP
