@@ -16,21 +16,13 @@ from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
 from bertscope.training.job import TrainingJob
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, demo
-from views.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER, chosen_model_name, require_model
+from views.kit.budget import costly_job
+from views.kit.model_picker import chosen_model_name, require_model
+from views.kit.training import duration, open_in_sidebar, training_allowed
 
 JOB = "pretrain_job"
 GENRES = ("adventure", "belles_lettres", "editorial", "fiction", "government", "hobbies", "humor", "learned",
           "lore", "mystery", "news", "religion", "reviews", "romance", "science_fiction")
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
-def training_allowed() -> bool:
-    """Locally always; on a hosted demo only when BERTSCOPE_ALLOW_TRAINING says so (it is costly)."""
-    flag = os.environ.get("BERTSCOPE_ALLOW_TRAINING", "").strip().lower() in {"1", "true", "yes", "on"}
-    return flag or not demo()
 
 
 st.title("Pretraining")
@@ -82,8 +74,9 @@ if start:
         cfg = RecipeConfig(seq_len=seq_len, epochs=int(epochs), lora_rank=int(rank), lr=float(lr), batch_size=16,
                            max_chunks=int(chunks), pair_task=pair)
         out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
-        st.session_state[JOB] = TrainingJob.start(name, train_docs, held_docs, out, cfg,
-                                                  cloze_texts=sentences.splitlines())
+        with costly_job("pretraining run", ("pretrain", out.name)):
+            st.session_state[JOB] = TrainingJob.start(name, train_docs, held_docs, out, cfg,
+                                                      cloze_texts=sentences.splitlines())
         st.rerun()
 
 job = st.session_state.get(JOB)
@@ -103,9 +96,9 @@ def live() -> None:
     pace = ""
     if snap.seconds_left is not None:
         pace = (f" · {snap.seconds_per_step:.1f} s a step on {job.device_label}, about "
-                f"{_duration(snap.seconds_left)} left (plus held-out scoring after each epoch)")
+                f"{duration(snap.seconds_left)} left (plus held-out scoring after each epoch)")
     elif snap.status == "running" and not snap.step:
-        pace = f" · loading, building chunks and scoring the held-out set before training ({_duration(snap.elapsed)})"
+        pace = f" · loading, building chunks and scoring the held-out set before training ({duration(snap.elapsed)})"
     st.progress(done, text=plain(f"{job.model_name}: step {snap.step:,} of {snap.total or '…'} · {snap.status}"
                                  f"{pace}"))
     if snap.status == "running":
@@ -162,5 +155,4 @@ if snap.metrics:
     folder = os.path.join(snap.out, "model")
     st.caption(plain(f"The trained model (LoRA merged) is in {folder}" if not demo() else "The run is finished."))
     if not demo():
-        st.button("Open the trained model in the sidebar", key="pretrain_use", on_click=lambda: st.session_state.update(
-            {MODEL_KEY: OTHER, CUSTOM_KEY: folder}))
+        st.button("Open the trained model in the sidebar", key="pretrain_use", on_click=lambda: open_in_sidebar(folder))

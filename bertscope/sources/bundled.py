@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bertscope.sources import minilm, minilm_mlm, multilingual_e5
+from bertscope.sources import minilm, minilm_mlm, minilm_tasks, multilingual_e5
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM, BUNDLED_MULTILINGUAL
 
 
@@ -39,6 +39,8 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         BundledModel(BUNDLED, minilm.BUNDLED_PACKAGE, minilm.BUNDLED_ORIGIN, None, minilm.bundled_model_dir),
         BundledModel(BUNDLED_MLM, minilm.BUNDLED_PACKAGE, minilm_mlm.ORIGIN, minilm_mlm.CARD_NOTE,
                      minilm_mlm.bundled_mlm_dir),
+        *(BundledModel(delta.name, minilm.BUNDLED_PACKAGE, delta.origin, delta.note, delta.model_dir)
+          for delta in (minilm_tasks.SENTIMENT, minilm_tasks.UPOS)),
         BundledModel(BUNDLED_MULTILINGUAL, multilingual_e5.PACKAGE, multilingual_e5.ORIGIN,
                      multilingual_e5.ROUND_TRIP_NOTE, multilingual_e5.bundled_multilingual_dir),
     ]

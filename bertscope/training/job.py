@@ -1,10 +1,12 @@
-"""BERT's recipe as a background job: what the Pretraining page starts, watches and cancels.
+"""Either of BERT's stages as a background job: what the Pretraining and Fine-tuning pages start,
+watch and cancel.
 
     job = TrainingJob.start("bundled", train_docs, held_docs, "runs/mine", RecipeConfig(epochs=1))
+    job = TrainingJob.start_finetune("bundled", load_task_data("classify", "sentiment"), "runs/s", FinetuneConfig())
     job.snapshot()          # status, step, total, losses so far, epochs finished, error
     job.cancel(); job.wait()
 
-One thread per job runs ``pretraining.train`` with a progress callback and a stop flag; the
+One thread per job runs ``recipe.train`` or ``fine_tuning.finetune`` with a progress callback and a stop flag; the
 job keeps every step's loss (a float each) and reads the run folder's ``metrics.json`` when
 the run ends. At most ``MAX_JOBS`` jobs train at once in a process (hosted use: one visitor
 cannot fill the machine); a start beyond that is refused with a one-line error.
@@ -17,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device
@@ -42,7 +44,7 @@ class Snapshot:
     status: str  # "running", "done", "cancelled", "failed"
     step: int
     total: int
-    losses: list[float]  # masked-LM loss, one per optimiser step
+    losses: list[float]  # the loss (masked-LM, or the task's), one per optimiser step
     pair_losses: list[float]  # NSP / SOP loss per step (empty without a pair task)
     epochs: list[dict]  # per finished epoch: train loss, held-out loss / top-1 / top-5
     error: str | None
@@ -63,7 +65,7 @@ class Snapshot:
 class TrainingJob:
     model_name: str
     out: Path
-    cfg: RecipeConfig
+    cfg: Any  # RecipeConfig or FinetuneConfig
     device_label: str = "the CPU"  # where it trains, in words
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -87,19 +89,33 @@ class TrainingJob:
         cloze_texts = check_cloze(cloze_texts)
         if not train_documents or not held_out_documents:
             raise BertScopeError("Training needs documents to train on and held-out documents to score.")
+        return cls._launch(model_name, out, cfg, device, lambda job: train(
+            model_name, train_documents, held_out_documents, job.out, cfg, device, progress=job._progress,
+            stop=job._stop.is_set, cloze_texts=cloze_texts))
+
+    @classmethod
+    def start_finetune(cls, model_name: str, data, out: str | Path, cfg, device: str = "auto") -> "TrainingJob":
+        """The second stage on ``data`` (``task_data.TaskData``) in the background."""
+        from bertscope.training.fine_tuning import finetune
+
+        cfg.check()
+        data.check()
+        return cls._launch(model_name, out, cfg, device, lambda job: finetune(
+            model_name, data, job.out, cfg, device, progress=job._progress, stop=job._stop.is_set))
+
+    @classmethod
+    def _launch(cls, model_name: str, out: str | Path, cfg, device: str, work) -> "TrainingJob":
         label = _device_label(device)  # an unknown device is refused before a slot is taken
         if not _RUNNING.acquire(blocking=False):
             raise BertScopeError(f"{MAX_JOBS} training run(s) already use this server: wait for it to end.")
         job = cls(model_name, Path(out), cfg, label)
-        thread = threading.Thread(target=job._run, args=(train_documents, held_out_documents, device, cloze_texts),
-                                  name=f"training-{model_name}", daemon=True)
+        thread = threading.Thread(target=job._run, args=(work,), name=f"training-{model_name}", daemon=True)
         thread.start()
         return job
 
-    def _run(self, train_documents, held_out_documents, device: str, cloze_texts: list[str]) -> None:
+    def _run(self, work) -> None:
         try:
-            state = train(self.model_name, train_documents, held_out_documents, self.out, self.cfg, device,
-                          progress=self._progress, stop=self._stop.is_set, cloze_texts=cloze_texts)
+            state = work(self)
             with self._lock:
                 self._epochs = [{k: v for k, v in h.items() if k != "before"} for h in state.history]
                 self._status = "cancelled" if self._stop.is_set() else "done"

@@ -73,4 +73,9 @@ PAGES: tuple[Page, ...] = (
          "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and "
          "after.",
          "bundled with the *news* genre, 256 chunks, one epoch; then its fill-mask."),
+    Page("views/finetune.py", "Fine-tuning", ":material/tune:",
+         "BERT's second stage on the sidebar's encoder: a task head trained on tweets, news topics, parts of "
+         "speech or your file, with live curves, held-out accuracy, macro-F1 and a confusion matrix; the finished "
+         "model opens on the Predictions page.",
+         "bundled on the tweets, 1,024 examples, one epoch of LoRA: then *Open it on the Predictions page*."),
 )

@@ -1,0 +1,150 @@
+"""Fine-tuning throughput against transformers' ``Trainer``, side by side in one run; and the memory
+of a BERT-base-sized run at 512 tokens.
+
+    python benchmarks/finetune.py [--model bundled] [--task tag|classify] [--examples 1024]
+                                  [--lora 16] [--batch-size 32] [--repeats 2]
+    python benchmarks/finetune.py --memory [--model random:bert-base-uncased] [--seq-len 512]
+
+The same model, data (EWT's first ``--examples`` training sentences for ``tag``, the tweets for
+``classify``), batch size, optimiser settings (AdamW, weight decay 0.01, linear warm-up 10% and
+decay, clipping at 1.0, seed 0) and LoRA configuration (peft, the same target modules and extras
+trained in full) go through ``bertscope.training.fine_tuning.finetune`` (one epoch; the figure is
+its epoch's steps alone, as the loop records them) and through ``Trainer.train`` (one epoch, no
+evaluation, no saving; its ``train_runtime``), interleaved. Tokens/s counts non-padding tokens of
+the epoch for both. ``--memory``: one fine-tuning epoch of a few batches of ``--seq-len``-token
+inputs with the process's peak RSS (psutil). Figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def data_of(task: str, examples: int):
+    from bertscope.training.task_data import load_task_data
+
+    data = load_task_data(task, "ewt-upos" if task == "tag" else "sentiment")
+    rows = list(range(min(examples, len(data.train))))
+    train = data.train.take(rows)
+    return type(data)(data.task, data.source, train, train.take(range(64)), None, "")  # scoring is not timed
+
+
+def ours(model: str, data, cfg, out: Path) -> tuple[float, float]:
+    from bertscope.training.fine_tuning import finetune
+
+    state = finetune(model, data, out, cfg, device="cpu")
+    epoch = state.history[-1]
+    return epoch["seconds"], epoch["tokens_per_s"] * epoch["seconds"]
+
+
+def trainers(model_name: str, data, cfg, out: Path) -> tuple[float, float]:
+    """One epoch of ``Trainer`` on the same encoded rows, model and settings."""
+    from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
+
+    from bertscope.runtime.hf import load_hf_config  # noqa: F401  (the same loading rules)
+    from bertscope.sources.resolve import resolve_source
+    from bertscope.training.fine_tuning import task_tokenizer
+    from bertscope.training.task_model import build_task_model
+    from bertscope.training.task_objective import encode
+
+    source, local_only = resolve_source(model_name)
+    tokenizer = task_tokenizer(model_name, source, local_only, cfg.task)
+    encoded = encode(tokenizer, cfg.task, data.train, data.labels, cfg.seq_len)
+    rows = []
+    for i in range(len(encoded)):
+        row = {"input_ids": encoded.ids[i], "labels": encoded.labels[i]}
+        if encoded.types is not None:
+            row["token_type_ids"] = encoded.types[i]
+        rows.append(row)
+    model = build_task_model(source, local_only, cfg.task, data.labels, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
+    collator = DataCollatorForTokenClassification(tokenizer) if cfg.task == "tag" else DataCollatorWithPadding(tokenizer)
+    args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=cfg.batch_size, num_train_epochs=1,
+                             learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
+                             warmup_steps=max(1, int(-(-len(rows) // cfg.batch_size) * cfg.warmup)),  # as ours
+                             lr_scheduler_type="linear", max_grad_norm=1.0, seed=cfg.seed, save_strategy="no",
+                             eval_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
+                             dataloader_num_workers=0, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collator)
+    out_metrics = trainer.train().metrics
+    tokens = sum(len(r["input_ids"]) for r in rows)
+    return out_metrics["train_runtime"], tokens
+
+
+def memory(model: str, seq_len: int, batch_size: int) -> None:
+    import psutil
+
+    from bertscope.corpora.labelled import LabelledTexts
+    from bertscope.training.config import FinetuneConfig
+    from bertscope.training.fine_tuning import finetune
+    from bertscope.training.task_data import TaskData
+    from benchmarks.timing import random_model_dir
+
+    base = random_model_dir(model.removeprefix("random:"), "none") if model.startswith("random:") else model
+    words = ("the bank of the river was wide and muddy after the rain " * 60).split()
+    text = " ".join(words[:seq_len])
+    side = LabelledTexts("long", [text] * (4 * batch_size), ["a", "b"] * (2 * batch_size))
+    data = TaskData("classify", "long texts", side, side.take(range(8)), None, "")
+    cfg = FinetuneConfig(seq_len=seq_len, epochs=1, batch_size=batch_size, lr=5e-5)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = finetune(base, data, Path(tmp) / "run", cfg, device="cpu")
+        metrics = json.loads((Path(tmp) / "run" / "metrics.json").read_text())
+    peak = psutil.Process().memory_info().rss
+    try:
+        import resource
+
+        peak = max(peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    except ImportError:
+        pass
+    print(f"{model}: {len(side)} texts of {seq_len} tokens, batches of {batch_size}, full fine-tuning: "
+          f"{state.history[-1]['tokens_per_s']:.0f} tokens/s; rows per pass {metrics['memory']['rows_per_pass']} "
+          f"(activations {metrics['memory']['activation_bytes_per_row'] / 2**20:.0f} MiB a row, budget "
+          f"{metrics['memory']['budget_bytes'] / 2**30:.1f} GiB); process peak RSS {peak / 2**30:.2f} GiB; "
+          f"{time.perf_counter() - start:.0f} s in all")
+
+
+def main() -> None:
+    from bertscope.training.config import FinetuneConfig
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="bundled")
+    parser.add_argument("--task", choices=["tag", "classify"], default="tag")
+    parser.add_argument("--examples", type=int, default=1024)
+    parser.add_argument("--lora", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--seq-len", type=int, default=128)
+    args = parser.parse_args()
+    if args.memory:
+        memory(args.model, args.seq_len, min(args.batch_size, 8))
+        return
+    torch.set_num_threads(torch.get_num_threads())
+    data = data_of(args.task, args.examples)
+    cfg = FinetuneConfig(task=args.task, seq_len=args.seq_len, lora_rank=args.lora, epochs=1,
+                         batch_size=args.batch_size, lr=5e-4 if args.lora else 5e-5)
+    times: dict[str, list[float]] = {"ours": [], "Trainer": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for name, fn in (("ours", ours), ("Trainer", trainers)):
+                seconds, tokens = fn(args.model, data, cfg, Path(tmp) / f"{name}-{r}")
+                times[name].append(tokens / seconds)
+    o, t = statistics.median(times["ours"]), statistics.median(times["Trainer"])
+    print(f"{args.model}, {args.task} on {len(data.train)} examples, batches of {args.batch_size}, "
+          f"{'LoRA r=' + str(args.lora) if args.lora else 'full'}: finetune {o:.0f} tokens/s, Trainer {t:.0f} "
+          f"tokens/s, ratio {o / t:.2f} (goal >= 0.9); torch threads {torch.get_num_threads()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Streamlit AppTest of the Fine-tuning page: a run on the tweets in the background, its curves and
+figures, the finished model opened on the Predictions page in one click; bad input; the demo."""
+
+from __future__ import annotations
+
+from tests.app.kit import start, texts
+
+
+def submit(at, model: str):
+    at.button(key="FormSubmitter:ft_form-Fine-tune " + model).click().run()
+    return at
+
+
+def test_a_run_on_the_tweets_trains_scores_and_opens_on_the_predictions_page(monkeypatch, tiny_bert_dir, tmp_path):
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    corpora = (user_cache_dir() / "corpora").resolve()  # the installed corpora, read through a link
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the run folder goes there
+    (tmp_path / "corpora").symlink_to(corpora)
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/finetune.py").run()
+    assert not at.exception and not at.error
+    at.radio(key="ft_data").set_value("sentiment")
+    at.select_slider(key="ft_budget").set_value(256)
+    at.selectbox(key="ft_seq").set_value(64)
+    at = submit(at, str(tiny_bert_dir))
+    assert not at.exception and not at.error
+    job = at.session_state["finetune_job"]
+    assert job.wait(timeout=600)
+    at.run()
+    snap = job.snapshot()
+    assert snap.status == "done", snap.error
+    assert snap.step == snap.total == 8 and len(snap.losses) == 8  # 256 tweets in batches of 32
+    labels = {m.label for m in at.metric}
+    assert {"Held-out accuracy", "Held-out macro-F1"} <= labels
+    per_label = next(d.value for d in at.dataframe if "f1" in d.value.columns)
+    assert list(per_label["label"]) == ["negative", "neutral", "positive"]
+    assert any("3,724 held-out" in c for c in texts(at.caption))  # 10% of 37,243, stratified
+    at.button(key="ft_use").click().run()
+    assert not at.exception
+    assert at.session_state["model_custom"].endswith("/model")
+    assert any(t.value == "Predictions" for t in at.title)
+
+
+def test_bad_input_and_the_hosted_demo(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/finetune.py").run()
+    at.radio(key="ft_data").set_value("file")
+    at = submit(at, str(tiny_bert_dir))
+    assert not at.exception and "finetune_job" not in at.session_state
+    (error,) = texts(at.error)
+    assert "Upload a file first" in error
+    monkeypatch.setenv("BERTSCOPE_DEMO", "1")
+    monkeypatch.setenv("BERTSCOPE_ALLOWLIST", f"bundled,{tiny_bert_dir}")
+    at = start(monkeypatch, "bundled").switch_page("views/finetune.py").run()
+    assert not at.exception and any("switched off on this hosted demo" in i for i in texts(at.info))
+    assert not at.get("form")
