@@ -18,12 +18,14 @@ import argparse
 import json
 import sys
 
-from bertscope.cli import attribution, compare, corpus, inspection, interventions, outputs, probe, setup, tasks, training
+from bertscope.cli import (attribution, compare, corpus, inspection, interventions, outputs, probe, setup, syntax, tasks,
+                           training)
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (inspection, outputs, tasks, corpus, probe, attribution, compare, interventions, training, setup) for c in module.COMMANDS
+    c.name: c for module in (inspection, outputs, tasks, corpus, probe, syntax, attribution, compare, interventions, training,
+                             setup) for c in module.COMMANDS
 }
 
 

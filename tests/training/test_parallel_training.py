@@ -174,3 +174,28 @@ def test_an_impossible_number_of_processes_is_refused_in_one_line(setup, tmp_pat
     assert status == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says in err
+
+
+def test_fine_tuning_on_two_processes_ends_with_the_weights_of_one(setup, tmp_path):
+    """The second stage runs the same loop: two processes split each batch's rows, the held-out
+    confusion matrix is summed over them, and the weights are those of one process."""
+    rows = [("the man walked along the river bank .", "river"), ("she deposited the money in the bank .", "money")]
+    data = tmp_path / "records.csv"
+    data.write_text("text,label\n" + "".join(f"{t} {'.' * (i % 3)},{label}\n" for i in range(14)
+                                            for t, label in rows), encoding="utf-8")
+
+    def finetune(out: Path, processes: int) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "bertscope", "finetune", str(setup / "model"), "--task", "classify",
+                   "--data", str(data), "--out", str(out), "--epochs", "2", "--batch-size", "5", "--seq-len", "16",
+                   "--full", "--lr", "3e-3", "--device", "cpu", "--processes", str(processes)]
+        return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=LAUNCH_LIMIT_S)
+
+    one, two = finetune(tmp_path / "one", 1), finetune(tmp_path / "two", 2)
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert len(two.stdout.strip().splitlines()) == 1 and json.loads(two.stdout)["epochs"] == 2
+    assert largest_difference(weights(tmp_path / "two"), weights(tmp_path / "one")) < 1e-5
+    a, b = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one", "two"))
+    assert b["memory"]["processes"] == 2
+    assert a["after"]["held_out"]["confusion"] == b["after"]["held_out"]["confusion"]
+    assert a["after"]["held_out"]["loss"] == pytest.approx(b["after"]["held_out"]["loss"], abs=1e-5)

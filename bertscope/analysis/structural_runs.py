@@ -1,0 +1,181 @@
+"""Structural probes at every hidden state of a model on UD English-EWT: states from the hidden-state
+cache (the mean of each word's pieces), a distance and a depth probe trained per layer on EWT
+train with early stopping on dev, scored on test, beside the right-branching chain and a
+random-weight model of the same config (at the best layer).
+
+    >>> from bertscope import load_model
+    >>> result = structural_probes(load_model("bundled"), max_train=3000)   # doctest: +SKIP
+    >>> result.best_layer, result.layers[result.best_index]["uuas"]           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from bertscope.analysis.hidden_cache import CachedStates, hidden_states
+from bertscope.analysis.structural_probe import (
+    WHATS,
+    ProbeSentence,
+    chain_report,
+    depth_report,
+    distance_report,
+    train_structural_probe,
+)
+from bertscope.core.layers import hidden_label
+from bertscope.core.models import LoadedModel
+from bertscope.corpora.ewt import TreebankSentence, ewt_task, read_ewt
+from bertscope.errors import BertScopeError
+
+MIN_WORDS = 2  # a one-word sentence has no pair to probe
+
+
+def sentence_rows(states: CachedStates, treebank: Sequence[TreebankSentence]) -> list[tuple[int, int] | None]:
+    """Each sentence's rows in the cached states, or None where the model saw fewer words than the
+    sentence has (words cut by truncation, or left without a piece)."""
+    if states.sentences is None:
+        raise BertScopeError("The cached states do not say which sentence each word came from.")
+    owner = np.asarray(states.sentences)
+    starts = np.searchsorted(owner, np.arange(len(treebank)), side="left")
+    ends = np.searchsorted(owner, np.arange(len(treebank)), side="right")
+    return [(int(a), int(b)) if b - a == len(s) else None for a, b, s in zip(starts, ends, treebank)]
+
+
+def probe_sentences(states: CachedStates, treebank: Sequence[TreebankSentence], layer: int,
+                    keep: Sequence[int]) -> list[ProbeSentence]:
+    """The ``keep`` sentences (indices into ``treebank``, each with all its words in the states)
+    with their words' vectors at ``layer``."""
+    rows = sentence_rows(states, treebank)
+    matrix = states.layer(layer)
+    out = []
+    for i in keep:
+        if rows[i] is None:
+            raise BertScopeError(f"{treebank[i].id} lost words in the model's pass: it cannot be probed.")
+        a, b = rows[i]
+        out.append(ProbeSentence(treebank[i].id, np.array(matrix[a:b], np.float32), treebank[i].heads,
+                                 treebank[i].xpos))
+    return out
+
+
+@dataclass
+class StructuralResult:
+    model: str
+    layers: list[dict]  # per hidden state: layer, uuas, dspr, root_accuracy, nspr, epochs
+    baselines: dict
+    best_index: int  # the row of the best UUAS (distance) or root accuracy (depth only)
+    trees: list[dict]
+    counts: dict
+    probe: object = None  # the best layer's trained distance probe (TrainedProbe), for new predictions
+    test: list = field(default_factory=list)  # the best layer's test ProbeSentences (their vectors)
+
+    @property
+    def best_layer(self):
+        return self.layers[self.best_index]["layer"]
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "corpus": "ewt", **self.counts, "layers": self.layers,
+                "baselines": self.baselines, "best_layer": self.best_layer, "trees": self.trees}
+
+
+def _sample(n: int, limit: int | None, seed: int) -> list[int]:
+    if limit is None or limit >= n:
+        return list(range(n))
+    return sorted(np.random.default_rng(seed).choice(n, limit, replace=False).tolist())
+
+
+def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank: int | None = None,
+                      what: str = "both", max_train: int | None = None, max_test: int | None = None,
+                      seed: int = 0, random_model: LoadedModel | None = None,
+                      progress: Callable[[int, int, str], None] | None = None) -> StructuralResult:
+    """Distance and depth probes at each hidden state (0 = embeddings; default all)."""
+    whats = WHATS if what == "both" else (what,)
+    if any(w not in WHATS for w in whats):
+        raise BertScopeError(f"Unknown probe {what!r}: use distance, depth or both.")
+    splits = {split: read_ewt(split) for split in ("train", "dev", "test")}
+    keep = {split: [i for i, s in enumerate(sents) if len(s) >= MIN_WORDS] for split, sents in splits.items()}
+    keep["train"] = [keep["train"][i] for i in _sample(len(keep["train"]), max_train, seed)]
+    keep["test"] = [keep["test"][i] for i in _sample(len(keep["test"]), max_test, seed)]
+    chosen = list(range(lm.num_layers + 1)) if layers is None else sorted(set(layers))
+    if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
+        raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
+
+    def states_of(model: LoadedModel) -> dict:
+        out = {}
+        for split in splits:
+            if progress:
+                progress(0, 1, f"hidden states of EWT {split} ({model.name})")
+            out[split] = hidden_states(model, ewt_task(split), "mean")
+        return out
+
+    states = states_of(lm)
+    dropped = 0
+    for split in splits:  # sentences the model could not read whole (longer than it takes) are left out
+        whole = sentence_rows(states[split], splits[split])
+        dropped += sum(whole[i] is None for i in keep[split])
+        keep[split] = [i for i in keep[split] if whole[i] is not None]
+    if not keep["train"] or not keep["dev"] or not keep["test"]:
+        raise BertScopeError(f"{lm.name} reads no EWT sentence whole (its limit is {lm.max_length} tokens).")
+    rows, fitted = [], {}
+    for n, state in enumerate(chosen):
+        sents = {split: probe_sentences(states[split], splits[split], state, keep[split]) for split in splits}
+        row = {"layer": hidden_label(state)}
+        for w in whats:
+            trained = train_structural_probe(sents["train"], sents["dev"], w, rank, seed)
+            predicted = [trained.predict(s) for s in sents["test"]]
+            report = distance_report(predicted, sents["test"]) if w == "distance" else \
+                depth_report(predicted, sents["test"])
+            fitted[(state, w)] = (report.pop("edges", None), trained)
+            row.update(report)
+            row[f"{w}_epochs"] = trained.epochs
+        rows.append(row)
+        if progress:
+            progress(n + 1, len(chosen), f"probes trained at {row['layer']}")
+    key = "uuas" if "distance" in whats else "root_accuracy"
+    best = int(np.argmax([r[key] if r[key] is not None else -1 for r in rows]))
+    test_sents = probe_sentences(states["test"], splits["test"], chosen[best], keep["test"])
+    baselines = {"chain": chain_report(test_sents)}
+    if random_model is not None:
+        other = states_of(random_model)
+        sents = {split: probe_sentences(other[split], splits[split], chosen[best], keep[split]) for split in splits}
+        report = {"layer": rows[best]["layer"], "model": random_model.name}
+        for w in whats:
+            trained = train_structural_probe(sents["train"], sents["dev"], w, rank, seed)
+            predicted = [trained.predict(s) for s in sents["test"]]
+            out = distance_report(predicted, sents["test"]) if w == "distance" else \
+                depth_report(predicted, sents["test"])
+            out.pop("edges", None)
+            report.update(out)
+        baselines["random_model"] = report
+    trees = []
+    edges = fitted.get((chosen[best], "distance"), (None, None))[0]
+    if edges is not None:
+        for i, s in zip(keep["test"], edges):
+            sentence = splits["test"][i]
+            trees.append({"sentence_id": sentence.id, "words": sentence.tokens, "gold_heads": sentence.heads,
+                          "predicted_edges": [[a + 1, b + 1] for a, b in s]})  # words numbered from 1
+    counts = {"train_sentences": len(keep["train"]), "dev_sentences": len(keep["dev"]),
+              "test_sentences": len(keep["test"]), "left_out_sentences": dropped, "pooling": "mean of a word's pieces",
+              "rank": rank or int(states["train"].layer(0).shape[1])}
+    best_probe = fitted.get((chosen[best], "distance"), (None, None))[1]
+    return StructuralResult(lm.name, rows, baselines, best, trees, counts, best_probe, test_sents)
+
+
+def random_twin(lm: LoadedModel, seed: int = 0) -> LoadedModel:
+    """A random-weight model of ``lm``'s config with its tokenizer (the structural probe's
+    "random model" baseline), saved once in the user cache."""
+    import re
+
+    import torch
+    from transformers import AutoModel
+
+    from bertscope.core.models import load_model
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    folder = user_cache_dir() / "random-models" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', lm.name)}-twin-{seed}"
+    if not (folder / "config.json").is_file():
+        torch.manual_seed(seed)
+        AutoModel.from_config(lm.model.config).save_pretrained(folder)
+        lm.tokenizer.save_pretrained(folder)
+    return load_model(str(folder), device=str(lm.device))
