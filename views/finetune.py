@@ -20,7 +20,7 @@ from views.kit.budget import costly_job
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import check_upload, demo
 from views.kit.model_picker import chosen_model_name, require_model
-from views.kit.training import duration, open_in_sidebar, training_allowed
+from views.kit.training import open_in_sidebar, run_progress, training_allowed
 
 JOB = "finetune_job"
 DATA = {"sentiment": "Tweets with sentiment (3 classes)", "topics": "BBC News topics (5 classes)",
@@ -132,21 +132,9 @@ def live() -> None:
     if snap.status != "running" and st.session_state.get("ft_shown") != snap.status:
         st.session_state["ft_shown"] = snap.status
         st.rerun()  # once, to draw the final state without the timer
-    done = snap.step / snap.total if snap.total else 0.0
-    pace = ""
-    if snap.seconds_left is not None:
-        pace = (f" · {snap.seconds_per_step:.1f} s a step on {job.device_label}, about "
-                f"{duration(snap.seconds_left)} left (plus held-out scoring after each epoch)")
-    elif snap.status == "running" and not snap.step:
-        pace = f" · loading, tokenising and scoring the held-out side before training ({duration(snap.elapsed)})"
-    st.progress(done, text=plain(f"{job.model_name}: step {snap.step:,} of {snap.total or '…'} · {snap.status}"
-                                 f"{pace}"))
-    if snap.status == "running":
-        st.button("Stop", on_click=job.cancel, key="ft_stop",
-                  help="Stops between steps; the last finished epoch stays in the run's checkpoint, and the same "
-                       "run started again goes on from there.")
-    if snap.error:
-        st.error(plain(snap.error))
+    run_progress(job, snap, "Stop", "ft_stop",
+                 "Stops between steps; the last finished epoch stays in the run's checkpoint, and the same run "
+                 "started again goes on from there.", "loading, tokenising and scoring the held-out side before training")
     if snap.losses:
         st.plotly_chart(loss_curves({"task loss (cross-entropy)": snap.losses}), config=PLOT_CONFIG,
                         width="stretch", key="ft_loss")

@@ -5,6 +5,7 @@ import streamlit as st
 
 from bertscope.cli import COMMANDS
 from bertscope.core.card import model_card, outputs_text
+from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources.presets import PRESETS
 from views.kit.chrome import plain
 from views.kit.limits import demo
@@ -37,7 +38,8 @@ for name in model_options():
                  "pretraining outputs": outputs_text(list(preset.outputs)), "what it is": preset.description, "_usable": usable})
 rows.sort(key=lambda row: not row.pop("_usable"))  # the ones that work here first; the order of the list otherwise
 st.table(rows, hide_index=True)  # every row and every word shown: no inner scroll, no cut-off column
-st.caption("Offline, the three bundled models always work; any other Hugging Face encoder works once it "
+st.caption(f"Offline, the {len(BUNDLED_MODELS)} bundled models always work (two of them fine-tuned here: "
+           "bundled-sentiment and bundled-upos); any other Hugging Face encoder works once it "
            "is in the local cache (`hf download bert-base-uncased`) or the hub can be reached. "
            "Pick one in the sidebar, or type a hub id or a local folder.")
 

@@ -8,7 +8,7 @@ import streamlit as st
 
 from bertscope.attribution.gradients import Target
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap
-from bertscope.interventions.ablation import MODES, ablate_heads, mean_head_contexts, parse_heads
+from bertscope.interventions.ablation import ablate_heads, mean_head_contexts, parse_heads
 from bertscope.interventions.importance import (
     head_importance,
     held_out_accuracy,
@@ -20,7 +20,7 @@ from bertscope.interventions.patching import patch, prepare
 from bertscope.core.task_head import SEQUENCE
 from views.kit import classifier_interventions
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, selected_heads
+from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, heads_to_remove, selected_heads
 from views.kit.limits import Limits, check_text
 from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
@@ -90,15 +90,8 @@ with tab_ablate:
                "on its slice of the attention context, before the output projection: *zero* sets it to 0; *mean* "
                "puts its average over 200 Brown sentences in its place, so only what it does for this input goes.")
     importance, _ = stored_importance(key)
-    left, right = st.columns([3, 2])
-    with left:
-        clickable_grid(lm, "Heads to remove: click a cell (again to undo), or drag a box"
-                       + (" · colour: importance" if importance is not None else ""),
-                       importance.importance if importance is not None else None, "int_grid")
+    right, mode = heads_to_remove(lm, importance.importance if importance is not None else None)
     with right:
-        st.multiselect("Heads (layer:head)", every_head, key=HEADS_KEY)
-        mode = st.radio("Removal", MODES, horizontal=True, key="int_mode",
-                        format_func=lambda m: {"zero": "zero", "mean": "mean over Brown"}[m])
         watch = "mlm"
         if pair_head:  # the checkpoint carries a sentence-pair head too: its decision can be watched
             watch = st.radio("Watch", ["mlm", pair_head], horizontal=True, key="int_watch",

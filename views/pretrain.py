@@ -18,7 +18,7 @@ from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, demo
 from views.kit.budget import costly_job
 from views.kit.model_picker import chosen_model_name, require_model
-from views.kit.training import duration, open_in_sidebar, training_allowed
+from views.kit.training import open_in_sidebar, run_progress, training_allowed
 
 JOB = "pretrain_job"
 GENRES = ("adventure", "belles_lettres", "editorial", "fiction", "government", "hobbies", "humor", "learned",
@@ -92,20 +92,9 @@ def live() -> None:
     if snap.status != "running" and st.session_state.get("pretrain_shown") != snap.status:
         st.session_state["pretrain_shown"] = snap.status
         st.rerun()  # once, to draw the final state without the timer
-    done = snap.step / snap.total if snap.total else 0.0
-    pace = ""
-    if snap.seconds_left is not None:
-        pace = (f" · {snap.seconds_per_step:.1f} s a step on {job.device_label}, about "
-                f"{duration(snap.seconds_left)} left (plus held-out scoring after each epoch)")
-    elif snap.status == "running" and not snap.step:
-        pace = f" · loading, building chunks and scoring the held-out set before training ({duration(snap.elapsed)})"
-    st.progress(done, text=plain(f"{job.model_name}: step {snap.step:,} of {snap.total or '…'} · {snap.status}"
-                                 f"{pace}"))
-    if snap.status == "running":
-        st.button("Cancel", on_click=job.cancel, key="pretrain_cancel",
-                  help="Stops between steps; what finished epochs learned stays in the run's checkpoint.")
-    if snap.error:
-        st.error(plain(snap.error))
+    run_progress(job, snap, "Cancel", "pretrain_cancel",
+                 "Stops between steps; what finished epochs learned stays in the run's checkpoint.",
+                 "loading, building chunks and scoring the held-out set before training")
     if snap.losses:
         curves = {"masked-LM (chosen positions)": snap.losses}
         if snap.pair_losses:

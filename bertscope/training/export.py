@@ -58,32 +58,41 @@ def write_metrics(out: Path, model_name: str, cfg: RecipeConfig, state: RunState
     plot_curves(metrics, out / "curves.png")
 
 
-def plot_curves(metrics: dict, path: Path) -> None:
+def two_panels(path: Path, epochs: list[int], left: dict[str, tuple[list[float], str]],
+               right: dict[str, tuple[list[float], str]], right_title: str, right_label: str) -> None:
+    """A run's curves per epoch: losses on the left, held-out figures (0 to 1) on the right; each
+    series is (values, matplotlib style)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    epochs = [e["epoch"] for e in metrics["epochs"]]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    task = metrics["config"].get("pair_task", "none")
-    paired = task != "none" and all("pair_accuracy" in e["held_out"] for e in metrics["epochs"])
-    mlm = "masked-LM " if paired else ""
-    left.plot(epochs, [e["train_loss"] for e in metrics["epochs"]], "o-", label=f"{mlm}train")
-    left.plot(epochs, [e["held_out"]["loss"] for e in metrics["epochs"]], "s-", label=f"{mlm}held out")
-    right.plot(epochs, [e["held_out"]["top1"] for e in metrics["epochs"]], "o-", label="top-1 (masked positions)")
-    right.plot(epochs, [e["held_out"]["top5"] for e in metrics["epochs"]], "s-", label="top-5 (masked positions)")
-    if paired:
-        left.plot(epochs, [e["held_out"]["pair_loss"] for e in metrics["epochs"]], "^--",
-                  label=f"{task.upper()} held out")
-        right.plot(epochs, [e["held_out"]["pair_accuracy"] for e in metrics["epochs"]], "^--",
-                   label=f"{task.upper()} accuracy (pairs; chance 0.5)")
-    left.set(xlabel="epoch", ylabel="loss (nats)", title="Loss")
-    right.set(xlabel="epoch", ylabel="held-out accuracy", title="Held-out accuracy", ylim=(0, 1))
-    for axis in (left, right):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for axis, series in zip(axes, (left, right)):
+        for name, (values, style) in series.items():
+            axis.plot(epochs, values, style, label=name)
+    axes[0].set(xlabel="epoch", ylabel="loss (nats)", title="Loss")
+    axes[1].set(xlabel="epoch", ylabel=right_label, title=right_title, ylim=(0, 1))
+    for axis in axes:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_curves(metrics: dict, path: Path) -> None:
+    epochs = [e["epoch"] for e in metrics["epochs"]]
+    held = [e["held_out"] for e in metrics["epochs"]]
+    task = metrics["config"].get("pair_task", "none")
+    paired = task != "none" and all("pair_accuracy" in h for h in held)
+    mlm = "masked-LM " if paired else ""
+    left = {f"{mlm}train": ([e["train_loss"] for e in metrics["epochs"]], "o-"),
+            f"{mlm}held out": ([h["loss"] for h in held], "s-")}
+    right = {"top-1 (masked positions)": ([h["top1"] for h in held], "o-"),
+             "top-5 (masked positions)": ([h["top5"] for h in held], "s-")}
+    if paired:
+        left[f"{task.upper()} held out"] = ([h["pair_loss"] for h in held], "^--")
+        right[f"{task.upper()} accuracy (pairs; chance 0.5)"] = ([h["pair_accuracy"] for h in held], "^--")
+    two_panels(path, epochs, left, right, "Held-out accuracy", "held-out accuracy")

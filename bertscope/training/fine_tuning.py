@@ -33,8 +33,8 @@ from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_le
 from bertscope.sources.resolve import resolve_source
 from bertscope.training.checkpoint import RunState, load_checkpoint
 from bertscope.training.config import FinetuneConfig
-from bertscope.training.export import export_run
-from bertscope.training.loop import run_epochs
+from bertscope.training.export import export_run, two_panels
+from bertscope.training.loop import adamw, run_epochs
 from bertscope.training.model import trainable
 from bertscope.training.processes import Processes
 from bertscope.training.steps import BACKWARD_FACTOR, autocast_context, saved_bytes, training_budget
@@ -107,10 +107,7 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     prefix = (model.get_base_model() if hasattr(model, "get_base_model") else model).base_model_prefix
     model = model.to(torch_device)
     params = trainable(model)
-    decay = [p for n, p in params.items() if p.ndim >= 2]
-    no_decay = [p for n, p in params.items() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    optimizer = adamw(params, cfg.lr, cfg.weight_decay)
     state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
     runner = workers.wrap(model)
     context, scaler = autocast_context(torch_device)
@@ -191,24 +188,10 @@ def write_task_metrics(out: Path, model_name: str, data: TaskData, cfg: Finetune
 
 
 def plot_task_curves(metrics: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
     epochs = [e["epoch"] for e in metrics["epochs"]]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    left.plot(epochs, [e["train_loss"] for e in metrics["epochs"]], "o-", label="train")
-    left.plot(epochs, [e["held_out"]["loss"] for e in metrics["epochs"]], "s-", label="held out")
+    held = [e["held_out"] for e in metrics["epochs"]]
     unit = "words" if metrics["task"] == "tag" else "examples"
-    right.plot(epochs, [e["held_out"]["accuracy"] for e in metrics["epochs"]], "o-", label=f"accuracy ({unit})")
-    right.plot(epochs, [e["held_out"]["macro_f1"] for e in metrics["epochs"]], "s-", label="macro-F1")
-    left.set(xlabel="epoch", ylabel="loss (nats)", title="Loss")
-    right.set(xlabel="epoch", ylabel="held out", title="Held-out accuracy and macro-F1", ylim=(0, 1))
-    for axis in (left, right):
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    two_panels(path, epochs, {"train": ([e["train_loss"] for e in metrics["epochs"]], "o-"),
+                              "held out": ([h["loss"] for h in held], "s-")},
+               {f"accuracy ({unit})": ([h["accuracy"] for h in held], "o-"),
+                "macro-F1": ([h["macro_f1"] for h in held], "s-")}, "Held-out accuracy and macro-F1", "held out")

@@ -42,6 +42,14 @@ class Objective(Protocol):
         """Held-out figures (each process scores its share)."""
 
 
+def adamw(params: dict[str, torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on biases and LayerNorms), as BERT's."""
+    decay = [p for p in params.values() if p.ndim >= 2]
+    no_decay = [p for p in params.values() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr)
+
+
 def lr_at(step: int, total: int, lr: float, warmup: float) -> float:
     """Linear warm-up over ``warmup`` of the steps, then linear decay to 0."""
     warm = max(1, int(total * warmup))

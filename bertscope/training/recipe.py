@@ -72,7 +72,7 @@ from bertscope.training.export import export_run, write_metrics
 from bertscope.training.instances import Chunks, build_chunks
 from bertscope.training.model import build_model, trainable
 from bertscope.training.processes import Processes
-from bertscope.training.loop import run_epochs
+from bertscope.training.loop import adamw, run_epochs
 from bertscope.training.steps import (
     BACKWARD_FACTOR,
     accumulate_gradients,
@@ -169,10 +169,7 @@ def train(
         train_chunks = train_chunks.take(keep.sort().values)
     model = build_model(source, local_only, cfg).to(torch_device)
     params = trainable(model)
-    decay = [p for n, p in params.items() if p.ndim >= 2]
-    no_decay = [p for n, p in params.items() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    optimizer = adamw(params, cfg.lr, cfg.weight_decay)
     state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
     runner = workers.wrap(model)  # DDP across processes (the weights broadcast from the main one)
     replacements = torch.from_numpy(replacement_ids(tokenizer, model.config.vocab_size))

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from bertscope.corpora.labelled import LabelledTexts, split, stratified_split
+from bertscope.corpora.labelled import LabelledTexts, read_jsonl, split, stratified_split
 from bertscope.errors import BertScopeError
 
 CLASSIFY, PAIRS, TAG, SPAN = "classify", "pairs", "tag", "span"
@@ -96,16 +95,7 @@ def read_records_file(text: str, name: str, text_column: str = "text", label_col
                       pair_column: str | None = None) -> LabelledTexts:
     """Classification records from CSV, TSV or JSONL."""
     if name.lower().endswith((".jsonl", ".json")):
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    raise BertScopeError(f"{name}, line {n}: not a JSON object.") from None
-                if not isinstance(row, dict):
-                    raise BertScopeError(f"{name}, line {n}: not a JSON object.")
-                rows.append(row)
+        rows = read_jsonl(text, name)
         columns = set().union(*rows) if rows else set()
     else:
         reader = csv.DictReader(io.StringIO(text), delimiter="\t" if name.lower().endswith(".tsv") else ",")
@@ -146,17 +136,11 @@ def read_tagged_file(text: str, name: str) -> Tagged:
             raise BertScopeError(f"{name} has no sentences.")
         return Tagged(Path(name).name, [s.tokens for s in sentences], [s.upos for s in sentences])
     words, tags = [], []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise BertScopeError(f"{name}, line {n}: not a JSON object.") from None
-        if not isinstance(row, dict) or not isinstance(row.get("tokens"), list) or not isinstance(row.get("tags"), list):
-            raise BertScopeError(f"{name}, line {n}: a record needs \"tokens\" and \"tags\" lists.")
+    for n, row in enumerate(read_jsonl(text, name), 1):
+        if not isinstance(row.get("tokens"), list) or not isinstance(row.get("tags"), list):
+            raise BertScopeError(f"{name}, record {n}: a record needs \"tokens\" and \"tags\" lists.")
         if len(row["tokens"]) != len(row["tags"]):
-            raise BertScopeError(f"{name}, line {n}: {len(row['tokens'])} tokens but {len(row['tags'])} tags.")
+            raise BertScopeError(f"{name}, record {n}: {len(row['tokens'])} tokens but {len(row['tags'])} tags.")
         words.append([str(w) for w in row["tokens"]])
         tags.append([str(t) for t in row["tags"]])
     if not words:

@@ -12,7 +12,7 @@ import streamlit as st
 from bertscope.errors import BertScopeError
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap
 from bertscope.figures.tasks import label_bars
-from bertscope.interventions.ablation import MODES, mean_head_contexts
+from bertscope.interventions.ablation import mean_head_contexts
 from bertscope.interventions.patching import patch, prepare
 from bertscope.interventions.task_importance import (
     classes_with_heads_removed,
@@ -22,7 +22,7 @@ from bertscope.interventions.task_importance import (
 )
 from bertscope.tasks.predict import read_records
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, selected_heads
+from views.kit.head_picker import clickable_grid, head_name, heads_to_remove, selected_heads
 from views.kit.limits import Limits, check_text, check_upload
 from views.kit.model_picker import cached_model
 from views.kit.results import result_store
@@ -36,16 +36,8 @@ def ablate_tab(lm, key) -> None:
                "is removed on its slice of the attention context, before the output projection: *zero* sets it to "
                "0; *mean* puts its average over 200 Brown sentences in its place.")
     imp = result_store("task_importance").get(st.session_state.get("int_task_request"))
-    left, right = st.columns([3, 2])
-    every_head = [head_name(layer, head) for layer in range(lm.num_layers) for head in range(lm.num_heads)]
-    with left:
-        clickable_grid(lm, "Heads to remove: click a cell (again to undo), or drag a box"
-                       + (" · colour: task importance" if imp is not None else ""),
-                       imp.importance if imp is not None else None, "int_grid")
+    right, mode = heads_to_remove(lm, imp.importance if imp is not None else None, "task importance")
     with right:
-        st.multiselect("Heads (layer:head)", every_head, key=HEADS_KEY)
-        mode = st.radio("Removal", MODES, horizontal=True, key="int_mode",
-                        format_func=lambda m: {"zero": "zero", "mean": "mean over Brown"}[m])
         with st.form("int_class_form"):
             text = st.text_area("Text", EXAMPLE, key="int_class_text", max_chars=Limits.input_chars)
             pair = st.text_area("Second segment (optional: a pair, as NLI models read them)", "",

@@ -39,3 +39,20 @@ def clickable_grid(lm, title: str, values: np.ndarray | None, name: str) -> None
     fig = head_grid(lm.num_layers, lm.num_heads, selected_heads(), title, values)
     st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key=chart_key, on_select=lambda: toggle_from_grid(chart_key),
                     selection_mode=("points", "box"))
+
+
+def heads_to_remove(lm, importance: np.ndarray | None, what: str = "importance"):
+    """The ablation's picker: the grid (coloured by ``importance`` when there is one) on the left,
+    the list of heads and the removal mode on the right. Returns (the right column, the mode)."""
+    from bertscope.interventions.ablation import MODES
+
+    every_head = [head_name(layer, head) for layer in range(lm.num_layers) for head in range(lm.num_heads)]
+    left, right = st.columns([3, 2])
+    with left:
+        clickable_grid(lm, "Heads to remove: click a cell (again to undo), or drag a box"
+                       + (f" · colour: {what}" if importance is not None else ""), importance, "int_grid")
+    with right:
+        st.multiselect("Heads (layer:head)", every_head, key=HEADS_KEY)
+        mode = st.radio("Removal", MODES, horizontal=True, key="int_mode",
+                        format_func=lambda m: {"zero": "zero", "mean": "mean over Brown"}[m])
+    return right, mode

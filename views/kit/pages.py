@@ -37,8 +37,9 @@ PAGES: tuple[Page, ...] = (
          "what a fine-tuned model decides: every label's probability for a text or a pair, each word's tag and "
          "the entities, the answer to a question in its context; a labelled file's accuracy, macro-F1 and "
          "confusion matrix.",
-         "a fine-tuned checkpoint of yours (a folder that transformers' Trainer saved, or a hub id when the hub "
-         "can be reached) in the sidebar; then a labelled CSV."),
+         "*bundled-sentiment* in the sidebar (fine-tuned here on tweets) with a tweet of yours, then *Why this "
+         "decision?*; *bundled-upos* tags every word; or a fine-tuned checkpoint of yours (a folder transformers' "
+         "Trainer saved)."),
     Page("views/shift.py", "Embedding shift", ":material/explore:",
          "one word in many contexts, layer by layer: do the senses of *bank* separate?",
          "the shipped *bank* sentences; watch the gap between senses grow with depth."),

@@ -5,6 +5,7 @@ import os
 
 import streamlit as st
 
+from views.kit.chrome import plain
 from views.kit.limits import demo
 from views.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
 
@@ -23,3 +24,20 @@ def duration(seconds: float) -> str:
 def open_in_sidebar(folder: str) -> None:
     """The sidebar's model becomes ``folder`` (on the next run)."""
     st.session_state.update({MODEL_KEY: OTHER, CUSTOM_KEY: folder})
+
+
+def run_progress(job, snap, button: str, key: str, why: str, loading: str) -> None:
+    """The run's progress bar with its pace and time left, the button that stops it, its error."""
+    done = snap.step / snap.total if snap.total else 0.0
+    pace = ""
+    if snap.seconds_left is not None:
+        pace = (f" · {snap.seconds_per_step:.1f} s a step on {job.device_label}, about "
+                f"{duration(snap.seconds_left)} left (plus held-out scoring after each epoch)")
+    elif snap.status == "running" and not snap.step:
+        pace = f" · {loading} ({duration(snap.elapsed)})"
+    st.progress(done, text=plain(f"{job.model_name}: step {snap.step:,} of {snap.total or '…'} · {snap.status}"
+                                 f"{pace}"))
+    if snap.status == "running":
+        st.button(button, on_click=job.cancel, key=key, help=why)
+    if snap.error:
+        st.error(plain(snap.error))
