@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 
@@ -19,6 +20,10 @@ def user_cache_dir() -> Path:
 def replace_folder(tmp: Path, folder: Path) -> None:
     """Put the finished folder ``tmp`` (written beside ``folder``) in ``folder``'s place: readers
     see the old folder or the new one, never a half-written one."""
-    if folder.exists():
-        shutil.rmtree(folder)
+    if not folder.exists():
+        os.replace(tmp, folder)
+        return
+    old = folder.with_name(f"{folder.name}.old-{uuid.uuid4().hex[:12]}")
+    os.replace(folder, old)  # renames only: the old folder stays whole until the new one is in place
     os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)

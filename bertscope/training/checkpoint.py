@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,9 +41,16 @@ def save_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, 
     if torch.cuda.is_available():
         tensors["rng.cuda"] = torch.cuda.get_rng_state()
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
-    save_file(tensors, str(tmp / "state.safetensors"))
-    (tmp / "state.json").write_text(json.dumps({"epoch": state.epoch, "step": state.step, "history": state.history,
-                                                "config": asdict(cfg), "params": names}, indent=1))
+    try:
+        save_file(tensors, str(tmp / "state.safetensors"))
+        (tmp / "state.json").write_text(json.dumps({"epoch": state.epoch, "step": state.step,
+                                                    "history": state.history, "config": asdict(cfg),
+                                                    "params": names}, indent=1))
+    except OSError as err:  # a full disk: the previous checkpoint stays whole, and a rerun resumes from it
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = f"epoch {state.epoch - 1}'s checkpoint is kept" if state.epoch > 1 else "nothing was kept"
+        raise BertScopeError(f"Could not write the checkpoint of epoch {state.epoch} in {folder} "
+                             f"({err.strerror or err}): {kept}; free space and run the same command again.") from None
     replace_folder(tmp, folder)
 
 

@@ -207,3 +207,32 @@ def test_bad_input_is_one_line_with_exit_2(tiny_bert_dir, tmp_path, capsys):
     assert "cores" in run("--processes", "64", data="sentiment")
     assert "No data" in run(data=tmp_path / "missing.csv")
     assert "--seq-len" in run("--seq-len", "4", data="sentiment")
+
+
+def test_a_disk_that_fills_during_a_checkpoint_keeps_the_last_one(tiny_bert_dir, records, tmp_path, monkeypatch):
+    import safetensors.torch
+
+    data = load_task_data("classify", str(records), held_out=0.25, seed=0)
+    cfg = replace(SMALL, epochs=2)
+    whole = finetune(str(tiny_bert_dir), data, tmp_path / "whole", cfg, device="cpu")
+    real = safetensors.torch.save_file
+    calls = []
+
+    def full_disk(tensors, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:  # the second epoch's checkpoint
+            raise OSError(28, "No space left on device")
+        return real(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    with pytest.raises(BertScopeError, match="No space left on device.*epoch 1's checkpoint is kept") as err:
+        finetune(str(tiny_bert_dir), data, tmp_path / "run", cfg, device="cpu")
+    assert "\n" not in str(err.value)
+    state = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
+    assert state["epoch"] == 1 and not list((tmp_path / "run").glob("checkpoint.*"))  # no half-written folder
+    monkeypatch.setattr(safetensors.torch, "save_file", real)
+    resumed = finetune(str(tiny_bert_dir), data, tmp_path / "run", cfg, device="cpu")
+    assert resumed.step == whole.step
+    a = load_file(str(tmp_path / "whole" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
