@@ -5,8 +5,8 @@ of a BERT-base-sized run at 512 tokens.
                                   [--lora 16] [--batch-size 32] [--repeats 2]
     python benchmarks/finetune.py --memory [--model random:bert-base-uncased] [--seq-len 512]
 
-The same model, data (EWT's first ``--examples`` training sentences for ``tag``, the tweets for
-``classify``), batch size, optimiser settings (AdamW, weight decay 0.01, linear warm-up 10% and
+The same model, data (a seeded sample of ``--examples`` EWT training sentences for ``tag``, of the
+tweets for ``classify``), batch size, optimiser settings (AdamW, weight decay 0.01, linear warm-up 10% and
 decay, clipping at 1.0, seed 0) and LoRA configuration (peft, the same target modules and extras
 trained in full) go through ``bertscope.training.fine_tuning.finetune`` (one epoch; the figure is
 its epoch's steps alone, as the loop records them) and through ``Trainer.train`` (one epoch, no
@@ -35,7 +35,10 @@ def data_of(task: str, examples: int):
     from bertscope.training.task_data import load_task_data
 
     data = load_task_data(task, "ewt-upos" if task == "tag" else "sentiment")
-    rows = list(range(min(examples, len(data.train))))
+    import numpy as np
+
+    rows = sorted(np.random.default_rng(0).choice(len(data.train), min(examples, len(data.train)),
+                                                  replace=False).tolist())  # a seeded sample: the tweets are sorted by label
     train = data.train.take(rows)
     return type(data)(data.task, data.source, train, train.take(range(64)), None, "")  # scoring is not timed
 
