@@ -57,6 +57,7 @@ with st.form("pred_form"):
     st.form_submit_button("Predict", type="primary")
 to_url(text=text)
 
+decided = None  # the predicted class: what "Why this decision?" explains first
 with page_errors(stop=False):
     check_text(text)
     store = result_store("predict")
@@ -64,6 +65,7 @@ with page_errors(stop=False):
         check_text(pair, "second text")
         result = store.get_or_compute((key, text, pair or None), lambda: classify(
             cached_model(*key), [text], [pair] if pair else None)[0])
+        decided = result.predicted
         if result.truncated:
             st.warning(f"The input is longer than {lm.max_length} tokens: the model read its first {lm.max_length}.")
         if task.scoring == "none":
@@ -113,7 +115,7 @@ with st.form("pred_why_form"):
                                        key="pred_why_pos")
         why = None
     else:
-        why = st.selectbox("Explain", choices, key="pred_why")
+        why = st.selectbox("Explain", choices, choices.index(decided) if decided in choices else 0, key="pred_why")
     steps = st.select_slider("Steps", [16, 32, 64, 128], 32, key="pred_why_steps")
     why_asked = st.form_submit_button("Explain")
 if why_asked or st.session_state.get("pred_why_ran"):

@@ -824,3 +824,33 @@ def test_predictions_page_on_a_classifier_and_a_tagger_of_the_bundled_encoder(br
         assert not problems, problems
         page.close()
 
+
+
+def test_shipped_task_models_and_the_fine_tuning_page(browser, tmp_path, artifacts):
+    """bundled-sentiment's decision on the Predictions page, bundled-upos's tags, and the
+    Fine-tuning page with the Table 7 answer opened."""
+    with running_app(tmp_path / "server.log", model="bundled-sentiment") as url:
+        page, problems = open_page(browser, f"{url}/predictions?text=The+crew+was+wonderful+and+the+flight+early%21",
+                                   1400)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+        wait_until_idle(page)
+        body = page.inner_text("body")
+        assert "3 labels: negative, neutral, positive" in body and not page.locator(".stException").count()
+        page.screenshot(path=str(artifacts / "predictions-bundled-sentiment.png"), full_page=True)
+        page.close()
+        page, more = open_page(browser, f"{url}/finetune", 1400)
+        page.get_by_text("Feature-based or fine-tuned?").first.click()
+        page.get_by_text("weighted sum of every state (learned)").first.wait_for(state="attached", timeout=60_000)
+        wait_until_idle(page)
+        assert not page.locator(".stException").count()
+        page.screenshot(path=str(artifacts / "finetune.png"), full_page=True)
+        assert not problems and not more, problems + more
+        page.close()
+    with running_app(tmp_path / "server-upos.log", model="bundled-upos") as url:
+        page, problems = open_page(browser, f"{url}/predictions?text=The+old+dog+slept+under+the+table.", 1200)
+        page.get_by_text("NOUN").first.wait_for(timeout=120_000)
+        wait_until_idle(page)
+        assert not page.locator(".stException").count()
+        page.screenshot(path=str(artifacts / "predictions-bundled-upos.png"), full_page=True)
+        assert not problems, problems
+        page.close()
