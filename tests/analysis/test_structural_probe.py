@@ -119,7 +119,7 @@ def test_the_command_on_ewt_and_its_bad_input(tiny_bert_dir, capsys):
     tree = out["trees"][0]
     assert len(tree["gold_heads"]) == len(tree["words"]) and all(1 <= a < b <= len(tree["words"])
                                                                   for a, b in tree["predicted_edges"])
-    for bad, message in ((["--layers", "7"], "0 (the embeddings) to"), (["--layers", "mid"], "layer numbers from 0"),
+    for bad, message in ((["--layers", "7"], "Layer 7 does not exist"), (["--layers", "mid"], "layer numbers from 0"),
                          (["--corpus", "ptb"], "reads ewt"), (["--max-train", "0"], "at least 1")):
         assert main(["structural-probe", str(tiny_bert_dir), *bad]) == 2, bad
         err = capsys.readouterr().err
