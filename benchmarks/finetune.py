@@ -12,7 +12,7 @@ trained in full) go through ``bertscope.training.fine_tuning.finetune`` (one epo
 its epoch's steps alone, as the loop records them) and through ``Trainer.train`` (one epoch, no
 evaluation, no saving; its ``train_runtime``), interleaved. Tokens/s counts non-padding tokens of
 the epoch for both. ``--memory``: one fine-tuning epoch of a few batches of ``--seq-len``-token
-inputs with the process's peak RSS (psutil). Figures only.
+inputs with the process's peak RSS (psutil; on a GPU, RSS is the host side only). Figures only.
 """
 
 from __future__ import annotations
@@ -43,19 +43,19 @@ def data_of(task: str, examples: int):
     return type(data)(data.task, data.source, train, train.take(range(64)), None, "")  # scoring is not timed
 
 
-def ours(model: str, data, cfg, out: Path) -> tuple[float, float]:
+def ours(model: str, data, cfg, out: Path, device: str) -> tuple[float, float]:
     from bertscope.training.fine_tuning import finetune
 
-    state = finetune(model, data, out, cfg, device="cpu")
+    state = finetune(model, data, out, cfg, device=device)
     epoch = state.history[-1]
     return epoch["seconds"], epoch["tokens_per_s"] * epoch["seconds"]
 
 
-def trainers(model_name: str, data, cfg, out: Path) -> tuple[float, float]:
+def trainers(model_name: str, data, cfg, out: Path, device: str) -> tuple[float, float]:
     """One epoch of ``Trainer`` on the same encoded rows, model and settings."""
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
-    from bertscope.runtime.hf import load_hf_config  # noqa: F401  (the same loading rules)
+    from bertscope.runtime.devices import resolve_device
     from bertscope.sources.resolve import resolve_source
     from bertscope.training.fine_tuning import task_tokenizer
     from bertscope.training.task_model import build_task_model
@@ -76,7 +76,8 @@ def trainers(model_name: str, data, cfg, out: Path) -> tuple[float, float]:
                              learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
                              warmup_steps=max(1, int(-(-len(rows) // cfg.batch_size) * cfg.warmup)),  # as ours
                              lr_scheduler_type="linear", max_grad_norm=1.0, seed=cfg.seed, save_strategy="no",
-                             eval_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
+                             eval_strategy="no", logging_strategy="no", report_to=[],
+                             use_cpu=resolve_device(device).type == "cpu",
                              dataloader_num_workers=0, disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collator)
     out_metrics = trainer.train().metrics
@@ -84,7 +85,7 @@ def trainers(model_name: str, data, cfg, out: Path) -> tuple[float, float]:
     return out_metrics["train_runtime"], tokens
 
 
-def memory(model: str, seq_len: int, batch_size: int) -> None:
+def memory(model: str, seq_len: int, batch_size: int, device: str) -> None:
     import psutil
 
     from bertscope.corpora.labelled import LabelledTexts
@@ -101,7 +102,7 @@ def memory(model: str, seq_len: int, batch_size: int) -> None:
     cfg = FinetuneConfig(seq_len=seq_len, epochs=1, batch_size=batch_size, lr=5e-5)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        state = finetune(base, data, Path(tmp) / "run", cfg, device="cpu")
+        state = finetune(base, data, Path(tmp) / "run", cfg, device=device)
         metrics = json.loads((Path(tmp) / "run" / "metrics.json").read_text())
     peak = psutil.Process().memory_info().rss
     try:
@@ -122,6 +123,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bundled")
+    parser.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda")
     parser.add_argument("--task", choices=["tag", "classify"], default="tag")
     parser.add_argument("--examples", type=int, default=1024)
     parser.add_argument("--lora", type=int, default=16)
@@ -131,7 +133,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     args = parser.parse_args()
     if args.memory:
-        memory(args.model, args.seq_len, min(args.batch_size, 8))
+        memory(args.model, args.seq_len, min(args.batch_size, 8), args.device)
         return
     torch.set_num_threads(torch.get_num_threads())
     data = data_of(args.task, args.examples)
@@ -141,7 +143,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for name, fn in (("ours", ours), ("Trainer", trainers)):
-                seconds, tokens = fn(args.model, data, cfg, Path(tmp) / f"{name}-{r}")
+                seconds, tokens = fn(args.model, data, cfg, Path(tmp) / f"{name}-{r}", args.device)
                 times[name].append(tokens / seconds)
     o, t = statistics.median(times["ours"]), statistics.median(times["Trainer"])
     print(f"{args.model}, {args.task} on {len(data.train)} examples, batches of {args.batch_size}, "

@@ -8,7 +8,7 @@ import streamlit as st
 
 from bertscope.attribution.gradients import Target
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap
-from bertscope.interventions.ablation import ablate_heads, mean_head_contexts, parse_heads
+from bertscope.interventions.ablation import ablate_heads, parse_heads
 from bertscope.interventions.importance import (
     head_importance,
     held_out_accuracy,
@@ -20,7 +20,7 @@ from bertscope.interventions.patching import patch, prepare
 from bertscope.core.task_head import SEQUENCE
 from views.kit import classifier_interventions
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, heads_to_remove, selected_heads
+from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
 from views.kit.limits import Limits, check_text
 from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
@@ -115,11 +115,7 @@ with tab_ablate:
     else:
         with page_errors(stop=False):
             check_text(text)
-            means = None
-            if mode == "mean":
-                means = result_store("mean_contexts").compute(
-                    key, lambda progress: mean_head_contexts(cached_model(*key), progress=progress),
-                    "Mean contexts, sentences", costly="mean-ablation reference")
+            means = reference_means(key, mode)
             target = None
             if watch != "mlm":
                 check_text(pair, "segment B")

@@ -12,7 +12,6 @@ import streamlit as st
 from bertscope.errors import BertScopeError
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap
 from bertscope.figures.tasks import label_bars
-from bertscope.interventions.ablation import mean_head_contexts
 from bertscope.interventions.patching import patch, prepare
 from bertscope.interventions.task_importance import (
     classes_with_heads_removed,
@@ -22,7 +21,7 @@ from bertscope.interventions.task_importance import (
 )
 from bertscope.tasks.predict import read_records
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.head_picker import clickable_grid, head_name, heads_to_remove, selected_heads
+from views.kit.head_picker import clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
 from views.kit.limits import Limits, check_text, check_upload
 from views.kit.model_picker import cached_model
 from views.kit.results import result_store
@@ -49,11 +48,7 @@ def ablate_tab(lm, key) -> None:
         return
     with page_errors(stop=False):
         check_text(text)
-        means = None
-        if mode == "mean":
-            means = result_store("mean_contexts").compute(
-                key, lambda progress: mean_head_contexts(cached_model(*key), progress=progress),
-                "Mean contexts, sentences", costly="mean-ablation reference")
+        means = reference_means(key, mode)
         before, after = classes_with_heads_removed(lm, text, pair.strip() or None, heads, mode, means)
         axis = "value" if lm.task.scoring == "none" else "probability"
         st.caption(plain(f"{len(heads)} head(s) removed ({mode}): " + ", ".join(head_name(*h) for h in heads)

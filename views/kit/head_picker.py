@@ -56,3 +56,17 @@ def heads_to_remove(lm, importance: np.ndarray | None, what: str = "importance")
         mode = st.radio("Removal", MODES, horizontal=True, key="int_mode",
                         format_func=lambda m: {"zero": "zero", "mean": "mean over Brown"}[m])
     return right, mode
+
+
+def reference_means(key, mode: str):
+    """Mean ablation's reference (each head's mean context over Brown), computed once per model
+    through the cost budget; None for zero ablation."""
+    if mode != "mean":
+        return None
+    from bertscope.interventions.ablation import mean_head_contexts
+    from views.kit.model_picker import cached_model
+    from views.kit.results import result_store
+
+    return result_store("mean_contexts").compute(
+        key, lambda progress: mean_head_contexts(cached_model(*key), progress=progress),
+        "Mean contexts, sentences", costly="mean-ablation reference")
