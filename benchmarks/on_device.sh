@@ -6,6 +6,7 @@
 # Random BERT-base/large-sized models (bertscope/configs/) with the bundled vocabulary; each
 # script times its own baseline on the same device. Then the library tests on that machine.
 # Each step has its own time limit so one slow step cannot hide the others' figures.
+# ONLY="glob ..." runs the steps whose names match one of the globs (ONLY="finetune-* tests-tasks").
 set -u
 out="${1:-${OUT:-results/on_device}}"
 mkdir -p "$out"
@@ -15,17 +16,29 @@ if [ -d .device/wheels ]; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/bertscope-site .device/wheels/*.whl
   export PYTHONPATH="/tmp/bertscope-site:$PWD/.device/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
+if [ -f .device/corpora.tar.gz ]; then  # Brown, the tweets, EWT (device_bundle.sh)
+  mkdir -p "$BERTSCOPE_CACHE/corpora" && tar -C "$BERTSCOPE_CACHE/corpora" -xzf .device/corpora.tar.gz
+fi
+only="${ONLY:-*}"
 base=random:bert-base-uncased
 large=random:bert-large-uncased
 
 step() {  # step NAME SECONDS COMMAND...
   local name=$1 limit=$2
   shift 2
+  local glob wanted=
+  set -f  # the globs match step names, not files
+  for glob in $only; do
+    # shellcheck disable=SC2254
+    case $name in $glob) wanted=1 ;; esac
+  done
+  set +f
+  [ -n "$wanted" ] || return 0
   echo "=== $name"
   timeout "$limit" "$@" 2>&1 | tee "$out/$name.log" | grep -v "^\s*$" | tail -n 40
 }
 
-"$py" -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"
+"$py" -c "import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__, torch.cuda.get_device_name())"
 step reference-base 150 "$py" benchmarks/reference_throughput.py --model $base --device cuda --dtype float16
 step reference-large 200 "$py" benchmarks/reference_throughput.py --model $large --device cuda --dtype float16 --batch 64 \
   --rows 1024
@@ -50,5 +63,22 @@ step long_inputs-float16 200 "$py" benchmarks/long_inputs.py --device cuda --dty
 step pretrain-bundled 300 "$py" benchmarks/pretrain.py --device cuda --chunks 2048
 step interventions-base-float16 200 "$py" benchmarks/interventions.py --model $base --device cuda --dtype float16 \
   --tokens 128 --sentences 256
+# fine-tuning (fourth wave): BERT-base at 512 tokens, full fine-tuning (host RSS from the script, GPU peak
+# from torch); then tokens/s against transformers' Trainer on the same rows (tweets; EWT for tag)
+step finetune-memory-base-512 200 "$py" -c 'import runpy, sys, torch
+sys.argv = ["benchmarks/finetune.py", *sys.argv[1:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print(f"GPU peak allocated {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB, reserved {torch.cuda.max_memory_reserved() / 2**30:.2f} GiB")' \
+  --device cuda --memory --model $base --seq-len 512
+# finetune.py's throughput mode takes a model name or folder, not random:CONFIG: the random BERT-base's folder
+base_dir=$("$py" -c "from benchmarks.timing import random_model_dir; print(random_model_dir('bert-base-uncased', 'none'))" \
+  2>/dev/null | tail -n 1)
+step finetune-classify-base-lora 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task classify \
+  --examples 512
+step finetune-classify-base-full 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task classify \
+  --examples 512 --lora 0
+step finetune-tag-base-lora 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task tag --examples 512
+step tests-tasks 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" tests/training tests/tasks \
+  tests/analysis/test_structural_probe.py tests/analysis/test_feature_based.py tests/attribution/test_class_faithfulness.py
 step tests 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" \
-  --ignore=tests/test_app.py --ignore=tests/test_browser.py --ignore=tests/test_deploy.py
+  --ignore=tests/app --ignore=tests/browser --ignore=tests/test_deploy.py

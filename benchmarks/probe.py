@@ -1,6 +1,12 @@
 """Time to train the probes (task + control) for every layer of a 20k-token task.
 
     python benchmarks/probe.py [--tokens 20000] [--dim 384] [--layers 13]
+    python benchmarks/probe.py --real brown-pos [--model bundled-mlm] [--size 2000] [--device cpu]
+
+``--real``: the whole suite as the Probes page runs it (hidden states of a Brown sample into a fresh
+cache, then every layer's probe and control), timed by phase; then the probes again with the
+former budget of 100 L-BFGS steps on the same states, so the held-out accuracy and selectivity
+of both budgets stand side by side (their time ratio in one run).
 
 Synthetic states with the shape of a real run (20,000 tokens x 384 dims, 13 layers as in a
 12-layer model, 17 tags drawn with a Zipf-like frequency, 2,000 word types, sentences of 10
@@ -21,6 +27,40 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def real_suite(args) -> None:
+    from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+    from bertscope.analysis.probing import LOGREG_STEPS, probe_layers
+    from bertscope.core.layers import hidden_label
+    from bertscope.corpora.suites import shipped_task
+    from bertscope import load_model
+
+    start = time.perf_counter()
+    lm = load_model(args.model, device=args.device)
+    task = shipped_task(args.real, size=args.size)
+    loaded = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        states = hidden_states(lm, task, "mean", HiddenStateCache(tmp))
+        extract = time.perf_counter() - start
+        runs = {}
+        for steps in (LOGREG_STEPS, 100):
+            start = time.perf_counter()
+            runs[steps] = (probe_layers(states, task.name, "mean", "logreg", steps=steps), time.perf_counter() - start)
+    new, old = runs[LOGREG_STEPS], runs[100]
+    print(f"{task.name} on {lm.name} ({lm.device}): {len(task.words):,} sentences, {new[0].n_train:,} train / "
+          f"{new[0].n_test:,} test tokens")
+    print(f"model and corpus {loaded:.1f} s, hidden states {extract:.1f} s, probes at {LOGREG_STEPS} steps "
+          f"{new[1]:.1f} s: the suite in {loaded + extract + new[1]:.1f} s")
+    print(f"probes at 100 steps {old[1]:.1f} s; {LOGREG_STEPS} steps take {new[1] / old[1]:.2f}x the time")
+    print(f"{'layer':>10}  acc@{LOGREG_STEPS}  acc@100  ctl@{LOGREG_STEPS}  ctl@100  sel@{LOGREG_STEPS}  sel@100")
+    for a, b in zip(new[0].layers, old[0].layers):
+        print(f"{hidden_label(a.layer):>10}  {a.accuracy:6.4f}  {b.accuracy:7.4f}  {a.control_accuracy:6.4f}  "
+              f"{b.control_accuracy:7.4f}  {a.selectivity:6.4f}  {b.selectivity:7.4f}")
+    gap = max(max(abs(a.accuracy - b.accuracy), abs(a.selectivity - b.selectivity))
+              for a, b in zip(new[0].layers, old[0].layers))
+    print(f"largest gap in accuracy or selectivity between the budgets: {gap:.4f}")
+
+
 def main() -> None:
     from bertscope.analysis.hidden_cache import CacheKey, HiddenStateCache
     from bertscope.analysis.probing import probe_layers
@@ -30,7 +70,14 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--layers", type=int, default=13)
     parser.add_argument("--mlp-layers", type=int, default=2, help="layers timed with the MLP probe")
+    parser.add_argument("--real", help="a shipped suite (brown-pos, brown-tags, ...) on a real model instead")
+    parser.add_argument("--model", default="bundled-mlm")
+    parser.add_argument("--size", type=int, default=2000, help="--real Brown suites: sentences in the sample")
+    parser.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda")
     args = parser.parse_args()
+    if args.real:
+        real_suite(args)
+        return
     rng = np.random.default_rng(0)
     tags = [f"T{i}" for i in range(17)]
     p = 1 / np.arange(1, 18)

@@ -9,6 +9,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.align import (
     PROPOSED_MODEL,
+    cached_vectors,
     centre,
     embed_parallel,
     retrieval,
@@ -66,7 +67,7 @@ from_url("data", "align_kind", str, lambda v: v in KINDS)
 k1, k2 = st.columns([1, 2])
 kind = k1.radio("Data", list(KINDS), format_func=KINDS.get, key="align_kind")
 uploaded = k2.file_uploader("Or upload a TSV (header: language codes, one column each)", type=["tsv", "txt"],
-                            key=f"align_upload_{kind}")
+                            key=f"align_upload_{kind}", max_upload_size=Limits.upload_mb)
 with page_errors():
     if uploaded is not None:
         check_upload(uploaded)
@@ -102,14 +103,23 @@ with st.form("align_form"):
                                         "carrier": "inside a carrier sentence (“The word is “…”.”)"}.get,
                            help="Carrier sentences exist for: " + ", ".join(CARRIERS))
     asked = st.form_submit_button("Compute", type="primary")
+# a shared link (its settings in the address on arrival) computes on arrival, as the person who sent it saw
+st.session_state.setdefault("align_linked", any(k in st.query_params for k in ("data", "langs", "layer", "vec", "ctx")))
 
 with page_errors():
     picked = data.select(languages)
     store = result_store("align")
     computed_key = (key, picked.digest(), pooling, context)
+    on_disk = store.get(computed_key) is None and cached_vectors(lm, picked, pooling, context) is not None
+    texts = picked.n_items * len(picked.languages)
     av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
         cached_model(*key), picked, pooling, context, cache=True, progress=progress), "Embedding the texts",
-        asked=asked, costly="cross-lingual embedding")
+        asked=asked or on_disk or st.session_state["align_linked"], costly="cross-lingual embedding",
+        wait=f"Press *Compute*: {plain(page_model)} reads the {texts:,} texts ({picked.n_items} items × "
+             f"{len(picked.languages)} languages) once and keeps one vector per text at each of its "
+             f"{lm.num_layers + 1} hidden states, on disk too (a later visit reads them back).")
+    if av is None:
+        st.stop()
     scores = result_store("align_retrieval").get_or_compute(computed_key, lambda: retrieval(av))
 
 n_layers = av.n_layers
@@ -117,9 +127,10 @@ mean_raw, mean_centred = scores.mean(), scores.mean(True)
 best_raw, best_centred = int(np.argmax(mean_raw)), int(np.argmax(mean_centred))
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Items × languages", f"{picked.n_items} × {len(picked.languages)}")
-m2.metric("Best layer (raw)", hidden_name(best_raw), f"mean P@1 {mean_raw[best_raw]:.1%}", delta_color="off")
+m2.metric("Best layer (raw)", hidden_name(best_raw), f"mean P@1 {mean_raw[best_raw]:.1%}", delta_color="off",
+          delta_arrow="off")
 m3.metric("Best layer (centred)", hidden_name(best_centred), f"mean P@1 {mean_centred[best_centred]:.1%}",
-          delta_color="off")
+          delta_color="off", delta_arrow="off")
 m4.metric("Chance", f"{scores.chance:.1%}", help="1 / items: a random guess among the target language's items")
 if mean_centred.max() < 0.3:
     st.warning(plain(f"Weak alignment: even the best layer retrieves the right translation only "
@@ -176,7 +187,8 @@ with tab_map:
             charge_key=(computed_key, method))
         left, right = st.columns(2)
         for column, name in zip((left, right), maps):
-            fig = projection_map(av, maps[name], f"{method} at {layer_title(layer)}, {name}", join=join)
+            fig = projection_map(av, maps[name], f"{method} at {layer_title(layer)}, {name}", join=join,
+                                 axis="PC" if method == "PCA" else "UMAP")
             column.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key=f"align_map_{name}")
         st.caption("Mean-centring subtracts each language's mean vector: what remains is what the "
                    "languages do not share as a block, so translations can meet.")

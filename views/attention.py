@@ -89,6 +89,13 @@ renorm = renorm and hide
 to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=layer, head=head,
        hide=hide or None, renorm=renorm or None)
 
+def first_query(shown: list[int]) -> int:
+    """The token a view opens on: "it" when the sentence has one (the home page's question: which heads
+    resolve *it*?), else the first token after [CLS]."""
+    words = [r.tokens[i].lstrip("Ġ▁").lower() for i in shown]
+    return shown[words.index("it")] if "it" in words else shown[min(1, len(shown) - 1)]
+
+
 # Only the open tab runs (and its name is in the link): bertviz's documents are megabytes each.
 QK_MAX_KEYS = 64  # keys drawn at once: a 512-token input lists its top ones, any other on request
 TABS = ["Head", "All heads of the layer", "Token across layers", "Beyond raw attention",
@@ -105,7 +112,7 @@ with page_errors(stop=False):
             shown = [i for i in range(r.n_tokens) if not (hide and r.special_mask[i])]
             q1, q2 = st.columns([3, 1])
             query = q1.selectbox("Exact weights for the query token", shown, key="att_query",
-                                 format_func=lambda i: f"{i}: {r.tokens[i]}", index=min(1, len(shown) - 1))
+                                 format_func=lambda i: f"{i}: {r.tokens[i]}", index=shown.index(first_query(shown)))
             top = q2.number_input("Top keys", 1, len(shown), min(10, len(shown)), key="att_query_top")
             rows = attention_row(r, layer, head, query, int(top), hide, renorm)
             st.dataframe(pd.DataFrame(rows).style.format({"weight": "{:.4f}"}), hide_index=True, width="stretch")
@@ -122,7 +129,7 @@ with page_errors(stop=False):
             choices = [i for i in range(r.n_tokens) if not (hide and r.special_mask[i])]
             t1, t2 = st.columns(2)
             position = t1.selectbox("Token", choices, format_func=lambda i: f"{i}: {r.tokens[i]}",
-                                    index=min(1, len(choices) - 1), key="att_token")
+                                    index=choices.index(first_query(choices)), key="att_token")
             which = t2.selectbox("Head", ["mean over heads", *range(r.n_heads)], key="att_token_head")
             with st.spinner("Drawing…"):
                 fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
@@ -233,16 +240,23 @@ with tabs[6]:
     if tabs[6].open:
         st.caption("Clark et al. (2019), *What Does BERT Look At?*: averages over the query tokens of "
                    "each sentence, then over sentences; word pieces count as tokens; padding never counts.")
+        # outside the form, so the form shows only what the picked corpus needs
+        source = st.radio("Corpus", ["Shipped sample (218 sentences)", BROWN_SAMPLE, "Paste", "Upload (.txt)"],
+                          horizontal=True, key="att_corpus_source")
+        brown_size, pasted, uploaded = BROWN_HEAD_STATS_SENTENCES, "", None
         with st.form("att_stats_form"):
-            source = st.radio("Corpus", ["Shipped sample (218 sentences)", BROWN_SAMPLE, "Paste", "Upload (.txt)"],
-                              horizontal=True, key="att_corpus_source")
-            brown_size = st.number_input("Brown sentences (spread over all 500 documents, so every genre in "
-                                         "proportion)", 50, Limits.corpus_lines, min(BROWN_HEAD_STATS_SENTENCES,
-                                                                                     Limits.corpus_lines), 50,
-                                         key="att_brown_size")
-            pasted = st.text_area("One sentence per line", key="att_corpus_text", height=120,
-                                  max_chars=Limits.corpus_chars)
-            uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"], key="att_corpus_file")
+            if source == BROWN_SAMPLE:
+                brown_size = st.number_input("Brown sentences (spread over all 500 documents, so every genre in "
+                                             "proportion)", 50, Limits.corpus_lines,
+                                             min(BROWN_HEAD_STATS_SENTENCES, Limits.corpus_lines), 50,
+                                             key="att_brown_size")
+            elif source == "Paste":
+                pasted = st.text_area(f"One sentence per line (up to {Limits.corpus_lines:,})", key="att_corpus_text",
+                                      height=120,
+                                      max_chars=Limits.corpus_chars)
+            elif source == "Upload (.txt)":
+                uploaded = st.file_uploader("A .txt file, one sentence per line", type=["txt"],
+                                            key="att_corpus_file", max_upload_size=Limits.upload_mb)
             run = st.form_submit_button("Compute head statistics", type="primary")
         if run:
             with page_errors(stop=False):

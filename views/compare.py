@@ -8,7 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from bertscope.analysis.compare import MIN_MINIBATCHES, MINIBATCH, POOLS, compare_heads, compare_layers, same_tokenizer
+from bertscope.analysis.compare import (HEAD_SENTENCE_TOKENS, MIN_MINIBATCHES, MINIBATCH, POOLS, compare_heads,
+                                       compare_layers, same_tokenizer)
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
 from bertscope.core.layers import hidden_names, layer_title
@@ -21,11 +22,13 @@ from bertscope.outputs.fill_mask import fill_mask
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo
-from views.kit.model_picker import OTHER, cached_model, model_key, model_options, obtainable, require_model
+from views.kit.model_picker import (OTHER, cached_model, model_key, model_options, obtainable, offer_bundled_mlm,
+                                   require_model)
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
 SIZES = [100, 250, 500, 1000, 2000]
+HEAD_TEXTS = 100  # Brown sentences drawn for the heads tab (those over HEAD_SENTENCE_TOKENS are left out)
 
 
 def max_sentences() -> int:
@@ -85,8 +88,8 @@ with tab_layers:
         store = result_store("compare")
         result = store.get(request)
         if result is None and not st.session_state["cmp_asked"]:
-            st.info("Press *Compare*: both models read the sentences once (bundled vs bundled-mlm, 500 sentences: "
-                    "about 20 s on a 2-core CPU).")
+            st.info("Press *Compare*: both models read the sentences once (the bar times the first batches and "
+                    "says how long the rest will take).")
         elif result is None:
             result = store.compute(request, lambda progress: compare_layers(
                 cached_model(*key_a), cached_model(*key_b), brown_task("brown-pos", n), pool,
@@ -116,13 +119,17 @@ with tab_layers:
                                key="cmp_json", on_click="ignore")
 
 with tab_heads:
-    st.caption("Every head of A against every head of B: the Jensen–Shannon divergence of their attention rows "
-               "(0 = the same distribution over keys, ln 2 ≈ 0.693 = disjoint), averaged over every query token of "
-               "100 Brown sentences of at most 64 tokens. Rows are compared token by token, so both models must "
-               "share a tokenizer.")
+    st.caption(f"Every head of A against every head of B: the Jensen–Shannon divergence of their attention rows "
+               f"(0 = the same distribution over keys, ln 2 ≈ 0.693 = disjoint), averaged over every query token of "
+               f"the first {HEAD_TEXTS} Brown sentences (spread over the genres) that have at most "
+               f"{HEAD_SENTENCE_TOKENS} tokens; longer ones are left out. Rows are compared token by token, so both "
+               "models must share a tokenizer.")
+    st.session_state.setdefault("cmp_heads_linked", st.query_params.get("cmp_tab") == "Heads")  # a link: on arrival
     if tab_heads.open:
+        heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or st.session_state[
+            "cmp_heads_linked"]
         with page_errors(stop=False):
-            texts = brown_texts(100)
+            texts, heads = brown_texts(HEAD_TEXTS), None
             if not same_tokenizer(lm_a, lm_b, texts):
                 st.info(plain(f"{lm_a.name} and {lm_b.name} cut text into different tokens: heads compare only "
                               "within one tokenizer (the Layers tab compares any two models by words)."))
@@ -130,7 +137,9 @@ with tab_heads:
                 heads = result_store("compare_heads").compute(
                     (key_a, key_b), lambda progress: compare_heads(cached_model(*key_a), cached_model(*key_b), texts,
                                                                    progress=progress), "Heads, sentences",
-                    costly="head comparison")
+                    heads_asked, costly="head comparison",
+                    wait=f"Press *Compare heads*: both models read {HEAD_TEXTS} sentences with every attention map.")
+            if heads is not None:
                 same = heads.same_head
                 if same is not None:
                     fig = go.Figure(go.Heatmap(z=same, x=list(range(same.shape[1])), y=list(range(same.shape[0])),
@@ -155,10 +164,16 @@ with tab_heads:
 
 with tab_predictions:
     st.caption("Fill-mask on both models, one text: each of A's top tokens with its rank in B.")
-    heads_missing = [m.name for m in (lm_a, lm_b) if "mlm" not in m.heads]
-    if heads_missing:
-        st.warning(plain(f"{', '.join(heads_missing)} has no masked-LM head: predictions need one (bundled-mlm has)."))
+    if "mlm" not in lm_a.heads:
+        st.warning(plain(f"{lm_a.name} (A, the sidebar's) has no masked-LM head: predictions need one "
+                         "(bundled-mlm has)."))
+        offer_bundled_mlm("cmp_switch")
     else:
+        b_head = "mlm" in lm_b.heads
+        if not b_head:
+            st.info(plain(f"{lm_b.name} (B) has no masked-LM head, so below are A's predictions alone. To set two "
+                          "side by side, pick as B a model with one: a Pretraining run's output folder (typed above), "
+                          "or any BERT-family pretraining checkpoint you have."))
         from_url("text", "cmp_text")
         with st.form("cmp_fill_form"):
             text = st.text_area("Text with [MASK]", "He deposited the money in the [MASK].", key="cmp_text",
@@ -168,22 +183,26 @@ with tab_predictions:
         with page_errors(stop=False):
             check_text(text)
             fills = [result_store("fill").get_or_compute((k, text, 50), lambda k=k: fill_mask(cached_model(*k), text, 50))
-                     for k in (key_a, key_b)]
-            for n_mask, (preds_a, preds_b) in enumerate(zip(fills[0].predictions, fills[1].predictions)):
+                     for k in ((key_a, key_b) if b_head else (key_a,))]
+            for n_mask, preds_a in enumerate(fills[0].predictions):
+                preds_b = fills[1].predictions[n_mask] if b_head else []
                 rank_b = {p.token.strip(): (i + 1, p.score) for i, p in enumerate(preds_b)}
                 rows = []
                 for i, p in enumerate(preds_a[:10]):
                     other = rank_b.get(p.token.strip())
-                    rows.append({"A rank": i + 1, "token": p.token.strip(), "p in A": p.score,
-                                 "rank in B": other[0] if other else None, "p in B": other[1] if other else None,
-                                 "rank change": (other[0] - (i + 1)) if other else None})
+                    row = {"A rank": i + 1, "token": p.token.strip(), "p in A": p.score}
+                    if b_head:
+                        row.update({"rank in B": other[0] if other else None, "p in B": other[1] if other else None,
+                                    "rank change": (other[0] - (i + 1)) if other else None})
+                    rows.append(row)
                 st.markdown(f"**Mask {n_mask + 1}** (token {fills[0].mask_positions[n_mask]})")
                 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
                     "p in A": st.column_config.NumberColumn(format="%.3f"),
                     "p in B": st.column_config.NumberColumn(format="%.3f"),
                     "rank in B": st.column_config.NumberColumn(help="empty: not in B's top 50")})
-                top_b = ", ".join(f"{p.token.strip()} {p.score:.2f}" for p in preds_b[:5])
-                st.caption(plain(f"B's own top 5: {top_b}"))
+                if b_head:
+                    top_b = ", ".join(f"{p.token.strip()} {p.score:.2f}" for p in preds_b[:5])
+                    st.caption(plain(f"B's own top 5: {top_b}"))
 
 with tab_probes:
     st.caption("The same linear probe (and its control task, Hewitt & Liang 2019) trained at every layer of both "
@@ -205,7 +224,7 @@ with tab_probes:
                 if found is None and probe_asked:
                     found = store.compute(request, lambda progress, k=k: probe_layers(
                         hidden_states(cached_model(*k), task, pooling, HiddenStateCache(), progress=progress), task.name,
-                        pooling, progress=lambda d, t: progress(d, t, "Probes, layers")), f"Model {which}: hidden states, "
+                        pooling, progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits")), f"Model {which}: hidden states, "
                         "sentences", asked=True, costly="probe run")
                 if found is not None:
                     results.append(found)
@@ -219,4 +238,4 @@ with tab_probes:
                                  f"selectivity {best[1].selectivity:+.2f}); {results[0].n_test:,} test items."))
             else:
                 st.info("Pick a suite and press *Probe both* (each model's hidden states are extracted once and cached "
-                        "on disk; brown-pos on bundled takes about a minute a model on a 2-core CPU).")
+                        "on disk; the bar says how long each phase has left).")

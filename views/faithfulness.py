@@ -113,9 +113,9 @@ with page_errors(stop=False):
     store = result_store("faithfulness")
     board = store.get(request)
     if board is None and not st.session_state["faith_asked"]:
-        st.info("Press *Run the test*. Every method scores every item, then each item's removals run as one batch: "
-                "on bundled-mlm about 1.5 s an item with every method (integrated gradients and Value Zeroing cost "
-                "most), so 25 sentences take under a minute.")
+        st.info("Press *Run the test*. Every method scores every item, then each item's removals run as one batch "
+                "(integrated gradients and Value Zeroing cost most). The bar times the first items on this machine "
+                "and says how long the rest will take.")
     elif board is None:
 
         def work(progress):
@@ -188,8 +188,9 @@ if board is not None:
             top = {method_label(m): label(it.inspection.tokens[candidates[int(np.argmax(s[candidates]))]])
                    for m, s in r.scores.items()}
             rows.append({"#": n_, "sentence": it.masked_text, "y": label(it.target), "p(y)": r.p_full,
-                         "disagreement": disagreement[i], "top token per method": ", ".join(
-                             f"{m}: {t}" for m, t in top.items()), "source": it.source})
+                         "disagreement": disagreement[i],
+                         **{f"top: {m}": t for m, t in top.items()},  # a column a method: nothing cut off
+                         "source": it.source})
             links.append(f"[{n_}]({link})")
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
             "p(y)": st.column_config.NumberColumn(format="%.3f"),
@@ -206,12 +207,13 @@ if board is not None:
         names = list(r.scores)
         z = np.stack([r.scores[m][candidates] / max(1e-12, float(np.abs(r.scores[m][candidates]).max()))
                       for m in names])  # [method, candidate] each row over its largest magnitude
-        heat = go.Figure(go.Heatmap(z=z, x=tokens, y=[method_label(m) for m in names], colorscale="RdBu", zmid=0,
-                                    zmin=-1, zmax=1, colorbar=dict(title="score / max"),
-                                    hovertemplate="%{y} · %{x}: %{z:.2f}<extra></extra>"))
         drop = r.loo_drop / max(1e-12, float(np.abs(r.loo_drop).max()))
-        heat.add_trace(go.Heatmap(z=[drop], x=tokens, y=["leave-one-out drop"], colorscale="RdBu", zmid=0, zmin=-1,
-                                  zmax=1, showscale=False, hovertemplate="leave-one-out · %{x}: %{z:.2f}<extra></extra>"))
+        rows_y = [method_label(m) for m in names] + ["leave-one-out drop"]
+        # one trace, one row per method and the erasure's own row last: every row sits on its label
+        heat = go.Figure(go.Heatmap(z=np.vstack([z, drop[None, :]]), x=tokens, y=rows_y, colorscale="RdBu",
+                                    zmid=0, zmin=-1, zmax=1, colorbar=dict(title="score / max"),
+                                    hovertemplate="%{y} · %{x}: %{z:.2f}<extra></extra>"))
+        heat.add_hline(y=len(names) - 0.5, line=dict(color="black", width=2))  # methods above, the erasure below
         heat.update_layout(height=120 + 28 * (len(names) + 1), margin=dict(t=50, b=40),
                            title=(f"“{label(r.item.target)}” "
                                   + ("(class)" if r.item.decision == "class" else f"at token {r.item.mask_position}")

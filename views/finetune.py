@@ -18,7 +18,7 @@ from bertscope.training.job import TrainingJob
 from bertscope.training.task_data import SHIPPED, TAG, load_task_data
 from views.kit.budget import costly_job
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
-from views.kit.limits import check_upload, demo
+from views.kit.limits import Limits, check_upload, demo
 from views.kit.model_picker import chosen_model_name, require_model
 from views.kit.training import open_in_sidebar, run_progress, training_allowed
 
@@ -81,7 +81,8 @@ with st.form("ft_form"):
     file_task = c2.radio("Task (my file)", list(TASKS), format_func=lambda t: f"{t}: {TASKS[t]}", key="ft_task",
                          help="A CSV/TSV/JSONL of text[,text_pair],label records (classify, pairs), or CoNLL-U / "
                               "JSONL {tokens, tags} (tag).")
-    uploaded = st.file_uploader("My file", type=["csv", "tsv", "jsonl", "conllu"], key="ft_file")
+    uploaded = st.file_uploader("My file", type=["csv", "tsv", "jsonl", "conllu"], key="ft_file",
+                                max_upload_size=Limits.upload_mb)
     c1, c2, c3, c4, c5 = st.columns(5)
     budget = c1.select_slider("Training examples", budgets, 1024, key="ft_budget",
                               format_func=lambda b: "all" if b == 0 else f"{b:,}",

@@ -9,6 +9,7 @@ import streamlit as st
 from bertscope.attribution.gradients import Target
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap
 from bertscope.interventions.ablation import ablate_heads, parse_heads
+from bertscope.interventions.examples import PATCH_EXAMPLES
 from bertscope.interventions.importance import (
     head_importance,
     held_out_accuracy,
@@ -28,13 +29,7 @@ from views.kit.url import from_url, tab_from_url, to_url
 
 POSITIONS = {"all": "every position", "changed": "where the texts differ, and the mask"}
 IMPORTANCE_SIZES = [32, 64, 128, 256, 512]
-PRESETS = {  # (clean, corrupted, candidate A, candidate B)
-    "Subject–verb agreement": ("The keys to the cabinet [MASK] on the table.",
-                               "The key to the cabinet [MASK] on the table.", "are", "is"),
-    "Pronoun and gender": ("The woman said that [MASK] was tired.", "The man said that [MASK] was tired.",
-                           "she", "he"),
-    "Capital cities": ("Paris is the capital of [MASK].", "Rome is the capital of [MASK].", "france", "italy"),
-}
+PRESETS = PATCH_EXAMPLES  # (clean, corrupted, candidate A, candidate B), checked on the default model
 
 
 def stored_importance(key):
@@ -99,7 +94,7 @@ with tab_ablate:
         from_url("text", "int_text")
         with st.form("int_ablate_form"):
             if watch == "mlm":
-                text = st.text_area("Text with [MASK]", "The keys to the cabinet [MASK] on the table.", key="int_text",
+                text = st.text_area("Text with [MASK]", "The men at the table [MASK] tired.", key="int_text",
                                     max_chars=Limits.input_chars)
                 pair = None
             else:
@@ -139,8 +134,10 @@ with tab_ablate:
                 c1.dataframe(pd.DataFrame([{"intact": p.token.strip(), "p": p.score} for p in m.before]),
                              hide_index=True, width="stretch")
                 c2.dataframe(pd.DataFrame([{"heads removed": p.token.strip(), "p": p.score,
-                                            "was": before.get(p.token)} for p in m.after]),
-                             hide_index=True, width="stretch")
+                                            "was": f"{before[p.token]:.4f}" if p.token in before
+                                            else f"below the top {len(m.before)}"} for p in m.after]),
+                             hide_index=True, width="stretch",
+                             column_config={"was": st.column_config.TextColumn(help="p in the intact model")})
                 st.caption(plain(f"The intact model's top prediction, “{top.token.strip()}”: p {top.score:.3f} → "
                                  + (f"{after_of_top:.3f}" if after_of_top is not None else "out of the top 10")
                                  + " with the heads removed."))
@@ -163,8 +160,7 @@ with tab_ablate:
 with tab_importance:
     st.caption("Michel, Levy & Neubig (2019): a gate ξ = 1 multiplies each head's context; a head's importance is "
                "the mean |∂L/∂ξ| of the masked-LM loss at BERT's 15% positions, each layer's scores divided by their "
-               "ℓ2 norm. The pruning curve removes heads, least important first, 10% at a time, and scores held-out "
-               "masked-LM top-1 beside three random orders.")
+               "ℓ2 norm. Optionally, their pruning curve (the toggle below).")
     from_url("n", "int_imp_n", int, lambda v: v in IMPORTANCE_SIZES)
     from_url("prune", "int_prune", lambda v: v == "1")
     with st.form("int_importance_form"):
@@ -197,6 +193,8 @@ with tab_importance:
                     cached_model(*key), imp, held, seed=int(seed), progress=progress),
                     "Pruning curve, steps", asked, costly="pruning curve")
                 fig = pruning_figure(curve)
+                st.caption("The pruning curve removes heads, least important first, 10% at a time, and scores "
+                           "held-out masked-LM top-1 beside three random orders.")
                 st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="int_pruning")
                 figure_downloads(fig, "pruning-curve")
                 kept = [f for f, a, r in zip(curve.fractions, curve.importance_order, curve.random_mean)
@@ -252,6 +250,8 @@ with tab_patch:
         c1.metric("Clean: logit A − logit B", f"{hidden.m_clean:+.3f}")
         c2.metric("Corrupted", f"{hidden.m_corrupt:+.3f}")
         c3.metric("Difference to recover", f"{hidden.m_clean - hidden.m_corrupt:+.3f}")
+        if hidden.caveat:
+            st.warning(plain(hidden.caveat))
         fig = recovered_heatmap(hidden)
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="int_patch_hidden")
         heads = result_store("patch_heads").compute(request[:5], lambda progress: patch(

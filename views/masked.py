@@ -27,6 +27,7 @@ from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text
 from views.kit.model_picker import cached_model, model_key, model_options, obtainable, offer_bundled_mlm, require_model
 from views.kit.results import result_store
+from views.kit.training import training_allowed
 from views.kit.url import from_url, tab_from_url, to_url
 
 
@@ -190,6 +191,18 @@ with tab_why:
             st.plotly_chart(token_strip(explanation.tokens, explanation.grad.scores,
                                         f"Gradient × input for “{shown}” at token {position}"),
                             config=PLOT_CONFIG, width="stretch", key="why_grad")
+            big_ig = 0.05 * max(float(abs(ig.scores).max()), 1e-12)  # each method on its own scale
+            big_grad = 0.05 * max(float(abs(explanation.grad.scores).max()), 1e-12)
+            opposite = [label(t) for t, x, y in zip(explanation.tokens, ig.scores, explanation.grad.scores)
+                        if x * y < 0 and abs(x) > big_ig and abs(y) > big_grad]
+            if opposite:
+                st.caption(plain(f"The two give opposite signs to {', '.join(opposite[:8])}"
+                                 f"{' …' if len(opposite) > 8 else ''}: gradient × input reads the slope at the "
+                                 "input alone (one point), integrated gradients add the slope up along the whole "
+                                 "path from the baseline. Where the model is far from linear on that path "
+                                 "(a saturated softmax, LayerNorm), a token can help near the input and hurt "
+                                 "on the way, or the reverse; only IG's scores add up to the change from the "
+                                 "baseline (completeness), so read IG's sign when they disagree."))
             a = ig.attribution
             st.caption(plain(f"log p(“{token.strip()}”) = {a.f_input:.3f}; at the baseline (every word piece "
                              f"replaced by the padding token) {a.f_baseline:.3f}. The IG scores sum to "
@@ -248,8 +261,18 @@ with tab_layers:
 with tab_nsp:
     pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
     if pair_head is None:
-        st.info(plain(f"{lm.name} has no next-sentence-prediction head (only BERT's pretraining "
-                      "checkpoints, e.g. bert-base-uncased, carry one; ALBERT's carry a sentence-order head)."))
+        st.info(plain(f"{lm.name} has no next-sentence-prediction head: BERT's own pretraining checkpoints carry "
+                      "one (bert-base-uncased, bert-large-uncased, bert-base-multilingual-cased), ALBERT's a "
+                      "sentence-order head; none of the offline models does. Offline, train one here: the "
+                      "Pretraining page's objective “+ next-sentence prediction” adds BERT's NSP head to the "
+                      "sidebar's model and trains it on Brown sentence pairs (headless: python -m bertscope "
+                      "pretrain bundled-mlm --corpus brown --pair nsp --out runs/nsp); then open the run's "
+                      "folder in the sidebar and come back to this tab."))
+        if training_allowed():
+            st.button("Go to the Pretraining page with that objective", icon=":material/arrow_forward:",
+                      key="nsp_go_pretrain", on_click=lambda: st.session_state.__setitem__("pretrain_pair", "nsp"))
+            if st.session_state.get("pretrain_pair") == "nsp" and st.session_state.get("nsp_go_pretrain"):
+                st.switch_page("views/pretrain.py")
     else:
         part = "Segment" if pair_head == "sop" else "Sentence"
         from_url("a", "nsp_a")

@@ -113,6 +113,7 @@ with tab_compare:
                       "layers": c.dims["layers"], "hidden": c.dims["hidden"]})
     if table:
         frame = pd.DataFrame(table)
+        frame = frame.fillna(0).astype({c: "int64" for c in frame.columns if c != "model"})  # no such part: 0
         counts = [c for c in frame.columns if c not in ("model",)]
         st.dataframe(frame, hide_index=True, width="stretch",
                      column_config={c: st.column_config.NumberColumn(format="localized") for c in counts})

@@ -144,7 +144,7 @@ if task.kind == SEQUENCE:
                      f"{Limits.corpus_lines:,} records: accuracy, macro-F1, the confusion matrix and every "
                      "misclassified record."))
     with st.form("pred_file_form"):
-        uploaded = st.file_uploader("Records", type=["csv", "jsonl"], key="pred_file")
+        uploaded = st.file_uploader("Records", type=["csv", "jsonl"], key="pred_file", max_upload_size=Limits.upload_mb)
         asked = st.form_submit_button("Score the file")
     if uploaded is not None:
         with page_errors(stop=False):

@@ -58,9 +58,10 @@ with tab_labels:
         kind = c3.radio("Probe", ["logreg", "mlp"], key="probe_kind",
                         format_func={"logreg": "logistic regression", "mlp": "MLP (128 units)"}.get)
         uploaded = st.file_uploader("Own task: CoNLL-U (UPOS), CSV (sentence,label or tokens,tags) or JSONL",
-                                    type=["conllu", "csv", "jsonl"], key="probe_upload")
+                                    type=["conllu", "csv", "jsonl"], key="probe_upload", max_upload_size=Limits.upload_mb)
         test_upload = st.file_uploader("Test there (optional): score the trained probe on your file too, with the "
-                                       "task's labels", type=["conllu", "csv", "jsonl"], key="probe_test_upload")
+                                       "task's labels", type=["conllu", "csv", "jsonl"], key="probe_test_upload",
+                                       max_upload_size=Limits.upload_mb)
         submitted = st.form_submit_button("Extract and probe every layer", type="primary")
 
     to_url(task=suite if suite != UPLOAD else None, vec=pooling if pooling != "mean" else None,
@@ -105,7 +106,7 @@ with tab_labels:
                     external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: progress(
                         d, t, "Hidden states of the test file, sentences"))
                 result = probe_layers(states, task.name, chosen, kind, external=external,
-                                      progress=lambda d, t: progress(d, t, "Probes, layers"))
+                                      progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits"))
                 return (result, states.hit, states.size_bytes, str(states.folder),
                         example_texts(states, task, result.test_examples))
 
@@ -134,7 +135,7 @@ with tab_labels:
     m1.metric("Best layer", best.name, help="Layers are encoder blocks from 0; the embeddings come before layer 0.")
     m2.metric("Its accuracy", f"{best.accuracy:.1%}", help=f"95% interval {best.ci[0]:.1%}–{best.ci[1]:.1%}")
     m3.metric("Control accuracy", f"{best.control_accuracy:.1%}", f"selectivity {best.selectivity:+.1%}",
-              delta_color="off")
+              delta_color="off", delta_arrow="off")
     m4.metric("Majority baseline", f"{result.majority_baseline:.1%}")
     if best.external_accuracy is not None:  # train here, test there
         scores = [r.external_accuracy for r in result.layers]

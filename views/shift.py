@@ -6,11 +6,12 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.analysis.corpus_search import MAX_K, build_index, search, word_occurrences
+from bertscope.analysis.corpus_search import MAX_K, build_index, index_on_disk, search, word_occurrences
 from bertscope.analysis.projection import pca_2d, umap_2d
 from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, word_pattern
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
+from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
 from bertscope.corpora.senses import read_labelled_csv, sense_presets
 from bertscope.figures.shift import (
     genre_scatter,
@@ -44,7 +45,8 @@ word = c1.text_input("Target word", key="shift_word", max_chars=Limits.name_char
 if not word.strip():
     st.info("Type the word to follow through the sentences.")
     st.stop()
-uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload")
+uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload",
+                            max_upload_size=Limits.upload_mb)
 
 with page_errors():
     if uploaded is not None:
@@ -122,7 +124,8 @@ with tab_layers:
                "Anisotropy baseline: mean cosine between random words of the shipped corpus; the "
                "adjusted values subtract it (Ethayarajh 2019, §3.3–3.4).")
     frame = pd.DataFrame([m.to_json() for m in metrics]).astype({"layer": str})
-    st.dataframe(frame, hide_index=True, width="stretch")
+    st.dataframe(frame, hide_index=True, width="stretch",  # "embeddings" whole, not cut to "embed…"
+                 column_config={"layer": st.column_config.TextColumn(width="medium", pinned=True)})
     st.download_button("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
                        "text/csv", on_click="ignore", key="shift_dl")
 with tab_map:
@@ -154,12 +157,22 @@ with tab_brown:
                "search (Hoover et al. 2020) over a Brown corpus sample (every genre; each word the mean of "
                "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
                "word's own occurrences in the corpus coloured by genre.")
+    st.session_state.setdefault("shift_brown_linked", st.query_params.get("shift_tab") == TABS[-1])  # a link
     if tab_brown.open:
+        index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or st.session_state[
+            "shift_brown_linked"]
         with page_errors(stop=False):
             store = result_store("brown_index")
+            on_disk = store.get(key) is None and index_on_disk(lm)
             index = store.compute(key, lambda progress: build_index(cached_model(*key), progress=progress),
                                   "Indexing the Brown sample (once per model; kept on disk), sentences",
-                                  costly="Brown index")
+                                  index_asked or on_disk, costly="Brown index",
+                                  wait=plain(f"Press Index the Brown sample: {lm.name} reads {DEFAULT_SENTENCES:,} "
+                                             "Brown sentences once and keeps every word's vector at every layer on "
+                                             "disk (the Probes page's brown-pos cache: shared with it, read back "
+                                             "on later visits)."))
+            if index is None:
+                st.stop()
             st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
             example = next((sentence for sentence, _ in rows if word.lower() in sentence.lower()), "")
             b1, b2, b3 = st.columns([3, 1, 1])

@@ -95,6 +95,21 @@ def _vector_cache_file(lm: LoadedModel, data: ParallelData, pooling: str, contex
     return (root or user_cache_dir() / "align") / f"{digest}.npz"
 
 
+def cached_vectors(lm: LoadedModel, data: ParallelData, pooling: Pooling = "mean", context: Context = "alone",
+                   root: Path | None = None) -> AlignmentVectors | None:
+    """The vectors ``embed_parallel(..., cache=True)`` kept on disk for these settings, or None (never
+    computed, or a damaged file, which the next ``embed_parallel`` computes again and rewrites)."""
+    file = _vector_cache_file(lm, data, pooling, context, root)
+    if not file.is_file():
+        return None
+    try:
+        with np.load(file, allow_pickle=False) as saved:
+            vectors, counts = saved["vectors"], saved["counts"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return AlignmentVectors(lm.name, data, pooling, context, vectors, int(counts[0]), int(counts[1]))
+
+
 def embed_parallel(
     lm: LoadedModel,
     data: ParallelData,
@@ -114,13 +129,10 @@ def embed_parallel(
         raise BertScopeError("The word context must be 'alone' or 'carrier'.")
     data.require_items()
     file = _vector_cache_file(lm, data, pooling, context, None if cache is True else cache) if cache else None
-    if file is not None and file.is_file():
-        try:
-            with np.load(file, allow_pickle=False) as saved:
-                vectors, counts = saved["vectors"], saved["counts"]
-            return AlignmentVectors(lm.name, data, pooling, context, vectors, int(counts[0]), int(counts[1]))
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged file: computed again and rewritten below
+    if file is not None:
+        kept = cached_vectors(lm, data, pooling, context, None if cache is True else cache)
+        if kept is not None:
+            return kept
     texts, spans = _inputs(data, context)
     n_items = data.n_items
     vectors = np.zeros((len(texts), lm.num_layers + 1, lm.hidden_size), np.float32)
@@ -371,3 +383,28 @@ def token_link_accuracy(lm: LoadedModel, data: ParallelData, pivot: str = "en", 
     if not pieces:
         raise BertScopeError("No word kept a token inside its carrier sentence.")
     return TokenLinkAccuracy(pivot, tuple(others), right / pieces, chance / pieces, n * len(others))
+
+
+@dataclass(frozen=True)
+class MapNeighbours:
+    """What a 2-D map of translations shows, in two numbers: of each point's nearest neighbour on the
+    map, how often it is the same language (languages as blocks) and how often it is the point's own
+    translation (translations meeting). Chance for the second: (languages - 1) / (points - 1)."""
+
+    same_language: float
+    translation: float
+    chance_translation: float
+
+
+def map_neighbours(coords: np.ndarray, n_languages: int, n_items: int) -> MapNeighbours:
+    """coords [language * item, 2] in [language][item] order (as ``projection_map`` draws them)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    xy = np.asarray(coords, np.float64).reshape(n_languages * n_items, 2)  # [point, 2]
+    _, found = NearestNeighbors(n_neighbors=2).fit(xy).kneighbors(xy)  # [point, 2]: itself (or a tie) and the next
+    own = found[:, 0] == np.arange(len(xy))
+    nearest = np.where(own, found[:, 1], found[:, 0])  # [point]
+    point = np.arange(len(xy))
+    language, item = point // n_items, point % n_items
+    return MapNeighbours(float((language[nearest] == language).mean()), float((item[nearest] == item).mean()),
+                         (n_languages - 1) / max(len(xy) - 1, 1))

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, hidden_states
+from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, hidden_states, states_on_disk
 from bertscope.analysis.probing import example_texts
 from bertscope.core.forward import inspect
 from bertscope.core.models import LoadedModel
@@ -65,6 +65,11 @@ class CorpusIndex:
         """[n] example rows of ``word`` (lower-cased, as the corpus spells it)."""
         wanted = word.strip().lower()
         return np.array([i for i, t in enumerate(self.states.types) if t == wanted], np.int64)
+
+
+def index_on_disk(lm: LoadedModel, sentences: int = DEFAULT_SENTENCES, cache: HiddenStateCache | None = None) -> bool:
+    """Whether ``build_index`` would only read the disk (the sample's states were extracted before)."""
+    return states_on_disk(lm, brown_task("brown-pos", sentences), "mean", cache)
 
 
 def build_index(lm: LoadedModel, sentences: int = DEFAULT_SENTENCES, cache: HiddenStateCache | None = None,

@@ -341,6 +341,17 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
     }
 
 
+def states_key(lm: LoadedModel, task: ProbeTask, pooling: Pooling) -> CacheKey:
+    return CacheKey(lm.name, weights_fingerprint(lm), tokenizer_fingerprint(lm), task.digest(), task.level,
+                    pooling, tuple(range(lm.num_layers + 1)))
+
+
+def states_on_disk(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
+                   cache: HiddenStateCache | None = None) -> bool:
+    """Whether ``hidden_states`` would read this task's states from the cache (no pass needed)."""
+    return (cache or HiddenStateCache()).read(states_key(lm, task, pooling)) is not None
+
+
 def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
                   cache: HiddenStateCache | None = None, batch_size: int = 64,
                   progress: Callable[[int, int], None] | None = None, engine: Engine | None = None) -> CachedStates:
@@ -351,8 +362,7 @@ def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
     if pooling not in allowed:
         raise BertScopeError(f"Pooling for a {task.level}-level task: {' or '.join(allowed)}.")
     cache = cache or HiddenStateCache()
-    key = CacheKey(lm.name, weights_fingerprint(lm), tokenizer_fingerprint(lm), task.digest(), task.level,
-                   pooling, tuple(range(lm.num_layers + 1)))
+    key = states_key(lm, task, pooling)
     found = cache.read(key)
     if found is not None:
         if progress:

@@ -7,7 +7,7 @@
 
 The model is instantiated on PyTorch's ``meta`` device, so a 175B-parameter config costs no
 memory. Each parameter is then put in a group (embeddings, encoder, pooler, mlm_head,
-nsp_head) and a component (token / position / segment embeddings, Q, K, V, attention output,
+nsp_head, rtd_head: ELECTRA's replaced-token detection head) and a component (token / position / segment embeddings, Q, K, V, attention output,
 FFN in/out, LayerNorms, ...). Tied parameters are counted once, under the module that owns
 them (the MLM decoder weight is BERT's token embedding matrix), and listed in ``tied``.
 
@@ -31,7 +31,7 @@ from bertscope.errors import BertScopeError
 from bertscope.sources.configs import model_config
 
 HEAD_CHOICES = ("none", "mlm", "pretraining")
-GROUP_ORDER = ("embeddings", "encoder", "pooler", "mlm_head", "nsp_head", "other")
+GROUP_ORDER = ("embeddings", "encoder", "pooler", "mlm_head", "nsp_head", "rtd_head", "other")
 
 # (component, pattern on the parameter name without the base-model prefix); first match wins.
 _LAYER_COMPONENTS = [
@@ -57,7 +57,7 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|albert_layers)\.(\d+)\.")
 
 @dataclass(frozen=True)
 class Component:
-    group: str  # embeddings | encoder | pooler | mlm_head | nsp_head | other
+    group: str  # embeddings | encoder | pooler | mlm_head | nsp_head | rtd_head | other
     layer: int | None  # encoder layer index (ALBERT: index within its shared group)
     name: str  # Q, K, V, FFN in, token, transform, ...
     count: int
@@ -140,6 +140,8 @@ def _classify(name: str, base_prefix: str) -> tuple[str, int | None, str]:
     if not name.startswith(base_prefix) and base_prefix:
         if "seq_relationship" in name:
             return "nsp_head", None, "classifier"
+        if name.startswith("discriminator_predictions."):  # ELECTRA: real or replaced, per token (no vocabulary)
+            return "rtd_head", None, "dense" if ".dense." in name else "classifier"
         if re.search(r"(decoder|vocab_projector)\.weight$", name):
             return "mlm_head", None, "decoder weight"
         if re.search(r"(decoder|vocab_projector)\.bias$", name) or re.fullmatch(

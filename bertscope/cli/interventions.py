@@ -187,6 +187,8 @@ def cmd_patch(args: argparse.Namespace) -> Any:
     for index, row in enumerate(result.recovered):
         name = hidden_name(index) if args.what == "hidden" else str(index)
         lines.append(f"{name:>10} " + "".join(f"{v:>{width}.2f}" if v == v else " " * (width - 1) + "-" for v in row))
+    if result.caveat:
+        lines.append(f"note: {result.caveat}")
     return "\n".join(lines)
 
 

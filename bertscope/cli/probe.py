@@ -39,7 +39,7 @@ def run_probe(lm, task, args: argparse.Namespace, engine=None, external_task=Non
                                engine=engine)
         external = None if external_task is None else hidden_states(lm, external_task, args.pooling, cache,
                                                                     args.batch_size, engine=engine)
-    with progress_bar(f"{lm.name}: probes", "layer") as progress:
+    with progress_bar(f"{lm.name}: probes (task, then control, per layer)", "fit") as progress:
         result = probe_layers(states, task.name, args.pooling, args.probe, args.seed, external=external,
                               weights_dir=weights_dir, progress=None if quiet else progress)
     return result, states.hit

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from bertscope.analysis.align import AlignmentVectors, RetrievalResult, TokenAlignment
+from bertscope.analysis.align import AlignmentVectors, RetrievalResult, TokenAlignment, map_neighbours
 from bertscope.core.layers import layer_title, names_of
 from bertscope.corpora.parallel import language_name
 from bertscope.figures.text import label
@@ -15,9 +15,12 @@ from bertscope.figures.text import label
 COLOURS = qualitative.Plotly + qualitative.Dark24
 
 
-def projection_map(av: AlignmentVectors, coords: np.ndarray, title: str, join: bool = False) -> go.Figure:
+def projection_map(av: AlignmentVectors, coords: np.ndarray, title: str, join: bool = False,
+                   axis: str = "PC") -> go.Figure:
     """coords [language * item, 2] in [language][item] order; ``join`` links each item's
-    translations to its first-language point."""
+    translations to its first-language point; ``axis`` names the two axes (PC 1, PC 2 / UMAP 1, UMAP 2).
+    The subtitle says what the map shows in numbers (``map_neighbours``): with hundreds of points,
+    two maps can look alike and differ."""
     n_lang, n_items = len(av.languages), av.data.n_items
     xy = coords.reshape(n_lang, n_items, 2)
     fig = go.Figure()
@@ -37,8 +40,12 @@ def projection_map(av: AlignmentVectors, coords: np.ndarray, title: str, join: b
             customdata=[[i + 1, t] for i, t in enumerate(texts)],
             hovertemplate=f"{label(language)} #%{{customdata[0]}}: %{{customdata[1]}}<extra></extra>",
         ))
-    fig.update_layout(title=label(title), height=520, xaxis=dict(showticklabels=False),
-                      yaxis=dict(showticklabels=False), legend=dict(itemsizing="constant"))
+    shown = map_neighbours(coords, n_lang, n_items)
+    fig.update_layout(title=dict(text=label(title), subtitle=dict(
+        text=f"nearest point on the map: same language {shown.same_language:.0%}, its own translation "
+             f"{shown.translation:.0%} (chance {shown.chance_translation:.1%})")),
+        height=540, xaxis=dict(title=f"{axis} 1", zeroline=False), yaxis=dict(title=f"{axis} 2", zeroline=False),
+        legend=dict(itemsizing="constant"), margin=dict(t=90))
     return fig
 
 

@@ -55,6 +55,9 @@ def select(r: Inspection, attention: np.ndarray, hide_special: bool, renormalise
 MAX_TICK_LABELS = 64  # beyond this, every k-th token is named (the hover names each cell)
 
 
+GRID_TICK_LABELS = 16  # token labels along one small multiple's axis (every n-th token beyond that)
+
+
 def _ticks(labels: list[str]) -> dict:
     step = -(-len(labels) // MAX_TICK_LABELS)
     return dict(tickvals=list(range(0, len(labels), step)), ticktext=labels[::step])
@@ -95,11 +98,21 @@ def layer_grid(r: Inspection, layer: int, hide_special=False, renormalise=False,
     matrices = select(r, r.attentions[layer], hide_special, renormalise)  # [head, q, k]
     z = percent_blocks(matrices, block)  # [head, rows, columns] float32 percent
     top = float(z.max())  # one colour scale for the layer, so its heads compare
+    labels = [label(r.tokens[i]) for i in keep] if block == 1 else None
     for h in range(heads):
-        fig.add_trace(percent_blocks_heatmap(z[h], block, zmax=top, showscale=False, name=titles[h]),
+        fig.add_trace(percent_blocks_heatmap(z[h], block, zmax=top, labels=labels, showscale=False, name=titles[h]),
                       row=h // columns + 1, col=h % columns + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
+    if labels is not None:  # tokens along the left column (queries) and the bottom row (keys)
+        ticks = dict(tickvals=list(range(0, len(labels), -(-len(labels) // GRID_TICK_LABELS))))
+        ticks["ticktext"] = [labels[i] for i in ticks["tickvals"]]
+        for row in range(1, rows + 1):
+            fig.update_yaxes(showticklabels=True, tickfont=dict(size=9), **ticks, row=row, col=1)
+        for h in range(heads):
+            if h + columns >= heads:  # nothing below it: its x axis is the bottom of its column
+                fig.update_xaxes(showticklabels=True, tickangle=-60, tickfont=dict(size=9), **ticks,
+                                 row=h // columns + 1, col=h % columns + 1)
     note = "" if block == 1 else f"; each cell: mean of {block}×{block} tokens"
     fig.update_layout(title=f"Layer {layer}: all {heads} heads, weights in % (colour: 0 to {top:.1f}%{note})",
                       height=260 * rows + 80)

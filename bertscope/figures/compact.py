@@ -89,9 +89,17 @@ def percent_blocks(weights: np.ndarray, block: int) -> np.ndarray:
     return (block_mean(np.asarray(weights, dtype=np.float32), block) * 100).astype(np.float32)
 
 
-def percent_blocks_heatmap(z: np.ndarray, block: int, zmax: float = 100.0, **kwargs) -> go.Heatmap:
+def percent_blocks_heatmap(z: np.ndarray, block: int, zmax: float = 100.0, labels: list[str] | None = None,
+                           **kwargs) -> go.Heatmap:
     """An overview trace of ``percent_blocks`` output [rows, columns]; x and y are each block's
-    first token; colours from 0 to ``zmax`` percent (shared by the traces of one figure)."""
+    first token; colours from 0 to ``zmax`` percent (shared by the traces of one figure). ``labels``
+    (one per token, block 1 only): the hover names the tokens, while the cells stay few."""
+    if block == 1 and labels is not None and z.size <= LABELLED_CELLS:
+        customdata = np.array([[(f"{y} {labels[y]}", f"{x} {labels[x]}") for x in range(z.shape[1])]
+                               for y in range(z.shape[0])], dtype=object)
+        return go.Heatmap(z=z, x=np.arange(z.shape[1], dtype=np.int32), y=np.arange(z.shape[0], dtype=np.int32),
+                          colorscale=COLOURS, zmin=0, zmax=max(float(zmax), 1e-6), customdata=customdata,
+                          hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:.2f}%<extra></extra>", **kwargs)
     if block == 1:
         hover = "query %{y} → key %{x}: %{z:.2f}%<extra></extra>"
     else:

@@ -30,5 +30,8 @@ def rank_by_layer(readings: Sequence[LayerReading], layer_names: Sequence[str]) 
     fig = px.line(x=list(range(len(readings))), y=[r.final_rank for r in readings], markers=True, log_y=True,
                   labels={"x": "hidden state", "y": "rank of the final answer"})
     fig.update_xaxes(tickvals=list(range(len(readings))), ticktext=list(layer_names))
-    fig.update_yaxes(autorange="reversed")
+    top = max(r.final_rank for r in readings)
+    ticks = [v for decade in (1, 10, 100, 1_000, 10_000, 100_000) for v in (decade, 2 * decade, 5 * decade)
+             if v <= max(top, 2) * 2]  # 1, 2, 5, 10, 20, 50, …: each written out (plotly's own log ticks abbreviate)
+    fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[f"{v:,}" for v in ticks])
     return fig

@@ -7,6 +7,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from bertscope.analysis.params import GROUP_ORDER
+
 
 def breakdown_treemap(rows: pd.DataFrame) -> go.Figure:
     """``rows``: group, layer (or NA), component, count."""
@@ -31,7 +33,7 @@ def flops_area(flops: pd.DataFrame) -> go.Figure:
 
 def compare_bars(frame: pd.DataFrame) -> go.Figure:
     """``frame``: one row per model with its group totals (embeddings, encoder, pooler, heads)."""
-    groups = [g for g in ("embeddings", "encoder", "pooler", "mlm_head", "nsp_head") if g in frame]
+    groups = [g for g in GROUP_ORDER if g in frame]
     long = frame.melt(id_vars="model", value_vars=groups, var_name="group", value_name="parameters")
     fig = px.bar(long, x="model", y="parameters", color="group")
     fig.update_traces(hovertemplate="%{x}: %{y:,} parameters<extra>%{fullData.name}</extra>")

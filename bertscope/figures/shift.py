@@ -66,7 +66,7 @@ def layer_lines(metrics: list[LayerMetrics], which: str) -> go.Figure:
     fig = go.Figure([go.Scatter(x=layers, y=v, mode="lines+markers", name=k) for k, v in series.items()])
     fig.update_layout(title=title, xaxis=dict(title="layer (the embeddings, then the output of each block)",
                                               tickvals=layers, ticktext=names_of(layers)),
-                      yaxis_title="cosine / accuracy",
+                      yaxis_title="cosine / accuracy" if which == "senses" else "cosine",
                       height=440)
     return fig
 

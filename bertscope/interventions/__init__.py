@@ -5,7 +5,8 @@ state ``embed`` / ``hook_resid_post``, edited on the loaded model's own modules,
 thread only): ``ablation`` (zero or mean-ablate heads; the
 prediction before and after), ``importance`` (Michel et al. 2019: head importance from gate
 gradients, and the pruning curve against random orders), ``patching`` (clean states patched into a
-corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 2022); on a
+corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 2022; ``examples``:
+patching examples checked on the default model); on a
 fine-tuned classifier, ``task_importance`` (the task loss's head importance and pruning curve,
 every label before and after ablation). May import: ``errors``, ``runtime``, ``sources``,
 ``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution`` (its targets), ``training``

@@ -210,12 +210,29 @@ class PatchResult:
     m_clean: float
     m_corrupt: float
 
+    @property
+    def caveat(self) -> str | None:
+        """One line when the example does not show what it is meant to (a regression head: never): the
+        clean run does not prefer A, or the corrupted run prefers A as much, leaving nothing to recover."""
+        if self.setup.reads == "value":
+            return None
+        a, b = self.setup.candidates
+        if self.m_clean <= 0:
+            return (f"On this model the clean run does not prefer “{a}”: logit({a}) − logit({b}) = "
+                    f"{self.m_clean:+.3f}. The model fails the behaviour this example is meant to show, so the "
+                    "recovered fractions trace a failure, not the mechanism.")
+        if self.m_clean - self.m_corrupt < MIN_DIFFERENCE:
+            return (f"The corrupted run prefers “{a}” at least as much as the clean one ({self.m_corrupt:+.3f} "
+                    f"against {self.m_clean:+.3f}): there is no difference for patching to recover.")
+        return None
+
     def to_json(self) -> dict:
         s = self.setup
         return {"metric": "value" if s.reads == "value" else METRIC, "reads": s.reads,
                 "candidates": [] if s.reads == "value" else list(s.candidates), "position": s.position,
                 "clean": s.clean, "corrupt": s.corrupt, "tokens": s.tokens, "clean_tokens": s.clean_tokens,
                 "what": self.what, "layers": self.layers, "m_clean": self.m_clean, "m_corrupt": self.m_corrupt,
+                "caveat": self.caveat,
                 "recovered": [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in self.recovered],
                 "numbering": ("rows: hidden states, 'embeddings' then layer l's output; columns: positions"
                               if self.what == "hidden" else "rows: layers from 0; columns: heads from 0")}

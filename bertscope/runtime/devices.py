@@ -46,7 +46,11 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Copy a CPU tensor to ``device`` without making the host wait for queued GPU work: from
     pinned memory the copy is queued like a kernel (from pageable memory CUDA first drains
-    the stream, which would serialise tokenising the next batch behind this one's pass)."""
+    the stream, which would serialise tokenising the next batch behind this one's pass). A tensor
+    already on an accelerator (``cuda:0`` when ``device`` says ``cuda``) only moves if it must: pinning
+    is for host memory alone."""
+    if t.device.type != "cpu":
+        return t.to(device, non_blocking=True)
     if device.type == "cuda":
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)

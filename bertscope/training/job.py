@@ -51,14 +51,17 @@ class Snapshot:
     metrics: dict | None  # metrics.json once done: before/after held-out figures and cloze predictions
     out: str
     elapsed: float  # seconds since the job started
-    seconds_per_step: float | None  # the measured pace since the first step (None before the second)
+    seconds_per_step: float | None  # the measured pace of steps within an epoch (None before the second step)
+    scoring_seconds: float = 0.0  # one held-out scoring: measured at an epoch's end, else the time before step 1
+    scorings_left: int = 0  # held-out scorings still to come (one after each epoch not yet ended)
 
     @property
     def seconds_left(self) -> float | None:
-        """The steps still to run at the measured pace (held-out scoring after each epoch not included)."""
+        """The steps still to run at the measured pace, plus the held-out scorings still to come at their
+        measured length: both from this run on this machine, so the figure settles as the run goes."""
         if self.seconds_per_step is None or self.status != "running":
             return None
-        return self.seconds_per_step * max(0, self.total - self.step)
+        return self.seconds_per_step * max(0, self.total - self.step) + self.scoring_seconds * self.scorings_left
 
 
 @dataclass(eq=False)
@@ -76,6 +79,10 @@ class TrainingJob:
     _pair_losses: list = field(default_factory=list)
     _started: float = field(default_factory=time.monotonic)
     _first_step: tuple[int, float] | None = None  # (step, time) of the first step seen
+    _last_epoch: int = 0  # the epoch of the last step seen
+    _step_seconds: float = 0.0  # time between consecutive steps of one epoch, summed
+    _step_gaps: int = 0  # how many such gaps
+    _scoring: float | None = None  # one held-out scoring, measured at an epoch boundary
     _last_step_at: float = 0.0
     _status: str = "running"
     _error: str | None = None
@@ -136,9 +143,15 @@ class TrainingJob:
             if "pair_loss" in info:
                 self._pair_losses.append(float(info["pair_loss"]))
             now = time.monotonic()
+            epoch = int(info.get("epoch", 1))
             if self._first_step is None:
                 self._first_step = (step, now)  # from here on: steps only, not loading and the first scoring
-            self._last_step_at = now
+            elif epoch == self._last_epoch:
+                self._step_seconds += now - self._last_step_at
+                self._step_gaps += 1
+            elif self._step_gaps:  # the gap across an epoch's end holds one step and one held-out scoring
+                self._scoring = max(0.0, now - self._last_step_at - self._step_seconds / self._step_gaps)
+            self._last_step_at, self._last_epoch = now, epoch
 
     def cancel(self) -> None:
         """Ask the run to stop between steps (what was trained so far is kept in its checkpoint)."""
@@ -153,9 +166,13 @@ class TrainingJob:
             file = self.out / "metrics.json"
             if self._status == "done" and file.is_file():
                 metrics = json.loads(file.read_text())
-            pace = None
-            if self._first_step is not None and self._step > self._first_step[0]:
-                pace = (self._last_step_at - self._first_step[1]) / (self._step - self._first_step[0])
+            pace = self._step_seconds / self._step_gaps if self._step_gaps else None
+            # before any epoch has ended, the time before the first step (loading and the scoring before
+            # training) stands for one scoring: an upper bound that the first measured one replaces
+            scoring = self._scoring if self._scoring is not None else (
+                self._first_step[1] - self._started if self._first_step is not None else 0.0)
+            epochs = int(getattr(self.cfg, "epochs", 1) or 1)
             return Snapshot(self._status, self._step, self._total, list(self._losses), list(self._pair_losses),
                             list(self._epochs), self._error, metrics, str(self.out),
-                            time.monotonic() - self._started, pace)
+                            time.monotonic() - self._started, pace, scoring,
+                            max(0, epochs - max(self._last_epoch, 1) + 1) if self._first_step is not None else 0)

@@ -110,7 +110,13 @@ class Processes:
         return self.accelerator.reduce(values.to(self.device), reduction="sum").cpu()
 
     def barrier(self) -> None:
-        if self.accelerator is not None:
+        if self.accelerator is None:
+            return
+        if self.device.type == "cpu":  # gloo on the CPU: accelerate's barrier names a CUDA device when one
+            import torch.distributed as dist  # is visible (cuda:1 on a one-GPU machine: no such device)
+
+            dist.barrier()
+        else:
             self.accelerator.wait_for_everyone()
 
     def memory_share(self, budget: int) -> int:

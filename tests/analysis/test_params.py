@@ -138,3 +138,11 @@ def test_cli_params_json(capsys):
     assert main(["params", "bert-base-uncased", "--head", "pretraining", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["groups"]) == {"embeddings", "encoder", "pooler", "mlm_head", "nsp_head"}
+
+
+def test_electra_discriminator_head_is_its_own_group():
+    """ELECTRA's pretraining head detects replaced tokens (one logit a token): not a masked-LM head."""
+    b = count_parameters("google/electra-base-discriminator", "pretraining")
+    totals = b.group_totals()
+    assert "mlm_head" not in totals and totals["rtd_head"] == (768 * 768 + 768) + (768 + 1)
+    assert {c.name for c in b.components if c.group == "rtd_head"} == {"dense", "classifier"}

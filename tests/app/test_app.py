@@ -121,6 +121,7 @@ def test_attention_page(monkeypatch, tiny_bert_dir):
     at.switch_page("views/attention.py").run()
     assert not at.exception and not at.error
     assert at.selectbox(key="att_layer").options == ["0", "1"]
+    assert at.selectbox(key="att_query").value == 10  # "it" of the default sentence, as the home page asks
     at.selectbox(key="att_layer").set_value(1).run()
     at.selectbox(key="att_head").set_value(3).run()
     at.toggle(key="att_hide").set_value(True).run()
@@ -189,7 +190,8 @@ def test_attention_page_bad_inputs(monkeypatch, tiny_bert_dir):
     at.button[0].click().run()
     at.session_state["att_tab"] = "Head statistics"
     at.run()
-    at.radio(key="att_corpus_source").set_value("Paste")
+    at.radio(key="att_corpus_source").set_value("Paste").run()  # the form then shows the paste box alone
+    assert not at.get("file_uploader") and not any(n.key == "att_brown_size" for n in at.number_input)
     at.text_area(key="att_corpus_text").input("\n  \n")
     at.button(key="FormSubmitter:att_stats_form-Compute head statistics").click().run()
     assert not at.exception
@@ -272,6 +274,10 @@ def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
     at.session_state["shift_tab"] = "In the Brown corpus"
     at.run()
     assert not at.exception and not at.error
+    assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))  # nothing runs on opening
+    assert not any("genre" in d.value.columns for d in at.dataframe if hasattr(d.value, "columns"))
+    at.button(key="shift_brown_run").click().run()
+    assert not at.exception and not at.error
     matches = next(d.value for d in at.dataframe if "genre" in d.value.columns)
     assert list(matches.columns) == ["similarity", "tag", "genre", "before", "word", "after"] and len(matches) == 20
     # a concordance: each sentence centred on its word, which is the matched word itself
@@ -289,12 +295,21 @@ def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
     assert any("empty" in e for e in texts(at.error)) and not at.exception
 
 
+def compute(at: AppTest) -> AppTest:
+    """Press the Cross-lingual page's Compute (its form's button)."""
+    next(b for b in at.button if "align_form" in b.id).click()
+    return at.run()
+
+
 def test_align_page(monkeypatch, tiny_multilingual_dir):
     at = start(monkeypatch, str(tiny_multilingual_dir))
     at.switch_page("views/align.py").run()
     assert not at.exception and not at.error
     assert any("cannot be had here" in t for t in texts(at.info))  # mBERT proposed, honestly absent
     assert at.radio(key="align_model").options == [f"{tiny_multilingual_dir} (sidebar)", "bundled-multilingual"]
+    # nothing costly on opening: the 945 texts wait for the button, which says what it will do
+    assert not at.metric and any(t.startswith("Press *Compute*") and "945 texts" in t for t in texts(at.info))
+    compute(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Items × languages"] == "105 × 9" and metrics["Chance"] == "1.0%"
     assert any("Weak alignment" in w for w in texts(at.warning))  # a random model aligns nothing
@@ -458,8 +473,9 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     at.query_params["model"] = str(tiny_bert_dir)  # a local path in a link: refused
     at.run()
     assert not at.exception
-    assert any("this demo serves bundled, bert-base-uncased" in w for w in texts(at.warning))
-    assert at.selectbox(key=MODEL_KEY).options == ["bundled", "bert-base-uncased"]  # no local paths
+    # bert-base-uncased is allowlisted but cannot be had offline: neither offered nor named
+    assert any(w.endswith("this demo serves bundled.") for w in texts(at.warning))
+    assert at.selectbox(key=MODEL_KEY).options == ["bundled"]  # no local paths, nothing unloadable
     assert not any("site-packages" in c or "loaded from" in c for c in texts(at.caption))  # no server paths
     assert not at.text_input  # no free-text model field
     at.switch_page("views/attention.py").run()
@@ -657,6 +673,7 @@ def test_token_links_open_on_the_layer_where_they_are_right(monkeypatch, tiny_mu
     best = token_link_accuracy(load_model(str(tiny_multilingual_dir)), shipped_parallel("words")).best
     at = start(monkeypatch, str(tiny_multilingual_dir))
     at.switch_page("views/align.py").run()
+    compute(at)
     assert not at.exception and not at.error
     assert at.select_slider(key="align_token_layer").value == best
     assert any("where a word's pieces most often link inside its translation" in c for c in texts(at.caption))

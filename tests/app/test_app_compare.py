@@ -45,6 +45,20 @@ def test_heads_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tiny_roberta_dir):
     assert any("cut text into different tokens" in i for i in texts(at.info))
 
 
+def test_heads_tab_waits_for_its_button(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
+    """Opening the tab computes nothing (it read every attention map of both models on opening); the button
+    does, and the heatmap's title counts the sentences that were used."""
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir))
+    at.session_state["cmp_tab"] = "Heads"
+    at.run()
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press *Compare heads*") for t in texts(at.info))
+    assert not any("moved from the same head" in c.proto.spec for c in at.get("plotly_chart"))
+    at.button(key="cmp_heads_run").click().run()
+    spec = next(c.proto.spec for c in at.get("plotly_chart") if "moved from the same head" in c.proto.spec)
+    assert "sentences)" in spec and not at.exception
+
+
 def test_probes_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir), cmp_tab="Probes")
     assert not at.exception and not at.error

@@ -93,3 +93,32 @@ def test_ablation_watches_the_next_sentence_head(monkeypatch, tiny_bert_dir):
     assert not at.exception and not at.error
     values = {m.label: m.value for m in at.metric}
     assert "IsNext (NSP), intact" in values and "IsNext (NSP), heads removed" in values
+
+
+def test_a_hosted_demo_refuses_a_long_linked_text_in_one_plain_line(monkeypatch, tiny_mlm_dir):
+    """A link can carry more than the box takes; the refusal names the box once ("The clean text ...")."""
+    monkeypatch.setenv("BERTSCOPE_DEMO", "1")
+    monkeypatch.setenv("BERTSCOPE_ALLOWLIST", str(tiny_mlm_dir))
+    long = "the river was [MASK] . " * 227  # 4,994 characters
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, int_tab="Patching", clean=long[:4994],
+                        corrupt="the money was [MASK] .", a="muddy", b="good")
+    assert not at.exception
+    assert texts(at.error) == ["The clean text has 4,994 characters; this app takes up to 2,000."]
+
+
+def test_the_patching_result_says_when_the_clean_run_fails_the_example(monkeypatch, tiny_mlm_dir):
+    """A clean run that prefers B gets one line beside the result (the example would trace a failure)."""
+    at = open_page(monkeypatch, str(tiny_mlm_dir))
+    at.text_input(key="int_clean").input("the river was [MASK] and the river .")
+    at.text_input(key="int_corrupt").input("the money was [MASK] and the money .")
+    at.text_input(key="int_a").input("muddy")
+    at.text_input(key="int_b").input("good")
+    at = press(at, "int_patch_form", "Patch")
+    clean = next(m.value for m in at.metric if m.label == "Clean: logit A − logit B")
+    said = [w for w in texts(at.warning) if "the clean run does not prefer" in w]
+    assert bool(said) == (float(clean) <= 0), (clean, said)
+    at.text_input(key="int_a").input("good")  # the same texts with the candidates swapped: the other verdict
+    at.text_input(key="int_b").input("muddy")
+    at = press(at, "int_patch_form", "Patch")
+    swapped = [w for w in texts(at.warning) if "the clean run does not prefer" in w]
+    assert bool(swapped) != bool(said) and not at.exception

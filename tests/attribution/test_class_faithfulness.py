@@ -49,7 +49,8 @@ def test_items_are_the_predicted_classes_with_the_pipelines_probability(classifi
     ids = torch.tensor([[i for j, i in enumerate(item.input_ids.tolist()) if j != 3]])
     positions = torch.tensor([[j for j in range(n) if j != 3]])
     with torch.no_grad():
-        logits = classifier.model(input_ids=ids, position_ids=positions).logits
+        logits = classifier.model(input_ids=ids.to(classifier.device),
+                                  position_ids=positions.to(classifier.device)).logits
     assert p[1] == pytest.approx(float(torch.softmax(logits, -1)[0, item.target_id]), abs=1e-5)
 
 

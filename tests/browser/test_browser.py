@@ -35,10 +35,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_app(log: Path, model: str | None = None):
-    """``streamlit run app.py`` on a free port, offline; default model unless one is given."""
+def running_app(log: Path, model: str | None = None, cache: Path | None = None):
+    """``streamlit run app.py`` on a free port, offline; default model unless one is given; ``cache``:
+    a fresh BERTSCOPE_CACHE (nothing computed before: models converted again, no hidden states kept)."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if cache is not None:
+        env["BERTSCOPE_CACHE"] = str(cache)
     env.pop("BERTSCOPE_MODEL", None)  # the offline default: the bundled model
     if model:
         env["BERTSCOPE_MODEL"] = model
@@ -160,7 +163,20 @@ def test_probes_page_on_bundled(browser, app_url, artifacts):
     page, problems = open_page(browser, f"{app_url}/probes", height=1400)
     page.get_by_role("button", name="Extract and probe every layer").wait_for(timeout=60_000)
     page.get_by_role("button", name="Extract and probe every layer").click()
-    page.get_by_text("Majority baseline").wait_for(timeout=180_000)
+    seen, deadline = [], time.monotonic() + 240  # the bar's text, sampled while the job runs
+    while not page.get_by_text("Majority baseline").count() and time.monotonic() < deadline:
+        bar = page.locator('[data-testid="stProgress"]')
+        if bar.count():
+            text = bar.first.inner_text(timeout=5_000).strip()
+            if text and (not seen or seen[-1] != text):
+                seen.append(text)
+        time.sleep(0.3)
+    page.get_by_text("Majority baseline").wait_for(timeout=60_000)
+    # every phase moves: the probes' phase (task, then control, at each layer) reports each fit, with the
+    # time left measured on this run once a fit is done
+    fits = [t for t in seen if t.startswith("Probes (task, then control, per layer), fits")]
+    assert len(set(fits)) >= 3, seen
+    assert any("left" in t for t in fits), seen
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     assert "Cache:" in page.inner_text("body") and not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "probes.png"), full_page=True)
@@ -263,6 +279,14 @@ def test_attention_page_offline(browser, app_url, artifacts):
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     assert not page.locator(".stException").count()
     page.screenshot(path=str(artifacts / "attention.png"), full_page=True)
+    # every head of the layer: token names along the left column and the bottom row of the small multiples
+    page.get_by_role("tab", name="All heads of the layer").click()
+    grid = page.get_by_role("tabpanel", name="All heads of the layer").locator(".js-plotly-plot")
+    grid.wait_for(timeout=60_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(artifacts / "attention-all-heads.png"), full_page=True)
+    ticks = grid.first.locator("svg text").all_text_contents()
+    assert ticks.count("animal") >= 6 and ticks.count("street") >= 4, ticks  # 3 rows at left, 4 columns below
     # bertviz with the network blocked: the app serves require.js, d3 and jQuery itself
     for tab, shot in (("bertviz head view", "attention-bertviz-offline.png"),
                       ("bertviz model view", "attention-bertviz-model-offline.png")):
@@ -380,6 +404,7 @@ def test_shift_page_bank_on_bundled(browser, app_url, artifacts):
     # the Brown corpus: nearest words at the layer, their tags, and "bank" across genres
     page.get_by_role("tab", name="In the Brown corpus").click()
     panel = page.get_by_role("tabpanel", name="In the Brown corpus")
+    panel.get_by_role("button", name="Index the Brown sample").click(timeout=60_000)  # read from disk if kept
     panel.get_by_text("occurrences by genre", exact=False).first.wait_for(state="attached", timeout=180_000)
     assert panel.locator(".js-plotly-plot").count() == 2 and not page.locator(".stException").count()
     page.wait_for_timeout(500)
@@ -393,7 +418,9 @@ def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
     bundled-multilingual and says why; maps, retrieval and token links are drawn; switching to
     the English model shows its weak alignment; a TSV with gaps is used."""
     page, problems = open_page(browser, f"{app_url}/align", height=1500)
-    page.get_by_text("Best layer (centred)").wait_for(timeout=240_000)  # converts on first use
+    compute = page.get_by_role("button", name="Compute", exact=True)
+    compute.click(timeout=240_000)  # converts bundled-multilingual on first use; the texts wait for this
+    page.get_by_text("Best layer (centred)").wait_for(timeout=240_000)
     body = page.inner_text("body")
     assert "cannot be had here" in body and "running on bundled-multilingual" in body
     assert "Weak alignment" not in body
@@ -409,6 +436,8 @@ def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
     page.get_by_text("mutual argmax links").first.wait_for(timeout=60_000)
     page.screenshot(path=str(artifacts / "align-tokens.png"), full_page=True)
     page.get_by_text("bundled-mlm (sidebar)").click()
+    wait_until_idle(page, 120)
+    compute.click()  # another model: its vectors are asked for again (or read back from disk)
     page.get_by_text("Weak alignment").wait_for(timeout=120_000)
     page.screenshot(path=str(artifacts / "align-english-model.png"), full_page=True)
     gaps = tmp_path / "gaps.tsv"
@@ -416,11 +445,38 @@ def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
                     "It rains.\t\t下雨了。\nI drink tea.\tIch trinke Tee.\t我喝茶。\n", encoding="utf-8")
     page.locator('input[type="file"]').set_input_files(str(gaps))
     page.get_by_text("line 3 (no de)").wait_for(timeout=60_000)
+    wait_until_idle(page, 60)
+    compute.click()
     page.get_by_text("2 × 3").wait_for(timeout=60_000)
     page.screenshot(path=str(artifacts / "align-upload-with-gaps.png"), full_page=True)
     assert not page.locator(".stException").count()
     assert not problems, problems
     page.close()
+
+
+def test_costly_tabs_wait_for_their_buttons(browser, tmp_path, artifacts):
+    """On a fresh cache (nothing kept from earlier tests), the three places that used to compute for minutes
+    on opening (cross-lingual: 945 texts at every layer; Compare → Heads: every attention map of 100
+    sentences in two models; Embedding shift → Brown: 2,000 sentences) do nothing costly until their button:
+    the page settles, shows a line that names the button, and no progress bar."""
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")  # the installed corpora, read only
+    with running_app(tmp_path / "server.log", cache=tmp_path / "cache") as url:
+        for path, tab, prompt in (("align", None, "Press Compute"), ("compare", "Heads", "Press Compare heads"),
+                                  ("shift", "In the Brown corpus", "Press Index the Brown sample")):
+            page, problems = open_page(browser, f"{url}/{path}", height=1200)
+            page.locator('[data-testid="stMain"] h1').first.wait_for(timeout=120_000)
+            wait_until_idle(page, 120)
+            if tab:
+                page.get_by_role("tab", name=tab).click()
+            page.get_by_text(prompt, exact=False).first.wait_for(timeout=120_000)
+            wait_until_idle(page, 60)
+            assert not page.locator('[data-testid="stProgress"]').count(), path
+            page.screenshot(path=str(artifacts / f"waits-{path}.png"), full_page=True)
+            assert not page.locator(".stException").count() and not problems, (path, problems)
+            page.close()
 
 
 def test_a_shared_link_reproduces_the_view(browser, app_url, artifacts):
@@ -647,7 +703,7 @@ def test_interventions_page_on_bundled_mlm(browser, app_url, artifacts):
     patch.get_by_role("button", name="Patch").click()
     patch.get_by_text("Recovered fraction when each head's context").wait_for(timeout=180_000)
     body = page.inner_text("body")
-    assert "Difference to recover" in body and "2: keys→key" in body
+    assert "Difference to recover" in body and "2: men→man" in body
     page.screenshot(path=str(artifacts / "interventions-patching.png"), full_page=True)
     assert not page.locator(".stException").count()
     assert not problems, problems
@@ -691,6 +747,7 @@ def test_compare_page_bundled_against_bundled_mlm(browser, app_url, artifacts):
     assert plot.locator(".ytitle").text_content() == "bundled-mlm (A): hidden state"
     page.screenshot(path=str(artifacts / "compare.png"), full_page=True)
     page.get_by_role("tab", name="Heads").click()
+    page.get_by_role("button", name="Compare heads").click(timeout=60_000)  # nothing runs on opening the tab
     page.get_by_text("heads of A are closest to the same head of B", exact=False).wait_for(timeout=180_000)
     page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)  # heads matched elsewhere
     page.screenshot(path=str(artifacts / "compare-heads.png"), full_page=True)

@@ -30,7 +30,7 @@ def classifier(tiny_bert_dir, tmp_path_factory):
 
 
 def _logit_diff(lm, text: str) -> float:
-    enc = lm.tokenizer(text, return_tensors="pt")
+    enc = {k: v.to(lm.device) for k, v in lm.tokenizer(text, return_tensors="pt").items()}  # a GPU too
     with torch.no_grad():
         logits = lm.model(**enc).logits[0]
     return float(logits[2] - logits[0])

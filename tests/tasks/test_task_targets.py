@@ -52,7 +52,9 @@ def test_tag_and_answer_span_targets(tiny_bert_dir, tmp_path):
                                             num_labels=3, **labels(["O", "B-LOC", "I-LOC"]))))
     ig = attribute(tagger, TEXT, method="ig", target=parse_target("tag:6"), steps=64)
     assert ig.attribution.target.kind == "tag" and ig.attribution.target.label in ("O", "B-LOC", "I-LOC")
-    assert ig.attribution.completeness_error < 0.01
+    a = ig.attribution  # completeness within 1%, or within 1e-5 where f(x) - f(x') is itself near 0 (a GPU's
+    change = a.f_input - a.f_baseline  # float32 kernels then leave a relative error of a few percent)
+    assert abs(float(a.scores.sum()) - change) <= max(0.01 * abs(change), 1e-5)
     qa = load_model(str(task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 7)))
     question, context = "where did the man walk ?", "the man walked along the river bank and the dog ate ."
     span = attribute(qa, question, context, method="ig", target=parse_target("span"), steps=64)

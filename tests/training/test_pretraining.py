@@ -361,3 +361,26 @@ def test_one_masking_rule_for_the_recipe_view_the_cli_and_the_trainer(capsys):
         assert int((row != -100).sum()) == selection_count(k, 0.15)  # the trainer counts by the same rule
     changed = inputs[labels != -100]
     assert set(changed.tolist()) <= set(rule.tolist())
+
+
+def test_time_left_counts_the_held_out_scorings_and_settles(monkeypatch, tmp_path):
+    """The estimate is the measured pace of steps within an epoch plus each scoring still to come: before
+    an epoch has ended, the time before the first step stands for one scoring; then the measured one."""
+    from bertscope.training import job as job_module
+    from bertscope.training.job import TrainingJob
+
+    clock = iter([0.0, 10.0, 11.0, 12.0, 18.0, 19.0])  # start; steps 1-3 (epoch 1); 4-5 (epoch 2)
+    monkeypatch.setattr(job_module.time, "monotonic", lambda: now[0])
+    now = [next(clock)]
+    job = TrainingJob("m", tmp_path, replace(SMALL, epochs=2), _started=0.0)
+    for step, epoch in ((1, 1), (2, 1), (3, 1)):
+        now[0] = next(clock)
+        job._progress(step, 6, {"loss": 1.0, "epoch": epoch})
+    snap = job.snapshot()
+    assert snap.seconds_per_step == pytest.approx(1.0)
+    assert snap.seconds_left == pytest.approx(3 * 1.0 + 2 * 10.0)  # 3 steps, 2 scorings at the set-up time
+    now[0] = next(clock)  # 1 s of step and 5 s of scoring after epoch 1
+    job._progress(4, 6, {"loss": 1.0, "epoch": 2})
+    snap = job.snapshot()
+    assert snap.scoring_seconds == pytest.approx(5.0) and snap.scorings_left == 1
+    assert snap.seconds_left == pytest.approx(2 * 1.0 + 5.0)  # what is really left: 2 steps and 1 scoring

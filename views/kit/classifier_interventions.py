@@ -98,8 +98,10 @@ def importance_tab(lm, key) -> None:
     labels = ", ".join(lm.task.labels[:12])
     with st.form("int_task_form"):
         uploaded = st.file_uploader("Labelled records (CSV with a header text[,pair],label, or JSONL)",
-                                    type=["csv", "jsonl"], key="int_task_file")
-        pasted = st.text_area(f"…or paste them (CSV with a header; the model's labels: {labels})", "",
+                                    type=["csv", "jsonl"], key="int_task_file",
+                                    max_upload_size=Limits.upload_mb)
+        pasted = st.text_area(f"…or paste them (CSV with a header, up to {Limits.corpus_lines:,} records; the model's "
+                              f"labels: {labels})", "",
                               key="int_task_paste", height=120, max_chars=Limits.corpus_chars)
         c1, c2 = st.columns(2)
         seed = c1.number_input("Split seed", 0, 10_000, 0, key="int_task_seed")
@@ -171,6 +173,8 @@ def patch_tab(lm, key) -> None:
         c1.metric(f"Clean: {what}", f"{hidden.m_clean:+.3f}")
         c2.metric("Corrupted", f"{hidden.m_corrupt:+.3f}")
         c3.metric("Difference to recover", f"{hidden.m_clean - hidden.m_corrupt:+.3f}")
+        if hidden.caveat:
+            st.warning(plain(hidden.caveat))
         st.plotly_chart(recovered_heatmap(hidden), config=PLOT_CONFIG, width="stretch", key="int_patch_hidden")
         heads = result_store("patch_heads").compute(request, lambda progress: patch(
             cached_model(*key), clean, corrupt, candidates, "heads", progress=progress),

@@ -48,7 +48,11 @@ class _Limits:
 
     @property
     def upload_bytes(self) -> int:
-        return 1_000_000 if demo() else 20_000_000
+        return self.upload_mb * 1_000_000
+
+    @property
+    def upload_mb(self) -> int:  # what every uploader says and enforces (max_upload_size)
+        return 1 if demo() else 20
 
     @property
     def bertviz_bytes(self) -> int:  # one bertviz page (it holds every weight as JSON text)

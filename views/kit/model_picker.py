@@ -41,7 +41,7 @@ def startup_default() -> tuple[str, str | None]:
 def cached_model(name: str, device: str, dtype: str) -> LoadedModel:
     """At most MAX_RESIDENT_MODELS stay loaded (least recently used goes first)."""
     if demo() and name not in demo_allowlist():
-        raise BertScopeError(f"This demo serves only: {', '.join(demo_allowlist())}.")
+        raise BertScopeError(f"This demo serves only: {', '.join(served_models())}.")
     lm = load_model(name, device=device, dtype=dtype)
     if lm.device.type == "cuda":  # hand back what an evicted model left in the CUDA cache
         import torch
@@ -50,9 +50,16 @@ def cached_model(name: str, device: str, dtype: str) -> LoadedModel:
     return lm
 
 
+def served_models() -> list[str]:
+    """The hosted demo's allowlist, less the models that cannot be had here now (offline, not cached):
+    what its picker offers and its refusals name. All of it when none can be had (the error then says why)."""
+    allowed = demo_allowlist()
+    return [m for m in allowed if _here(m)] or list(allowed)
+
+
 def model_options() -> list[str]:
     if demo():
-        return list(demo_allowlist())
+        return served_models()
     return [*PRESETS, OTHER]
 
 
@@ -68,7 +75,7 @@ def _init_state() -> None:
     elif demo():
         allowed = demo_allowlist()
         if linked:
-            st.warning(plain(f"Ignored the link's model={linked[:60]}: this demo serves {', '.join(allowed)}."))
+            st.warning(plain(f"Ignored the link's model={linked[:60]}: this demo serves {', '.join(served_models())}."))
         fallback = startup_default()[0]
         st.session_state[MODEL_KEY] = fallback if fallback in allowed else allowed[0]
     else:
@@ -148,6 +155,10 @@ def obtainable(name: str) -> bool:
     """Whether ``name`` could be loaded now without a long wait (bundled, cached, or hub up)."""
     if demo() and name not in demo_allowlist():
         return False
+    return _here(name)
+
+
+def _here(name: str) -> bool:
     if name in BUNDLED_MODELS:
         return BUNDLED_MODELS[name].installed()
     return Path(name).is_dir() or hub.is_cached(name) or hub.hub_reachable()

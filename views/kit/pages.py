@@ -57,8 +57,9 @@ PAGES: tuple[Page, ...] = (
     Page("views/interventions.py", "Interventions", ":material/science:",
          "test a claim by changing the model: remove heads, rank heads by importance with a pruning curve, "
          "patch activations from a clean run into a corrupted one.",
-         "*Patching* with the subject–verb example on bundled-mlm: the subject's number sits on *keys* in the "
-         "lower layers and reaches the mask around layers 3-4."),
+         "*Patching* with the subject–verb example on bundled-mlm (*The men at the table [MASK] tired.*): the "
+         "subject's number sits on *men* up to layer 2 and moves to the mask at layer 3 (75% of the difference "
+         "recovered there), past the singular *table* in between."),
     Page("views/faithfulness.py", "Faithfulness", ":material/fact_check:",
          "which attribution to trust on this model: every method's token ranking put to an erasure test on the"
          " model's own predictions, with intervals and a random floor.",
@@ -73,7 +74,9 @@ PAGES: tuple[Page, ...] = (
     Page("views/pretrain.py", "Pretraining", ":material/model_training:",
          "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and "
          "after.",
-         "bundled with the *news* genre, 256 chunks, one epoch; then its fill-mask."),
+         "*bundled* in the sidebar (no masked-LM head yet) with the page's defaults (*news*, 256 chunks, one "
+         "epoch at 1e-3): the held-out loss falls from 10.8 to 7.2; then its fill-mask. (*bundled-mlm* was "
+         "trained on Brown already: more Brown barely moves it, and the page says so.)"),
     Page("views/finetune.py", "Fine-tuning", ":material/tune:",
          "BERT's second stage on the sidebar's encoder: a task head trained on tweets, news topics, parts of "
          "speech or your file, with live curves, held-out accuracy, macro-F1 and a confusion matrix; the finished "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from contextlib import nullcontext
 from typing import Callable, TypeVar
 
@@ -37,6 +38,25 @@ def shared_results():
     return ResultCache(cache_budget_bytes())
 
 
+class StageClock:
+    """Time left in a job's stage, measured on this machine: the stage's elapsed time per step done so
+    far, times the steps to go (no constant guessed in advance). Says nothing until a step is done
+    and a second has passed, so the first figure comes from a real measurement."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self.now, self.stage, self.start, self.first = now, None, 0.0, 0
+
+    def left(self, stage: str, done: int, total: int) -> str | None:
+        if stage != self.stage:  # a new stage: its own clock, from its first report
+            self.stage, self.start, self.first = stage, self.now(), done
+            return None
+        elapsed, steps = self.now() - self.start, done - self.first
+        if steps <= 0 or elapsed < 1.0 or done >= total:
+            return None
+        seconds = elapsed / steps * (total - done)
+        return f"about {seconds:.0f} s left" if seconds < 120 else f"about {seconds / 60:.0f} min left"
+
+
 class ResultStore:
     """One page's corner of the shared cache: keys are namespaced, bytes are shared."""
 
@@ -53,7 +73,7 @@ class ResultStore:
         return shared_results().get_or_compute((self.name, key), compute)
 
     def compute(self, key, work: Callable[..., T], what: str, asked: bool = False, *, costly: str | None,
-                charge_key=None) -> T:
+                charge_key=None, wait: str | None = None) -> T | None:
         """The stored result of ``key``, or ``work(progress)`` run now under a progress bar that says
         ``what: done/total`` (and is removed when done); a job of several stages passes its own
         label, ``progress(done, total, "Probes, layers")``. Two sessions asking for the same key
@@ -68,11 +88,18 @@ class ResultStore:
         ``costly``: the job's name on a hosted demo's cost budget (``views.kit.budget``), or None for
         a job that costs about a view; every call says which. A computation is charged, a stored
         result is not; ``charge_key`` groups variants charged once (default: ``key``). A refusal
-        is one line; the last result this session computed here stays on screen below it."""
+        is one line; the last result this session computed here stays on screen below it.
+
+        ``wait``: a job that runs only when asked (a page or tab does costly work only when its button
+        is pressed): when nothing is stored and ``asked`` is false, ``wait`` is shown (one line saying
+        which button to press and what it will cost) and None is returned."""
         found = self.get(key)
         if found is not None:
             st.session_state[("_last_result", self.name)] = key
             return found
+        if wait is not None and not asked:
+            st.info(wait)
+            return None
         stopped = st.session_state.setdefault("_stopped_jobs", set())
         job = (self.name, hashlib.sha256(repr(key).encode()).hexdigest())
         if asked:
@@ -88,8 +115,12 @@ class ResultStore:
         stop.button("Stop", key=f"stop-{self.name}", icon=":material/stop_circle:", on_click=stopped.add, args=(job,),
                     help="Stops this job at its next step; the page stays usable and keeps nothing half-done.")
 
+        clock = StageClock()
+
         def progress(done: int, total: int, stage: str | None = None) -> None:
-            bar.progress(min(1.0, done / max(total, 1)), text=f"{stage or what}: {done:,}/{total:,}")
+            text = f"{stage or what}: {done:,}/{total:,}"
+            left = clock.left(stage or what, done, total)
+            bar.progress(min(1.0, done / max(total, 1)), text=text + (f" · {left}" if left else ""))
 
         try:
             charge = (key, False) if charge_key is None else (charge_key, True)

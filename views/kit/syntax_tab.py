@@ -42,7 +42,7 @@ def render(lm, key) -> None:
     store = result_store("structural")
     if store.get(request) is None and not asked:
         st.info("Press *Train the probes*: the first run reads EWT's hidden states once (cached on disk), then a "
-                "distance and a depth probe per hidden state; on bundled about a minute with 1,000 sentences.")
+                "distance and a depth probe per hidden state (the bar says how long each phase has left).")
         return
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: structural_probes(

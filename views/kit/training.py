@@ -32,7 +32,7 @@ def run_progress(job, snap, button: str, key: str, why: str, loading: str) -> No
     pace = ""
     if snap.seconds_left is not None:
         pace = (f" · {snap.seconds_per_step:.1f} s a step on {job.device_label}, about "
-                f"{duration(snap.seconds_left)} left (plus held-out scoring after each epoch)")
+                f"{duration(snap.seconds_left)} left (held-out scoring after each epoch included)")
     elif snap.status == "running" and not snap.step:
         pace = f" · {loading} ({duration(snap.elapsed)})"
     st.progress(done, text=plain(f"{job.model_name}: step {snap.step:,} of {snap.total or '…'} · {snap.status}"
