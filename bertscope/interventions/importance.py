@@ -78,7 +78,7 @@ def masked_batches(lm: LoadedModel, texts: Sequence[str], batch_size: int, seed:
         yield rows, {**feed, "input_ids": inputs.to(lm.device)}, chosen, labels.to(lm.device)[chosen]
 
 
-def _chosen_logits(lm: LoadedModel, feed: dict, chosen: torch.Tensor, hooks: dict | None = None,
+def chosen_logits(lm: LoadedModel, feed: dict, chosen: torch.Tensor, hooks: dict | None = None,
                    grad: bool | None = False) -> torch.Tensor:
     """[chosen, vocab] masked-LM logits at ``chosen`` ([batch, token] bool) only: where the head's
     vocabulary projection is a plain Linear, it sees only those rows (``unembed.hook_in``)."""
@@ -97,7 +97,7 @@ def gated_loss(lm: LoadedModel, gates: torch.Tensor, feed: dict, chosen: torch.T
         return context * gates[layer].to(context.dtype)[None, None, :, None]
 
     hooks = every_layer("attn.hook_z", gate, lm.num_layers)
-    logits = _chosen_logits(lm, feed, chosen, hooks, grad=None)  # [chosen, vocab], in the caller's grad mode
+    logits = chosen_logits(lm, feed, chosen, hooks, grad=None)  # [chosen, vocab], in the caller's grad mode
     return F.cross_entropy(wide(logits), gold)
 
 
@@ -214,7 +214,7 @@ def mlm_top1(lm: LoadedModel, held: list[tuple], removed: Sequence[tuple[int, in
     right = count = 0
     with head_edit(lm, removed) if removed else nullcontext():
         for feed, chosen, gold in held:
-            best = _chosen_logits(lm, feed, chosen).argmax(-1)
+            best = chosen_logits(lm, feed, chosen).argmax(-1)
             right += int((best == gold).sum())
             count += len(gold)
     return right / max(count, 1)

@@ -17,6 +17,16 @@ def user_cache_dir() -> Path:
     return Path(base).expanduser() / "bertscope"
 
 
+def publish_folder(tmp: Path, folder: Path, marker: str) -> None:
+    """Put the finished folder ``tmp`` at ``folder`` unless another process published it first (then
+    theirs, whole: it holds ``marker``, is kept); a cache entry is whole or absent."""
+    try:
+        os.replace(tmp, folder)
+    except OSError:
+        if not (folder / marker).is_file():
+            raise
+
+
 def replace_folder(tmp: Path, folder: Path) -> None:
     """Put the finished folder ``tmp`` (written beside ``folder``) in ``folder``'s place: readers
     see the old folder or the new one, never a half-written one."""

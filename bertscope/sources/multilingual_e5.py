@@ -27,7 +27,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
 import struct
 import tempfile
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from bertscope.errors import BertScopeError
-from bertscope.runtime.user_cache import user_cache_dir
+from bertscope.runtime.user_cache import publish_folder, user_cache_dir
 from bertscope.sources.charsmap import precompiled_charsmap
 from bertscope.sources.presets import BUNDLED_MULTILINGUAL
 
@@ -289,11 +288,7 @@ def convert(e5: E5File, dest: Path, digest: str) -> Path:
             "source_file": str(e5.path), "source_sha256": digest, "source_bytes": len(e5.data),
             "note": ROUND_TRIP_NOTE,
         }, indent=1))
-        try:
-            os.replace(tmp, dest)  # atomic: a folder is either complete or absent
-        except OSError:  # another process finished first: keep theirs
-            if not (dest / "bertscope.json").is_file():
-                raise
+        publish_folder(tmp, dest, "bertscope.json")  # atomic: a folder is either complete or absent
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,218 @@
+"""Train a TopK SAE on a layer's activations kept on disk (Gao et al. 2024, §2.3-2.4 and Appendix A-B).
+
+- Loss: the reconstruction's squared error over the data's variance (the normalised MSE the paper
+  reports), plus AuxK: the k_aux = d_in / 2 largest *dead* latents reconstruct the remaining error,
+  weighted 1/32 and scaled down while fewer than k_aux latents are dead (SAELens's
+  ``calculate_topk_aux_loss``; EleutherAI's sparsify). A latent is dead when it has not fired in the
+  last ``dead_tokens`` tokens.
+- b_dec starts at the geometric median of a sample (Weiszfeld's iterations), W_enc at W_dec's
+  transpose; each decoder row stays at unit norm (the gradient's part along the row is removed
+  before the step, the norm reset after it: openai/sparse_autoencoder's train loop).
+- Adam (β 0.9 / 0.999, ε 6.25e-10), learning rate 2e-4 / sqrt(d_sae / 2^14) by default (the paper's
+  scaling law for the rate), gradient norm clipped at 1.
+- The rows are streamed from the memory-mapped file in shuffled blocks of at most ``block_bytes``
+  (a block's rows shuffled again), so memory stays bounded by bytes whatever the corpus.
+- A checkpoint (the SAE, Adam's state, the epoch and the dead-latent counters) after every epoch;
+  ``resume`` goes on from it; ``stop()`` ends the run between steps, keeping the last epoch's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.features.activations import ActivationSet
+from bertscope.features.sae import SaeInfo, TopKSAE, load_sae, save_sae
+from bertscope.runtime.user_cache import replace_folder
+
+
+@dataclass
+class SaeTrainConfig:
+    expansion: int = 8  # latents = expansion x d_in
+    k: int = 32  # active latents a token
+    epochs: int = 4  # passes over the tokens
+    batch_tokens: int = 2048
+    lr: float | None = None  # None: 2e-4 / sqrt(d_sae / 2^14)
+    aux_coef: float = 1 / 32
+    dead_tokens: int = 100_000  # a latent is dead when it has not fired in this many tokens
+    block_bytes: int = 64 * 2**20  # rows read from disk at a time
+    seed: int = 0
+
+    def check(self, d_in: int, tokens: int) -> None:
+        d_sae = self.expansion * d_in
+        if self.expansion < 1:
+            raise BertScopeError("--expansion must be at least 1.")
+        if not 0 < self.k < d_sae:
+            raise BertScopeError(f"k must be between 1 and {d_sae - 1} (the latents, {d_sae}, less one); got {self.k}.")
+        if self.epochs < 1 or self.batch_tokens < 1:
+            raise BertScopeError("Epochs and the batch size must be at least 1.")
+        if tokens < self.batch_tokens:
+            raise BertScopeError(f"The corpus gave {tokens:,} tokens, fewer than one batch ({self.batch_tokens:,}): "
+                                 "give it more sentences or a smaller batch.")
+
+    def rate(self, d_sae: int) -> float:
+        return self.lr if self.lr is not None else 2e-4 / math.sqrt(d_sae / 2**14)
+
+
+@dataclass
+class SaeTrainState:
+    epoch: int = 0
+    step: int = 0
+    history: list[dict] = field(default_factory=list)  # per epoch: loss, normalised MSE, aux loss, dead share
+
+
+def geometric_median(x: torch.Tensor, iterations: int = 32) -> torch.Tensor:
+    """Weiszfeld's iterations on the rows of ``x`` ([n, d]), from their mean."""
+    median = x.mean(dim=0)
+    for _ in range(iterations):
+        weights = 1 / (x - median).norm(dim=1).clamp_min(1e-8)  # [n]
+        median = (weights[:, None] * x).sum(dim=0) / weights.sum()
+    return median
+
+
+def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator):
+    """[rows, d] float32 blocks in a shuffled order, each block's rows shuffled."""
+    starts = np.arange(0, len(rows), block_rows)
+    for start in generator.permutation(starts):
+        block = np.asarray(rows[start:start + block_rows], np.float32)
+        yield block[generator.permutation(len(block))]
+
+
+def _adam_state(optimizer: torch.optim.Optimizer, names: list[str]) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, param in zip(names, optimizer.param_groups[0]["params"]):
+        for key, value in optimizer.state.get(param, {}).items():
+            out[f"{name}.{key}"] = torch.as_tensor(value).detach().cpu().reshape(-1) if key == "step" else \
+                value.detach().cpu().contiguous()
+    return out
+
+
+def _load_adam(optimizer: torch.optim.Optimizer, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
+    for name, param in zip(names, optimizer.param_groups[0]["params"]):
+        state = {key.split(".", 1)[1]: value for key, value in tensors.items() if key.split(".", 1)[0] == name}
+        if state:
+            state["step"] = state["step"].reshape(())
+            optimizer.state[param] = {k: v.to(param.device) for k, v in state.items()}
+
+
+def save_checkpoint(folder: Path, sae: TopKSAE, optimizer: torch.optim.Optimizer, names: list[str],
+                    state: SaeTrainState, since_fired: torch.Tensor, cfg: SaeTrainConfig) -> None:
+    """The run so far, whole or not at all (the files are written, then the folder renamed in)."""
+    from safetensors.torch import save_file
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        save_sae(sae, tmp / "sae")
+        save_file({**_adam_state(optimizer, names), "since_fired": since_fired.cpu()},
+                  str(tmp / "optimizer.safetensors"))
+        (tmp / "state.json").write_text(json.dumps({"state": asdict(state), "config": asdict(cfg)}))
+        replace_folder(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: SaeInfo, device: str = "cpu",
+              resume: bool = True, progress: Callable[[int, int, dict], None] | None = None,
+              stop: Callable[[], bool] | None = None) -> tuple[TopKSAE, SaeTrainState]:
+    """Train on ``acts`` into ``out`` (the SAE in SAELens's format at ``out``, the checkpoint in
+    ``out/checkpoint``); ``resume`` goes on from a checkpoint made with the same settings."""
+    out = Path(out)
+    rows = acts.rows
+    d_in = rows.shape[1]
+    cfg.check(d_in, len(rows))
+    d_sae = cfg.expansion * d_in
+    device = torch.device(device)
+    torch.manual_seed(cfg.seed)
+    sae = TopKSAE(d_in, d_sae, cfg.k, info=info, seed=cfg.seed).to(device)
+    names = ["W_enc", "b_enc", "W_dec", "b_dec"]
+    params = [getattr(sae, n) for n in names]
+    optimizer = torch.optim.Adam(params, lr=cfg.rate(d_sae), betas=(0.9, 0.999), eps=6.25e-10)
+    state, since_fired = SaeTrainState(), torch.zeros(d_sae, dtype=torch.long, device=device)
+    checkpoint = out / "checkpoint"
+    sample = torch.from_numpy(np.asarray(rows[np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)],
+                                         np.float32)).to(device)  # [sample, d_in]
+    variance = float((sample - sample.mean(0)).pow(2).sum(1).mean())  # the normalised MSE's denominator
+    if resume and (checkpoint / "state.json").is_file():
+        saved = json.loads((checkpoint / "state.json").read_text())
+        if saved["config"] != asdict(cfg):
+            raise BertScopeError(f"{checkpoint} was made with other settings ({saved['config']}); give another "
+                                 "--out, or the same settings to resume.")
+        from safetensors.torch import load_file
+
+        kept = load_sae(checkpoint / "sae", device)
+        sae.load_state_dict(kept.state_dict())
+        tensors = load_file(str(checkpoint / "optimizer.safetensors"))
+        since_fired = tensors.pop("since_fired").to(device)
+        _load_adam(optimizer, names, tensors)
+        state = SaeTrainState(**saved["state"])
+    else:
+        with torch.no_grad():
+            sae.b_dec.copy_(geometric_median(sample))
+    block_rows = max(cfg.batch_tokens, cfg.block_bytes // (d_in * 4))
+    steps_per_epoch = len(rows) // cfg.batch_tokens
+    total = steps_per_epoch * cfg.epochs
+    k_aux = d_in // 2
+    for epoch in range(state.epoch, cfg.epochs):
+        generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
+        sums = {"loss": 0.0, "nmse": 0.0, "aux": 0.0}
+        started, steps = time.perf_counter(), 0
+        for block in blocks_of(rows, block_rows, generator):
+            x_block = torch.from_numpy(block).to(device)  # [block, d_in]
+            for start in range(0, len(x_block) - cfg.batch_tokens + 1, cfg.batch_tokens):
+                if stop is not None and stop():
+                    return sae, state
+                x = x_block[start:start + cfg.batch_tokens]  # [batch, d_in]
+                pre = sae.pre_activations(x)  # [batch, d_sae]
+                top = pre.topk(cfg.k, dim=-1, sorted=False)
+                values = torch.relu(top.values)
+                recon = sae.decode_topk(values, top.indices)
+                error = x - recon
+                nmse = error.pow(2).sum(1).mean() / variance
+                fired = torch.zeros(d_sae, dtype=torch.bool, device=device)
+                fired[top.indices[values > 0]] = True
+                since_fired += len(x)
+                since_fired[fired] = 0
+                dead = since_fired > cfg.dead_tokens
+                aux = torch.zeros((), device=device)
+                n_dead = int(dead.sum())
+                if n_dead:
+                    take = min(k_aux, n_dead)
+                    dead_pre = pre.masked_fill(~dead[None, :], float("-inf")).topk(take, dim=-1, sorted=False)
+                    aux_recon = torch.nn.functional.embedding_bag(dead_pre.indices, sae.W_dec, mode="sum",
+                                                                  per_sample_weights=torch.relu(dead_pre.values))
+                    aux = (error.detach() - aux_recon).pow(2).sum(1).mean() / variance * min(n_dead / k_aux, 1.0)
+                loss = nmse + cfg.aux_coef * aux
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                sae.remove_parallel_gradient()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                sae.normalise_decoder()
+                state.step += 1
+                steps += 1
+                for key, value in (("loss", loss), ("nmse", nmse), ("aux", aux)):
+                    sums[key] += float(value.detach())
+                if progress is not None:
+                    progress(state.step, total, {"epoch": epoch + 1, "nmse": float(nmse.detach()), "dead": n_dead / d_sae})
+        state.epoch = epoch + 1
+        state.history.append({"epoch": epoch + 1, **{k: v / max(steps, 1) for k, v in sums.items()},
+                              "dead_share": float((since_fired > cfg.dead_tokens).float().mean()),
+                              "seconds": time.perf_counter() - started,
+                              "tokens_per_s": steps * cfg.batch_tokens / max(time.perf_counter() - started, 1e-9)})
+        save_checkpoint(checkpoint, sae, optimizer, names, state, since_fired, cfg)
+    sae.info.extra.update({"trained_tokens": int(len(rows)), "epochs": cfg.epochs, "k": cfg.k,
+                           "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history})
+    save_sae(sae, out)
+    return sae, state

@@ -1,0 +1,214 @@
+"""TopK SAEs: the definitions (Gao et al. 2024), SAELens's format, training and its resume, the
+spliced-in loss, the features on a text; bad input in one line."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from bertscope import BertScopeError, load_model
+from bertscope.features.active import active_features
+from bertscope.features.activations import ActivationSet, layer_activations
+from bertscope.features.quality import reconstruction_figures, sae_quality
+from bertscope.features.sae import SaeInfo, TopKSAE, load_sae, save_sae
+from bertscope.features.training import SaeTrainConfig, geometric_median, train_sae
+
+TEXTS = ["the bank of the river was muddy and steep .", "she deposited the money in the bank .",
+         "he walked along the river with his dog .", "the man walked to the bank ."] * 6
+
+
+def identity_sae(d: int, info: SaeInfo | None = None) -> TopKSAE:
+    """[I, -I] in, [I; -I] out, k = d: ReLU(x) - ReLU(-x) = x exactly (a perfect reconstruction)."""
+    sae = TopKSAE(d, 2 * d, d, info=info)
+    eye = torch.eye(d)
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.cat([eye, -eye], dim=1))
+        sae.W_dec.copy_(torch.cat([eye, -eye], dim=0))
+        sae.b_enc.zero_()
+        sae.b_dec.zero_()
+    return sae
+
+
+def test_topk_follows_the_definition_and_the_sparse_decode_equals_the_dense_one():
+    torch.manual_seed(0)
+    sae = TopKSAE(8, 32, 5, seed=1)
+    with torch.no_grad():
+        sae.b_dec.normal_()
+        sae.b_enc.normal_()
+    x = torch.randn(6, 8)
+    pre = ((x - sae.b_dec) @ sae.W_enc + sae.b_enc).detach().numpy()  # by hand, as the paper writes it
+    expected = np.zeros_like(pre)
+    for row, values in enumerate(pre):
+        top = np.argsort(values)[-5:]
+        expected[row, top] = np.maximum(values[top], 0)
+    latents = sae.encode(x)
+    np.testing.assert_allclose(latents.detach().numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert int((latents > 0).sum(1).max()) <= 5
+    values, indices = sae.encode_topk(x)
+    torch.testing.assert_close(sae.decode_topk(values, indices), sae.decode(latents))
+    torch.testing.assert_close(sae(x), sae.decode(latents))
+    assert torch.allclose(sae.W_dec.norm(dim=1), torch.ones(32))  # unit-norm latent directions
+
+
+def test_identity_sae_reconstructs_exactly():
+    x = torch.randn(10, 6)
+    torch.testing.assert_close(identity_sae(6)(x), x)
+
+
+def test_saelens_format_round_trip(tmp_path):
+    sae = TopKSAE(8, 32, 4, info=SaeInfo("bundled-mlm", "blocks.2.hook_resid_post", {"corpus": "brown"}), seed=3)
+    folder = save_sae(sae, tmp_path / "sae")
+    cfg = json.loads((folder / "cfg.json").read_text())
+    assert cfg["architecture"] == "topk" and cfg["k"] == 4 and (cfg["d_in"], cfg["d_sae"]) == (8, 32)
+    assert cfg["apply_b_dec_to_input"] is True and cfg["normalize_activations"] == "none"
+    assert cfg["metadata"]["model_name"] == "bundled-mlm" and cfg["metadata"]["hook_name"] == "blocks.2.hook_resid_post"
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "sae_weights.safetensors"))
+    assert {k: tuple(v.shape) for k, v in weights.items()} == {
+        "W_enc": (8, 32), "b_enc": (32,), "W_dec": (32, 8), "b_dec": (8,)}
+    back = load_sae(folder)
+    assert back.info.layer == 2 and back.k == 4 and back.info.extra == {"corpus": "brown"}
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(back(x), sae(x))
+    half = save_sae(sae, tmp_path / "half", torch.float16)
+    assert (half / "sae_weights.safetensors").stat().st_size < 0.6 * (folder / "sae_weights.safetensors").stat().st_size
+
+
+def test_saelens_relu_and_jumprelu_files_load(tmp_path):
+    from safetensors.torch import save_file
+
+    for architecture in ("standard", "jumprelu"):
+        folder = tmp_path / architecture
+        folder.mkdir()
+        tensors = {"W_enc": torch.randn(4, 6), "b_enc": torch.zeros(6), "W_dec": torch.randn(6, 4),
+                   "b_dec": torch.zeros(4)}
+        if architecture == "jumprelu":
+            tensors["threshold"] = torch.full((6,), 0.5)
+        save_file(tensors, str(folder / "sae_weights.safetensors"))
+        (folder / "cfg.json").write_text(json.dumps({"architecture": architecture, "d_in": 4, "d_sae": 6,
+                                                     "metadata": {"model_name": "m", "hook_name": "blocks.0.hook_resid_post"}}))
+        sae = load_sae(folder)
+        x = torch.randn(3, 4)
+        pre = x @ tensors["W_enc"]
+        expected = torch.relu(pre) * (pre > 0.5) if architecture == "jumprelu" else torch.relu(pre)
+        torch.testing.assert_close(sae.encode(x), expected)
+
+
+def test_bad_sae_input_is_one_line(tmp_path, tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    with pytest.raises(BertScopeError, match="k must be between 1 and 31"):
+        TopKSAE(8, 32, 32)
+    with pytest.raises(BertScopeError, match="not an SAE folder"):
+        load_sae(tmp_path)
+    with pytest.raises(BertScopeError, match=r"vectors of 8 numbers; .* 32 wide"):
+        TopKSAE(8, 32, 4).check_for(lm)
+    with pytest.raises(BertScopeError, match="made for bert-base-uncased, not"):
+        TopKSAE(32, 64, 4, info=SaeInfo("bert-base-uncased", "blocks.0.hook_resid_post")).check_for(lm)
+    with pytest.raises(BertScopeError, match="Feature 64 does not exist: this SAE has features 0 to 63"):
+        TopKSAE(32, 64, 4).check_feature(64)
+    with pytest.raises(BertScopeError, match="Layer 2 does not exist"):
+        layer_activations(lm, TEXTS, 2, root=tmp_path)
+    acts = layer_activations(lm, TEXTS[:2], 0, max_tokens=1000, root=tmp_path)
+    with pytest.raises(BertScopeError, match="fewer than one batch"):
+        train_sae(acts, SaeTrainConfig(batch_tokens=4096), tmp_path / "run", SaeInfo(lm.name, "blocks.0.hook_resid_post"))
+
+
+def test_layer_activations_are_every_real_word_piece_and_are_kept(tmp_path, tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    acts = layer_activations(lm, TEXTS[:4], 1, root=tmp_path)
+    expected = []
+    for text in TEXTS[:4]:
+        _, cache = lm.run_with_cache(text, ["blocks.1.hook_resid_post"], encoder_only=True)
+        expected.append(cache["blocks.1.hook_resid_post"][0, 1:-1])  # without [CLS] and [SEP]
+    expected = torch.cat(expected).numpy()
+    assert acts.rows.dtype == np.float16 and acts.rows.shape == expected.shape
+    np.testing.assert_allclose(np.asarray(acts.rows, np.float32), expected, atol=2e-2, rtol=1e-2)
+    assert acts.where[0].tolist() == [0, 1] and acts.where[-1, 0] == 3
+    again = layer_activations(lm, TEXTS[:4], 1, root=tmp_path)  # read back, not run
+    assert again.folder == acts.folder and np.array_equal(np.asarray(again.rows), np.asarray(acts.rows))
+    capped = layer_activations(lm, TEXTS[:4], 1, max_tokens=7, root=tmp_path)
+    assert capped.tokens == 7
+
+
+def synthetic(tokens: int = 12_000, d: int = 16, atoms: int = 24, active: int = 2, seed: int = 0) -> np.ndarray:
+    """Sparse sums of unit directions: what an SAE should find."""
+    rng = np.random.default_rng(seed)
+    dictionary = rng.normal(size=(atoms, d))
+    dictionary /= np.linalg.norm(dictionary, axis=1, keepdims=True)
+    rows = np.zeros((tokens, d))
+    for r in range(tokens):
+        chosen = rng.choice(atoms, active, replace=False)
+        rows[r] = (rng.uniform(0.5, 2.0, active)[:, None] * dictionary[chosen]).sum(0)
+    return (rows + 0.01 * rng.normal(size=rows.shape)).astype(np.float16)
+
+
+def as_set(rows: np.ndarray, tmp_path) -> ActivationSet:
+    return ActivationSet(tmp_path, 0, rows, np.zeros((len(rows), 2), np.int32), ())
+
+
+def test_training_finds_a_sparse_dictionary_and_resumes_where_it_stopped(tmp_path):
+    acts = as_set(synthetic(), tmp_path)
+    cfg = SaeTrainConfig(expansion=4, k=4, epochs=6, batch_tokens=256, dead_tokens=2_000, block_bytes=64 * 1024)
+    info = SaeInfo("m", "blocks.0.hook_resid_post")
+    sae, state = train_sae(acts, cfg, tmp_path / "whole", info)
+    fve, l0, dead, _ = reconstruction_figures(sae, acts)
+    assert fve > 0.9 and l0 <= 4 and dead < 0.5, (fve, l0, dead)
+    assert state.history[-1]["nmse"] < state.history[0]["nmse"]
+    assert torch.allclose(sae.W_dec.norm(dim=1), torch.ones(sae.d_sae), atol=1e-5)
+    assert (tmp_path / "whole" / "cfg.json").is_file() and load_sae(tmp_path / "whole").info.extra["epochs"] == 6
+    # killed during the second epoch: the first epoch's checkpoint is whole; resuming ends where the whole run did
+    steps = iter(range(10_000))
+    per_epoch = acts.tokens // cfg.batch_tokens
+    train_sae(acts, cfg, tmp_path / "cut", info, stop=lambda: next(steps) >= per_epoch + 3)
+    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["state"]["epoch"] == 1
+    resumed, _ = train_sae(acts, cfg, tmp_path / "cut", info)
+    for name in ("W_enc", "W_dec", "b_enc", "b_dec"):
+        torch.testing.assert_close(getattr(resumed, name), getattr(sae, name))
+    with pytest.raises(BertScopeError, match="made with other settings"):
+        train_sae(acts, replace(cfg, k=5), tmp_path / "cut", info)
+
+
+def test_geometric_median_resists_an_outlier():
+    x = torch.zeros(11, 2)
+    x[-1] = torch.tensor([1000.0, 1000.0])
+    assert geometric_median(x).norm() < 1.0 < x.mean(0).norm()
+
+
+def test_spliced_loss_of_a_perfect_reconstruction_recovers_everything(tmp_path, tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    held = layer_activations(lm, TEXTS, 0, root=tmp_path)
+    sae = identity_sae(lm.hidden_size, SaeInfo(lm.name, "blocks.0.hook_resid_post"))
+    quality = sae_quality(lm, sae, held, TEXTS, np.asarray(held.rows, np.float32).mean(0))
+    assert quality.fve == pytest.approx(1.0, abs=1e-6) and quality.dead_share == 0.0
+    assert quality.loss_sae == pytest.approx(quality.loss_intact, abs=1e-5)
+    assert quality.loss_sae_context == pytest.approx(quality.loss_intact, abs=1e-5)
+    assert quality.recovered == pytest.approx(1.0, abs=1e-4) and quality.positions > 0
+    assert quality.loss_mean != pytest.approx(quality.loss_intact, abs=1e-4)  # the reference moves the loss
+    assert quality.to_json()["hook_name"] == "blocks.0.hook_resid_post"
+
+
+def test_features_of_a_text(tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    sae = TopKSAE(lm.hidden_size, 4 * lm.hidden_size, 3, info=SaeInfo(lm.name, "blocks.1.hook_resid_post"), seed=2)
+    out = active_features(lm, sae, "the bank of the river", 1, "/saes/layer_01")
+    assert out["sae"] == {"path": "/saes/layer_01", "hook": "blocks.1.hook_resid_post", "d_in": 32, "d_sae": 128, "k": 3}
+    assert [t["token"] for t in out["tokens"]][0] == "[CLS]" and out["tokens"][-1]["token"] == "[SEP]"
+    for token in out["tokens"]:
+        acts = [f["activation"] for f in token["features"]]
+        assert len(acts) <= 3 and acts == sorted(acts, reverse=True) and all(a > 0 for a in acts)
+    with pytest.raises(BertScopeError, match="reads blocks.1.hook_resid_post, not blocks.0.hook_resid_post"):
+        active_features(lm, sae, "the bank", 0)
+
+
+def test_the_pass_stops_at_the_layer_and_leaves_no_hook_behind(tiny_mlm_dir):
+    from bertscope.features.active import layer_output
+
+    lm = load_model(str(tiny_mlm_dir))
+    feed = {k: v for k, v in lm.tokenizer("the bank of the river", return_tensors="pt").items()}
+    before = lm.run(feed, encoder_only=True).last_hidden_state
+    _, cache = lm.run_with_cache(feed, ["blocks.0.hook_resid_post"], encoder_only=True)
+    torch.testing.assert_close(layer_output(lm, feed, 0), cache["blocks.0.hook_resid_post"])
+    torch.testing.assert_close(lm.run(feed, encoder_only=True).last_hidden_state, before)  # nothing left behind
