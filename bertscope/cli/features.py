@@ -97,6 +97,10 @@ def cmd_features(args: argparse.Namespace) -> Any:
     if (layer_folder(folder, args.layer) / "cfg.json").is_file():
         folder = layer_folder(folder, args.layer)
     sae = load_sae(folder, lm.device)
+    if args.feature is not None:
+        return one_feature(lm, sae, args, folder)
+    if args.text is None:
+        raise BertScopeError("Give --text (the features on each word piece) or --feature N (one feature's directions).")
     result = active_features(lm, sae, args.text, args.layer, folder.resolve())
     if args.json:
         return result
@@ -105,6 +109,29 @@ def cmd_features(args: argparse.Namespace) -> Any:
     for t in result["tokens"]:
         top = ", ".join(f"{f['feature']} ({f['activation']:.2f})" for f in t["features"][:args.top])
         lines.append(f"{t['token']:>14}  {top or '-'}")
+    return "\n".join(lines)
+
+
+def one_feature(lm, sae, args: argparse.Namespace, folder: Path) -> Any:
+    """One feature from the weights alone: the tokens it promotes and suppresses, its nearest features."""
+    from bertscope.features.directions import logit_weights, nearest_features
+
+    sae.check_for(lm, f"blocks.{args.layer}.hook_resid_post")
+    near = nearest_features(sae, args.feature, args.top)
+    weights = logit_weights(lm, sae, args.feature, top=args.top) if "mlm" in lm.heads else None
+    result = {"sae": {"path": str(folder.resolve()), "hook": sae.info.hook_name or f"blocks.{args.layer}.hook_resid_post",
+                      "d_in": sae.d_in, "d_sae": sae.d_sae, "k": sae.k if sae.architecture == "topk" else None},
+              "feature": args.feature, "nearest": [{"feature": f, "cosine": c} for f, c in near],
+              "logit_weights": weights.to_json() if weights is not None else None}
+    if args.json:
+        return result
+    lines = [f"feature {args.feature} of {result['sae']['hook']} ({lm.name})",
+             "nearest by decoder cosine: " + ", ".join(f"{f} ({c:.2f})" for f, c in near)]
+    if weights is not None:
+        lines.append("promotes: " + ", ".join(t for t, _ in weights.promoted))
+        lines.append("suppresses: " + ", ".join(t for t, _ in weights.suppressed))
+    else:
+        lines.append(f"{lm.name} has no masked-LM head: no logit weights")
     return "\n".join(lines)
 
 
@@ -124,12 +151,15 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
 def _feature_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sae", required=True, help="an SAE folder (SAELens's format) or a train-sae --out folder")
     p.add_argument("--layer", type=int, required=True, help="the layer whose output the SAE reads (from 0)")
-    p.add_argument("--text", required=True)
-    p.add_argument("--top", type=int, default=5, help="text output: features shown a token")
+    p.add_argument("--text", help="the features that fire on each word piece of this text")
+    p.add_argument("--feature", type=int, help="or one feature: the tokens it promotes and suppresses through the "
+                   "masked-LM head, its nearest features by decoder cosine")
+    p.add_argument("--top", type=int, default=5, help="features shown a token; tokens and neighbours shown a feature")
 
 
 COMMANDS = [
     Command("train-sae", "TopK sparse autoencoders (Gao et al. 2024) on layers' outputs over Brown; FVE, L0, dead "
             "and dense latents, the spliced-in masked-LM loss on held-out documents", cmd_train_sae, _train_arguments),
-    Command("features", "the SAE features that fire on each word piece of a text", cmd_features, _feature_arguments),
+    Command("features", "the SAE features that fire on each word piece of a text, or one feature's logit weights "
+            "and nearest features", cmd_features, _feature_arguments),
 ]

@@ -32,6 +32,15 @@ def test_train_then_read_features(capsys, tmp_path, tiny_mlm_dir):
     assert found["tokens"][0]["token"] == "[CLS]" and all(len(t["features"]) <= 4 for t in found["tokens"])
     code, stdout, _ = run_cli(capsys, "features", tiny_mlm_dir, "--sae", out, "--layer", 1, "--text", "the bank")
     assert code == 0 and "blocks.1.hook_resid_post" in stdout.splitlines()[0]
+    code, stdout, err = run_cli(capsys, "features", tiny_mlm_dir, "--sae", out, "--layer", 1, "--feature", 5, "--json")
+    assert code == 0, err
+    one = json.loads(stdout)
+    assert one["feature"] == 5 and len(one["nearest"]) == 5 and 5 not in [n["feature"] for n in one["nearest"]]
+    assert len(one["logit_weights"]["promoted"]) == 5 and len(one["logit_weights"]["suppressed"]) == 5
+    code, _, err = run_cli(capsys, "features", tiny_mlm_dir, "--sae", out, "--layer", 1, "--feature", 64)
+    assert code == 2 and "Feature 64 does not exist" in err
+    code, _, err = run_cli(capsys, "features", tiny_mlm_dir, "--sae", out, "--layer", 1)
+    assert code == 2 and "--text" in err and "--feature" in err
 
 
 def test_bad_input_is_one_line(capsys, tmp_path, tiny_mlm_dir):

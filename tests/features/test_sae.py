@@ -212,3 +212,40 @@ def test_the_pass_stops_at_the_layer_and_leaves_no_hook_behind(tiny_mlm_dir):
     _, cache = lm.run_with_cache(feed, ["blocks.0.hook_resid_post"], encoder_only=True)
     torch.testing.assert_close(layer_output(lm, feed, 0), cache["blocks.0.hook_resid_post"])
     torch.testing.assert_close(lm.run(feed, encoder_only=True).last_hidden_state, before)  # nothing left behind
+
+
+def test_nearest_features_by_decoder_cosine():
+    from bertscope.features.directions import nearest_features
+
+    sae = TopKSAE(4, 8, 2, seed=0)
+    with torch.no_grad():
+        sae.W_dec[3] = sae.W_dec[0] + 0.1 * sae.W_dec[5]
+        sae.normalise_decoder()
+    near = nearest_features(sae, 0, 3)
+    assert near[0][0] == 3 and 0 not in [f for f, _ in near]
+    expected = float(torch.nn.functional.cosine_similarity(sae.W_dec[0], sae.W_dec[3], dim=0).detach())
+    assert near[0][1] == pytest.approx(expected, abs=1e-5) and [c for _, c in near] == sorted([c for _, c in near], reverse=True)
+    with pytest.raises(BertScopeError, match="Feature 8 does not exist"):
+        nearest_features(sae, 8)
+
+
+def test_logit_weights_are_the_heads_reading_of_the_direction(tiny_mlm_dir, tiny_encoder_dir):
+    from bertscope.features.directions import logit_weights
+    from bertscope.outputs.logit_lens import mlm_head
+
+    lm = load_model(str(tiny_mlm_dir))
+    sae = TopKSAE(lm.hidden_size, 64, 4, info=SaeInfo(lm.name, "blocks.1.hook_resid_post"), seed=4)
+    with torch.no_grad():
+        sae.b_dec.normal_()
+    weights = logit_weights(lm, sae, 7, scale=2.0, top=5)
+    with torch.no_grad():
+        head = mlm_head(lm)
+        change = head(sae.b_dec + 2.0 * sae.W_dec[7]) - head(sae.b_dec)
+    best = lm.tokenizer.convert_ids_to_tokens(change.topk(5).indices.tolist())
+    assert [t for t, _ in weights.promoted] == best
+    assert weights.promoted[0][1] == pytest.approx(float(change.max()), abs=1e-5)
+    assert weights.suppressed[0][1] == pytest.approx(float(change.min()), abs=1e-5)
+    assert logit_weights(lm, sae, 7).scale == pytest.approx(float(sae.b_dec.norm()))  # default: a typical step
+    encoder = load_model(str(tiny_encoder_dir))
+    with pytest.raises(BertScopeError, match="no masked-LM head"):
+        logit_weights(encoder, TopKSAE(encoder.hidden_size, 64, 4), 0)

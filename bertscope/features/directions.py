@@ -1,0 +1,68 @@
+"""What a feature's decoder direction does, read from the weights alone (no corpus pass).
+
+- ``logit_weights``: the tokens it promotes and suppresses through the masked-LM head, Neuronpedia's
+  "logit weights" for an encoder: the head applied (as the logit lens applies it) to the SAE's
+  centre b_dec (its estimate of the layer's typical output) with the feature's unit direction added
+  at ``scale`` (default |b_dec|: a step the size of a typical hidden state), minus the head applied
+  to the centre alone. The ranking, not the size, is the reading. BERT's head has a dense layer, GELU and
+  LayerNorm before its vocabulary projection, so the plain product W_dec[f] @ W_U that decoder-LM
+  tools show would skip them; the difference of two readings does not.
+- ``nearest_features``: the features whose decoder directions are closest by cosine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
+from bertscope.features.sae import TopKSAE
+from bertscope.outputs.logit_lens import mlm_head
+
+
+@dataclass(frozen=True)
+class LogitWeights:
+    feature: int
+    scale: float
+    promoted: list[tuple[str, float]]  # (token, logit change), largest first
+    suppressed: list[tuple[str, float]]  # most negative first
+
+    def to_json(self) -> dict:
+        return {"feature": self.feature, "scale": self.scale,
+                "promoted": [{"token": t, "logit_change": v} for t, v in self.promoted],
+                "suppressed": [{"token": t, "logit_change": v} for t, v in self.suppressed]}
+
+
+@torch.no_grad()
+def logit_weights(lm: LoadedModel, sae: TopKSAE, feature: int, scale: float | None = None,
+                  top: int = 10) -> LogitWeights:
+    feature = sae.check_feature(feature)
+    sae.check_for(lm)
+    if "mlm" not in lm.heads:
+        raise BertScopeError(f"{lm.name} has no masked-LM head: logit weights need one (bundled-mlm has).")
+    head = mlm_head(lm)
+    base = sae.b_dec.to(lm.device, torch.float32)  # [d_model]
+    scale = float(base.norm()) if scale is None else float(scale)
+    direction = sae.W_dec[feature].to(lm.device, torch.float32)  # [d_model], unit norm
+    both = torch.stack([base, base + scale * direction]).to(lm.dtype)  # [2, d_model]
+    logits = head(both).float()  # [2, vocab]
+    change = (logits[1] - logits[0]).cpu().numpy()  # [vocab]
+    order = np.argsort(change)
+    tokens = lm.tokenizer.convert_ids_to_tokens
+    up = [(tokens(int(i)), round(float(change[i]), 6)) for i in order[::-1][:top]]
+    down = [(tokens(int(i)), round(float(change[i]), 6)) for i in order[:top]]
+    return LogitWeights(feature, float(scale), up, down)
+
+
+@torch.no_grad()
+def nearest_features(sae: TopKSAE, feature: int, top: int = 10) -> list[tuple[int, float]]:
+    """(feature, cosine) of the ``top`` decoder directions closest to ``feature``'s, itself left out."""
+    feature = sae.check_feature(feature)
+    rows = sae.W_dec / sae.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)  # [d_sae, d_in]
+    cosine = rows @ rows[feature]  # [d_sae]
+    cosine[feature] = -2.0
+    values, indices = cosine.topk(min(top, sae.d_sae - 1))
+    return [(int(i), round(float(v), 6)) for v, i in zip(values, indices)]
