@@ -106,6 +106,22 @@ def tiny_mlm_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_saes_dir(tiny_mlm_dir, tmp_path_factory) -> Path:
+    """Random TopK SAEs for layers 0 and 1 of the tiny masked LM, as ``train-sae --out`` lays them out."""
+    from bertscope import load_model
+    from bertscope.features.sae import SaeInfo, TopKSAE, save_sae
+
+    name = load_model(str(tiny_mlm_dir)).name
+    out = tmp_path_factory.mktemp("tiny-saes")
+    for layer in (0, 1):
+        sae = TopKSAE(32, 64, 4, info=SaeInfo(name, f"blocks.{layer}.hook_resid_post"), seed=layer)
+        with torch.no_grad():
+            sae.b_enc.normal_(0, 0.5, generator=torch.Generator().manual_seed(layer))
+        save_sae(sae, out / f"layer_{layer:02d}")
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder_dir(tmp_path_factory) -> Path:
     """A random bare BertModel: no heads at all."""
     from transformers import BertModel

@@ -1,5 +1,5 @@
 """Interventions: remove heads and watch a prediction change, rank heads by importance, patch
-activations from a clean run into a corrupted one."""
+activations from a clean run into a corrupted one, switch SAE features off or steer with them."""
 
 import json
 
@@ -22,7 +22,10 @@ from bertscope.core.task_head import SEQUENCE
 from views.kit import classifier_interventions
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
+from views.kit.kept import persist
 from views.kit.limits import Limits, check_text
+from views.kit.feature_interventions import feature_patch_section, features_tab
+from views.kit.mask_changes import show_mask_changes
 from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
@@ -42,6 +45,8 @@ def stored_importance(key):
     return None, None
 
 
+persist("int_feat_sae", "int_feat_layer", "int_feat_feature", "int_feat_mode", "int_feat_strength", "int_feat_at",
+        "int_feat_text")  # the Features tab is drawn only when open
 st.title("Interventions")
 st.session_state.setdefault("int_linked", "clean" in st.query_params)  # a shared link patches on arrival
 lm = require_model()
@@ -72,9 +77,13 @@ if not has_mlm:
     offer_bundled_mlm("int_switch")
     st.stop()
 
-TABS = ["Ablate heads", "Head importance", "Patching"]
+TABS = ["Ablate heads", "Head importance", "Patching", "Features"]
 tab_from_url("int_tab", TABS)
-tab_ablate, tab_importance, tab_patch = st.tabs(TABS, key="int_tab", on_change="rerun")
+tab_ablate, tab_importance, tab_patch, tab_features = st.tabs(TABS, key="int_tab", on_change="rerun")
+
+with tab_features:
+    if tab_features.open:
+        features_tab(lm, key)
 
 every_head = [head_name(layer, head) for layer in range(lm.num_layers) for head in range(lm.num_heads)]
 from_url("heads", HEADS_KEY, lambda v: sorted({head_name(*h) for h in parse_heads(v)}),
@@ -125,22 +134,7 @@ with tab_ablate:
                 c1.metric(f"{PAIR_NAMES[watch]}, intact", f"{d['before']:.1%}")
                 c2.metric(f"{PAIR_NAMES[watch]}, heads removed", f"{d['after']:.1%}",
                           f"{100 * (d['after'] - d['before']):+.1f} points")
-            for m in result.masks:
-                st.markdown(f"**Mask at token {m.position}**")
-                before = {p.token: p.score for p in m.before}
-                top = m.before[0]
-                after_of_top = next((p.score for p in m.after if p.token == top.token), None)
-                c1, c2 = st.columns(2)
-                c1.dataframe(pd.DataFrame([{"intact": p.token.strip(), "p": p.score} for p in m.before]),
-                             hide_index=True, width="stretch")
-                c2.dataframe(pd.DataFrame([{"heads removed": p.token.strip(), "p": p.score,
-                                            "was": f"{before[p.token]:.4f}" if p.token in before
-                                            else f"below the top {len(m.before)}"} for p in m.after]),
-                             hide_index=True, width="stretch",
-                             column_config={"was": st.column_config.TextColumn(help="p in the intact model")})
-                st.caption(plain(f"The intact model's top prediction, “{top.token.strip()}”: p {top.score:.3f} → "
-                                 + (f"{after_of_top:.3f}" if after_of_top is not None else "out of the top 10")
-                                 + " with the heads removed."))
+            show_mask_changes(result.masks, "heads removed")
             st.download_button("Download (JSON)", json.dumps(result.to_json()), "ablation.json", "application/json",
                                key="int_ablate_json", on_click="ignore")
             if st.toggle("Held-out masked-LM accuracy with these heads removed", key="int_heldout"):
@@ -261,3 +255,5 @@ with tab_patch:
         st.download_button("Download both grids (JSON)",
                            json.dumps({"hidden": hidden.to_json(), "heads": heads.to_json()}),
                            "patching.json", "application/json", key="int_patch_json", on_click="ignore")
+    if lm.task is None:
+        feature_patch_section(lm, key, clean, corrupt, a, b)

@@ -18,14 +18,14 @@ import argparse
 import json
 import sys
 
-from bertscope.cli import (attribution, compare, corpus, features, inspection, interventions, outputs, probe, setup,
-                           syntax, tasks, training)
+from bertscope.cli import (attribution, compare, corpus, features, inspection, interventions, outputs, probe,
+                           sae_training, setup, syntax, tasks, training)
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (inspection, outputs, tasks, corpus, probe, syntax, attribution, compare, interventions, training,
-                             features, setup) for c in module.COMMANDS
+                             sae_training, features, setup) for c in module.COMMANDS
 }
 
 

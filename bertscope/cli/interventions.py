@@ -35,8 +35,13 @@ def cmd_ablate(args: argparse.Namespace) -> Any:
     from bertscope.attribution.gradients import parse_target
     from bertscope.interventions.ablation import ablate_heads, parse_heads
 
-    heads = parse_heads(args.heads)
+    if (args.heads is None) == (args.features is None):
+        raise BertScopeError("Give --heads LAYER:HEAD,… (attention heads to remove) or --features LAYER:FEATURE,… "
+                             "(SAE features to switch off, or to steer with --steer).")
     target = parse_target(args.target, args.probe, args.probe_layer, args.label, args.position)
+    if args.features is not None:
+        return ablate_features(args, target)
+    heads = parse_heads(args.heads)
     reference = sentences_from(args.reference, 200, False) if args.reference else None
     lm = load(args)
     with progress_bar("mean contexts", "sentence") as progress:
@@ -47,6 +52,12 @@ def cmd_ablate(args: argparse.Namespace) -> Any:
     named = ", ".join(f"{layer}:{head}" for layer, head in result.heads)
     lines = [f"{args.mode} ablation of heads {named} (layer:head, from 0)"
              + (f"; means over {result.reference}" if result.reference else "")]
+    return "\n".join(lines + change_lines(result))
+
+
+def change_lines(result) -> list[str]:
+    """The decision's probability, or each mask's top-k, before and after an edit, as text lines."""
+    lines = []
     if result.decision is not None:
         d = result.decision
         lines.append(f"  p = {d['before']:.4f} before, {d['after']:.4f} after")
@@ -56,14 +67,47 @@ def cmd_ablate(args: argparse.Namespace) -> Any:
             lines.append(f"    {b.token.strip():<14} {b.score:.4f}    {a.token.strip():<14} {a.score:.4f}")
         if m.token is not None:
             lines.append(f"    p({m.token}) {m.token_before:.4f} -> {m.token_after:.4f}")
-    return "\n".join(lines)
+    return lines
+
+
+def ablate_features(args: argparse.Namespace, target) -> Any:
+    """``ablate --features``: SAE features switched off (or steered) at their layers' outputs."""
+    from bertscope.cli.features import load_layer_sae
+    from bertscope.features.edits import edit_features, parse_feature_edits
+
+    if args.steer is None and args.steer_at != "masks":
+        raise BertScopeError("--steer-at goes with --steer.")
+    if args.mode != "zero" or args.reference:
+        raise BertScopeError("--mode and --reference are for heads: a feature is switched off by taking out its "
+                             "own contribution.")
+    edits = parse_feature_edits(args.features, args.steer, args.steer_at)
+    lm = load(args)
+    saes = {}
+    for e in edits:
+        if e.layer not in saes:
+            if not 0 <= e.layer < lm.num_layers:
+                raise BertScopeError(f"Layer {e.layer} does not exist: {lm.name} has layers 0 to {lm.num_layers - 1}.")
+            saes[e.layer] = load_layer_sae(args, lm, e.layer)[0]
+    result = edit_features(lm, args.text, saes, edits, args.pair, target, args.top_k)
+    if args.json:
+        return result.to_json()
+    what = "steered by {:g}".format(args.steer) if args.steer is not None else "switched off"
+    lines = [f"SAE features {', '.join(f'{e.layer}:{e.feature}' for e in edits)} (layer:feature, from 0) {what}"]
+    return "\n".join(lines + change_lines(result))
 
 
 def _ablate_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.interventions.ablation import MODES
 
     p.add_argument("text", help="the input, with [MASK] where the prediction to test is (or a pair with --pair)")
-    p.add_argument("--heads", required=True, help="heads to remove, LAYER:HEAD[,LAYER:HEAD…], both from 0 (3:7,5:2)")
+    p.add_argument("--heads", help="heads to remove, LAYER:HEAD[,LAYER:HEAD…], both from 0 (3:7,5:2)")
+    p.add_argument("--features", help="or SAE features to switch off, LAYER:FEATURE[,…], both from 0 (2:342); "
+                                      "their contribution leaves the layer's output")
+    p.add_argument("--steer", type=float, help="with --features: steer instead, adding this multiple of each "
+                                               "feature's unit direction")
+    p.add_argument("--steer-at", choices=("masks", "all"), default="masks",
+                   help="with --steer: at the [MASK] tokens (default) or at every token")
+    p.add_argument("--sae", help="with --features: an SAE folder (default: the model's shipped SAEs)")
     p.add_argument("--mode", choices=MODES, default="zero", help="zero the heads' contexts, or replace each by its "
                                                                  "mean over --reference")
     p.add_argument("--reference", help="mean mode: a UTF-8 file (one sentence a line) or brown:N (default: 200 "
@@ -170,6 +214,8 @@ def cmd_patch(args: argparse.Namespace) -> Any:
         except ValueError:
             raise BertScopeError("--positions takes token positions, e.g. 2,6.") from None
     lm = load(args)
+    if args.features is not None:
+        return patch_features_text(args, lm, candidates, positions)
     with progress_bar("patching", "cell") as progress:
         result = patch(lm, args.clean, args.corrupt, candidates, args.what, positions, progress=progress)
     if args.json:
@@ -192,6 +238,35 @@ def cmd_patch(args: argparse.Namespace) -> Any:
     return "\n".join(lines)
 
 
+def patch_features_text(args: argparse.Namespace, lm, candidates, positions) -> Any:
+    """``patch --features L``: each SAE feature of layer L patched alone at the positions."""
+    from bertscope.cli.features import load_layer_sae
+    from bertscope.features.patching import patch_features
+
+    if args.what != "hidden":
+        raise BertScopeError("--features patches SAE features of a layer's output; leave out --what.")
+    sae, folder = load_layer_sae(args, lm, args.features)
+    with progress_bar("patching features", "cell") as progress:
+        result = patch_features(lm, sae, args.features, args.clean, args.corrupt, candidates, positions,
+                                progress=progress)
+    if args.json:
+        return {"sae": str(folder.resolve())} | result.to_json(args.top)
+    s = result.setup
+    lines = [f"logit({s.candidates[0]}) - logit({s.candidates[1]}) at position {s.position}: clean {result.m_clean:.3f}, "
+             f"corrupted {result.m_corrupt:.3f}; {len(result.cells)} features of {resid_post_name(args.features)} "
+             "patched one at a time",
+             "the whole hidden state patched: " + ", ".join(f"{p} {s.tokens[p]} {v:.2f}"
+                                                           for p, v in sorted(result.whole.items())),
+             f"{'position':>9} {'token':<12}{'feature':>8}{'clean':>8}{'corrupt':>9}{'recovered':>11}"]
+    lines += [f"{c.position:>9} {c.token[:11]:<12}{c.feature:>8}{c.clean:>8.2f}{c.corrupt:>9.2f}{c.recovered:>11.3f}"
+              for c in result.top(args.top)]
+    return "\n".join(lines)
+
+
+def resid_post_name(layer: int) -> str:
+    return f"blocks.{layer}.hook_resid_post"
+
+
 def _patch_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.interventions.patching import WHATS
 
@@ -204,7 +279,12 @@ def _patch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--what", choices=WHATS, default="hidden", help="hidden: every (hidden state, position); heads: "
                                                                     "every (layer, head)")
     p.add_argument("--positions", help="hidden: only these token positions, e.g. 2,6 (a long input's grid costs "
-                                       "one pass a cell); default all")
+                                       "one pass a cell); default all (with --features: where the texts differ, "
+                                       "and the mask)")
+    p.add_argument("--features", type=int, metavar="LAYER", help="patch the SAE features of this layer's output one at "
+                   "a time instead, at the positions (--sae, default the model's shipped SAEs)")
+    p.add_argument("--sae", help="with --features: an SAE folder")
+    p.add_argument("--top", type=int, default=20, help="with --features: the features listed, largest effect first")
 
 
 COMMANDS = [

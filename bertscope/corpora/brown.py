@@ -91,6 +91,51 @@ _BASE = {
 }
 
 
+# What the base tags mean, after the Brown Corpus Manual's tag list (Francis & Kučera 1979), for
+# labels a reader can take in ("vbd: past-tense verb").
+MEANINGS = {
+    ".": "sentence-final punctuation", ",": "comma", ":": "colon", "(": "opening bracket", ")": "closing bracket",
+    "--": "dash", "'": "quote", "''": "closing quote", "``": "opening quote", "*": "not, n't",
+    "abl": "pre-qualifier (quite, rather)", "abn": "pre-quantifier (half, all)", "abx": "pre-quantifier (both)",
+    "ap": "post-determiner (many, other, next)", "at": "article (the, a)", "dt": "singular determiner (this, that)",
+    "dti": "determiner (some, any)", "dts": "plural determiner (these, those)", "dtx": "determiner (either, neither)",
+    "ex": "existential there", "wdt": "wh-determiner (what, which)",
+    "be": "be", "bed": "were", "bedz": "was", "beg": "being", "bem": "am", "ben": "been", "ber": "are",
+    "bez": "is", "do": "do", "dod": "did", "doz": "does", "hv": "have", "hvd": "had (past)",
+    "hvg": "having", "hvn": "had (participle)", "hvz": "has", "md": "modal verb (can, should, will)",
+    "vb": "verb, base form", "vbd": "past-tense verb", "vbg": "verb, present participle or gerund",
+    "vbn": "verb, past participle", "vbz": "verb, 3rd person singular present",
+    "cc": "coordinating conjunction", "cs": "subordinating conjunction", "in": "preposition", "rp": "particle",
+    "to": "infinitive to", "cd": "cardinal number", "od": "ordinal number", "jj": "adjective",
+    "jjr": "comparative adjective", "jjs": "semantically superlative adjective", "jjt": "superlative adjective",
+    "nn": "singular noun", "nns": "plural noun", "np": "proper noun", "nps": "plural proper noun",
+    "nr": "adverbial noun (home, today)", "nrs": "plural adverbial noun", "pn": "nominal pronoun (everybody)",
+    "pp$": "possessive determiner (my, your)", "pp$$": "possessive pronoun (mine, yours)",
+    "ppl": "reflexive pronoun", "ppls": "plural reflexive pronoun", "ppo": "object pronoun (me, him)",
+    "pps": "3rd singular subject pronoun (he, it)", "ppss": "other subject pronoun (I, we, they)",
+    "wp$": "whose", "wpo": "whom", "wps": "wh-subject pronoun (who, that)", "ql": "qualifier (very, too)",
+    "qlp": "post-qualifier (enough)", "rb": "adverb", "rbr": "comparative adverb", "rbt": "superlative adverb",
+    "rn": "nominal adverb (here, then)", "wql": "wh-qualifier (how)", "wrb": "wh-adverb (how, when, where)",
+    "uh": "interjection", "nil": "no tag",
+}
+
+
+def tag_meaning(tag: str) -> str:
+    """A fine Brown tag in words: ``vbd`` -> "past-tense verb", ``nn$`` -> "singular noun, possessive",
+    ``do*`` -> "do, negated", ``ppss+md`` -> "other subject pronoun + modal verb"; "" when unknown."""
+    if "+" in tag:
+        parts = [tag_meaning(t) for t in tag.split("+")]
+        return " + ".join(parts) if all(parts) else ""
+    if tag.endswith("*") and tag != "*":
+        base = tag_meaning(tag[:-1])
+        return f"{base}, negated" if base else ""
+    if tag in MEANINGS:
+        return MEANINGS[tag]
+    if tag.endswith("$") and tag[:-1] in MEANINGS:
+        return f"{MEANINGS[tag[:-1]]}, possessive"
+    return ""
+
+
 TAG_NAMES = {".": "PUNCT"}  # the universal tagset's "." is punctuation: nearly invisible as an axis label
 
 

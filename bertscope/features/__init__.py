@@ -1,12 +1,18 @@
 """Dictionary features: sparse autoencoders on an encoder layer's output.
 
 ``sae`` (a TopK sparse autoencoder, Gao et al. 2024, saved and loaded in SAELens's on-disk format),
-``activations`` (a layer's token activations over a corpus, kept on disk), ``training`` (the TopK
-trainer with AuxK against dead latents), ``quality`` (what SAEBench reports: variance explained, L0,
-dead and dense latents, the masked-LM loss with the reconstruction spliced in), ``active`` (the
-features that fire on each word piece of a text). Every pass goes through the model's hook points
-(``blocks.{l}.hook_resid_post``: layer l's output, as everywhere).
-May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``,
+``shipped`` (where a model's SAEs are: the only list of shipped ones), ``activations`` (a layer's
+token activations over a corpus, kept on disk), ``training`` (the TopK trainer with AuxK against dead
+latents), ``quality`` (what SAEBench reports: variance explained, L0, dead and dense latents, the
+masked-LM loss with the reconstruction spliced in), ``active`` (the features that fire on each word
+piece of a text), ``directions`` (a feature from the weights alone: logit weights, nearest features,
+the features that promote a word), ``statistics`` (one streamed pass over a tagged corpus: top
+contexts, histograms, gold-tag labels with precision and recall), ``contexts`` (a feature's top
+sentences as a reader sees them), ``edits`` (switch a feature off or steer with it), ``causal`` (does
+a tag-labelled feature carry its tag: a probe and masked-token accuracy with it off, beside controls).
+Every pass goes through the model's hook points (``blocks.{l}.hook_resid_post``: layer l's output, as
+everywhere).
+May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution``,
 ``training``, ``interventions`` (BERT's seeded masking for the spliced-in loss).
 """
 
@@ -20,6 +26,15 @@ _EXPORTS = {
     "train_sae": "features.training",
     "sae_quality": "features.quality",
     "active_features": "features.active",
+    "shipped_saes": "features.shipped",
+    "logit_weights": "features.directions",
+    "nearest_features": "features.directions",
+    "features_promoting": "features.directions",
+    "feature_statistics": "features.statistics",
+    "feature_contexts": "features.contexts",
+    "FeatureEdit": "features.edits",
+    "edit_features": "features.edits",
+    "tag_effect": "features.causal",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

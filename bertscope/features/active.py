@@ -19,20 +19,29 @@ class _Reached(Exception):
     """Raised by the hook once the layer is read: the blocks above it need not run."""
 
 
-def layer_output(lm: LoadedModel, feed: dict, layer: int) -> torch.Tensor:
-    """[batch, token, d_model] layer ``layer``'s output, the pass stopped there (TransformerLens's
-    ``stop_at_layer``): the blocks above it are never run."""
-    kept: list[torch.Tensor] = []
+def layer_outputs(lm: LoadedModel, feed: dict, layers) -> dict[int, torch.Tensor]:
+    """{layer: [batch, token, d_model] its output}, the pass stopped at the highest of ``layers``
+    (TransformerLens's ``stop_at_layer``): the blocks above it are never run."""
+    wanted = sorted(set(int(layer) for layer in layers))
+    kept: dict[int, torch.Tensor] = {}
 
-    def read(x: torch.Tensor, hook) -> None:
-        kept.append(x.detach())
-        raise _Reached
+    def reader(layer: int):
+        def read(x: torch.Tensor, hook) -> None:
+            kept[layer] = x.detach()
+            if layer == wanted[-1]:
+                raise _Reached
+        return read
 
     try:
-        lm.run(feed, hooks={resid_post(layer): read}, encoder_only=True)
+        lm.run(feed, hooks={resid_post(layer): reader(layer) for layer in wanted}, encoder_only=True)
     except _Reached:
         pass
-    return kept[0]
+    return kept
+
+
+def layer_output(lm: LoadedModel, feed: dict, layer: int) -> torch.Tensor:
+    """[batch, token, d_model] layer ``layer``'s output, the pass stopped there."""
+    return layer_outputs(lm, feed, [layer])[layer]
 
 
 @torch.no_grad()

@@ -66,3 +66,34 @@ def nearest_features(sae: TopKSAE, feature: int, top: int = 10) -> list[tuple[in
     cosine[feature] = -2.0
     values, indices = cosine.topk(min(top, sae.d_sae - 1))
     return [(int(i), round(float(v), 6)) for v, i in zip(values, indices)]
+
+
+@torch.no_grad()
+def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20, scale: float | None = None,
+                       chunk: int = 256) -> list[tuple[int, float]]:
+    """(feature, logit change) of the features whose direction raises ``token``'s logit most (the
+    same reading as ``logit_weights``, for every feature, one vocabulary column kept). ``token`` is a
+    word the tokenizer keeps whole."""
+    sae.check_for(lm)
+    if "mlm" not in lm.heads:
+        raise BertScopeError(f"{lm.name} has no masked-LM head: searching features by the token they promote needs "
+                             "one (bundled-mlm has).")
+    ids = lm.tokenizer(token.strip(), add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        pieces = lm.tokenizer.convert_ids_to_tokens(ids)
+        raise BertScopeError(f"{token.strip()!r} is {len(ids)} word pieces ({' '.join(pieces)}) for {lm.name}: "
+                             "give one the vocabulary holds whole.")
+    if ids[0] == lm.tokenizer.unk_token_id:
+        raise BertScopeError(f"{token.strip()!r} is not in {lm.name}'s vocabulary (it reads as "
+                             f"{lm.tokenizer.unk_token}).")
+    head = mlm_head(lm)
+    base = sae.b_dec.to(lm.device, torch.float32)  # [d_model]
+    scale = float(base.norm()) if scale is None else float(scale)
+    reference = head(base[None].to(lm.dtype)).float()[0, ids[0]]
+    change = torch.empty(sae.d_sae)
+    for start in range(0, sae.d_sae, chunk):
+        rows = sae.W_dec[start:start + chunk].to(lm.device, torch.float32)  # [chunk, d_model]
+        change[start:start + len(rows)] = (head((base + scale * rows).to(lm.dtype)).float()[:, ids[0]]
+                                           - reference).cpu()
+    values, order = change.topk(min(top, sae.d_sae))
+    return [(int(f), round(float(v), 6)) for v, f in zip(values, order)]

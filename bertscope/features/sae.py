@@ -97,6 +97,19 @@ class TopKSAE(nn.Module):
             return F.relu(pre) * (pre > self.threshold)
         return F.relu(pre)
 
+    def firings(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The latents that fire on each row of ``x`` ([n, d_in]) as triplets: (row [m], latent [m],
+        activation [m]), never the dense [n, d_sae] matrix for a TopK SAE."""
+        if self.architecture == "topk":
+            values, indices = self.encode_topk(x)  # [n, k] each
+            rows = torch.arange(len(x), device=x.device).repeat_interleave(self.k)
+            values, indices = values.flatten(), indices.flatten()
+            on = values > 0
+            return rows[on], indices[on], values[on]
+        z = self.encode(x)
+        rows, latents = z.nonzero(as_tuple=True)
+        return rows, latents, z[rows, latents]
+
     def decode_topk(self, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """The sum of the chosen latents' decoder rows, weighted ([n, k] each -> [n, d_in])."""
         return F.embedding_bag(indices, self.W_dec, per_sample_weights=values.to(self.W_dec.dtype),
@@ -207,9 +220,7 @@ def load_sae(folder: str | Path, device: str | torch.device = "cpu") -> TopKSAE:
                                      f"{CFG_FILE} says.")
     except KeyError as err:
         raise BertScopeError(f"The SAE in {folder} lacks {err.args[0]}.") from err
-    meta = cfg.get("metadata") or {}
-    info = SaeInfo(meta.get("model_name") or cfg.get("model_name") or "",
-                   meta.get("hook_name") or cfg.get("hook_name") or "", dict(meta.get("bertscope") or {}))
+    info = _info(cfg)
     sae = TopKSAE(d_in, d_sae, int(cfg.get("k", 0)) if architecture == "topk" else 0, architecture, info)
     with torch.no_grad():
         for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
@@ -217,6 +228,21 @@ def load_sae(folder: str | Path, device: str | torch.device = "cpu") -> TopKSAE:
         if architecture == "jumprelu":
             sae.threshold.copy_(tensors["threshold"].float())
     return sae.to(device)
+
+
+def _info(cfg: dict) -> SaeInfo:
+    meta = cfg.get("metadata") or {}
+    return SaeInfo(meta.get("model_name") or cfg.get("model_name") or "",
+                   meta.get("hook_name") or cfg.get("hook_name") or "", dict(meta.get("bertscope") or {}))
+
+
+def load_sae_info(folder: str | Path) -> SaeInfo:
+    """What the SAE in ``folder`` was made for, from its ``cfg.json`` alone (no weights read)."""
+    path = Path(folder) / CFG_FILE
+    try:
+        return _info(json.loads(path.read_text()))
+    except (OSError, ValueError) as err:
+        raise BertScopeError(f"Could not read {path}: {err}".splitlines()[0]) from err
 
 
 def _atomic(path: Path, write) -> None:

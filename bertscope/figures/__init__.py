@@ -1,8 +1,8 @@
 """Plotly (and bertviz) builders: pure functions from results to figures; no widgets.
 
 One module per view: ``attention``, ``attribution``, ``shift``, ``align``, ``probe``,
-``interventions``, and the compact encodings they share (``compact``); ``bertviz_assets`` serves
+``interventions``, ``features``, and the compact encodings they share (``compact``); ``bertviz_assets`` serves
 bertviz's scripts locally. Pages in ``views/`` call these and only render what they return; nothing
 in the library imports it but ``cli``. May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution``,
-``training``, ``interventions``.
+``training``, ``interventions``, ``features``.
 """

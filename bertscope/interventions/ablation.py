@@ -193,6 +193,17 @@ def ablate_heads(lm: LoadedModel, text: str, heads: Sequence[tuple[int, int]], m
         means = mean_head_contexts(lm, reference, progress=progress)
     where = means.reference if mode == "mean" else None
     edit = head_edit(lm, chosen, mode, means)
+    tokens, masks, decision = decision_change(lm, text, edit, pair, target, top_k)
+    return AblationResult(mode, chosen, tokens, masks, decision, where)
+
+
+def decision_change(lm: LoadedModel, text: str, edit, pair: str | None = None, target: Target | None = None,
+                    top_k: int = 5) -> tuple[list[str], list[MaskChange], dict | None]:
+    """(tokens, each mask's top-k before and after, or the decision's probability before and after):
+    ``text`` read intact, then inside ``edit`` (a context manager of hooks: heads removed, features
+    switched off or steered)."""
+    if not 1 <= top_k <= 100:
+        raise BertScopeError("top-k must be between 1 and 100.")
     if target is not None and target.kind != "token":
         template = inspect(lm, text, pair, with_logits=False, with_attentions=False, with_hidden_states=False)
         f, resolved = score_function(lm, template, target)
@@ -204,8 +215,7 @@ def ablate_heads(lm: LoadedModel, text: str, heads: Sequence[tuple[int, int]], m
             with edit:
                 after = f(x.to(lm.dtype))[0]
         before, after = (float(before), float(after)) if value else (float(before.exp()), float(after.exp()))
-        return AblationResult(mode, chosen, template.tokens, [], {"target": resolved.to_json(), "before": before,
-                                                                  "after": after}, where)
+        return template.tokens, [], {"target": resolved.to_json(), "before": before, "after": after}
     require_mlm(lm)
     intact = inspect(lm, text, pair, with_attentions=False, with_hidden_states=False, logit_positions="masks")
     if not intact.logit_positions:
@@ -229,4 +239,5 @@ def ablate_heads(lm: LoadedModel, text: str, heads: Sequence[tuple[int, int]], m
         masks.append(change)
     if target is not None and target.position not in intact.logit_positions:
         raise BertScopeError(f"Token {target.position} is not a [MASK]: the masks are at {list(intact.logit_positions)}.")
-    return AblationResult(mode, chosen, intact.tokens, masks, None, where)
+    return intact.tokens, masks, None
+

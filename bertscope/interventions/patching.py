@@ -74,6 +74,11 @@ def _read(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = N
     return logits[:, a] - logits[:, b]
 
 
+def read_metric(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = None) -> torch.Tensor:
+    """[rows] the metric of a pass with ``hooks`` ({hook name: fn}): what every patching reads."""
+    return _read(lm, feed, setup, hooks)
+
+
 def _metric(lm: LoadedModel, last_hidden: torch.Tensor, setup: PatchSetup) -> torch.Tensor:
     """[rows] logit(candidate A) − logit(candidate B) at the mask, from [rows, token, dim]."""
     logits = wide(mlm_head(lm)(last_hidden[:, setup.position]))  # [rows, vocab]

@@ -47,7 +47,7 @@ def test_importance_and_pruning_tab(monkeypatch, tiny_mlm_dir):
     assert any("random mean" in c for c in texts(at.caption))
 
 
-def test_patching_tab_and_its_bad_input(monkeypatch, tiny_mlm_dir):
+def test_patching_tab_and_its_bad_input(monkeypatch, tiny_mlm_dir, tiny_saes_dir):
     at = open_page(monkeypatch, str(tiny_mlm_dir))
     assert any("Press *Patch*" in i for i in texts(at.info))
     at.text_input(key="int_clean").input("the river was [MASK] and the river .")
@@ -59,6 +59,14 @@ def test_patching_tab_and_its_bad_input(monkeypatch, tiny_mlm_dir):
     labels = {m.label for m in at.metric}
     assert {"Clean: logit A − logit B", "Corrupted", "Difference to recover"} <= labels
     assert len(at.get("plotly_chart")) >= 3  # the head board, the hidden-state grid, the head grid
+    assert any("With SAEs for" in c for c in texts(at.caption))  # the tiny model ships none
+    at.session_state["int_feat_sae"] = str(tiny_saes_dir)  # as typed on the Features tab
+    at.run()
+    assert any(t.startswith("Press *Patch the features*") for t in texts(at.info))
+    at.button(key="int_patch_features").click().run()
+    assert not at.exception and not at.error
+    cells = next(d.value for d in at.dataframe if "recovered" in d.value.columns and "feature" in d.value.columns)
+    assert len(cells) and set(cells["position"]) <= {2, 4, 7}  # river/money twice, and the mask
     at.text_input(key="int_corrupt").input("the money bank was [MASK] and the money .")
     at = press(at, "int_patch_form", "Patch")
     assert not at.exception
@@ -122,3 +130,28 @@ def test_the_patching_result_says_when_the_clean_run_fails_the_example(monkeypat
     at = press(at, "int_patch_form", "Patch")
     swapped = [w for w in texts(at.warning) if "the clean run does not prefer" in w]
     assert bool(swapped) != bool(said) and not at.exception
+
+
+def test_features_tab_switches_a_feature_off_and_runs_the_causal_check(monkeypatch, tiny_mlm_dir, tiny_saes_dir):
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, int_tab="Features")
+    assert not at.exception and not at.error
+    assert any("ships no SAEs" in i for i in texts(at.info))
+    at.text_input(key="int_feat_sae").input(str(tiny_saes_dir)).run()
+    at.number_input(key="int_feat_feature").set_value(3)
+    at.text_area(key="int_feat_text").input("the man walked to the [MASK] .")
+    at = press(at, "int_feat_form", "Run")
+    assert not at.exception and not at.error
+    frames = [f.value for f in at.dataframe]
+    assert any("feature switched off" in f.columns for f in frames)
+    assert at.query_params["feature"] == "3"
+    assert any(t.startswith("Press *Run the causal check*") for t in texts(at.info))  # nothing costly unasked
+    at.radio(key="int_feat_mode").set_value("steer")
+    at.number_input(key="int_feat_strength").set_value(40.0)
+    at = press(at, "int_feat_form", "Run")
+    assert any("feature steered by 40" in f.columns for f in (d.value for d in at.dataframe))
+    at.selectbox(key="int_feat_tag_1_3").set_value("NOUN")
+    at.button(key="int_feat_causal").click().run()
+    assert not at.exception, at.exception[0].stack_trace if at.exception else ""
+    assert not at.error
+    check = next(d.value for d in at.dataframe if "controls off" in d.value.columns)
+    assert check["measure"].iloc[0].startswith("probe for NOUN") and 0 <= check["intact"].iloc[0] <= 1

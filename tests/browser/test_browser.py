@@ -711,6 +711,38 @@ def test_interventions_page_on_bundled_mlm(browser, app_url, artifacts):
     page.close()
 
 
+def test_features_page_on_bundled_mlm(browser, app_url, artifacts):
+    """The shipped SAE of layer 2: the features on the default sentence, the strongest one opened, Brown
+    indexed behind its button, the feature's contexts and label; then it is switched off on the
+    Interventions page."""
+    page, problems = open_page(browser, f"{app_url}/features", height=1400)
+    page.get_by_text("fire hardest on this text").wait_for(timeout=120_000)
+    body = page.inner_text("body")
+    assert "3,072 features" in body and "of the masked-LM loss recovered" in body
+    page.screenshot(path=str(artifacts / "features-text.png"), full_page=True)
+    page.get_by_role("button", name="Open this feature").click()
+    feature_panel = page.get_by_role("tabpanel", name="Feature")
+    feature_panel.get_by_text("Tokens it promotes and suppresses").wait_for(timeout=60_000)
+    feature = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["feature"][0]
+    assert f"?layer=2&feature={feature}&feat_tab=Feature" in page.inner_text("body")
+    feature_panel.get_by_text("Press Index the corpus").wait_for(timeout=30_000)  # nothing costly unasked
+    feature_panel.get_by_role("button", name="Index the corpus").click()
+    feature_panel.get_by_text("Top contexts").wait_for(timeout=240_000)
+    page.locator("mark").first.wait_for(timeout=30_000)  # the activating word pieces, highlighted
+    body = page.inner_text("body")
+    assert "Fires on" in body and "Best gold-tag label" in body and "firings of" in body
+    page.screenshot(path=str(artifacts / "features-feature.png"), full_page=True)
+    other, other_problems = open_page(browser, f"{app_url}/interventions?int_tab=Features&flayer=2&feature={feature}",
+                                      height=1400)
+    other.get_by_text("feature switched off").first.wait_for(timeout=120_000)
+    other.get_by_text("Its label from the Features page's statistics").wait_for(timeout=30_000)
+    other.screenshot(path=str(artifacts / "interventions-features.png"), full_page=True)
+    assert not page.locator(".stException").count() and not other.locator(".stException").count()
+    assert not problems and not other_problems, (problems, other_problems)
+    page.close()
+    other.close()
+
+
 def test_faithfulness_page_on_bundled_mlm(browser, app_url, artifacts):
     """Run the test on ten Brown sentences: the table with intervals, the bars, the curves, and a
     disagreeing item that opens on the Masked page's *Why this prediction?*."""

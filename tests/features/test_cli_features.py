@@ -47,7 +47,73 @@ def test_bad_input_is_one_line(capsys, tmp_path, tiny_mlm_dir):
     for argv, said in (
         (["train-sae", tiny_mlm_dir, "--layers", "5", "--out", tmp_path], "Layer 5 does not exist"),
         (["train-sae", tiny_mlm_dir, "--expansion", "2", "--k", "64", "--out", tmp_path], "k must be between 1 and 63"),
-        (["features", tiny_mlm_dir, "--sae", tmp_path, "--layer", "0", "--text", "x"], "is not an SAE folder"),
+        (["features", tiny_mlm_dir, "--sae", tmp_path, "--layer", "0", "--text", "x"], "holds no SAE"),
     ):
         code, out, err = run_cli(capsys, *argv)
         assert code == 2 and said in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_a_feature_over_brown_search_and_the_corpus_pass(capsys, tiny_mlm_dir, tiny_saes_dir):
+    common = ["--sae", tiny_saes_dir, "--layer", 1, "--corpus", "brown", "--sentences", 200]
+    code, stdout, err = run_cli(capsys, "features", tiny_mlm_dir, *common, "--feature", 3, "--contexts", 4, "--json")
+    assert code == 0, err
+    one = json.loads(stdout)
+    assert one["corpus"] == {"name": "brown-200", "sentences": 200, "word_pieces": one["corpus"]["word_pieces"]}
+    assert 0 <= one["firing_rate"] <= 1 and set(one["labels"]) == {"universal", "brown"}
+    assert len(one["histogram"]["edges"]) == len(one["histogram"]["counts"]) + 1
+    assert sum(one["histogram"]["counts"]) == one["fires"]
+    assert len(one["contexts"]) <= 4 and all(c["tokens"] for c in one["contexts"])
+    code, stdout, err = run_cli(capsys, "features", tiny_mlm_dir, *common, "--tag", "NOUN", "--top", 3, "--json")
+    assert code == 0, err
+    found = json.loads(stdout)
+    assert found["tagset"] == "universal" and len(found["features"]) <= 3
+    assert all({"feature", "precision", "recall", "f1", "firing_rate"} <= set(f) for f in found["features"])
+    code, stdout, err = run_cli(capsys, "features", tiny_mlm_dir, "--sae", tiny_saes_dir, "--layer", 0, "--token",
+                                "bank", "--top", 4, "--json")
+    assert code == 0, err
+    assert [f["logit_change"] for f in json.loads(stdout)["features"]] == sorted(
+        [f["logit_change"] for f in json.loads(stdout)["features"]], reverse=True)
+    code, stdout, err = run_cli(capsys, "feature-stats", tiny_mlm_dir, "--sae", tiny_saes_dir, "--sentences", 200,
+                                "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert [r["layer"] for r in report["layers"]] == [0, 1] and report["corpus"] == "brown-200"
+    code, _, err = run_cli(capsys, "features", tiny_mlm_dir, *common, "--tag", "NOPE")
+    assert code == 2 and "No tag 'NOPE' in universal" in err
+    code, _, err = run_cli(capsys, "features", tiny_mlm_dir, "--layer", 0, "--text", "x")
+    assert code == 2 and "ships no SAEs" in err
+
+
+def test_ablate_switches_features_off_and_steers(capsys, tiny_mlm_dir, tiny_saes_dir):
+    base = ["ablate", tiny_mlm_dir, "the man walked to the [MASK] .", "--sae", tiny_saes_dir, "--json"]
+    code, stdout, err = run_cli(capsys, *base, "--features", "1:3,0:5")
+    assert code == 0, err
+    out = json.loads(stdout)
+    assert out["features"] == [{"layer": 1, "feature": 3, "mode": "remove"}, {"layer": 0, "feature": 5, "mode": "remove"}]
+    assert len(out["masks"]) == 1 and out["masks"][0]["before"]
+    code, stdout, err = run_cli(capsys, *base, "--features", "1:3", "--steer", 40, "--steer-at", "all")
+    assert code == 0, err
+    out = json.loads(stdout)
+    assert out["features"][0] == {"layer": 1, "feature": 3, "mode": "steer", "strength": 40.0, "at": "all"}
+    assert out["masks"][0]["before"] != out["masks"][0]["after"]
+    for extra, said in ((["--features", "1:64"], "Feature 64 does not exist"),
+                        (["--features", "1:3", "--heads", "0:0"], "Give --heads"),
+                        (["--features", "4:1"], "Layer 4 does not exist"),
+                        (["--features", "1:3", "--mode", "mean"], "--mode and --reference are for heads")):
+        code, _, err = run_cli(capsys, *base, *extra)
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1, (extra, err)
+
+
+def test_patch_features_json(capsys, tiny_mlm_dir, tiny_saes_dir):
+    base = ["patch", tiny_mlm_dir, "--clean", "the man walked to the [MASK] .", "--corrupt",
+            "the dog walked to the [MASK] .", "--target", "bank,river", "--sae", tiny_saes_dir]
+    code, stdout, err = run_cli(capsys, *base, "--features", 1, "--top", 5, "--json")
+    assert code == 0, err
+    out = json.loads(stdout)
+    assert out["hook"] == "blocks.1.hook_resid_post" and [w["position"] for w in out["whole_state"]] == [2, 6]
+    assert len(out["features"]) <= 5 and all({"position", "feature", "clean", "corrupt", "recovered"} <= set(f)
+                                             for f in out["features"])
+    code, stdout, _ = run_cli(capsys, *base, "--features", 1)
+    assert code == 0 and "patched one at a time" in stdout.splitlines()[0]
+    code, _, err = run_cli(capsys, *base, "--features", 1, "--what", "heads")
+    assert code == 2 and "leave out --what" in err

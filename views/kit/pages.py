@@ -56,10 +56,16 @@ PAGES: tuple[Page, ...] = (
          "control tasks matter."),
     Page("views/interventions.py", "Interventions", ":material/science:",
          "test a claim by changing the model: remove heads, rank heads by importance with a pruning curve, "
-         "patch activations from a clean run into a corrupted one.",
+         "patch activations from a clean run into a corrupted one, switch an SAE feature off or steer with it.",
          "*Patching* with the subject–verb example on bundled-mlm (*The men at the table [MASK] tired.*): the "
          "subject's number sits on *men* up to layer 2 and moves to the mask at layer 3 (75% of the difference "
          "recovered there), past the singular *table* in between."),
+    Page("views/features.py", "Features", ":material/scatter_plot:",
+         "dictionary features: a sparse autoencoder's features on each word of a text, one feature's top contexts "
+         "over Brown with its gold-tag label (precision and recall), the words it promotes, its histogram; search "
+         "by tag or by word.",
+         "bundled-mlm, layer 2: type a sentence with *should* in it, open the feature that fires there, then *Index "
+         "the corpus* to see its contexts and its label."),
     Page("views/faithfulness.py", "Faithfulness", ":material/fact_check:",
          "which attribution to trust on this model: every method's token ranking put to an erasure test on the"
          " model's own predictions, with intervals and a random floor.",

@@ -1,0 +1,53 @@
+"""Where a model's SAEs are: the ones shipped with BertScope (one folder per model, ``layer_LL/`` in
+SAELens's format, as ``train-sae --out`` writes them), or a folder of the user's.
+
+The only list of shipped SAEs is ``SHIPPED``: pages, commands and tests read it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertscope.errors import BertScopeError
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SHIPPED = {"bundled-mlm": DATA / "bundled_mlm_saes"}  # model -> its SAEs, one layer_LL folder a layer
+CFG_FILE = "cfg.json"
+
+
+def layer_folder(out: Path, layer: int) -> Path:
+    return Path(out) / f"layer_{layer:02d}"
+
+
+def shipped_saes(model_name: str) -> Path | None:
+    folder = SHIPPED.get(model_name)
+    return folder if folder is not None and sae_layers(folder) else None
+
+
+def sae_layers(folder: Path | str) -> list[int]:
+    """The layers with an SAE in ``folder``: its ``layer_LL`` subfolders, or the folder itself when it
+    is one SAE (its layer read from its hook name)."""
+    folder = Path(folder)
+    if (folder / CFG_FILE).is_file():
+        from bertscope.features.sae import load_sae_info
+
+        layer = load_sae_info(folder).layer
+        return [layer] if layer is not None else []
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name[6:]) for p in folder.glob("layer_[0-9][0-9]") if (p / CFG_FILE).is_file())
+
+
+def sae_folder(folder: Path | str, layer: int) -> Path:
+    """The SAE of ``layer`` in ``folder`` (a ``train-sae --out`` folder or one SAE's folder); one line
+    naming the layers it has when it has not this one."""
+    folder = Path(folder)
+    if (layer_folder(folder, layer) / CFG_FILE).is_file():
+        return layer_folder(folder, layer)
+    if (folder / CFG_FILE).is_file():
+        return folder
+    layers = sae_layers(folder)
+    if not layers:
+        raise BertScopeError(f"{folder} holds no SAE (SAELens's cfg.json + sae_weights.safetensors, or layer_LL "
+                             "folders of them).")
+    raise BertScopeError(f"{folder} has no SAE for layer {layer}: it has layers {', '.join(map(str, layers))}.")

@@ -1,0 +1,38 @@
+"""The SAEs shipped for bundled-mlm: one a layer, whole, in SAELens's format, the size the README
+states, their figures at the issue's goal, and they run on the model they were made for."""
+
+import json
+
+import pytest
+
+from bertscope import BertScopeError, load_model
+from bertscope.features.active import active_features
+from bertscope.features.sae import load_sae
+from bertscope.features.shipped import SHIPPED, sae_folder, sae_layers, shipped_saes
+
+
+def test_one_sae_a_layer_within_30_mb_and_at_the_goal():
+    folder = shipped_saes("bundled-mlm")
+    assert folder == SHIPPED["bundled-mlm"] and sae_layers(folder) == [0, 1, 2, 3, 4, 5]
+    shipped = [p for p in folder.rglob("*") if p.is_file() and "checkpoint" not in p.parts]  # a retrain's are not
+    assert sum(p.stat().st_size for p in shipped) <= 30 * 2**20
+    for layer in range(6):
+        cfg = json.loads((sae_folder(folder, layer) / "cfg.json").read_text())
+        assert cfg["dtype"] == "float16" and cfg["k"] == 32 and (cfg["d_in"], cfg["d_sae"]) == (384, 3072)
+        assert cfg["metadata"]["hook_name"] == f"blocks.{layer}.hook_resid_post"
+        assert cfg["metadata"]["model_name"] == "bundled-mlm" and cfg["metadata"]["bertscope"]["seed"] == 0
+        quality = json.loads((sae_folder(folder, layer) / "quality.json").read_text())
+        assert quality["l0"] <= 64 and quality["recovered"] >= 0.8 and quality["dead_share"] < 0.01
+    assert shipped_saes("bundled") is None  # no SAE for the model without the masked-LM head's training
+
+
+@pytest.mark.slow
+def test_they_run_on_bundled_mlm():
+    lm = load_model("bundled-mlm")
+    sae = load_sae(sae_folder(shipped_saes("bundled-mlm"), 2))
+    result = active_features(lm, sae, "The bank of the river.", 2)
+    assert result["tokens"][0]["token"] == "[CLS]" and all(len(t["features"]) <= 32 for t in result["tokens"])
+    with pytest.raises(BertScopeError, match="made for bundled-mlm, not bundled"):
+        sae.check_for(load_model("bundled"))
+    with pytest.raises(BertScopeError, match="has no SAE for layer 6"):
+        sae_folder(shipped_saes("bundled-mlm"), 6)
