@@ -12,7 +12,7 @@ import streamlit as st
 
 from bertscope.analysis.align import embed_parallel
 from bertscope.analysis.align_pivot import pivot_retrieval
-from bertscope.core.layers import hidden_name
+from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.udhr import declarations_by_code, installed, udhr_parallel
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import demo
@@ -76,7 +76,7 @@ def udhr_view(lm, key) -> None:
             fig.add_trace(go.Box(y=group["P@1 centred"], name=f"{script} ({len(group)})", boxpoints="all",
                                  jitter=0.5, pointpos=0, text=group["language"], marker=dict(size=5),
                                  hovertemplate="%{text}: P@1 %{y:.2f}<extra></extra>"))
-        fig.update_layout(title=f"Every version at {hidden_name(best)} (mean-centred), grouped by script",
+        fig.update_layout(title=f"Every version at {layer_title(best)} (mean-centred), grouped by script",
                           yaxis=dict(title="P@1 against English", range=[0, 1.02]), showlegend=False,
                           height=460, xaxis=dict(title="script (versions)", tickangle=-30))
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="align_udhr_scripts")
