@@ -53,6 +53,7 @@ def main() -> None:
     p.add_argument("--sentences", type=int, default=0)
     p.add_argument("--layers", default="0,1,2,3,4,5")
     p.add_argument("--features", type=int, default=20)
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
     p.add_argument("--random", help="a config of bertscope/configs (e.g. bert-base-uncased): random weights and SAEs")
     args = p.parse_args()
 
@@ -62,7 +63,7 @@ def main() -> None:
         from bertscope.features.activations import resid_post
         from bertscope.features.sae import SaeInfo, TopKSAE
 
-        lm = load_model(str(save_random_model(args.random, tempfile.mkdtemp(prefix="random-model-"))))
+        lm = load_model(str(save_random_model(args.random, tempfile.mkdtemp(prefix="random-model-"))), device=args.device)
         saes = {}
         for layer in layers:
             sae = TopKSAE(lm.hidden_size, 8 * lm.hidden_size, 32, info=SaeInfo(lm.name, resid_post(layer)), seed=layer)
@@ -70,7 +71,7 @@ def main() -> None:
                 sae.b_enc.normal_(0, 0.1, generator=torch.Generator().manual_seed(layer))
             saes[layer] = sae.to(lm.device)
     else:
-        lm = load_model(args.model)
+        lm = load_model(args.model, device=args.device)
         source = shipped_saes(lm.name)
         saes = {layer: load_sae(sae_folder(source, layer), lm.device) for layer in layers}
     corpus = brown_tagged(args.sentences)

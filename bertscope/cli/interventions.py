@@ -241,6 +241,7 @@ def cmd_patch(args: argparse.Namespace) -> Any:
 def patch_features_text(args: argparse.Namespace, lm, candidates, positions) -> Any:
     """``patch --features L``: each SAE feature of layer L patched alone at the positions."""
     from bertscope.cli.features import load_layer_sae
+    from bertscope.features.activations import resid_post
     from bertscope.features.patching import patch_features
 
     if args.what != "hidden":
@@ -253,7 +254,7 @@ def patch_features_text(args: argparse.Namespace, lm, candidates, positions) -> 
         return {"sae": str(folder.resolve())} | result.to_json(args.top)
     s = result.setup
     lines = [f"logit({s.candidates[0]}) - logit({s.candidates[1]}) at position {s.position}: clean {result.m_clean:.3f}, "
-             f"corrupted {result.m_corrupt:.3f}; {len(result.cells)} features of {resid_post_name(args.features)} "
+             f"corrupted {result.m_corrupt:.3f}; {len(result.cells)} features of {resid_post(args.features)} "
              "patched one at a time",
              "the whole hidden state patched: " + ", ".join(f"{p} {s.tokens[p]} {v:.2f}"
                                                            for p, v in sorted(result.whole.items())),
@@ -261,10 +262,6 @@ def patch_features_text(args: argparse.Namespace, lm, candidates, positions) -> 
     lines += [f"{c.position:>9} {c.token[:11]:<12}{c.feature:>8}{c.clean:>8.2f}{c.corrupt:>9.2f}{c.recovered:>11.3f}"
               for c in result.top(args.top)]
     return "\n".join(lines)
-
-
-def resid_post_name(layer: int) -> str:
-    return f"blocks.{layer}.hook_resid_post"
 
 
 def _patch_arguments(p: argparse.ArgumentParser) -> None:
