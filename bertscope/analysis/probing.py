@@ -131,6 +131,7 @@ class ProbeResult:
     classes: tuple[str, ...] = ()  # the probe's classes; predicted/gold index them
     gold: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] class index
     test_examples: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] row in the states
+    left_out_sentences: int = 0  # sentences the model could not read whole (longer than it takes), not probed
 
     @property
     def best(self) -> LayerResult:
@@ -169,7 +170,8 @@ class ProbeResult:
     def to_json(self) -> dict:
         return {"model": self.model, "task": self.task, "level": self.level, "pooling": self.pooling,
                 "probe": self.probe, "majority_baseline": self.majority_baseline, "n_train": self.n_train,
-                "n_test": self.n_test, "layers": [r.to_json() for r in self.layers]}
+                "n_test": self.n_test, "layers": [r.to_json() for r in self.layers],
+                **({"left_out_sentences": self.left_out_sentences} if self.left_out_sentences else {})}
 
 
 def example_texts(states: CachedStates, task: ProbeTask, rows: Sequence[int]) -> list[tuple[str, str, int, int]]:
@@ -202,6 +204,30 @@ def check_external_labels(train_labels: Sequence[str], external_labels: Sequence
         raise BertScopeError(f"The test file has {len(unknown)} label(s) the task never trains on: {shown}.")
 
 
+def probe_layer(layer: int, x: np.ndarray, labels: np.ndarray, control: np.ndarray, train: np.ndarray,
+                test: np.ndarray, classes: Sequence[str], kind: ProbeKind = "logreg", seed: int = 0,
+                steps: int = LOGREG_STEPS, on_task_done: Callable[[], None] | None = None,
+                external: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[LayerResult, Pipeline]:
+    """The probe and its control at one layer: ``x`` [example, dim] (rows ``train`` fit, rows
+    ``test`` score), ``classes`` the sorted training labels; ``external`` ([example, dim], labels)
+    a user's test file scored by the same probe."""
+    probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed, steps)
+    proba = probe.predict_proba(x[test])  # [test, class], columns in probe.classes_ order (sorted)
+    if on_task_done:
+        on_task_done()
+    _, control_right = fit_score(x[train], control[train], x[test], control[test], kind, seed, steps)
+    outside = None if external is None else float((probe.predict(external[0]) == external[1]).mean())
+    result = LayerResult(layer, float(right.mean()), float(control_right.mean()), bootstrap_interval(right, seed=seed),
+                         outside, proba.argmax(axis=1).astype(np.int64), proba.max(axis=1).astype(np.float32))
+    return result, probe
+
+
+def gold_indices(classes: Sequence[str], labels: Sequence[str]) -> np.ndarray:
+    """[example] each label's index among ``classes``; -1 for a label never trained on."""
+    index = {c: i for i, c in enumerate(classes)}
+    return np.array([index.get(y, -1) for y in labels], np.int64)
+
+
 def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: ProbeKind = "logreg",
                  seed: int = 0, layers: Sequence[int] | None = None, weights_dir: Path | None = None,
                  progress: Callable[[int, int], None] | None = None,
@@ -223,26 +249,16 @@ def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: Probe
     chosen = list(layers) if layers is not None else list(states.layers)
     results = []
     classes = tuple(sorted(set(labels[train])))
-    index = {c: i for i, c in enumerate(classes)}
-    gold = np.array([index.get(y, -1) for y in labels[test]], np.int64)  # -1: a label never trained on
     for i, layer in enumerate(chosen):
-        x = np.asarray(states.layer(layer))  # [example, dim]
-        probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed, steps)
-        proba = probe.predict_proba(x[test])  # [test, class], columns in probe.classes_ order (sorted)
-        predicted = proba.argmax(axis=1).astype(np.int64)
-        if progress:
-            progress(2 * i + 1, 2 * len(chosen))
-        _, control_right = fit_score(x[train], control[train], x[test], control[test], kind, seed, steps)
-        outside = None
-        if external is not None:
-            outside = float((probe.predict(np.asarray(external.layer(layer))) == external_labels).mean())
-        results.append(LayerResult(layer, float(right.mean()), float(control_right.mean()),
-                                   bootstrap_interval(right, seed=seed), outside,
-                                   predicted, proba.max(axis=1).astype(np.float32)))
+        result, probe = probe_layer(
+            layer, np.asarray(states.layer(layer)), labels, control, train, test, classes, kind, seed, steps,
+            on_task_done=(lambda i=i: progress(2 * i + 1, 2 * len(chosen))) if progress else None,
+            external=None if external is None else (np.asarray(external.layer(layer)), external_labels))
+        results.append(result)
         if weights_dir is not None:
             weights_dir.mkdir(parents=True, exist_ok=True)
             save_probe(probe, weights_dir, f"layer_{layer:02d}")
         if progress:
             progress(2 * i + 2, 2 * len(chosen))
     return ProbeResult(states.key.model, task_name, states.key.level, pooling, kind, baseline, len(train),
-                       len(test), results, classes, gold, np.asarray(test, np.int64))
+                       len(test), results, classes, gold_indices(classes, labels[test]), np.asarray(test, np.int64))

@@ -24,7 +24,7 @@ from bertscope.analysis.structural_probe import (
     distance_report,
     train_structural_probe,
 )
-from bertscope.core.layers import hidden_label
+from bertscope.core.layers import EMBEDDINGS, hidden_label
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.ewt import TreebankSentence, ewt_task, read_ewt
 from bertscope.errors import BertScopeError
@@ -67,19 +67,36 @@ class StructuralResult:
     best_index: int  # the row of the best UUAS (distance) or root accuracy (depth only)
     trees: list[dict]
     counts: dict
-    probe: object = None  # the best layer's trained distance probe (TrainedProbe), for new predictions
-    test: list = field(default_factory=list)  # the best layer's test ProbeSentences (their vectors)
+    probe: object = None  # the trees' layer's trained distance probe (TrainedProbe), for new predictions
+    test: list = field(default_factory=list)  # the trees' layer's test ProbeSentences (their vectors)
+    tree_index: int | None = None  # the row whose trees are kept (default: the best)
 
     @property
     def best_layer(self):
         return self.layers[self.best_index]["layer"]
 
+    @property
+    def best_state(self) -> int:
+        """``best_layer`` as an index into the hidden states (0 = the embeddings)."""
+        return 0 if self.best_layer == EMBEDDINGS else int(self.best_layer) + 1
+
+    @property
+    def tree_layer(self):
+        """The layer of ``trees``, ``probe`` and ``test``: the best unless asked for another."""
+        return self.layers[self.best_index if self.tree_index is None else self.tree_index]["layer"]
+
+    @property
+    def tree_state(self) -> int:
+        """``tree_layer`` as an index into the hidden states (0 = the embeddings)."""
+        return 0 if self.tree_layer == EMBEDDINGS else int(self.tree_layer) + 1
+
     def to_json(self) -> dict:
         return {"model": self.model, "corpus": "ewt", **self.counts, "layers": self.layers,
-                "baselines": self.baselines, "best_layer": self.best_layer, "trees": self.trees}
+                "baselines": self.baselines, "best_layer": self.best_layer, "trees_layer": self.tree_layer,
+                "trees": self.trees}
 
 
-def _sample(n: int, limit: int | None, seed: int) -> list[int]:
+def sample_indices(n: int, limit: int | None, seed: int) -> list[int]:
     if limit is None or limit >= n:
         return list(range(n))
     return sorted(np.random.default_rng(seed).choice(n, limit, replace=False).tolist())
@@ -88,18 +105,25 @@ def _sample(n: int, limit: int | None, seed: int) -> list[int]:
 def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank: int | None = None,
                       what: str = "both", max_train: int | None = None, max_test: int | None = None,
                       seed: int = 0, random_model: LoadedModel | None = None,
-                      progress: Callable[[int, int, str], None] | None = None) -> StructuralResult:
-    """Distance and depth probes at each hidden state (0 = embeddings; default all)."""
+                      progress: Callable[[int, int, str], None] | None = None,
+                      tree_state: int | None = None) -> StructuralResult:
+    """Distance and depth probes at each hidden state (0 = embeddings; default all). The test trees
+    (and the probe kept for new sentences) are the best layer's, or ``tree_state``'s (one of
+    ``layers``)."""
     whats = WHATS if what == "both" else (what,)
     if any(w not in WHATS for w in whats):
         raise BertScopeError(f"Unknown probe {what!r}: use distance, depth or both.")
     splits = {split: read_ewt(split) for split in ("train", "dev", "test")}
     keep = {split: [i for i, s in enumerate(sents) if len(s) >= MIN_WORDS] for split, sents in splits.items()}
-    keep["train"] = [keep["train"][i] for i in _sample(len(keep["train"]), max_train, seed)]
-    keep["test"] = [keep["test"][i] for i in _sample(len(keep["test"]), max_test, seed)]
+    keep["train"] = [keep["train"][i] for i in sample_indices(len(keep["train"]), max_train, seed)]
+    keep["test"] = [keep["test"][i] for i in sample_indices(len(keep["test"]), max_test, seed)]
     chosen = list(range(lm.num_layers + 1)) if layers is None else sorted(set(layers))
     if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
         raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
+    if tree_state is not None and tree_state not in chosen:
+        raise BertScopeError(f"The trees' layer {hidden_label(tree_state)} is not among the layers probed.")
+    if tree_state is not None and "distance" not in whats:
+        raise BertScopeError("Trees come from the distance probe: leave out --what depth.")
 
     def states_of(model: LoadedModel) -> dict:
         out = {}
@@ -148,8 +172,11 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
             out.pop("edges", None)
             report.update(out)
         baselines["random_model"] = report
+    shown = best if tree_state is None else chosen.index(tree_state)
+    if shown != best:
+        test_sents = probe_sentences(states["test"], splits["test"], chosen[shown], keep["test"])
     trees = []
-    edges = fitted.get((chosen[best], "distance"), (None, None))[0]
+    edges = fitted.get((chosen[shown], "distance"), (None, None))[0]
     if edges is not None:
         for i, s in zip(keep["test"], edges):
             sentence = splits["test"][i]
@@ -158,8 +185,9 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
     counts = {"train_sentences": len(keep["train"]), "dev_sentences": len(keep["dev"]),
               "test_sentences": len(keep["test"]), "left_out_sentences": dropped, "pooling": "mean of a word's pieces",
               "rank": rank or int(states["train"].layer(0).shape[1])}
-    best_probe = fitted.get((chosen[best], "distance"), (None, None))[1]
-    return StructuralResult(lm.name, rows, baselines, best, trees, counts, best_probe, test_sents)
+    kept_probe = fitted.get((chosen[shown], "distance"), (None, None))[1]
+    return StructuralResult(lm.name, rows, baselines, best, trees, counts, kept_probe, test_sents,
+                            None if tree_state is None else shown)
 
 
 def random_twin(lm: LoadedModel, seed: int = 0) -> LoadedModel:

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
+from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, TREEBANK_TASKS
 from bertscope.errors import BertScopeError
 
-TASKS_HELP = ("shipped: pos, sense, tense, subject_number, negation, question, bigram_shift; brown-pos, brown-tags, "
-              "brown-genre (after `make brown`)")
+TASKS_HELP = (f"shipped: {', '.join(SHIPPED)}; {', '.join(BROWN_TASKS)} (after `make brown`); "
+              f"{', '.join(TREEBANK_TASKS)} (UD English-EWT's own train/test split, after `corpus install ewt`)")
 
 
 def load_task(task: str, data: str | None, size: int | None = None):
@@ -68,6 +69,8 @@ def cmd_probe(args: argparse.Namespace) -> Any:
     from bertscope.corpora.probe_tasks import read_task
 
     engine = engine_of(args)  # a bad --engine is refused before anything loads
+    if args.task in TREEBANK_TASKS and not args.data:
+        return treebank_command(args, engine)
     task = load_task(args.task, args.data, args.size)
     external_task = None
     if args.test_data:
@@ -95,6 +98,44 @@ def cmd_probe(args: argparse.Namespace) -> Any:
     return "\n".join(lines)
 
 
+def treebank_command(args: argparse.Namespace, engine) -> Any:
+    """``probe --task ewt-upos|ewt-deprel``: trained on EWT train (``--size`` sentences), scored on EWT test."""
+    from bertscope.analysis.hidden_cache import HiddenStateCache
+    from bertscope.analysis.treebank_probes import treebank_probe
+    from bertscope.corpora.ewt import read_ewt
+
+    if args.test_data:
+        raise BertScopeError(f"--task {args.task} is scored on EWT's own test split: leave out --test-data.")
+    if args.pooling != "mean":
+        raise BertScopeError(f"--task {args.task} pools a word's pieces by their mean (as the structural probe).")
+    if args.size is not None and args.size < 0:
+        raise BertScopeError("--size must be 0 (every training sentence) or more.")
+    read_ewt("test")  # not installed: the install command in one line, before the model loads
+    lm = load(args)
+    out = Path(args.out) if args.out else None
+    with progress_bar(f"{lm.name}: hidden states of EWT", "sentence") as states_bar, \
+            progress_bar(f"{lm.name}: probes (task, then control, per layer)", "fit") as fits_bar:
+        result, hit = treebank_probe(lm, args.task, size=args.size, kind=args.probe, seed=args.seed,
+                                     cache=HiddenStateCache(args.cache), batch_size=args.batch_size,
+                                     weights_dir=None if out is None else out / "weights", engine=engine,
+                                     states_progress=None if args.json else states_bar,
+                                     progress=None if args.json else fits_bar)
+    data = write_probe_results(result, out) if out is not None else result.to_json()
+    if args.json:
+        return data
+    what = "arcs" if result.level == "arc" else "words"
+    lines = [f"{result.task} on {lm.name}: {result.n_train:,} train / {result.n_test:,} test {what} (EWT's split), "
+             f"{len(result.classes)} labels; cache {'hit' if hit else 'built'}; majority baseline "
+             f"{result.majority_baseline:.3f}" + (f"; {result.left_out_sentences:,} sentences longer than the model "
+                                                  "reads left out" if result.left_out_sentences else ""),
+             "     layer  accuracy  control  selectivity  95% interval"]
+    lines += [f"{r.name:>10}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
+              f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]" for r in result.layers]
+    if out is not None:
+        lines.append(f"wrote {out}/results.json, results.csv, layers.png, layers.html and weights/")
+    return "\n".join(lines)
+
+
 def probe_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
     """The probe's options; ``several``: the sweep's --tasks in place of --task/--data/--test-data."""
     if several:
@@ -104,7 +145,8 @@ def probe_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
         p.add_argument("--data", help="your own task: .conllu, .csv or .jsonl (overrides --task)")
         p.add_argument("--test-data", help="train here, test there: also score the probe on this file "
                                            "(.conllu, .csv or .jsonl with the task's labels)")
-    p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample (default 2000; 0 = all)")
+    p.add_argument("--size", type=int, help="Brown tasks: sentences in the sample; ewt tasks: training sentences "
+                                           "(default 2000; 0 = all)")
     p.add_argument("--out", help="a folder for results.json, results.csv, layers.png, layers.html and the probes' "
                                  "weights (weights/layer_XX.npz + .json, no pickle)")
     p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")

@@ -29,6 +29,7 @@ def parse_states(text: str | None, n_layers: int) -> list[int] | None:
 
 def cmd_structural_probe(args: argparse.Namespace) -> Any:
     from bertscope.analysis.structural_runs import random_twin, structural_probes
+    from bertscope.analysis.typed_tree import typed_tree
 
     if args.corpus != "ewt":
         raise BertScopeError(f"--corpus {args.corpus!r}: the structural probe reads ewt (UD English-EWT).")
@@ -36,15 +37,31 @@ def cmd_structural_probe(args: argparse.Namespace) -> Any:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise BertScopeError(f"--{flag.replace('_', '-')} must be at least 1.")
+    if args.sentence is not None and args.what == "depth":
+        raise BertScopeError("--sentence's tree comes from the distance probe: leave out --what depth.")
     lm = load(args)
     states = parse_states(args.layers, lm.num_layers)
+    tree_state = None if args.layer is None else parse_states(str(args.layer), lm.num_layers)[0]
+    if tree_state is not None and states is not None and tree_state not in states:
+        raise BertScopeError(f"--layer {args.layer} is not among --layers {args.layers}.")
     twin = random_twin(lm, args.seed) if args.random_baseline else None
     with progress_bar(f"{lm.name}: structural probes", "layer") as progress:
         result = structural_probes(lm, states, args.rank, args.what, args.max_train, args.max_test, args.seed, twin,
-                                   progress=lambda done, total, what: progress(done, total))
+                                   progress=lambda done, total, what: progress(done, total), tree_state=tree_state)
+    typed = None if args.sentence is None else typed_tree(lm, result.probe, result.tree_state, args.sentence)
     if args.json:
-        return result.to_json()
-    return table(result)
+        return {**result.to_json(), **({"typed_tree": typed.to_json()} if typed is not None else {})}
+    return table(result) + ("" if typed is None else "\n" + typed_lines(typed))
+
+
+def typed_lines(tree) -> str:
+    """The typed sentence's predicted tree as its edges, words numbered from 1."""
+    words = " ".join(f"{i}:{w}" for i, w in enumerate(tree.words, start=1))
+    edges = ", ".join(f"{tree.words[a - 1]}–{tree.words[b - 1]}" for a, b in tree.predicted_edges)
+    lines = [f"your sentence at {tree.layer}: {words}", f"  predicted tree (punctuation left out): {edges}"]
+    if tree.left_out:
+        lines.append(f"  left out (no piece of the tokenizer): {', '.join(tree.left_out)}")
+    return "\n".join(lines)
 
 
 def table(result) -> str:
@@ -63,7 +80,8 @@ def table(result) -> str:
         title = "chain" if name == "chain" else f"random model ({row['layer']})"
         lines.append(f"{title:<16}{cell(row.get('uuas'))}{cell(row.get('dspr'))}{cell(row.get('root_accuracy'))}"
                      f"{cell(row.get('nspr'))}")
-    lines.append(f"best layer: {result.best_layer} (add --json for every test sentence's predicted tree)")
+    lines.append(f"best layer: {result.best_layer} (add --json for every test sentence's predicted tree at "
+                 f"{result.tree_layer})")
     return "\n".join(lines)
 
 
@@ -76,6 +94,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-test", type=int, help="score at most this many test sentences (seeded)")
     p.add_argument("--random-baseline", action="store_true",
                    help="also a random-weight model of the same config at the best layer")
+    p.add_argument("--layer", help="the layer whose test trees (and --sentence's tree) are given: 'embeddings' or "
+                                   "a number from 0 (default the best)")
+    p.add_argument("--sentence", help="also the tree the probe predicts for this sentence (no gold)")
     p.add_argument("--seed", type=int, default=0)
 
 

@@ -5,6 +5,9 @@ shift page's 162 sentences, the target word labelled ``word:sense``.
 
 The Brown suites (``brown-pos``, ``brown-tags``, ``brown-genre``) come from ``corpora.brown_tasks``
 and need the corpus installed (``python -m bertscope corpus install``, which ``make`` runs).
+
+The treebank tasks (``ewt-upos``, ``ewt-deprel``: ``analysis.treebank_probes``) read UD English-EWT
+with its own train/test split (``corpus install ewt``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ DATA = DATA_DIR / "probing"
 SENTENCE_TASKS = ("tense", "subject_number", "negation", "question", "bigram_shift")
 BROWN_TASKS = ("brown-pos", "brown-tags", "brown-genre")  # need the corpus installed (`make brown`)
 SHIPPED = ("pos", "sense", *SENTENCE_TASKS)
+TREEBANK_TASKS = {  # the only list: the probe command, its help and the Syntax tab read it
+    "ewt-upos": "each word's universal part of speech (17 tags)",
+    "ewt-deprel": "each arc's dependency label, from the dependent's and its head's vectors",
+}
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -50,4 +57,7 @@ def shipped_task(name: str, size: int | None = None) -> ProbeTask:
         return sense_task()
     if name in SENTENCE_TASKS:
         return read_csv_task((DATA / f"{name}.csv").read_text(encoding="utf-8"), name)
+    if name in TREEBANK_TASKS:
+        raise BertScopeError(f"{name} reads EWT's own train/test split: `python -m bertscope probe MODEL --task {name}` "
+                             "(or analysis.treebank_probes.treebank_probe).")
     raise BertScopeError(f"No shipped task {name!r}: choose one of {', '.join(SHIPPED + BROWN_TASKS)}.")

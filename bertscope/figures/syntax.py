@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 from bertscope.figures.text import label
 
 SCORES = {"uuas": "UUAS", "dspr": "DSpr.", "root_accuracy": "root accuracy", "nspr": "NSpr."}
+STAGGER_FROM = 14  # words; more than this and the labels alternate between two rows
 COLOURS = {"uuas": "#1f77b4", "dspr": "#2ca02c", "root_accuracy": "#d62728", "nspr": "#9467bd"}
 
 
@@ -40,12 +41,13 @@ def scores_by_layer(layers: Sequence[dict], baselines: dict, model: str) -> go.F
     return fig
 
 
-def tree_arcs(words: Sequence[str], gold_heads: Sequence[int], predicted_edges: Sequence[Sequence[int]],
+def tree_arcs(words: Sequence[str], gold_heads: Sequence[int] | None, predicted_edges: Sequence[Sequence[int]],
               title: str) -> go.Figure:
     """Gold dependency arcs above the words, the probe's tree below (words numbered from 1; a
-    predicted edge that is not a gold edge drawn in red)."""
+    predicted edge that is not a gold edge drawn in red). ``gold_heads`` None: a sentence without
+    gold (one the user typed), its predicted tree alone."""
     n = len(words)
-    gold = {tuple(sorted((i + 1, h))) for i, h in enumerate(gold_heads) if h}
+    gold = {tuple(sorted((i + 1, h))) for i, h in enumerate(gold_heads or []) if h}
     fig = go.Figure()
 
     def arc(a: int, b: int, up: bool, colour: str, name: str, show: bool) -> None:
@@ -61,11 +63,14 @@ def tree_arcs(words: Sequence[str], gold_heads: Sequence[int], predicted_edges: 
         arc(a, b, True, "#444", "gold tree", "gold tree" not in shown)
         shown.add("gold tree")
     for a, b in predicted_edges:
-        right = tuple(sorted((a, b))) in gold
-        name = "predicted, in the gold tree" if right else "predicted, not in it"
+        right = gold_heads is None or tuple(sorted((a, b))) in gold
+        name = "predicted tree" if gold_heads is None else \
+            "predicted, in the gold tree" if right else "predicted, not in it"
         arc(a, b, False, "#1f77b4" if right else "#d62728", name, name not in shown)
         shown.add(name)
-    fig.add_trace(go.Scatter(x=list(range(1, n + 1)), y=[0] * n, mode="text", text=[label(w) for w in words],
+    # a long sentence's words take two rows, alternately, so neighbours do not overlap
+    rows = [0.0] * n if n <= STAGGER_FROM else [0.09 if i % 2 else -0.09 for i in range(n)]
+    fig.add_trace(go.Scatter(x=list(range(1, n + 1)), y=rows, mode="text", text=[label(w) for w in words],
                              textposition="middle center", showlegend=False, hoverinfo="skip"))
     fig.update_layout(title=title, height=420, xaxis=dict(visible=False, range=[0.3, n + 0.7]),
                       yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.05), plot_bgcolor="white")

@@ -110,8 +110,12 @@ def test_trained_probes_recover_a_structure_written_into_the_vectors():
 @pytest.mark.slow
 def test_the_command_on_ewt_and_its_bad_input(tiny_bert_dir, capsys):
     assert main(["structural-probe", str(tiny_bert_dir), "--layers", "embeddings,1", "--max-train", "150",
-                 "--max-test", "40", "--rank", "16", "--json"]) == 0
+                 "--max-test", "40", "--rank", "16", "--layer", "1", "--sentence", "The dog sat on the mat .",
+                 "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert out["trees_layer"] == 1 and out["typed_tree"]["layer"] == 1  # asked for, not the best
+    assert out["typed_tree"]["words"] == ["The", "dog", "sat", "on", "the", "mat", "."]
+    assert len(out["typed_tree"]["predicted_edges"]) == 5  # six words; the full stop left out
     assert [r["layer"] for r in out["layers"]] == ["embeddings", 1]
     assert {"uuas", "dspr", "root_accuracy", "nspr"} <= set(out["layers"][0])
     assert 0.3 < out["baselines"]["chain"]["uuas"] < 0.6  # EWT's right-branching chain
@@ -120,7 +124,9 @@ def test_the_command_on_ewt_and_its_bad_input(tiny_bert_dir, capsys):
     assert len(tree["gold_heads"]) == len(tree["words"]) and all(1 <= a < b <= len(tree["words"])
                                                                   for a, b in tree["predicted_edges"])
     for bad, message in ((["--layers", "7"], "Layer 7 does not exist"), (["--layers", "mid"], "layer numbers from 0"),
-                         (["--corpus", "ptb"], "reads ewt"), (["--max-train", "0"], "at least 1")):
+                         (["--corpus", "ptb"], "reads ewt"), (["--max-train", "0"], "at least 1"),
+                         (["--layers", "embeddings,1", "--layer", "0"], "not among --layers"),
+                         (["--what", "depth", "--sentence", "a b"], "distance probe")):
         assert main(["structural-probe", str(tiny_bert_dir), *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1 and message in err, err

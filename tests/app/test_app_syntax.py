@@ -1,5 +1,6 @@
 """Streamlit AppTest of the Probes page's Syntax tab: structural probes on EWT at every hidden state,
-the scores beside the chain, a test sentence's trees and distance matrices, through the budget."""
+the scores beside the chain, a test sentence's trees and distance matrices, a typed sentence's tree,
+and the label probes on the same treebank, through the budget."""
 
 from __future__ import annotations
 
@@ -27,6 +28,25 @@ def test_structural_probes_on_ewt(monkeypatch, tiny_bert_dir, tmp_path):
     assert len(at.get("plotly_chart")) >= 3  # the scores by layer, the trees, the matrices
     at.selectbox(key="syntax_sentence").set_value(3).run()
     assert not at.exception and not at.error
+    # a typed sentence: its predicted tree from the best layer's probe, downloadable; bad ones in one line
+    assert at.text_input(key="syntax_typed").value  # an example is there to start from
+    at.text_input(key="syntax_typed").input("The dog chased the cat .").run()
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) >= 4  # the scores, the test trees, the matrices, the typed tree
+    at.text_input(key="syntax_typed").input("Hello .").run()
+    assert not at.exception
+    (error,) = texts(at.error)
+    assert "at least two words" in error and "\n" not in error
+    at.text_input(key="syntax_typed").input("The dog chased the cat .").run()
+    # the label probes on the same treebank wait for their button, then draw each layer with its control
+    assert any("Press *Probe every layer*" in i for i in texts(at.info))
+    at.radio(key="syntax_label_task").set_value("ewt-deprel")
+    next(b for b in at.button if "syntax_labels_form" in b.id).click()
+    at.run(timeout=600)
+    assert not at.exception and not at.error
+    labels = next(d.value for d in at.dataframe if "selectivity" in d.value.columns)
+    assert list(labels["hidden state"]) == ["embeddings", "0", "1"] and labels["accuracy"].between(0, 1).all()
+    assert any(c.startswith("ewt-deprel: best at") for c in texts(at.caption))
 
 
 def test_the_labels_tab_is_still_the_first(monkeypatch, tiny_bert_dir):

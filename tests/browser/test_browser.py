@@ -471,6 +471,33 @@ def test_align_page_on_the_udhr(browser, app_url, artifacts):
     page.close()
 
 
+def test_syntax_tab_trees_and_treebank_labels(browser, tiny_bert_dir, tmp_path, artifacts):
+    """The Probes page's Syntax tab (a small random BERT, so the treebank's states take seconds): the
+    structural probes by layer, a test sentence's gold and predicted trees, a typed sentence's tree,
+    then the dependency-label probe beside its control."""
+    with running_app(tmp_path / "server.log", model=str(tiny_bert_dir)) as url:
+        page, problems = open_page(browser, f"{url}/probes?probe_tab=Syntax", height=1600)
+        page.get_by_role("button", name="Train the probes at every layer").click(timeout=60_000)
+        page.get_by_text("against the chain's", exact=False).wait_for(timeout=300_000)
+        page.get_by_text("Your sentence, through the probe at", exact=False).wait_for(timeout=60_000)
+        box = page.get_by_label("A sentence (words and punctuation", exact=False)
+        box.fill("The dog chased the cat across the garden .")
+        box.press("Enter")
+        wait_until_idle(page, 120)
+        page.get_by_text("The probe's tree at ", exact=False).first.wait_for(timeout=60_000)
+        page.get_by_text("Labels on the same treebank").scroll_into_view_if_needed(timeout=30_000)
+        page.get_by_text("each arc's dependency label, from", exact=False).click()
+        page.get_by_role("button", name="Probe every layer").click()
+        page.get_by_text("ewt-deprel: best at", exact=False).wait_for(timeout=300_000)
+        wait_until_idle(page, 120)
+        page.screenshot(path=str(artifacts / "probes-syntax.png"), full_page=True)
+        body = page.inner_text("body")
+        assert "Download this sentence's trees (JSON)" in body and "Download this tree (JSON)" in body
+        assert not page.locator(".stException").count()
+        assert not problems, problems
+        page.close()
+
+
 def test_costly_tabs_wait_for_their_buttons(browser, tmp_path, artifacts):
     """On a fresh cache (nothing kept from earlier tests), the three places that used to compute for minutes
     on opening (cross-lingual: 945 texts at every layer; Compare → Heads: every attention map of 100

@@ -50,7 +50,9 @@ PAGES: tuple[Page, ...] = (
          "exact parameter counts for any config without downloading weights, memory, FLOPs, a timeline.",
          "bert-large-uncased with its pretraining heads."),
     Page("views/probes.py", "Probes", ":material/troubleshoot:",
-         "linear probes per layer with control tasks, on shipped suites, the Brown corpus or your file.",
+         "linear probes per layer with control tasks, on shipped suites, the Brown corpus or your file; the "
+         "Syntax tab: Hewitt & Manning's structural probe on UD English-EWT (trees from the vectors, your own "
+         "sentence's tree), and UPOS and dependency-label probes on the same treebank.",
          "*brown-pos*: real text, where the probe beats its control task by a wide margin (selectivity about "
          "0.4 on bundled); then the template suite *pos*, where task and control both score near 100%: why "
          "control tasks matter."),

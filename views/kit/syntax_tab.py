@@ -1,6 +1,7 @@
 """The Probes page's Syntax tab: Hewitt & Manning's structural probes on UD English-EWT at every
-hidden state (through the cost budget), the scores by layer beside the chain, and one test
-sentence's gold and predicted trees and distance matrices."""
+hidden state (through the cost budget), the scores by layer beside the chain, one test sentence's
+gold and predicted trees and distance matrices, a typed sentence's predicted tree, and the label
+probes (UPOS, dependency labels) on the same treebank."""
 
 import json
 
@@ -9,11 +10,13 @@ import streamlit as st
 
 from bertscope.analysis.structural_probe import tree_distances
 from bertscope.analysis.structural_runs import structural_probes
+from bertscope.core.layers import layer_title
 from bertscope.figures.syntax import distance_matrices, scores_by_layer, tree_arcs
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import demo
 from views.kit.model_picker import cached_model
 from views.kit.results import result_store
+from views.kit import treebank_labels_view, typed_tree_view
 
 TRAIN_SIZES = [300, 1000, 3000, 0]  # 0: every EWT training sentence
 TEST_SIZES = [100, 300, 1000, 0]
@@ -21,6 +24,12 @@ RANKS = [32, 128, 0]  # 0: the model's width, as Hewitt & Manning
 
 
 def render(lm, key) -> None:
+    structural(lm, key)
+    st.divider()
+    treebank_labels_view.render(key)
+
+
+def structural(lm, key) -> None:
     st.caption("Hewitt & Manning (2019): one linear map B under which squared distances between word vectors "
                "approximate distances in the dependency tree (UUAS: the minimum spanning tree of those distances "
                "against the gold tree, punctuation left out; DSpr.: Spearman of each word's distances, averaged "
@@ -56,7 +65,7 @@ def render(lm, key) -> None:
         best = result.layers[result.best_index]
         c = result.counts
         st.caption(plain(
-            f"Best layer {result.best_layer}: UUAS {best['uuas']:.3f} against the chain's {chain['uuas']:.3f} and the "
+            f"Best at {layer_title(result.best_state)}: UUAS {best['uuas']:.3f} against the chain's {chain['uuas']:.3f} and the "
             f"embeddings' {result.layers[0]['uuas']:.3f}. {c['train_sentences']:,} training, {c['dev_sentences']:,} "
             f"dev and {c['test_sentences']:,} test sentences; rank {c['rank']}"
             + (f"; {c['left_out_sentences']:,} sentences longer than the model reads left out"
@@ -70,8 +79,9 @@ def render(lm, key) -> None:
         st.download_button("Download (JSON, every test tree)", json.dumps(result.to_json()), "structural-probes.json",
                            "application/json", key="syntax_json", on_click="ignore")
         if result.trees:
-            st.subheader(plain(f"A test sentence at layer {result.best_layer}"))
-            pick = st.selectbox("Sentence", range(len(result.trees)), key="syntax_sentence",
+            st.subheader(plain(f"A test sentence at {layer_title(result.tree_state)}"))
+            readable = next((i for i, t in enumerate(result.trees) if 8 <= len(t["words"]) <= 16), 0)
+            pick = st.selectbox("Sentence", range(len(result.trees)), readable, key="syntax_sentence",
                                 format_func=lambda i: " ".join(result.trees[i]["words"])[:100])
             tree = result.trees[pick]
             words = tree["words"]
@@ -81,8 +91,12 @@ def render(lm, key) -> None:
                                       f"{tree['sentence_id']}: {right} of {len(tree['predicted_edges'])} predicted "
                                       "edges in the gold tree (punctuation left out)"),
                             config=PLOT_CONFIG, width="stretch", key="syntax_tree")
+            st.download_button("Download this sentence's trees (JSON)", json.dumps(tree), f"{tree['sentence_id']}.json",
+                               "application/json", key="syntax_tree_json", on_click="ignore")
             if result.probe is not None and pick < len(result.test):
                 sentence = result.test[pick]
                 st.plotly_chart(distance_matrices(words, tree_distances(sentence.heads),
                                                   result.probe.predict(sentence)),
                                 config=PLOT_CONFIG, width="stretch", key="syntax_matrices")
+        if result.probe is not None:
+            typed_tree_view.render(lm, result)
