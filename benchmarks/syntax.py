@@ -3,6 +3,7 @@ and the label probes (UPOS, dependency labels) with their controls, with what ea
 
     python benchmarks/syntax.py [--model bundled] [--max-train 0] [--ranks 1,2,4,8,16,32,64,128,0]
                                 [--labels] [--random-baseline] [--device cpu]
+    python benchmarks/syntax.py --no-table --layer 2 --max-train 3000 --ranks 1,4,16,64,0 --labels [--label-size 0]
 
 1. **The table** (``analysis.structural_runs.structural_probes``): a distance and a depth probe at every
    hidden state, trained on EWT train (``--max-train`` sentences, 0 = all 12,543) with early stopping
@@ -12,8 +13,8 @@ and the label probes (UPOS, dependency labels) with their controls, with what ea
    run is then repeated for the states alone to show the second read is a cache hit.
 2. **The rank curve** (Hewitt & Manning's Figure 2): the distance probe at the best layer for each of
    ``--ranks`` (0: the model's width), its UUAS and DSpr.
-3. **Label probes** (``--labels``; ``analysis.treebank_probes``): ``ewt-upos`` and ``ewt-deprel`` on all
-   of EWT train, scored on EWT test, each with its control task.
+3. **Label probes** (``--labels``; ``analysis.treebank_probes``): ``ewt-upos`` and ``ewt-deprel`` on EWT
+   train (``--label-size`` sentences, 0 = all), scored on EWT test, each with its control task.
 Wall time of each phase, the cache's bytes and the process's peak resident memory (``ru_maxrss``).
 """
 
@@ -43,6 +44,7 @@ def main() -> None:
     from bertscope.analysis.structural_runs import (MIN_WORDS, probe_sentences, random_twin, sample_indices,
                                                    sentence_rows, structural_probes)
     from bertscope.analysis.treebank_probes import treebank_probe
+    from bertscope.core.layers import hidden_index, hidden_label
     from bertscope.corpora.ewt import ewt_task, read_ewt
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,7 +52,10 @@ def main() -> None:
     p.add_argument("--max-train", type=int, default=0, help="EWT training sentences (0: all 12,543)")
     p.add_argument("--ranks", default="1,2,4,8,16,32,64,128,0", help="the rank curve at the best layer ('' to skip)")
     p.add_argument("--labels", action="store_true", help="also the UPOS and dependency-label probes")
+    p.add_argument("--label-size", type=int, default=0, help="their EWT training sentences (0: all)")
     p.add_argument("--random-baseline", action="store_true")
+    p.add_argument("--no-table", action="store_true", help="skip the table (then --layer names the rank curve's layer)")
+    p.add_argument("--layer", help="the rank curve's layer without the table: 'embeddings' or a number from 0")
     p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
     args = p.parse_args()
 
@@ -66,23 +71,27 @@ def main() -> None:
     again = {split: hidden_states(lm, ewt_task(split), "mean") for split in ("train", "dev", "test")}
     print(f"read again: {time.perf_counter() - started:.2f} s, cache hit: {all(s.hit for s in again.values())}")
 
-    twin = random_twin(lm) if args.random_baseline else None
-    started = time.perf_counter()
-    result = structural_probes(lm, max_train=args.max_train or None, random_model=twin)
-    took = time.perf_counter() - started
-    c = result.counts
-    print(f"\nstructural probes ({c['train_sentences']:,} train / {c['dev_sentences']:,} dev / {c['test_sentences']:,} "
-          f"test sentences, rank {c['rank']}, {c['left_out_sentences']} left out): {took:.0f} s, peak RSS "
-          f"{peak_gb():.2f} GB")
-    print("| hidden state | UUAS | DSpr. | root % | NSpr. | epochs (distance / depth) |\n|---|---|---|---|---|---|")
-    for row in result.layers:
-        print(f"| {row['layer']} | {cell(row['uuas'])} | {cell(row['dspr'])} | {cell(row['root_accuracy'])} | "
-              f"{cell(row['nspr'])} | {row['distance_epochs']} / {row['depth_epochs']} |")
-    for name, row in result.baselines.items():
-        title = "right-branching chain" if name == "chain" else f"random model at {row['layer']}"
-        print(f"| {title} | {cell(row.get('uuas'))} | {cell(row.get('dspr'))} | {cell(row.get('root_accuracy'))} | "
-              f"{cell(row.get('nspr'))} | |")
-    print(f"best layer: {result.best_layer}")
+    if args.no_table:
+        state = hidden_index(args.layer or "0", lm.num_layers)
+    else:
+        twin = random_twin(lm) if args.random_baseline else None
+        started = time.perf_counter()
+        result = structural_probes(lm, max_train=args.max_train or None, random_model=twin)
+        took = time.perf_counter() - started
+        c = result.counts
+        print(f"\nstructural probes ({c['train_sentences']:,} train / {c['dev_sentences']:,} dev / {c['test_sentences']:,} "
+              f"test sentences, rank {c['rank']}, {c['left_out_sentences']} left out): {took:.0f} s, peak RSS "
+              f"{peak_gb():.2f} GB")
+        print("| hidden state | UUAS | DSpr. | root % | NSpr. | epochs (distance / depth) |\n|---|---|---|---|---|---|")
+        for row in result.layers:
+            print(f"| {row['layer']} | {cell(row['uuas'])} | {cell(row['dspr'])} | {cell(row['root_accuracy'])} | "
+                  f"{cell(row['nspr'])} | {row['distance_epochs']} / {row['depth_epochs']} |")
+        for name, row in result.baselines.items():
+            title = "right-branching chain" if name == "chain" else f"random model at {row['layer']}"
+            print(f"| {title} | {cell(row.get('uuas'))} | {cell(row.get('dspr'))} | {cell(row.get('root_accuracy'))} | "
+                  f"{cell(row.get('nspr'))} | |")
+        print(f"best layer: {result.best_layer}")
+        state = result.tree_state
 
     ranks = [int(r) for r in args.ranks.split(",") if r.strip()]
     if ranks:
@@ -93,9 +102,9 @@ def main() -> None:
             if split == "train":
                 keep = [keep[i] for i in sample_indices(len(keep), args.max_train or None, 0)]
             rows = sentence_rows(states[split], splits[split])
-            sents[split] = probe_sentences(states[split], splits[split], result.tree_state,
+            sents[split] = probe_sentences(states[split], splits[split], state,
                                            [i for i in keep if rows[i] is not None])
-        print(f"\nrank curve at {result.tree_layer} (distance probe)\n| rank | UUAS | DSpr. | epochs | seconds |\n"
+        print(f"\nrank curve at {hidden_label(state)} (distance probe, {len(sents['train']):,} training sentences)\n| rank | UUAS | DSpr. | epochs | seconds |\n"
               "|---|---|---|---|---|")
         for rank in ranks:
             started = time.perf_counter()
@@ -107,7 +116,7 @@ def main() -> None:
     if args.labels:
         for task in ("ewt-upos", "ewt-deprel"):
             started = time.perf_counter()
-            out, hit = treebank_probe(lm, task, size=args.max_train)
+            out, hit = treebank_probe(lm, task, size=args.label_size)
             print(f"\n{task}: {out.n_train:,} train / {out.n_test:,} test, {len(out.classes)} labels, majority "
                   f"{out.majority_baseline:.3f}; {time.perf_counter() - started:.0f} s (states: "
                   f"{'cache hit' if hit else 'built'}), peak RSS {peak_gb():.2f} GB")

@@ -228,6 +228,27 @@ def gold_indices(classes: Sequence[str], labels: Sequence[str]) -> np.ndarray:
     return np.array([index.get(y, -1) for y in labels], np.int64)
 
 
+def fit_layers(chosen: Sequence[int], features: Callable[[int], np.ndarray], labels: np.ndarray, control: np.ndarray,
+               train: np.ndarray, test: np.ndarray, classes: Sequence[str], kind: ProbeKind, seed: int, steps: int,
+               weights_dir: Path | None = None, progress: Callable[[int, int], None] | None = None,
+               external: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None) -> list[LayerResult]:
+    """``probe_layer`` at each of ``chosen``, ``features(layer)`` [example, dim] its inputs; the probes
+    saved into ``weights_dir`` (``layer_XX``); ``progress(done, total)`` counts fits (two per layer)."""
+    results = []
+    for i, layer in enumerate(chosen):
+        result, probe = probe_layer(
+            layer, features(layer), labels, control, train, test, classes, kind, seed, steps,
+            on_task_done=(lambda i=i: progress(2 * i + 1, 2 * len(chosen))) if progress else None,
+            external=None if external is None else external(layer))
+        results.append(result)
+        if weights_dir is not None:
+            weights_dir.mkdir(parents=True, exist_ok=True)
+            save_probe(probe, weights_dir, f"layer_{layer:02d}")
+        if progress:
+            progress(2 * i + 2, 2 * len(chosen))
+    return results
+
+
 def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: ProbeKind = "logreg",
                  seed: int = 0, layers: Sequence[int] | None = None, weights_dir: Path | None = None,
                  progress: Callable[[int, int], None] | None = None,
@@ -247,18 +268,9 @@ def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: Probe
     majority = Counter(labels[train]).most_common(1)[0][0]
     baseline = float((labels[test] == majority).mean())
     chosen = list(layers) if layers is not None else list(states.layers)
-    results = []
     classes = tuple(sorted(set(labels[train])))
-    for i, layer in enumerate(chosen):
-        result, probe = probe_layer(
-            layer, np.asarray(states.layer(layer)), labels, control, train, test, classes, kind, seed, steps,
-            on_task_done=(lambda i=i: progress(2 * i + 1, 2 * len(chosen))) if progress else None,
-            external=None if external is None else (np.asarray(external.layer(layer)), external_labels))
-        results.append(result)
-        if weights_dir is not None:
-            weights_dir.mkdir(parents=True, exist_ok=True)
-            save_probe(probe, weights_dir, f"layer_{layer:02d}")
-        if progress:
-            progress(2 * i + 2, 2 * len(chosen))
+    results = fit_layers(chosen, lambda layer: np.asarray(states.layer(layer)), labels, control, train, test, classes,
+                         kind, seed, steps, weights_dir, progress,
+                         None if external is None else lambda layer: (np.asarray(external.layer(layer)), external_labels))
     return ProbeResult(states.key.model, task_name, states.key.level, pooling, kind, baseline, len(train),
                        len(test), results, classes, gold_indices(classes, labels[test]), np.asarray(test, np.int64))

@@ -132,8 +132,15 @@ class PSDProbe(torch.nn.Module):
         return ((h @ self.proj) ** 2).sum(-1)
 
 
-def _batch(sentences: Sequence[ProbeSentence], what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(vectors [batch, word, dim], gold [batch, word(, word)] with -1 as padding, lengths [batch])."""
+def gold_of(s: ProbeSentence, what: str) -> np.ndarray:
+    """The sentence's gold: tree distances [word, word] or depths [word]."""
+    return tree_distances(s.heads) if what == "distance" else tree_depths(s.heads)
+
+
+def _batch(sentences: Sequence[ProbeSentence], what: str,
+           golds: Sequence[np.ndarray] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(vectors [batch, word, dim], gold [batch, word(, word)] with -1 as padding, lengths [batch]);
+    ``golds``: each sentence's gold computed before (training reuses them every epoch)."""
     n = max(len(s.heads) for s in sentences)
     dim = sentences[0].vectors.shape[1]
     h = torch.zeros(len(sentences), n, dim)
@@ -141,10 +148,11 @@ def _batch(sentences: Sequence[ProbeSentence], what: str) -> tuple[torch.Tensor,
     for b, s in enumerate(sentences):
         k = len(s.heads)
         h[b, :k] = torch.from_numpy(np.asarray(s.vectors, np.float32))
+        target = torch.from_numpy(golds[b] if golds is not None else gold_of(s, what))
         if what == "distance":
-            gold[b, :k, :k] = torch.from_numpy(tree_distances(s.heads))
+            gold[b, :k, :k] = target
         else:
-            gold[b, :k] = torch.from_numpy(tree_depths(s.heads))
+            gold[b, :k] = target
     return h, gold, torch.tensor([len(s.heads) for s in sentences], dtype=torch.float32)
 
 
@@ -191,13 +199,14 @@ def train_structural_probe(train: Sequence[ProbeSentence], dev: Sequence[ProbeSe
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.1, patience=0)
     order_rng = np.random.default_rng(seed)
     dev_batches = [_batch(dev[i:i + batch_size], what) for i in range(0, len(dev), batch_size)]
+    golds = [gold_of(s, what) for s in train]  # once: every epoch reuses them
     best, best_epoch, best_state, epoch = float("inf"), -1, None, 0
     for epoch in range(max_epochs):
         probe.train()
         order = order_rng.permutation(len(train))
         for start in range(0, len(order), batch_size):
-            chosen = [train[i] for i in order[start:start + batch_size]]
-            h, gold, lengths = _batch(chosen, what)
+            rows = order[start:start + batch_size]
+            h, gold, lengths = _batch([train[i] for i in rows], what, [golds[i] for i in rows])
             predicted = probe.distances(h) if what == "distance" else probe.depths(h)
             loss = l1_loss(predicted, gold, lengths, what)
             optimizer.zero_grad()

@@ -30,6 +30,7 @@ from bertscope.corpora.ewt import TreebankSentence, ewt_task, read_ewt
 from bertscope.errors import BertScopeError
 
 MIN_WORDS = 2  # a one-word sentence has no pair to probe
+TRAINING = "Structural probes trained (each epoch reports), layers"  # one stage: its clock says the time left
 
 
 def sentence_rows(states: CachedStates, treebank: Sequence[TreebankSentence]) -> list[tuple[int, int] | None]:
@@ -146,7 +147,9 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
         sents = {split: probe_sentences(states[split], splits[split], state, keep[split]) for split in splits}
         row = {"layer": hidden_label(state)}
         for w in whats:
-            trained = train_structural_probe(sents["train"], sents["dev"], w, rank, seed)
+            # each epoch reports (the bar's text moves, and a Stop is heard within an epoch, not a layer)
+            epochs = None if progress is None else (lambda *_, n=n: progress(n, len(chosen), TRAINING))
+            trained = train_structural_probe(sents["train"], sents["dev"], w, rank, seed, progress=epochs)
             predicted = [trained.predict(s) for s in sents["test"]]
             report = distance_report(predicted, sents["test"]) if w == "distance" else \
                 depth_report(predicted, sents["test"])
@@ -155,7 +158,7 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
             row[f"{w}_epochs"] = trained.epochs
         rows.append(row)
         if progress:
-            progress(n + 1, len(chosen), f"probes trained at {row['layer']}")
+            progress(n + 1, len(chosen), TRAINING)
     key = "uuas" if "distance" in whats else "root_accuracy"
     best = int(np.argmax([r[key] if r[key] is not None else -1 for r in rows]))
     test_sents = probe_sentences(states["test"], splits["test"], chosen[best], keep["test"])

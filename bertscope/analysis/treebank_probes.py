@@ -24,15 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, hidden_states
-from bertscope.analysis.probe_store import save_probe
-from bertscope.analysis.probing import (
-    LOGREG_STEPS,
-    ProbeKind,
-    ProbeResult,
-    control_labels,
-    gold_indices,
-    probe_layer,
-)
+from bertscope.analysis.probing import LOGREG_STEPS, ProbeKind, ProbeResult, control_labels, fit_layers, gold_indices
 from bertscope.analysis.structural_runs import sample_indices, sentence_rows
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.ewt import TreebankSentence, ewt_task, read_ewt
@@ -129,20 +121,9 @@ def treebank_probe(lm: LoadedModel, task: str, layers: Sequence[int] | None = No
     chosen = list(layers) if layers is not None else list(range(lm.num_layers + 1))
     if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
         raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
-    results = []
-    for i, layer in enumerate(chosen):
-        x = np.concatenate([train_set.features(states["train"], layer),
-                            test_set.features(states["test"], layer)])  # [train + test, dim (x2 for arcs)]
-        result, probe = probe_layer(layer, x, labels, control, train, test, classes, kind, seed, steps,
-                                    on_task_done=(lambda i=i: progress(2 * i + 1, 2 * len(chosen))) if progress
-                                    else None)
-        del x
-        results.append(result)
-        if weights_dir is not None:
-            weights_dir.mkdir(parents=True, exist_ok=True)
-            save_probe(probe, weights_dir, f"layer_{layer:02d}")
-        if progress:
-            progress(2 * i + 2, 2 * len(chosen))
+    results = fit_layers(chosen, lambda layer: np.concatenate([train_set.features(states["train"], layer),
+                                                              test_set.features(states["test"], layer)]),
+                         labels, control, train, test, classes, kind, seed, steps, weights_dir, progress)
     level = "token" if task == "ewt-upos" else "arc"
     result = ProbeResult(lm.name, task, level, "mean", kind, float((test_set.labels == majority).mean()),
                          len(train), len(test), results, classes, gold_indices(classes, test_set.labels),

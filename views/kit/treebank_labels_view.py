@@ -30,7 +30,7 @@ def render(key) -> None:
     with st.form("syntax_labels_form"):
         c1, c2 = st.columns(2)
         task = c1.radio("Task", list(TREEBANK_TASKS), key="syntax_label_task", format_func=TREEBANK_TASKS.get)
-        size = c2.select_slider("Training sentences", [n for n in SIZES if not demo() or 0 < n <= 1000], 1000,
+        size = c2.select_slider("Training sentences", [n for n in SIZES if not demo() or 0 < n <= 2000], 1000,
                                 key="syntax_label_size", format_func=lambda n: "all 12,543" if n == 0 else f"{n:,}")
         asked = st.form_submit_button("Probe every layer")
     request = (key, task, int(size))
