@@ -73,6 +73,9 @@ def load_probe(run_dir: str | Path, layer: int) -> Probe:
     if not weights.with_suffix(".npz").is_file():
         raise BertScopeError(f"{run_dir} has no probe for layer {layer} (weights/layer_{layer:02d}.npz).")
     meta = json.loads(results.read_text())
+    if meta.get("level") == "arc":
+        raise BertScopeError(f"{run_dir} holds a probe of dependency arcs (two words' vectors side by side): it "
+                             "cannot explain one word's vector. Use a word- or sentence-level probe run.")
     info = json.loads(weights.with_suffix(".json").read_text())
     with np.load(weights.with_suffix(".npz"), allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}

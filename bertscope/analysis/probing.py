@@ -130,8 +130,8 @@ class ProbeResult:
     layers: list[LayerResult]
     classes: tuple[str, ...] = ()  # the probe's classes; predicted/gold index them
     gold: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] class index
-    test_examples: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] row in the states
-    left_out_sentences: int = 0  # sentences the model could not read whole (longer than it takes), not probed
+    test_examples: np.ndarray | None = field(default=None, repr=False, compare=False)  # [test] row in the (test) states
+    left_out_sentences: int = 0  # sentences the model could not read whole (too long, a word without a piece)
 
     @property
     def best(self) -> LayerResult:
@@ -204,13 +204,14 @@ def check_external_labels(train_labels: Sequence[str], external_labels: Sequence
         raise BertScopeError(f"The test file has {len(unknown)} label(s) the task never trains on: {shown}.")
 
 
-def probe_layer(layer: int, x: np.ndarray, labels: np.ndarray, control: np.ndarray, train: np.ndarray,
-                test: np.ndarray, classes: Sequence[str], kind: ProbeKind = "logreg", seed: int = 0,
+def probe_layer(layer: int, x: np.ndarray, labels: np.ndarray, control: np.ndarray, train: np.ndarray | slice,
+                test: np.ndarray | slice, kind: ProbeKind = "logreg", seed: int = 0,
                 steps: int = LOGREG_STEPS, on_task_done: Callable[[], None] | None = None,
                 external: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[LayerResult, Pipeline]:
     """The probe and its control at one layer: ``x`` [example, dim] (rows ``train`` fit, rows
-    ``test`` score), ``classes`` the sorted training labels; ``external`` ([example, dim], labels)
-    a user's test file scored by the same probe."""
+    ``test`` score: index arrays, or slices, which read ``x`` without a copy); ``external``
+    ([example, dim], labels) a user's test file scored by the same probe. The predictions index the
+    probe's classes, the sorted training labels."""
     probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed, steps)
     proba = probe.predict_proba(x[test])  # [test, class], columns in probe.classes_ order (sorted)
     if on_task_done:
@@ -229,7 +230,7 @@ def gold_indices(classes: Sequence[str], labels: Sequence[str]) -> np.ndarray:
 
 
 def fit_layers(chosen: Sequence[int], features: Callable[[int], np.ndarray], labels: np.ndarray, control: np.ndarray,
-               train: np.ndarray, test: np.ndarray, classes: Sequence[str], kind: ProbeKind, seed: int, steps: int,
+               train: np.ndarray | slice, test: np.ndarray | slice, kind: ProbeKind, seed: int, steps: int,
                weights_dir: Path | None = None, progress: Callable[[int, int], None] | None = None,
                external: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None) -> list[LayerResult]:
     """``probe_layer`` at each of ``chosen``, ``features(layer)`` [example, dim] its inputs; the probes
@@ -237,7 +238,7 @@ def fit_layers(chosen: Sequence[int], features: Callable[[int], np.ndarray], lab
     results = []
     for i, layer in enumerate(chosen):
         result, probe = probe_layer(
-            layer, features(layer), labels, control, train, test, classes, kind, seed, steps,
+            layer, features(layer), labels, control, train, test, kind, seed, steps,
             on_task_done=(lambda i=i: progress(2 * i + 1, 2 * len(chosen))) if progress else None,
             external=None if external is None else external(layer))
         results.append(result)
@@ -269,7 +270,7 @@ def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: Probe
     baseline = float((labels[test] == majority).mean())
     chosen = list(layers) if layers is not None else list(states.layers)
     classes = tuple(sorted(set(labels[train])))
-    results = fit_layers(chosen, lambda layer: np.asarray(states.layer(layer)), labels, control, train, test, classes,
+    results = fit_layers(chosen, lambda layer: np.asarray(states.layer(layer)), labels, control, train, test,
                          kind, seed, steps, weights_dir, progress,
                          None if external is None else lambda layer: (np.asarray(external.layer(layer)), external_labels))
     return ProbeResult(states.key.model, task_name, states.key.level, pooling, kind, baseline, len(train),

@@ -10,7 +10,7 @@ control task, trained on EWT train and scored on EWT test (its own split, not a 
 - Arcs to the root have no head word and are left out of the deprel probe (as Tenney et al.).
 
     >>> from bertscope import load_model
-    >>> result, hit = treebank_probe(load_model("bundled"), "ewt-deprel", max_train=500)  # doctest: +SKIP
+    >>> result, hit = treebank_probe(load_model("bundled"), "ewt-deprel", size=500)     # doctest: +SKIP
     >>> result.best.name, round(result.best.selectivity, 2)                                 # doctest: +SKIP
 """
 
@@ -81,6 +81,13 @@ def split_examples(task: str, states: CachedStates, treebank: Sequence[TreebankS
                     np.array(labels), types), lost
 
 
+def split_control(train_set: Examples, test_set: Examples, seed: int) -> np.ndarray:
+    """[train + test] the control task's labels: one function of the word type over both splits, so a
+    type keeps its control label on either side (drawn from the labels of both)."""
+    labels = np.concatenate([train_set.labels, test_set.labels]).tolist()
+    return control_labels(train_set.types + test_set.types, labels, seed=seed)
+
+
 def treebank_probe(lm: LoadedModel, task: str, layers: Sequence[int] | None = None, size: int | None = None,
                    kind: ProbeKind = "logreg", seed: int = 0, cache: HiddenStateCache | None = None,
                    batch_size: int = 64, weights_dir: Path | None = None, engine: Engine | None = None,
@@ -95,6 +102,9 @@ def treebank_probe(lm: LoadedModel, task: str, layers: Sequence[int] | None = No
     size = DEFAULT_TRAIN if size is None else size
     if size < 0:
         raise BertScopeError("The number of training sentences must be 0 (all) or more.")
+    chosen = list(layers) if layers is not None else list(range(lm.num_layers + 1))
+    if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
+        raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
     treebank = {split: read_ewt(split) for split in SPLITS}
     keep = {"train": sample_indices(len(treebank["train"]), size or None, seed), "test": range(len(treebank["test"]))}
     states, hits, offset, total = {}, [], 0, sum(len(treebank[split]) for split in SPLITS)
@@ -112,20 +122,16 @@ def treebank_probe(lm: LoadedModel, task: str, layers: Sequence[int] | None = No
             raise BertScopeError(f"{lm.name} reads no EWT {split} sentence whole (its limit is {lm.max_length} tokens).")
     train_set, test_set = examples["train"], examples["test"]
     labels = np.concatenate([train_set.labels, test_set.labels])
-    # one control function over both splits: a word type keeps its control label on either side
-    control = control_labels(train_set.types + test_set.types, labels.tolist(), seed=seed)
-    train = np.arange(len(train_set.labels))
-    test = np.arange(len(train_set.labels), len(labels))
+    control = split_control(train_set, test_set, seed)
+    train = slice(0, len(train_set.labels))  # slices: the features are read without a copy
+    test = slice(len(train_set.labels), len(labels))
     classes = tuple(sorted(set(train_set.labels.tolist())))
     majority = Counter(train_set.labels.tolist()).most_common(1)[0][0]
-    chosen = list(layers) if layers is not None else list(range(lm.num_layers + 1))
-    if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
-        raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
     results = fit_layers(chosen, lambda layer: np.concatenate([train_set.features(states["train"], layer),
                                                               test_set.features(states["test"], layer)]),
-                         labels, control, train, test, classes, kind, seed, steps, weights_dir, progress)
+                         labels, control, train, test, kind, seed, steps, weights_dir, progress)
     level = "token" if task == "ewt-upos" else "arc"
     result = ProbeResult(lm.name, task, level, "mean", kind, float((test_set.labels == majority).mean()),
-                         len(train), len(test), results, classes, gold_indices(classes, test_set.labels),
+                         len(train_set.labels), len(test_set.labels), results, classes, gold_indices(classes, test_set.labels),
                          test_set.rows, lost)
     return result, all(hits)

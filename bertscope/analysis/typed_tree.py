@@ -1,9 +1,11 @@
 """A sentence the user types, through a trained distance probe: its predicted tree (no gold).
 
-The words are the sentence's runs of letters and digits and its single punctuation marks (the
+The words are the sentence's runs of letters and digits and its single other marks (the
 tokenisation the probe suites use); each word's vector is the mean of its pieces at the probe's
-hidden state, as in training. Punctuation is left out of the tree, as the UUAS metric leaves it
-out; a word the tokenizer gives no piece (or that falls past the model's limit) is named and left out.
+hidden state, as in training. The marks the UUAS metric leaves out (its punctuation tags: quotes,
+commas, full stops and the like, colons and dashes, brackets) are left out of the tree; others ($,
+%, &) stay in it, as they do in scoring. A word the tokenizer gives no piece (or that falls past the
+model's limit) is named and left out.
 
     >>> from bertscope import load_model
     >>> from bertscope.analysis.structural_runs import structural_probes
@@ -29,6 +31,8 @@ from bertscope.errors import BertScopeError
 
 WORD = re.compile(r"\w+|[^\w\s]")
 MAX_WORDS = 120  # a tree drawn over more words is unreadable, and the MST is quadratic in them
+# the characters of the Penn tags structural_probe.PUNCTUATION_XPOS names ('' , . : `` -LRB- -RRB-)
+PUNCTUATION = set(".,:;!?'\"`()[]{}-\u2013\u2014\u2026\u2018\u2019\u201c\u201d")
 
 
 @dataclass(frozen=True)
@@ -47,18 +51,28 @@ class TypedTree:
                 "distances": np.round(self.distances, 4).tolist()}
 
 
-def typed_tree(lm: LoadedModel, probe: TrainedProbe, state: int, text: str) -> TypedTree:
-    """The tree ``probe`` (a distance probe trained at hidden state ``state``: 0 = the embeddings)
-    predicts for ``text``."""
-    if probe.what != "distance":
-        raise BertScopeError("A predicted tree needs the distance probe.")
+def typed_words(text: str) -> tuple[list[re.Match], list[bool]]:
+    """The sentence's words (as matches, with their characters) and which are punctuation; a text
+    without two words to join, or with too many, is refused in one line (before any model runs)."""
     matches = list(WORD.finditer(text or ""))
     if len(matches) > MAX_WORDS:
         raise BertScopeError(f"{len(matches)} words; a typed sentence's tree takes at most {MAX_WORDS}.")
-    words = [m.group() for m in matches]
-    punctuation = [not any(ch.isalnum() for ch in w) for w in words]
+    punctuation = [all(ch in PUNCTUATION for ch in m.group()) for m in matches]
     if sum(not p for p in punctuation) < 2:
         raise BertScopeError("A tree needs at least two words (punctuation is left out of it).")
+    return matches, punctuation
+
+
+def typed_tree(lm: LoadedModel, probe: TrainedProbe, state: int, text: str) -> TypedTree:
+    """The tree ``probe`` (a distance probe trained at hidden state ``state`` of ``lm``: 0 = the
+    embeddings) predicts for ``text``."""
+    if probe.what != "distance":
+        raise BertScopeError("A predicted tree needs the distance probe.")
+    if probe.probe.proj.shape[0] != lm.hidden_size or not 0 <= state <= lm.num_layers:
+        raise BertScopeError(f"This probe was trained on another model ({probe.probe.proj.shape[0]} wide) than "
+                             f"{lm.name} ({lm.hidden_size} wide, hidden states 0-{lm.num_layers}).")
+    matches, punctuation = typed_words(text)
+    words = [m.group() for m in matches]
     task = ProbeTask("typed", "token", (tuple(words),), (tuple("w" for _ in words),), sentences=(text,),
                      spans=(tuple((m.start(), m.end()) for m in matches),))
     vectors = np.full((len(words), lm.hidden_size), np.nan, np.float32)  # [word, dim]

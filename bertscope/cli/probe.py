@@ -126,8 +126,8 @@ def treebank_command(args: argparse.Namespace, engine) -> Any:
     what = "arcs" if result.level == "arc" else "words"
     lines = [f"{result.task} on {lm.name}: {result.n_train:,} train / {result.n_test:,} test {what} (EWT's split), "
              f"{len(result.classes)} labels; cache {'hit' if hit else 'built'}; majority baseline "
-             f"{result.majority_baseline:.3f}" + (f"; {result.left_out_sentences:,} sentences longer than the model "
-                                                  "reads left out" if result.left_out_sentences else ""),
+             f"{result.majority_baseline:.3f}" + (f"; {result.left_out_sentences:,} sentences the model cannot "
+                                                  "read whole left out" if result.left_out_sentences else ""),
              "     layer  accuracy  control  selectivity  95% interval"]
     lines += [f"{r.name:>10}  {r.accuracy:8.3f}  {r.control_accuracy:7.3f}  {r.selectivity:11.3f}  "
               f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]" for r in result.layers]

@@ -28,8 +28,9 @@ def parse_states(text: str | None, n_layers: int) -> list[int] | None:
 
 
 def cmd_structural_probe(args: argparse.Namespace) -> Any:
-    from bertscope.analysis.structural_runs import random_twin, structural_probes
-    from bertscope.analysis.typed_tree import typed_tree
+    from bertscope.analysis.structural_runs import TRAINING, random_twin, structural_probes
+    from bertscope.analysis.typed_tree import typed_tree, typed_words
+    from bertscope.core.layers import hidden_index
 
     if args.corpus != "ewt":
         raise BertScopeError(f"--corpus {args.corpus!r}: the structural probe reads ewt (UD English-EWT).")
@@ -37,17 +38,22 @@ def cmd_structural_probe(args: argparse.Namespace) -> Any:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise BertScopeError(f"--{flag.replace('_', '-')} must be at least 1.")
-    if args.sentence is not None and args.what == "depth":
-        raise BertScopeError("--sentence's tree comes from the distance probe: leave out --what depth.")
+    if args.sentence is not None:
+        if args.what == "depth":
+            raise BertScopeError("--sentence's tree comes from the distance probe: leave out --what depth.")
+        typed_words(args.sentence)  # a sentence without a tree is refused before the training, not after
+    if args.layer is not None and (not args.layer.strip() or "," in args.layer):
+        raise BertScopeError(f"--layer {args.layer!r}: give one layer, 'embeddings' or a number from 0.")
     lm = load(args)
     states = parse_states(args.layers, lm.num_layers)
-    tree_state = None if args.layer is None else parse_states(str(args.layer), lm.num_layers)[0]
+    tree_state = None if args.layer is None else hidden_index(args.layer.strip(), lm.num_layers)
     if tree_state is not None and states is not None and tree_state not in states:
         raise BertScopeError(f"--layer {args.layer} is not among --layers {args.layers}.")
     twin = random_twin(lm, args.seed) if args.random_baseline else None
     with progress_bar(f"{lm.name}: structural probes", "layer") as progress:
         result = structural_probes(lm, states, args.rank, args.what, args.max_train, args.max_test, args.seed, twin,
-                                   progress=lambda done, total, what: progress(done, total), tree_state=tree_state)
+                                   progress=lambda done, total, what: progress(done, total) if what == TRAINING else None,
+                                   tree_state=tree_state)  # the bar counts layers trained
     typed = None if args.sentence is None else typed_tree(lm, result.probe, result.tree_state, args.sentence)
     if args.json:
         return {**result.to_json(), **({"typed_tree": typed.to_json()} if typed is not None else {})}

@@ -68,10 +68,11 @@ def tree_arcs(words: Sequence[str], gold_heads: Sequence[int] | None, predicted_
             "predicted, in the gold tree" if right else "predicted, not in it"
         arc(a, b, False, "#1f77b4" if right else "#d62728", name, name not in shown)
         shown.add(name)
-    # a long sentence's words take two rows, alternately, so neighbours do not overlap
-    rows = [0.0] * n if n <= STAGGER_FROM else [0.09 if i % 2 else -0.09 for i in range(n)]
-    fig.add_trace(go.Scatter(x=list(range(1, n + 1)), y=rows, mode="text", text=[label(w) for w in words],
-                             textposition="middle center", showlegend=False, hoverinfo="skip"))
+    # a long sentence's words take two rows (above and below the line, in pixels whatever the arcs' heights),
+    # alternately, so neighbours do not overlap
+    places = "middle center" if n <= STAGGER_FROM else ["bottom center" if i % 2 else "top center" for i in range(n)]
+    fig.add_trace(go.Scatter(x=list(range(1, n + 1)), y=[0] * n, mode="text", text=[label(w) for w in words],
+                             textposition=places, showlegend=False, hoverinfo="skip"))
     fig.update_layout(title=title, height=420, xaxis=dict(visible=False, range=[0.3, n + 0.7]),
                       yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.05), plot_bgcolor="white")
     return fig

@@ -113,7 +113,8 @@ def test_the_command_on_ewt_and_its_bad_input(tiny_bert_dir, capsys):
                  "--max-test", "40", "--rank", "16", "--layer", "1", "--sentence", "The dog sat on the mat .",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["trees_layer"] == 1 and out["typed_tree"]["layer"] == 1  # asked for, not the best
+    assert out["trees_layer"] == 1 and out["typed_tree"]["layer"] == 1  # the layer asked for
+    assert out["best_layer"] == max(out["layers"], key=lambda r: r["uuas"])["layer"]  # still reported beside it
     assert out["typed_tree"]["words"] == ["The", "dog", "sat", "on", "the", "mat", "."]
     assert len(out["typed_tree"]["predicted_edges"]) == 5  # six words; the full stop left out
     assert [r["layer"] for r in out["layers"]] == ["embeddings", 1]
@@ -126,7 +127,9 @@ def test_the_command_on_ewt_and_its_bad_input(tiny_bert_dir, capsys):
     for bad, message in ((["--layers", "7"], "Layer 7 does not exist"), (["--layers", "mid"], "layer numbers from 0"),
                          (["--corpus", "ptb"], "reads ewt"), (["--max-train", "0"], "at least 1"),
                          (["--layers", "embeddings,1", "--layer", "0"], "not among --layers"),
-                         (["--what", "depth", "--sentence", "a b"], "distance probe")):
+                         (["--what", "depth", "--sentence", "a b"], "distance probe"),
+                         (["--layer", ""], "give one layer"), (["--layer", "0,1"], "give one layer"),
+                         (["--sentence", "Hello ."], "at least two words")):  # refused before any training
         assert main(["structural-probe", str(tiny_bert_dir), *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1 and message in err, err

@@ -1,6 +1,7 @@
 """Label probes on UD English-EWT (``analysis.treebank_probes``): the examples each task reads (a word;
 a dependent beside its head, arcs to the root left out, sentences the model cut left out), EWT's own
-split, the control task kept across the split, the command and its bad input; and a typed sentence's
+split, the control task kept across the split, the command and its bad input, an arc probe refused
+where one word is explained; and a typed sentence's
 predicted tree (``analysis.typed_tree``) against word vectors computed here from the model's own
 hidden states."""
 
@@ -14,8 +15,9 @@ import pytest
 import torch
 
 from bertscope import load_model
+from bertscope.analysis.probe_store import load_probe
 from bertscope.analysis.structural_probe import PSDProbe, TrainedProbe, spanning_edges
-from bertscope.analysis.treebank_probes import split_examples
+from bertscope.analysis.treebank_probes import Examples, split_control, split_examples
 from bertscope.analysis.typed_tree import typed_tree
 from bertscope.cli import main
 from bertscope.corpora.ewt import TreebankSentence, read_ewt
@@ -56,6 +58,19 @@ def test_each_task_reads_its_examples_and_leaves_out_roots_and_cut_sentences():
     np.testing.assert_array_equal(upos.features(states, 0), states.matrix[[0, 1, 2, 4, 5]])
 
 
+def test_the_control_task_gives_a_type_one_label_on_both_sides_of_the_split():
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    side = lambda n: Examples(np.arange(n), None, rng.choice(["NOUN", "VERB", "DET"], n),  # noqa: E731
+                              list(rng.choice(words, n)))
+    train, test = side(500), side(200)
+    control = split_control(train, test, seed=3)
+    chosen: dict[str, str] = {}
+    for word, label in zip(train.types + test.types, control):
+        assert chosen.setdefault(word, label) == label  # one label per type, train and test alike
+    assert set(control) <= {"NOUN", "VERB", "DET"} and len(set(chosen.values())) > 1
+
+
 @pytest.mark.slow
 def test_the_probe_command_on_ewt_deprel_and_upos(tiny_bert_dir, capsys, tmp_path):
     assert main(["probe", str(tiny_bert_dir), "--task", "ewt-deprel", "--size", "150", "--json"]) == 0
@@ -87,6 +102,10 @@ def test_the_probe_command_on_ewt_deprel_and_upos(tiny_bert_dir, capsys, tmp_pat
     assert embeddings["accuracy"] > saved["majority_baseline"] + 0.2
     assert embeddings["control_accuracy"] < embeddings["accuracy"]
     assert (tmp_path / "u" / "weights" / "layer_00.npz").is_file()
+    assert main(["probe", str(tiny_bert_dir), "--task", "ewt-deprel", "--size", "150", "--out", str(tmp_path / "d")]) == 0
+    capsys.readouterr()
+    with pytest.raises(BertScopeError, match="dependency arcs"):  # two words' vectors cannot explain one word
+        load_probe(tmp_path / "d", 1)
     for bad, message in ((["--test-data", str(tmp_path / "x.conllu")], "EWT's own test split"),
                          (["--pooling", "first"], "by their mean"), (["--size", "-1"], "0 (every training")):
         assert main(["probe", str(tiny_bert_dir), "--task", "ewt-upos", *bad]) == 2, bad

@@ -32,7 +32,8 @@ def test_structural_probes_on_ewt(monkeypatch, tiny_bert_dir, tmp_path):
     assert at.text_input(key="syntax_typed").value  # an example is there to start from
     at.text_input(key="syntax_typed").input("The dog chased the cat .").run()
     assert not at.exception and not at.error
-    assert len(at.get("plotly_chart")) >= 4  # the scores, the test trees, the matrices, the typed tree
+    typed = [c.proto.spec for c in at.get("plotly_chart") if "no gold: a typed sentence" in c.proto.spec]
+    assert len(typed) == 1 and '"chased"' in typed[0] and '"cabinet"' not in typed[0]  # the new sentence, drawn
     at.text_input(key="syntax_typed").input("Hello .").run()
     assert not at.exception
     (error,) = texts(at.error)

@@ -487,7 +487,7 @@ def test_syntax_tab_trees_and_treebank_labels(browser, tiny_bert_dir, tmp_path, 
         page.get_by_text("The probe's tree at ", exact=False).first.wait_for(timeout=60_000)
         page.get_by_text("Labels on the same treebank").scroll_into_view_if_needed(timeout=30_000)
         page.get_by_text("each arc's dependency label, from", exact=False).click()
-        page.get_by_role("button", name="Probe every layer").click()
+        page.get_by_role("button", name="Probe every layer", exact=True).click()
         page.get_by_text("ewt-deprel: best at", exact=False).wait_for(timeout=300_000)
         wait_until_idle(page, 120)
         page.screenshot(path=str(artifacts / "probes-syntax.png"), full_page=True)

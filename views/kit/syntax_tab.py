@@ -98,5 +98,5 @@ def structural(lm, key) -> None:
                 st.plotly_chart(distance_matrices(words, tree_distances(sentence.heads),
                                                   result.probe.predict(sentence)),
                                 config=PLOT_CONFIG, width="stretch", key="syntax_matrices")
-        if result.probe is not None:
+        if result.probe is not None and result.model == lm.name:  # (a refused run shows an earlier model's result)
             typed_tree_view.render(lm, result)

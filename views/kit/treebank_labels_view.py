@@ -25,7 +25,7 @@ def render(key) -> None:
                "the dependent's and its head's vectors side by side (Tenney et al. 2019's edge probing; arcs to the "
                "root are left out). The dashed line is Hewitt & Liang's control task: every word type gets one "
                "random label from the task's distribution, and the same probe is trained on it. Trained on EWT "
-               "train, scored on all of EWT test; the states are the structural probe's (cached once). Headless: "
+               "train, scored on EWT test (every sentence the model reads whole); the states are the structural probe's (cached once). Headless: "
                "`python -m bertscope probe MODEL --task ewt-deprel`.")
     with st.form("syntax_labels_form"):
         c1, c2 = st.columns(2)
@@ -51,7 +51,10 @@ def render(key) -> None:
         st.caption(plain(f"{result.task}: best at {layer_title(best.layer)}, accuracy {best.accuracy:.3f} against the control's "
                          f"{best.control_accuracy:.3f} (selectivity {best.selectivity:+.3f}); majority baseline "
                          f"{result.majority_baseline:.3f}. {result.n_train:,} training and {result.n_test:,} test "
-                         f"{what}, {len(result.classes)} labels."))
+                         f"{what}, {len(result.classes)} labels"
+                         + (f"; {result.left_out_sentences:,} sentences the model could not read whole (longer "
+                            "than it takes, or a word without a piece) left out" if result.left_out_sentences else "")
+                         + "."))
         fig = layer_figure([result])
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="syntax_labels_layers")
         figure_downloads(fig, f"{result.task}-probes")
