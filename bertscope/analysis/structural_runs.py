@@ -60,6 +60,11 @@ def probe_sentences(states: CachedStates, treebank: Sequence[TreebankSentence], 
     return out
 
 
+def state_index(layer) -> int:
+    """A row's layer label ("embeddings" or a block number) as an index into the hidden states."""
+    return 0 if layer == EMBEDDINGS else int(layer) + 1
+
+
 @dataclass
 class StructuralResult:
     model: str
@@ -79,7 +84,7 @@ class StructuralResult:
     @property
     def best_state(self) -> int:
         """``best_layer`` as an index into the hidden states (0 = the embeddings)."""
-        return 0 if self.best_layer == EMBEDDINGS else int(self.best_layer) + 1
+        return state_index(self.best_layer)
 
     @property
     def tree_layer(self):
@@ -89,7 +94,7 @@ class StructuralResult:
     @property
     def tree_state(self) -> int:
         """``tree_layer`` as an index into the hidden states (0 = the embeddings)."""
-        return 0 if self.tree_layer == EMBEDDINGS else int(self.tree_layer) + 1
+        return state_index(self.tree_layer)
 
     def to_json(self) -> dict:
         return {"model": self.model, "corpus": "ewt", **self.counts, "layers": self.layers,
