@@ -38,7 +38,7 @@ from bertscope.errors import BertScopeError
 from bertscope.runtime.engine import Engine
 from bertscope.runtime.user_cache import user_cache_dir
 
-FORMAT_VERSION = 2  # 2: each example's sentence index (``sentences``)
+FORMAT_VERSION = 3  # 2: each example's sentence index (``sentences``); 3: a piece out of the gap before a word is the word's
 Pooling = Literal["mean", "first", "cls"]  # token level: mean / first piece; sentence: mean / cls
 _LOCK = threading.Lock()
 
@@ -218,8 +218,10 @@ def word_table(task: ProbeTask) -> WordTable:
 def token_plan(table: WordTable, batch, pooling: str) -> tuple[PoolingPlan, np.ndarray]:
     """Token level, for one padded batch: the pooling plan (one vector per labelled word that kept
     a token, the mean of its pieces or its first piece) and [example] each vector's row in the
-    layer files. A token belongs to the word its first character falls in; words past the
-    truncation point have no tokens and no vector. One vectorised pass over the batch."""
+    layer files. Tokens go to words as ``core.word_pieces.piece_words`` places them (the word a
+    token's first character falls in, or the word a token reaching out of a gap reaches into:
+    SentencePiece's space); words past the truncation point have no tokens and no vector. One
+    vectorised pass over the batch."""
     offsets = np.asarray(batch.offsets, np.int64).reshape(len(batch), -1, 2)  # [batch, token, 2]
     rows, width = offsets.shape[:2]
     sentences = np.asarray(batch.indices, np.int64)  # [batch]
@@ -229,9 +231,15 @@ def token_plan(table: WordTable, batch, pooling: str) -> tuple[PoolingPlan, np.n
     start, end = offsets[..., 0].ravel(), offsets[..., 1].ravel()  # [batch x token]
     # a token task has no second segment: its real tokens are the ones neither special nor padding
     real = ~np.asarray(batch.special_mask).ravel() & (end > start)
-    owner = np.searchsorted(word_row * STRIDE + table.start[words], token_row * STRIDE + start, side="right") - 1
+    keys = np.append(word_row * STRIDE + table.start[words], np.iinfo(np.int64).max)  # [word + 1] a sentinel
+    before = np.searchsorted(keys[:-1], token_row * STRIDE + start, side="right") - 1  # [batch x token]
+    safe = np.clip(before, 0, None)
+    in_word = (before >= 0) & (word_row[safe] == token_row) & (start < table.end[words[safe]])
+    after = np.clip(before + 1, 0, len(words) - 1)  # the next word: SentencePiece's space before it
+    reaches_next = (keys[before + 1] < token_row * STRIDE + end) & (word_row[after] == token_row)
+    owner = np.where(in_word, before, np.where(reaches_next, before + 1, -1))
+    inside = real & (owner >= 0)
     safe = np.clip(owner, 0, None)
-    inside = real & (owner >= 0) & (word_row[safe] == token_row) & (start < table.end[words[safe]])
     inside &= table.output_row[words[safe]] >= 0  # labelled words only
     tokens = np.flatnonzero(inside)  # row by row, so each word's pieces come together and words in order
     owned = owner[tokens]

@@ -20,6 +20,7 @@ import numpy as np
 from bertscope.core.forward import check_text, inspect, inspect_ids
 from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
+from bertscope.core.word_pieces import word_pieces
 from bertscope.corpora.brown import read_brown
 from bertscope.corpora.brown_tasks import sample_sentences
 from bertscope.errors import BertScopeError
@@ -83,10 +84,11 @@ def _decided(lm: LoadedModel, template: Inspection, ids: list[int], position: in
     return Item(text, word, tag, piece, lean, position, best, lm.tokenizer.convert_ids_to_tokens(best), p, source)
 
 
-def _pieces_of(template: Inspection, start: int, end: int) -> list[int]:
-    """Positions of the (non-special) pieces inside the character span [start, end)."""
-    return [i for i, (a, b) in enumerate(template.offsets)
-            if not template.special_mask[i] and b > a and a >= start and b <= end]
+def _pieces_of(template: Inspection, spans) -> list[list[int]]:
+    """[word] the positions of the (non-special) pieces inside each word of ``spans`` (characters
+    [start, end)), placed as ``core.word_pieces`` places them, none reaching past the word."""
+    found = word_pieces(spans, template.offsets, ~np.asarray(template.special_mask, bool))
+    return [[i for i in pieces if template.offsets[i][1] <= end] for pieces, (_, end) in zip(found, spans)]
 
 
 def brown_items(lm: LoadedModel, n: int = 200, seed: int = 0, folder=None) -> list[Item]:
@@ -109,8 +111,8 @@ def brown_items(lm: LoadedModel, n: int = 200, seed: int = 0, folder=None) -> li
             continue
         if template.n_tokens - int(np.sum(template.special_mask)) - 1 < MIN_BROWN_CANDIDATES:
             continue
-        words = [(w, pieces) for w, (tag, (a, b)) in enumerate(zip(sentence.universal, spans))
-                 if tag in CONTENT_TAGS and (pieces := _pieces_of(template, a, b))]
+        words = [(w, pieces) for w, (tag, pieces) in enumerate(zip(sentence.universal, _pieces_of(template, spans)))
+                 if tag in CONTENT_TAGS and pieces]
         if not words:
             continue
         w, pieces = words[int(rng.integers(len(words)))]
@@ -171,8 +173,9 @@ def text_items(lm: LoadedModel, lines: Sequence[str], seed: int = 0, lexicon: di
                 raise BertScopeError(f"Line {number} has no mask, and content words are found with Brown's "
                                      f"tags: {err}") from None
         words = []
-        for word, (a, b) in _words(text):
-            if lexicon.get(word.lower()) in CONTENT_TAGS and (pieces := _pieces_of(template, a, b)):
+        spelled = _words(text)
+        for (word, _), pieces in zip(spelled, _pieces_of(template, [span for _, span in spelled])):
+            if lexicon.get(word.lower()) in CONTENT_TAGS and pieces:
                 words.append((word, lexicon[word.lower()], pieces))
         if not words:
             skipped += 1

@@ -28,6 +28,7 @@ from sklearn.metrics import balanced_accuracy_score
 from bertscope.analysis.probing import make_probe
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches
+from bertscope.core.word_pieces import word_pieces
 from bertscope.corpora.tagged import TaggedSentences, brown_tagged
 from bertscope.errors import BertScopeError
 from bertscope.features.active import layer_output
@@ -96,11 +97,11 @@ def _masked_rows(lm: LoadedModel, corpus: TaggedSentences, tagset: str, tag: str
     for s, text in enumerate(corpus.texts):
         enc = lm.tokenizer(text, truncation=True, max_length=lm.max_length, return_offsets_mapping=True)
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
-        for w, (start, end) in enumerate(corpus.spans[s]):
-            if (corpus.tags[tagset][s][w] == tag) != want:
+        for w, inside in enumerate(word_pieces(corpus.spans[s], offsets)):  # [word] its pieces
+            if (corpus.tags[tagset][s][w] == tag) != want or len(inside) != 1:
                 continue
-            inside = [i for i, (a, b) in enumerate(offsets) if b > a and start <= a < end]
-            if len(inside) == 1 and offsets[inside[0]] == (start, end):
+            (start, end), (a, b) = corpus.spans[s][w], offsets[inside[0]]
+            if b == end and not text[a:start].strip():  # the word whole (and the space SentencePiece folds in)
                 found.append((list(ids), inside[0], ids[inside[0]]))
     rng = np.random.default_rng(seed)
     if len(found) > limit:

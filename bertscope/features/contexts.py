@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from bertscope.core.models import LoadedModel
+from bertscope.core.word_pieces import piece_words
 from bertscope.core.passes import batches
 from bertscope.corpora.tagged import TaggedSentences
 from bertscope.core.tokens import readable_tokens
@@ -55,15 +56,13 @@ def feature_contexts(lm: LoadedModel, sae: TopKSAE, stats: FeatureStatistics, co
         for b, r in enumerate(rows):
             s = chosen[r]
             keep = ~padded.special[b]
-            spans = np.asarray(corpus.spans[s], np.int64).reshape(-1, 2)
-            offsets = np.asarray(padded.offsets[b], np.int64).reshape(-1, 2)
+            owners = piece_words(corpus.spans[s], padded.offsets[b])  # [token] its word, -1: none
             names = readable_tokens(lm.tokenizer, ids[b][keep].tolist(),
                                     [w for w, k in zip(padded.word_ids[b], keep) if k], [False] * int(keep.sum()))
             pieces = []
             for name, t in zip(names, np.flatnonzero(keep)):
-                w = int(np.searchsorted(spans[:, 0], offsets[t, 0], side="right") - 1)
-                inside = w >= 0 and offsets[t, 0] < spans[w, 1]
-                tags = {ts: corpus.tags[ts][s][w] for ts in corpus.tagsets} if inside else {}
+                w = int(owners[t])
+                tags = {ts: corpus.tags[ts][s][w] for ts in corpus.tagsets} if w >= 0 else {}
                 pieces.append({"token": name, "activation": round(float(pre[b, t]), 6), "tags": tags})
             found[s] = Context(s, corpus.sources[s], corpus.texts[s], max(p["activation"] for p in pieces), pieces)
     return [found[s] for s in chosen if s in found]

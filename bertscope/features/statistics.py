@@ -33,6 +33,7 @@ import torch
 
 from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
 from bertscope.core.models import LoadedModel
+from bertscope.core.word_pieces import piece_words
 from bertscope.core.passes import batches
 from bertscope.corpora.tagged import TaggedSentences
 from bertscope.errors import BertScopeError
@@ -41,7 +42,7 @@ from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.sae import TopKSAE
 from bertscope.runtime.user_cache import user_cache_dir
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: pieces placed in words by their last character (core.word_pieces)
 TOP = 20  # sentences kept per feature
 BINS = 40
 LOW, HIGH = -2.0, 2.0  # log10 of the histogram's range
@@ -215,15 +216,11 @@ def _word_owners(padded, rows: Sequence[int], corpus: TaggedSentences) -> tuple[
     word_sentence: list[int] = []
     next_word = 0
     for b, s in enumerate(rows):
-        spans = np.asarray(corpus.spans[s], np.int64).reshape(-1, 2)  # [word, 2]
-        offsets = np.asarray(padded.offsets[b], np.int64).reshape(-1, 2)  # [token, 2]
-        real = ~padded.special[b] & (offsets[:, 1] > offsets[:, 0])
-        w = np.searchsorted(spans[:, 0], offsets[:, 0], side="right") - 1
-        safe = np.clip(w, 0, None)
-        inside = real & (w >= 0) & (offsets[:, 0] < spans[safe, 1])
+        w = piece_words(corpus.spans[s], padded.offsets[b], ~padded.special[b])  # [token]
+        inside = w >= 0
         owners[b, inside] = next_word + w[inside]
-        next_word += len(spans)
-        word_sentence += [s] * len(spans)
+        next_word += len(corpus.spans[s])
+        word_sentence += [s] * len(corpus.spans[s])
     return owners, word_sentence
 
 
