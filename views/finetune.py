@@ -1,5 +1,5 @@
 """Fine-tuning: BERT's second stage run here (a task head on the sidebar's encoder, trained on the tweets,
-the BBC topics, EWT's parts of speech, Brown's tags or your file) as a background job with live
+the BBC topics, EWT's parts of speech, Brown's tags, SQuAD's questions or your file) as a background job with live
 curves, a Stop that keeps the last finished epoch, and the finished model one click away."""
 
 import hashlib
@@ -15,7 +15,7 @@ from bertscope.figures.training import loss_curves
 from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.training.config import FinetuneConfig
 from bertscope.training.job import TrainingJob
-from bertscope.training.task_data import SHIPPED, TAG, load_task_data
+from bertscope.training.task_data import SHIPPED, SPAN, TAG, load_task_data
 from views.kit.budget import costly_job
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_upload, demo
@@ -25,9 +25,11 @@ from views.kit.training import open_in_sidebar, run_progress, training_allowed
 JOB = "finetune_job"
 DATA = {"sentiment": "Tweets with sentiment (3 classes)", "topics": "BBC News topics (5 classes)",
         "ewt-upos": "EWT parts of speech (17 UPOS tags)", "brown-pos": "Brown parts of speech (12 tags)",
-        "file": "My file"}
-TASKS = {"classify": "a label per text", "pairs": "a label per text pair", "tag": "a label per word"}
+        "squad": "SQuAD v1.1 questions (answer spans)", "file": "My file"}
+TASKS = {"classify": "a label per text", "pairs": "a label per text pair", "tag": "a label per word",
+         "span": "an answer span per question"}
 BUDGETS = [256, 1024, 4096, 16384, 0]  # 0: every training example
+HELD_BUDGETS = [256, 1024, 4096, 0]  # 0: the whole held-out side
 RATES = [1e-5, 3e-5, 5e-5, 1e-4, 3e-4, 5e-4, 1e-3, 3e-3]
 
 if st.session_state.pop("ft_go", False):  # the finished model was opened: show its decisions
@@ -35,7 +37,8 @@ if st.session_state.pop("ft_go", False):  # the finished model was opened: show 
 
 st.title("Fine-tuning")
 st.caption("BERT's second stage (Devlin et al. 2019, §4): a new layer over [CLS] for classification and pairs, "
-           "over every word's first piece for tagging, the whole model trained end to end (BERT's own recipe: "
+           "over every word's first piece for tagging, a start and an end vector over the context for answer "
+           "spans (SQuAD), the whole model trained end to end (BERT's own recipe: "
            "batch 32, learning rate 5e-5, a few epochs) or LoRA adapters with the head in full. The same run "
            "headless: `python -m bertscope finetune MODEL --task classify --data sentiment --out runs/NAME`.")
 with st.expander("Feature-based or fine-tuned? The BERT paper's Table 7 question, on EWT parts of speech"):
@@ -79,20 +82,26 @@ with st.form("ft_form"):
     c1, c2 = st.columns([2, 1])
     data_name = c1.radio("Data", list(DATA), format_func=DATA.get, key="ft_data", horizontal=True)
     file_task = c2.radio("Task (my file)", list(TASKS), format_func=lambda t: f"{t}: {TASKS[t]}", key="ft_task",
-                         help="A CSV/TSV/JSONL of text[,text_pair],label records (classify, pairs), or CoNLL-U / "
-                              "JSONL {tokens, tags} (tag).")
-    uploaded = st.file_uploader("My file", type=["csv", "tsv", "jsonl", "conllu"], key="ft_file",
+                         help="A CSV/TSV/JSONL of text[,text_pair],label records (classify, pairs), CoNLL-U / "
+                              "JSONL {tokens, tags} (tag), or SQuAD JSON / JSONL {question, context, answers} (span).")
+    uploaded = st.file_uploader("My file", type=["csv", "tsv", "jsonl", "conllu", "json"], key="ft_file",
                                 max_upload_size=Limits.upload_mb)
-    c1, c2, c3, c4, c5 = st.columns(5)
+    c1, c0, c2, c3, c4, c5 = st.columns(6)
     budget = c1.select_slider("Training examples", budgets, 1024, key="ft_budget",
                               format_func=lambda b: "all" if b == 0 else f"{b:,}",
-                              help="A seeded sample of the training side (held-out and test sides are whole).")
+                              help="A seeded sample of the training side (the test side is whole).")
+    held_budgets = [b for b in HELD_BUDGETS if not demo() or 0 < b <= 1024]
+    held_budget = c0.select_slider("Held-out examples", held_budgets, held_budgets[-1], key="ft_held",
+                                   format_func=lambda b: "all" if b == 0 else f"{b:,}",
+                                   help="Scored after every epoch: a seeded sample of the held-out side, or all of "
+                                        "it (SQuAD's dev set has 10,570 questions).")
     epochs = c2.number_input("Epochs", 1, 2 if demo() else 10, 1, key="ft_epochs")
     rank = c3.selectbox("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="ft_rank")
     lr = c4.select_slider("Learning rate", RATES, 5e-4, key="ft_lr",
                           help="About 5e-5 for every weight (BERT's), 5e-4 to 1e-3 for LoRA.")
-    seq_len = c5.selectbox("Tokens per input", [64, 128, 256], 1, key="ft_seq",
-                           help="Longer inputs are cut (and counted): a tweet fits in 64, a news article does not.")
+    seq_len = c5.selectbox("Tokens per input", [64, 128, 256, 384], 1, key="ft_seq",
+                           help="Longer inputs are cut (and counted): a tweet fits in 64, a news article does not. "
+                                "A question's context is cut into windows of this size instead (SQuAD: 384).")
     weights = st.toggle("Weigh classes by inverse frequency", key="ft_weights")
     start = st.form_submit_button(f"Fine-tune {name}", type="primary", disabled=running)
 
@@ -109,10 +118,11 @@ if start:
             path.write_bytes(content)
             task, source = file_task, str(path)
         else:
-            task, source = ("tag" if SHIPPED[data_name] == TAG else "classify"), data_name
+            task, source = {TAG: "tag", SPAN: "span"}.get(SHIPPED[data_name], "classify"), data_name
         seq = min(int(seq_len), lm.max_length)
         cfg = FinetuneConfig(task=task, seq_len=seq, lora_rank=int(rank), epochs=int(epochs), lr=float(lr),
-                             batch_size=32, max_examples=int(budget) or None, class_weights=bool(weights))
+                             batch_size=32, max_examples=int(budget) or None, max_held_out=int(held_budget) or None,
+                             class_weights=bool(weights) and task != "span")
         cfg.check()
         data = load_task_data(task, source, held_out=cfg.held_out, seed=cfg.seed)
         out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-{data_name}-{uuid.uuid4().hex[:8]}"
@@ -140,21 +150,53 @@ def live() -> None:
         st.plotly_chart(loss_curves({"task loss (cross-entropy)": snap.losses}), config=PLOT_CONFIG,
                         width="stretch", key="ft_loss")
     if snap.epochs:
-        st.dataframe(pd.DataFrame([{"epoch": e["epoch"], "train loss": e["train_loss"],
-                                    "held-out loss": e["held_out"]["loss"], "held-out accuracy": e["held_out"]["accuracy"],
-                                    "held-out macro-F1": e["held_out"]["macro_f1"], "tokens/s": e["tokens_per_s"]}
-                                   for e in snap.epochs]), hide_index=True, width="stretch",
+        st.dataframe(pd.DataFrame([epoch_row(e) for e in snap.epochs]), hide_index=True, width="stretch",
                      column_config={"train loss": st.column_config.NumberColumn(format="%.3f"),
                                     "held-out loss": st.column_config.NumberColumn(format="%.3f"),
                                     "held-out accuracy": st.column_config.NumberColumn(format="percent"),
                                     "held-out macro-F1": st.column_config.NumberColumn(format="%.3f"),
+                                    "held-out exact match": st.column_config.NumberColumn(format="percent"),
+                                    "held-out F1": st.column_config.NumberColumn(format="percent"),
                                     "tokens/s": st.column_config.NumberColumn(format="%,.0f")})
+
+
+def epoch_row(e: dict) -> dict:
+    held = e["held_out"]
+    scores = {"held-out exact match": held["exact_match"], "held-out F1": held["f1"]} if "exact_match" in held else \
+        {"held-out accuracy": held["accuracy"], "held-out macro-F1": held["macro_f1"]}
+    return {"epoch": e["epoch"], "train loss": e["train_loss"], "held-out loss": held["loss"], **scores,
+            "tokens/s": e["tokens_per_s"]}
 
 
 live()
 
 snap = job.snapshot()
-if snap.metrics:
+if snap.metrics and snap.metrics["task"] == "span":
+    m = snap.metrics
+    before, after = m["before"]["held_out"], m["after"]["held_out"]
+    tiles = st.columns(3)
+    tiles[0].metric("Held-out exact match", f"{after['exact_match']:.1%}",
+                    f"{after['exact_match'] - before['exact_match']:+.1%}",
+                    help=f"SQuAD's official scoring over {after['questions']:,} held-out questions; the change is "
+                         "from the untrained head.")
+    tiles[1].metric("Held-out F1", f"{after['f1']:.1%}", f"{after['f1'] - before['f1']:+.1%}")
+    tiles[2].metric("Windows", f"{after['windows']:,}", help="Contexts longer than a window are cut into "
+                                                            "overlapping windows; a question's answer is the best "
+                                                            "span over all of its windows.")
+    several, long = m["questions_over_several_windows"], m["questions_too_long_for_a_window"]
+    st.caption(plain(f"{m['train_examples']:,} training and {m['held_out_examples']:,} held-out questions "
+                     f"({m['split']}); windows of {m['config']['seq_len']} tokens overlapping by {m['doc_stride']}: "
+                     f"{several['train']:,} training and {several['held_out']:,} held-out questions needed more "
+                     f"than one" + (f"; {sum(long.values()):,} left no room for their context (no window: "
+                                    "unanswered)" if sum(long.values()) else "")
+                     + f". {m['trainable_parameters']:,} weights trained."))
+    if m["worst_held_out"]:
+        st.subheader("Held-out questions answered worst")
+        st.dataframe(pd.DataFrame([{"question": w["question"], "gold": " | ".join(w["gold"]) or "(no answer)",
+                                    "predicted": w["predicted"] or "(no answer)", "F1": w["f1"]}
+                                   for w in m["worst_held_out"]]), hide_index=True, width="stretch",
+                     column_config={"F1": st.column_config.NumberColumn(format="%.2f")})
+elif snap.metrics:
     m = snap.metrics
     before, after = m["before"]["held_out"], m["after"]["held_out"]
     unit = "words" if m["task"] == "tag" else "examples"
@@ -183,6 +225,7 @@ if snap.metrics:
                  "log p(gold)": w["log_p_gold"]} for w in m["worst_held_out"]]
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
                      column_config={"log p(gold)": st.column_config.NumberColumn(format="%.2f")})
+if snap.metrics:
     folder = f"{snap.out}/model"
     st.caption(plain(f"The fine-tuned model (LoRA merged) is in {folder}" if not demo() else "The run is finished."))
     if not demo():

@@ -115,7 +115,8 @@ def cmd_finetune(args: argparse.Namespace) -> Any:
     lr = args.lr if args.lr is not None else (5e-4 if rank else 5e-5)
     cfg = FinetuneConfig(task=args.task, seq_len=args.seq_len, lora_rank=rank, epochs=args.epochs,
                          batch_size=args.batch_size, lr=lr, seed=args.seed, held_out=args.held_out,
-                         class_weights=args.class_weights, max_examples=args.max_examples)
+                         class_weights=args.class_weights, max_examples=args.max_examples,
+                         max_held_out=args.max_held_out)
     cfg.check()
     world = launched_world()
     if world == 1 and args.processes != 1:  # start this command again as N data-parallel processes
@@ -134,7 +135,9 @@ def cmd_finetune(args: argparse.Namespace) -> Any:
         return None
     last = state.history[-1]["held_out"]
     summary = {"out": args.out, "task": args.task, "data": data.source, "epochs": state.epoch,
-               "held_out_accuracy": round(last["accuracy"], 4), "held_out_macro_f1": round(last["macro_f1"], 4),
+               **({"held_out_exact_match": round(last["exact_match"], 4), "held_out_f1": round(last["f1"], 4)}
+                  if args.task == "span" else
+                  {"held_out_accuracy": round(last["accuracy"], 4), "held_out_macro_f1": round(last["macro_f1"], 4)}),
                "held_out_loss": round(last["loss"], 4)}
     import json
 
@@ -150,12 +153,13 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
 
     defaults = FinetuneConfig()
     p.add_argument("model", help="preset, hub id or local folder (bundled, bert-base-uncased, ./my-model)")
-    p.add_argument("--task", required=True, choices=[*TASKS, "span"],
-                   help="classify: a label per text; pairs: per text pair (NLI-style); tag: a label per word "
-                        "(span: not built yet)")
+    p.add_argument("--task", required=True, choices=TASKS,
+                   help="classify: a label per text; pairs: per text pair (NLI-style); tag: a label per word; "
+                        "span: an answer span per question in its context (SQuAD)")
     p.add_argument("--data", required=True, help=f"{', '.join(SHIPPED)} (installed by `corpus install`), or a file: "
-                                                 ".csv/.tsv/.jsonl records (classify, pairs) or .conllu / .jsonl "
-                                                 "{tokens, tags} (tag)")
+                                                 ".csv/.tsv/.jsonl records (classify, pairs), .conllu / .jsonl "
+                                                 "{tokens, tags} (tag), SQuAD .json / .jsonl {question, context, "
+                                                 "answers} (span)")
     p.add_argument("--text-column", default="text")
     p.add_argument("--pair-column", help="pairs: the second segment's column (default text_pair)")
     p.add_argument("--label-column", default="label")
@@ -167,11 +171,14 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, help="default 5e-5 (full) or 5e-4 (LoRA)")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
     p.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens at most per input; longer ones are "
-                                                                         "cut and counted")
+                                                                         "cut and counted (span: contexts are cut "
+                                                                         "into overlapping windows)")
     p.add_argument("--held-out", type=float, default=defaults.held_out,
                    help="share held out (stratified, by seed) where the data has no split of its own")
     p.add_argument("--class-weights", action="store_true", help="weigh the loss by inverse class frequency")
     p.add_argument("--max-examples", type=int, help="train on at most this many examples (a seeded sample)")
+    p.add_argument("--max-held-out", type=int, help="score at most this many held-out examples every epoch (a "
+                                                    "seeded sample; default all)")
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--device", default="auto")
     p.add_argument("--processes", type=int, default=1,
@@ -181,7 +188,7 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
 COMMANDS = [
     Command("pretrain", "continue BERT's masked-LM pretraining (and NSP/SOP) on the Brown corpus or your text",
             cmd_pretrain, _pretrain_arguments, takes_model=False),
-    Command("finetune", "BERT's second stage: fine-tune an encoder under a task head (classify, pairs, tag) on "
-            "the tweets, the BBC topics, EWT's UPOS, Brown's tags or your file", cmd_finetune, _finetune_arguments,
+    Command("finetune", "BERT's second stage: fine-tune an encoder under a task head (classify, pairs, tag, "
+            "span) on the tweets, the BBC topics, EWT's UPOS, Brown's tags or your file", cmd_finetune, _finetune_arguments,
             takes_model=False),
 ]

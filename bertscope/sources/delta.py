@@ -20,7 +20,7 @@ from bertscope.runtime.hf import quiet_transformers
 from bertscope.runtime.user_cache import replace_folder
 
 PAIR_HEAD_PREFIXES = ("cls.seq_relationship.", "sop_classifier.")  # BERT's NSP, ALBERT's SOP classifier
-TASK_CLASSES = ("AutoModelForSequenceClassification", "AutoModelForTokenClassification")
+TASK_CLASSES = ("AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoModelForQuestionAnswering")
 
 
 def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:

@@ -98,6 +98,89 @@ def _char_span(enc, s: int, e: int, sequence_index: int) -> tuple[int, int]:
     return start, end
 
 
+@dataclass(frozen=True)
+class Window:
+    """One window of a question over its context: the tokenizer's encoding (ids, offsets, words) and
+    p_mask ([token] 1 where no answer may be: the question and special tokens, [CLS] kept)."""
+
+    question: int  # which question
+    encoding: object  # a tokenizers Encoding
+    p_mask: np.ndarray  # [token]
+    context_index: int  # the context's sequence index in the pair (1: question first)
+
+
+def question_windows(tok, questions: Sequence[str], contexts: Sequence[str], max_seq_len: int, doc_stride: int,
+                     skip_long: bool = False) -> list[Window]:
+    """Each question's windows over its context (the reference pipeline's ``preprocess``), the
+    questions checked first (one line each). A question that leaves fewer than two of a window's
+    tokens to its context is refused in one line, or with ``skip_long`` given no window (training
+    data: counted by the caller); a stride longer than the room left is cut to fit it."""
+    if len(questions) != len(contexts):
+        raise BertScopeError(f"{len(questions)} questions but {len(contexts)} contexts.")
+    if doc_stride > max_seq_len:
+        raise BertScopeError(f"The stride ({doc_stride}) is longer than a window ({max_seq_len}).")
+    question_first = getattr(tok, "padding_side", "right") == "right"
+    specials = tok.num_special_tokens_to_add(pair=True)
+    windows = []
+    for i, (q, c) in enumerate(zip(questions, contexts)):
+        item = f"Item {i + 1}: the" if len(questions) > 1 else "The"
+        for what, text in (("question", q), ("context", c)):
+            if not isinstance(text, str) or not text.strip():
+                raise BertScopeError(f"{item} {what} is empty.")
+        if len(c) > MAX_CONTEXT_CHARS:
+            raise BertScopeError(f"{item} context has {len(c):,} characters; at most {MAX_CONTEXT_CHARS:,}.")
+        room = max_seq_len - specials - len(tok(q, add_special_tokens=False)["input_ids"])  # the context's tokens
+        if room < 2:
+            if skip_long:
+                continue
+            raise BertScopeError(f"{item} question is too long for windows of {max_seq_len} tokens (it leaves "
+                                 f"{max(room, 0)} for the context).")
+        # the tokenizer panics on a stride as long as the room (a Rust panic, not an Exception)
+        encoded = tok(text=q if question_first else c, text_pair=c if question_first else q,
+                      truncation="only_second" if question_first else "only_first", max_length=max_seq_len,
+                      stride=min(doc_stride, room - 1), return_token_type_ids=True, return_overflowing_tokens=True,
+                      return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False)
+        for w in range(len(encoded["input_ids"])):
+            # the reference's p_mask: 1 outside the context (question first), [CLS] kept
+            p_mask = [tid != 1 if question_first else 0 for tid in encoded.sequence_ids(w)]
+            ids = encoded["input_ids"][w]
+            if tok.cls_token_id is not None:
+                for at in np.nonzero(np.array(ids) == tok.cls_token_id)[0]:
+                    p_mask[at] = 0
+            windows.append(Window(i, encoded[w], np.asarray(p_mask, np.int64), 1 if question_first else 0))
+    return windows
+
+
+def best_answers(windows: Sequence[Window], logits: Sequence[tuple[np.ndarray, np.ndarray]],
+                 contexts: Sequence[str], top_k: int = 1, max_answer_len: int = 15,
+                 handle_impossible_answer: bool = False) -> list[tuple[list[dict], int]]:
+    """Per question: (its ``top_k`` best answers, best first, and how many windows it had), from
+    each window's (start, end) logits ([token] each): the reference's ``postprocess``."""
+    pre_top_k = top_k * 2 + 10  # more candidates before widening to words merges some
+    found: list[list[dict]] = [[] for _ in contexts]
+    nulls = [1_000_000.0] * len(contexts)
+    counts = [0] * len(contexts)
+    for window, (start, end) in zip(windows, logits):
+        i, enc = window.question, window.encoding
+        counts[i] += 1
+        starts, ends, scores, null = window_spans(start, end, window.p_mask, pre_top_k, max_answer_len)
+        nulls[i] = min(nulls[i], null)
+        for s, e, score in zip(starts, ends, scores):
+            a, b = _char_span(enc, int(s), int(e), window.context_index)
+            text = contexts[i][a:b]
+            same = next((x for x in found[i] if x["answer"].lower() == text.lower()), None)
+            if same is not None:
+                same["score"] += float(score)
+            else:
+                found[i].append({"answer": text, "start": int(a), "end": int(b), "score": float(score)})
+    results = []
+    for i, answers in enumerate(found):
+        if handle_impossible_answer:
+            answers.append({"answer": "", "start": 0, "end": 0, "score": nulls[i]})
+        results.append((sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k], counts[i]))
+    return results
+
+
 def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], top_k: int = 1,
            max_answer_len: int = 15, max_seq_len: int | None = None, doc_stride: int | None = None,
            handle_impossible_answer: bool = False, batch_size: int = 32,
@@ -115,35 +198,9 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
     max_seq_len = min(tok.model_max_length or lm.max_length, 384, lm.max_length) if max_seq_len is None \
         else max_seq_len
     doc_stride = min(max_seq_len // 2, 128) if doc_stride is None else doc_stride
-    if doc_stride > max_seq_len:
-        raise BertScopeError(f"The stride ({doc_stride}) is longer than a window ({max_seq_len}).")
-    question_first = getattr(tok, "padding_side", "right") == "right"
-    windows = []  # (example, encoding, p_mask [token])
-    for i, (q, c) in enumerate(zip(questions, contexts)):
-        item = f"Item {i + 1}: the" if len(questions) > 1 else "The"
-        for what, text in (("question", q), ("context", c)):
-            if not isinstance(text, str) or not text.strip():
-                raise BertScopeError(f"{item} {what} is empty.")
-        if len(c) > MAX_CONTEXT_CHARS:
-            raise BertScopeError(f"{item} context has {len(c):,} characters; at most {MAX_CONTEXT_CHARS:,}.")
-        try:
-            encoded = tok(text=q if question_first else c, text_pair=c if question_first else q,
-                          truncation="only_second" if question_first else "only_first", max_length=max_seq_len,
-                          stride=doc_stride, return_token_type_ids=True, return_overflowing_tokens=True,
-                          return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False)
-        except Exception as err:  # the tokenizer cannot fit the question with any of the context
-            raise BertScopeError(f"{item} question is too long for windows of {max_seq_len} tokens "
-                                 f"({type(err).__name__}).") from None
-        for w in range(len(encoded["input_ids"])):
-            # the reference's p_mask: 1 outside the context (question first), [CLS] kept
-            p_mask = [tid != 1 if question_first else 0 for tid in encoded.sequence_ids(w)]
-            ids = encoded["input_ids"][w]
-            if tok.cls_token_id is not None:
-                for at in np.nonzero(np.array(ids) == tok.cls_token_id)[0]:
-                    p_mask[at] = 0
-            windows.append((i, encoded[w], np.asarray(p_mask, np.int64)))
+    windows = question_windows(tok, questions, contexts, max_seq_len, doc_stride)
     logits: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(windows)
-    lengths = [len(enc.ids) for _, enc, _ in windows]
+    lengths = [len(w.encoding.ids) for w in windows]
     done = 0
     for rows in plan_batches(lengths, lambda n: pass_bytes(lm, n), batch_size, max_batch_bytes):
         width = max(lengths[r] for r in rows)
@@ -151,7 +208,7 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
         types = torch.zeros((len(rows), width), dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for b, r in enumerate(rows):
-            enc = windows[r][1]
+            enc = windows[r].encoding
             ids[b, :lengths[r]] = torch.tensor(enc.ids)
             types[b, :lengths[r]] = torch.tensor(enc.type_ids)
             mask[b, :lengths[r]] = 1
@@ -164,27 +221,5 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
         done += len(rows)
         if progress:
             progress(done, len(windows))
-    pre_top_k = top_k * 2 + 10  # more candidates before widening to words merges some
-    found: list[list[dict]] = [[] for _ in questions]
-    nulls = [1_000_000.0] * len(questions)
-    counts = [0] * len(questions)
-    sequence_index = 1 if question_first else 0
-    for (i, enc, p_mask), (start, end) in zip(windows, logits):
-        counts[i] += 1
-        starts, ends, scores, null = window_spans(start, end, p_mask, pre_top_k, max_answer_len)
-        nulls[i] = min(nulls[i], null)
-        for s, e, score in zip(starts, ends, scores):
-            a, b = _char_span(enc, int(s), int(e), sequence_index)
-            text = contexts[i][a:b]
-            same = next((x for x in found[i] if x["answer"].lower() == text.lower()), None)
-            if same is not None:
-                same["score"] += float(score)
-            else:
-                found[i].append({"answer": text, "start": int(a), "end": int(b), "score": float(score)})
-    results = []
-    for i, answers in enumerate(found):
-        if handle_impossible_answer:
-            answers.append({"answer": "", "start": 0, "end": 0, "score": nulls[i]})
-        best = sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k]
-        results.append(Answers(questions[i], contexts[i], best, counts[i]))
-    return results
+    found = best_answers(windows, logits, contexts, top_k, max_answer_len, handle_impossible_answer)
+    return [Answers(q, c, best, n) for q, c, (best, n) in zip(questions, contexts, found)]

@@ -89,7 +89,7 @@ class FinetuneConfig:
     """BERT's second stage (Devlin et al. 2019, §4 and appendix A.3: batch 32, learning rate 5e-5,
     2-4 epochs, the whole model trained; with ``lora_rank`` > 0 adapters instead, at a larger rate)."""
 
-    task: str = "classify"  # classify, pairs or tag
+    task: str = "classify"  # classify, pairs, tag or span
     seq_len: int = 128  # tokens at most per input, special tokens included (longer inputs are cut and counted)
     lora_rank: int = 0  # 0 = every weight (BERT's own fine-tuning)
     lora_alpha: int = 32
@@ -102,13 +102,13 @@ class FinetuneConfig:
     held_out: float = 0.1  # the share held out where the data has no split of its own
     class_weights: bool = False  # weigh each class's loss by n / (classes x its count)
     max_examples: int | None = None  # a budget: train on at most this many (seeded sample)
+    max_held_out: int | None = None  # a budget: score at most this many held-out examples every epoch (seeded sample)
 
     def check(self) -> None:
-        if self.task == "span":
-            raise BertScopeError("Fine-tuning for answer spans (SQuAD-style JSON) is not built yet: use classify, "
-                                 "pairs or tag.")
-        if self.task not in ("classify", "pairs", "tag"):
-            raise BertScopeError(f"Unknown task {self.task!r}: use classify, pairs or tag.")
+        if self.task not in ("classify", "pairs", "tag", "span"):
+            raise BertScopeError(f"Unknown task {self.task!r}: use classify, pairs, tag or span.")
+        if self.task == "span" and self.class_weights:
+            raise BertScopeError("Class weights are for labels; an answer span has none to weigh.")
         if not 8 <= self.seq_len <= 512:
             raise BertScopeError("--seq-len must be between 8 and 512 tokens.")
         if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
@@ -117,3 +117,5 @@ class FinetuneConfig:
             raise BertScopeError("--held-out must be a share between 0 and 0.5.")
         if self.max_examples is not None and self.max_examples < 2:
             raise BertScopeError("--max-examples must be at least 2.")
+        if self.max_held_out is not None and self.max_held_out < 1:
+            raise BertScopeError("--max-held-out must be at least 1.")

@@ -1,6 +1,7 @@
 """BERT's second stage, run: fine-tune an encoder under a task head (Devlin et al. 2019, §4: a
-layer over [CLS] for classification and sentence pairs, over every token for tagging; the whole
-model trained end to end, or LoRA adapters with the head in full).
+layer over [CLS] for classification and sentence pairs, over every token for tagging, a start and
+an end vector for answer spans (``training.span_objective``); the whole model trained end to end,
+or LoRA adapters with the head in full).
 
     >>> from bertscope.training.fine_tuning import finetune
     >>> from bertscope.training.task_data import load_task_data
@@ -38,7 +39,8 @@ from bertscope.training.loop import adamw, run_epochs
 from bertscope.training.model import trainable
 from bertscope.training.processes import Processes
 from bertscope.training.steps import BACKWARD_FACTOR, autocast_context, saved_bytes, training_budget
-from bertscope.training.task_data import TAG, TaskData
+from bertscope.training.span_objective import SpanObjective, doc_stride, encode_spans
+from bertscope.training.task_data import SPAN, TAG, TaskData
 from bertscope.training.task_model import auto_class, build_task_model, is_task_extra
 from bertscope.training.task_objective import Encoded, TaskObjective, encode, pad, scores
 
@@ -93,8 +95,11 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
                              f"{longest}.")
     labels = data.labels
     train_side = _sample(data.train, cfg.max_examples, cfg.seed)
-    train = encode(tokenizer, cfg.task, train_side, labels, cfg.seq_len)
-    held = encode(tokenizer, cfg.task, data.held_out, labels, cfg.seq_len)
+    held_side = _sample(data.held_out, cfg.max_held_out, cfg.seed)
+    if cfg.task == SPAN:
+        train, held = (encode_spans(tokenizer, side, cfg.seq_len) for side in (train_side, held_side))
+    else:
+        train, held = (encode(tokenizer, cfg.task, side, labels, cfg.seq_len) for side in (train_side, held_side))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     run = {"model": model_name, "data": data.source, "labels": labels}
@@ -111,15 +116,16 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
     runner = workers.wrap(model)
     context, scaler = autocast_context(torch_device)
-    objective = TaskObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
-                              class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None)
+    objective = (SpanObjective if cfg.task == SPAN else TaskObjective)(
+        cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
+        class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None)
     budget = memory_bytes if memory_bytes is not None else workers.memory_share(training_budget(torch_device))
     widest = max(range(len(train)), key=lambda r: len(train.ids[r]))
 
     def one_row():  # the widest training row: every row of a batch costs at most this
         feed, _ = pad(train, [widest], tokenizer.pad_token_id, cfg.task == TAG).part(slice(None), torch_device)
         with context:
-            return model(**feed).logits
+            return model(**feed)[0]  # the logits (start logits for spans)
 
     row_bytes = BACKWARD_FACTOR * saved_bytes(model, torch_device, one_row)
     micro = max(1, min(cfg.batch_size, budget // max(1, row_bytes)))
@@ -139,7 +145,8 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
             test = {"name": data.test.name, "loss": loss_sum / max(1, count), **scores(confusion, labels),
                     ("words" if cfg.task == TAG else "examples"): count, "unscored_words": encoded.unscored_words,
                     "truncated": encoded.truncated}
-        worst = worst_examples(objective, model, data.held_out, eval_rows, labels)
+        worst = objective.worst(model, eval_rows, WORST) if cfg.task == SPAN else \
+            worst_examples(objective, model, held_side, eval_rows, labels)
         task_file = json.dumps({"auto": auto_class(cfg.task), "id2label": dict(enumerate(labels)),
                                 "task": cfg.task}, indent=1)
         export_run(model, tokenizer, out, cfg, model_name, extra=lambda n: is_task_extra(n, prefix),
@@ -171,9 +178,16 @@ def worst_examples(objective: TaskObjective, model, side, rows: int, labels: lis
 def write_task_metrics(out: Path, model_name: str, data: TaskData, cfg: FinetuneConfig, state: RunState,
                        train: Encoded, held: Encoded, n_trainable: int, test: dict | None, worst: list[dict],
                        device: torch.device, memory: dict) -> None:
+    counts = {"train_examples": len(train), "held_out_examples": len(held)}
+    if cfg.task == SPAN:  # examples are questions; a question may take several windows (rows)
+        counts = {"train_examples": len(train.questions), "held_out_examples": len(held.questions),
+                  "windows": {"train": len(train), "held_out": len(held)},
+                  "questions_over_several_windows": {"train": train.several, "held_out": held.several},
+                  "questions_too_long_for_a_window": {"train": train.too_long, "held_out": held.too_long},
+                  "doc_stride": doc_stride(cfg.seq_len)}
     metrics = {
         "model": model_name, "task": cfg.task, "data": data.source, "split": data.how_split, "labels": data.labels,
-        "config": asdict(cfg), "train_examples": len(train), "held_out_examples": len(held),
+        "config": asdict(cfg), **counts,
         "truncated": {"train": train.truncated, "held_out": held.truncated},
         "unscored_words": {"train": train.unscored_words, "held_out": held.unscored_words},
         "trainable_parameters": n_trainable, "memory": memory,
@@ -190,6 +204,12 @@ def write_task_metrics(out: Path, model_name: str, data: TaskData, cfg: Finetune
 def plot_task_curves(metrics: dict, path: Path) -> None:
     epochs = [e["epoch"] for e in metrics["epochs"]]
     held = [e["held_out"] for e in metrics["epochs"]]
+    if metrics["task"] == SPAN:
+        two_panels(path, epochs, {"train": ([e["train_loss"] for e in metrics["epochs"]], "o-"),
+                                  "held out": ([h["loss"] for h in held], "s-")},
+                   {"exact match": ([h["exact_match"] for h in held], "o-"), "F1": ([h["f1"] for h in held], "s-")},
+                   "Held-out exact match and F1 (SQuAD's)", "held out")
+        return
     unit = "words" if metrics["task"] == "tag" else "examples"
     two_panels(path, epochs, {"train": ([e["train_loss"] for e in metrics["epochs"]], "o-"),
                               "held out": ([h["loss"] for h in held], "s-")},

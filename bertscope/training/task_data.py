@@ -4,10 +4,13 @@
 - ``sentiment`` (the tweets), ``topics`` (BBC News): classification, a stratified 10% held out by
   seed (the corpora have no split of their own);
 - ``ewt-upos``: UD English-EWT's UPOS, its own train / dev (held out every epoch) / test;
+- ``squad``: SQuAD v1.1's questions with answer spans, its own train / dev (held out);
 - ``brown-pos``: Brown's 12 universal tags, documents split by genre (``brown.split_documents``);
 - a file: ``.csv`` / ``.tsv`` / ``.jsonl`` records (text[, text_pair], label; other column names
   with ``--text-column`` …) for classification; ``.conllu`` (UPOS) or ``.jsonl`` records
-  ``{"tokens": […], "tags": […]}`` for tagging; a stratified share held out by seed.
+  ``{"tokens": […], "tags": […]}`` for tagging; a stratified share held out by seed; SQuAD's
+  ``.json`` or ``.jsonl`` questions for answer spans (``corpora.questions``), a share of the
+  contexts held out by seed.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from typing import Sequence
 
 from bertscope.corpora.labelled import LabelledTexts, read_jsonl, split, stratified_split
 from bertscope.errors import BertScopeError
+from bertscope.corpora.questions import Questions, read_squad_file, split_by_context
 
 CLASSIFY, PAIRS, TAG, SPAN = "classify", "pairs", "tag", "span"
-TASKS = (CLASSIFY, PAIRS, TAG)
-SHIPPED = {"sentiment": CLASSIFY, "topics": CLASSIFY, "ewt-upos": TAG, "brown-pos": TAG}
+TASKS = (CLASSIFY, PAIRS, TAG, SPAN)
+SHIPPED = {"sentiment": CLASSIFY, "topics": CLASSIFY, "ewt-upos": TAG, "brown-pos": TAG, "squad": SPAN}
 MAX_RECORDS = 1_000_000
 
 
@@ -57,11 +61,11 @@ class Tagged:
 class TaskData:
     """One task's sides and its labels (the model's ``id2label``, sorted)."""
 
-    task: str  # classify, pairs or tag
+    task: str  # classify, pairs, tag or span
     source: str  # "sentiment", "ewt-upos", a file's name
-    train: LabelledTexts | Tagged
-    held_out: LabelledTexts | Tagged
-    test: LabelledTexts | Tagged | None = None
+    train: LabelledTexts | Tagged | Questions
+    held_out: LabelledTexts | Tagged | Questions
+    test: LabelledTexts | Tagged | Questions | None = None
     how_split: str = ""  # one phrase: "stratified 10% held out (seed 0)", "EWT's own train/dev/test"
 
     @property
@@ -160,15 +164,16 @@ def _held_out_tagged(data: Tagged, held_out: float, seed: int) -> tuple[Tagged, 
 def load_task_data(task: str, data: str, text_column: str = "text", label_column: str = "label",
                    pair_column: str | None = None, held_out: float = 0.1, seed: int = 0) -> TaskData:
     """The sides of ``data`` (a shipped name or a file) for ``task``."""
-    if task == SPAN:
-        raise BertScopeError("Fine-tuning for answer spans (SQuAD-style JSON) is not built yet: use classify, "
-                             "pairs or tag.")
     if task not in TASKS:
         raise BertScopeError(f"Unknown task {task!r}: use {', '.join(TASKS)}.")
     if data in SHIPPED:
-        if SHIPPED[data] == TAG and task != TAG or SHIPPED[data] != TAG and task == TAG:
-            raise BertScopeError(f"{data} is a {'tagging' if SHIPPED[data] == TAG else 'classification'} corpus: "
-                                 f"use --task {'tag' if SHIPPED[data] == TAG else 'classify'}.")
+        kind = SHIPPED[data]
+        if kind == SPAN and task != SPAN or task == SPAN and kind != SPAN:
+            raise BertScopeError(f"{data} has questions with answer spans: use --task span." if kind == SPAN else
+                                 f"{data} has no answer spans: use squad or a SQuAD-style .json or .jsonl file.")
+        if kind == TAG and task != TAG or kind != TAG and task == TAG:
+            raise BertScopeError(f"{data} is a {'tagging' if kind == TAG else 'classification'} corpus: "
+                                 f"use --task {'tag' if kind == TAG else 'classify'}.")
         if task == PAIRS:
             raise BertScopeError(f"{data} has single texts, not pairs: use --task classify.")
         return _shipped(data, held_out, seed)
@@ -177,7 +182,12 @@ def load_task_data(task: str, data: str, text_column: str = "text", label_column
         raise BertScopeError(f"No data {data!r}: give {', '.join(SHIPPED)} or a file (.csv, .tsv, .jsonl, .conllu).")
     text = decode(path.read_bytes(), path.name)
     how = f"stratified {held_out:.0%} held out (seed {seed})"
-    if task == TAG:
+    if task == SPAN:
+        if not path.name.lower().endswith((".json", ".jsonl")):
+            raise BertScopeError(f"{path.name}: answer spans read SQuAD's .json or .jsonl records.")
+        train, held = split_by_context(read_squad_file(text, path.name), held_out, seed)
+        out = TaskData(task, path.name, train, held, None, f"{held_out:.0%} of the contexts held out (seed {seed})")
+    elif task == TAG:
         if not path.name.lower().endswith((".conllu", ".jsonl")):
             raise BertScopeError(f"{path.name}: tagging reads .conllu or .jsonl (tokens, tags).")
         tagged = read_tagged_file(text, path.name)
@@ -212,6 +222,10 @@ def _shipped(name: str, held_out: float, seed: int) -> TaskData:
 
         train, held = split(read_topics(), held_out, seed)
         return TaskData(CLASSIFY, name, train, held, None, f"stratified {held_out:.0%} held out (seed {seed})")
+    if name == "squad":
+        from bertscope.corpora.squad import read_squad
+
+        return TaskData(SPAN, name, read_squad("train"), read_squad("dev"), None, "SQuAD v1.1's own train / dev")
     if name == "ewt-upos":
         from bertscope.corpora.ewt import read_ewt
 

@@ -1,5 +1,5 @@
-"""The model the second stage trains: the encoder under a new task head (``*ForSequenceClassification``
-or ``*ForTokenClassification``, seeded), trained in full or through LoRA adapters (peft) with the
+"""The model the second stage trains: the encoder under a new task head (``*ForSequenceClassification``,
+``*ForTokenClassification`` or ``*ForQuestionAnswering``: start and end, seeded), trained in full or through LoRA adapters (peft) with the
 head, the pooler and every LayerNorm trained in full beside them."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import torch
 from bertscope.runtime.hf import quiet_transformers
 from bertscope.training.config import LORA_TARGETS
 from bertscope.training.model import inner_name
-from bertscope.training.task_data import TAG
+from bertscope.training.task_data import SPAN, TAG
 
-AUTO = {"sequence": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification"}
+AUTO = {"sequence": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification",
+        "span": "AutoModelForQuestionAnswering"}
 # each family's attention and feed-forward projections (BERT's names by default)
 LORA_BY_TYPE = {"distilbert": ["q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"],
                 "deberta-v2": ["query_proj", "key_proj", "value_proj", "output.dense", "intermediate.dense"],
@@ -22,7 +23,7 @@ LORA_BY_TYPE = {"distilbert": ["q_lin", "k_lin", "v_lin", "out_lin", "lin1", "li
 
 
 def auto_class(task: str) -> str:
-    return AUTO["token" if task == TAG else "sequence"]
+    return AUTO["token" if task == TAG else "span" if task == SPAN else "sequence"]
 
 
 def build_task_model(source: str, local_only: bool, task: str, labels: Sequence[str], lora_rank: int,

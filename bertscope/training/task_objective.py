@@ -161,6 +161,10 @@ class TaskObjective:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), weight=weights,
                                ignore_index=IGNORE, reduction="sum")
 
+    def output_loss(self, output, labels: torch.Tensor) -> torch.Tensor:
+        """The summed loss of a forward pass's output against its labels."""
+        return self.loss_sum(output.logits, labels)
+
     def accumulate(self, runner, batch: Batch, micro: int, group: Processes, context, scaler) -> dict[str, float]:
         count = max(self._count(batch.labels), 1e-12)
         mine = group.share(len(batch))
@@ -172,8 +176,8 @@ class TaskObjective:
             with group.no_sync(runner, last=k == len(parts) - 1):
                 feed, labels = batch.part(part, self.device)
                 with context:
-                    logits = runner(**feed).logits  # through DDP's wrapper when several processes train
-                loss = self.loss_sum(logits, labels) / count
+                    output = runner(**feed)  # through DDP's wrapper when several processes train
+                loss = self.output_loss(output, labels) / count
                 scaled = loss * (weight * group.world)
                 (scaler.scale(scaled) if scaler is not None else scaled).backward()
             total += weight * float(loss.detach())

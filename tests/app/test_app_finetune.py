@@ -41,6 +41,35 @@ def test_a_run_on_the_tweets_trains_scores_and_opens_on_the_predictions_page(mon
     assert any(t.value == "Predictions" for t in at.title)
 
 
+def test_a_run_on_squad_scores_exact_match_and_f1_and_opens_as_a_question_answerer(monkeypatch, tiny_bert_dir,
+                                                                                     tmp_path):
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    corpora = (user_cache_dir() / "corpora").resolve()
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))
+    (tmp_path / "corpora").symlink_to(corpora)
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/finetune.py").run()
+    at.radio(key="ft_data").set_value("squad")
+    at.select_slider(key="ft_budget").set_value(256)
+    at.select_slider(key="ft_held").set_value(256)
+    at.selectbox(key="ft_seq").set_value(128)
+    at = submit(at, str(tiny_bert_dir))
+    assert not at.exception and not at.error
+    job = at.session_state["finetune_job"]
+    assert job.wait(timeout=600)
+    at.run()
+    snap = job.snapshot()
+    assert snap.status == "done", snap.error
+    assert {"Held-out exact match", "Held-out F1", "Windows"} <= {m.label for m in at.metric}
+    assert any("256 training and 256 held-out questions (SQuAD v1.1's own train / dev)" in c for c in texts(at.caption))
+    worst = next(d.value for d in at.dataframe if "question" in d.value.columns)
+    assert len(worst) == 20 and list(worst.columns) == ["question", "gold", "predicted", "F1"]
+    epochs = next(d.value for d in at.dataframe if "held-out exact match" in d.value.columns)
+    assert len(epochs) == 1
+    at.button(key="ft_use").click().run()
+    assert not at.exception and any(t.value == "Predictions" for t in at.title)
+
+
 def test_bad_input_and_the_hosted_demo(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/finetune.py").run()
     at.radio(key="ft_data").set_value("file")

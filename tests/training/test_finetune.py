@@ -201,7 +201,7 @@ def test_bad_input_is_one_line_with_exit_2(tiny_bert_dir, tmp_path, capsys):
     mismatch = tmp_path / "tags.jsonl"
     mismatch.write_text(json.dumps({"tokens": ["a", "dog"], "tags": ["DET"]}) + "\n", encoding="utf-8")
     assert "2 tokens but 1 tags" in run(data=mismatch, task="tag")
-    assert "not built yet" in run(data="sentiment", task="span")
+    assert "has no answer spans" in run(data="sentiment", task="span")
     assert "use --task tag" in run(data="ewt-upos")
     assert "--lora R or --full" in run("--lora", "4", "--full", data="sentiment")
     assert "cores" in run("--processes", "64", data="sentiment")
