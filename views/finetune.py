@@ -90,11 +90,12 @@ with st.form("ft_form"):
     budget = c1.select_slider("Training examples", budgets, 1024, key="ft_budget",
                               format_func=lambda b: "all" if b == 0 else f"{b:,}",
                               help="A seeded sample of the training side (the test side is whole).")
-    held_budgets = [b for b in HELD_BUDGETS if not demo() or 0 < b <= 1024]
-    held_budget = c0.select_slider("Held-out examples", held_budgets, held_budgets[-1], key="ft_held",
+    held_budgets = [b for b in HELD_BUDGETS if not demo() or b <= 1024]
+    held_budget = c0.select_slider("Held-out examples", held_budgets, 0, key="ft_held",
                                    format_func=lambda b: "all" if b == 0 else f"{b:,}",
                                    help="Scored after every epoch: a seeded sample of the held-out side, or all of "
-                                        "it (SQuAD's dev set has 10,570 questions).")
+                                        "it (SQuAD's dev set has 10,570 questions" +
+                                        ("; on this hosted demo, 1,024 of them at most)." if demo() else ")."))
     epochs = c2.number_input("Epochs", 1, 2 if demo() else 10, 1, key="ft_epochs")
     rank = c3.selectbox("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="ft_rank")
     lr = c4.select_slider("Learning rate", RATES, 5e-4, key="ft_lr",
@@ -121,7 +122,7 @@ if start:
             task, source = {TAG: "tag", SPAN: "span"}.get(SHIPPED[data_name], "classify"), data_name
         seq = min(int(seq_len), lm.max_length)
         cfg = FinetuneConfig(task=task, seq_len=seq, lora_rank=int(rank), epochs=int(epochs), lr=float(lr),
-                             batch_size=32, max_examples=int(budget) or None, max_held_out=int(held_budget) or None,
+                             batch_size=32, max_examples=int(budget) or None, max_held_out=int(held_budget) or (1024 if demo() and task == "span" else None),
                              class_weights=bool(weights) and task != "span")
         cfg.check()
         data = load_task_data(task, source, held_out=cfg.held_out, seed=cfg.seed)

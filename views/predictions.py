@@ -99,8 +99,9 @@ with page_errors(stop=False):
         best = result.answers[:1]
         st.markdown(marked_text(text, [(a["start"], a["end"], "answer", a["score"]) for a in best]),
                     unsafe_allow_html=True)
-        st.caption(plain(f"The three best spans (the context ran in {result.windows} window(s) of the model's "
-                         "length; an answer found in several adds its scores)."))
+        st.caption(plain(f"The three best spans (the context ran in {result.windows} window(s): the windows and "
+                         "the longest answer the model was scored with when it was fine-tuned here, else the "
+                         "model's length; an answer found in several windows adds its scores)."))
         st.dataframe(pd.DataFrame(result.answers), hide_index=True, width="stretch")
 
 st.subheader("Why this decision?")

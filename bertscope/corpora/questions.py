@@ -67,8 +67,10 @@ def _answers(raw, where: str) -> list[tuple[str, int]]:
         raise BertScopeError(f"{where}: \"answers\" must be a list of {{\"text\", \"answer_start\"}}.")
     found = []
     for a in raw:
-        if not isinstance(a, dict) or not isinstance(a.get("text"), str) or not isinstance(a.get("answer_start"), int):
-            raise BertScopeError(f"{where}: each answer needs a \"text\" and an integer \"answer_start\".")
+        start = a.get("answer_start") if isinstance(a, dict) else None
+        if not isinstance(a.get("text") if isinstance(a, dict) else None, str) or type(start) is not int or start < 0:
+            raise BertScopeError(f"{where}: each answer needs a \"text\" and an \"answer_start\" (a character "
+                                 "number from 0).")
         found.append((a["text"], a["answer_start"]))
     return found
 
@@ -90,6 +92,17 @@ def _question(record: dict, context, where: str) -> tuple[str, str, list[tuple[s
     return question.strip(), context, answers
 
 
+def _json_lines(text: str) -> bool:
+    """Whether a text is JSON Lines (its first line a whole object, and more than one line)."""
+    first, _, rest = text.strip().partition("\n")
+    if not rest.strip():
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False
+
+
 def read_squad_file(text: str, name: str) -> Questions:
     """Questions from SQuAD JSON or JSONL (module docstring); one line naming the first bad record."""
     questions, contexts, answers, ids = [], [], [], []
@@ -103,7 +116,7 @@ def read_squad_file(text: str, name: str) -> Questions:
         if len(questions) > MAX_QUESTIONS:
             raise BertScopeError(f"{name} has more than {MAX_QUESTIONS:,} questions.")
 
-    if name.lower().endswith(".jsonl"):
+    if name.lower().endswith(".jsonl") or _json_lines(text):  # datasets' to_json writes JSON Lines, named .json
         for n, record in enumerate(read_jsonl(text, name), 1):
             add(record, record.get("context"), f"{name}, record {n}")
     else:

@@ -101,7 +101,7 @@ def _masked_rows(lm: LoadedModel, corpus: TaggedSentences, tagset: str, tag: str
             if (corpus.tags[tagset][s][w] == tag) != want or len(inside) != 1:
                 continue
             (start, end), (a, b) = corpus.spans[s][w], offsets[inside[0]]
-            if b == end and not text[a:start].strip():  # the word whole (and the space SentencePiece folds in)
+            if a <= start and b == end and not text[a:start].strip():  # the word whole (and SentencePiece's space)
                 found.append((list(ids), inside[0], ids[inside[0]]))
     rng = np.random.default_rng(seed)
     if len(found) > limit:

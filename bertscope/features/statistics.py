@@ -42,7 +42,7 @@ from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.sae import TopKSAE
 from bertscope.runtime.user_cache import user_cache_dir
 
-FORMAT_VERSION = 2  # 2: pieces placed in words by their last character (core.word_pieces)
+FORMAT_VERSION = 2  # 2: a piece out of the space before a word is the word's (core.word_pieces)
 TOP = 20  # sentences kept per feature
 BINS = 40
 LOW, HIGH = -2.0, 2.0  # log10 of the histogram's range

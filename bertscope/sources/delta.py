@@ -49,6 +49,8 @@ def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
     with quiet_transformers():
         model = auto.from_pretrained(base_source, local_files_only=True, dtype=torch.float32, **options)
         tokenizer = AutoTokenizer.from_pretrained(base_source, local_files_only=True)
+    if task_file.is_file() and "task_specific_params" in task:  # how the run windowed and decoded (spans)
+        model.config.task_specific_params = task["task_specific_params"]
     named = dict(model.named_parameters())
     unknown = sorted(set(extras) - set(named))
     if unknown:

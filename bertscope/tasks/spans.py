@@ -122,6 +122,8 @@ def question_windows(tok, questions: Sequence[str], contexts: Sequence[str], max
     question_first = getattr(tok, "padding_side", "right") == "right"
     specials = tok.num_special_tokens_to_add(pair=True)
     windows = []
+    lengths = [len(ids) for ids in tok([q if isinstance(q, str) and q.strip() else "-" for q in questions],
+                                       add_special_tokens=False)["input_ids"]] if questions else []
     for i, (q, c) in enumerate(zip(questions, contexts)):
         item = f"Item {i + 1}: the" if len(questions) > 1 else "The"
         for what, text in (("question", q), ("context", c)):
@@ -129,17 +131,21 @@ def question_windows(tok, questions: Sequence[str], contexts: Sequence[str], max
                 raise BertScopeError(f"{item} {what} is empty.")
         if len(c) > MAX_CONTEXT_CHARS:
             raise BertScopeError(f"{item} context has {len(c):,} characters; at most {MAX_CONTEXT_CHARS:,}.")
-        room = max_seq_len - specials - len(tok(q, add_special_tokens=False)["input_ids"])  # the context's tokens
+        room = max_seq_len - specials - lengths[i]  # the context's tokens
         if room < 2:
             if skip_long:
                 continue
             raise BertScopeError(f"{item} question is too long for windows of {max_seq_len} tokens (it leaves "
                                  f"{max(room, 0)} for the context).")
-        # the tokenizer panics on a stride as long as the room (a Rust panic, not an Exception)
-        encoded = tok(text=q if question_first else c, text_pair=c if question_first else q,
-                      truncation="only_second" if question_first else "only_first", max_length=max_seq_len,
-                      stride=min(doc_stride, room - 1), return_token_type_ids=True, return_overflowing_tokens=True,
-                      return_offsets_mapping=True, return_special_tokens_mask=True, verbose=False)
+        try:  # a stride as long as the room makes the tokenizer panic (a Rust panic, not an Exception): cut it
+            encoded = tok(text=q if question_first else c, text_pair=c if question_first else q,
+                          truncation="only_second" if question_first else "only_first", max_length=max_seq_len,
+                          stride=min(doc_stride, room - 1), return_token_type_ids=True,
+                          return_overflowing_tokens=True, return_offsets_mapping=True,
+                          return_special_tokens_mask=True, verbose=False)
+        except Exception as err:
+            raise BertScopeError(f"{item} question and context cannot be cut into windows of {max_seq_len} tokens "
+                                 f"({type(err).__name__}: {str(err)[:80]}).") from None
         for w in range(len(encoded["input_ids"])):
             # the reference's p_mask: 1 outside the context (question first), [CLS] kept
             p_mask = [tid != 1 if question_first else 0 for tid in encoded.sequence_ids(w)]
@@ -181,13 +187,32 @@ def best_answers(windows: Sequence[Window], logits: Sequence[tuple[np.ndarray, n
     return results
 
 
+def run_settings(lm: LoadedModel) -> dict:
+    """The windows and decoding a model fine-tuned here was scored with (its config's
+    ``task_specific_params["question-answering"]``: max_seq_len, doc_stride, max_answer_len,
+    handle_impossible_answer), or {} for a model from elsewhere."""
+    params = getattr(lm.model.config, "task_specific_params", None) or {}
+    found = params.get(SPANS) or {}
+    return {k: found[k] for k in ("max_seq_len", "doc_stride", "max_answer_len", "handle_impossible_answer")
+            if k in found}
+
+
 def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], top_k: int = 1,
-           max_answer_len: int = 15, max_seq_len: int | None = None, doc_stride: int | None = None,
-           handle_impossible_answer: bool = False, batch_size: int = 32,
+           max_answer_len: int | None = None, max_seq_len: int | None = None, doc_stride: int | None = None,
+           handle_impossible_answer: bool | None = None, batch_size: int = 32,
            max_batch_bytes: int = DEFAULT_BATCH_BYTES, progress: Callable[[int, int], None] | None = None
            ) -> list[Answers]:
-    """The ``top_k`` best answer spans of each question in its context, in the order given."""
+    """The ``top_k`` best answer spans of each question in its context, in the order given. Settings
+    left out are the model's own (``run_settings``: a model fine-tuned here answers as it was scored),
+    else the reference pipeline's (15 tokens at most, windows of min(384, the model's length)
+    overlapping by min(half, 128), no "no answer")."""
     require_task(lm, SPANS)
+    own = run_settings(lm)
+    max_answer_len = own.get("max_answer_len", 15) if max_answer_len is None else max_answer_len
+    max_seq_len = own.get("max_seq_len") if max_seq_len is None else max_seq_len
+    doc_stride = own.get("doc_stride") if doc_stride is None else doc_stride
+    if handle_impossible_answer is None:
+        handle_impossible_answer = own.get("handle_impossible_answer", False)
     tok = lm.tokenizer
     if len(questions) != len(contexts):
         raise BertScopeError(f"{len(questions)} questions but {len(contexts)} contexts.")

@@ -39,7 +39,8 @@ from bertscope.training.loop import adamw, run_epochs
 from bertscope.training.model import trainable
 from bertscope.training.processes import Processes
 from bertscope.training.steps import BACKWARD_FACTOR, autocast_context, saved_bytes, training_budget
-from bertscope.training.span_objective import SpanObjective, doc_stride, encode_spans
+from bertscope.core.task_head import SPANS
+from bertscope.training.span_objective import SpanObjective, doc_stride, encode_spans, scoring_settings
 from bertscope.training.task_data import SPAN, TAG, TaskData
 from bertscope.training.task_model import auto_class, build_task_model, is_task_extra
 from bertscope.training.task_objective import Encoded, TaskObjective, encode, pad, scores
@@ -116,9 +117,12 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
     runner = workers.wrap(model)
     context, scaler = autocast_context(torch_device)
-    objective = (SpanObjective if cfg.task == SPAN else TaskObjective)(
-        cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
-        class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None)
+    if cfg.task == SPAN:  # "no answer" competes when the data has unanswerable questions (decided once)
+        objective = SpanObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
+                                  no_answer=data.train.unanswerable + data.held_out.unanswerable > 0)
+    else:
+        objective = TaskObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
+                                  class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None)
     budget = memory_bytes if memory_bytes is not None else workers.memory_share(training_budget(torch_device))
     widest = max(range(len(train)), key=lambda r: len(train.ids[r]))
 
@@ -147,8 +151,12 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
                     "truncated": encoded.truncated}
         worst = objective.worst(model, eval_rows, WORST) if cfg.task == SPAN else \
             worst_examples(objective, model, held_side, eval_rows, labels)
-        task_file = json.dumps({"auto": auto_class(cfg.task), "id2label": dict(enumerate(labels)),
-                                "task": cfg.task}, indent=1)
+        task = {"auto": auto_class(cfg.task), "id2label": dict(enumerate(labels)), "task": cfg.task}
+        if cfg.task == SPAN:  # the page answers as the run was scored
+            params = {SPANS: scoring_settings(cfg.seq_len, objective.no_answer)}
+            (model.get_base_model() if hasattr(model, "get_base_model") else model).config.task_specific_params = params
+            task["task_specific_params"] = params
+        task_file = json.dumps(task, indent=1)
         export_run(model, tokenizer, out, cfg, model_name, extra=lambda n: is_task_extra(n, prefix),
                    adapter_files={"task.json": task_file})
         write_task_metrics(out, model_name, data, cfg, state, train, held, n_trainable, test, worst, torch_device,

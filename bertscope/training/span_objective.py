@@ -36,6 +36,13 @@ def doc_stride(seq_len: int) -> int:
     return min(128, seq_len // 3)
 
 
+def scoring_settings(seq_len: int, no_answer: bool) -> dict:
+    """How a run's questions were windowed and decoded, kept in the exported model's config
+    (``task_specific_params["question-answering"]``) so the Predictions page answers the same way."""
+    return {"max_seq_len": seq_len, "doc_stride": doc_stride(seq_len), "max_answer_len": MAX_ANSWER_TOKENS,
+            "handle_impossible_answer": no_answer}
+
+
 def window_label(window: Window, answer: tuple[str, int] | None, cls: int) -> tuple[int, int]:
     """(first token, last token) of ``answer`` (text, first character) inside ``window``, or (cls,
     cls) when the window does not hold all of it or there is none."""
@@ -94,14 +101,19 @@ def encode_spans(tokenizer: Any, side: Questions, seq_len: int) -> SpanEncoded:
 class SpanObjective(TaskObjective):
     """Training and held-out scoring of a question-answering head."""
 
+    no_answer: bool = False  # the data has unanswerable questions: "no answer" ([CLS]) competes when scoring
+
     def _count(self, labels: torch.Tensor) -> float:
         return float(len(labels))  # windows: each one start and one end
 
-    def output_loss(self, output, labels: torch.Tensor) -> torch.Tensor:
-        """Summed over rows, (CE(start) + CE(end)) / 2 per window ([batch, 2] labels)."""
-        start = F.cross_entropy(output.start_logits.float(), labels[:, 0], reduction="sum")
-        end = F.cross_entropy(output.end_logits.float(), labels[:, 1], reduction="sum")
-        return (start + end) / 2
+    def output_loss(self, output, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Summed over rows, (CE(start) + CE(end)) / 2 per window ([batch, 2] labels), padding
+        left out of the softmax (so a window's loss is the same in any batch)."""
+        pad = mask == 0  # [batch, token]
+        start = output.start_logits.float().masked_fill(pad, -1e4)  # [batch, token]
+        end = output.end_logits.float().masked_fill(pad, -1e4)
+        return (F.cross_entropy(start, labels[:, 0], reduction="sum")
+                + F.cross_entropy(end, labels[:, 1], reduction="sum")) / 2
 
     @torch.no_grad()
     def answers(self, model, encoded: SpanEncoded, rows: int, questions: range | None = None) -> tuple:
@@ -118,7 +130,7 @@ class SpanObjective(TaskObjective):
             part = chosen[start:start + rows]
             feed, labels = pad(encoded, part, self.pad_id, False).part(slice(None), self.device)
             output = model(**feed)
-            loss_sum += float(self.output_loss(output, labels))
+            loss_sum += float(self.output_loss(output, labels, feed["attention_mask"]))
             starts, ends = output.start_logits.float().cpu().numpy(), output.end_logits.float().cpu().numpy()
             for b, r in enumerate(part):
                 n = len(encoded.ids[r])
@@ -126,7 +138,7 @@ class SpanObjective(TaskObjective):
         model.train(was)
         order = sorted(logits)
         found = best_answers([encoded.windows[r] for r in order], [logits[r] for r in order], side.contexts,
-                             max_answer_len=MAX_ANSWER_TOKENS, handle_impossible_answer=side.unanswerable > 0)
+                             max_answer_len=MAX_ANSWER_TOKENS, handle_impossible_answer=self.no_answer)
         per_question = {}
         for q in questions:
             best = found[q][0]

@@ -161,8 +161,9 @@ class TaskObjective:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), weight=weights,
                                ignore_index=IGNORE, reduction="sum")
 
-    def output_loss(self, output, labels: torch.Tensor) -> torch.Tensor:
-        """The summed loss of a forward pass's output against its labels."""
+    def output_loss(self, output, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The summed loss of a forward pass's output against its labels (``mask`` [batch, token]:
+        the rows' real tokens)."""
         return self.loss_sum(output.logits, labels)
 
     def accumulate(self, runner, batch: Batch, micro: int, group: Processes, context, scaler) -> dict[str, float]:
@@ -177,7 +178,7 @@ class TaskObjective:
                 feed, labels = batch.part(part, self.device)
                 with context:
                     output = runner(**feed)  # through DDP's wrapper when several processes train
-                loss = self.output_loss(output, labels) / count
+                loss = self.output_loss(output, labels, feed["attention_mask"]) / count
                 scaled = loss * (weight * group.world)
                 (scaler.scale(scaled) if scaler is not None else scaled).backward()
             total += weight * float(loss.detach())

@@ -29,9 +29,9 @@ FILLER = ["the boat was big .", "the river was steep .", "it was very good .", "
           "the world was small .", "he sat on the grass ."]
 
 
-def tiny_squad(n: int, seed: int = 0) -> dict:
+def tiny_squad(n: int, seed: int = 0, unanswerable: int = 0) -> dict:
     """SQuAD JSON in the tiny vocabulary: "the ANIMAL ate the FOOD" among filler; "the ANIMAL ate"
-    asks for the food."""
+    asks for the food (SQuAD 2.0: the first ``unanswerable`` ask of an animal the context lacks)."""
     rng = random.Random(seed)
     articles = []
     for p in range(n):
@@ -40,9 +40,12 @@ def tiny_squad(n: int, seed: int = 0) -> dict:
         sentences.insert(rng.randint(0, 2), f"the {animal} ate the {food} .")
         context = " ".join(sentences)
         at = context.index(f"ate the {food}") + len("ate the ")
-        articles.append({"title": f"t{p}", "paragraphs": [{"context": context, "qas": [
-            {"id": f"q{p}", "question": f"the {animal} ate", "answers": [{"text": food, "answer_start": at}]}]}]})
-    return {"version": "1.1", "data": articles}
+        qa = {"id": f"q{p}", "question": f"the {animal} ate", "answers": [{"text": food, "answer_start": at}]}
+        if p < unanswerable:
+            qa = {"id": f"q{p}", "question": f"the {next(a for a in ANIMALS if a != animal)} ate", "answers": [],
+                  "is_impossible": True}
+        articles.append({"title": f"t{p}", "paragraphs": [{"context": context, "qas": [qa]}]})
+    return {"version": "2.0" if unanswerable else "1.1", "data": articles}
 
 
 @pytest.fixture
@@ -66,6 +69,8 @@ def test_the_squad_readers_take_both_forms_and_name_the_bad_record():
              {"question": "What sat?", "context": "The cat sat.", "answers": [{"text": "cat", "answer_start": 4}]}]
     jsonl = read_squad_file("\n".join(json.dumps(x) for x in lines), "q.jsonl")
     assert jsonl.answers == [[("The cat", 0)], [("cat", 4)]] and jsonl.ids == ["a", "q2"]
+    as_json = read_squad_file("\n".join(json.dumps(x) for x in lines), "q.json")  # datasets' to_json: JSON Lines
+    assert as_json.answers == jsonl.answers
     bad = json.loads(json.dumps(v2))
     bad["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = 11
     for text, name, message in [
@@ -75,6 +80,8 @@ def test_the_squad_readers_take_both_forms_and_name_the_bad_record():
         (json.dumps({"question": "", "context": "c"}), "b.jsonl", "record 1: no question"),
         (json.dumps({"question": "q", "context": "c", "answers": {"text": ["c"]}}), "b.jsonl", "of one length"),
         (json.dumps({"data": []}), "b.json", "has no questions"),
+        (json.dumps({"question": "q", "context": "abcde", "answers": [{"text": "cd", "answer_start": -3}]}),
+         "b.jsonl", "a character number from 0"),
     ]:
         with pytest.raises(BertScopeError, match=message):
             read_squad_file(text, name)
@@ -110,15 +117,17 @@ def test_each_window_points_at_its_answer_or_at_cls(fixture, request):
     assert len(windows) > 2  # a long context, cut into overlapping windows
     encoded = encode_spans(tok, side, 32)
     assert encoded.several == 1 and len(encoded) == len(windows)
-    inside = 0
+    holding = 0
     for w, (s, e) in zip(windows, encoded.labels):
         offsets = w.encoding.offsets
-        if (s, e) == (0, 0):
-            continue
-        inside += 1
-        assert context[offsets[s][0]:offsets[e][1]].strip() == "bread"  # SentencePiece keeps the space before it
-        assert w.encoding.sequence_ids[s] == w.encoding.sequence_ids[e] == w.context_index
-    assert inside >= 1
+        inside = [t for t, q in enumerate(w.encoding.sequence_ids) if q == w.context_index]
+        holds = offsets[inside[0]][0] <= at and offsets[inside[-1]][1] >= at + len("bread")
+        assert ((s, e) != (0, 0)) == holds  # labelled exactly where the window holds the whole answer
+        if holds:
+            holding += 1
+            assert context[offsets[s][0]:offsets[e][1]].strip() == "bread"  # SentencePiece keeps the space
+            assert w.encoding.sequence_ids[s] == w.encoding.sequence_ids[e] == w.context_index
+    assert 1 <= holding < len(windows)
     assert window_label(windows[0], None, 0) == (0, 0)
     # a question that leaves a window no room: refused in one line, or left out of training and counted
     long = Questions("q", ["the dog ate " * 12, "the dog ate"], [context] * 2, [[("bread", at)]] * 2, ["q1", "q2"])
@@ -147,24 +156,30 @@ def test_a_span_head_learns_and_answers_on_the_predictions_page_as_it_was_scored
     lm = load_model(str(folder))
     assert lm.task.kind == "question-answering"
     held = data.held_out
-    found = answer(lm, held.questions, held.contexts, max_answer_len=30, max_seq_len=SMALL.seq_len,
-                   doc_stride=doc_stride(SMALL.seq_len))
+    assert lm.model.config.task_specific_params["question-answering"] == {
+        "max_seq_len": 32, "doc_stride": doc_stride(32), "max_answer_len": 30, "handle_impossible_answer": False}
+    found = answer(lm, held.questions, held.contexts)  # the page's call: the run's own windows and decoding
     scored = {w["id"]: w["predicted"] for w in worst}
     assert [a.answers[0]["answer"] for a in found] == [scored[i] for i in held.ids]  # the page reads as it was scored
 
 
-def test_a_lora_span_run_ships_a_delta_that_merges(tiny_bert_dir, squad_file, tmp_path):
+def test_a_lora_span_run_on_squad_2_ships_a_delta_that_merges(tiny_bert_dir, tmp_path):
     import torch
-    from transformers import AutoModelForQuestionAnswering
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
 
-    data = load_task_data("span", str(squad_file), held_out=0.25, seed=0)
-    finetune(str(tiny_bert_dir), data, tmp_path / "run", replace(SMALL, epochs=1, lora_rank=4, max_held_out=4),
-             device="cpu")
+    path = tmp_path / "squad2.json"
+    path.write_text(json.dumps(tiny_squad(48, unanswerable=16)), encoding="utf-8")
+    data = load_task_data("span", str(path), held_out=0.25, seed=0)
+    assert data.train.unanswerable + data.held_out.unanswerable == 16
+    state = finetune(str(tiny_bert_dir), data, tmp_path / "run", replace(SMALL, epochs=1, lora_rank=4, max_held_out=4),
+                     device="cpu")
+    assert state.history[-1]["held_out"]["questions"] == 4  # --max-held-out: a seeded sample of the questions
     adapter = tmp_path / "run" / "adapter"
-    assert json.loads((adapter / "task.json").read_text())["auto"] == "AutoModelForQuestionAnswering"
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["held_out_examples"] == 4  # --max-held-out: a seeded sample of the questions
+    task = json.loads((adapter / "task.json").read_text())
+    assert task["auto"] == "AutoModelForQuestionAnswering"
+    assert task["task_specific_params"]["question-answering"]["handle_impossible_answer"] is True  # "no answer" competes
     merged = apply_delta(str(tiny_bert_dir), adapter, tmp_path / "merged")
+    assert AutoConfig.from_pretrained(merged).task_specific_params == task["task_specific_params"]
     ids = torch.tensor([[2, 10, 11, 4, 3, 12, 13, 3]])
     with torch.no_grad():
         ours = AutoModelForQuestionAnswering.from_pretrained(merged)(input_ids=ids)
