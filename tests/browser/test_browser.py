@@ -988,3 +988,31 @@ def test_shipped_task_models_and_the_fine_tuning_page(browser, tmp_path, artifac
         page.screenshot(path=str(artifacts / "predictions-bundled-upos.png"), full_page=True)
         assert not problems, problems
         page.close()
+
+
+def test_a_squad_run_on_the_fine_tuning_page(browser, tiny_bert_dir, tmp_path, artifacts):
+    """BERT's span task in the browser: SQuAD chosen, small budgets set by keyboard, the run trained in
+    the background, exact match and F1 with the worst-answered questions drawn, and the model opened
+    on the Predictions page as a question answerer."""
+    with running_app(tmp_path / "server.log", model=str(tiny_bert_dir)) as url:
+        page, problems = open_page(browser, f"{url}/finetune", 1400)
+        page.get_by_text("SQuAD v1.1 questions (answer spans)").first.click()
+        sliders = page.get_by_role("slider")
+        sliders.nth(0).focus()
+        page.keyboard.press("Home")  # 256 training questions
+        sliders.nth(1).focus()
+        page.keyboard.press("Home")  # 256 held-out questions
+        page.get_by_role("button", name=f"Fine-tune {tiny_bert_dir}").click()
+        page.get_by_text("Held-out questions answered worst").first.wait_for(timeout=300_000)
+        wait_until_idle(page)
+        body = page.inner_text("body")
+        assert "Held-out exact match" in body and "Held-out F1" in body and not page.locator(".stException").count()
+        assert "256 training and 256 held-out questions" in body
+        page.screenshot(path=str(artifacts / "finetune-squad.png"), full_page=True)
+        page.get_by_role("button", name="Open it on the Predictions page").click()
+        page.get_by_text("The three best spans").first.wait_for(timeout=120_000)
+        wait_until_idle(page)
+        assert not page.locator(".stException").count() and "Where was the corpus compiled?" in page.content()
+        page.screenshot(path=str(artifacts / "predictions-squad-run.png"), full_page=True)
+        assert not problems, problems
+        page.close()
