@@ -11,24 +11,33 @@ def submit(at, model: str):
     return at
 
 
-def test_a_run_on_the_tweets_trains_scores_and_opens_on_the_predictions_page(monkeypatch, tiny_bert_dir, tmp_path):
+def run_on(monkeypatch, model: str, tmp_path, data: str, seq: int, held: int | None = None):
+    """The page with ``data`` chosen, 256 training examples (and ``held`` held out), trained to the end
+    in a cache of its own (the installed corpora read through a link)."""
     from bertscope.runtime.user_cache import user_cache_dir
 
-    corpora = (user_cache_dir() / "corpora").resolve()  # the installed corpora, read through a link
+    corpora = (user_cache_dir() / "corpora").resolve()
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the run folder goes there
     (tmp_path / "corpora").symlink_to(corpora)
-    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/finetune.py").run()
+    at = start(monkeypatch, model).switch_page("views/finetune.py").run()
     assert not at.exception and not at.error
-    at.radio(key="ft_data").set_value("sentiment")
+    at.radio(key="ft_data").set_value(data)
     at.select_slider(key="ft_budget").set_value(256)
-    at.selectbox(key="ft_seq").set_value(64)
-    at = submit(at, str(tiny_bert_dir))
+    if held is not None:
+        at.select_slider(key="ft_held").set_value(held)
+    at.selectbox(key="ft_seq").set_value(seq)
+    at = submit(at, model)
     assert not at.exception and not at.error
     job = at.session_state["finetune_job"]
     assert job.wait(timeout=600)
     at.run()
     snap = job.snapshot()
     assert snap.status == "done", snap.error
+    return at, snap
+
+
+def test_a_run_on_the_tweets_trains_scores_and_opens_on_the_predictions_page(monkeypatch, tiny_bert_dir, tmp_path):
+    at, snap = run_on(monkeypatch, str(tiny_bert_dir), tmp_path, "sentiment", 64)
     assert snap.step == snap.total == 8 and len(snap.losses) == 8  # 256 tweets in batches of 32
     labels = {m.label for m in at.metric}
     assert {"Held-out accuracy", "Held-out macro-F1"} <= labels
@@ -43,23 +52,7 @@ def test_a_run_on_the_tweets_trains_scores_and_opens_on_the_predictions_page(mon
 
 def test_a_run_on_squad_scores_exact_match_and_f1_and_opens_as_a_question_answerer(monkeypatch, tiny_bert_dir,
                                                                                      tmp_path):
-    from bertscope.runtime.user_cache import user_cache_dir
-
-    corpora = (user_cache_dir() / "corpora").resolve()
-    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))
-    (tmp_path / "corpora").symlink_to(corpora)
-    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/finetune.py").run()
-    at.radio(key="ft_data").set_value("squad")
-    at.select_slider(key="ft_budget").set_value(256)
-    at.select_slider(key="ft_held").set_value(256)
-    at.selectbox(key="ft_seq").set_value(128)
-    at = submit(at, str(tiny_bert_dir))
-    assert not at.exception and not at.error
-    job = at.session_state["finetune_job"]
-    assert job.wait(timeout=600)
-    at.run()
-    snap = job.snapshot()
-    assert snap.status == "done", snap.error
+    at, _ = run_on(monkeypatch, str(tiny_bert_dir), tmp_path, "squad", 128, held=256)
     assert {"Held-out exact match", "Held-out F1", "Windows"} <= {m.label for m in at.metric}
     assert any("256 training and 256 held-out questions (SQuAD v1.1's own train / dev)" in c for c in texts(at.caption))
     worst = next(d.value for d in at.dataframe if "question" in d.value.columns)
