@@ -169,7 +169,9 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
 
 def worst_examples(objective: TaskObjective, model, side, rows: int, labels: list[str]) -> list[dict]:
     """The held-out examples whose gold label the model finds least likely (misclassified first)."""
-    _, _, _, per_row = objective.predictions(model, objective.held, rows)
+    per_row = objective.last_rows  # the last epoch's scoring, when one process ran it
+    if per_row is None:
+        per_row = objective.predictions(model, objective.held, rows)[3]
     ranked = sorted(per_row.items(), key=lambda item: item[1][2])[:WORST]
     out = []
     for r, (gold, predicted, logp) in ranked:

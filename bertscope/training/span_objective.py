@@ -151,6 +151,7 @@ class SpanObjective(TaskObjective):
         held: SpanEncoded = self.held
         mine = group.share(len(held.questions))
         loss_sum, windows, per_question = self.answers(model, held, rows, range(mine.start, mine.stop))
+        self.last_rows = per_question if group.world == 1 else None  # the worst questions reuse them
         sums = [loss_sum, windows, len(per_question), sum(v[1] for v in per_question.values()),
                 sum(v[2] for v in per_question.values()), sum(v[0] == "" for v in per_question.values())]
         if group.world > 1:
@@ -164,7 +165,7 @@ class SpanObjective(TaskObjective):
     def worst(self, model, rows: int, n: int) -> list[dict]:
         """The held-out questions answered worst (lowest F1, then the least sure)."""
         held: SpanEncoded = self.held
-        _, _, per_question = self.answers(model, held, rows)
+        per_question = self.last_rows if self.last_rows is not None else self.answers(model, held, rows)[2]
         ranked = sorted(per_question.items(), key=lambda item: (item[1][2], item[1][3]))[:n]
         side = held.questions
         return [{"question": side.questions[q], "context": side.contexts[q], "id": side.ids[q],

@@ -12,7 +12,7 @@ so micro-batches add up to the batch's gradient, as in pretraining.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -41,12 +41,20 @@ class Encoded:
         return len(self.ids)
 
 
+def _cut(tokenizer: Any, enc, whole) -> int:
+    """How many rows of ``enc`` (tokenised with truncation) were cut: a fast tokenizer keeps what
+    it cut off in each encoding's ``overflowing``; a slow one is asked again without truncation
+    (``whole()``)."""
+    if enc.encodings is not None:
+        return sum(1 for e in enc.encodings if e.overflowing)
+    return sum(len(f) > len(e) for f, e in zip(whole()["input_ids"], enc["input_ids"]))
+
+
 def encode(tokenizer: Any, task: str, side: LabelledTexts | Tagged, labels: Sequence[str], seq_len: int) -> Encoded:
     index = {label: i for i, label in enumerate(labels)}
     with_types = "token_type_ids" in tokenizer.model_input_names
     if task == TAG:
         enc = tokenizer(side.words, is_split_into_words=True, truncation=True, max_length=seq_len)
-        full = tokenizer(side.words, is_split_into_words=True, truncation=False)
         rows, unscored = [], 0
         for i, tags in enumerate(side.tags):
             previous, row = None, []
@@ -55,12 +63,11 @@ def encode(tokenizer: Any, task: str, side: LabelledTexts | Tagged, labels: Sequ
                 previous = w
             unscored += len(tags) - sum(1 for v in row if v != IGNORE)
             rows.append(row)
-        truncated = sum(len(f) > len(e) for f, e in zip(full["input_ids"], enc["input_ids"]))
+        truncated = _cut(tokenizer, enc, lambda: tokenizer(side.words, is_split_into_words=True, truncation=False))
         return Encoded(enc["input_ids"], enc["token_type_ids"] if with_types else None, rows, truncated, unscored)
     pairs = side.pairs
     enc = tokenizer(side.texts, pairs, truncation=True, max_length=seq_len)
-    full = tokenizer(side.texts, pairs, truncation=False)
-    truncated = sum(len(f) > len(e) for f, e in zip(full["input_ids"], enc["input_ids"]))
+    truncated = _cut(tokenizer, enc, lambda: tokenizer(side.texts, pairs, truncation=False))
     return Encoded(enc["input_ids"], enc["token_type_ids"] if with_types else None,
                    [index[label] for label in side.labels], truncated)
 
@@ -134,6 +141,8 @@ class TaskObjective:
     pad_id: int
     device: torch.device
     weights: torch.Tensor | None = None  # [label] class weights for the loss, or None
+    # the last held-out scoring's per-row results (one process): the worst examples reuse them
+    last_rows: dict | None = field(default=None, repr=False)
 
     @property
     def tagging(self) -> bool:
@@ -221,7 +230,8 @@ class TaskObjective:
         return loss_sum, count, confusion, per_row
 
     def evaluate(self, model, rows: int, group: Processes) -> dict:
-        loss_sum, count, confusion, _ = self.predictions(model, self.held, rows, group)
+        loss_sum, count, confusion, per_row = self.predictions(model, self.held, rows, group)
+        self.last_rows = per_row if group.world == 1 else None
         if group.world > 1:
             sums = group.sum(torch.tensor([loss_sum, count, *confusion.ravel().tolist()], dtype=torch.float64))
             loss_sum, count = float(sums[0]), int(sums[1])

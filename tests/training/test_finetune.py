@@ -49,12 +49,17 @@ def tagged(tmp_path):
     return path
 
 
-def test_a_classifier_learns_and_opens_as_a_fine_tuned_model(tiny_bert_dir, records, tmp_path):
+def test_a_classifier_learns_and_opens_as_a_fine_tuned_model(tiny_bert_dir, records, tmp_path, monkeypatch):
     from transformers import AutoModelForSequenceClassification
+
+    from bertscope.training.task_objective import TaskObjective
 
     data = load_task_data("classify", str(records), held_out=0.25, seed=0)
     assert data.labels == ["negative", "positive"] and len(data.held_out) == 8
+    scorings, predictions = [], TaskObjective.predictions
+    monkeypatch.setattr(TaskObjective, "predictions", lambda self, *a, **k: scorings.append(1) or predictions(self, *a, **k))
     state = finetune(str(tiny_bert_dir), data, tmp_path / "run", SMALL, device="cpu")
+    assert len(scorings) == 1 + SMALL.epochs  # before, then every epoch; the worst examples reuse the last
     before, after = state.history[0]["before"]["held_out"], state.history[-1]["held_out"]
     assert after["loss"] < before["loss"] and after["accuracy"] == 1.0 and after["macro_f1"] == 1.0
     assert sum(map(sum, after["confusion"])) == after["examples"] == 8
