@@ -103,7 +103,11 @@ with st.form("ft_form"):
     seq_len = c5.selectbox("Tokens per input", [64, 128, 256, 384], 1, key="ft_seq",
                            help="Longer inputs are cut (and counted): a tweet fits in 64, a news article does not. "
                                 "A question's context is cut into windows of this size instead (SQuAD: 384).")
-    weights = st.toggle("Weigh classes by inverse frequency", key="ft_weights")
+    w1, w2 = st.columns(2)
+    weights = w1.toggle("Weigh classes by inverse frequency", key="ft_weights")
+    by_length = w2.toggle("Batch inputs of like length", key="ft_by_length",
+                          help="Less padding, so faster where lengths vary (sentences, questions); a batch is then "
+                               "no random draw but a run of like lengths (transformers' group_by_length).")
     start = st.form_submit_button(f"Fine-tune {name}", type="primary", disabled=running)
 
 if start:
@@ -122,8 +126,9 @@ if start:
             task, source = {TAG: "tag", SPAN: "span"}.get(SHIPPED[data_name], "classify"), data_name
         seq = min(int(seq_len), lm.max_length)
         cfg = FinetuneConfig(task=task, seq_len=seq, lora_rank=int(rank), epochs=int(epochs), lr=float(lr),
-                             batch_size=32, max_examples=int(budget) or None, max_held_out=int(held_budget) or (1024 if demo() and task == "span" else None),
-                             class_weights=bool(weights) and task != "span")
+                             batch_size=32, max_examples=int(budget) or None,
+                             max_held_out=int(held_budget) or (1024 if demo() and task == "span" else None),
+                             class_weights=bool(weights) and task != "span", group_by_length=bool(by_length))
         cfg.check()
         data = load_task_data(task, source, held_out=cfg.held_out, seed=cfg.seed)
         out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-{data_name}-{uuid.uuid4().hex[:8]}"

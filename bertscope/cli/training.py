@@ -116,7 +116,7 @@ def cmd_finetune(args: argparse.Namespace) -> Any:
     cfg = FinetuneConfig(task=args.task, seq_len=args.seq_len, lora_rank=rank, epochs=args.epochs,
                          batch_size=args.batch_size, lr=lr, seed=args.seed, held_out=args.held_out,
                          class_weights=args.class_weights, max_examples=args.max_examples,
-                         max_held_out=args.max_held_out)
+                         max_held_out=args.max_held_out, group_by_length=args.group_by_length)
     cfg.check()
     world = launched_world()
     if world == 1 and args.processes != 1:  # start this command again as N data-parallel processes
@@ -179,6 +179,9 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-examples", type=int, help="train on at most this many examples (a seeded sample)")
     p.add_argument("--max-held-out", type=int, help="score at most this many held-out examples every epoch (a "
                                                     "seeded sample; default all)")
+    p.add_argument("--group-by-length", action="store_true",
+                   help="batch inputs of like length together (transformers' group_by_length): less padding, "
+                        "faster when lengths vary")
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--device", default="auto")
     p.add_argument("--processes", type=int, default=1,

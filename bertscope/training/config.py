@@ -103,6 +103,7 @@ class FinetuneConfig:
     class_weights: bool = False  # weigh each class's loss by n / (classes x its count)
     max_examples: int | None = None  # a budget: train on at most this many (seeded sample)
     max_held_out: int | None = None  # a budget: score at most this many held-out examples every epoch (seeded sample)
+    group_by_length: bool = False  # batches of inputs of like length (transformers' group_by_length): less padding
 
     def check(self) -> None:
         if self.task not in ("classify", "pairs", "tag", "span"):

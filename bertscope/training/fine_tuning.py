@@ -11,7 +11,8 @@ or LoRA adapters with the head in full).
 The same loop as pretraining (``training.loop``: seeded epochs, AdamW with warm-up and decay,
 clipping, micro-batches within the byte budget, a checkpoint after every epoch that a rerun
 resumes from, N processes through Accelerate), with ``training.task_objective`` in place of
-the masked LM. The run folder: ``model/`` (a standard transformers checkpoint with the head and
+the masked LM. Each micro-batch pads only to its own longest row (a process's rows of a batch go
+longest first); ``group_by_length`` batches inputs of like length (transformers' order). The run folder: ``model/`` (a standard transformers checkpoint with the head and
 ``id2label``: ``AutoModelForSequenceClassification.from_pretrained`` opens it, so does BertScope
 with its task head), ``adapter/`` for LoRA runs (the delta: adapter, the weights trained in full,
 ``task.json``; ``sources.delta.apply_delta`` merges it onto the base), ``metrics.json`` (the
@@ -119,10 +120,12 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     context, scaler = autocast_context(torch_device)
     if cfg.task == SPAN:  # "no answer" competes when the data has unanswerable questions (decided once)
         objective = SpanObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
-                                  no_answer=data.train.unanswerable + data.held_out.unanswerable > 0)
+                                  no_answer=data.train.unanswerable + data.held_out.unanswerable > 0,
+                                  by_length=cfg.group_by_length)
     else:
         objective = TaskObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
-                                  class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None)
+                                  class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None,
+                                  by_length=cfg.group_by_length)
     budget = memory_bytes if memory_bytes is not None else workers.memory_share(training_budget(torch_device))
     widest = max(range(len(train)), key=lambda r: len(train.ids[r]))
 

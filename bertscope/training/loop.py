@@ -27,6 +27,9 @@ class Objective(Protocol):
     def __len__(self) -> int:  # training rows
         ...
 
+    def order(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
+        """This epoch's order of the training rows ([rows] int64), drawn from ``generator``."""
+
     def batch(self, idx: torch.Tensor, generator: torch.Generator) -> Any:
         """The training batch of rows ``idx`` ([batch] int64), ready for ``accumulate``."""
 
@@ -71,7 +74,7 @@ def run_epochs(model: Any, runner: Any, params: dict[str, torch.nn.Parameter], o
     model.train()
     for epoch in range(state.epoch, cfg.epochs):
         generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and draws of this epoch
-        order = torch.randperm(len(objective), generator=generator)
+        order = objective.order(generator, cfg.batch_size)
         if workers.world > 1:  # dropout: each process its own masks, the same ones again on a resumed run
             torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + workers.rank)
         started, losses, tokens = time.perf_counter(), {}, 0

@@ -100,6 +100,9 @@ class MaskedLM:
     def __len__(self) -> int:
         return len(self.chunks)
 
+    def order(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
+        return torch.randperm(len(self.chunks), generator=generator)  # chunks are all of one length
+
     def batch(self, idx: torch.Tensor, generator: torch.Generator):
         batch = self.chunks.take(idx)  # [batch, seq_len]
         if self.static is not None:

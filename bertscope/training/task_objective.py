@@ -83,7 +83,7 @@ class Batch:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def part(self, rows: slice, device: torch.device) -> tuple[dict, torch.Tensor]:
+    def part(self, rows: slice | torch.Tensor, device: torch.device) -> tuple[dict, torch.Tensor]:
         """(the model's inputs, labels) of some rows, cut to their own longest row."""
         width = int(self.mask[rows].sum(dim=1).max())
         feed = {"input_ids": self.ids[rows, :width], "attention_mask": self.mask[rows, :width]}
@@ -141,6 +141,7 @@ class TaskObjective:
     pad_id: int
     device: torch.device
     weights: torch.Tensor | None = None  # [label] class weights for the loss, or None
+    by_length: bool = False  # batches of rows of like length (``order``)
     # the last held-out scoring's per-row results (one process): the worst examples reuse them
     last_rows: dict | None = field(default=None, repr=False)
 
@@ -150,6 +151,17 @@ class TaskObjective:
 
     def __len__(self) -> int:
         return len(self.train)
+
+    def order(self, generator: torch.Generator, batch_size: int) -> torch.Tensor:
+        """A random order, or with ``by_length`` transformers' ``group_by_length`` order (the same
+        function): megabatches of up to 50 batches, each sorted longest first, so a batch holds rows of
+        like length and pads little."""
+        if not self.by_length:
+            return torch.randperm(len(self.train), generator=generator)
+        from transformers.trainer_pt_utils import get_length_grouped_indices
+
+        lengths = [len(ids) for ids in self.train.ids]
+        return torch.tensor(get_length_grouped_indices(lengths, batch_size, generator=generator), dtype=torch.long)
 
     def batch(self, idx: torch.Tensor, generator: torch.Generator) -> Batch:
         return pad(self.train, idx.tolist(), self.pad_id, self.tagging)
@@ -178,9 +190,12 @@ class TaskObjective:
     def accumulate(self, runner, batch: Batch, micro: int, group: Processes, context, scaler) -> dict[str, float]:
         count = max(self._count(batch.labels), 1e-12)
         mine = group.share(len(batch))
-        parts = [slice(s, min(s + micro, mine.stop)) for s in range(mine.start, mine.stop, micro)]
+        # this process's rows longest first, so each micro-batch pads to rows of its own length (the
+        # summed gradient is the same in any order)
+        rows = torch.arange(mine.start, mine.stop)[batch.mask[mine].sum(dim=1).argsort(descending=True, stable=True)]
+        parts = [rows[s:s + micro] for s in range(0, len(rows), micro)]
         weight = 1.0 if parts else 0.0
-        parts = parts or [slice(0, 1)]
+        parts = parts or [torch.tensor([0])]
         total = 0.0
         for k, part in enumerate(parts):
             with group.no_sync(runner, last=k == len(parts) - 1):

@@ -3,6 +3,8 @@ figures, the finished model opened on the Predictions page in one click; bad inp
 
 from __future__ import annotations
 
+import json
+
 from tests.app.kit import start, texts
 
 
@@ -11,9 +13,9 @@ def submit(at, model: str):
     return at
 
 
-def run_on(monkeypatch, model: str, tmp_path, data: str, seq: int, held: int | None = None):
-    """The page with ``data`` chosen, 256 training examples (and ``held`` held out), trained to the end
-    in a cache of its own (the installed corpora read through a link)."""
+def run_on(monkeypatch, model: str, tmp_path, data: str, seq: int, held: int | None = None, by_length: bool = False):
+    """The page with ``data`` chosen, 256 training examples (and ``held`` held out; batched by length
+    or not), trained to the end in a cache of its own (the installed corpora read through a link)."""
     from bertscope.runtime.user_cache import user_cache_dir
 
     corpora = (user_cache_dir() / "corpora").resolve()
@@ -26,6 +28,7 @@ def run_on(monkeypatch, model: str, tmp_path, data: str, seq: int, held: int | N
     if held is not None:
         at.select_slider(key="ft_held").set_value(held)
     at.selectbox(key="ft_seq").set_value(seq)
+    at.toggle(key="ft_by_length").set_value(by_length)
     at = submit(at, model)
     assert not at.exception and not at.error
     job = at.session_state["finetune_job"]
@@ -52,7 +55,9 @@ def test_a_run_on_the_tweets_trains_scores_and_opens_on_the_predictions_page(mon
 
 def test_a_run_on_squad_scores_exact_match_and_f1_and_opens_as_a_question_answerer(monkeypatch, tiny_bert_dir,
                                                                                      tmp_path):
-    at, _ = run_on(monkeypatch, str(tiny_bert_dir), tmp_path, "squad", 128, held=256)
+    at, _ = run_on(monkeypatch, str(tiny_bert_dir), tmp_path, "squad", 128, held=256, by_length=True)
+    run = json.loads(next((tmp_path / "training").glob("*/metrics.json")).read_text())
+    assert run["config"]["group_by_length"] is True  # the page's toggle reaches the run
     assert {"Held-out exact match", "Held-out F1", "Windows"} <= {m.label for m in at.metric}
     assert any("256 training and 256 held-out questions (SQuAD v1.1's own train / dev)" in c for c in texts(at.caption))
     worst = next(d.value for d in at.dataframe if "question" in d.value.columns)

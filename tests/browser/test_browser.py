@@ -991,9 +991,9 @@ def test_shipped_task_models_and_the_fine_tuning_page(browser, tmp_path, artifac
 
 
 def test_a_squad_run_on_the_fine_tuning_page(browser, tiny_bert_dir, tmp_path, artifacts):
-    """BERT's span task in the browser: SQuAD chosen, small budgets set by keyboard, the run trained in
-    the background, exact match and F1 with the worst-answered questions drawn, and the model opened
-    on the Predictions page as a question answerer."""
+    """BERT's span task in the browser: SQuAD chosen, small budgets set by keyboard, batches by length,
+    the run trained in the background, exact match and F1 with the worst-answered questions drawn, and
+    the model opened on the Predictions page as a question answerer."""
     with running_app(tmp_path / "server.log", model=str(tiny_bert_dir)) as url:
         page, problems = open_page(browser, f"{url}/finetune", 1400)
         page.get_by_text("SQuAD v1.1 questions (answer spans)").first.click()
@@ -1002,6 +1002,9 @@ def test_a_squad_run_on_the_fine_tuning_page(browser, tiny_bert_dir, tmp_path, a
         page.keyboard.press("Home")  # 256 training questions
         sliders.nth(1).focus()
         page.keyboard.press("Home")  # 256 held-out questions
+        by_length = page.locator("label", has_text="Batch inputs of like length")
+        by_length.click()
+        assert by_length.locator("input").is_checked()
         page.get_by_role("button", name=f"Fine-tune {tiny_bert_dir}").click()
         page.get_by_text("Held-out questions answered worst").first.wait_for(timeout=300_000)
         wait_until_idle(page)

@@ -13,7 +13,6 @@ import torch
 from safetensors.torch import load_file
 
 from bertscope import load_model
-from bertscope.cli import main
 from bertscope.errors import BertScopeError
 from bertscope.sources.delta import apply_delta
 from bertscope.training.config import FinetuneConfig
@@ -150,6 +149,71 @@ def test_micro_batches_add_up_to_the_batch(tiny_bert_dir, records, tmp_path):
     assert all(torch.allclose(x[k], y[k], atol=1e-5) for k in x)
 
 
+def _varied(tiny_bert):
+    """A tagging side of 48 sentences of 1 to 12 words, encoded, and its objective."""
+    from bertscope.training.task_data import Tagged
+    from bertscope.training.task_objective import TaskObjective
+
+    words = "the dog sat on the river with a playful horse in water".split()
+    order = [5, 12, 1, 9, 3, 11, 7, 2, 10, 4, 8, 6] * 4
+    side = Tagged("t", [words[:n] for n in order], [[TAGS.get(w, "NOUN") for w in words[:n]] for n in order])
+    labels = sorted(set(TAGS.values()))
+    enc = encode(tiny_bert.tokenizer, "tag", side, labels, 32)
+    return enc, lambda **kw: TaskObjective("tag", labels, enc, enc, tiny_bert.tokenizer.pad_token_id,
+                                           torch.device("cpu"), **kw)
+
+
+def test_micro_batches_pad_only_to_their_own_rows(tiny_bert):
+    import contextlib
+    from types import SimpleNamespace
+
+    from bertscope.training.processes import Processes
+
+    enc, objective = _varied(tiny_bert)
+    objective = objective()
+    widths = []
+
+    def runner(input_ids, **_):  # a model that records the width of each pass
+        widths.append(input_ids.shape[1])
+        return SimpleNamespace(logits=torch.zeros(*input_ids.shape, len(objective.labels), requires_grad=True))
+
+    batch = objective.batch(torch.arange(6), torch.Generator())  # rows of 5, 12, 1, 9, 3 and 11 words
+    objective.accumulate(runner, batch, 2, Processes(), contextlib.nullcontext(), None)
+    lengths = sorted((len(enc.ids[r]) for r in range(6)), reverse=True)
+    assert widths == lengths[::2]  # the two longest rows together, then the next two, ...
+    assert sum(widths) < 3 * len(batch.ids[0])  # in drawn order every pass was as wide as the widest row
+
+
+def test_length_groups_are_transformers_order_and_pad_less(tiny_bert, tiny_bert_dir, tagged, tmp_path):
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    enc, objective = _varied(tiny_bert)
+    lengths = [len(ids) for ids in enc.ids]
+    grouped = objective(by_length=True).order(torch.Generator().manual_seed(3), 3)
+    assert grouped.tolist() == get_length_grouped_indices(lengths, 3, generator=torch.Generator().manual_seed(3))
+    assert sorted(grouped.tolist()) == list(range(48))
+
+    def padded(order):  # the cells of all 16 batches of 3
+        return sum(3 * max(lengths[r] for r in order[s:s + 3]) for s in range(0, 48, 3))
+
+    drawn = objective().order(torch.Generator().manual_seed(3), 3)
+    assert padded(grouped.tolist()) < padded(drawn.tolist())
+    # a run batched by length trains, and resumes from a checkpoint saved before the setting existed
+    data = load_task_data("tag", str(tagged), held_out=0.25, seed=0)
+    cfg = replace(SMALL, task="tag", epochs=1, lr=1e-2, group_by_length=True)
+    finetune(str(tiny_bert_dir), data, tmp_path / "run", cfg, device="cpu")
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]["group_by_length"] is True
+    old = tmp_path / "run" / "checkpoint" / "state.json"
+    meta = json.loads(old.read_text())
+    assert meta["config"].pop("group_by_length") is True and meta["config"].pop("max_held_out") is None
+    old.write_text(json.dumps(meta))
+    with pytest.raises(BertScopeError, match="other settings"):  # an old run was never batched by length
+        finetune(str(tiny_bert_dir), data, tmp_path / "run", replace(cfg, epochs=2), device="cpu")
+    state = finetune(str(tiny_bert_dir), data, tmp_path / "run", replace(cfg, epochs=2, group_by_length=False),
+                     device="cpu")
+    assert state.epoch == 2
+
+
 def test_a_lora_run_ships_a_delta_that_merges_into_the_runs_model(tiny_bert_dir, tagged, tmp_path):
     from transformers import AutoModelForTokenClassification
 
@@ -184,15 +248,8 @@ def test_scores_and_class_weights():
     assert w.tolist() == pytest.approx([4 / 6, 2.0, 0.0])
 
 
-def test_bad_input_is_one_line_with_exit_2(tiny_bert_dir, tmp_path, capsys):
-    def run(*extra, data=None, task="classify"):
-        capsys.readouterr()
-        status = main(["finetune", str(tiny_bert_dir), "--task", task, "--data", str(data), "--out",
-                       str(tmp_path / "out"), "--device", "cpu", *extra])
-        err = capsys.readouterr().err
-        assert status == 2 and err.startswith("bertscope: error: ") and err.count("\n") == 1, err
-        return err
-
+def test_bad_input_is_one_line_with_exit_2(refused, tmp_path):
+    run = refused
     one_class = tmp_path / "one.csv"
     one_class.write_text("text,label\na good dog,pos\na bad dog,pos\n", encoding="utf-8")
     assert "one class" in run(data=one_class)
