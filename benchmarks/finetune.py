@@ -148,7 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bundled")
     parser.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda")
-    parser.add_argument("--task", choices=["tag", "classify", "span"], default="tag")
+    parser.add_argument("--task", choices=["tag", "classify", "span"],
+                        help="default tag (EWT sentences); with --memory, classify (long texts)")
     parser.add_argument("--examples", type=int, default=1024)
     parser.add_argument("--lora", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -158,10 +159,12 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     args = parser.parse_args()
     if args.memory:
-        memory(args.model, "span" if args.task == "span" else "classify", args.seq_len, min(args.batch_size, 8),
-               args.device)
+        if args.task == "tag":
+            parser.error("--memory runs --task classify (long texts) or span (the longest SQuAD contexts)")
+        memory(args.model, args.task or "classify", args.seq_len, min(args.batch_size, 8), args.device)
         return
     torch.set_num_threads(torch.get_num_threads())
+    args.task = args.task or "tag"
     data = data_of(args.task, args.examples)
     grouped = args.group_by_length
     cfg = FinetuneConfig(task=args.task, seq_len=args.seq_len, lora_rank=args.lora, epochs=1,

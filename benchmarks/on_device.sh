@@ -78,6 +78,9 @@ step finetune-classify-base-lora 240 "$py" benchmarks/finetune.py --device cuda 
 step finetune-classify-base-full 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task classify \
   --examples 512 --lora 0
 step finetune-tag-base-lora 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task tag --examples 512
+# both loops batching sentences of like length, and ours without it in the same run (the speed-up)
+step finetune-tag-base-grouped 360 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task tag \
+  --examples 512 --group-by-length
 step tests-tasks 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" tests/training tests/tasks \
   tests/analysis/test_structural_probe.py tests/analysis/test_feature_based.py tests/attribution/test_class_faithfulness.py
 step tests 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" \

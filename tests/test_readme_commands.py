@@ -1,5 +1,6 @@
-"""Every ``bertscope`` command the README's code blocks show parses with the command line's own
-parser: a renamed or dropped flag fails here, not in a reader's terminal."""
+"""Every ``-m bertscope`` command the README's code blocks show (``python -m bertscope …``,
+``accelerate launch … -m bertscope …``) parses with the command line's own parser: a renamed or
+dropped flag fails here, not in a reader's terminal."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def readme_commands() -> list[str]:
-    """The argument strings of the README's ``python -m bertscope`` lines inside ``` blocks."""
+    """The argument strings of the README's ``-m bertscope`` lines inside ``` blocks."""
     commands, inside = [], False
     for line in README.read_text(encoding="utf-8").replace("\\\n", " ").splitlines():
         if line.startswith("```"):
             inside = not inside
             continue
-        found = re.search(r"python -m bertscope (.*)", line) if inside and not line.lstrip().startswith("#") else None
+        found = re.search(r"-m bertscope (.*)", line) if inside and not line.lstrip().startswith("#") else None
         if found:
             commands.append(re.split(r"\s+#|[|;&<>]", found.group(1))[0].strip())
     return commands

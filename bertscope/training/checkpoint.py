@@ -62,7 +62,8 @@ def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, 
     meta = json.loads((folder / "state.json").read_text())
     # runs saved before pair tasks (pretraining) or a held-out budget and length groups (fine-tuning) existed
     saved = {**({"pair_task": "none"} if hasattr(cfg, "pair_task") else {}),
-             **({"max_held_out": None, "group_by_length": False} if hasattr(cfg, "max_held_out") else {}),
+             **({"max_held_out": None} if hasattr(cfg, "max_held_out") else {}),
+             **({"group_by_length": False} if hasattr(cfg, "group_by_length") else {}),
              **meta["config"]}
     if {k: v for k, v in saved.items() if k != "epochs"} != {k: v for k, v in asdict(cfg).items() if k != "epochs"}:
         raise BertScopeError(f"{folder.parent} holds a run with other settings: choose another output folder.")

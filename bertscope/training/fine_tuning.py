@@ -11,8 +11,9 @@ or LoRA adapters with the head in full).
 The same loop as pretraining (``training.loop``: seeded epochs, AdamW with warm-up and decay,
 clipping, micro-batches within the byte budget, a checkpoint after every epoch that a rerun
 resumes from, N processes through Accelerate), with ``training.task_objective`` in place of
-the masked LM. Each micro-batch pads only to its own longest row (a process's rows of a batch go
-longest first); ``group_by_length`` batches inputs of like length (transformers' order). The run folder: ``model/`` (a standard transformers checkpoint with the head and
+the masked LM. A process's rows of a batch go longest first, so rows of like length share a
+micro-batch and pad little; ``group_by_length`` batches inputs of like length (transformers' order).
+The run folder: ``model/`` (a standard transformers checkpoint with the head and
 ``id2label``: ``AutoModelForSequenceClassification.from_pretrained`` opens it, so does BertScope
 with its task head), ``adapter/`` for LoRA runs (the delta: adapter, the weights trained in full,
 ``task.json``; ``sources.delta.apply_delta`` merges it onto the base), ``metrics.json`` (the

@@ -163,7 +163,7 @@ def _varied(tiny_bert):
                                            torch.device("cpu"), **kw)
 
 
-def test_micro_batches_pad_only_to_their_own_rows(tiny_bert):
+def test_a_processs_rows_of_like_length_share_a_micro_batch(tiny_bert):
     import contextlib
     from types import SimpleNamespace
 
@@ -177,14 +177,24 @@ def test_micro_batches_pad_only_to_their_own_rows(tiny_bert):
         widths.append(input_ids.shape[1])
         return SimpleNamespace(logits=torch.zeros(*input_ids.shape, len(objective.labels), requires_grad=True))
 
-    batch = objective.batch(torch.arange(6), torch.Generator())  # rows of 5, 12, 1, 9, 3 and 11 words
-    objective.accumulate(runner, batch, 2, Processes(), contextlib.nullcontext(), None)
-    lengths = sorted((len(enc.ids[r]) for r in range(6)), reverse=True)
-    assert widths == lengths[::2]  # the two longest rows together, then the next two, ...
-    assert sum(widths) < 3 * len(batch.ids[0])  # in drawn order every pass was as wide as the widest row
+    def passes(rows: int, group: Processes) -> tuple[list[int], float]:
+        widths.clear()
+        batch = objective.batch(torch.arange(rows), torch.Generator())
+        loss = objective.accumulate(runner, batch, 2, group, contextlib.nullcontext(), None)["loss"]
+        return list(widths), loss
+
+    lengths = [len(enc.ids[r]) for r in range(6)]  # rows of 5, 12, 1, 9, 3 and 11 words
+    drawn = [max(lengths[i:i + 2]) for i in range(0, 6, 2)]  # each pass as wide as its longest row, drawn order
+    assert passes(6, Processes())[0] == sorted(lengths, reverse=True)[::2]  # the two longest together, ...
+    assert sum(passes(6, Processes())[0]) < sum(drawn)
+    # the second of two processes: its own share (rows 3 to 5), longest first
+    assert passes(6, Processes(1, 2))[0] == sorted(lengths[3:], reverse=True)[::2]
+    # a batch of one row: the second process has none and runs one pass that weighs nothing
+    assert passes(1, Processes(1, 2)) == ([lengths[0]], 0.0)
 
 
-def test_length_groups_are_transformers_order_and_pad_less(tiny_bert, tiny_bert_dir, tagged, tmp_path):
+def test_length_groups_are_transformers_order_and_pad_less(tiny_bert, tiny_bert_dir, tagged, tmp_path,
+                                                            monkeypatch):
     from transformers.trainer_pt_utils import get_length_grouped_indices
 
     enc, objective = _varied(tiny_bert)
@@ -198,10 +208,21 @@ def test_length_groups_are_transformers_order_and_pad_less(tiny_bert, tiny_bert_
 
     drawn = objective().order(torch.Generator().manual_seed(3), 3)
     assert padded(grouped.tolist()) < padded(drawn.tolist())
-    # a run batched by length trains, and resumes from a checkpoint saved before the setting existed
+    # a run batched by length draws transformers' order every epoch, and resumes from a checkpoint
+    # saved before the setting existed
+    import transformers.trainer_pt_utils as pt_utils
+
+    calls = []
+
+    def recorded(*args, **kwargs):
+        calls.append(args[1])
+        return get_length_grouped_indices(*args, **kwargs)
+
+    monkeypatch.setattr(pt_utils, "get_length_grouped_indices", recorded)
     data = load_task_data("tag", str(tagged), held_out=0.25, seed=0)
     cfg = replace(SMALL, task="tag", epochs=1, lr=1e-2, group_by_length=True)
     finetune(str(tiny_bert_dir), data, tmp_path / "run", cfg, device="cpu")
+    assert calls == [cfg.batch_size]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]["group_by_length"] is True
     old = tmp_path / "run" / "checkpoint" / "state.json"
     meta = json.loads(old.read_text())
