@@ -5,6 +5,7 @@ inputs of like length buys; and the memory of a BERT-base-sized run at 512 token
                                   [--lora 16] [--batch-size 32] [--repeats 2] [--group-by-length]
     python benchmarks/finetune.py --memory [--task classify|span] [--model random:bert-base-uncased]
                                   [--seq-len 512]
+    python benchmarks/finetune.py --padding [--model bundled] [--batch-size 32]
 
 The same model, data (a seeded sample of ``--examples`` EWT training sentences for ``tag``, of the
 tweets for ``classify``, of SQuAD's training questions for ``span``), batch size, optimiser settings
@@ -17,7 +18,8 @@ counts non-padding tokens of the epoch for both. With ``--group-by-length`` both
 length (``Trainer``'s ``train_sampling_strategy="group_by_length"``) and ours also runs without it:
 the speed-up is the ratio of the two in the same run. ``--memory``: one fine-tuning epoch of a few
 batches of ``--seq-len``-token inputs (``span``: the longest SQuAD dev contexts, full windows) with the
-process's peak RSS (psutil; on a GPU, RSS is the host side only). Figures only.
+process's peak RSS (psutil; on a GPU, RSS is the host side only). ``--padding``: the cells an epoch on
+EWT computes per real token, by how rows are batched (no model runs). Figures only.
 """
 
 from __future__ import annotations
@@ -142,6 +144,42 @@ def memory(model: str, task: str, seq_len: int, batch_size: int, device: str) ->
           f"{time.perf_counter() - start:.0f} s in all")
 
 
+def padding(model: str, seq_len: int, batch_size: int) -> None:
+    """Cells computed per real token over an epoch of EWT training sentences: random batches with each
+    micro-batch in drawn order (before), the same batches with a process's rows longest first (now),
+    and batches grouped by length; for several micro-batch sizes. No model runs."""
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    from bertscope.sources.resolve import resolve_source
+    from bertscope.training.fine_tuning import task_tokenizer
+    from bertscope.training.task_data import load_task_data
+    from bertscope.training.task_objective import encode
+
+    data = load_task_data("tag", "ewt-upos")
+    source, local_only = resolve_source(model)
+    encoded = encode(task_tokenizer(model, source, local_only, "tag"), "tag", data.train, data.labels, seq_len)
+    lengths = [len(ids) for ids in encoded.ids]
+
+    def cells(order: list[int], micro: int, longest_first: bool) -> int:
+        total = 0
+        for s in range(0, len(order), batch_size):
+            rows = order[s:s + batch_size]
+            rows = sorted(rows, key=lambda r: -lengths[r]) if longest_first else rows
+            total += sum(len(rows[m:m + micro]) * max(lengths[r] for r in rows[m:m + micro])
+                         for m in range(0, len(rows), micro))
+        return total
+
+    drawn = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(0)).tolist()
+    grouped = get_length_grouped_indices(lengths, batch_size, generator=torch.Generator().manual_seed(0))
+    real = sum(lengths)
+    print(f"{model}: EWT train, {len(lengths):,} sentences, {real:,} pieces (mean {real / len(lengths):.1f}, "
+          f"longest {max(lengths)}), batches of {batch_size}; cells computed per real token:")
+    for micro in sorted({batch_size, batch_size // 2, 8, 3}, reverse=True):
+        print(f"  micro-batches of {micro}: random, drawn order {cells(drawn, micro, False) / real:.2f}; random, "
+              f"longest first {cells(drawn, micro, True) / real:.2f}; grouped by length "
+              f"{cells(grouped, micro, True) / real:.2f}")
+
+
 def main() -> None:
     from bertscope.training.config import FinetuneConfig
 
@@ -156,8 +194,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--group-by-length", action="store_true")
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--padding", action="store_true", help="cells per real token by batching (no model runs)")
     parser.add_argument("--seq-len", type=int, default=128)
     args = parser.parse_args()
+    if args.padding:
+        padding(args.model, args.seq_len, args.batch_size)
+        return
     if args.memory:
         if args.task == "tag":
             parser.error("--memory runs --task classify (long texts) or span (the longest SQuAD contexts)")
