@@ -245,7 +245,7 @@ def test_logit_weights_are_the_heads_reading_of_the_direction(tiny_mlm_dir, tiny
     assert [t for t, _ in weights.promoted] == best
     assert weights.promoted[0][1] == pytest.approx(float(change.max()), abs=1e-5)
     assert weights.suppressed[0][1] == pytest.approx(float(change.min()), abs=1e-5)
-    assert logit_weights(lm, sae, 7).scale == pytest.approx(float(sae.b_dec.norm()))  # default: a typical step
+    assert logit_weights(lm, sae, 7).scale == pytest.approx(float(sae.b_dec.detach().norm()))  # default: a typical step
     encoder = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="no masked-LM head"):
         logit_weights(encoder, TopKSAE(encoder.hidden_size, 64, 4), 0)
