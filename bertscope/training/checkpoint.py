@@ -60,11 +60,9 @@ def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, 
     if not (folder / "state.json").is_file():
         return None
     meta = json.loads((folder / "state.json").read_text())
-    # runs saved before pair tasks (pretraining) or a held-out budget and length groups (fine-tuning) existed
-    saved = {**({"pair_task": "none"} if hasattr(cfg, "pair_task") else {}),
-             **({"max_held_out": None} if hasattr(cfg, "max_held_out") else {}),
-             **({"group_by_length": False} if hasattr(cfg, "group_by_length") else {}),
-             **meta["config"]}
+    # a setting added after the run was saved (pair tasks, a held-out budget, length groups) takes its
+    # default, which is what runs did before it existed
+    saved = {**asdict(type(cfg)()), **meta["config"]}
     if {k: v for k, v in saved.items() if k != "epochs"} != {k: v for k, v in asdict(cfg).items() if k != "epochs"}:
         raise BertScopeError(f"{folder.parent} holds a run with other settings: choose another output folder.")
     tensors = load_file(str(folder / "state.safetensors"))

@@ -185,8 +185,9 @@ def test_a_processs_rows_of_like_length_share_a_micro_batch(tiny_bert):
 
     lengths = [len(enc.ids[r]) for r in range(6)]  # rows of 5, 12, 1, 9, 3 and 11 words
     drawn = [max(lengths[i:i + 2]) for i in range(0, 6, 2)]  # each pass as wide as its longest row, drawn order
-    assert passes(6, Processes())[0] == sorted(lengths, reverse=True)[::2]  # the two longest together, ...
-    assert sum(passes(6, Processes())[0]) < sum(drawn)
+    one = passes(6, Processes())[0]
+    assert one == sorted(lengths, reverse=True)[::2]  # the two longest together, ...
+    assert sum(one) < sum(drawn)
     # the second of two processes: its own share (rows 3 to 5), longest first
     assert passes(6, Processes(1, 2))[0] == sorted(lengths[3:], reverse=True)[::2]
     # a batch of one row: the second process has none and runs one pass that weighs nothing

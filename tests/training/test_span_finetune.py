@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from functools import partial
 from dataclasses import replace
 
 import pytest
@@ -198,8 +199,7 @@ def test_squad_is_installed_with_its_own_split():
 
 
 def test_bad_span_input_is_one_line_with_exit_2(refused, squad_file, tmp_path):
-    def run(*extra, data, task="span"):
-        return refused(*extra, data=data, task=task)
+    run = partial(refused, task="span")
 
     assert "has no answer spans" in run(data="ewt-upos")
     assert "use --task span" in run(data="squad", task="classify")
