@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -21,12 +22,16 @@ def step_bar() -> Iterator[Callable[[int, int, dict], None]]:
     from tqdm import tqdm
 
     bars: list = []
+    shown = [0.0]  # when the loss was last read
 
     def progress(step: int, total: int, info: dict) -> None:
         if not bars:
             bars.append(tqdm(total=total, initial=step - 1, unit="step", file=sys.stderr, dynamic_ncols=True))
         bars[0].n = step
-        bars[0].set_postfix(epoch=info["epoch"], loss=f"{info['loss']:.3f}", refresh=False)
+        now = time.monotonic()
+        if now - shown[0] >= 0.5 or step == total:  # reading the loss waits for the GPU: twice a second at most
+            shown[0] = now
+            bars[0].set_postfix(epoch=info["epoch"], loss=f"{float(info['loss']):.3f}", refresh=False)
         bars[0].refresh()
 
     try:

@@ -44,7 +44,7 @@ from bertscope.runtime.hf import (
     max_input_length,
     quiet_transformers,
 )
-from bertscope.runtime.kernels import EAGER, AttentionKernels, fastest_kernel
+from bertscope.runtime.kernels import EAGER, AttentionKernels, fastest_kernel, planless_attention
 from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources.resolve import resolve_source
 
@@ -228,6 +228,8 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
     model, found = _load_weights(name, source, local_only, config, torch_dtype)
     outputs = found & PRETRAINING_HEADS
     task = next((task_head(model.config, kind) for kind in found - PRETRAINING_HEADS), None)
+    if torch_device.type == "cuda":
+        planless_attention()
     model.to(torch_device).eval()
     model.requires_grad_(False)
     bundled = BUNDLED_MODELS.get(name.strip())

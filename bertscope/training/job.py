@@ -39,6 +39,19 @@ def _device_label(device: str) -> str:
     return f"the CPU ({torch.get_num_threads()} threads)" if resolved.type == "cpu" else "Apple's GPU (mps)"
 
 
+def _numbers(values: list) -> list[float]:
+    """Per-step losses as floats: the steps' 0-dim device tensors read in one copy (floats stay)."""
+    fresh = [i for i, v in enumerate(values) if not isinstance(v, float)]
+    if not fresh:
+        return values
+    import torch
+
+    out = list(values)
+    for i, v in zip(fresh, torch.stack([values[i].detach().double() for i in fresh]).tolist()):
+        out[i] = v
+    return out
+
+
 @dataclass
 class Snapshot:
     status: str  # "running", "done", "cancelled", "failed"
@@ -139,9 +152,9 @@ class TrainingJob:
     def _progress(self, step: int, total: int, info: dict) -> None:
         with self._lock:
             self._step, self._total = step, total
-            self._losses.append(float(info["loss"]))
+            self._losses.append(info["loss"])  # read in ``snapshot``: a read here would wait for the GPU a step
             if "pair_loss" in info:
-                self._pair_losses.append(float(info["pair_loss"]))
+                self._pair_losses.append(info["pair_loss"])
             now = time.monotonic()
             epoch = int(info.get("epoch", 1))
             if self._first_step is None:
@@ -172,6 +185,7 @@ class TrainingJob:
             scoring = self._scoring if self._scoring is not None else (
                 self._first_step[1] - self._started if self._first_step is not None else 0.0)
             epochs = int(getattr(self.cfg, "epochs", 1) or 1)
+            self._losses, self._pair_losses = _numbers(self._losses), _numbers(self._pair_losses)
             return Snapshot(self._status, self._step, self._total, list(self._losses), list(self._pair_losses),
                             list(self._epochs), self._error, metrics, str(self.out),
                             time.monotonic() - self._started, pace, scoring,

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-import numpy as np
 import torch
 
 from bertscope.training.checkpoint import RunState, save_checkpoint
@@ -37,20 +36,24 @@ class Objective(Protocol):
         """Non-padding tokens in the batch (for tokens/s)."""
 
     def accumulate(self, runner: Any, batch: Any, micro: int, group: Processes, context: Any,
-                   scaler: Any) -> dict[str, float]:
+                   scaler: Any) -> dict[str, torch.Tensor]:
         """Backward passes over this process's share of the batch in slices of ``micro`` rows;
-        the batch's losses ("loss" first, then any other, e.g. "pair_loss"), summed over processes."""
+        the batch's losses ("loss" first, then any other, e.g. "pair_loss"), summed over processes,
+        as 0-dim tensors left on the device (reading one waits for the GPU)."""
 
     def evaluate(self, model: Any, rows: int, group: Processes) -> dict:
         """Held-out figures (each process scores its share)."""
 
 
 def adamw(params: dict[str, torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only (not on biases and LayerNorms), as BERT's."""
+    """AdamW with weight decay on the matrices only (not on biases and LayerNorms), as BERT's. On a
+    GPU the fused kernel (one launch a step, as Trainer's default ``adamw_torch_fused``): the many
+    small tensors of a LoRA run made the per-tensor launches a host cost every step."""
     decay = [p for p in params.values() if p.ndim >= 2]
     no_decay = [p for p in params.values() if p.ndim < 2]
+    on_gpu = bool(params) and all(p.device.type == "cuda" for p in params.values())
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr)
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, fused=on_gpu or None)
 
 
 def lr_at(step: int, total: int, lr: float, warmup: float) -> float:
@@ -68,7 +71,10 @@ def run_epochs(model: Any, runner: Any, params: dict[str, torch.nn.Parameter], o
                stop: Callable[[], bool] | None = None) -> bool:
     """Train from ``state`` to ``cfg.epochs`` (``cfg``: epochs, batch_size, lr, warmup, seed),
     updating ``state``; True when every epoch ran, False when ``stop()`` ended it early (the
-    last finished epoch's checkpoint is kept)."""
+    last finished epoch's checkpoint is kept). ``progress(step, total, info)`` after each step:
+    ``info``'s losses are 0-dim tensors on the training device, so a caller that reads one
+    (``float``) waits for the GPU then, and one that does not lets the host run ahead; the loop itself
+    reads them once an epoch (Trainer likewise reads its loss only when it logs)."""
     steps_per_epoch = -(-len(objective) // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     model.train()
@@ -101,12 +107,13 @@ def run_epochs(model: Any, runner: Any, params: dict[str, torch.nn.Parameter], o
             tokens += objective.tokens(batch)
             if progress is not None and workers.main:
                 progress(state.step, total, {"epoch": epoch + 1, **step_losses})
+        means = {k: float(torch.stack(v).mean()) for k, v in losses.items()}  # waits for the epoch's last step
         seconds = time.perf_counter() - started
         held = objective.evaluate(model, eval_rows, workers)
         model.train()
         state.epoch = epoch + 1
-        state.history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses.pop("loss"))), "held_out": held,
-                              **{f"train_{k}": float(np.mean(v)) for k, v in losses.items()},
+        state.history.append({"epoch": epoch + 1, "train_loss": means.pop("loss"), "held_out": held,
+                              **{f"train_{k}": v for k, v in means.items()},
                               "seconds": seconds, "tokens_per_s": tokens / seconds,
                               **({"before": before} if epoch == 0 else {})})
         if workers.main:  # the others wait: a checkpoint is whole before anyone goes on

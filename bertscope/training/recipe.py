@@ -114,7 +114,7 @@ class MaskedLM:
     def tokens(self, batch) -> int:
         return int((batch[0].ids != self.tokenizer.pad_token_id).sum())
 
-    def accumulate(self, runner, batch, micro, group, context, scaler) -> dict[str, float]:
+    def accumulate(self, runner, batch, micro, group, context, scaler) -> dict[str, torch.Tensor]:
         mlm, pair = accumulate_gradients(runner, *batch, self.tokenizer.pad_token_id, self.device, context, scaler,
                                          micro, group)
         return {"loss": mlm, **({"pair_loss": pair} if pair is not None else {})}

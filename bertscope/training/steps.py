@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 from bertscope.errors import BertScopeError
 from bertscope.outputs.masking import IGNORE_INDEX, replacement_ids
+from bertscope.runtime.devices import to_device
+from bertscope.runtime.kernels import planless_attention
 from bertscope.runtime.result_cache import return_freed_memory
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
@@ -23,8 +25,11 @@ ONE = Processes()  # a run on one process
 
 
 def autocast_context(device: torch.device):
+    """(the context of one training pass, a loss scaler or None) for ``device``: half precision on a
+    GPU, without cuDNN's attention (``runtime.kernels.planless_attention``)."""
     if device.type != "cuda":
         return torch.autocast("cpu", enabled=False), None
+    planless_attention()
     if torch.cuda.is_bf16_supported():
         return torch.autocast("cuda", dtype=torch.bfloat16), None
     return torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
@@ -34,11 +39,11 @@ def forward_chosen(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torc
              device: torch.device, context: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One pass of the recipe: (logits [chosen, vocab] float32, gold ids [chosen], pair logits
     [batch, 2] float32 or None)."""
-    labels = labels.to(device)
+    labels = to_device(labels, device)  # pinned and queued: no host wait behind the last step
     chosen = labels != IGNORE_INDEX  # [batch, token]
-    feed = {"input_ids": inputs.to(device), "attention_mask": (batch.ids != pad_id).long().to(device)}
+    feed = {"input_ids": to_device(inputs, device), "attention_mask": to_device((batch.ids != pad_id).long(), device)}
     if batch.token_types is not None:
-        feed["token_type_ids"] = batch.token_types.to(device)
+        feed["token_type_ids"] = to_device(batch.token_types, device)
     with context, logits_only_at(unwrap(model), chosen) as gathered:
         out = model(**feed)  # through DDP's wrapper when several processes train
     logits = mlm_logits(out)
@@ -115,21 +120,23 @@ def saved_bytes_per_row(model: Any, tokenizer: Any, chunks: Chunks, cfg: RecipeC
 
 def accumulate_gradients(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,
                           device: torch.device, context: Any, scaler: Any, micro: int,
-                          group: Processes = ONE) -> tuple[float, float | None]:
+                          group: Processes = ONE) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Backward passes over this process's share of ``batch`` (all of it on one process) in
     slices of ``micro`` rows whose gradients add up to the whole batch's: each slice's summed
     losses divided by the whole batch's chosen positions (masked-LM) and rows (pair head), times
     the number of processes, whose gradients DDP averages. Only the last slice all-reduces. A
     process whose share is empty (a last batch smaller than the processes) runs one row with
     weight 0, so every process takes part in the step's all-reduce. Returns the whole batch's
-    (masked-LM loss, pair loss or None), summed over processes."""
+    (masked-LM loss, pair loss or None), summed over processes, as float64 scalars on the device (read
+    them only when they are shown: reading waits for the GPU)."""
     chosen = int((labels != IGNORE_INDEX).sum())
     rows = len(batch)
     mine = group.share(rows)
     parts = [slice(s, min(s + micro, mine.stop)) for s in range(mine.start, mine.stop, micro)]
     weight = 1.0 if parts else 0.0
     parts = parts or [slice(0, 1)]
-    mlm_total, pair_total, paired = 0.0, 0.0, False
+    mlm_total = torch.zeros((), dtype=torch.float64, device=device)
+    pair_total, paired = torch.zeros((), dtype=torch.float64, device=device), False
     for k, part in enumerate(parts):
         with group.no_sync(model, last=k == len(parts) - 1):
             picked, gold, pair = forward_chosen(model, batch.take(part), inputs[part], labels[part], pad_id, device,
@@ -137,15 +144,15 @@ def accumulate_gradients(model: Any, batch: Chunks, inputs: torch.Tensor, labels
             mlm = F.cross_entropy(picked, gold, reduction="sum") / chosen
             loss = mlm
             if pair is not None:  # BERT's and ALBERT's objective: the sum of the two losses
-                pair_part = F.cross_entropy(pair, batch.pair_labels[part].to(device), reduction="sum") / rows
+                pair_part = F.cross_entropy(pair, to_device(batch.pair_labels[part], device), reduction="sum") / rows
                 loss = loss + pair_part
-                pair_total += weight * float(pair_part.detach())
+                pair_total += weight * pair_part.detach().double()
                 paired = True
             loss = loss * (weight * group.world)
             (scaler.scale(loss) if scaler is not None else loss).backward()
-        mlm_total += weight * float(mlm.detach())
+        mlm_total += weight * mlm.detach().double()
     if group.world > 1:
-        mlm_total, pair_total = group.sum(torch.tensor([mlm_total, pair_total], dtype=torch.float64)).tolist()
+        mlm_total, pair_total = group.sum(torch.stack([mlm_total, pair_total]))
     return mlm_total, pair_total if paired else None
 
 

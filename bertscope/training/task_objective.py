@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from bertscope.corpora.labelled import LabelledTexts
 from bertscope.errors import BertScopeError
+from bertscope.runtime.devices import to_device
 from bertscope.training.processes import Processes
 from bertscope.training.task_data import TAG, Tagged
 
@@ -90,7 +91,8 @@ class Batch:
         if self.types is not None:
             feed["token_type_ids"] = self.types[rows, :width]
         labels = self.labels[rows] if self.labels.ndim == 1 else self.labels[rows, :width]
-        return {k: v.to(device) for k, v in feed.items()}, labels.to(device)
+        # pinned and queued: a pageable copy would make the host wait for the GPU every step
+        return {k: to_device(v, device) for k, v in feed.items()}, to_device(labels, device)
 
 
 def pad(encoded: Encoded, rows: Sequence[int], pad_id: int, tagging: bool) -> Batch:
@@ -187,7 +189,8 @@ class TaskObjective:
         the rows' real tokens)."""
         return self.loss_sum(output.logits, labels)
 
-    def accumulate(self, runner, batch: Batch, micro: int, group: Processes, context, scaler) -> dict[str, float]:
+    def accumulate(self, runner, batch: Batch, micro: int, group: Processes, context, scaler
+                   ) -> dict[str, torch.Tensor]:
         count = max(self._count(batch.labels), 1e-12)
         mine = group.share(len(batch))
         # this process's rows longest first, so each micro-batch pads to rows of its own length (the
@@ -196,7 +199,7 @@ class TaskObjective:
         parts = [rows[s:s + micro] for s in range(0, len(rows), micro)]
         weight = 1.0 if parts else 0.0
         parts = parts or [torch.tensor([0])]
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=self.device)  # on the device: no host wait a step
         for k, part in enumerate(parts):
             with group.no_sync(runner, last=k == len(parts) - 1):
                 feed, labels = batch.part(part, self.device)
@@ -205,9 +208,9 @@ class TaskObjective:
                 loss = self.output_loss(output, labels, feed["attention_mask"]) / count
                 scaled = loss * (weight * group.world)
                 (scaler.scale(scaled) if scaler is not None else scaled).backward()
-            total += weight * float(loss.detach())
+            total += weight * loss.detach().double()
         if group.world > 1:
-            total = float(group.sum(torch.tensor([total], dtype=torch.float64))[0])
+            total = group.sum(total.reshape(1))[0]
         return {"loss": total}
 
     @torch.no_grad()
