@@ -17,7 +17,7 @@ test: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets
 # The library's unit tests while working (tiny models, no browser, no cluster, no processes): ~2 min here.
 test-fast: $(VENV)/.test-installed brown corpora
 	$(BIN)/python -m pytest -m "not slow and not browser and not cluster and not multiprocess" \
-		tests/core tests/sources tests/corpora tests/outputs tests/tasks tests/analysis tests/figures tests/attribution \
+		tests/core tests/sources tests/corpora tests/mlm tests/tasks tests/analysis tests/figures tests/attribution \
 		tests/training tests/interventions tests/features tests/test_public_api.py --durations=10
 
 bench: $(VENV)/.test-installed chromium

@@ -110,7 +110,7 @@ def main() -> None:
         [kept.labels(feature, ts) for ts in kept.tags]
         kept.histogram[feature].sum()
         feature_contexts(lm, saes[layer], kept, corpus, feature, layer, top=10)
-        if "mlm" in lm.heads:
+        if "mlm" in lm.outputs:
             logit_weights(lm, saes[layer], feature)
         nearest_features(saes[layer], feature)
         times.append(time.perf_counter() - started)

@@ -37,7 +37,7 @@ TEXTS = [
 def main() -> None:
     from transformers import pipeline
 
-    from bertscope.outputs.fill_mask import fill_mask
+    from bertscope.mlm.fill_mask import fill_mask
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser, model="random:bert-base-uncased")  # needs an MLM head

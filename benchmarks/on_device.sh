@@ -82,6 +82,6 @@ step finetune-tag-base-lora 240 "$py" benchmarks/finetune.py --device cuda --mod
 step finetune-tag-base-grouped 360 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task tag \
   --examples 512 --group-by-length
 step tests-tasks 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" tests/training tests/tasks \
-  tests/analysis/test_structural_probe.py tests/analysis/test_feature_based.py tests/attribution/test_class_faithfulness.py
+  tests/analysis/test_structural_probe.py tests/analysis/test_frozen_layers.py tests/attribution/test_class_faithfulness.py
 step tests 400 "$py" -m pytest -q -p no:cacheprovider -m "not browser and not slow" \
   --ignore=tests/app --ignore=tests/browser --ignore=tests/test_deploy.py

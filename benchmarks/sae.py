@@ -9,7 +9,7 @@ layer's hook point, the SAE on every token, the JSON) against the bare encoder's
 Brown sentences (``lm.run(..., encoder_only=True)``), interleaved; the ratio of medians (goal <= 1.2).
 
 The same random float16 activations (``--tokens`` rows of ``--d-in``), the same TopK SAE and Adam
-settings: ``bertscope.features.training.train_sae`` (one epoch: rows streamed from a memory-mapped
+settings: ``bertscope.features.trainer.train_sae`` (one epoch: rows streamed from a memory-mapped
 file in shuffled blocks, AuxK against dead latents, the decoder kept at unit norm, dead-latent
 counters; its checkpoint after the epoch is not timed) against the plainest loop that trains the same
 model (the rows in memory, dense TopK, normalised MSE, Adam, no AuxK, no checkpoint). Tokens/s, the
@@ -87,7 +87,7 @@ def active(args) -> None:
 def main() -> None:
     from bertscope.features.activations import ActivationSet
     from bertscope.features.sae import SaeInfo
-    from bertscope.features.training import SaeTrainConfig, train_sae
+    from bertscope.features.trainer import SaeTrainConfig, train_sae
     from bertscope.runtime.devices import resolve_device
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

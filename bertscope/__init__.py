@@ -44,7 +44,7 @@ from bertscope.sources.presets import BUNDLED, PRESETS
 _EXPORTS = {
     "run": "core.hooked_pass", "run_with_cache": "core.hooked_pass", "ActivationCache": "core.hooked_pass",
     "zero_head": "core.hook_points", "every_layer": "core.hook_points",
-    "fill_mask": "outputs.fill_mask", "head_stats": "analysis.attention_stats",
+    "fill_mask": "mlm.fill_mask", "head_stats": "analysis.attention_stats",
     "hidden_states": "analysis.hidden_cache", "HiddenStateCache": "analysis.hidden_cache",
     "probe_layers": "analysis.probing", "shipped_task": "corpora.suites", "read_task": "corpora.probe_tasks",
     "compare_layers": "analysis.compare", "compare_heads": "analysis.compare",

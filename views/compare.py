@@ -18,7 +18,7 @@ from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, shipped_task
 from bertscope.errors import BertScopeError
 from bertscope.figures.probe import layer_figure
 from bertscope.figures.text import label
-from bertscope.outputs.fill_mask import fill_mask
+from bertscope.mlm.fill_mask import fill_mask
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo
@@ -164,12 +164,12 @@ with tab_heads:
 
 with tab_predictions:
     st.caption("Fill-mask on both models, one text: each of A's top tokens with its rank in B.")
-    if "mlm" not in lm_a.heads:
+    if "mlm" not in lm_a.outputs:
         st.warning(plain(f"{lm_a.name} (A, the sidebar's) has no masked-LM head: predictions need one "
                          "(bundled-mlm has)."))
         offer_bundled_mlm("cmp_switch")
     else:
-        b_head = "mlm" in lm_b.heads
+        b_head = "mlm" in lm_b.outputs
         if not b_head:
             st.info(plain(f"{lm_b.name} (B) has no masked-LM head, so below are A's predictions alone. To set two "
                           "side by side, pick as B a model with one: a Pretraining run's output folder (typed above), "

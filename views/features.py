@@ -155,7 +155,7 @@ with tab_feature:
         st.caption(plain(f"This feature's own link: {link}"))
         with page_errors(stop=False):
             c1, c2 = st.columns(2)
-            if "mlm" in lm.heads:
+            if "mlm" in lm.outputs:
                 weights = result_store("logit_weights").get_or_compute(
                     (key, str(folder.resolve()), layer, feature),
                     lambda: logit_weights(cached_model(*key), sae, feature))

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.analysis.feature_based import TITLES, shipped_table
+from bertscope.analysis.frozen_layers import TITLES, shipped_table
 from bertscope.figures.tasks import confusion_heatmap
 from bertscope.figures.training import loss_curves
 from bertscope.runtime.user_cache import user_cache_dir
@@ -62,7 +62,7 @@ with st.expander("Feature-based or fine-tuned? The BERT paper's Table 7 question
             "probe)."
             + (" The learned weights of the weighted sum, embeddings first: "
                + ", ".join(f"{w:.2f}" for w in mix["state_weights"]) + "." if mix else "")
-            + " Measured by benchmarks/feature_based.py."))
+            + " Measured by benchmarks/frozen_layers.py."))
 
 if not training_allowed():
     st.info("Training is switched off on this hosted demo (set BERTSCOPE_ALLOW_TRAINING=1 to allow it). "

@@ -11,7 +11,7 @@ from bertscope.core.layers import hidden_name
 from bertscope.figures.attribution import token_strip
 from bertscope.figures.masked import prediction_bars, rank_by_layer
 from bertscope.figures.text import label, table_text
-from bertscope.outputs.fill_mask import (
+from bertscope.mlm.fill_mask import (
     MAX_MASKS,
     fill_mask,
     fill_mask_words,
@@ -20,9 +20,9 @@ from bertscope.outputs.fill_mask import (
     require_mlm,
     words_of,
 )
-from bertscope.outputs.logit_lens import layerwise_predictions
-from bertscope.outputs.mlm_recipe import mlm_recipe, recipe_corruption
-from bertscope.outputs.nsp import both_orders, sentence_order
+from bertscope.mlm.logit_lens import layerwise_predictions
+from bertscope.mlm.recipe import mlm_recipe, recipe_corruption
+from bertscope.mlm.nsp import both_orders, sentence_order
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text
 from views.kit.model_picker import cached_model, model_key, model_options, obtainable, offer_bundled_mlm, require_model

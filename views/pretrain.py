@@ -43,7 +43,7 @@ if not name:
 
 lm = require_model()
 model_type = lm.config.model_type
-has_head = "mlm" in lm.heads
+has_head = "mlm" in lm.outputs
 if name == BUNDLED_MLM:  # measured: news, 256 chunks, one epoch; held-out loss 3.923 -> 3.924 at 1e-4, 3.964 at 1e-3
     st.info("bundled-mlm was already trained on Brown's training documents for 16 epochs: more Brown barely "
             "moves it (one epoch on 256 news chunks at 1e-4: held-out loss 3.923 → 3.924; at 1e-3 it gets "

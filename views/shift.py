@@ -22,7 +22,7 @@ from bertscope.figures.shift import (
     tag_bars,
 )
 from bertscope.figures.text import in_context, table_text
-from bertscope.outputs.fill_mask import words_of
+from bertscope.mlm.fill_mask import words_of
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text, check_upload
 from views.kit.model_picker import cached_model, model_key, require_model

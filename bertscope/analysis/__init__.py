@@ -3,7 +3,7 @@
 (Hewitt & Liang 2019), ``probe_store`` (a probe on disk and back), ``corpus_search`` (exBERT),
 ``projection`` (PCA, UMAP), ``compare`` (two models' layers by linear CKA, Kornblith et al. 2019),
 ``structural_probe`` and ``structural_runs`` (Hewitt & Manning 2019 on UD English-EWT),
-``feature_based`` (the BERT paper's Table 7 layer combinations under a linear probe), ``params``,
+``frozen_layers`` (the BERT paper's Table 7 layer combinations under a linear probe), ``params``,
 ``timeline``.
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``.
 """

@@ -7,7 +7,7 @@ types), ``methods`` (the entry points: ``attribute``, ``token_matrices``, ``toke
 with a content word-piece masked), ``erasure`` (tokens removed through the attention mask or by
 [MASK], p(y) read), ``faithfulness`` (comprehensiveness, sufficiency, leave-one-out agreement,
 bootstrap intervals). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``,
-``outputs``, ``analysis``, ``tasks``.
+``mlm``, ``analysis``, ``tasks``.
 """
 
 from bertscope.runtime.exports import lazy_exports

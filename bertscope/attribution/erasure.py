@@ -25,7 +25,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.passes import rows_within_budget, wide
 from bertscope.errors import BertScopeError
 from bertscope.core.hooked_pass import turn
-from bertscope.outputs.logit_lens import mlm_head
+from bertscope.mlm.logit_lens import mlm_head
 
 Removal = Literal["attention", "mask"]
 REMOVALS = ("attention", "mask")

@@ -24,7 +24,7 @@ from bertscope.core.word_pieces import word_pieces
 from bertscope.corpora.brown import read_brown
 from bertscope.corpora.brown_tasks import sample_sentences
 from bertscope.errors import BertScopeError
-from bertscope.outputs.fill_mask import ACCEPTED_MASKS, require_mlm
+from bertscope.mlm.fill_mask import ACCEPTED_MASKS, require_mlm
 
 CONTENT_TAGS = ("NOUN", "VERB", "ADJ", "ADV")
 MAX_ITEM_TOKENS = 64

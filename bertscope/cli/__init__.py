@@ -8,7 +8,7 @@
 Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exits with 2. Each
 command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
 Nothing imports it but ``__main__`` and the home page (which lists ``COMMANDS``). May import:
-``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution``,
+``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
 ``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``.
 """
 
@@ -18,14 +18,14 @@ import argparse
 import json
 import sys
 
-from bertscope.cli import (attribution, compare, corpus, features, inspection, interventions, outputs, probe,
-                           sae_training, setup, syntax, tasks, training)
+from bertscope.cli import (attribution, compare, corpus, features, inspection, interventions, mlm, probe, sae, setup,
+                           syntax, tasks, training)
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (inspection, outputs, tasks, corpus, probe, syntax, attribution, compare, interventions, training,
-                             sae_training, features, setup) for c in module.COMMANDS
+    c.name: c for module in (inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, training,
+                             sae, features, setup) for c in module.COMMANDS
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertscope.cli.common import Command, load, progress_bar
-from bertscope.cli.sae_training import parse_layers
+from bertscope.cli.sae import parse_layers
 from bertscope.errors import BertScopeError
 
 
@@ -98,7 +98,7 @@ def one_feature(lm, sae, args: argparse.Namespace, folder: Path) -> Any:
     if not 1 <= args.contexts <= 20:
         raise BertScopeError("--contexts must be between 1 and 20 (the statistics keep 20 a feature).")
     near = nearest_features(sae, args.feature, args.top)
-    weights = logit_weights(lm, sae, args.feature, top=args.top) if "mlm" in lm.heads else None
+    weights = logit_weights(lm, sae, args.feature, top=args.top) if "mlm" in lm.outputs else None
     result = {"sae": sae_json(sae, folder, args.layer), "feature": args.feature,
               "nearest": [{"feature": f, "cosine": c} for f, c in near],
               "logit_weights": weights.to_json() if weights is not None else None}

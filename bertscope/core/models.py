@@ -82,11 +82,6 @@ class LoadedModel:
     )
 
     @property
-    def heads(self) -> frozenset[str]:
-        """The old name of ``outputs`` (code written before the rename still reads it)."""
-        return self.outputs
-
-    @property
     def config(self) -> Any:
         return self.model.config
 

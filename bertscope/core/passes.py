@@ -1,4 +1,5 @@
-"""Batches for interventions: texts tokenised once, padded in length order, inputs on the model's
+"""Batches of texts for any pass over many texts (interventions, attribution, features, training
+scores): texts tokenised once, padded in length order, inputs on the model's
 device, batches bounded by bytes like every other stream (``core.forward``)."""
 
 from __future__ import annotations

@@ -6,6 +6,6 @@ one actor per GPU or CPU): the library's own ``head_stats``, ``head_importance``
 ``engine=``, plan the work and merge what comes back into the same results and cache entries as
 the single-process path. ``ray_cluster`` (where it runs), ``ray_actor`` (the model actor). Ray is
 imported only when an engine is asked for; only ``cli`` and ``probes`` import this package.
-May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``,
+May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``,
 ``attribution``, ``training``, ``interventions``.
 """

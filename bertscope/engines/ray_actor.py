@@ -64,7 +64,7 @@ class ModelActor:
         """Σ|∂L/∂ξ| over the corrupted batches handed over (each row one batch, flattened)."""
         import torch
 
-        from bertscope.outputs.masking import IGNORE_INDEX
+        from bertscope.mlm.masking import IGNORE_INDEX
         from bertscope.interventions.importance import batch_gradient, new_gates
 
         gates = new_gates(self.lm)

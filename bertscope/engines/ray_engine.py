@@ -145,7 +145,7 @@ class RayEngine(ClusterSpec):
         import torch
 
         from bertscope.interventions.importance import masked_batches
-        from bertscope.outputs.masking import IGNORE_INDEX
+        from bertscope.mlm.masking import IGNORE_INDEX
 
         items = []
         for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):

@@ -12,7 +12,7 @@ sentences as a reader sees them), ``edits`` (switch a feature off or steer with 
 a tag-labelled feature carry its tag: a probe and masked-token accuracy with it off, beside controls).
 Every pass goes through the model's hook points (``blocks.{l}.hook_resid_post``: layer l's output, as
 everywhere).
-May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution``,
+May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
 ``training``, ``interventions`` (BERT's seeded masking for the spliced-in loss).
 """
 
@@ -23,7 +23,7 @@ _EXPORTS = {
     "load_sae": "features.sae",
     "save_sae": "features.sae",
     "layer_activations": "features.activations",
-    "train_sae": "features.training",
+    "train_sae": "features.trainer",
     "sae_quality": "features.quality",
     "active_features": "features.active",
     "shipped_saes": "features.shipped",

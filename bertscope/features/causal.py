@@ -36,8 +36,8 @@ from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.edits import FeatureEdit, feature_edit
 from bertscope.features.sae import TopKSAE
 from bertscope.features.statistics import _word_owners
-from bertscope.outputs.fill_mask import require_mlm
-from bertscope.outputs.logit_lens import mlm_head
+from bertscope.mlm.fill_mask import require_mlm
+from bertscope.mlm.logit_lens import mlm_head
 
 MAX_MASKED = 300  # masked words of the tag (and of other tags) scored
 

@@ -20,7 +20,7 @@ import torch
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.features.sae import TopKSAE
-from bertscope.outputs.logit_lens import mlm_head
+from bertscope.mlm.logit_lens import mlm_head
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def logit_weights(lm: LoadedModel, sae: TopKSAE, feature: int, scale: float | No
                   top: int = 10) -> LogitWeights:
     feature = sae.check_feature(feature)
     sae.check_for(lm)
-    if "mlm" not in lm.heads:
+    if "mlm" not in lm.outputs:
         raise BertScopeError(f"{lm.name} has no masked-LM head: logit weights need one (bundled-mlm has).")
     head = mlm_head(lm)
     base = sae.b_dec.to(lm.device, torch.float32)  # [d_model]
@@ -75,7 +75,7 @@ def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20,
     same reading as ``logit_weights``, for every feature, one vocabulary column kept). ``token`` is a
     word the tokenizer keeps whole."""
     sae.check_for(lm)
-    if "mlm" not in lm.heads:
+    if "mlm" not in lm.outputs:
         raise BertScopeError(f"{lm.name} has no masked-LM head: searching features by the token they promote needs "
                              "one (bundled-mlm has).")
     ids = lm.tokenizer(token.strip(), add_special_tokens=False)["input_ids"]

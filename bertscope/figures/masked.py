@@ -9,8 +9,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from bertscope.figures.text import label
-from bertscope.outputs.fill_mask import Prediction
-from bertscope.outputs.logit_lens import LayerReading
+from bertscope.mlm.fill_mask import Prediction
+from bertscope.mlm.logit_lens import LayerReading
 
 
 def prediction_bars(predictions: Sequence[Prediction], title: str) -> go.Figure:

@@ -9,7 +9,7 @@ corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 
 patching examples checked on the default model); on a
 fine-tuned classifier, ``task_importance`` (the task loss's head importance and pruning curve,
 every label before and after ablation). May import: ``errors``, ``runtime``, ``sources``,
-``corpora``, ``core``, ``outputs``, ``analysis``, ``attribution`` (its targets), ``training``
+``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution`` (its targets), ``training``
 (BERT's corruption), ``tasks`` (a classifier's decisions).
 """
 

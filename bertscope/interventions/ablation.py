@@ -34,7 +34,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.corpora.brown_tasks import brown_split_texts
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError
-from bertscope.outputs.fill_mask import Prediction, require_mlm, top_predictions
+from bertscope.mlm.fill_mask import Prediction, require_mlm, top_predictions
 from bertscope.core.hook_points import every_layer
 from bertscope.core.passes import batches
 

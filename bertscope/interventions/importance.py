@@ -28,8 +28,8 @@ from bertscope.corpora.brown_tasks import brown_split_texts
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError
 from bertscope.runtime.engine import Engine
-from bertscope.outputs.fill_mask import require_mlm
-from bertscope.outputs.masking import IGNORE_INDEX, replacement_ids
+from bertscope.mlm.fill_mask import require_mlm
+from bertscope.mlm.masking import IGNORE_INDEX, replacement_ids
 from bertscope.interventions.ablation import head_edit
 from bertscope.core.hook_points import UNEMBED_IN, every_layer
 from bertscope.core.hooked_pass import merged, turn

@@ -32,8 +32,8 @@ from bertscope.core.forward import DEFAULT_BATCH_BYTES, check_text, pad, to_devi
 from bertscope.core.layers import hidden_labels
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
-from bertscope.outputs.fill_mask import require_mlm
-from bertscope.outputs.logit_lens import mlm_head
+from bertscope.mlm.fill_mask import require_mlm
+from bertscope.mlm.logit_lens import mlm_head
 from bertscope.core.hook_points import every_layer, every_state
 from bertscope.core.hooked_pass import turn
 from bertscope.core.passes import repeat_feed, rows_within_budget, wide

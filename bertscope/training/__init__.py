@@ -3,14 +3,14 @@ under a task head.
 
 ``loop`` (the one training loop of both stages: ``run_epochs`` over an ``Objective``); the first
 stage: ``recipe`` (``train`` and its ``MaskedLM`` objective), ``config``, ``instances`` (chunks,
-NSP/SOP pairs), ``batches`` (the 80/10/10 corruption, by ``outputs.masking``'s rule), ``model``
-(heads, LoRA), ``steps`` (forward, backward, scoring within a byte budget); the second stage:
+NSP/SOP pairs), ``batches`` (the 80/10/10 corruption, by ``mlm.masking``'s rule), ``model``
+(the output layers, LoRA), ``steps`` (forward, backward, scoring within a byte budget); the second stage:
 ``fine_tuning`` (``finetune``), ``task_data`` (the tweets, the BBC topics, EWT, Brown, SQuAD, a user's
 file), ``task_objective`` (labels on first pieces, the loss, held-out figures), ``span_objective``
 (answer spans: windows labelled start/end, scored by ``span_scores``, SQuAD's exact match and F1),
 ``task_model`` (the head, LoRA); both: ``checkpoint``, ``export``, ``job`` (the app's background
 run), ``processes`` and ``launch`` (data-parallel runs through Accelerate). May import: ``errors``,
-``runtime``, ``sources``, ``corpora``, ``core``, ``outputs``, ``tasks`` (a question's windows and
+``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``tasks`` (a question's windows and
 its answers are decoded as the Predictions page decodes them).
 """
 

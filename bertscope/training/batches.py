@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from bertscope.outputs.masking import IGNORE_INDEX
+from bertscope.mlm.masking import IGNORE_INDEX
 from bertscope.training.config import RecipeConfig
 
 

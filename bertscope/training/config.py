@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from bertscope.errors import BertScopeError
-from bertscope.outputs.masking import check_rates
+from bertscope.mlm.masking import check_rates
 from bertscope.runtime.hf import NSP_TYPES, SOP_TYPES
 
 PAIR_TASKS = ("none", "nsp", "sop")

@@ -62,7 +62,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from bertscope.errors import BertScopeError
-from bertscope.outputs.masking import replacement_ids
+from bertscope.mlm.masking import replacement_ids
 from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
 from bertscope.sources.resolve import resolve_source
 from bertscope.training.batches import mask_tokens, special_mask

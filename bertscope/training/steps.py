@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from bertscope.errors import BertScopeError
-from bertscope.outputs.masking import IGNORE_INDEX, replacement_ids
+from bertscope.mlm.masking import IGNORE_INDEX, replacement_ids
 from bertscope.runtime.devices import to_device
 from bertscope.runtime.kernels import planless_attention
 from bertscope.runtime.result_cache import return_freed_memory

@@ -13,7 +13,7 @@ from bertscope.features.active import active_features
 from bertscope.features.activations import ActivationSet, layer_activations
 from bertscope.features.quality import reconstruction_figures, sae_quality
 from bertscope.features.sae import SaeInfo, TopKSAE, load_sae, save_sae
-from bertscope.features.training import SaeTrainConfig, geometric_median, train_sae
+from bertscope.features.trainer import SaeTrainConfig, geometric_median, train_sae
 
 TEXTS = ["the bank of the river was muddy and steep .", "she deposited the money in the bank .",
          "he walked along the river with his dog .", "the man walked to the bank ."] * 6
@@ -231,7 +231,7 @@ def test_nearest_features_by_decoder_cosine():
 
 def test_logit_weights_are_the_heads_reading_of_the_direction(tiny_mlm_dir, tiny_encoder_dir):
     from bertscope.features.directions import logit_weights
-    from bertscope.outputs.logit_lens import mlm_head
+    from bertscope.mlm.logit_lens import mlm_head
 
     lm = load_model(str(tiny_mlm_dir))
     sae = TopKSAE(lm.hidden_size, 64, 4, info=SaeInfo(lm.name, "blocks.1.hook_resid_post"), seed=4)

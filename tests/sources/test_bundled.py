@@ -20,7 +20,7 @@ def bundled():
 
 def test_shape_and_heads(bundled):
     assert (bundled.num_layers, bundled.num_heads, bundled.hidden_size) == (6, 12, 384)
-    assert bundled.vocab_size == 30522 and bundled.heads == frozenset()
+    assert bundled.vocab_size == 30522 and bundled.outputs == frozenset()
     assert bundled.parameter_count() == 22_713_216  # all-MiniLM-L6-v2 with its pooler
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from bertscope.cli import main as pretrain_main
 from bertscope.errors import BertScopeError
-from bertscope.outputs.masking import IGNORE_INDEX
+from bertscope.mlm.masking import IGNORE_INDEX
 from bertscope.sources.delta import apply_delta
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
@@ -124,7 +124,7 @@ def test_bundled_mlm_reproduces_its_recorded_held_out_figure(tmp_path, monkeypat
     documents (the first 64 chunks, one seeded corruption): the figure recorded when it was made."""
     from bertscope import load_model
     from bertscope.corpora.documents import brown_documents
-    from bertscope.outputs.fill_mask import fill_mask
+    from bertscope.mlm.fill_mask import fill_mask
     from bertscope.training.steps import evaluate
 
     _, held = brown_documents(None, 0)  # the installed corpus (make test installs it)
@@ -252,7 +252,7 @@ def test_training_a_pair_head_beside_mlm_and_loading_it_back(task, fixture, requ
     extras = load_file(str(tmp_path / "run" / "adapter" / "extras.safetensors"))
     assert any(k.startswith(("cls.seq_relationship.", "sop_classifier.")) for k in extras)
     merged = apply_delta(str(folder), tmp_path / "run" / "adapter", tmp_path / "merged")
-    assert load_model(str(merged), device="cpu").heads == {"mlm", task}
+    assert load_model(str(merged), device="cpu").outputs == {"mlm", task}
 
 
 def test_a_pair_task_the_family_never_had_is_refused_in_one_line(tiny_bert_dir, tiny_roberta_dir, tmp_path):
@@ -315,8 +315,8 @@ def test_one_masking_rule_for_the_recipe_view_the_cli_and_the_trainer(capsys):
 
     from bertscope import load_model
     from bertscope.cli import main
-    from bertscope.outputs import mlm_recipe
-    from bertscope.outputs.masking import is_placeholder, replacement_ids, selection_count
+    from bertscope.mlm import mlm_recipe
+    from bertscope.mlm.masking import is_placeholder, replacement_ids, selection_count
     from bertscope.training import batches
     from bertscope.training.config import RecipeConfig
 

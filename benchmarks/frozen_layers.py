@@ -2,12 +2,12 @@
 linear probe on the frozen encoder's first-piece word states, for each combination of layers,
 beside the fine-tuned tagger, on EWT's dev words.
 
-    python benchmarks/feature_based.py [--model bundled] [--tuned bundled-upos] [--out FILE.json]
+    python benchmarks/frozen_layers.py [--model bundled] [--tuned bundled-upos] [--out FILE.json]
 
 The probes train on EWT's training words (``--max-train-words`` for a budget) and are scored on its
 dev words; the fine-tuned row is the tagger's own dev accuracy and macro-F1, measured here on the
 same words (first piece of each word, as it was trained). ``--out`` writes the table as JSON (the
-Fine-tuning page shows ``bertscope/data/feature_based_upos.json``). Figures only.
+Fine-tuning page shows ``bertscope/data/frozen_layers_upos.json``). Figures only.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def tuned_scores(name: str) -> dict:
 
 def main() -> None:
     from bertscope import load_model
-    from bertscope.analysis.feature_based import TITLES, feature_based
+    from bertscope.analysis.frozen_layers import TITLES, frozen_layer_probes
     from bertscope.analysis.hidden_cache import hidden_states
     from bertscope.corpora.ewt import ewt_task
 
@@ -56,7 +56,7 @@ def main() -> None:
     train = hidden_states(lm, ewt_task("train"), "first")
     held = hidden_states(lm, ewt_task("dev"), "first")
     extracted = time.perf_counter() - start
-    rows = [r.to_json() for r in feature_based(train, held, max_train_words=args.max_train_words)]
+    rows = [r.to_json() for r in frozen_layer_probes(train, held, max_train_words=args.max_train_words)]
     table = {"model": args.model, "data": "UD English-EWT UPOS: train words -> dev words",
              "train_words": len(train.labels) if args.max_train_words is None else args.max_train_words,
              "dev_words": len(held.labels), "rows": rows}

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from bertscope import BertScopeError, load_model
-from bertscope.outputs.fill_mask import fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of
-from bertscope.outputs.logit_lens import layerwise_predictions
-from bertscope.outputs.masking import IGNORE_INDEX
-from bertscope.outputs.mlm_recipe import corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
-from bertscope.outputs.nsp import both_orders, next_sentence
+from bertscope.mlm.fill_mask import fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of
+from bertscope.mlm.logit_lens import layerwise_predictions
+from bertscope.mlm.masking import IGNORE_INDEX
+from bertscope.mlm.recipe import corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
+from bertscope.mlm.nsp import both_orders, next_sentence
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_recipe_corruption_needs_only_the_tokenizer(tiny_encoder_dir):
 
 
 def test_require_mlm_suggests_only_what_can_be_loaded(tiny_encoder_dir):
-    from bertscope.outputs.fill_mask import require_mlm
+    from bertscope.mlm.fill_mask import require_mlm
 
     lm = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="loaded here: bundled-mlm \\(.*need the Hugging Face hub") as err:
@@ -211,7 +211,7 @@ def test_albert_sentence_order_head_matches_hugging_face(tiny_albert_pretraining
     from transformers import AlbertForPreTraining, AutoTokenizer
 
     from bertscope.core.forward import inspect
-    from bertscope.outputs.nsp import sentence_order
+    from bertscope.mlm.nsp import sentence_order
 
     lm = load_model(str(tiny_albert_pretraining_dir))
     assert lm.outputs == {"mlm", "sop"} and lm.architecture == "AlbertForPreTraining"

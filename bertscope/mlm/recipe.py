@@ -20,8 +20,8 @@ from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import readable_tokens
 from bertscope.errors import BertScopeError
-from bertscope.outputs.fill_mask import Prediction, require_mlm, top_predictions
-from bertscope.outputs.masking import IGNORE_INDEX, check_rates, replacement_ids, selection_count
+from bertscope.mlm.fill_mask import Prediction, require_mlm, top_predictions
+from bertscope.mlm.masking import IGNORE_INDEX, check_rates, replacement_ids, selection_count
 
 ACTIONS = ("mask", "random", "keep")
 

@@ -9,7 +9,7 @@ from bertscope.cli.common import Command, load
 
 
 def cmd_fill_mask(args: argparse.Namespace) -> Any:
-    from bertscope.outputs.fill_mask import fill_mask
+    from bertscope.mlm.fill_mask import fill_mask
 
     r = fill_mask(load(args), args.text, args.top_k)
     if args.json:
@@ -25,7 +25,7 @@ def _fill_mask_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_mlm_recipe(args: argparse.Namespace) -> Any:
-    from bertscope.outputs.mlm_recipe import mlm_recipe
+    from bertscope.mlm.recipe import mlm_recipe
 
     r = mlm_recipe(load(args), args.text, seed=args.seed, select_rate=args.select_rate,
                    mask_rate=args.mask_rate, random_rate=args.random_rate)
@@ -48,14 +48,14 @@ def _recipe_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_nsp(args: argparse.Namespace) -> Any:
-    from bertscope.outputs.nsp import next_sentence
+    from bertscope.mlm.nsp import next_sentence
 
     r = next_sentence(load(args), args.text_a, args.text_b)
     return r.to_json() if args.json else f"IsNext {r.is_next:.4f}  NotNext {r.not_next:.4f}"
 
 
 def cmd_sop(args: argparse.Namespace) -> Any:
-    from bertscope.outputs.nsp import sentence_order
+    from bertscope.mlm.nsp import sentence_order
 
     r = sentence_order(load(args), args.text_a, args.text_b)
     return r.to_json() if args.json else f"in order {r.in_order:.4f}  swapped {r.swapped:.4f}"

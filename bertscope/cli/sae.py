@@ -36,7 +36,7 @@ def cmd_train_sae(args: argparse.Namespace) -> Any:
     import torch
 
     from bertscope.features.sae import SaeInfo, load_sae, save_sae
-    from bertscope.features.training import SaeTrainConfig, train_sae
+    from bertscope.features.trainer import SaeTrainConfig, train_sae
 
     if args.tokens < 1 or args.held_out < 1:
         raise BertScopeError("--tokens and --held-out must be at least 1.")

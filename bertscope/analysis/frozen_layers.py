@@ -120,7 +120,7 @@ def accuracy_and_f1(gold: np.ndarray, predicted: np.ndarray, classes: int) -> tu
                                                                zero_division=0))
 
 
-def feature_based(train: CachedStates, held: CachedStates, mixes: Sequence[str] = MIXES, seed: int = 0,
+def frozen_layer_probes(train: CachedStates, held: CachedStates, mixes: Sequence[str] = MIXES, seed: int = 0,
                   max_train_words: int | None = None, lr: float = 1e-3, min_steps: int = 2_000,
                   progress: Callable[[int, int], None] | None = None) -> list[MixResult]:
     """Every mix's held-out word accuracy and macro-F1 (the labels are ``train``'s); ``lr`` and
@@ -151,16 +151,16 @@ def feature_based(train: CachedStates, held: CachedStates, mixes: Sequence[str] 
     return out
 
 
-SHIPPED = "feature_based_upos.json"  # measured by benchmarks/feature_based.py for the bundled encoder
+SHIPPED = "frozen_layers_upos.json"  # measured by benchmarks/frozen_layers.py for the bundled encoder
 
 
 def shipped_table() -> dict:
-    """The table measured for the bundled encoder and bundled-upos (``benchmarks/feature_based.py``)."""
+    """The table measured for the bundled encoder and bundled-upos (``benchmarks/frozen_layers.py``)."""
     import json
 
     from bertscope.corpora import DATA_DIR
 
     path = DATA_DIR / SHIPPED
     if not path.is_file():
-        raise BertScopeError(f"{path} is missing: run benchmarks/feature_based.py --out {path}.")
+        raise BertScopeError(f"{path} is missing: run benchmarks/frozen_layers.py --out {path}.")
     return json.loads(path.read_text())

@@ -16,7 +16,7 @@ import torch
 
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
-from bertscope.outputs.fill_mask import FillMaskResult, Prediction, top_predictions
+from bertscope.mlm.fill_mask import FillMaskResult, Prediction, top_predictions
 
 
 @dataclass(frozen=True)

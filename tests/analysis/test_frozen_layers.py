@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertscope.analysis.feature_based import MIXES, _states, feature_based
+from bertscope.analysis.frozen_layers import MIXES, _states, frozen_layer_probes
 from bertscope.errors import BertScopeError
 
 
@@ -38,7 +38,7 @@ def synthetic(n: int, informative: set[int], seed: int) -> States:
 
 def test_each_mix_reads_its_layers_and_the_weighted_sum_finds_the_informative_one():
     train, held = synthetic(3000, {6}, 0), synthetic(600, {6}, 1)
-    out = {r.name: r for r in feature_based(train, held, seed=0, lr=1e-2, min_steps=300)}
+    out = {r.name: r for r in frozen_layer_probes(train, held, seed=0, lr=1e-2, min_steps=300)}
     assert list(out) == list(MIXES)
     assert out["last"].accuracy > 0.95 and out["embeddings"].accuracy < 0.5  # the labels live in the last layer only
     assert out["second_to_last"].accuracy < 0.5 and out["concat_last_four"].accuracy > 0.95
@@ -52,7 +52,7 @@ def test_each_mix_reads_its_layers_and_the_weighted_sum_finds_the_informative_on
 def test_bad_mixes_and_shallow_models_are_one_line():
     train = synthetic(100, {6}, 0)
     with pytest.raises(BertScopeError, match="Unknown features 'middle'"):
-        feature_based(train, train, mixes=["middle"])
+        frozen_layer_probes(train, train, mixes=["middle"])
     shallow = States(train.labels, train._arrays[:3])
     with pytest.raises(BertScopeError, match="at least four layers"):
-        feature_based(shallow, shallow, mixes=["last"])
+        frozen_layer_probes(shallow, shallow, mixes=["last"])
