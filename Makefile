@@ -18,7 +18,7 @@ test: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets
 test-fast: $(VENV)/.test-installed brown corpora
 	$(BIN)/python -m pytest -m "not slow and not browser and not cluster and not multiprocess" \
 		tests/core tests/sources tests/corpora tests/mlm tests/tasks tests/analysis tests/figures tests/attribution \
-		tests/training tests/interventions tests/features tests/test_public_api.py --durations=10
+		tests/training tests/interventions tests/features tests/test_public_api.py tests/test_families.py --durations=10
 
 bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/forward.py

@@ -238,6 +238,16 @@ def tiny_deberta_dir(tmp_path_factory) -> Path:
     return save_model(DebertaV2ForMaskedLM(config), bert_tokenizer(), tmp_path_factory.mktemp("tiny-deberta"))
 
 
+@pytest.fixture(scope="session")
+def tiny_modernbert_dir(tmp_path_factory) -> Path:
+    """A random ModernBertForMaskedLM of three layers (global, then two with a window of 4 tokens each
+    side), built from the shipped ModernBERT-base config as ``save_random_model(size="tiny")`` builds it."""
+    from bertscope.core.random_models import save_random_model
+
+    return Path(save_random_model("answerdotai/ModernBERT-base", tmp_path_factory.mktemp("tiny-modernbert"),
+                                  heads="mlm", seed=11, size="tiny"))
+
+
 def multilingual_vocab() -> list[str]:
     """Every character of the shipped parallel data and carrier sentences, whole and as a "##"
     continuation: a vocabulary that covers all nine languages' scripts."""

@@ -10,7 +10,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.corpora.documents import brown_documents
 from bertscope.figures.training import loss_curves
-from bertscope.runtime.hf import NSP_TYPES, SOP_TYPES
+from bertscope.runtime.families import pair_head
 from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
@@ -55,7 +55,7 @@ if name == BUNDLED_MLM:  # measured: news, 256 chunks, one epoch; held-out loss 
 st.session_state.setdefault("pretrain_lr", 1e-4 if has_head else 1e-3)
 PAIR_LABELS = {"none": "masked-LM only", "nsp": "+ next-sentence prediction (BERT)",
                "sop": "+ sentence-order prediction (ALBERT)"}
-pair_options = ["none"] + (["nsp"] if model_type in NSP_TYPES else []) + (["sop"] if model_type in SOP_TYPES else [])
+pair_options = ["none"] + ([pair_head(model_type)] if pair_head(model_type) else [])
 job: TrainingJob | None = st.session_state.get(JOB)
 running = job is not None and job.snapshot().status == "running"
 with st.form("pretrain_form"):

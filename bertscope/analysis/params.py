@@ -28,31 +28,21 @@ from typing import Any
 import torch
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.families import Family, family_of, has_record
 from bertscope.sources.configs import model_config
 
 HEAD_CHOICES = ("none", "mlm", "pretraining")
 GROUP_ORDER = ("embeddings", "encoder", "pooler", "mlm_head", "nsp_head", "rtd_head", "other")
 
-# (component, pattern on the parameter name without the base-model prefix); first match wins.
-_LAYER_COMPONENTS = [
-    ("Q", r"(query|q_lin|query_proj)\.(weight|bias)$"),
-    ("K", r"(key|k_lin|key_proj)\.(weight|bias)$"),
-    ("V", r"(value|v_lin|value_proj)\.(weight|bias)$"),
-    ("attention output", r"(attention\.output\.dense|out_lin|attention\.dense)\.(weight|bias)$"),
-    ("attention LayerNorm",
-     r"(attention\.output\.LayerNorm|sa_layer_norm|attention\.LayerNorm)\.(weight|bias)$"),
-    ("FFN in", r"(intermediate\.dense|ffn\.lin1|(^|\.)ffn)\.(weight|bias)$"),
-    ("FFN out", r"(output\.dense|ffn\.lin2|ffn_output)\.(weight|bias)$"),
-    ("FFN LayerNorm", r"(output\.LayerNorm|output_layer_norm|full_layer_layer_norm)\.(weight|bias)$"),
-]
+# (component, pattern on an embedding parameter's name); first match wins
 _EMBEDDING_COMPONENTS = [
-    ("token", r"word_embeddings\."),
+    ("token", r"(word|tok)_embeddings\."),
     ("position", r"position_embeddings\."),
     ("segment", r"token_type_embeddings\."),
-    ("LayerNorm", r"(LayerNorm|layer_norm)\."),
+    ("LayerNorm", r"(LayerNorm|layer_norm|\.norm)\."),
     ("projection", r"embeddings_project\."),
 ]
-_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|albert_layers)\.(\d+)\.")
+_ANY_LAYER = r"(?:^|\.)layers?\.(\d+)\."  # a family without a record: blocks by their index alone
 
 
 @dataclass(frozen=True)
@@ -135,8 +125,16 @@ def _formula(shapes: list[tuple[int, ...]], symbols: dict[int, str]) -> str:
     return symbolic if symbolic == numeric else f"{symbolic} = {numeric}"
 
 
-def _classify(name: str, base_prefix: str) -> tuple[str, int | None, str]:
-    """(group, layer, component) of one parameter name."""
+def _layer_components(family: Family) -> dict[str, str]:
+    """{module path inside a block: component} from the family record."""
+    named = {family.qkv: "QKV"} if family.qkv else {family.query: "Q", family.key: "K", family.value: "V"}
+    named.update({family.out_proj: "attention output", family.attn_norm: "attention LayerNorm",
+                  family.mlp_in: "FFN in", family.mlp_out: "FFN out", family.mlp_norm: "FFN LayerNorm"})
+    return named
+
+
+def _classify(name: str, base_prefix: str, family: Family | None) -> tuple[str, int | None, str]:
+    """(group, layer, component) of one parameter name; ``family`` None for a type without a record."""
     if not name.startswith(base_prefix) and base_prefix:
         if "seq_relationship" in name:
             return "nsp_head", None, "classifier"
@@ -157,16 +155,18 @@ def _classify(name: str, base_prefix: str) -> tuple[str, int | None, str]:
         return "embeddings", None, local.split(".")[-2]
     if local.startswith("pooler."):
         return "pooler", None, "dense"
-    if local.startswith(("encoder.", "transformer.")):
-        match = _LAYER_INDEX.search(local)
-        if match is None:
-            if "embedding_hidden_mapping_in" in local:
-                return "encoder", None, "embedding projection (E→H)"
-            return "encoder", None, local.split(".")[-2]  # e.g. DeBERTa's rel_embeddings
-        for component, pattern in _LAYER_COMPONENTS:
-            if re.search(pattern, local):
-                return "encoder", int(match.group(1)), component
-        return "encoder", int(match.group(1)), local.split(".")[-2]
+    match = re.search(family.layer_pattern if family else _ANY_LAYER, local)
+    if match is not None:
+        module = local[match.end():].rsplit(".", 1)[0]
+        components = _layer_components(family) if family else {}
+        return "encoder", int(match.group(1)), components.get(module, module.split(".")[-1])
+    roots = {family.blocks.split(".")[0], "encoder"} if family and family.blocks else {"encoder", "transformer"}
+    if family and family.final_norm and local.startswith(family.final_norm + "."):
+        return "encoder", None, "final LayerNorm"
+    if local.split(".")[0] in roots:
+        if "embedding_hidden_mapping_in" in local:
+            return "encoder", None, "embedding projection (E→H)"
+        return "encoder", None, local.split(".")[-2]  # e.g. DeBERTa's rel_embeddings
     return "other", None, local
 
 
@@ -194,9 +194,10 @@ def _count_cached(name: str, head: str, config_json: str) -> ParamBreakdown:
         else:
             owner[id(p)] = pname
 
+    family = family_of(config.model_type) if has_record(config.model_type) else None
     grouped: dict[tuple[str, int | None, str], list[tuple[str, tuple[int, ...]]]] = defaultdict(list)
     for pname, p in model.named_parameters():  # each shared tensor once, under its owner
-        grouped[_classify(pname, base_prefix)].append((pname, tuple(p.shape)))
+        grouped[_classify(pname, base_prefix, family)].append((pname, tuple(p.shape)))
     components = [
         Component(
             group=g, layer=layer, name=cname,
@@ -208,7 +209,7 @@ def _count_cached(name: str, head: str, config_json: str) -> ParamBreakdown:
     ]
     components.sort(key=lambda c: (GROUP_ORDER.index(c.group), -1 if c.layer is None else c.layer))
     notes = []
-    if config.model_type == "albert":
+    if family is not None and family.shared_layers:
         groups = getattr(config, "num_hidden_groups", 1)
         notes.append(
             f"ALBERT shares its layer weights: {config.num_hidden_layers} layers run "
@@ -243,7 +244,7 @@ def count_parameters(name: str, head: str = "none") -> ParamBreakdown:
     return _count_cached(name.strip(), head, config.to_json_string(use_diff=False))
 
 
-MATMUL_COMPONENTS = ("Q", "K", "V", "attention output", "FFN in", "FFN out")
+MATMUL_COMPONENTS = ("Q", "K", "V", "QKV", "attention output", "FFN in", "FFN out")
 BYTES_PER_WEIGHT = {"fp32": 4, "fp16": 2, "int8": 1}
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertscope.core.hook_points import model_family
 from bertscope.core.hooked_pass import ActivationCache, caching_hooks
 from bertscope.core.forward import inspect
 from bertscope.core.models import LoadedModel
@@ -61,11 +62,11 @@ class QueryKey:
 
 def query_key(lm: LoadedModel, text: str, layer: int, head: int, query: int, pair: str | None = None) -> QueryKey:
     """The query of token ``query`` and every key, for ``layer`` and ``head`` (both from 0)."""
-    kind = getattr(lm.config, "position_embedding_type", "absolute") or "absolute"
-    if lm.model_type == "deberta-v2":
-        kind = "disentangled"
+    family = model_family(lm.model)
+    kind = family.scores if family.scores != "absolute" else \
+        getattr(lm.config, "position_embedding_type", "absolute") or "absolute"  # BERT's relative_key variants
     if kind != "absolute":
-        raise BertScopeError(f"{lm.name} adds relative-position terms ({kind}) to its attention scores: the "
+        raise BertScopeError(f"{lm.name} adds {kind} positions to its queries and keys or their scores: the "
                              "query/key view shows q·k alone, so it would not equal the weights.")
     if not 0 <= layer < lm.num_layers or not 0 <= head < lm.num_heads:
         raise BertScopeError(f"Layer {layer}, head {head} does not exist: layers 0-{lm.num_layers - 1}, heads "

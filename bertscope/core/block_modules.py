@@ -1,8 +1,7 @@
 """The weights of each encoder block, read from the modules the hook-point table names
-(``core.hook_points``): what norm-based attention, ALTI and the query/key view multiply by.
-
-Families: those of the hook points (BERT, RoBERTa/XLM-R, ELECTRA, CamemBERT, ERNIE, data2vec-text,
-ALBERT — one shared layer, repeated —, DistilBERT, DeBERTa-v2).
+(``core.hook_points``): what norm-based attention and ALTI multiply by. They read BERT's
+post-LayerNorm block whose attention score is q·k alone: the families whose record says so
+(``runtime.families``: ``layernorm="post"``, ``scores="absolute"``).
 """
 
 from __future__ import annotations
@@ -10,12 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertscope.core.hook_points import hook_point
+from bertscope.core.hook_points import hook_point, model_family
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
-
-POST_LAYERNORM = frozenset({"bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie", "data2vec-text",
-                            "albert", "distilbert"})
 
 
 @dataclass(frozen=True)
@@ -29,13 +25,20 @@ class BlockParts:
     key: Any = None  # nn.Linear: x -> x W_K + b_K
 
 
+def reads_blocks(lm: LoadedModel) -> bool:
+    """Whether the block-weight measures (norm-based attention, ALTI) apply to this model."""
+    family = model_family(lm.model)
+    return family.post_layernorm and family.scores == "absolute"
+
+
 def block_parts(lm: LoadedModel) -> list[BlockParts]:
     """One entry per layer, in order (ALBERT's shared layer repeats). Only for post-LayerNorm
     blocks whose attention is softmax(q·k) alone (DeBERTa adds relative-position terms)."""
-    if lm.model_type not in POST_LAYERNORM:
-        raise BertScopeError(
-            f"This measure reads BERT-style post-LayerNorm blocks; {lm.model_type} is not one "
-            "of them (BERT, RoBERTa, XLM-R, ELECTRA, ALBERT, DistilBERT): use rollout, flow, grad or ig.")
+    if not reads_blocks(lm):
+        family = model_family(lm.model)
+        why = "pre-LayerNorm" if not family.post_layernorm else f"{family.scores} positions in its attention scores"
+        raise BertScopeError(f"This measure reads BERT-style post-LayerNorm blocks whose scores are q·k alone; "
+                             f"{family.name} has {why}: use rollout, flow, grad or ig.")
 
     def module(layer: int, suffix: str) -> Any:
         return hook_point(lm.model, f"blocks.{layer}.{suffix}").module

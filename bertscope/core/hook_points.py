@@ -53,63 +53,50 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import torch
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.families import FAMILIES, Family, family_of
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], "torch.Tensor | None"]
 
-# per block: (hook name, which module, how it is read). Modules are named by ``Family`` fields.
-BLOCK_POINTS = (
-    ("hook_resid_pre", "block", "input"),
-    ("attn.hook_q", "query", "output_heads"),
-    ("attn.hook_k", "key", "output_heads"),
-    ("attn.hook_v", "value", "output_heads"),
-    ("attn.hook_pattern", "attention", "weights"),
-    ("attn.hook_z", "out_proj", "input_heads"),
-    ("attn.hook_result", "out_proj", "result"),
-    ("hook_attn_out", "out_proj", "output"),
-    ("hook_resid_mid", "attn_norm", "output"),
-    ("mlp.hook_pre", "mlp_in", "output"),
-    ("mlp.hook_post", "mlp_out", "input"),
-    ("hook_mlp_out", "mlp_out", "output"),
-    ("hook_resid_post", "block", "output"),
-)
-BLOCK_SUFFIXES = tuple(suffix for suffix, _, _ in BLOCK_POINTS)
+# per block, in the order a pass reaches them; each bound to a module of the family record
+# (``runtime.families.Family``) by ``_binding``
+BLOCK_SUFFIXES = ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z",
+                  "attn.hook_result", "hook_attn_out", "hook_resid_mid", "mlp.hook_pre", "mlp.hook_post",
+                  "hook_mlp_out", "hook_resid_post")
+GATED_SUFFIX = "mlp.hook_pre_linear"  # gated feed-forward layers only (ModernBERT's GeGLU): the gate's half
 EMBED = "embed"
 UNEMBED_IN = "unembed.hook_in"
+LN_FINAL = "ln_final.hook_normalized"  # pre-LayerNorm families: the last hidden state
 READ_ONLY = frozenset({"weights"})
 _NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 
-@dataclass(frozen=True)
-class Family:
-    """Where each piece of a block sits, as module paths inside the block (dots; "" = the block)."""
+def _binding(family: Family, suffix: str) -> tuple[str, str, int | None]:
+    """(module path inside the block, how it is read, which part of a fused output) for ``suffix``."""
+    if suffix in ("attn.hook_q", "attn.hook_k", "attn.hook_v"):
+        which = suffix[-1]
+        if family.qkv:
+            return family.qkv, "output_fused", "qkv".index(which)
+        return getattr(family, {"q": "query", "k": "key", "v": "value"}[which]), "output_heads", None
+    if suffix == "hook_resid_mid":  # the residual stream between the attention and the feed-forward sub-block
+        return (family.attn_norm, "output", None) if family.post_layernorm else (family.mlp_norm, "input", None)
+    if suffix == "mlp.hook_pre":
+        return (family.mlp_in, "output_half", 0) if family.gated_mlp else (family.mlp_in, "output", None)
+    if suffix == GATED_SUFFIX and family.gated_mlp:
+        return family.mlp_in, "output_half", 1
+    table = {"hook_resid_pre": ("", "input"), "attn.hook_pattern": (family.attention, "weights"),
+             "attn.hook_z": (family.out_proj, "input_heads"), "attn.hook_result": (family.out_proj, "result"),
+             "hook_attn_out": (family.out_proj, "output"), "mlp.hook_post": (family.mlp_out, "input"),
+             "hook_mlp_out": (family.mlp_out, "output"), "hook_resid_post": ("", "output")}
+    path, how = table[suffix]
+    return path, how, None
 
-    blocks: str  # the ModuleList of blocks inside the base model
-    embed: tuple[str, ...]  # the first of these that exists produces hidden state 0
-    query: str
-    key: str
-    value: str
-    attention: str  # returns (context or output, weights)
-    out_proj: str  # W_O: its input is the heads' contexts side by side
-    attn_norm: str  # LayerNorm over attention output + residual
-    mlp_in: str
-    mlp_out: str
 
-
-BERT_FAMILY = Family("encoder.layer", ("embeddings_project", "embeddings"), "attention.self.query",
-                     "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
-                     "attention.output.LayerNorm", "intermediate.dense", "output.dense")
-FAMILIES: dict[str, Family] = {
-    **{kind: BERT_FAMILY for kind in ("bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie",
-                                      "data2vec-text")},
-    # one shared layer group, called once per layer (``albert_blocks``)
-    "albert": Family("", ("encoder.embedding_hidden_mapping_in",), "attention.query", "attention.key",
-                     "attention.value", "attention", "attention.dense", "attention.LayerNorm", "ffn", "ffn_output"),
-    "distilbert": Family("transformer.layer", ("embeddings",), "attention.q_lin", "attention.k_lin",
-                         "attention.v_lin", "attention", "attention.out_lin", "sa_layer_norm", "ffn.lin1", "ffn.lin2"),
-    "deberta-v2": Family("encoder.layer", ("embeddings",), "attention.self.query_proj", "attention.self.key_proj",
-                         "attention.self.value_proj", "attention.self", "attention.output.dense",
-                         "attention.output.LayerNorm", "intermediate.dense", "output.dense"),
-}
+def block_suffixes(family: Family) -> tuple[str, ...]:
+    """The block hook points a family has, in pass order."""
+    if not family.gated_mlp:
+        return BLOCK_SUFFIXES
+    at = BLOCK_SUFFIXES.index("mlp.hook_pre") + 1
+    return (*BLOCK_SUFFIXES[:at], GATED_SUFFIX, *BLOCK_SUFFIXES[at:])
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,24 +104,25 @@ class HookPoint:
     """One named activation: the module it is read from and how."""
 
     name: str
-    layer: int | None  # None for embed / unembed.hook_in
+    layer: int | None  # None for embed / ln_final / unembed.hook_in
     module: Any  # torch.nn.Module
-    how: str  # "input", "output", "input_heads", "output_heads", "weights", "result"
+    how: str  # "input", "output", "input_heads", "output_heads", "output_fused", "output_half", "weights", "result"
     heads: int
     shared: bool = False  # the module serves every layer (ALBERT): the layer is the call's index
+    part: int | None = None  # "output_fused": 0 query, 1 key, 2 value; "output_half": 0 first, 1 second
 
 
 def supported_families() -> tuple[str, ...]:
-    return tuple(FAMILIES)
+    """Every ``model_type`` with named hook points (the family records')."""
+    return tuple(t for f in FAMILIES for t in f.model_types)
 
 
-def _family(model: Any) -> Family:
-    kind = model.config.model_type
-    if kind not in FAMILIES:
-        raise BertScopeError(f"Named hook points cover {', '.join(FAMILIES)}; {kind} is not one of them.")
-    if kind == "deberta-v2" and getattr(model.config, "conv_kernel_size", 0):
+def model_family(model: Any) -> Family:
+    """The family record of a loaded model, or one line saying which families have hook points."""
+    found = family_of(model.config.model_type)
+    if found.scores == "relative" and getattr(model.config, "conv_kernel_size", 0):
         raise BertScopeError("DeBERTa-v2 with a convolution after layer 0 is not covered by the hook points.")
-    return FAMILIES[kind]
+    return found
 
 
 def _child(module: Any, path: str) -> Any:
@@ -143,8 +131,8 @@ def _child(module: Any, path: str) -> Any:
 
 def blocks(model: Any) -> list[Any]:
     """The module of each block, in order (ALBERT: its shared layer, repeated)."""
-    family, base, cfg = _family(model), model.base_model, model.config
-    if cfg.model_type == "albert":
+    family, base, cfg = model_family(model), model.base_model, model.config
+    if family.shared_layers:
         if cfg.inner_group_num != 1:
             raise BertScopeError("ALBERT with several layers per group is not supported (released ALBERTs have one).")
         groups = base.encoder.albert_layer_groups
@@ -155,7 +143,7 @@ def blocks(model: Any) -> list[Any]:
 
 def embedding_module(model: Any) -> Any:
     base = model.base_model
-    for path in _family(model).embed:
+    for path in model_family(model).embed:
         found = getattr(base, path, None) if "." not in path else _child(base, path)
         if found is not None:
             return found
@@ -164,12 +152,29 @@ def embedding_module(model: Any) -> Any:
 
 def hook_names(model: Any) -> list[str]:
     """Every hook point of ``model``, in the order a pass reaches them."""
+    family = model_family(model)
     names = [EMBED]
     for layer in range(len(blocks(model))):
-        names += [f"blocks.{layer}.{suffix}" for suffix in BLOCK_SUFFIXES]
+        names += [f"blocks.{layer}.{suffix}" for suffix in block_suffixes(family)]
+    if family.final_norm:
+        names.append(LN_FINAL)
     if _vocabulary_projection(model) is not None:
         names.append(UNEMBED_IN)
     return names
+
+
+def state_hook(model: Any, state: int) -> str:
+    """The hook point of hidden state ``state``: 0 is ``embed`` ("embeddings"), l + 1 is layer l's output
+    (``blocks.{l}.hook_resid_post``), except that a pre-LayerNorm family's last state is the encoder's
+    output after its final LayerNorm (``ln_final.hook_normalized``), as Hugging Face's hidden states have it."""
+    layers = len(blocks(model))
+    if not 0 <= state <= layers:
+        raise BertScopeError(f"Hidden state {state} does not exist: 0 (embeddings) to {layers}.")
+    if state == 0:
+        return EMBED
+    if state == layers and model_family(model).final_norm:
+        return LN_FINAL
+    return f"blocks.{state - 1}.hook_resid_post"
 
 
 def _vocabulary_projection(model: Any) -> Any:
@@ -181,6 +186,7 @@ def _vocabulary_projection(model: Any) -> Any:
 def hook_point(model: Any, name: str) -> HookPoint:
     """The hook point called ``name`` on ``model``, or one line saying which names exist."""
     heads = int(model.config.num_attention_heads)
+    family = model_family(model)
     if name == EMBED:
         return HookPoint(name, None, embedding_module(model), "output", heads)
     if name == UNEMBED_IN:
@@ -188,18 +194,25 @@ def hook_point(model: Any, name: str) -> HookPoint:
         if decoder is None:
             raise BertScopeError(f"{UNEMBED_IN}: this model has no masked-LM vocabulary projection.")
         return HookPoint(name, None, decoder, "input", heads)
+    if name == LN_FINAL:
+        if not family.final_norm:
+            raise BertScopeError(f"{LN_FINAL}: {family.name} is post-LayerNorm; its last hidden state is "
+                                 f"blocks.{len(blocks(model)) - 1}.hook_resid_post.")
+        return HookPoint(name, None, _child(model.base_model, family.final_norm), "output", heads)
     found = _NAME.match(name)
-    table = dict((suffix, (piece, how)) for suffix, piece, how in BLOCK_POINTS)
-    if not found or found.group(2) not in table:
+    suffixes = block_suffixes(family)
+    if not found or found.group(2) not in suffixes:
+        final = f", {LN_FINAL}" if family.final_norm else ""
         raise BertScopeError(f"Unknown hook point {name!r}: the names are embed, blocks.L.{{"
-                             f"{', '.join(BLOCK_SUFFIXES)}}} and {UNEMBED_IN} (L from 0).")
-    layer, (piece, how) = int(found.group(1)), table[found.group(2)]
+                             f"{', '.join(suffixes)}}}{final} and {UNEMBED_IN} (L from 0).")
+    layer = int(found.group(1))
+    path, how, part = _binding(family, found.group(2))
     every = blocks(model)
     if not 0 <= layer < len(every):
         raise BertScopeError(f"Hook point {name!r}: the model has layers 0-{len(every) - 1}.")
     block = every[layer]
-    module = block if piece == "block" else _child(block, getattr(_family(model), piece))
-    return HookPoint(name, layer, module, how, heads, shared=sum(b is block for b in every) > 1)
+    return HookPoint(name, layer, _child(block, path), how, heads, shared=sum(b is block for b in every) > 1,
+                     part=part)
 
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -346,6 +359,21 @@ class Hooks:
                     return None
                 return new.sum(dim=2) + (module.bias if module.bias is not None else 0)
             x = out[0] if isinstance(out, tuple) else out
+            if how == "output_fused":  # [b, pos, 3 * d_model] = query | key | value, each [b, pos, head, d_head]
+                parts = x.view(*x.shape[:-1], 3, heads, x.shape[-1] // (3 * heads))
+                new = self._apply(point, fns, parts[..., point.part, :, :])
+                if new is None:
+                    return None
+                parts = parts.clone()
+                parts[..., point.part, :, :] = new
+                return _replaced(out, parts.reshape(x.shape))
+            if how == "output_half":  # a gated layer's [b, pos, 2 * d_mlp]: activation input | gate
+                halves = list(x.chunk(2, dim=-1))
+                new = self._apply(point, fns, halves[point.part])
+                if new is None:
+                    return None
+                halves[point.part] = new
+                return _replaced(out, torch.cat(halves, dim=-1))
             view = _split_heads(x, heads) if how == "output_heads" else x
             new = self._apply(point, fns, view)
             if new is None:
@@ -362,12 +390,10 @@ def every_layer(suffix: str, fn: Callable[[int, torch.Tensor], "torch.Tensor | N
     return {f"blocks.{layer}.{suffix}": (lambda x, hook: fn(hook.layer, x)) for layer in range(layers)}
 
 
-def every_state(fn: Callable[[int, torch.Tensor], "torch.Tensor | None"], layers: int) -> dict[str, HookFn]:
-    """``fn(state, hidden)`` on every hidden state: 0 = ``embed``, l + 1 = layer l's output."""
-    hooks: dict[str, HookFn] = {EMBED: lambda x, hook: fn(0, x)}
-    hooks.update({f"blocks.{layer}.hook_resid_post": (lambda x, hook: fn(hook.layer + 1, x))
-                  for layer in range(layers)})
-    return hooks
+def every_state(model: Any, fn: Callable[[int, torch.Tensor], "torch.Tensor | None"]) -> dict[str, HookFn]:
+    """``fn(state, hidden)`` on every hidden state (``state_hook``: 0 = ``embed``, l + 1 = layer l's output)."""
+    return {state_hook(model, state): (lambda x, hook, state=state: fn(state, x))
+            for state in range(len(blocks(model)) + 1)}
 
 
 def zero_head(head: int) -> HookFn:

@@ -35,9 +35,8 @@ from bertscope.core.hook_points import hook_names
 from bertscope.core.task_head import TaskHead, task_head, task_kind
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device, resolve_dtype
+from bertscope.runtime.families import pair_head
 from bertscope.runtime.hf import (
-    NSP_TYPES,
-    SOP_TYPES,
     explain_load_error,
     load_hf_config,
     load_hf_tokenizer,
@@ -161,10 +160,9 @@ def _head_candidates(config: Any) -> list[tuple[Any, frozenset[str]]]:
                       "question-answering": AutoModelForQuestionAnswering}[kind]
         return [(task_class, frozenset({kind})), (AutoModel, frozenset())]
     candidates = []
-    if model_type in NSP_TYPES:
-        candidates.append((AutoModelForPreTraining, frozenset({"mlm", "nsp"})))
-    if model_type in SOP_TYPES:
-        candidates.append((AutoModelForPreTraining, frozenset({"mlm", "sop"})))
+    pair = pair_head(model_type)
+    if pair is not None:
+        candidates.append((AutoModelForPreTraining, frozenset({"mlm", pair})))
     candidates.append((AutoModelForMaskedLM, frozenset({"mlm"})))
     candidates.append((AutoModel, frozenset()))
     return candidates

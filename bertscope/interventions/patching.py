@@ -147,7 +147,7 @@ def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None) -> torch.Tenso
 def _hooks(lm: LoadedModel, what: What, fn) -> dict:
     """``fn(index, x)`` on every hidden state (0 = embeddings) or every layer's head contexts."""
     if what == "hidden":
-        return every_state(fn, lm.num_layers)
+        return every_state(lm.model, fn)
     return every_layer("attn.hook_z", fn, lm.num_layers)
 
 

@@ -1,5 +1,5 @@
 """transformers, as every other module needs it: quiet loads, a config and a fast tokenizer read
-with one clear error, the most tokens a model takes, and the families BertScope knows.
+with one clear error, and the most tokens a model takes (the families are ``runtime.families``).
 
 Nothing here picks a model or reads weights (``core.models`` does); nothing here ever enables
 ``trust_remote_code``.
@@ -12,26 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from bertscope.errors import BertScopeError
-
-# Encoder families whose Hugging Face classes return real attention weights in eager mode.
-ENCODER_TYPES = frozenset(
-    {
-        "albert", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta",
-        "deberta-v2", "distilbert", "electra", "ernie", "ibert", "megatron-bert", "mobilebert",
-        "modernbert", "mpnet", "rembert", "roberta", "roberta-prelayernorm", "roc_bert",
-        "roformer", "squeezebert", "xlm-roberta", "xlm-roberta-xl", "xmod",
-    }
-)
-# Types whose pretraining class has the next-sentence-prediction head.
-NSP_TYPES = frozenset({"bert", "megatron-bert", "mobilebert", "ernie"})
-# Types whose pretraining class has ALBERT's sentence-order-prediction head.
-SOP_TYPES = frozenset({"albert"})
-# RoBERTa-style position ids start at padding_idx + 1, so two positions are never usable.
-POSITION_OFFSET_TYPES = frozenset(
-    {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "xmod",
-     "roberta-prelayernorm"}
-)
-
+from bertscope.runtime.families import encoder_types, position_offset
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
@@ -48,6 +29,21 @@ def quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def load_for_training(auto: Any, source: str, local_only: bool, **options: Any) -> Any:
+    """``auto.from_pretrained`` for a training run: float32, never remote code, and SDPA attention where the
+    class has it (eager where it does not: DeBERTa-v2's disentangled attention)."""
+    import torch
+
+    settings = dict(local_files_only=local_only, trust_remote_code=False, dtype=torch.float32, **options)
+    with quiet_transformers():
+        try:
+            return auto.from_pretrained(source, attn_implementation="sdpa", **settings)
+        except ValueError as err:
+            if "scaled_dot_product_attention" not in str(err):
+                raise
+            return auto.from_pretrained(source, attn_implementation="eager", **settings)
 
 
 def explain_load_error(name: str, local_only: bool, err: Exception) -> BertScopeError:
@@ -83,7 +79,7 @@ def load_hf_config(name: str, source: str, local_only: bool) -> Any:
             f"{name} needs its own code (trust_remote_code), which BertScope never runs: "
             "choose a standard encoder."
         )
-    if config.model_type not in ENCODER_TYPES:
+    if config.model_type not in encoder_types():
         kind = "an encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "not"
         raise BertScopeError(
             f"{name} is a {config.model_type} model, {kind} a BERT-family encoder: "
@@ -116,7 +112,7 @@ def max_input_length(config: Any, tokenizer: Any) -> int:
     limits = []
     positions = getattr(config, "max_position_embeddings", None)
     if positions:
-        limits.append(positions - (2 if config.model_type in POSITION_OFFSET_TYPES else 0))
+        limits.append(positions - position_offset(config.model_type))
     declared = getattr(tokenizer, "model_max_length", None)
     if declared and declared < 1_000_000:  # unset lengths are reported as 1e30
         limits.append(int(declared))

@@ -9,10 +9,9 @@ from typing import Literal, Sequence
 
 from bertscope.errors import BertScopeError
 from bertscope.mlm.masking import check_rates
-from bertscope.runtime.hf import NSP_TYPES, SOP_TYPES
+from bertscope.runtime.families import pair_head
 
 PAIR_TASKS = ("none", "nsp", "sop")
-LORA_TARGETS = ["query", "key", "value", "output.dense", "intermediate.dense"]  # attention + FFN projections
 CLOZE = (  # everyday sentences to watch predictions change (a word a reader would expect)
     "I drink a cup of [MASK] every morning.",
     "He deposited the money in the [MASK].",
@@ -55,14 +54,14 @@ class RecipeConfig:
 
 def check_pair_task(model_name: str, model_type: str, task: str) -> None:
     """Each family trains the sentence-pair head its own pretraining had (and the loader reads)."""
-    if task == "nsp" and model_type not in NSP_TYPES:
-        other = " (ALBERT's is SOP: choose --pair sop)" if model_type in SOP_TYPES else ""
-        raise BertScopeError(f"{model_name} is a {model_type} model, which has no next-sentence head{other}: "
-                             "NSP is BERT's.")
-    if task == "sop" and model_type not in SOP_TYPES:
-        other = " (BERT's is NSP: choose --pair nsp)" if model_type in NSP_TYPES else ""
-        raise BertScopeError(f"{model_name} is a {model_type} model, which has no sentence-order head{other}: "
-                             "SOP is ALBERT's.")
+    if task == "none":
+        return
+    has = pair_head(model_type)
+    if task != has:
+        what = {"nsp": "next-sentence", "sop": "sentence-order"}[task]
+        other = f" (its own is {has.upper()}: choose --pair {has})" if has else ""
+        owner = {"nsp": "NSP is BERT's", "sop": "SOP is ALBERT's"}[task]
+        raise BertScopeError(f"{model_name} is a {model_type} model, which has no {what} head{other}: {owner}.")
 
 
 MAX_CLOZE, MAX_CLOZE_CHARS = 12, 300

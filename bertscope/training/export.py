@@ -8,20 +8,20 @@ import json
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from bertscope.runtime.user_cache import replace_folder
 from bertscope.training.checkpoint import RunState
 from bertscope.training.config import RecipeConfig
-from bertscope.training.model import inner_name, is_extra
+from bertscope.training.model import inner_name
 
 
 def export_run(model: Any, tokenizer: Any, out: Path, cfg: Any, model_name: str,
-               extra: Callable[[str], bool] = is_extra, adapter_files: dict[str, str] | None = None) -> None:
+               adapter_files: dict[str, str] | None = None) -> None:
     """``model/`` (standard folder, LoRA merged) and, for LoRA, ``adapter/`` (the delta: the
-    adapter, the weights ``extra`` says were trained in full, and ``adapter_files`` by name)."""
+    adapter, the weights trained in full beside it, and ``adapter_files`` by name)."""
     from safetensors.torch import save_file
 
     if cfg.lora_rank:
@@ -30,7 +30,8 @@ def export_run(model: Any, tokenizer: Any, out: Path, cfg: Any, model_name: str,
         # the embeddings are frozen (never resized), so peft has no vocabulary to compare with the base's:
         # without save_embedding_layers=False it looks the base's name up on the hub, offline or not
         model.save_pretrained(tmp, save_embedding_layers=False)  # adapter_config.json + adapter_model.safetensors
-        extras = {inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters() if extra(n)}
+        extras = {inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters()
+                  if p.requires_grad and "lora_" not in n}
         save_file(extras, str(tmp / "extras.safetensors"))
         for name, text in (adapter_files or {}).items():
             (tmp / name).write_text(text, encoding="utf-8")

@@ -44,7 +44,7 @@ from bertscope.training.steps import BACKWARD_FACTOR, autocast_context, saved_by
 from bertscope.core.task_head import SPANS
 from bertscope.training.span_objective import SpanObjective, doc_stride, encode_spans, scoring_settings
 from bertscope.training.task_data import SPAN, TAG, TaskData
-from bertscope.training.task_model import auto_class, build_task_model, is_task_extra
+from bertscope.training.task_model import auto_class, build_task_model
 from bertscope.training.task_objective import Encoded, TaskObjective, encode, pad, scores
 
 WORST = 20  # held-out examples kept in metrics.json, the model's least likely gold first
@@ -112,7 +112,6 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     if workers.main:
         run_file.write_text(json.dumps(run))
     model = build_task_model(source, local_only, cfg.task, labels, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
-    prefix = (model.get_base_model() if hasattr(model, "get_base_model") else model).base_model_prefix
     model = model.to(torch_device)
     params = trainable(model)
     optimizer = adamw(params, cfg.lr, cfg.weight_decay)
@@ -161,8 +160,7 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
             (model.get_base_model() if hasattr(model, "get_base_model") else model).config.task_specific_params = params
             task["task_specific_params"] = params
         task_file = json.dumps(task, indent=1)
-        export_run(model, tokenizer, out, cfg, model_name, extra=lambda n: is_task_extra(n, prefix),
-                   adapter_files={"task.json": task_file})
+        export_run(model, tokenizer, out, cfg, model_name, adapter_files={"task.json": task_file})
         write_task_metrics(out, model_name, data, cfg, state, train, held, n_trainable, test, worst, torch_device,
                            {"rows_per_pass": micro, "activation_bytes_per_row": row_bytes, "budget_bytes": budget,
                             "processes": workers.world})

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 
 from bertscope.core.hook_points import UNEMBED_IN, Hooks
-from bertscope.runtime.hf import quiet_transformers
-from bertscope.sources.delta import PAIR_HEAD_PREFIXES
-from bertscope.training.config import LORA_TARGETS, RecipeConfig
+from bertscope.runtime.hf import load_for_training
+from bertscope.runtime.families import family_of
+from bertscope.training.config import RecipeConfig
 
 
 def build_model(source: str, local_only: bool, cfg: RecipeConfig) -> Any:
@@ -22,33 +22,45 @@ def build_model(source: str, local_only: bool, cfg: RecipeConfig) -> Any:
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     auto = AutoModelForMaskedLM if cfg.pair_task == "none" else AutoModelForPreTraining
-    with quiet_transformers():
-        model = auto.from_pretrained(source, local_files_only=local_only, trust_remote_code=False,
-                                                     attn_implementation="sdpa", dtype=torch.float32)
+    model = load_for_training(auto, source, local_only)
     if cfg.lora_rank == 0:
         model.requires_grad_(True)
         return model
+    return wrap_lora(model, cfg.lora_rank, cfg.lora_alpha)
+
+
+def wrap_lora(model: Any, rank: int, alpha: int) -> Any:
+    """peft's LoRA on the family's attention and feed-forward projections (``Family.lora_targets``:
+    the same in both of BERT's stages), with the weights ``trained_in_full`` trainable beside it."""
     from peft import LoraConfig, get_peft_model
 
+    targets = list(family_of(model.config.model_type).lora_targets)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
-                                                 target_modules=LORA_TARGETS, bias="none"))
+        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
+                                                 target_modules=targets, bias="none"))
+    full = trained_in_full(model)
     for name, p in model.named_parameters():
-        if is_extra(name):
+        if name in full:
             p.requires_grad_(True)
     return model
 
 
-def is_extra(name: str) -> bool:
-    """Weights trained in full beside LoRA: the head's transform and bias, every LayerNorm, and
-    for pair tasks the pooler and the pair classifier."""
-    inner = inner_name(name)
-    return ("LayerNorm" in inner or inner.startswith(("cls.predictions.transform.", "lm_head.dense.",
-                                                      "lm_head.layer_norm.", "predictions.dense.",
-                                                      "predictions.LayerNorm.", "bert.pooler.", "albert.pooler.",
-                                                      *PAIR_HEAD_PREFIXES))
-            or inner in {"cls.predictions.bias", "lm_head.bias", "predictions.bias"}) and "lora_" not in inner
+def trained_in_full(model: Any) -> set[str]:
+    """The parameters trained in full beside LoRA, by what they are rather than by any family's names:
+    every LayerNorm, the pooler, and every output layer outside the encoder (a task head; the masked-LM
+    head's transform and bias; a pair head), but never a vocabulary projection's weight (the
+    [vocabulary x hidden] matrix, tied to the embeddings or not)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    encoder = {id(p) for p in inner.base_model.parameters()}
+    vocabulary = inner.get_output_embeddings()
+    projection = id(vocabulary.weight) if isinstance(vocabulary, torch.nn.Linear) else None
+    kept = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
+    pooler = getattr(inner.base_model, "pooler", None)
+    if pooler is not None:
+        kept |= {id(p) for p in pooler.parameters()}
+    return {name for name, p in model.named_parameters() if "lora_" not in name and
+            (id(p) in kept or (id(p) not in encoder and id(p) != projection))}
 
 
 def inner_name(name: str) -> str:

@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from bertscope import load_model
-from bertscope.core.hook_points import BLOCK_SUFFIXES, EMBED, UNEMBED_IN, every_layer, hook_point, zero_head
+from bertscope.core.hook_points import (BLOCK_SUFFIXES, EMBED, GATED_SUFFIX, LN_FINAL, UNEMBED_IN, block_suffixes,
+                                        blocks, every_layer, hook_point, model_family, state_hook, zero_head)
 from bertscope.core.hooked_pass import turn
 from bertscope.errors import BertScopeError
 
 FAMILIES = ["tiny_bert_dir", "tiny_mlm_dir", "tiny_roberta_dir", "tiny_xlmr_dir", "tiny_albert_dir",
-            "tiny_distilbert_dir", "tiny_electra_dir", "tiny_deberta_dir"]
+            "tiny_distilbert_dir", "tiny_electra_dir", "tiny_deberta_dir", "tiny_modernbert_dir"]
 TEXT = "the bank of the river was muddy ."
 
 
@@ -34,16 +35,22 @@ def family(request):
 
 
 def test_every_point_equals_the_models_own_tensors(family):
+    from transformers.activations import ACT2FN
+
     lm = family
+    record = model_family(lm.model)
     out, cache = lm.run_with_cache(TEXT, names=lambda name: True, attentions=True, hidden_states=True, encoder_only=True)
     assert set(cache) == set(lm.hook_names) - {UNEMBED_IN}  # encoder only: the vocabulary projection never ran
     assert lm.hook_names[0] == EMBED and len(lm.hook_names) >= 1 + lm.num_layers * len(BLOCK_SUFFIXES)
     torch.testing.assert_close(cache[EMBED], out.hidden_states[0], rtol=0, atol=0)
     heads, d_head = lm.num_heads, lm.hidden_size // lm.num_heads
+    last = lm.num_layers - 1
     for layer in range(lm.num_layers):
-        c = {s: cache[f"blocks.{layer}.{s}"] for s in BLOCK_SUFFIXES}
+        c = {s: cache[f"blocks.{layer}.{s}"] for s in block_suffixes(record)}
+        block = blocks(lm.model)[layer]
         torch.testing.assert_close(c["hook_resid_pre"], out.hidden_states[layer], rtol=0, atol=0)
-        torch.testing.assert_close(c["hook_resid_post"], out.hidden_states[layer + 1], rtol=0, atol=0)
+        if layer < last or record.post_layernorm:
+            torch.testing.assert_close(c["hook_resid_post"], out.hidden_states[layer + 1], rtol=0, atol=0)
         torch.testing.assert_close(c["attn.hook_pattern"], out.attentions[layer], rtol=0, atol=0)
         assert c["attn.hook_q"].shape == c["attn.hook_z"].shape == (1, c["hook_resid_pre"].shape[1], heads, d_head)
         # z is each head's pattern applied to its values
@@ -51,14 +58,36 @@ def test_every_point_equals_the_models_own_tensors(family):
         torch.testing.assert_close(c["attn.hook_z"], z, rtol=1e-5, atol=1e-5)
         # the heads' results add up to W_O's output (plus its bias)
         o = hook_point(lm.model, f"blocks.{layer}.attn.hook_z").module
-        torch.testing.assert_close(c["attn.hook_result"].sum(2) + o.bias, c["hook_attn_out"], rtol=1e-5, atol=1e-5)
-        norm = hook_point(lm.model, f"blocks.{layer}.hook_resid_mid").module
-        torch.testing.assert_close(norm(c["hook_attn_out"] + c["hook_resid_pre"]), c["hook_resid_mid"],
+        torch.testing.assert_close(c["attn.hook_result"].sum(2) + (0 if o.bias is None else o.bias), c["hook_attn_out"],
                                    rtol=1e-5, atol=1e-5)
         mlp_out = hook_point(lm.model, f"blocks.{layer}.hook_mlp_out").module
         torch.testing.assert_close(mlp_out(c["mlp.hook_post"]), c["hook_mlp_out"], rtol=0, atol=0)
+        if record.post_layernorm:  # LayerNorm(sub-block output + residual), twice
+            norm = hook_point(lm.model, f"blocks.{layer}.hook_resid_mid").module
+            torch.testing.assert_close(norm(c["hook_attn_out"] + c["hook_resid_pre"]), c["hook_resid_mid"],
+                                       rtol=1e-5, atol=1e-5)
+            after = block.get_submodule(record.mlp_norm)
+            torch.testing.assert_close(after(c["hook_mlp_out"] + c["hook_resid_mid"]), c["hook_resid_post"],
+                                       rtol=1e-5, atol=1e-5)
+        else:  # the residual stream adds each sub-block's output; the norms sit before them
+            torch.testing.assert_close(c["hook_resid_pre"] + c["hook_attn_out"], c["hook_resid_mid"], rtol=0, atol=0)
+            torch.testing.assert_close(c["hook_resid_mid"] + c["hook_mlp_out"], c["hook_resid_post"], rtol=0, atol=0)
+        if record.qkv:  # the fused projection's output is [query | key | value], each split into heads
+            fused = hook_point(lm.model, f"blocks.{layer}.attn.hook_q").module
+            read = block.get_submodule(record.attn_norm)(c["hook_resid_pre"])
+            parts = torch.cat([c[f"attn.hook_{x}"].flatten(-2) for x in "qkv"], dim=-1)
+            torch.testing.assert_close(parts, fused(read), rtol=0, atol=0)
+        if record.gated_mlp:  # GeGLU: act(first half) * second half is what W_out reads
+            act = ACT2FN[lm.config.hidden_activation]
+            torch.testing.assert_close(act(c["mlp.hook_pre"]) * c[GATED_SUFFIX], c["mlp.hook_post"], rtol=1e-6, atol=1e-6)
         if lm.model_type == "albert":  # the shared layer's call index is the layer
             assert not torch.equal(c["hook_resid_post"], cache["blocks.0.hook_resid_post"]) or layer == 0
+    if record.final_norm:  # the last hidden state is the encoder's output, after its final LayerNorm
+        torch.testing.assert_close(cache[LN_FINAL], out.hidden_states[-1], rtol=0, atol=0)
+        norm = hook_point(lm.model, LN_FINAL).module
+        torch.testing.assert_close(norm(cache[f"blocks.{last}.hook_resid_post"]), cache[LN_FINAL], rtol=0, atol=0)
+    assert [state_hook(lm.model, s) for s in (0, lm.num_layers)] == \
+        [EMBED, LN_FINAL if record.final_norm else f"blocks.{last}.hook_resid_post"]
     assert _no_hooks_left(lm.model)
 
 

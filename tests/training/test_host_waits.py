@@ -22,7 +22,9 @@ def test_a_steps_losses_stay_tensors_and_the_loop_reads_them_once_an_epoch(tiny_
     labels = ["DET", "NOUN", "VERB"]
     enc = encode(tiny_bert.tokenizer, "tag", side, labels, 16)
     objective = TaskObjective("tag", labels, enc, enc, tiny_bert.tokenizer.pad_token_id, torch.device("cpu"))
-    model = tiny_bert.model
+    import copy
+
+    model = copy.deepcopy(tiny_bert.model)  # trained below: never the session's shared model
     batch = objective.batch(torch.arange(4), torch.Generator())
     runner = lambda **feed: type("Out", (), {"logits": torch.zeros(*feed["input_ids"].shape, 3,  # noqa: E731
                                                                     requires_grad=True)})()
@@ -49,12 +51,9 @@ def test_a_steps_losses_stay_tensors_and_the_loop_reads_them_once_an_epoch(tiny_
     objective.evaluate = lambda *a: {}
     state = loop.RunState()
     monkeypatch.setattr(loop, "save_checkpoint", lambda *a, **k: None)
-    try:
-        loop.run_epochs(model, runner, params, loop.adamw(params, 1e-3, 0.0), objective, Cfg(), tmp_path, state,
-                        Processes(), 2, 4, {}, contextlib.nullcontext(), None,
-                        progress=lambda step, total, info: seen.append(info["loss"]))
-    finally:
-        model.requires_grad_(False)
+    loop.run_epochs(model, runner, params, loop.adamw(params, 1e-3, 0.0), objective, Cfg(), tmp_path, state,
+                    Processes(), 2, 4, {}, contextlib.nullcontext(), None,
+                    progress=lambda step, total, info: seen.append(info["loss"]))
     assert len(seen) == 2 and all(isinstance(x, torch.Tensor) for x in seen)  # handed on unread
     assert reads == [2]  # one read of the epoch's two steps
     assert state.history[0]["train_loss"] == pytest.approx(float(torch.stack(seen).mean()))
