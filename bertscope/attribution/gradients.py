@@ -22,7 +22,7 @@ layer, pooled as it was trained).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable
 
 import numpy as np
 import torch
