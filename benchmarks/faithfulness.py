@@ -143,12 +143,13 @@ def main() -> None:
     parser.add_argument("--vz-long", type=int, default=0, help="one layer of Value Zeroing at this many tokens")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from bertscope.attribution.faithfulness import DEFAULT_METHODS, check_methods
+    from bertscope.attribution.faithfulness import check_methods
+    from bertscope.attribution.registry import faithfulness_defaults
     from bertscope.attribution.items import brown_items
 
     lm = load(args)
     print(describe(lm))
-    methods = check_methods(args.methods.split(",")) if args.methods else DEFAULT_METHODS
+    methods = check_methods(args.methods.split(",")) if args.methods else faithfulness_defaults()
     items = brown_items(lm, max(args.items, 10 if args.cost else 0), args.seed) if args.items or args.cost else []
     if args.items:
         scoreboard(lm, items[: args.items], methods, args.removal, args.steps, args.seed, args.out)

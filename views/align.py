@@ -119,7 +119,7 @@ with page_errors():
     on_disk = store.get(computed_key) is None and cached_vectors(lm, picked, pooling, context) is not None
     texts = picked.n_items * len(picked.languages)
     av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
-        cached_model(*key), picked, pooling, context, cache=True, progress=progress), "Embedding the texts",
+        lm, picked, pooling, context, cache=True, progress=progress), "Embedding the texts",
         asked=asked or on_disk or st.session_state["align_linked"], costly="cross-lingual embedding",
         wait=f"Press *Compute*: {plain(page_model)} reads the {texts:,} texts ({picked.n_items} items × "
              f"{len(picked.languages)} languages) once and keeps one vector per text at each of its "

@@ -11,8 +11,8 @@ from bertscope import BertScopeError
 from bertscope.analysis.attention_stats import STATISTICS, head_stats
 from bertscope.analysis.query_key import query_key
 from bertscope.attribution.explain import agreement, rows_at
-from bertscope.attribution.methods import from_attentions, token_matrices
-from bertscope.attribution.registry import METHODS
+from bertscope.attribution.methods import token_matrices
+from bertscope.attribution.registry import METHODS, matrix_methods
 from bertscope.corpora.brown_tasks import brown_texts
 from bertscope.corpora.sentences import read_corpus, shipped_corpus
 from bertscope.figures.attention import (
@@ -29,10 +29,11 @@ from bertscope.figures.attention import (
 from bertscope.figures.attribution import matrices_side_by_side
 from bertscope.figures.bertviz_assets import URL_PATH as BERTVIZ_URL
 from bertscope.figures.bertviz_assets import installed as bertviz_assets_installed
+from bertscope.runtime.families import sliding_window
 from bertscope.sources.hub import hub_reachable
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, check_upload
-from views.kit.model_picker import cached_model, model_key, require_model
+from views.kit.model_picker import model_key, require_model
 from views.kit.results import cached_inspection, result_store
 from views.kit.url import from_url, tab_from_url, to_bool, to_url
 
@@ -70,7 +71,7 @@ with page_errors():
     check_text(text)
     check_text(pair, "second text")
     with st.spinner("Running the model (attentions of every layer and head)…"):
-        r = cached_inspection(key, text, pair if pair.strip() else None)
+        r = cached_inspection(lm, key, text, pair if pair.strip() else None)
 for warning in r.warnings:
     st.warning(warning)
 st.caption(plain(f"{r.n_tokens} tokens · {r.n_layers} layers × {r.n_heads} heads · {lm.name}"))
@@ -88,6 +89,12 @@ renorm = c4.toggle("Renormalise rows", key="att_renorm", disabled=not hide,
 renorm = renorm and hide
 to_url(text=text if text != DEFAULT_TEXT else None, pair=pair or None, layer=layer, head=head,
        hide=hide or None, renorm=renorm or None)
+window = sliding_window(lm.config, layer)
+if window is not None:  # ModernBERT's local layers: the zeros beyond the window are the design, not a finding
+    local = [i for i in range(r.n_layers) if sliding_window(lm.config, i) is not None]
+    st.info(f"Layer {layer} attends through a sliding window: each token sees at most {window} tokens on each side "
+            f"(weights beyond are zero by construction). Local layers: {', '.join(map(str, local))}; the others "
+            "attend globally.")
 
 def first_query(shown: list[int]) -> int:
     """The token a view opens on: "it" when the sentence has one (the home page's question: which heads
@@ -145,37 +152,40 @@ with tabs[3]:
                    "(Mohebbi et al. 2023; each layer re-run with one token's values zeroed, composed), each as "
                    f"the state after the layer picked above, layer {layer}. Which of them to trust on this model: "
                    "the Faithfulness page.")
-        matrix_methods = [m.name for m in METHODS.values() if m.kind == "matrix"]
-        methods = st.multiselect("Methods", matrix_methods, ["attention", "rollout", "alti"], key="att_methods",
-                                 format_func=lambda m: METHODS[m].title)
+        offered = matrix_methods(lm)  # the registry's, those that apply to this model
+        methods = st.multiselect("Methods", offered, [m for m in ("attention", "rollout", "alti") if m in offered],
+                                 key="att_methods", format_func=lambda m: METHODS[m].title)
+        if len(offered) < len(matrix_methods()):
+            st.caption(f"Not offered for {plain(lm.name)}: "
+                       + ", ".join(METHODS[m].title for m in matrix_methods() if m not in offered)
+                       + " (they read BERT's post-LayerNorm blocks, whose scores are q·k alone).")
         with page_errors(stop=False):
             store = result_store("attribution")
             matrices = {}
             for name in methods:
                 record = METHODS[name]
-                if record.on_request:  # one layer, when asked: seconds to minutes
-                    request = (key, text, pair or None, name, layer)
+                one_layer = [layer] if record.on_request else None  # costly: one layer, when asked
+
+                def compute(progress=None, m=name, layers=one_layer):  # the library picks the pass
+                    return token_matrices(lm, text, pair or None, m, layers, progress, template=r)
+
+                request = (key, text, pair or None, name, *(one_layer or ()))
+                if record.on_request:
                     found = store.get(request)
                     if found is None and record.max_tokens is not None and r.n_tokens > record.max_tokens:
                         st.warning(f"{record.title.capitalize()} is capped at {record.max_tokens} tokens (this input "
                                    f"has {r.n_tokens}): rollout approximates it.")
                     elif found is None and st.button(f"Compute {name} after layer {layer} (seconds to a minute)",
                                                      key=f"att_{name}_go"):
-                        store.compute(request, lambda progress, m=name: (
-                            from_attentions(r, m, [layer], progress) if METHODS[m].from_attentions else
-                            token_matrices(cached_model(*key), text, pair or None, m, [layer], progress)),
-                            f"{record.title.capitalize()}, " + ("rows" if record.from_attentions else "layers"),
-                            asked=True, costly=f"{record.title} computation")
+                        store.compute(request, compute,
+                                      f"{record.title.capitalize()}, " + ("rows" if record.from_attentions else "layers"),
+                                      asked=True, costly=f"{record.title} computation")
                         st.rerun()  # redraw without the button
                     if found is not None:
                         matrices[name] = found
-                elif record.from_attentions:  # from the pass above
-                    matrices[name] = store.get_or_compute((key, text, pair or None, name),
-                                                          lambda m=name: from_attentions(r, m))
-                else:  # a pass of its own, with hooks
+                else:
                     with st.spinner(f"Computing {record.title}…"):
-                        matrices[name] = store.get_or_compute((key, text, pair or None, name), lambda m=name: (
-                            token_matrices(cached_model(*key), text, pair or None, m)))
+                        matrices[name] = store.get_or_compute(request, compute)
             if matrices:
                 fig = matrices_side_by_side(r.tokens, {m: v.at(layer) for m, v in matrices.items()}, layer)
                 st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_methods_chart")
@@ -283,7 +293,7 @@ with tabs[6]:
         if request and request[0] == key:
             with page_errors():
                 store = result_store("head_stats")
-                stats = store.compute(request[:2], lambda progress: head_stats(cached_model(*key), request[2],
+                stats = store.compute(request[:2], lambda progress: head_stats(lm, request[2],
                                                                               progress=progress),
                                       "Running the corpus through the model, sentences", asked=run,
                                       costly="head-statistics run")
@@ -319,7 +329,7 @@ with tabs[7]:
         with page_errors(stop=False):
             qk = result_store("query_key").get_or_compute(
                 (key, text, pair or None, layer, head, query),
-                lambda: query_key(cached_model(*key), text, layer, head, query, pair or None))
+                lambda: query_key(lm, text, layer, head, query, pair or None))
             order = [int(j) for j in np.argsort(-qk.weights)[: int(top)]]
             shown = order + [j for j in extra if j not in order]
             fig = query_key_figure(qk, shown)

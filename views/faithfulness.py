@@ -11,23 +11,22 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from bertscope.attribution.erasure import REMOVALS
-from bertscope.attribution.faithfulness import DEFAULT_METHODS, FRACTIONS, RANDOM, check_methods, faithfulness
+from bertscope.attribution.faithfulness import FRACTIONS, RANDOM, check_methods, faithfulness
 from bertscope.attribution.class_items import brown_class_items, class_items
 from bertscope.attribution.items import MAX_ITEM_TOKENS, brown_items, text_items
 from bertscope.core.task_head import SEQUENCE
-from bertscope.attribution.registry import METHODS
+from bertscope.attribution.registry import METHODS, faithfulness_defaults
 from bertscope.errors import BertScopeError
 from bertscope.figures.faithfulness import method_label, perturbation_curves, removal_words, scoreboard_bars
 from bertscope.figures.text import label
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo
-from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 
 SIZES = [10, 25, 50, 100, 200]
 STEPS = [8, 16, 32, 50]
-CHOICES = list(METHODS)  # every method of the registry, its floor included
 EXAMPLE = ("The river was wide and the [MASK] was muddy.\nShe deposited the money in the bank.\n"
            "The keys to the cabinet [MASK] on the table.")
 CLASS_EXAMPLE = ("What a wonderful day, the concert was brilliant!\nThe train was late again and nobody told us why.\n"
@@ -59,6 +58,7 @@ if "mlm" not in lm.outputs and not classifier:
     offer_bundled_mlm("faith_switch")
     st.stop()
 
+CHOICES = [m for m in METHODS if METHODS[m].applies_to(lm)]  # the registry's, its floor included
 from_url("source", "faith_source", valid=lambda v: v in ("brown", "text"))
 from_url("n", "faith_n", int, lambda v: v in SIZES and v <= max_items())
 from_url("methods", "faith_methods", lambda v: [m for m in v.split(",") if m],
@@ -85,7 +85,8 @@ with st.form("faith_form"):
                             "content word is masked", EXAMPLE, key="faith_text", height=110,
                             max_chars=Limits.corpus_chars)
     # every chosen method's name in sight: the list gets the whole width, the settings a row below
-    methods = st.multiselect("Methods", CHOICES, list(DEFAULT_METHODS), key="faith_methods", format_func=method_label)
+    methods = st.multiselect("Methods", CHOICES, list(faithfulness_defaults(lm)), key="faith_methods",
+                             format_func=method_label)
     c2, c3, c4 = st.columns([2, 1, 1])
     removal = c2.radio("Removing a token", REMOVALS, key="faith_removal", horizontal=True,
                        format_func=lambda r: {"attention": "attention mask", "mask": "[MASK]"}[r],
@@ -119,7 +120,7 @@ with page_errors(stop=False):
     elif board is None:
 
         def work(progress):
-            model = cached_model(*key)
+            model = lm
             if source == "brown":
                 progress(0, n, "Choosing Brown sentences")
                 choose = brown_class_items if classifier else brown_items

@@ -19,7 +19,7 @@ from bertscope.figures.features import context_html, histogram_figure, text_feat
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.kept import persist
 from views.kit.limits import Limits, check_text, demo
-from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -111,7 +111,7 @@ def corpus_controls(prefix: str):
         kept = statistics_on_disk(lm, {layer: sae}, corpus)  # another session or the command line made them
         if layer in kept:
             store.put(request, kept[layer])
-    stats = store.compute(request, lambda progress: feature_statistics(cached_model(*key), {layer: sae}, corpus,
+    stats = store.compute(request, lambda progress: feature_statistics(lm, {layer: sae}, corpus,
                                                                        progress=progress)[layer],
                           f"{corpus.name} through layer {layer} and the SAE, sentences", asked,
                           costly="feature statistics",
@@ -132,7 +132,7 @@ with tab_text:
             check_text(text)
             result = result_store("active_features").get_or_compute(
                 (key, str(folder.resolve()), layer, text),
-                lambda: active_features(cached_model(*key), sae, text, layer, folder.resolve()))
+                lambda: active_features(lm, sae, text, layer, folder.resolve()))
             fig, chosen = text_features_figure(result)
             st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="feat_text_map")
             rows = [{"position": i, "token": t["token"], "features (activation)": ", ".join(
@@ -158,7 +158,7 @@ with tab_feature:
             if "mlm" in lm.outputs:
                 weights = result_store("logit_weights").get_or_compute(
                     (key, str(folder.resolve()), layer, feature),
-                    lambda: logit_weights(cached_model(*key), sae, feature))
+                    lambda: logit_weights(lm, sae, feature))
                 c1.markdown("**Tokens it promotes and suppresses** through the masked-LM head (its direction added "
                             "at the SAE's centre; the ranking is the reading)")
                 c1.dataframe(pd.DataFrame({"promotes": [t for t, _ in weights.promoted],
@@ -199,7 +199,7 @@ with tab_feature:
                                 width="stretch", key="feat_hist")
                 contexts = result_store("feature_contexts").get_or_compute(
                     (key, str(folder.resolve()), layer, corpus.name, feature),
-                    lambda: feature_contexts(cached_model(*key), sae, stats, corpus, feature, layer))
+                    lambda: feature_contexts(lm, sae, stats, corpus, feature, layer))
                 st.markdown(plain(f"**Top contexts** over {corpus.name} (the sentences where it fires hardest; "
                                   "hover a word piece for its activation and gold tags)"))
                 if not contexts:
@@ -219,7 +219,7 @@ with tab_search:
                     st.form_submit_button("Search", type="primary")
                 found = result_store("features_promoting").compute(
                     (key, str(folder.resolve()), layer, word.strip()),
-                    lambda progress: features_promoting(cached_model(*key), sae, word),
+                    lambda progress: features_promoting(lm, sae, word),
                     "Every feature's direction through the masked-LM head", costly="feature search")
                 table = None if found is None else pd.DataFrame(found, columns=["feature", "logit change"])
             else:

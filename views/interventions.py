@@ -26,7 +26,7 @@ from views.kit.kept import persist
 from views.kit.limits import Limits, check_text
 from views.kit.feature_interventions import feature_patch_section, features_tab
 from views.kit.mask_changes import show_mask_changes
-from views.kit.model_picker import cached_model, model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -119,7 +119,7 @@ with tab_ablate:
     else:
         with page_errors(stop=False):
             check_text(text)
-            means = reference_means(key, mode)
+            means = reference_means(lm, key, mode)
             target = None
             if watch != "mlm":
                 check_text(pair, "segment B")
@@ -141,7 +141,7 @@ with tab_ablate:
                 held, where = held_out_texts(200)
                 accuracy = result_store("held_out").compute(
                     (key, tuple(heads), mode == "mean"),
-                    lambda progress: held_out_accuracy(cached_model(*key), held, heads), "Held-out accuracy",
+                    lambda progress: held_out_accuracy(lm, held, heads), "Held-out accuracy",
                     costly="held-out accuracy")
                 c1, c2, c3 = st.columns(3)
                 c1.metric("Top-1, intact", f"{accuracy.intact:.1%}")
@@ -172,7 +172,7 @@ with tab_importance:
     else:
         with page_errors(stop=False):
             imp = store.compute(request, lambda progress: head_importance(
-                cached_model(*key), fit, seed=int(seed), progress=progress), "Gate gradients, sentences", asked,
+                lm, fit, seed=int(seed), progress=progress), "Gate gradients, sentences", asked,
                 costly="head-importance run")
             st.caption(plain(f"Over {where}: {imp.positions:,} masked positions, mean loss {imp.loss:.3f} nats."))
             clickable_grid(lm, "Head importance (each layer's row has unit ℓ2 norm) · click to pick for ablation",
@@ -184,7 +184,7 @@ with tab_importance:
                                "text/csv", key="int_imp_csv", on_click="ignore")
             if prune:
                 curve = result_store("pruning").compute(request, lambda progress: pruning_curve(
-                    cached_model(*key), imp, held, seed=int(seed), progress=progress),
+                    lm, imp, held, seed=int(seed), progress=progress),
                     "Pruning curve, steps", asked, costly="pruning curve")
                 fig = pruning_figure(curve)
                 st.caption("The pruning curve removes heads, least important first, 10% at a time, and scores "
@@ -238,7 +238,7 @@ with tab_patch:
             positions = sorted({*positions, setup.position})
         request = (key, clean, corrupt, a.strip(), b.strip(), tuple(positions or ()))
         hidden = result_store("patch_hidden").compute(request, lambda progress: patch(
-            cached_model(*key), clean, corrupt, (a, b), "hidden", positions, progress=progress),
+            lm, clean, corrupt, (a, b), "hidden", positions, progress=progress),
             "Patching hidden states, cells", asked, costly="patching run", charge_key=("patch", request[:5]))
         c1, c2, c3 = st.columns(3)
         c1.metric("Clean: logit A − logit B", f"{hidden.m_clean:+.3f}")
@@ -249,7 +249,7 @@ with tab_patch:
         fig = recovered_heatmap(hidden)
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="int_patch_hidden")
         heads = result_store("patch_heads").compute(request[:5], lambda progress: patch(
-            cached_model(*key), clean, corrupt, (a, b), "heads", progress=progress),
+            lm, clean, corrupt, (a, b), "heads", progress=progress),
             "Patching heads, cells", asked, costly="patching run", charge_key=("patch", request[:5]))
         st.plotly_chart(recovered_heatmap(heads), config=PLOT_CONFIG, width="stretch", key="int_patch_heads")
         st.download_button("Download both grids (JSON)",

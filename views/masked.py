@@ -25,24 +25,23 @@ from bertscope.mlm.recipe import mlm_recipe, recipe_corruption
 from bertscope.mlm.nsp import both_orders, sentence_order
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text
-from views.kit.model_picker import cached_model, model_key, model_options, obtainable, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, model_options, obtainable, offer_bundled_mlm, require_model
 from views.kit.results import result_store
 from views.kit.training import training_allowed
 from views.kit.url import from_url, tab_from_url, to_url
 
 
-def cached_fill(key, text: str, top_k: int):
-    return result_store("fill").get_or_compute((key, text, top_k), lambda: fill_mask(cached_model(*key), text, top_k))
+def cached_fill(lm, key, text: str, top_k: int):
+    return result_store("fill").get_or_compute((key, text, top_k), lambda: fill_mask(lm, text, top_k))
 
 
-def cached_fill_words(key, text: str, words: tuple[int, ...], top_k: int):
+def cached_fill_words(lm, key, text: str, words: tuple[int, ...], top_k: int):
     return result_store("fill_words").get_or_compute(
-        (key, text, words, top_k), lambda: fill_mask_words(cached_model(*key), text, list(words), top_k))
+        (key, text, words, top_k), lambda: fill_mask_words(lm, text, list(words), top_k))
 
 
-def cached_iterative(key, text: str, words: tuple[int, ...] | None):
+def cached_iterative(lm, key, text: str, words: tuple[int, ...] | None):
     def run():
-        lm = cached_model(*key)
         start = fill_mask(lm, text, 1) if words is None else fill_mask_words(lm, text, list(words), 1)
         return iterative_fill(lm, start)
 
@@ -117,7 +116,7 @@ with tab_fill:
                 st.form_submit_button("Run", type="primary")
             to_url(text=text, k=top_k)
             check_text(text)
-            result = cached_fill(key, text, top_k)
+            result = cached_fill(lm, key, text, top_k)
         else:
             with st.form("mlm_words_form"):
                 text = st.text_area("Text", "The quick brown fox jumps over the lazy dog.", key="mlm_words_text",
@@ -132,7 +131,7 @@ with tab_fill:
             to_url(wtext=text, words=",".join(map(str, sorted(picked))) or None, k=top_k)
             if picked:
                 words = tuple(sorted(picked))
-                result = cached_fill_words(key, text, words, top_k)
+                result = cached_fill_words(lm, key, text, words, top_k)
             else:
                 st.info("Pick one or more words to mask.")
     if result is not None:
@@ -151,7 +150,7 @@ with tab_fill:
         st.caption("Each mask's distribution is independent (one forward pass, as the Hugging Face "
                    "fill-mask pipeline).")
         if len(result.predictions) > 1 and st.toggle("Fill iteratively, most confident first", key="mlm_iter"):
-            it = cached_iterative(key, text, words)
+            it = cached_iterative(lm, key, text, words)
             st.dataframe(pd.DataFrame([{"step": s.step + 1, "token position": s.position,
                                         "filled with": s.prediction.token.strip(),
                                         "probability": s.prediction.score} for s in it.steps]),
@@ -179,7 +178,7 @@ with tab_why:
             store = result_store("explain")
             request = (key, tuple(int(i) for i in result.inspection.input_ids), position, token, steps)
             explanation = store.compute(request, lambda progress: explain_prediction(
-                cached_model(*key), result.inspection, position, token, steps, progress=progress),
+                lm, result.inspection, position, token, steps, progress=progress),
                 "Integrated gradients, steps", costly="explanation")
             ig = explanation.ig
             for warning in ig.warnings:

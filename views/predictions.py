@@ -20,7 +20,7 @@ from bertscope.tasks.spans import answer
 from bertscope.tasks.tag import tag
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text, check_upload
-from views.kit.model_picker import cached_model, model_key, require_model
+from views.kit.model_picker import model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 
@@ -64,7 +64,7 @@ with page_errors(stop=False):
     if task.kind == SEQUENCE:
         check_text(pair, "second text")
         result = store.get_or_compute((key, text, pair or None), lambda: classify(
-            cached_model(*key), [text], [pair] if pair else None)[0])
+            lm, [text], [pair] if pair else None)[0])
         decided = result.predicted
         if result.truncated:
             st.warning(f"The input is longer than {lm.max_length} tokens: the model read its first {lm.max_length}.")
@@ -76,7 +76,7 @@ with page_errors(stop=False):
                             width="stretch", key="pred_bars")
         if st.toggle("Read the decision at every layer (a pass per hidden state)", key="pred_by_layer"):
             lens = result_store("predict_layers").compute((key, text, pair or None), lambda progress: layer_decisions(
-                cached_model(*key), text, pair or None), "Every layer's reading", costly="layer reading")
+                lm, text, pair or None), "Every layer's reading", costly="layer reading")
             st.plotly_chart(layer_readings(lens.states, lens.labels, lens.scores,
                                            "value" if task.scoring == "none" else "probability"),
                             config=PLOT_CONFIG, width="stretch", key="pred_layers")
@@ -85,7 +85,7 @@ with page_errors(stop=False):
                              f"{pooler}the classifier as the model applies them): the decision is "
                              f"“{lens.predicted[-1]}” from hidden state {lens.first_final()} on."))
     elif task.kind == TOKEN:
-        result = store.get_or_compute((key, text), lambda: tag(cached_model(*key), [text])[0])
+        result = store.get_or_compute((key, text), lambda: tag(lm, [text])[0])
         spans = [(e["start"], e["end"], e["entity_group"], e["score"]) for e in result.entities]
         st.markdown(marked_text(text, spans), unsafe_allow_html=True)
         if not spans:
@@ -95,7 +95,7 @@ with page_errors(stop=False):
     else:
         check_text(question, "question")
         result = store.get_or_compute((key, question, text), lambda: answer(
-            cached_model(*key), [question], [text], top_k=3)[0])
+            lm, [question], [text], top_k=3)[0])
         best = result.answers[:1]
         st.markdown(marked_text(text, [(a["start"], a["end"], "answer", a["score"]) for a in best]),
                     unsafe_allow_html=True)
@@ -130,7 +130,7 @@ if why_asked or st.session_state.get("pred_why_ran"):
             target, first, second = parse_target(why), question, text
         request = (key, first, second, target, steps)
         explained = result_store("predict_why").compute(request, lambda progress: attribute(
-            cached_model(*key), first, second, "ig", target, steps=steps, progress=progress),
+            lm, first, second, "ig", target, steps=steps, progress=progress),
             "Integrated gradients, steps", why_asked, costly="explanation")
         a = explained.attribution
         st.plotly_chart(token_strip(explained.tokens, explained.scores, f"Integrated gradients for "
@@ -162,7 +162,7 @@ if task.kind == SEQUENCE:
                 st.warning("The file has no label column: its records are predicted, not scored.")
             digest = hashlib.sha256(content).hexdigest()
             out = result_store("predict_file").compute((key, digest), lambda progress: predict(
-                cached_model(*key), records.texts, records.pairs, gold=records.gold, progress=progress),
+                lm, records.texts, records.pairs, gold=records.gold, progress=progress),
                 "Records", asked, costly="labelled-file run")
             if "evaluation" in out:
                 e = out["evaluation"]

@@ -17,7 +17,7 @@ from bertscope.figures.probe import confusion_figure, layer_figure, run_name
 from bertscope.figures.text import in_context, table_text
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_upload, demo
-from views.kit.model_picker import cached_model, model_key, require_model
+from views.kit.model_picker import model_key, require_model
 from views.kit.results import result_store
 from views.kit import syntax_tab
 from views.kit.url import from_url, tab_from_url, to_url
@@ -99,7 +99,6 @@ with tab_labels:
             run_key = (key, task.digest(), chosen, kind, other.digest() if other is not None else None)
 
             def run(progress):
-                lm = cached_model(*key)
                 states = hidden_states(lm, task, chosen, HiddenStateCache(), progress=progress)
                 external = None
                 if other is not None:

@@ -25,7 +25,7 @@ from bertscope.figures.text import in_context, table_text
 from bertscope.mlm.fill_mask import words_of
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text, check_upload
-from views.kit.model_picker import cached_model, model_key, require_model
+from views.kit.model_picker import model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, from_url_layer, layer_in_url, tab_from_url, to_url
 
@@ -85,7 +85,7 @@ digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdi
 store = result_store("shift")
 with page_errors():
     def run(progress):
-        found = collect(cached_model(*key), word, rows, pooling, occurrences, progress=progress)
+        found = collect(lm, word, rows, pooling, occurrences, progress=progress)
         progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
         return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
 
@@ -164,7 +164,7 @@ with tab_brown:
         with page_errors(stop=False):
             store = result_store("brown_index")
             on_disk = store.get(key) is None and index_on_disk(lm)
-            index = store.compute(key, lambda progress: build_index(cached_model(*key), progress=progress),
+            index = store.compute(key, lambda progress: build_index(lm, progress=progress),
                                   "Indexing the Brown sample (once per model; kept on disk), sentences",
                                   index_asked or on_disk, costly="Brown index",
                                   wait=plain(f"Press Index the Brown sample: {lm.name} reads {DEFAULT_SENTENCES:,} "
@@ -184,7 +184,7 @@ with tab_brown:
             picked = b2.selectbox("Word", range(len(names)), index=default, key="shift_brown_word",
                                   format_func=lambda i: f"{i}: {names[i]}")
             k = b3.number_input("Matches", 5, MAX_K, 20, key="shift_brown_k")
-            found = search(cached_model(*key), index, query, int(picked), layer, int(k))
+            found = search(lm, index, query, int(picked), layer, int(k))
             st.plotly_chart(tag_bars(found), config=PLOT_CONFIG, width="stretch", key="shift_brown_tags")
             concordance = pd.DataFrame([  # each Brown sentence centred on its word (exBERT's view)
                 {"similarity": m.similarity, "tag": tag_name(m.tag), "genre": m.genre,

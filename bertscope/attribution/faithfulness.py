@@ -33,14 +33,13 @@ from bertscope.attribution.erasure import REMOVALS, Removal, class_probabilities
 from bertscope.attribution.gradients import Target
 from bertscope.attribution.items import Item
 from bertscope.attribution.methods import token_matrices, token_scores
-from bertscope.attribution.registry import FAITHFULNESS_DEFAULTS, FLOOR, METHODS, find_method
+from bertscope.attribution.registry import METHODS, faithfulness_defaults, find_method, floor
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.runtime.engine import Engine
 
 FRACTIONS = (0.01, 0.05, 0.10, 0.20, 0.50)
-RANDOM = FLOOR  # the registry's floor record
-DEFAULT_METHODS = FAITHFULNESS_DEFAULTS
+RANDOM = floor()  # the registry's floor record
 BOOTSTRAP = 1_000
 METRICS = ("comprehensiveness", "sufficiency", "loo_spearman")
 
@@ -49,7 +48,7 @@ def check_methods(names: Sequence[str]) -> tuple[str, ...]:
     """The methods asked for, in order, each one the registry has (the floor included)."""
     chosen = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not chosen:
-        raise BertScopeError(f"Give at least one method: {', '.join(DEFAULT_METHODS)}.")
+        raise BertScopeError(f"Give at least one method: {', '.join(faithfulness_defaults())}.")
     for name in chosen:
         find_method(name, tuple(METHODS))
     return chosen
@@ -249,14 +248,15 @@ class Scoreboard:
         return out
 
 
-def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] = DEFAULT_METHODS,
+def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] | None = None,
                  removal: Removal = "attention", steps: int = 50, seed: int = 0, source: str = "",
                  skipped: int = 0, progress: Callable[[int, int], None] | None = None,
                  engine: Engine | None = None) -> Scoreboard:
     """Score every item with every method, erase, and keep what each method's removals did.
     ``engine``: who does the items' work (``runtime.engine``: a Ray cluster's actors); by default
-    this process, item after item. Either way each item is ``item_result``."""
-    methods = check_methods(methods)
+    this process, item after item. Either way each item is ``item_result``. ``methods``: by default the
+    registry's scoreboard defaults that apply to ``lm``."""
+    methods = check_methods(faithfulness_defaults(lm) if methods is None else methods)
     if removal not in REMOVALS:
         raise BertScopeError(f"Unknown removal {removal!r}: use attention or mask.")
     if not items:

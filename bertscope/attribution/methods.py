@@ -46,12 +46,15 @@ def token_matrices(lm: LoadedModel, text: str | None, pair: str | None, method: 
                    progress: Callable[[int, int], None] | None = None,
                    template: Inspection | None = None) -> TokenMatrices:
     """A matrix method for every layer (flow: ``layers`` only, blocks from 0); on the ids of
-    ``template`` instead of ``text`` when given (an input edited by ids)."""
+    ``template`` instead of ``text`` when given (a pass already run, or an input edited by ids).
+
+    The one choice of pass: a method that reads attention weights alone uses ``template``'s when it
+    has them, else a pass with attentions; the others run their own pass, with hooks."""
     record = _matrix_method(method)
-    weights = record.from_attentions  # the others run their own pass, with hooks
+    weights = record.from_attentions
     if template is None:
         ins = inspect(lm, text, pair, with_logits=False, with_hidden_states=False, with_attentions=weights)
-    elif weights:
+    elif weights and template.attentions is None:
         ins = inspect_ids(lm, template, template.input_ids, with_logits=False, with_hidden_states=False)
     else:
         ins = template

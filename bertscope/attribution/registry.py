@@ -10,9 +10,11 @@ A matrix method maps (model, a pass of the input, the layers wanted) to ``[layer
 how much input token j contributes to token i after each layer; a score method maps (model, the
 input, a ``Target``) to one score per token for that decision; the floor (``random``) ranks tokens
 at random, seeded, so the faithfulness scoreboard has a line every method must clear. Adding a
-method is a file with its function and one ``Method`` record below (``faithfulness_default``:
-whether the scoreboard runs it unless told otherwise); ``tests/attribution/test_attribution.py`` runs every
-record, and every list of methods (CLI, pages, figures, the home page) is read from here.
+method is a file with its function and one ``register(Method(...))`` (built by keyword; here for the
+shipped ones, or from a user's own module before the lists are read: every list below is derived
+when it is read, so a method registered later is in the matrix methods and the scoreboard's defaults
+too); ``tests/attribution/test_attribution.py`` runs every record, and every list of methods (CLI,
+pages, figures, the home page) is read from here.
 """
 
 from __future__ import annotations
@@ -26,21 +28,30 @@ from bertscope.attribution import blocks, gradients, rollout, value_zeroing
 from bertscope.errors import BertScopeError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Method:
     name: str  # what the CLI's --method and the pages' links say
     title: str  # figure and page label
     kind: Literal["matrix", "scores", "floor"]  # token-to-token per layer, per-token scores for one
     # target, or the random floor of the faithfulness scoreboard (per-token scores of no method)
-    rows_sum_to_one: bool  # matrix methods: each token's row is a distribution over the input tokens
-    needs_target: bool  # scores: explains one decision (a masked token, NSP/SOP, a probe's class)
-    from_attentions: bool  # computed from a pass's attention weights alone (no model call of its own)
     compute: Callable[..., Any]  # matrix: (lm, inspection, layers, progress) -> [layer, q, k];
     # scores: (lm, inspection, target, steps, progress) -> Attribution; floor: (inspection, seed) -> [token]
     cite: str  # the paper it follows
+    rows_sum_to_one: bool = False  # matrix methods: each token's row is a distribution over the input tokens
+    needs_target: bool = False  # scores: explains one decision (a masked token, NSP/SOP, a probe's class)
+    from_attentions: bool = False  # computed from a pass's attention weights alone (no model call of its own)
+    needs_blocks: bool = False  # reads BERT's post-LayerNorm block weights (``core.block_modules.reads_blocks``)
     on_request: bool = False  # costly (seconds to minutes for one layer): a page runs it when asked
     max_tokens: int | None = None  # refused above this length (with a one-line reason)
     faithfulness_default: bool = True  # the scoreboard runs it unless told which methods to run
+
+    def applies_to(self, lm: Any) -> bool:
+        """Whether this method can run on ``lm`` (block-reading methods need BERT's post-LayerNorm blocks)."""
+        if not self.needs_blocks:
+            return True
+        from bertscope.core.block_modules import reads_blocks
+
+        return reads_blocks(lm)
 
     def describe(self) -> str:
         return f"{self.name}: {self.title} ({self.cite})"
@@ -84,33 +95,72 @@ def _random(ins, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, int(ins.input_ids.sum()), n]).random(n)
 
 
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in [
-        Method("attention", "raw attention (heads averaged)", "matrix", True, False, True, _attention,
-               "for comparison; not an attribution"),
-        Method("rollout", "rollout", "matrix", True, False, True, _rollout, "Abnar & Zuidema 2020"),
-        Method("flow", "attention flow", "matrix", True, False, True, _flow, "Abnar & Zuidema 2020",
-               on_request=True, max_tokens=rollout.MAX_FLOW_TOKENS, faithfulness_default=False),
-        Method("norm", "‖Σ α f(x)‖ (norm-based)", "matrix", False, False, False, _norm, "Kobayashi et al. 2020"),
-        Method("alti", "ALTI (composed)", "matrix", True, False, False, _alti, "Ferrando et al. 2022"),
-        Method("valuezeroing", "Value Zeroing (composed)", "matrix", True, False, False, _valuezeroing,
-               "Mohebbi et al. 2023", on_request=True),
-        Method("grad", "gradient × input", "scores", False, True, False, _grad, "Shrikumar et al. 2017"),
-        Method("ig", "integrated gradients", "scores", False, True, False, _ig, "Sundararajan et al. 2017"),
-        Method("random", "random (floor)", "floor", False, False, False, _random,
-               "the floor: a seeded random ranking of the tokens"),
-    ]
-}
-MATRIX_METHODS = tuple(name for name, m in METHODS.items() if m.kind == "matrix")
-SCORE_METHODS = tuple(name for name, m in METHODS.items() if m.kind == "scores")
-ATTRIBUTION_METHODS = MATRIX_METHODS + SCORE_METHODS  # what `attribute` computes (the floor explains nothing)
-FLOOR = next(name for name, m in METHODS.items() if m.kind == "floor")
-FAITHFULNESS_DEFAULTS = tuple(name for name, m in METHODS.items() if m.faithfulness_default)
+METHODS: dict[str, Method] = {}
 
 
-def find_method(name: str, among: tuple[str, ...] = ATTRIBUTION_METHODS) -> Method:
-    """The record of ``name`` (one of ``among``), or one line that lists them."""
+def register(method: Method) -> Method:
+    """Add ``method`` to the registry (one line if its name is taken); returns it."""
+    if method.name in METHODS:
+        raise BertScopeError(f"An attribution method called {method.name!r} is registered already.")
+    if method.kind not in ("matrix", "scores", "floor"):
+        raise BertScopeError(f"{method.name}: kind is matrix, scores or floor, not {method.kind!r}.")
+    METHODS[method.name] = method
+    return method
+
+
+for _method in (
+    Method(name="attention", title="raw attention (heads averaged)", kind="matrix", rows_sum_to_one=True,
+           from_attentions=True, compute=_attention, cite="for comparison; not an attribution"),
+    Method(name="rollout", title="rollout", kind="matrix", rows_sum_to_one=True, from_attentions=True,
+           compute=_rollout, cite="Abnar & Zuidema 2020"),
+    Method(name="flow", title="attention flow", kind="matrix", rows_sum_to_one=True, from_attentions=True,
+           compute=_flow, cite="Abnar & Zuidema 2020", on_request=True, max_tokens=rollout.MAX_FLOW_TOKENS,
+           faithfulness_default=False),
+    Method(name="norm", title="‖Σ α f(x)‖ (norm-based)", kind="matrix", needs_blocks=True, compute=_norm,
+           cite="Kobayashi et al. 2020"),
+    Method(name="alti", title="ALTI (composed)", kind="matrix", rows_sum_to_one=True, needs_blocks=True,
+           compute=_alti, cite="Ferrando et al. 2022"),
+    Method(name="valuezeroing", title="Value Zeroing (composed)", kind="matrix", rows_sum_to_one=True,
+           needs_blocks=True, compute=_valuezeroing, cite="Mohebbi et al. 2023", on_request=True),
+    Method(name="grad", title="gradient × input", kind="scores", needs_target=True, compute=_grad,
+           cite="Shrikumar et al. 2017"),
+    Method(name="ig", title="integrated gradients", kind="scores", needs_target=True, compute=_ig,
+           cite="Sundararajan et al. 2017"),
+    Method(name="random", title="random (floor)", kind="floor", compute=_random,
+           cite="the floor: a seeded random ranking of the tokens"),
+):
+    register(_method)
+
+
+def matrix_methods(lm: Any = None) -> tuple[str, ...]:
+    """Token-to-token methods, in registration order (those that apply to ``lm`` when given)."""
+    return tuple(n for n, m in METHODS.items() if m.kind == "matrix" and (lm is None or m.applies_to(lm)))
+
+
+def score_methods(lm: Any = None) -> tuple[str, ...]:
+    """Methods that score tokens for one decision (those that apply to ``lm`` when given)."""
+    return tuple(n for n, m in METHODS.items() if m.kind == "scores" and (lm is None or m.applies_to(lm)))
+
+
+def attribution_methods(lm: Any = None) -> tuple[str, ...]:
+    """What ``attribute`` computes: every matrix and score method (the floor explains nothing)."""
+    return matrix_methods(lm) + score_methods(lm)
+
+
+def floor() -> str:
+    """The random floor of the faithfulness scoreboard."""
+    return next(n for n, m in METHODS.items() if m.kind == "floor")
+
+
+def faithfulness_defaults(lm: Any = None) -> tuple[str, ...]:
+    """What the scoreboard runs unless told which methods to run (those that apply to ``lm`` when given)."""
+    return tuple(n for n, m in METHODS.items() if m.faithfulness_default and (lm is None or m.applies_to(lm)))
+
+
+def find_method(name: str, among: tuple[str, ...] | None = None) -> Method:
+    """The record of ``name`` (one of ``among``, by default every attribution method), or one line that
+    lists them."""
+    among = attribution_methods() if among is None else among
     if name not in among:
         raise BertScopeError(f"Unknown method {name!r}: use one of {', '.join(among)}.")
     return METHODS[name]

@@ -7,7 +7,7 @@ from typing import Any
 
 from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.core.layers import parse_blocks
-from bertscope.attribution.registry import MATRIX_METHODS, METHODS, SCORE_METHODS
+from bertscope.attribution.registry import METHODS, attribution_methods, matrix_methods, score_methods
 from bertscope.errors import BertScopeError
 
 
@@ -16,17 +16,16 @@ def cmd_attribute(args: argparse.Namespace) -> Any:
 
     from bertscope.attribution.gradients import parse_target
     from bertscope.attribution.methods import attribute
-    from bertscope.attribution.registry import SCORE_METHODS
 
     target = parse_target(args.target, args.probe, args.probe_layer, args.label, args.position)
-    if args.method not in SCORE_METHODS and target is not None:
+    if args.method not in score_methods() and target is not None:
         raise BertScopeError(f"{args.method} is a token-to-token method: --target/--probe belong to grad and ig.")
     lm = load(args)
     layers = parse_blocks(args.layers, lm.num_layers)
     result = attribute(lm, args.text, args.pair, args.method, target, layers, args.steps)
     if args.json:
         return result.to_json()
-    if args.method in SCORE_METHODS:
+    if args.method in score_methods():
         a = result.attribution
         lines = [f"{args.method} for {a.target.describe()}: f = log p = {a.f_input:.4f}"]
         if a.completeness_error is not None:
@@ -44,11 +43,10 @@ def cmd_attribute(args: argparse.Namespace) -> Any:
 
 
 def _attribute_arguments(p: argparse.ArgumentParser) -> None:
-    from bertscope.attribution.registry import ATTRIBUTION_METHODS
 
     p.add_argument("text")
     p.add_argument("--pair", help="segment B text")
-    p.add_argument("--method", choices=ATTRIBUTION_METHODS, default="rollout")
+    p.add_argument("--method", choices=attribution_methods(), default="rollout")
     p.add_argument("--target", help="grad/ig: POSITION:TOKEN (a masked-token prediction; POSITION alone = the "
                                     "model's top prediction there), nsp, or sop (ALBERT); a fine-tuned model's "
                                     "class[:LABEL], tag:POSITION[:LABEL], start[:POSITION], end[:POSITION] or span "
@@ -145,14 +143,15 @@ def board_table(board) -> str:
 
 def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.attribution.erasure import REMOVALS
-    from bertscope.attribution.faithfulness import DEFAULT_METHODS, RANDOM
+    from bertscope.attribution.faithfulness import RANDOM
+    from bertscope.attribution.registry import faithfulness_defaults
 
     p.add_argument("--corpus", help="brown:N: N Brown sentences over every genre, each with one content word-piece "
                                     "masked (default brown:200)")
     p.add_argument("--data", help="a UTF-8 file, one sentence a line: a line's [MASK] is used, else a content word "
                                   "(Brown's tags) is masked; for a fine-tuned classifier, its texts (a .csv/.jsonl "
                                   "of text[,pair][,label] records, or one text a line) and y = the predicted class")
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated methods of `attribute`, "
+    p.add_argument("--methods", default=",".join(faithfulness_defaults()), help="comma-separated methods of `attribute`, "
                                                                         f"and {RANDOM} (the floor)")
     p.add_argument("--removal", choices=REMOVALS, default="attention", help="attention: a removed token is no "
                                                                             "query's key in any layer, positions kept "
@@ -168,6 +167,6 @@ COMMANDS = [
             "classes)", cmd_faithfulness,
             _faithfulness_arguments),
     Command("attribute", "what each token owes to the others (" + ", ".join(
-        METHODS[m].title for m in MATRIX_METHODS if m != "attention") + ") or to one decision (" + ", ".join(
-        METHODS[m].title for m in SCORE_METHODS) + ")", cmd_attribute, _attribute_arguments),
+        METHODS[m].title for m in matrix_methods() if m != "attention") + ") or to one decision (" + ", ".join(
+        METHODS[m].title for m in score_methods()) + ")", cmd_attribute, _attribute_arguments),
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -55,8 +56,8 @@ def _tokenizer(vocab_size: int | None):
     return BertTokenizer(vocab={piece: i for i, piece in enumerate(vocab)}, do_lower_case=True)
 
 
-def _shrink(config) -> None:
-    """``config`` at ``TINY`` size, whatever the family calls its dimensions."""
+def tiny_config(config: Any) -> Any:
+    """``config`` at ``TINY`` size (in place, and returned), whatever the family calls its dimensions."""
     for key, value in TINY.items():
         mapped = getattr(config, "attribute_map", {}).get(key, key)
         if hasattr(config, mapped) or key in ("hidden_size", "num_attention_heads", "num_hidden_layers"):
@@ -69,6 +70,7 @@ def _shrink(config) -> None:
         every = getattr(config, "global_attn_every_n_layers", 3) or 3
         config.layer_types = ["full_attention" if i % every == 0 else "sliding_attention"
                               for i in range(config.num_hidden_layers)]
+    return config
 
 
 def save_random_model(config_name: str, folder: str | Path, heads: str = "pretraining", seed: int = 0,
@@ -86,7 +88,7 @@ def save_random_model(config_name: str, folder: str | Path, heads: str = "pretra
     config = load_config(config_name)
     config.architectures = None
     if size == "tiny":
-        _shrink(config)
+        tiny_config(config)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(None if size == "tiny" else config.vocab_size)

@@ -16,6 +16,7 @@ import torch
 
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.runtime.families import family_of, has_record
 from bertscope.mlm.fill_mask import FillMaskResult, Prediction, top_predictions
 
 
@@ -27,19 +28,22 @@ class LayerReading:
 
 
 def mlm_head(lm: LoadedModel) -> Callable[[torch.Tensor], torch.Tensor]:
-    """hidden [..., H] -> vocabulary logits [..., V], for the model families we know."""
-    m = lm.model
-    if hasattr(m, "cls") and hasattr(m.cls, "predictions"):  # BERT, MegatronBERT, ERNIE
-        return m.cls.predictions
-    if hasattr(m, "lm_head"):  # RoBERTa, XLM-R, CamemBERT, DeBERTa
-        return m.lm_head
-    if hasattr(m, "vocab_projector"):  # DistilBERT
-        return lambda h: m.vocab_projector(m.vocab_layer_norm(m.activation(m.vocab_transform(h))))
-    if hasattr(m, "predictions"):  # ALBERT
-        return m.predictions
-    if hasattr(m, "generator_lm_head"):  # ELECTRA generator
-        return lambda h: m.generator_lm_head(m.generator_predictions(h))
-    raise BertScopeError(f"Layer-wise predictions are not supported for {type(m).__name__}.")
+    """The encoder's output [..., H] -> vocabulary logits [..., V]: the modules the family record names
+    (``Family.mlm_head``), applied in turn."""
+    found = has_record(lm.model_type) and family_of(lm.model_type).mlm_head
+    try:
+        modules = [lm.model.get_submodule(path) for path in found or ()]
+    except AttributeError:
+        modules = []
+    if not modules:
+        raise BertScopeError(f"Layer-wise predictions are not supported for {type(lm.model).__name__}.")
+
+    def head(hidden: torch.Tensor) -> torch.Tensor:
+        for module in modules:
+            hidden = module(hidden)
+        return hidden
+
+    return head
 
 
 def layerwise_predictions(lm: LoadedModel, result: FillMaskResult, mask_index: int = 0,
@@ -49,10 +53,14 @@ def layerwise_predictions(lm: LoadedModel, result: FillMaskResult, mask_index: i
         raise BertScopeError(f"Mask {mask_index + 1} does not exist: the text has "
                              f"{len(result.mask_positions)} mask(s).")
     position = result.mask_positions[mask_index]
-    hidden = torch.from_numpy(result.inspection.hidden_states[:, position])  # [layer+1, H]
+    hidden = torch.from_numpy(result.inspection.hidden_states[:, position]).to(lm.device, lm.dtype)  # [layer+1, H]
     head = mlm_head(lm)
     with torch.inference_mode():
-        logits = head(hidden.to(lm.device, lm.dtype)).float().cpu().numpy()  # [layer+1, V]
+        family = family_of(lm.model_type)
+        if family.final_norm:  # pre-LayerNorm: the residual stream reaches the head through the final norm,
+            norm = lm.model.base_model.get_submodule(family.final_norm)  # as TransformerLens's apply_ln does
+            hidden = torch.cat([norm(hidden[:-1]), hidden[-1:]])  # (the last state has had it already)
+        logits = head(hidden).float().cpu().numpy()  # [layer+1, V]
     # the head read at the last layer must reproduce the model's own logits
     if not np.allclose(logits[-1], result.inspection.logits_at(position), atol=1e-3, rtol=1e-3):
         raise BertScopeError(f"{type(lm.model).__name__}'s MLM head could not be isolated.")

@@ -44,6 +44,7 @@ class Family:
     mlp_out: str  # ``hook_mlp_out``; its input is ``mlp.hook_post``
     mlp_norm: str  # post: over feed-forward output + residual; pre: before the feed-forward
     lora_targets: tuple[str, ...]  # peft ``target_modules``: every attention and feed-forward projection
+    mlm_head: tuple[str, ...]  # modules of the masked-LM class applied in turn to the encoder's output
     query: str = ""  # separate projections, or "" where ``qkv`` holds all three
     key: str = ""
     value: str = ""
@@ -75,39 +76,44 @@ BERT = Family(
     attention="attention.self", out_proj="attention.output.dense", attn_norm="attention.output.LayerNorm",
     mlp_in="intermediate.dense", mlp_out="output.dense", mlp_norm="output.LayerNorm",
     # peft matches a target against the end of each module's name: "output.dense" is both W_O and FFN out
-    lora_targets=("query", "key", "value", "output.dense", "intermediate.dense"), pair_head="nsp")
+    lora_targets=("query", "key", "value", "output.dense", "intermediate.dense"), mlm_head=("cls.predictions",),
+    pair_head="nsp")
 FAMILIES: tuple[Family, ...] = (
     BERT,
     replace(BERT, name="RoBERTa", model_types=("roberta", "xlm-roberta", "camembert", "data2vec-text"),
-            config="roberta-base", pair_head=None, position_offset=2),
+            config="roberta-base", pair_head=None, position_offset=2, mlm_head=("lm_head",)),
     # ELECTRA's generator projects its narrower embeddings up to the hidden size
     replace(BERT, name="ELECTRA", model_types=("electra",), config="google/electra-base-discriminator",
-            embed=("embeddings_project", "embeddings"), pair_head=None),
+            embed=("embeddings_project", "embeddings"), pair_head=None,
+            mlm_head=("generator_predictions", "generator_lm_head")),
     Family(
         "ALBERT", ("albert",), "albert-base-v2", blocks="", embed=("encoder.embedding_hidden_mapping_in",),
         query="attention.query", key="attention.key", value="attention.value", attention="attention",
         out_proj="attention.dense", attn_norm="attention.LayerNorm", mlp_in="ffn", mlp_out="ffn_output",
         mlp_norm="full_layer_layer_norm",
-        lora_targets=("query", "key", "value", "attention.dense", "ffn", "ffn_output"), pair_head="sop",
+        lora_targets=("query", "key", "value", "attention.dense", "ffn", "ffn_output"), mlm_head=("predictions",),
+        pair_head="sop",
         shared_layers=True, layer_params=r"^encoder\.albert_layer_groups\.(\d+)\.albert_layers\.\d+\."),
     Family(
         "DistilBERT", ("distilbert",), "distilbert-base-uncased", blocks="transformer.layer", embed=("embeddings",),
         query="attention.q_lin", key="attention.k_lin", value="attention.v_lin", attention="attention",
         out_proj="attention.out_lin", attn_norm="sa_layer_norm", mlp_in="ffn.lin1", mlp_out="ffn.lin2",
-        mlp_norm="output_layer_norm", lora_targets=("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2")),
+        mlp_norm="output_layer_norm", lora_targets=("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"),
+        mlm_head=("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")),
     Family(
         "DeBERTa-v2/v3", ("deberta-v2",), "microsoft/deberta-v3-base", blocks="encoder.layer", embed=("embeddings",),
         query="attention.self.query_proj", key="attention.self.key_proj", value="attention.self.value_proj",
         attention="attention.self", out_proj="attention.output.dense", attn_norm="attention.output.LayerNorm",
         mlp_in="intermediate.dense", mlp_out="output.dense", mlp_norm="output.LayerNorm",
         lora_targets=("query_proj", "key_proj", "value_proj", "output.dense", "intermediate.dense"),
-        scores="relative"),
+        mlm_head=("cls.predictions",), scores="relative"),  # transformers' legacy head (the default)
     # Warner et al. 2024: rotary positions, GeGLU, pre-LayerNorm (none before layer 0's attention),
     # global attention every third layer and a sliding window in between, no token types
     Family(
         "ModernBERT", ("modernbert",), "answerdotai/ModernBERT-base", blocks="layers", embed=("embeddings",),
         qkv="attn.Wqkv", attention="attn", out_proj="attn.Wo", attn_norm="attn_norm", mlp_in="mlp.Wi",
-        mlp_out="mlp.Wo", mlp_norm="mlp_norm", lora_targets=("Wqkv", "Wo", "Wi"), layernorm="pre",
+        mlp_out="mlp.Wo", mlp_norm="mlp_norm", lora_targets=("Wqkv", "Wo", "Wi"), mlm_head=("head", "decoder"),
+        layernorm="pre",
         final_norm="final_norm", gated_mlp=True, scores="rotary"),
 )
 # Types that load and show attention weights and hidden states, but have no record: no hook points,

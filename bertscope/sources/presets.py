@@ -53,6 +53,8 @@ PRESETS: dict[str, Preset] = {
         Preset("xlm-roberta-base", "XLM-R base: 100 languages, SentencePiece", ("mlm",)),
         Preset("google/electra-base-discriminator", "ELECTRA base discriminator", ()),
         Preset("microsoft/deberta-v3-base", "DeBERTa v3 base: disentangled attention", ()),
+        Preset("answerdotai/ModernBERT-base", "ModernBERT base (Warner et al. 2024): rotary positions, GeGLU, "
+               "pre-LayerNorm, a 128-token sliding window in two layers of three, 8,192 tokens", ("mlm",)),
         Preset("SpanBERT/spanbert-base-cased", "SpanBERT base, cased", ()),
     ]
 }

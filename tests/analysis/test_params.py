@@ -44,16 +44,17 @@ def test_every_preset_config_ships(name):
 
 
 def shrink(config):
-    """The same architecture, small enough to instantiate for real."""
-    small = dict(num_hidden_layers=2, vocab_size=101, max_position_embeddings=40)
-    if config.model_type == "distilbert":
-        small.update(dim=64, hidden_dim=96, n_heads=4, n_layers=2)
-    else:
-        small.update(hidden_size=64, intermediate_size=96, num_attention_heads=4)
+    """The same architecture, small enough to instantiate for real: the family tests' tiny size, with a
+    vocabulary of 101 pieces (special ids inside it)."""
+    from bertscope.core.random_models import tiny_config
+
+    config = tiny_config(config)
+    config.vocab_size = 101
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
+        if getattr(config, key, None) is not None:
+            setattr(config, key, 0)
     if config.model_type == "deberta-v2":
-        small.update(position_buckets=8)
-    for key, value in small.items():
-        setattr(config, key, value)
+        config.position_buckets = 8
     return config
 
 

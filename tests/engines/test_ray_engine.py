@@ -107,7 +107,10 @@ def test_head_importance_through_ray_equals_the_single_process_one(cluster):
 
 
 def test_faithfulness_through_ray_equals_the_single_process_scoreboard(cluster, tiny_mlm_dir):
-    from bertscope.attribution.faithfulness import DEFAULT_METHODS, faithfulness
+    from bertscope.attribution.faithfulness import faithfulness
+    from bertscope.attribution.registry import faithfulness_defaults
+
+    DEFAULT_METHODS = faithfulness_defaults()
     from bertscope.attribution.items import text_items
 
     lm = load_model(str(tiny_mlm_dir), device="cpu")

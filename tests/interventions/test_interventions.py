@@ -29,7 +29,7 @@ from bertscope.interventions.patching import capture, patch, patched_metrics, pr
 TEXTS = ["the bank of the river was muddy .", "she deposited the money in the bank .",
          "a man is eating food and a woman is riding a horse .", "the dog sat in the boat on the water ."]
 FAMILIES = ["tiny_mlm_dir", "tiny_roberta_dir", "tiny_xlmr_dir", "tiny_electra_dir", "tiny_albert_dir",
-            "tiny_distilbert_dir"]
+            "tiny_distilbert_dir", "tiny_deberta_dir", "tiny_modernbert_dir"]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from bertscope.tasks.tag import tag
 from tests.conftest import labels, task_checkpoint
 
 FAMILIES = ["tiny_bert_dir", "tiny_roberta_dir", "tiny_xlmr_dir", "tiny_albert_dir", "tiny_distilbert_dir",
-            "tiny_electra_dir", "tiny_deberta_dir"]
+            "tiny_electra_dir", "tiny_deberta_dir", "tiny_modernbert_dir"]
 SENTIMENT = ["negative", "neutral", "positive"]
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 # short: the tiny XLM-R's character-level vocabulary makes many pieces, and its limit is 32 tokens

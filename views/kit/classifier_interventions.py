@@ -23,7 +23,6 @@ from bertscope.tasks.predict import read_records
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.head_picker import clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
 from views.kit.limits import Limits, check_text, check_upload
-from views.kit.model_picker import cached_model
 from views.kit.results import result_store
 
 EXAMPLE = "What a wonderful day, the concert was brilliant!"
@@ -48,7 +47,7 @@ def ablate_tab(lm, key) -> None:
         return
     with page_errors(stop=False):
         check_text(text)
-        means = reference_means(key, mode)
+        means = reference_means(lm, key, mode)
         before, after = classes_with_heads_removed(lm, text, pair.strip() or None, heads, mode, means)
         axis = "value" if lm.task.scoring == "none" else "probability"
         st.caption(plain(f"{len(heads)} head(s) removed ({mode}): " + ", ".join(head_name(*h) for h in heads)
@@ -116,7 +115,7 @@ def importance_tab(lm, key) -> None:
         request = (key, digest, int(seed))
         st.session_state["int_task_request"] = request
         imp = result_store("task_importance").compute(request, lambda progress: task_head_importance(
-            cached_model(*key), fit[0], fit[1], fit[2], progress=progress), "Gate gradients, records", asked,
+            lm, fit[0], fit[1], fit[2], progress=progress), "Gate gradients, records", asked,
             costly="head-importance run")
         st.caption(plain(f"{len(fit[0]):,} records: mean loss {imp.loss:.3f} nats."))
         clickable_grid(lm, "Head importance on the task loss (each layer's row has unit ℓ2 norm) · click to pick "
@@ -128,7 +127,7 @@ def importance_tab(lm, key) -> None:
                            "text/csv", key="int_imp_csv", on_click="ignore")
         if prune:
             curve = result_store("task_pruning").compute(request, lambda progress: task_pruning_curve(
-                cached_model(*key), imp, held[0], held[1], held[2], seed=int(seed), progress=progress),
+                lm, imp, held[0], held[1], held[2], seed=int(seed), progress=progress),
                 "Pruning curve, steps", asked, costly="pruning curve")
             fig = pruning_figure(curve, "accuracy", "records")
             st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="int_pruning")
@@ -166,7 +165,7 @@ def patch_tab(lm, key) -> None:
         check_text(corrupt, "corrupted text")
         prepare(lm, clean, corrupt, candidates)  # bad input answers here, in one line
         hidden = result_store("patch_hidden").compute(request, lambda progress: patch(
-            cached_model(*key), clean, corrupt, candidates, "hidden", progress=progress),
+            lm, clean, corrupt, candidates, "hidden", progress=progress),
             "Patching hidden states, cells", asked, costly="patching run", charge_key=("patch", request))
         what = "value" if value else f"logit {a} − logit {b}"
         c1, c2, c3 = st.columns(3)
@@ -177,7 +176,7 @@ def patch_tab(lm, key) -> None:
             st.warning(plain(hidden.caveat))
         st.plotly_chart(recovered_heatmap(hidden), config=PLOT_CONFIG, width="stretch", key="int_patch_hidden")
         heads = result_store("patch_heads").compute(request, lambda progress: patch(
-            cached_model(*key), clean, corrupt, candidates, "heads", progress=progress),
+            lm, clean, corrupt, candidates, "heads", progress=progress),
             "Patching heads, cells", asked, costly="patching run", charge_key=("patch", request))
         st.plotly_chart(recovered_heatmap(heads), config=PLOT_CONFIG, width="stretch", key="int_patch_heads")
         st.download_button("Download both grids (JSON)",

@@ -21,7 +21,6 @@ from bertscope.errors import BertScopeError
 from views.kit.chrome import page_errors, plain
 from views.kit.limits import Limits, check_text, demo
 from views.kit.mask_changes import show_mask_changes
-from views.kit.model_picker import cached_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 
@@ -126,7 +125,7 @@ def features_tab(lm, key) -> None:
         asked = st.button("Run the causal check", key="int_feat_causal")
         effect = result_store("feature_causal").compute(
             (key, str(folder.resolve()), layer, tuple(group), tag),
-            lambda progress: tag_effect(cached_model(*key), sae, layer, group, tag, progress=progress),
+            lambda progress: tag_effect(lm, sae, layer, group, tag, progress=progress),
             "Probe and masked words, steps", asked, costly="feature causal check",
             wait="Press *Run the causal check*: 1,000 training and 300 held-out Brown sentences through the "
                  "model to the layer, a probe, then up to 300 masked words of the tag read three times (intact, "
@@ -179,7 +178,7 @@ def feature_patch_section(lm, key, clean: str, corrupt: str, a: str, b: str) -> 
         sae = result_store("sae").get_or_compute((str(folder.resolve()), key[1]), lambda: load_sae(folder, lm.device))
         result = result_store("patch_features").compute(
             (key, str(folder.resolve()), layer, clean, corrupt, a.strip(), b.strip()),
-            lambda progress: patch_features(cached_model(*key), sae, layer, clean, corrupt, (a, b), progress=progress),
+            lambda progress: patch_features(lm, sae, layer, clean, corrupt, (a, b), progress=progress),
             "Patching features, cells", asked, costly="patching run",
             wait="Press *Patch the features*: one pass of the corrupted text for every feature that differs (a few "
                  "hundred short passes).")

@@ -58,15 +58,14 @@ def heads_to_remove(lm, importance: np.ndarray | None, what: str = "importance")
     return right, mode
 
 
-def reference_means(key, mode: str):
+def reference_means(lm, key, mode: str):
     """Mean ablation's reference (each head's mean context over Brown), computed once per model
     through the cost budget; None for zero ablation."""
     if mode != "mean":
         return None
     from bertscope.interventions.ablation import mean_head_contexts
-    from views.kit.model_picker import cached_model
     from views.kit.results import result_store
 
     return result_store("mean_contexts").compute(
-        key, lambda progress: mean_head_contexts(cached_model(*key), progress=progress),
+        key, lambda progress: mean_head_contexts(lm, progress=progress),
         "Mean contexts, sentences", costly="mean-ablation reference")

@@ -17,7 +17,6 @@ from bertscope.runtime.result_cache import ResultCache
 from views.kit.budget import BudgetRefused, costly_job
 from views.kit.chrome import show_error
 from views.kit.limits import demo
-from views.kit.model_picker import cached_model
 
 T = TypeVar("T")
 
@@ -153,7 +152,7 @@ def result_store(name: str) -> ResultStore:
     return ResultStore(name)
 
 
-def cached_inspection(key: tuple[str, str, str], text: str, pair: str | None):
+def cached_inspection(lm, key: tuple[str, str, str], text: str, pair: str | None):
     """One forward pass per (model, text, pair), shared read-only across reruns and sessions.
 
     Kept lean for the attention views: attentions in float16 (144 MiB -> 72 MiB for BERT-base
@@ -162,7 +161,7 @@ def cached_inspection(key: tuple[str, str, str], text: str, pair: str | None):
     from bertscope import inspect
 
     return result_store("inspection").get_or_compute((key, text, pair), lambda: inspect(
-        cached_model(*key), text, pair, with_logits=False, with_hidden_states=False, precision="float16"))
+        lm, text, pair, with_logits=False, with_hidden_states=False, precision="float16"))
 
 
 @st.cache_resource(show_spinner=False)

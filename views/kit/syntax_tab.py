@@ -14,7 +14,6 @@ from bertscope.core.layers import layer_title
 from bertscope.figures.syntax import distance_matrices, scores_by_layer, tree_arcs
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import demo
-from views.kit.model_picker import cached_model
 from views.kit.results import result_store
 from views.kit import treebank_labels_view, typed_tree_view
 
@@ -26,7 +25,7 @@ RANKS = [32, 128, 0]  # 0: the model's width, as Hewitt & Manning
 def render(lm, key) -> None:
     structural(lm, key)
     st.divider()
-    treebank_labels_view.render(key)
+    treebank_labels_view.render(lm, key)
 
 
 def structural(lm, key) -> None:
@@ -55,7 +54,7 @@ def structural(lm, key) -> None:
         return
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: structural_probes(
-            cached_model(*key), rank=int(rank) or None, max_train=int(train) or None, max_test=int(test) or None,
+            lm, rank=int(rank) or None, max_train=int(train) or None, max_test=int(test) or None,
             progress=lambda done, total, what: progress(done, total, what)),
             "Structural probes, hidden states", asked, costly="structural probe run")
         fig = scores_by_layer(result.layers, result.baselines, result.model)

@@ -13,13 +13,12 @@ from bertscope.corpora.suites import TREEBANK_TASKS
 from bertscope.figures.probe import layer_figure
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import demo
-from views.kit.model_picker import cached_model
 from views.kit.results import result_store
 
 SIZES = [1000, 2000, 0]  # training sentences; 0: all 12,543
 
 
-def render(key) -> None:
+def render(lm, key) -> None:
     st.subheader("Labels on the same treebank")
     st.caption("A logistic regression per hidden state reads each word's UPOS, or each arc's dependency label from "
                "the dependent's and its head's vectors side by side (Tenney et al. 2019's edge probing; arcs to the "
@@ -37,7 +36,7 @@ def render(key) -> None:
     store = result_store("treebank_labels")
     with page_errors(stop=False):
         found = store.compute(request, lambda progress: treebank_probe(
-            cached_model(*key), task, size=int(size),
+            lm, task, size=int(size),
             states_progress=lambda d, t: progress(d, t, "Hidden states of EWT, sentences"),
             progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits")),
             "Hidden states of EWT, sentences", asked, costly="treebank label probes",

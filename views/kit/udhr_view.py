@@ -16,7 +16,6 @@ from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.udhr import declarations_by_code, installed, udhr_parallel
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import demo
-from views.kit.model_picker import cached_model
 from views.kit.results import result_store
 
 SAMPLES = [25, 100, 0]  # versions besides English; 0: every complete one
@@ -50,8 +49,8 @@ def udhr_view(lm, key) -> None:
         data = udhr_parallel(codes)
         result = result_store("udhr_align").compute(
             (key, tuple(codes)),
-            lambda progress: pivot_retrieval(cached_model(*key), embed_parallel(
-                cached_model(*key), data, "mean", cache=True, progress=progress),
+            lambda progress: pivot_retrieval(lm, embed_parallel(
+                lm, data, "mean", cache=True, progress=progress),
                 {c: v.name for c, v in versions.items()}, {c: versions[c].script for c in codes}),
             "Embedding the articles", asked, costly="UDHR alignment",
             wait=f"Press *Align the UDHR*: {len(codes) * 30:,} articles through the model once (kept on disk).")
