@@ -16,6 +16,7 @@ from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.training.config import FinetuneConfig
 from bertscope.training.job import TrainingJob
 from bertscope.training.task_data import SHIPPED, SPAN, TAG, load_task_data
+from bertscope.training.task_metrics import SpanScores, scores_from_json
 from views.kit.budget import costly_job
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_upload, demo
@@ -167,68 +168,65 @@ def live() -> None:
 
 
 def epoch_row(e: dict) -> dict:
-    held = e["held_out"]
-    scores = {"held-out exact match": held["exact_match"], "held-out F1": held["f1"]} if "exact_match" in held else \
-        {"held-out accuracy": held["accuracy"], "held-out macro-F1": held["macro_f1"]}
-    return {"epoch": e["epoch"], "train loss": e["train_loss"], "held-out loss": held["loss"], **scores,
+    held = scores_from_json(e["held_out"])
+    scores = {"held-out exact match": held.exact_match, "held-out F1": held.f1} if isinstance(held, SpanScores) else \
+        {"held-out accuracy": held.accuracy, "held-out macro-F1": held.macro_f1}
+    return {"epoch": e["epoch"], "train loss": e["train_loss"], "held-out loss": held.loss, **scores,
             "tokens/s": e["tokens_per_s"]}
 
 
 live()
 
 snap = job.snapshot()
-if snap.metrics and snap.metrics["task"] == "span":
-    m = snap.metrics
-    before, after = m["before"]["held_out"], m["after"]["held_out"]
+m = snap.metrics  # a FinetuneMetrics once the run is done
+if m is not None and isinstance(m.after, SpanScores):
+    before, after = m.before, m.after
     tiles = st.columns(3)
-    tiles[0].metric("Held-out exact match", f"{after['exact_match']:.1%}",
-                    f"{after['exact_match'] - before['exact_match']:+.1%}",
-                    help=f"SQuAD's official scoring over {after['questions']:,} held-out questions; the change is "
+    tiles[0].metric("Held-out exact match", f"{after.exact_match:.1%}", f"{after.exact_match - before.exact_match:+.1%}",
+                    help=f"SQuAD's official scoring over {after.questions:,} held-out questions; the change is "
                          "from the untrained head.")
-    tiles[1].metric("Held-out F1", f"{after['f1']:.1%}", f"{after['f1'] - before['f1']:+.1%}")
-    tiles[2].metric("Windows", f"{after['windows']:,}", help="Contexts longer than a window are cut into "
-                                                            "overlapping windows; a question's answer is the best "
-                                                            "span over all of its windows.")
-    several, long = m["questions_over_several_windows"], m["questions_too_long_for_a_window"]
-    st.caption(plain(f"{m['train_examples']:,} training and {m['held_out_examples']:,} held-out questions "
-                     f"({m['split']}); windows of {m['config']['seq_len']} tokens overlapping by {m['doc_stride']}: "
+    tiles[1].metric("Held-out F1", f"{after.f1:.1%}", f"{after.f1 - before.f1:+.1%}")
+    tiles[2].metric("Windows", f"{after.windows:,}", help="Contexts longer than a window are cut into "
+                                                        "overlapping windows; a question's answer is the best "
+                                                        "span over all of its windows.")
+    several, long = m.spans.several_windows, m.spans.too_long
+    st.caption(plain(f"{m.train_examples:,} training and {m.held_out_examples:,} held-out questions "
+                     f"({m.split}); windows of {m.config['seq_len']} tokens overlapping by {m.spans.doc_stride}: "
                      f"{several['train']:,} training and {several['held_out']:,} held-out questions needed more "
                      f"than one" + (f"; {sum(long.values()):,} left no room for their context (no window: "
                                     "unanswered)" if sum(long.values()) else "")
-                     + f". {m['trainable_parameters']:,} weights trained."))
-    if m["worst_held_out"]:
+                     + f". {m.trainable_parameters:,} weights trained."))
+    if m.worst:
         st.subheader("Held-out questions answered worst")
         st.dataframe(pd.DataFrame([{"question": w["question"], "gold": " | ".join(w["gold"]) or "(no answer)",
                                     "predicted": w["predicted"] or "(no answer)", "F1": w["f1"]}
-                                   for w in m["worst_held_out"]]), hide_index=True, width="stretch",
+                                   for w in m.worst]), hide_index=True, width="stretch",
                      column_config={"F1": st.column_config.NumberColumn(format="%.2f")})
-elif snap.metrics:
-    m = snap.metrics
-    before, after = m["before"]["held_out"], m["after"]["held_out"]
-    unit = "words" if m["task"] == "tag" else "examples"
+elif m is not None:
+    before, after = m.before, m.after
+    unit = after.unit
     tiles = st.columns(3)
-    tiles[0].metric("Held-out accuracy", f"{after['accuracy']:.1%}", f"{after['accuracy'] - before['accuracy']:+.1%}",
-                    help=f"Over {after[unit]:,} held-out {unit}; the change is from the untrained head.")
-    tiles[1].metric("Held-out macro-F1", f"{after['macro_f1']:.3f}", f"{after['macro_f1'] - before['macro_f1']:+.3f}")
-    if m["after"]["test"]:
-        test = m["after"]["test"]
-        tiles[2].metric(f"Test accuracy ({test['name']})", f"{test['accuracy']:.1%}",
-                        help=f"{test[unit]:,} {unit}, scored once at the end.")
-    cut = m["truncated"]
-    st.caption(plain(f"{m['train_examples']:,} training and {m['held_out_examples']:,} held-out {unit[:-1]} "
-                     f"records ({m['split']}); cut at {m['config']['seq_len']} tokens: {cut['train']:,} training, "
-                     f"{cut['held_out']:,} held out. {m['trainable_parameters']:,} weights trained."))
-    st.plotly_chart(confusion_heatmap({**after, "records": after[unit]}), config=PLOT_CONFIG, width="stretch",
-                    key="ft_confusion")
-    st.dataframe(pd.DataFrame([{"label": label, **v} for label, v in after["per_label"].items()]), hide_index=True,
+    tiles[0].metric("Held-out accuracy", f"{after.accuracy:.1%}", f"{after.accuracy - before.accuracy:+.1%}",
+                    help=f"Over {after.count:,} held-out {unit}; the change is from the untrained head.")
+    tiles[1].metric("Held-out macro-F1", f"{after.macro_f1:.3f}", f"{after.macro_f1 - before.macro_f1:+.3f}")
+    if m.test is not None:
+        tiles[2].metric(f"Test accuracy ({m.test.name})", f"{m.test.accuracy:.1%}",
+                        help=f"{m.test.count:,} {unit}, scored once at the end.")
+    cut = m.truncated
+    st.caption(plain(f"{m.train_examples:,} training and {m.held_out_examples:,} held-out {unit[:-1]} "
+                     f"records ({m.split}); cut at {m.config['seq_len']} tokens: {cut['train']:,} training, "
+                     f"{cut['held_out']:,} held out. {m.trainable_parameters:,} weights trained."))
+    st.plotly_chart(confusion_heatmap({"labels": after.labels, "confusion": after.confusion, "records": after.count}),
+                    config=PLOT_CONFIG, width="stretch", key="ft_confusion")
+    st.dataframe(pd.DataFrame([{"label": label, **v} for label, v in after.per_label.items()]), hide_index=True,
                  width="stretch", column_config={c: st.column_config.NumberColumn(format="%.3f")
                                                  for c in ("precision", "recall", "f1")})
-    if m["worst_held_out"]:
+    if m.worst:
         st.subheader("Held-out examples the model finds least likely")
         rows = [{"text": " ".join(w["words"]) if "words" in w else w["text"],
                  "gold": " ".join(w["gold"]) if isinstance(w["gold"], list) else w["gold"],
                  "predicted": " ".join(w["predicted"]) if isinstance(w["predicted"], list) else w["predicted"],
-                 "log p(gold)": w["log_p_gold"]} for w in m["worst_held_out"]]
+                 "log p(gold)": w["log_p_gold"]} for w in m.worst]
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
                      column_config={"log p(gold)": st.column_config.NumberColumn(format="%.2f")})
 if snap.metrics:

@@ -138,17 +138,17 @@ def cmd_finetune(args: argparse.Namespace) -> Any:
         state = finetune(args.model, data, args.out, cfg, args.device, progress)
     if int(os.environ.get("RANK", "0")) != 0:
         return None
-    last = state.history[-1]["held_out"]
-    summary = {"out": args.out, "task": args.task, "data": data.source, "epochs": state.epoch,
-               **({"held_out_exact_match": round(last["exact_match"], 4), "held_out_f1": round(last["f1"], 4)}
-                  if args.task == "span" else
-                  {"held_out_accuracy": round(last["accuracy"], 4), "held_out_macro_f1": round(last["macro_f1"], 4)}),
-               "held_out_loss": round(last["loss"], 4)}
-    import json
+    from bertscope.training.task_metrics import SpanScores, read_task_metrics
 
-    test = json.loads((Path(args.out) / "metrics.json").read_text())["after"]["test"]
-    if test:
-        summary["test_accuracy"] = round(test["accuracy"], 4)
+    m = read_task_metrics(args.out)
+    last = m.after
+    summary = {"out": args.out, "task": args.task, "data": data.source, "epochs": state.epoch,
+               **({"held_out_exact_match": round(last.exact_match, 4), "held_out_f1": round(last.f1, 4)}
+                  if isinstance(last, SpanScores) else
+                  {"held_out_accuracy": round(last.accuracy, 4), "held_out_macro_f1": round(last.macro_f1, 4)}),
+               "held_out_loss": round(last.loss, 4)}
+    if m.test is not None:
+        summary["test_accuracy"] = round(m.test.accuracy, 4)
     return summary  # printed as JSON whether or not --json is given (scripts read it)
 
 

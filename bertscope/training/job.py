@@ -23,7 +23,8 @@ from typing import Any, Sequence
 
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device
-from bertscope.training.config import CLOZE, RecipeConfig, check_cloze
+from bertscope.training.config import CLOZE, FinetuneConfig, RecipeConfig, check_cloze
+from bertscope.training.task_metrics import FinetuneMetrics, read_task_metrics
 from bertscope.training.recipe import train
 
 MAX_JOBS = 1
@@ -61,7 +62,8 @@ class Snapshot:
     pair_losses: list[float]  # NSP / SOP loss per step (empty without a pair task)
     epochs: list[dict]  # per finished epoch: train loss, held-out loss / top-1 / top-5
     error: str | None
-    metrics: dict | None  # metrics.json once done: before/after held-out figures and cloze predictions
+    metrics: FinetuneMetrics | dict | None  # once done: a fine-tuning run's typed figures, or pretraining's
+    # metrics.json (before/after held-out figures and cloze predictions)
     out: str
     elapsed: float  # seconds since the job started
     seconds_per_step: float | None  # the measured pace of steps within an epoch (None before the second step)
@@ -177,8 +179,9 @@ class TrainingJob:
         with self._lock:
             metrics = None
             file = self.out / "metrics.json"
-            if self._status == "done" and file.is_file():
-                metrics = json.loads(file.read_text())
+            if self._status == "done" and file.is_file():  # a fine-tuning run's, typed (pretraining's: the dict)
+                metrics = read_task_metrics(file) if isinstance(self.cfg, FinetuneConfig) else \
+                    json.loads(file.read_text())
             pace = self._step_seconds / self._step_gaps if self._step_gaps else None
             # before any epoch has ended, the time before the first step (loading and the scoring before
             # training) stands for one scoring: an upper bound that the first measured one replaces

@@ -320,3 +320,19 @@ def test_a_disk_that_fills_during_a_checkpoint_keeps_the_last_one(tiny_bert_dir,
     a = load_file(str(tmp_path / "whole" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_runs_figures_cross_to_the_page_typed(tiny_bert_dir, records, tmp_path):
+    from bertscope.training.task_metrics import LabelScores, read_task_metrics
+
+    data = load_task_data("classify", str(records), held_out=0.25, seed=0)
+    finetune(str(tiny_bert_dir), data, tmp_path / "run", replace(SMALL, epochs=1), device="cpu")
+    raw = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    m = read_task_metrics(tmp_path / "run")
+    assert isinstance(m.after, LabelScores) and not m.is_span and m.unit == "examples"
+    assert m.after.accuracy == raw["after"]["held_out"]["accuracy"] and m.after.count == 8
+    assert m.before.loss == raw["before"]["held_out"]["loss"] and [e.epoch for e in m.epochs] == [1]
+    assert m.after.labels == ["negative", "positive"] and m.test is None and m.spans is None
+    (tmp_path / "bad.json").write_text(json.dumps({"task": "classify"}))
+    with pytest.raises(BertScopeError, match="not a fine-tuning run's"):
+        read_task_metrics(tmp_path / "bad.json")

@@ -151,6 +151,11 @@ def test_a_span_head_learns_and_answers_on_the_predictions_page_as_it_was_scored
     assert metrics["task"] == "span" and metrics["held_out_examples"] == 12 and metrics["windows"]["held_out"] == 12
     worst = metrics["worst_held_out"]
     assert len(worst) == 12 and worst[0]["f1"] <= worst[-1]["f1"] and set(worst[0]) >= {"question", "gold", "predicted"}
+    from bertscope.training.task_metrics import SpanScores, read_task_metrics
+
+    typed = read_task_metrics(tmp_path / "run")  # what the page reads: attributes, span fields included
+    assert typed.is_span and isinstance(typed.after, SpanScores) and typed.unit == "questions"
+    assert typed.after.exact_match == after["exact_match"] and typed.spans.windows["held_out"] == 12
     folder = tmp_path / "run" / "model"
     assert AutoModelForQuestionAnswering.from_pretrained(folder).config.num_labels == 2
     lm = load_model(str(folder))
