@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from views.kit.model_picker import sidebar
+from views.kit.model_picker import PAGE_KEY, sidebar
 from views.kit.pages import PAGES
 from views.kit.results import new_run
 
@@ -15,4 +15,5 @@ st.set_page_config(page_title="BertScope", page_icon=str(ICON), layout="wide")
 new_run()
 sidebar()
 page = st.navigation([st.Page(p.script, title=p.title, icon=p.icon, default=p.default) for p in PAGES])
+st.session_state[PAGE_KEY] = next(p for p in PAGES if p.url_path == page.url_path)  # what require_model gates by
 page.run()

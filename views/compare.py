@@ -8,8 +8,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from bertscope.analysis.compare import (HEAD_SENTENCE_TOKENS, MIN_MINIBATCHES, MINIBATCH, POOLS, compare_heads,
-                                       compare_layers, same_tokenizer)
+from bertscope.analysis.compare import (
+    HEAD_SENTENCE_TOKENS,
+    MIN_MINIBATCHES,
+    MINIBATCH,
+    POOLS,
+    compare_heads,
+    compare_layers,
+    same_tokenizer,
+)
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
 from bertscope.core.layers import hidden_names, layer_title
@@ -22,8 +29,16 @@ from bertscope.mlm.fill_mask import fill_mask
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo
-from views.kit.model_picker import (OTHER, cached_model, model_key, model_options, obtainable, offer_bundled_mlm,
-                                   require_model)
+from views.kit.model_picker import (
+    OTHER,
+    cached_model,
+    model_key,
+    model_options,
+    obtainable,
+    offer_models,
+    require_model,
+)
+from views.kit.pages import NEEDS
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -165,9 +180,8 @@ with tab_heads:
 with tab_predictions:
     st.caption("Fill-mask on both models, one text: each of A's top tokens with its rank in B.")
     if "mlm" not in lm_a.outputs:
-        st.warning(plain(f"{lm_a.name} (A, the sidebar's) has no masked-LM head: predictions need one "
-                         "(bundled-mlm has)."))
-        offer_bundled_mlm("cmp_switch")
+        st.warning(plain(f"{lm_a.name} (A, the sidebar's) has no {NEEDS['masked-lm'].what}: predictions need one."))
+        offer_models(NEEDS["masked-lm"].offer, "cmp_switch")
     else:
         b_head = "mlm" in lm_b.outputs
         if not b_head:

@@ -10,18 +10,28 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from bertscope.attribution.erasure import REMOVALS
-from bertscope.attribution.faithfulness import FRACTIONS, RANDOM, check_methods, faithfulness
 from bertscope.attribution.class_items import brown_class_items, class_items
+from bertscope.attribution.erasure import REMOVALS
+from bertscope.attribution.faithfulness import (
+    FRACTIONS,
+    RANDOM,
+    check_methods,
+    faithfulness,
+)
 from bertscope.attribution.items import MAX_ITEM_TOKENS, brown_items, text_items
-from bertscope.core.task_head import SEQUENCE
 from bertscope.attribution.registry import METHODS, faithfulness_defaults
+from bertscope.core.task_head import SEQUENCE
 from bertscope.errors import BertScopeError
-from bertscope.figures.faithfulness import method_label, perturbation_curves, removal_words, scoreboard_bars
+from bertscope.figures.faithfulness import (
+    method_label,
+    perturbation_curves,
+    removal_words,
+    scoreboard_bars,
+)
 from bertscope.figures.text import label
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo
-from views.kit.model_picker import model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, to_url
 
@@ -52,11 +62,6 @@ st.caption("Each attribution method ranks the input tokens behind a prediction; 
            "method's ranking should agree with removing one token at a time (leave-one-out). Random ranking is "
            "the floor.")
 
-if "mlm" not in lm.outputs and not classifier:
-    st.warning(plain(f"{lm.name} has no masked-LM head: the test explains its masked-token predictions, so it "
-                     "needs one."))
-    offer_bundled_mlm("faith_switch")
-    st.stop()
 
 CHOICES = [m for m in METHODS if METHODS[m].applies_to(lm)]  # the registry's, its floor included
 from_url("source", "faith_source", valid=lambda v: v in ("brown", "text"))

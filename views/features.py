@@ -11,15 +11,24 @@ from bertscope.corpora.ewt import installed as ewt_installed
 from bertscope.corpora.tagged import TAGSET_NAMES, describe_tag, tagged_corpus
 from bertscope.features.active import active_features
 from bertscope.features.contexts import feature_contexts
-from bertscope.features.directions import features_promoting, logit_weights, nearest_features
+from bertscope.features.directions import (
+    features_promoting,
+    logit_weights,
+    nearest_features,
+)
 from bertscope.features.sae import load_sae
 from bertscope.features.shipped import sae_folder, sae_layers, shipped_saes
 from bertscope.features.statistics import feature_statistics, statistics_on_disk
-from bertscope.figures.features import context_html, histogram_figure, text_features_figure
+from bertscope.figures.features import (
+    context_html,
+    histogram_figure,
+    text_features_figure,
+)
+from bertscope.sources.presets import BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.kept import persist
 from views.kit.limits import Limits, check_text, demo
-from views.kit.model_picker import model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, offer_models, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -52,7 +61,7 @@ source = Path(typed.strip()) if typed.strip() else shipped
 if source is None:
     st.info(plain(f"{lm.name} ships no SAEs. Train some with `python -m bertscope train-sae {lm.name} --out DIR` and "
                   "type DIR above; bundled-mlm ships one for each of its six layers."))
-    offer_bundled_mlm("feat_switch")
+    offer_models((BUNDLED_MLM,), "feat_switch")
     st.stop()
 with page_errors():
     layers = sae_layers(source)

@@ -9,9 +9,13 @@ from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources.presets import PRESETS
 from views.kit.chrome import plain
 from views.kit.limits import demo
-from views.kit.model_picker import fallback_notice, model_options, obtainable, require_model
+from views.kit.model_picker import (
+    fallback_notice,
+    model_options,
+    obtainable,
+    require_model,
+)
 from views.kit.pages import PAGES
-
 
 st.title("BertScope")
 st.markdown("Look inside BERT-family encoders on real checkpoints and real text. Start with a page:")
@@ -25,7 +29,8 @@ for entry in PAGES:
         continue  # this page
     left, right = st.columns([1, 4], vertical_alignment="center")
     left.page_link(entry.script, label=entry.title, icon=entry.icon)
-    right.markdown(f"{entry.shows} **Try:** {entry.try_first}")
+    needs = f" *({entry.needs_in_words().capitalize()}.)*" if entry.needs else ""  # from the page's record
+    right.markdown(f"{entry.shows} **Try:** {entry.try_first}{needs}")
 
 st.subheader("Models you can use right now")
 rows = []

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.attribution.gradients import Target
+from bertscope.core.task_head import SEQUENCE
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap
 from bertscope.interventions.ablation import ablate_heads, parse_heads
 from bertscope.interventions.examples import PATCH_EXAMPLES
@@ -18,15 +19,21 @@ from bertscope.interventions.importance import (
     sample_texts,
 )
 from bertscope.interventions.patching import patch, prepare
-from bertscope.core.task_head import SEQUENCE
 from views.kit import classifier_interventions
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
+from views.kit.feature_interventions import feature_patch_section, features_tab
+from views.kit.head_picker import (
+    HEADS_KEY,
+    clickable_grid,
+    head_name,
+    heads_to_remove,
+    reference_means,
+    selected_heads,
+)
 from views.kit.kept import persist
 from views.kit.limits import Limits, check_text
-from views.kit.feature_interventions import feature_patch_section, features_tab
 from views.kit.mask_changes import show_mask_changes
-from views.kit.model_picker import model_key, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, require_model
 from views.kit.results import result_store
 from views.kit.url import from_url, tab_from_url, to_url
 
@@ -49,7 +56,9 @@ persist("int_feat_sae", "int_feat_layer", "int_feat_feature", "int_feat_mode", "
         "int_feat_text")  # the Features tab is drawn only when open
 st.title("Interventions")
 st.session_state.setdefault("int_linked", "clean" in st.query_params)  # a shared link patches on arrival
-lm = require_model()
+lm = require_model(fallback=lambda lm: st.caption(plain(
+    "The predictions these tabs watch need one. A saved probe's class can still be the target, from the command "
+    "line: python -m bertscope ablate MODEL TEXT --heads 3:7 --probe RUN --layer L --class C.")))
 key = model_key()
 st.caption("The other pages read the model; this one changes it and watches the output. Layers and heads are "
            "numbered from 0, as on the Attention page; hidden states are the embeddings, then each layer's output.")
@@ -68,14 +77,6 @@ if lm.task is not None and lm.task.kind == SEQUENCE:  # a fine-tuned classifier:
     st.stop()
 pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
 PAIR_NAMES = {"nsp": "IsNext (NSP)", "sop": "In order (SOP)"}
-has_mlm = "mlm" in lm.outputs
-if not has_mlm:
-    st.warning(plain(f"{lm.name} has no masked-LM head (nor a sequence classifier's): the predictions these tabs "
-                     "watch need one. A saved probe's "
-                     "class can still be the target, from the command line: python -m bertscope ablate MODEL TEXT "
-                     "--heads 3:7 --probe RUN --layer L --class C."))
-    offer_bundled_mlm("int_switch")
-    st.stop()
 
 TABS = ["Ablate heads", "Head importance", "Patching", "Features"]
 tab_from_url("int_tab", TABS)

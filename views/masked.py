@@ -5,7 +5,6 @@ import json
 import pandas as pd
 import streamlit as st
 
-from bertscope import BertScopeError
 from bertscope.attribution.explain import explain_prediction
 from bertscope.core.layers import hidden_name
 from bertscope.figures.attribution import token_strip
@@ -17,15 +16,14 @@ from bertscope.mlm.fill_mask import (
     fill_mask_words,
     iterative_fill,
     mask_spellings,
-    require_mlm,
     words_of,
 )
 from bertscope.mlm.logit_lens import layerwise_predictions
-from bertscope.mlm.recipe import mlm_recipe, recipe_corruption
 from bertscope.mlm.nsp import both_orders, sentence_order
+from bertscope.mlm.recipe import mlm_recipe, recipe_corruption
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_text
-from views.kit.model_picker import model_key, model_options, obtainable, offer_bundled_mlm, require_model
+from views.kit.model_picker import model_key, require_model
 from views.kit.results import result_store
 from views.kit.training import training_allowed
 from views.kit.url import from_url, tab_from_url, to_url
@@ -67,16 +65,10 @@ def recipe_form(submit: str) -> tuple[str, int, float, float, float]:
     return text, int(seed), select_rate, mask_rate, random_rate
 
 
-st.title("Masked tokens")
-lm = require_model()
-key = model_key()
-try:
-    require_mlm(lm, usable=lambda name: name in model_options() and obtainable(name))
-except BertScopeError as err:
-    st.warning(plain(str(err)))
+def recipe_without_head(lm) -> None:
+    """What the page can still show for a model without a masked-LM head: BERT's corruption of a text."""
     st.caption("Nothing on this page is simulated: without the checkpoint's trained head there is "
                f"nothing honest to show. {lm.name} ships without one.")
-    offer_bundled_mlm("mlm_switch")
     st.subheader("BERT's recipe on this tokenizer")
     st.caption("What BERT's data generator would feed the model (Devlin et al. 2019, §3.1: 15% of the "
                "tokens chosen; of those 80% [MASK], 10% a random token, 10% unchanged). Predicting the "
@@ -89,7 +81,11 @@ except BertScopeError as err:
         chosen = set(view.corruption.actions)
         st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
             f"▸{t}" if i in chosen else t for i, t in enumerate(view.corrupted_tokens))))
-    st.stop()
+
+
+st.title("Masked tokens")
+lm = require_model(fallback=recipe_without_head)  # the page's record needs a masked-LM head
+key = model_key()
 
 TABS = ["Fill mask", "Why this prediction?", "Pretraining recipe (80/10/10)", "Layer by layer",
         "Next sentence"]

@@ -4,7 +4,12 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.analysis.params import count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes
+from bertscope.analysis.params import (
+    count_parameters,
+    flops_per_token,
+    inspect_activation_bytes,
+    weight_bytes,
+)
 from bertscope.analysis.timeline import milestones
 from bertscope.figures.params import (
     breakdown_treemap,

@@ -12,7 +12,12 @@ from bertscope.attribution.gradients import Target, parse_target
 from bertscope.attribution.methods import attribute
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.figures.attribution import token_strip
-from bertscope.figures.tasks import confusion_heatmap, label_bars, layer_readings, marked_text
+from bertscope.figures.tasks import (
+    confusion_heatmap,
+    label_bars,
+    layer_readings,
+    marked_text,
+)
 from bertscope.tasks.classify import classify
 from bertscope.tasks.layer_lens import layer_decisions
 from bertscope.tasks.predict import predict, read_records
@@ -29,15 +34,12 @@ DEFAULTS = {SEQUENCE: "What a wonderful day at the beach with friends!", TOKEN: 
             "in the 1960s; it holds 500 samples of American English prose."}
 
 st.title("Predictions")
-lm = require_model()
+lm = require_model(fallback=lambda lm: st.caption(
+    "This page shows what a fine-tuned model decides. Beside the two above, any checkpoint saved with a task head "
+    "opens here — a classifier (…ForSequenceClassification: sentiment, NLI, topics), a tagger "
+    "(…ForTokenClassification: NER, parts of speech) or a question-answering model (…ForQuestionAnswering) — "
+    "by its hub id or folder in the sidebar, or a run of the Fine-tuning page."))  # the record needs a task head
 key = model_key()
-if lm.task is None:
-    st.info(plain(f"{lm.name} has no task head: this page shows what a fine-tuned model decides. Load a checkpoint "
-                  "saved with one — a classifier (…ForSequenceClassification, sentiment, NLI, topics), a tagger "
-                  "(…ForTokenClassification, NER, parts of speech) or a question-answering model "
-                  "(…ForQuestionAnswering) — by its hub id or folder in the sidebar. The other pages read the "
-                  "encoder and its pretraining output layers (Masked tokens)."))
-    st.stop()
 
 task = lm.task
 st.caption(plain(f"{lm.name}: {task.describe()}."))

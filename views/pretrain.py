@@ -15,9 +15,9 @@ from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
 from bertscope.training.job import TrainingJob
+from views.kit.budget import costly_job
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, demo
-from views.kit.budget import costly_job
 from views.kit.model_picker import MODEL_KEY, chosen_model_name, require_model
 from views.kit.training import open_in_sidebar, run_progress, training_allowed
 

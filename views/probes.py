@@ -7,7 +7,12 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
-from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
+from bertscope.analysis.probing import (
+    ProbeResult,
+    check_external_labels,
+    example_texts,
+    probe_layers,
+)
 from bertscope.core.layers import hidden_name
 from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
@@ -15,11 +20,11 @@ from bertscope.corpora.probe_tasks import ProbeTask, read_task
 from bertscope.corpora.suites import BROWN_TASKS, shipped_task
 from bertscope.figures.probe import confusion_figure, layer_figure, run_name
 from bertscope.figures.text import in_context, table_text
+from views.kit import syntax_tab
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.limits import Limits, check_upload, demo
 from views.kit.model_picker import model_key, require_model
 from views.kit.results import result_store
-from views.kit import syntax_tab
 from views.kit.url import from_url, tab_from_url, to_url
 
 UPLOAD = "Your own file…"

@@ -240,9 +240,9 @@ def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     # offline: only what can be loaded here is suggested, and the page says why the rest is not
     warning = next(w for w in texts(at.warning) if "no masked-LM head" in w)
     assert "loaded here: bundled-mlm" in warning and "need the Hugging Face hub" in warning
-    assert "bert-large-uncased" not in warning
+    assert "bert-large-uncased" not in warning and "which the Masked tokens page needs" in warning
     assert not at.get("plotly_chart") and not at.metric  # no predictions without the head
-    assert "bundled-mlm" in at.button(key="mlm_switch").label  # the offline way on (clicked in the browser test)
+    assert "bundled-mlm" in at.button(key="need_masked_bundled-mlm").label  # the offline way on (the browser test clicks it)
     table = at.dataframe[0].value  # BERT's corruption still shows: it needs only the tokenizer
     assert set(table.columns) == {"position", "original", "model would see", "action"} and len(table) >= 1
     assert any("in the loss" in c for c in texts(at.caption))

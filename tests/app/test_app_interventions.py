@@ -85,9 +85,10 @@ def test_patching_link_runs_on_arrival(monkeypatch, tiny_mlm_dir):
 def test_page_without_a_masked_lm_head(monkeypatch, tiny_encoder_dir):
     at = open_page(monkeypatch, str(tiny_encoder_dir))
     assert not at.exception and not at.error
-    warning = next(w for w in texts(at.warning) if "no masked-LM head" in w)
-    assert "--probe" in warning  # the target it still has
-    assert "bundled-mlm" in at.button(key="int_switch").label
+    warning = next(w for w in texts(at.warning) if "no masked-LM head or sequence classifier" in w)
+    assert "which the Interventions page needs" in warning
+    assert any("--probe" in c for c in texts(at.caption))  # the target it still has
+    assert "bundled-mlm" in at.button(key="need_interventions_bundled-mlm").label
     assert not at.get("plotly_chart")
 
 

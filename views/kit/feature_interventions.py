@@ -9,15 +9,14 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from bertscope.corpora.tagged import TAGSET_NAMES
+from bertscope.corpora.tagged import TAGSET_NAMES, brown_tagged
+from bertscope.errors import BertScopeError
 from bertscope.features.causal import tag_effect
 from bertscope.features.edits import FeatureEdit, edit_features
 from bertscope.features.patching import patch_features
 from bertscope.features.sae import load_sae
 from bertscope.features.shipped import sae_folder, sae_layers, shipped_saes
 from bertscope.features.statistics import FeatureStatistics, statistics_on_disk
-from bertscope.corpora.tagged import brown_tagged
-from bertscope.errors import BertScopeError
 from views.kit.chrome import page_errors, plain
 from views.kit.limits import Limits, check_text, demo
 from views.kit.mask_changes import show_mask_changes

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Sequence
 
 import streamlit as st
 
@@ -11,9 +12,10 @@ from bertscope import BertScopeError, LoadedModel, default_model, load_model
 from bertscope.runtime.devices import available_devices
 from bertscope.sources import hub
 from bertscope.sources.bundled import BUNDLED_MODELS
-from bertscope.sources.presets import BUNDLED_MLM, PRESETS
+from bertscope.sources.presets import PRESETS
 from views.kit.chrome import plain, show_error
 from views.kit.limits import MAX_RESIDENT_MODELS, Limits, demo, demo_allowlist
+from views.kit.pages import Page
 from views.kit.url import to_url
 
 OTHER = "Other (hub id or local folder)…"
@@ -130,7 +132,8 @@ def model_key() -> tuple[str, str, str]:
 
 
 def current_model() -> LoadedModel | None:
-    """The picked model, loaded once per process; None (with one error line) if it fails."""
+    """The picked model, loaded once per process; None (with one error line, and the default offered)
+    if it fails."""
     key = model_key()
     if not key[0]:
         st.info("Type a hub id (org/name) or a local model folder in the sidebar.")
@@ -140,15 +143,53 @@ def current_model() -> LoadedModel | None:
             return cached_model(*key)
     except BertScopeError as err:
         show_error(err)
+        default = startup_default()[0]
+        if default != key[0]:
+            offer_models((default,), "load_failed")
         return None
 
 
-def require_model() -> LoadedModel:
-    """The picked model, or stop the page after its error line."""
+PAGE_KEY = "page_record"  # the record of the page this run draws (set by app.py before the page runs)
+
+
+def current_page() -> Page | None:
+    return st.session_state.get(PAGE_KEY)
+
+
+def require_model(fallback: Callable[[LoadedModel], None] | None = None) -> LoadedModel:
+    """The picked model, meeting what the current page's record needs (``pages.Page.needs``); else one line
+    naming what is missing, the bundled models that have it offered, ``fallback(lm)`` (what the page can
+    still show), and the page stops. The other pages are not affected."""
     lm = current_model()
     if lm is None:
         st.stop()
+    page = current_page()
+    unmet = page.unmet(lm) if page is not None else []
+    if unmet:
+        need = unmet[0]
+        others = [n for n in dict.fromkeys((*need.offer, *need.presets)) if n != lm.name and n in model_options()]
+        ready = [n for n in others if obtainable(n)]
+        later = [n for n in others if n not in ready]
+        hint = f" Models with one that can be loaded here: {', '.join(ready)}." if ready else \
+            " No model with one can be loaded here."
+        if later:
+            hint += (f" {len(later)} other presets with one, e.g. {later[0]}, need the Hugging Face hub or a copy "
+                     "in its local cache, and neither is available now.")
+        st.warning(plain(f"{lm.name} has no {need.what}, which the {page.title} page needs.{hint}"))
+        offer_models(need.offer, f"need_{page.url_path or 'home'}")
+        if fallback is not None:
+            fallback(lm)
+        st.stop()
     return lm
+
+
+def offer_models(names: Sequence[str], key: str) -> None:
+    """A button per model of ``names`` that can be had here, switching the sidebar to it."""
+    for name in names:
+        if name in model_options() and obtainable(name):
+            description = PRESETS[name].description if name in PRESETS else name
+            st.button(f"Switch to {name} ({description})", key=f"{key}_{name}", icon=":material/arrow_forward:",
+                      on_click=lambda n=name: st.session_state.__setitem__(MODEL_KEY, n))  # the sidebar's picker
 
 
 def obtainable(name: str) -> bool:
@@ -164,10 +205,3 @@ def _here(name: str) -> bool:
     return Path(name).is_dir() or hub.is_cached(name) or hub.hub_reachable()
 
 
-def offer_bundled_mlm(key: str) -> None:
-    """A button that switches the sidebar's model to bundled-mlm, when it can be had here: the
-    offline way on for pages that need a masked-LM head."""
-    if obtainable(BUNDLED_MLM) and BUNDLED_MLM in model_options():
-        st.button("Switch to bundled-mlm (offline: all-MiniLM-L6-v2 with a masked-LM head BertScope trained on "
-                  "the Brown corpus)", key=key, icon=":material/arrow_forward:",
-                  on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED_MLM))  # the sidebar's picker

@@ -12,10 +12,10 @@ from bertscope.analysis.structural_probe import tree_distances
 from bertscope.analysis.structural_runs import structural_probes
 from bertscope.core.layers import layer_title
 from bertscope.figures.syntax import distance_matrices, scores_by_layer, tree_arcs
+from views.kit import treebank_labels_view, typed_tree_view
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import demo
 from views.kit.results import result_store
-from views.kit import treebank_labels_view, typed_tree_view
 
 TRAIN_SIZES = [300, 1000, 3000, 0]  # 0: every EWT training sentence
 TEST_SIZES = [100, 300, 1000, 0]
