@@ -11,6 +11,8 @@ straddles two words (BERT's ``don`` for EWT's "do" + "n't") stays with the first
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 
@@ -42,3 +44,19 @@ def word_pieces(word_spans, piece_offsets, real=None) -> list[list[int]]:
     for position in np.flatnonzero(owners >= 0).tolist():
         found[owners[position]].append(position)
     return found
+
+
+def batch_word_owners(padded, word_spans: Sequence) -> tuple[np.ndarray, list[int]]:
+    """[batch, token] each piece's word numbered across the batch (-1: special, padding or outside every
+    word), and for each of those words the batch row it belongs to. ``padded``: a padded batch
+    (``offsets`` [batch, token, 2], ``special`` [batch, token]); ``word_spans``: each row's word spans."""
+    owners = np.full(padded.special.shape, -1, np.int64)
+    word_row: list[int] = []
+    next_word = 0
+    for b, spans in enumerate(word_spans):
+        w = piece_words(spans, padded.offsets[b], ~padded.special[b])  # [token]
+        inside = w >= 0
+        owners[b, inside] = next_word + w[inside]
+        next_word += len(spans)
+        word_row += [b] * len(spans)
+    return owners, word_row

@@ -28,14 +28,13 @@ from sklearn.metrics import balanced_accuracy_score
 from bertscope.analysis.probing import make_probe
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches
-from bertscope.core.word_pieces import word_pieces
+from bertscope.core.word_pieces import batch_word_owners, word_pieces
 from bertscope.corpora.tagged import TaggedSentences, brown_tagged
 from bertscope.errors import BertScopeError
 from bertscope.features.active import layer_output
 from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.edits import FeatureEdit, feature_edit
 from bertscope.features.sae import TopKSAE
-from bertscope.features.statistics import _word_owners
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
 
@@ -74,7 +73,7 @@ def _word_states(lm: LoadedModel, corpus: TaggedSentences, layer: int, tagset: s
     states, labels = [], []
     for rows, padded, feed in batches(lm, list(corpus.texts), 32):
         hidden = layer_output(lm, feed, layer)  # [batch, token, d_model]
-        owners, word_sentence = _word_owners(padded, rows, corpus)
+        owners, _ = batch_word_owners(padded, [corpus.spans[s] for s in rows])
         tags = [t for s in rows for t in corpus.tags[tagset][s]]  # [batch word]
         first: dict[int, tuple[int, int]] = {}
         for b, t in zip(*np.nonzero(owners >= 0)):

@@ -26,14 +26,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
 
 from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
 from bertscope.core.models import LoadedModel
-from bertscope.core.word_pieces import piece_words
+from bertscope.core.word_pieces import batch_word_owners
 from bertscope.core.passes import batches
 from bertscope.corpora.tagged import TaggedSentences
 from bertscope.errors import BertScopeError
@@ -209,21 +209,6 @@ def statistics_on_disk(lm: LoadedModel, saes: dict[int, TopKSAE], corpus: Tagged
     return found
 
 
-def _word_owners(padded, rows: Sequence[int], corpus: TaggedSentences) -> tuple[np.ndarray, list[int]]:
-    """[batch, token] each word piece's word, numbered within the batch (-1: special, padding or
-    outside every word), and each batch word's (sentence, word) as a flat list of sentences."""
-    owners = np.full(padded.special.shape, -1, np.int64)
-    word_sentence: list[int] = []
-    next_word = 0
-    for b, s in enumerate(rows):
-        w = piece_words(corpus.spans[s], padded.offsets[b], ~padded.special[b])  # [token]
-        inside = w >= 0
-        owners[b, inside] = next_word + w[inside]
-        next_word += len(corpus.spans[s])
-        word_sentence += [s] * len(corpus.spans[s])
-    return owners, word_sentence
-
-
 @torch.no_grad()
 def feature_statistics(lm: LoadedModel, saes: dict[int, TopKSAE], corpus: TaggedSentences,
                        root: Path | None = None, batch_size: int = 32,
@@ -261,7 +246,8 @@ def feature_statistics(lm: LoadedModel, saes: dict[int, TopKSAE], corpus: Tagged
     log_edges = torch.linspace(LOW, HIGH, BINS + 1, device=dev)[1:-1]  # inner edges, log10
     for rows, padded, feed in batches(lm, list(corpus.texts), batch_size):
         outputs = layer_outputs(lm, feed, missing)
-        owners, word_sentence = _word_owners(padded, rows, corpus)
+        owners, word_row = batch_word_owners(padded, [corpus.spans[s] for s in rows])
+        word_sentence = [rows[b] for b in word_row]
         real = torch.from_numpy(~padded.special).to(dev)  # [batch, token]
         row_of = real.nonzero()[:, 0]  # [piece] its row in the batch
         owner = torch.from_numpy(owners).to(dev)[real]  # [piece] its batch word, -1 none
