@@ -114,7 +114,7 @@ def main() -> None:
         with forced_kernel(lm, "eager"):
             ours()
 
-    from bertscope.core.forward import output_bytes, pad, plan_batches, tokenize
+    from bertscope.core.batch_plan import output_bytes, pad, plan_batches, tokenize
 
     tokenized = tokenize(lm, [" ".join(w) for w in words], [None] * len(words))
     lengths = [len(e.ids) for e in tokenized.encodings]

@@ -87,8 +87,8 @@ def brown_text_of(lm, tokens: int) -> str:
 
 def value_zeroing_cost(lm, tokens: int, repeats: int) -> None:
     from bertscope.attribution.value_zeroing import layer_inputs, value_zeroing
-    from bertscope.core.hooked_pass import run_block
     from bertscope.core.forward import inspect
+    from bertscope.core.hooked_pass import run_block
     from bertscope.core.passes import rows_within_budget
 
     ins = inspect(lm, brown_text_of(lm, tokens), with_attentions=False, with_hidden_states=False, with_logits=False)
@@ -110,7 +110,8 @@ def value_zeroing_cost(lm, tokens: int, repeats: int) -> None:
 
 def value_zeroing_long(lm, tokens: int) -> None:
     from bertscope.attribution.value_zeroing import value_zeroing
-    from bertscope.core.forward import DEFAULT_BATCH_BYTES, inspect
+    from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
+    from bertscope.core.forward import inspect
     from bertscope.core.passes import rows_within_budget
 
     ins = inspect(lm, brown_text_of(lm, tokens), with_attentions=False, with_hidden_states=False, with_logits=False)
@@ -144,8 +145,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     from bertscope.attribution.faithfulness import check_methods
-    from bertscope.attribution.registry import faithfulness_defaults
     from bertscope.attribution.items import brown_items
+    from bertscope.attribution.registry import faithfulness_defaults
 
     lm = load(args)
     print(describe(lm))

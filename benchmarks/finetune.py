@@ -67,8 +67,8 @@ def trainers(model_name: str, data, cfg, out: Path, device: str) -> tuple[float,
     from bertscope.runtime.devices import resolve_device
     from bertscope.sources.resolve import resolve_source
     from bertscope.training.fine_tuning import task_tokenizer
-    from bertscope.training.task_model import build_task_model
     from bertscope.training.span_objective import encode_spans
+    from bertscope.training.task_model import build_task_model
     from bertscope.training.task_objective import encode
 
     source, local_only = resolve_source(model_name)
@@ -105,11 +105,11 @@ def trainers(model_name: str, data, cfg, out: Path, device: str) -> tuple[float,
 def memory(model: str, task: str, seq_len: int, batch_size: int, device: str) -> None:
     import psutil
 
+    from benchmarks.timing import random_model_dir
     from bertscope.corpora.labelled import LabelledTexts
     from bertscope.training.config import FinetuneConfig
     from bertscope.training.fine_tuning import finetune
     from bertscope.training.task_data import TaskData
-    from benchmarks.timing import random_model_dir
 
     base = random_model_dir(model.removeprefix("random:"), "none") if model.startswith("random:") else model
     if task == "span":  # the longest contexts of SQuAD's dev side: every window full

@@ -38,7 +38,8 @@ def huge_pages() -> str:
 
 def main() -> None:
     from bertscope import inspect_batch
-    from bertscope.core.forward import device_pass, pad, tokenize
+    from bertscope.core.batch_plan import pad, tokenize
+    from bertscope.core.forward import device_pass
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser, model="random:bert-base-uncased")

@@ -29,7 +29,7 @@ LONG = ("The bank of the river was muddy after the storm, and the boats stayed i
 
 def main() -> None:
     from bertscope import inspect_batch
-    from bertscope.core.forward import PoolingPlan, pooled_hidden_states
+    from bertscope.core.pooling import PoolingPlan, pooled_hidden_states
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser, model="random:bert-base-uncased")

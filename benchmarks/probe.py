@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def real_suite(args) -> None:
+    from bertscope import load_model
     from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
     from bertscope.analysis.probing import LOGREG_STEPS, probe_layers
     from bertscope.core.layers import hidden_label
     from bertscope.corpora.suites import shipped_task
-    from bertscope import load_model
 
     start = time.perf_counter()
     lm = load_model(args.model, device=args.device)

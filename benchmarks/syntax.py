@@ -41,8 +41,14 @@ def main() -> None:
     from bertscope import load_model
     from bertscope.analysis.hidden_cache import hidden_states
     from bertscope.analysis.structural_probe import distance_report, train_structural_probe
-    from bertscope.analysis.structural_runs import (MIN_WORDS, probe_sentences, random_twin, sample_indices,
-                                                   sentence_rows, structural_probes)
+    from bertscope.analysis.structural_runs import (
+        MIN_WORDS,
+        probe_sentences,
+        random_twin,
+        sample_indices,
+        sentence_rows,
+        structural_probes,
+    )
     from bertscope.analysis.treebank_probes import treebank_probe
     from bertscope.core.layers import hidden_index, hidden_label
     from bertscope.corpora.ewt import ewt_task, read_ewt

@@ -19,18 +19,8 @@ from bertscope.analysis.align import (
 )
 from bertscope.analysis.projection import project, umap_is_warm
 from bertscope.core.layers import hidden_name, layer_title
-from bertscope.corpora.parallel import (
-    CARRIERS,
-    language_name,
-    read_parallel_tsv,
-    shipped_parallel,
-)
-from bertscope.figures.align import (
-    alignment_heatmap,
-    projection_map,
-    retrieval_by_layer,
-    retrieval_heatmap,
-)
+from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
+from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain

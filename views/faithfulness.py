@@ -12,22 +12,12 @@ import streamlit as st
 
 from bertscope.attribution.class_items import brown_class_items, class_items
 from bertscope.attribution.erasure import REMOVALS
-from bertscope.attribution.faithfulness import (
-    FRACTIONS,
-    RANDOM,
-    check_methods,
-    faithfulness,
-)
+from bertscope.attribution.faithfulness import FRACTIONS, RANDOM, check_methods, faithfulness
 from bertscope.attribution.items import MAX_ITEM_TOKENS, brown_items, text_items
 from bertscope.attribution.registry import METHODS, faithfulness_defaults
 from bertscope.core.task_head import SEQUENCE
 from bertscope.errors import BertScopeError
-from bertscope.figures.faithfulness import (
-    method_label,
-    perturbation_curves,
-    removal_words,
-    scoreboard_bars,
-)
+from bertscope.figures.faithfulness import method_label, perturbation_curves, removal_words, scoreboard_bars
 from bertscope.figures.text import label
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.limits import Limits, check_text, demo

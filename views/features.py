@@ -11,19 +11,11 @@ from bertscope.corpora.ewt import installed as ewt_installed
 from bertscope.corpora.tagged import TAGSET_NAMES, describe_tag, tagged_corpus
 from bertscope.features.active import active_features
 from bertscope.features.contexts import feature_contexts
-from bertscope.features.directions import (
-    features_promoting,
-    logit_weights,
-    nearest_features,
-)
+from bertscope.features.directions import features_promoting, logit_weights, nearest_features
 from bertscope.features.sae import load_sae
 from bertscope.features.shipped import sae_folder, sae_layers, shipped_saes
 from bertscope.features.statistics import feature_statistics, statistics_on_disk
-from bertscope.figures.features import (
-    context_html,
-    histogram_figure,
-    text_features_figure,
-)
+from bertscope.figures.features import context_html, histogram_figure, text_features_figure
 from bertscope.sources.presets import BUNDLED_MLM
 from views.kit.chrome import PLOT_CONFIG, page_errors, plain
 from views.kit.kept import persist

@@ -9,12 +9,7 @@ from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources.presets import PRESETS
 from views.kit.chrome import plain
 from views.kit.limits import demo
-from views.kit.model_picker import (
-    fallback_notice,
-    model_options,
-    obtainable,
-    require_model,
-)
+from views.kit.model_picker import fallback_notice, model_options, obtainable, require_model
 from views.kit.pages import PAGES
 
 st.title("BertScope")

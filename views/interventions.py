@@ -22,14 +22,7 @@ from bertscope.interventions.patching import patch, prepare
 from views.kit import classifier_interventions
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from views.kit.feature_interventions import feature_patch_section, features_tab
-from views.kit.head_picker import (
-    HEADS_KEY,
-    clickable_grid,
-    head_name,
-    heads_to_remove,
-    reference_means,
-    selected_heads,
-)
+from views.kit.head_picker import HEADS_KEY, clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
 from views.kit.kept import persist
 from views.kit.limits import Limits, check_text
 from views.kit.mask_changes import show_mask_changes

@@ -10,14 +10,7 @@ from bertscope.core.layers import hidden_name
 from bertscope.figures.attribution import token_strip
 from bertscope.figures.masked import prediction_bars, rank_by_layer
 from bertscope.figures.text import label, table_text
-from bertscope.mlm.fill_mask import (
-    MAX_MASKS,
-    fill_mask,
-    fill_mask_words,
-    iterative_fill,
-    mask_spellings,
-    words_of,
-)
+from bertscope.mlm.fill_mask import MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, mask_spellings, words_of
 from bertscope.mlm.logit_lens import layerwise_predictions
 from bertscope.mlm.nsp import both_orders, sentence_order
 from bertscope.mlm.recipe import mlm_recipe, recipe_corruption

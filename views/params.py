@@ -4,20 +4,9 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.analysis.params import (
-    count_parameters,
-    flops_per_token,
-    inspect_activation_bytes,
-    weight_bytes,
-)
+from bertscope.analysis.params import count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes
 from bertscope.analysis.timeline import milestones
-from bertscope.figures.params import (
-    breakdown_treemap,
-    compare_bars,
-    flops_area,
-    per_layer_bars,
-    timeline_scatter,
-)
+from bertscope.figures.params import breakdown_treemap, compare_bars, flops_area, per_layer_bars, timeline_scatter
 from bertscope.sources.presets import PRESETS
 from views.kit.chrome import page_errors, plain, show_error
 from views.kit.model_picker import chosen_model_name

@@ -12,12 +12,7 @@ from bertscope.attribution.gradients import Target, parse_target
 from bertscope.attribution.methods import attribute
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.figures.attribution import token_strip
-from bertscope.figures.tasks import (
-    confusion_heatmap,
-    label_bars,
-    layer_readings,
-    marked_text,
-)
+from bertscope.figures.tasks import confusion_heatmap, label_bars, layer_readings, marked_text
 from bertscope.tasks.classify import classify
 from bertscope.tasks.layer_lens import layer_decisions
 from bertscope.tasks.predict import predict, read_records

@@ -7,12 +7,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
-from bertscope.analysis.probing import (
-    ProbeResult,
-    check_external_labels,
-    example_texts,
-    probe_layers,
-)
+from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
 from bertscope.core.layers import hidden_name
 from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES

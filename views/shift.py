@@ -6,21 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.analysis.corpus_search import (
-    MAX_K,
-    build_index,
-    index_on_disk,
-    search,
-    word_occurrences,
-)
+from bertscope.analysis.corpus_search import MAX_K, build_index, index_on_disk, search, word_occurrences
 from bertscope.analysis.projection import pca_2d, umap_2d
-from bertscope.analysis.shift import (
-    anisotropy_baseline,
-    collect,
-    layer_metrics,
-    nearest_vocabulary,
-    word_pattern,
-)
+from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, word_pattern
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES

@@ -26,9 +26,10 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
-from bertscope.core.forward import PoolingPlan, inspect_batch, pooled_hidden_states
+from bertscope.core.forward import inspect_batch
 from bertscope.core.layers import hidden_label
 from bertscope.core.models import LoadedModel
+from bertscope.core.pooling import PoolingPlan, pooled_hidden_states
 from bertscope.core.tokens import tokens_in_span
 from bertscope.corpora.parallel import CARRIERS, ParallelData
 from bertscope.errors import BertScopeError

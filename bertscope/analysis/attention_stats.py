@@ -36,10 +36,11 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from bertscope.core.forward import device_batches, to_device
+from bertscope.core.forward import device_batches
 from bertscope.core.inspection import BatchInspection
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.runtime.devices import to_device
 from bertscope.runtime.engine import Engine
 
 STATISTICS = {

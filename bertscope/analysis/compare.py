@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 from bertscope.analysis.hidden_cache import token_plan, word_table
-from bertscope.core.forward import pooled_hidden_states
 from bertscope.core.layers import hidden_labels
 from bertscope.core.models import LoadedModel
+from bertscope.core.pooling import pooled_hidden_states
 from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.errors import BertScopeError
 from bertscope.runtime.engine import Engine

@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
 
-from bertscope.core.forward import PoolingPlan, pooled_hidden_states
 from bertscope.core.models import LoadedModel
+from bertscope.core.pooling import PoolingPlan, pooled_hidden_states
 from bertscope.corpora.probe_tasks import UNLABELLED, ProbeTask
 from bertscope.errors import BertScopeError
 from bertscope.runtime.engine import Engine

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertscope.core.forward import inspect
 from bertscope.core.hook_points import model_family
 from bertscope.core.hooked_pass import ActivationCache, caching_hooks
-from bertscope.core.forward import inspect
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 

@@ -25,10 +25,10 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from bertscope.core.forward import PoolingPlan, pooled_hidden_states
 from bertscope.core.inspection import Inspection, TokenRow
 from bertscope.core.layers import hidden_label
 from bertscope.core.models import LoadedModel
+from bertscope.core.pooling import PoolingPlan, pooled_hidden_states
 from bertscope.core.tokens import tokens_in_span
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError

@@ -32,9 +32,9 @@ import torch
 
 from bertscope.core.block_modules import BlockParts, block_parts
 from bertscope.core.forward import inspect
-from bertscope.core.passes import inspection_feed
 from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import inspection_feed
 from bertscope.errors import BertScopeError
 
 CHUNK_BYTES = 64 * 2**20  # one [query block, key, dim] float32 slab

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from bertscope.attribution.items import MAX_ITEM_TOKENS, MAX_ITEMS, Item
-from bertscope.core.forward import check_text, inspect
+from bertscope.core.forward import inspect
+from bertscope.core.hooked_pass import check_text
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import inspection_feed
 from bertscope.core.task_head import SEQUENCE

@@ -20,12 +20,13 @@ from typing import Literal
 import numpy as np
 import torch
 
-from bertscope.core.forward import DEFAULT_BATCH_BYTES, to_device
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
+from bertscope.core.hooked_pass import turn
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import rows_within_budget, wide
 from bertscope.errors import BertScopeError
-from bertscope.core.hooked_pass import turn
 from bertscope.mlm.logit_lens import mlm_head
+from bertscope.runtime.devices import to_device
 
 Removal = Literal["attention", "mask"]
 REMOVALS = ("attention", "mask")
@@ -79,7 +80,8 @@ def class_probabilities(lm: LoadedModel, input_ids: np.ndarray, token_type_ids: 
     """[variant] p(label | the input with the tokens ``keep`` leaves out removed) under a sequence
     classifier's head (softmax, or the label's sigmoid for a multi-label head), float64.
     ``position``: the token the head reads ([CLS]), never removed."""
-    from bertscope.attribution.class_items import class_probabilities as scores, require_classifier
+    from bertscope.attribution.class_items import class_probabilities as scores
+    from bertscope.attribution.class_items import require_classifier
 
     require_classifier(lm)
     keep = np.asarray(keep, bool)

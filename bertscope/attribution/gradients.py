@@ -28,14 +28,19 @@ import numpy as np
 import torch
 
 from bertscope.analysis.probe_store import Probe, load_probe
-from bertscope.core.forward import inspect_ids, output_bytes, to_device
+from bertscope.attribution.targets import (  # noqa: F401  (Target, parse_target: imported from here too)
+    Target,
+    parse_target,
+)
+from bertscope.attribution.task_targets import TASK_TARGETS, task_score_function
+from bertscope.core.batch_plan import output_bytes
+from bertscope.core.forward import inspect_ids
 from bertscope.core.hooked_pass import turn
 from bertscope.core.inspection import Inspection
 from bertscope.core.layers import hidden_index
 from bertscope.core.models import LoadedModel
-from bertscope.attribution.targets import Target, parse_target  # noqa: F401  (Target, parse_target: imported from here too)
-from bertscope.attribution.task_targets import TASK_TARGETS, task_score_function
 from bertscope.errors import BertScopeError
+from bertscope.runtime.devices import to_device
 
 DEFAULT_STEPS = 50
 # sentence-pair heads: target kind -> (model output, head name, family whose checkpoints carry it);

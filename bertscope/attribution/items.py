@@ -17,7 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from bertscope.core.forward import check_text, inspect, inspect_ids
+from bertscope.core.forward import inspect, inspect_ids
+from bertscope.core.hooked_pass import check_text
 from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.core.word_pieces import word_pieces

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from bertscope.attribution.blocks import compose
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.block_modules import block_parts
-from bertscope.core.forward import DEFAULT_BATCH_BYTES
 from bertscope.core.hook_points import EMBED
 from bertscope.core.hooked_pass import run_block
 from bertscope.core.inspection import Inspection

@@ -18,8 +18,21 @@ import argparse
 import json
 import sys
 
-from bertscope.cli import (attribution, compare, corpus, features, inspection, interventions, mlm, probe, sae, setup,
-                           syntax, tasks, training)
+from bertscope.cli import (
+    attribution,
+    compare,
+    corpus,
+    features,
+    inspection,
+    interventions,
+    mlm,
+    probe,
+    sae,
+    setup,
+    syntax,
+    tasks,
+    training,
+)
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 

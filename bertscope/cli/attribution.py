@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bertscope.attribution.registry import METHODS, attribution_methods, matrix_methods, score_methods
 from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.core.layers import parse_blocks
-from bertscope.attribution.registry import METHODS, attribution_methods, matrix_methods, score_methods
 from bertscope.errors import BertScopeError
 
 
@@ -99,8 +99,8 @@ def class_texts(content: str, name: str) -> tuple[list[str], list[str | None] | 
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> Any:
-    from bertscope.attribution.faithfulness import check_methods, faithfulness
     from bertscope.attribution.erasure import REMOVALS
+    from bertscope.attribution.faithfulness import check_methods, faithfulness
 
     if args.corpus is not None and args.data is not None:
         raise BertScopeError("Give --corpus or --data, not both.")

@@ -29,12 +29,11 @@ def parse_layers(text: str | None, n_layers: int) -> list[int]:
 
 def cmd_train_sae(args: argparse.Namespace) -> Any:
     import numpy as np
+    import torch
 
     from bertscope.corpora.brown_tasks import brown_split_texts
     from bertscope.features.activations import layer_activations, resid_post
     from bertscope.features.quality import sae_quality
-    import torch
-
     from bertscope.features.sae import SaeInfo, load_sae, save_sae
     from bertscope.features.trainer import SaeTrainConfig, train_sae
 

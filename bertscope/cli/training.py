@@ -7,8 +7,8 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from bertscope.cli.common import Command

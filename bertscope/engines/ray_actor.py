@@ -64,8 +64,8 @@ class ModelActor:
         """Σ|∂L/∂ξ| over the corrupted batches handed over (each row one batch, flattened)."""
         import torch
 
-        from bertscope.mlm.masking import IGNORE_INDEX
         from bertscope.interventions.importance import batch_gradient, new_gates
+        from bertscope.mlm.masking import IGNORE_INDEX
 
         gates = new_gates(self.lm)
         total = torch.zeros(self.lm.num_layers, self.lm.num_heads, device=self.lm.device)

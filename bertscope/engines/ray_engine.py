@@ -34,18 +34,15 @@ another copy of a folder would otherwise mix two models), and runs with this pro
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+import logging
+import warnings
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-import logging
-import warnings
-from dataclasses import replace
-from typing import TYPE_CHECKING
-
-from dataclasses import dataclass
 from bertscope.analysis.hidden_cache import Rows, WordTable, weights_fingerprint
-from bertscope.core.forward import corpus_plan
+from bertscope.core.batch_plan import corpus_plan
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.engines.ray_actor import FEED_KEYS, ModelActor

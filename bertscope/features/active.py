@@ -10,9 +10,9 @@ import torch
 from bertscope.core.hooked_pass import check_text
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import readable_tokens
-from bertscope.runtime.devices import to_device
 from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.sae import TopKSAE
+from bertscope.runtime.devices import to_device
 
 
 class _Reached(Exception):

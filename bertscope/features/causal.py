@@ -31,8 +31,8 @@ from bertscope.core.passes import batches
 from bertscope.core.word_pieces import batch_word_owners, word_pieces
 from bertscope.corpora.tagged import TaggedSentences, brown_tagged
 from bertscope.errors import BertScopeError
-from bertscope.features.active import layer_output
 from bertscope.features.activations import check_layer, resid_post
+from bertscope.features.active import layer_output
 from bertscope.features.edits import FeatureEdit, feature_edit
 from bertscope.features.sae import TopKSAE
 from bertscope.mlm.fill_mask import require_mlm

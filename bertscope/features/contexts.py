@@ -12,14 +12,14 @@ import numpy as np
 import torch
 
 from bertscope.core.models import LoadedModel
-from bertscope.core.word_pieces import piece_words
 from bertscope.core.passes import batches
-from bertscope.corpora.tagged import TaggedSentences
 from bertscope.core.tokens import readable_tokens
-from bertscope.features.active import layer_output
-from bertscope.features.activations import check_layer, resid_post
-from bertscope.features.sae import TopKSAE
+from bertscope.core.word_pieces import piece_words
+from bertscope.corpora.tagged import TaggedSentences
 from bertscope.errors import BertScopeError
+from bertscope.features.activations import check_layer, resid_post
+from bertscope.features.active import layer_output
+from bertscope.features.sae import TopKSAE
 from bertscope.features.statistics import FeatureStatistics
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from bertscope.core.forward import DEFAULT_BATCH_BYTES
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.hooked_pass import turn
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import repeat_feed, rows_within_budget

@@ -33,12 +33,12 @@ import torch
 
 from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
 from bertscope.core.models import LoadedModel
-from bertscope.core.word_pieces import batch_word_owners
 from bertscope.core.passes import batches
+from bertscope.core.word_pieces import batch_word_owners
 from bertscope.corpora.tagged import TaggedSentences
 from bertscope.errors import BertScopeError
-from bertscope.features.active import layer_outputs
 from bertscope.features.activations import check_layer, resid_post
+from bertscope.features.active import layer_outputs
 from bertscope.features.sae import TopKSAE
 from bertscope.runtime.user_cache import user_cache_dir
 

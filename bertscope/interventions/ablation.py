@@ -30,13 +30,13 @@ import torch
 
 from bertscope.attribution.gradients import Target, input_embeddings, score_function
 from bertscope.core.forward import inspect
+from bertscope.core.hook_points import every_layer
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import batches
 from bertscope.corpora.brown_tasks import brown_split_texts
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import Prediction, require_mlm, top_predictions
-from bertscope.core.hook_points import every_layer
-from bertscope.core.passes import batches
 
 Mode = Literal["zero", "mean"]
 MODES = ("zero", "mean")

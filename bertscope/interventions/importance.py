@@ -23,17 +23,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertscope.core.hook_points import UNEMBED_IN, every_layer
+from bertscope.core.hooked_pass import merged, turn
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import batches, wide
 from bertscope.corpora.brown_tasks import brown_split_texts
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError
-from bertscope.runtime.engine import Engine
+from bertscope.interventions.ablation import head_edit
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.masking import IGNORE_INDEX, replacement_ids
-from bertscope.interventions.ablation import head_edit
-from bertscope.core.hook_points import UNEMBED_IN, every_layer
-from bertscope.core.hooked_pass import merged, turn
-from bertscope.core.passes import batches, wide
+from bertscope.runtime.engine import Engine
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
 from bertscope.training.model import mlm_logits, vocabulary_layer

@@ -28,16 +28,17 @@ import numpy as np
 import torch
 
 from bertscope.attribution.gradients import token_id
-from bertscope.core.forward import DEFAULT_BATCH_BYTES, check_text, pad, to_device, tokenize
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, pad, tokenize
+from bertscope.core.hook_points import every_layer, every_state
+from bertscope.core.hooked_pass import check_text, turn
 from bertscope.core.layers import hidden_labels
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import repeat_feed, rows_within_budget, wide
+from bertscope.core.task_head import SEQUENCE
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
-from bertscope.core.hook_points import every_layer, every_state
-from bertscope.core.hooked_pass import turn
-from bertscope.core.passes import repeat_feed, rows_within_budget, wide
-from bertscope.core.task_head import SEQUENCE
+from bertscope.runtime.devices import to_device
 
 What = Literal["hidden", "heads"]
 WHATS = ("hidden", "heads")

@@ -16,8 +16,8 @@ import torch
 
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
-from bertscope.runtime.families import family_of, has_record
 from bertscope.mlm.fill_mask import FillMaskResult, Prediction, top_predictions
+from bertscope.runtime.families import family_of, has_record
 
 
 @dataclass(frozen=True)

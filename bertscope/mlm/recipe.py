@@ -15,7 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertscope.core.forward import check_text, inspect, inspect_ids
+from bertscope.core.forward import inspect, inspect_ids
+from bertscope.core.hooked_pass import check_text
 from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import readable_tokens

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from bertscope.errors import BertScopeError
 from bertscope.runtime.families import encoder_types, position_offset
 
+
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
     """Silence transformers' load reports and progress bars for the duration of a load."""

@@ -27,11 +27,10 @@ def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
     """Merge a LoRA run's ``adapter/`` onto its base encoder and save a standard masked-LM
     folder at ``folder`` (atomically), or, for a fine-tuning run's delta (its ``task.json``), the
     task model with its labels. The base is read from ``base_source`` (a folder)."""
+    import transformers
     from peft import PeftModel
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
-
-    import transformers
 
     extras = load_file(str(delta / "extras.safetensors"))
     task_file = delta / "task.json"  # a fine-tuning run's delta: its head's class and labels

@@ -23,6 +23,7 @@ from bertscope.core.passes import batches, wide
 from bertscope.core.task_head import SEQUENCE, task_inputs
 from bertscope.errors import BertScopeError
 
+
 def scores_of(logits: torch.Tensor, scoring: str) -> torch.Tensor:
     """[..., label] logits -> scores, on their device, float32."""
     logits = wide(logits)

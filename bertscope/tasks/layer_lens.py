@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.layers import hidden_names
 from bertscope.core.models import LoadedModel
-from bertscope.core.forward import DEFAULT_BATCH_BYTES
 from bertscope.core.passes import repeat_feed, rows_within_budget, wide
 from bertscope.core.task_head import SEQUENCE, require_task
 from bertscope.errors import BertScopeError

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from bertscope.core.models import LoadedModel
-from bertscope.corpora.labelled import read_jsonl
 from bertscope.core.task_head import MAX_TEXTS, SEQUENCE, SPANS, TOKEN
+from bertscope.corpora.labelled import read_jsonl
 from bertscope.errors import BertScopeError
 from bertscope.tasks.classify import ClassScores, classify
 from bertscope.tasks.spans import answer

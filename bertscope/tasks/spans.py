@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from bertscope.core.forward import DEFAULT_BATCH_BYTES, plan_batches
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, plan_batches
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import pass_bytes, wide
 from bertscope.core.task_head import SPANS, require_task

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from bertscope.core.task_head import SPANS
 from bertscope.errors import BertScopeError
 from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
 from bertscope.sources.resolve import resolve_source
@@ -40,9 +41,8 @@ from bertscope.training.export import export_run, two_panels
 from bertscope.training.loop import adamw, run_epochs
 from bertscope.training.model import trainable
 from bertscope.training.processes import Processes
-from bertscope.training.steps import BACKWARD_FACTOR, autocast_context, saved_bytes, training_budget
-from bertscope.core.task_head import SPANS
 from bertscope.training.span_objective import SpanObjective, doc_stride, encode_spans, scoring_settings
+from bertscope.training.steps import BACKWARD_FACTOR, autocast_context, saved_bytes, training_budget
 from bertscope.training.task_data import SPAN, TAG, TaskData
 from bertscope.training.task_model import auto_class, build_task_model
 from bertscope.training.task_objective import Encoded, TaskObjective, encode, pad, scores

@@ -24,8 +24,8 @@ from typing import Any, Sequence
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device
 from bertscope.training.config import CLOZE, FinetuneConfig, RecipeConfig, check_cloze
-from bertscope.training.task_metrics import FinetuneMetrics, read_task_metrics
 from bertscope.training.recipe import train
+from bertscope.training.task_metrics import FinetuneMetrics, read_task_metrics
 
 MAX_JOBS = 1
 _RUNNING = threading.BoundedSemaphore(MAX_JOBS)

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from bertscope.core.hook_points import UNEMBED_IN, Hooks
-from bertscope.runtime.hf import load_for_training
 from bertscope.runtime.families import family_of
+from bertscope.runtime.hf import load_for_training
 from bertscope.training.config import RecipeConfig
 
 

@@ -70,9 +70,9 @@ from bertscope.training.checkpoint import RunState, load_checkpoint
 from bertscope.training.config import CLOZE, RecipeConfig, check_cloze, check_pair_task
 from bertscope.training.export import export_run, write_metrics
 from bertscope.training.instances import Chunks, build_chunks
+from bertscope.training.loop import adamw, run_epochs
 from bertscope.training.model import build_model, trainable
 from bertscope.training.processes import Processes
-from bertscope.training.loop import adamw, run_epochs
 from bertscope.training.steps import (
     BACKWARD_FACTOR,
     accumulate_gradients,

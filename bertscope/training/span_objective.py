@@ -21,10 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertscope.corpora.questions import Questions
 from bertscope.errors import BertScopeError
 from bertscope.tasks.spans import Window, best_answers, question_windows
 from bertscope.training.processes import Processes
-from bertscope.corpora.questions import Questions
 from bertscope.training.span_scores import question_scores
 from bertscope.training.task_objective import Encoded, TaskObjective, pad
 

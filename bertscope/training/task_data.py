@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Sequence
 
 from bertscope.corpora.labelled import LabelledTexts, read_jsonl, split, stratified_split
-from bertscope.errors import BertScopeError
 from bertscope.corpora.questions import Questions, read_squad_file, split_by_context
+from bertscope.errors import BertScopeError
 
 CLASSIFY, PAIRS, TAG, SPAN = "classify", "pairs", "tag", "span"
 TASKS = (CLASSIFY, PAIRS, TAG, SPAN)

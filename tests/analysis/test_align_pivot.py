@@ -4,6 +4,7 @@ centred; coverage; the JSON in the shape of pairwise retrieval; the UDHR from th
 import json
 
 import numpy as np
+
 from bertscope.analysis.align_pivot import pivot_accuracy
 from bertscope.cli import main
 

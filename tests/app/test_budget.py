@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from views.kit.budget import WINDOW_S, BudgetRefused, CostBudget
-
 from tests.app.kit import APP, texts
+from views.kit.budget import WINDOW_S, BudgetRefused, CostBudget
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -30,7 +30,6 @@ from bertscope.attribution.methods import attribute
 from bertscope.attribution.value_zeroing import value_zeroing, value_zeroing_composed
 from bertscope.core.block_modules import block_parts
 from bertscope.core.forward import inspect
-
 from tests.conftest import bert_tokenizer, save_model, tiny_bert_config
 
 LINES = ["the bank of the [MASK] was muddy .", "she deposited the money in the [MASK] .",

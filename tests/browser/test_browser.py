@@ -15,9 +15,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from views.kit.pages import PAGES
-
 from tests.conftest import ROOT
+from views.kit.pages import PAGES
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

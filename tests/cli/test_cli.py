@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from bertscope.cli import main
-
 from tests.conftest import ROOT
 
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from bertscope import inspect, load_model
-
 from tests.cli.test_cli import run_cli
 
 SENTENCES = ["the bank of the river was muddy .", "she deposited the money in the bank .",

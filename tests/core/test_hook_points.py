@@ -13,8 +13,20 @@ import pytest
 import torch
 
 from bertscope import load_model
-from bertscope.core.hook_points import (BLOCK_SUFFIXES, EMBED, GATED_SUFFIX, LN_FINAL, UNEMBED_IN, block_suffixes,
-                                        blocks, every_layer, hook_point, model_family, state_hook, zero_head)
+from bertscope.core.hook_points import (
+    BLOCK_SUFFIXES,
+    EMBED,
+    GATED_SUFFIX,
+    LN_FINAL,
+    UNEMBED_IN,
+    block_suffixes,
+    blocks,
+    every_layer,
+    hook_point,
+    model_family,
+    state_hook,
+    zero_head,
+)
 from bertscope.core.hooked_pass import turn
 from bertscope.errors import BertScopeError
 

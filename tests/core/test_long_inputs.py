@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bertscope import BertScopeError, inspect, inspect_batch, load_model
-from bertscope.core.forward import output_bytes, plan_batches
+from bertscope.core.batch_plan import output_bytes, plan_batches
 from bertscope.figures.attention import (
     attention_row,
     bertviz_bytes,

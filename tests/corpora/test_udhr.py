@@ -3,8 +3,15 @@ English first and only complete versions; bad codes in one line."""
 
 import pytest
 
-from bertscope.corpora.udhr import (ARTICLES, Declaration, installed, read_declaration, read_udhr, script_of,
-                                    udhr_parallel)
+from bertscope.corpora.udhr import (
+    ARTICLES,
+    Declaration,
+    installed,
+    read_declaration,
+    read_udhr,
+    script_of,
+    udhr_parallel,
+)
 from bertscope.errors import BertScopeError
 
 

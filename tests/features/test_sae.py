@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from bertscope import BertScopeError, load_model
-from bertscope.features.active import active_features
 from bertscope.features.activations import ActivationSet, layer_activations
+from bertscope.features.active import active_features
 from bertscope.features.quality import reconstruction_figures, sae_quality
 from bertscope.features.sae import SaeInfo, TopKSAE, load_sae, save_sae
 from bertscope.features.trainer import SaeTrainConfig, geometric_median, train_sae

@@ -10,8 +10,8 @@ from bertscope import BertScopeError, load_model
 from bertscope.corpora.brown import detokenize
 from bertscope.corpora.tagged import TaggedSentences
 from bertscope.features import statistics as stats_module
-from bertscope.features.active import layer_output
 from bertscope.features.activations import resid_post
+from bertscope.features.active import layer_output
 from bertscope.features.contexts import feature_contexts
 from bertscope.features.sae import SaeInfo, TopKSAE
 from bertscope.features.statistics import BINS, TOP, FeatureStatistics, bin_edges, feature_statistics

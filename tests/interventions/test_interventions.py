@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from bertscope import BertScopeError, inspect, load_model
-from bertscope.interventions.ablation import ablate_heads, check_heads, head_edit, mean_head_contexts, parse_heads
 from bertscope.core.hook_points import every_layer
+from bertscope.interventions.ablation import ablate_heads, check_heads, head_edit, mean_head_contexts, parse_heads
 from bertscope.interventions.importance import (
     FRACTIONS,
     gated_loss,

@@ -11,8 +11,8 @@ from bertscope import BertScopeError, load_model
 from bertscope.mlm.fill_mask import fill_mask, fill_mask_words, iterative_fill, normalise_masks, words_of
 from bertscope.mlm.logit_lens import layerwise_predictions
 from bertscope.mlm.masking import IGNORE_INDEX
-from bertscope.mlm.recipe import corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
 from bertscope.mlm.nsp import both_orders, next_sentence
+from bertscope.mlm.recipe import corrupt, mlm_recipe, ordinary_vocab, recipe_corruption
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import random
-from functools import partial
 from dataclasses import replace
+from functools import partial
 
 import pytest
 

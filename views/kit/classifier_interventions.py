@@ -21,13 +21,7 @@ from bertscope.interventions.task_importance import (
 )
 from bertscope.tasks.predict import read_records
 from views.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from views.kit.head_picker import (
-    clickable_grid,
-    head_name,
-    heads_to_remove,
-    reference_means,
-    selected_heads,
-)
+from views.kit.head_picker import clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
 from views.kit.limits import Limits, check_text, check_upload
 from views.kit.results import result_store
 
