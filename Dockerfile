@@ -31,7 +31,6 @@ RUN pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0 \
 
 COPY --chown=1000:1000 app.py ./
 COPY --chown=1000:1000 bertscope ./bertscope
-COPY --chown=1000:1000 views ./views
 COPY --chown=1000:1000 .streamlit ./.streamlit
 COPY --chown=1000:1000 --from=bertviz-assets /assets ./static/bertviz
 USER 1000:1000

@@ -1,18 +1,33 @@
 # Two commands set everything up on a fresh Debian/Ubuntu machine with Python 3.11:
-#   make run    create/update .venv, install the app and the corpora, start it on http://localhost:8501
-#   make test   the same plus test tools, Debian's chromium and gcc, then the whole test suite
+#   make run    create/update .venv, install the package with its app and the corpora, start it on http://localhost:8501
+#   make test   the same plus test tools, Debian's chromium and gcc, then the lint, the type check, the docs build
+#               (strict) and the whole test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast bench brown corpora bertviz-assets npm chromium gcc clean
+.PHONY: run test test-fast lint docs docs-screens bench brown corpora bertviz-assets npm chromium gcc clean
 
 run: $(VENV)/.app-installed brown corpora bertviz-assets
 	$(BIN)/python -m streamlit run app.py --browser.serverAddress localhost
 
-test: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets
+test: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets lint docs
 	$(BIN)/python -m pytest --durations=25
+
+# ruff (lint) and mypy (strict for core, runtime and sources; elsewhere a baseline that only shrinks)
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check bertscope tests benchmarks probes tools examples app.py
+	$(BIN)/python tools/mypy_baseline.py
+
+# the documentation site, strict (a broken link or a missing reference fails), into site/
+docs: $(VENV)/.test-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# the pages' screenshots the site shows, from the browser test that takes them
+docs-screens: $(VENV)/.test-installed chromium
+	$(BIN)/python -m pytest -q tests/browser/test_browser.py -k every_page_for_the_docs
+	mkdir -p docs/assets/screens && cp test-output/pages/*.png docs/assets/screens/
 
 # The library's unit tests while working (tiny models, no browser, no cluster, no processes): ~2 min here.
 test-fast: $(VENV)/.test-installed brown corpora
@@ -44,8 +59,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.app-installed: requirements.txt | $(BIN)/python
+$(VENV)/.app-installed: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .  # the bertscope command, this checkout
 	touch $@
 
 $(VENV)/.test-installed: requirements-test.txt requirements-cluster.txt $(VENV)/.app-installed

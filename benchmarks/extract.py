@@ -58,7 +58,7 @@ def naive(lm, task) -> list[np.ndarray]:
         for w in words:
             starts.append((at, at + len(w)))
             at += len(w) + 1
-        for (s, e), tag in zip(starts, tags):
+        for (s, e), _tag in zip(starts, tags):
             pieces = [i for i, (a, b) in enumerate(offsets) if a < e and b > s and b > a]
             out.append(hidden[:, pieces].mean(1).numpy())
     return out

@@ -18,7 +18,7 @@ width (6,144 latents for BERT-base, k = 32) at the layers asked; the same two me
 2. **A feature's page from the kept statistics**: read the statistics file (a fresh process would),
    then for ``--features`` features spread over the firing ranks: its summary and labels, its histogram,
    its top 10 contexts run again through the layer, its logit weights and nearest features (what
-   ``views/features.py`` shows). Median and worst seconds (goal: <= 1 s).
+   ``bertscope/app/features.py`` shows). Median and worst seconds (goal: <= 1 s).
 """
 
 from __future__ import annotations

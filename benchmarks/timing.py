@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 

@@ -12,7 +12,7 @@
 Every name in ``__all__`` is importable from here (``from bertscope import attribute, patch,
 probe_layers, train``); each subpackage's ``__init__`` exports its own verbs the same way.
 
-The library never imports streamlit; the app (``app.py``, ``views/``) and the command line
+The library never imports streamlit but in its top floor, the app (``app``: ``bertscope app``, ``streamlit run app.py``), and the command line
 (``python -m bertscope``) are thin layers over it. Its floors, each a subpackage that imports only
 from the floors below it:
 
@@ -32,16 +32,17 @@ from the floors below it:
     cli          every command
 """
 
-from bertscope.core.forward import inspect, inspect_batch
-from bertscope.core.inspection import BatchInspection, Inspection
-from bertscope.core.models import LoadedModel, load_model
 from bertscope.errors import BertScopeError
 from bertscope.runtime.exports import lazy_exports
-from bertscope.sources.hub import default_model, hub_reachable
-from bertscope.sources.presets import BUNDLED, PRESETS
 
-# the verbs a notebook needs, each imported from its floor when first used
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
+# the verbs a notebook needs, each imported from its floor when first used (``import bertscope`` loads no torch)
 _EXPORTS = {
+    "inspect": "core.forward", "inspect_batch": "core.forward", "Inspection": "core.inspection",
+    "BatchInspection": "core.inspection", "LoadedModel": "core.models", "load_model": "core.models",
+    "default_model": "sources.hub", "hub_reachable": "sources.hub", "BUNDLED": "sources.presets",
+    "PRESETS": "sources.presets",
     "run": "core.hooked_pass", "run_with_cache": "core.hooked_pass", "ActivationCache": "core.hooked_pass",
     "zero_head": "core.hook_points", "every_layer": "core.hook_points",
     "fill_mask": "mlm.fill_mask", "head_stats": "analysis.attention_stats",
@@ -58,7 +59,4 @@ _EXPORTS = {
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-__all__ = [
-    "BUNDLED", "PRESETS", "BatchInspection", "BertScopeError", "Inspection", "LoadedModel",
-    "default_model", "hub_reachable", "inspect", "inspect_batch", "load_model", *_EXPORTS,
-]
+__all__ = ["BertScopeError", "__version__", *_EXPORTS]

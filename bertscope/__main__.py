@@ -1,5 +1,3 @@
-import sys
+from bertscope.cli import entry
 
-from bertscope.cli import main
-
-sys.exit(main())
+entry()

@@ -14,8 +14,8 @@ import argparse
 import csv
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bertscope.cli.common import EXIT_BAD_INPUT
 from bertscope.cli.probe import load_task, probe_arguments, run_probe, write_probe_results

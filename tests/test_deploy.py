@@ -25,7 +25,7 @@ def test_dockerfile_lints_clean():
 def test_dockerfile_copies_what_the_app_imports_and_pins_torch():
     text = (ROOT / "Dockerfile").read_text()
     copied = set(re.findall(r"^COPY --chown=\S+ (\S+)", text, re.M))
-    assert {"app.py", "bertscope", "views", ".streamlit"} <= copied
+    assert {"app.py", "bertscope", ".streamlit"} <= copied
     assert "torch==2.13.0" in text and "requirements.txt" in text
     assert "_stcore/health" in text  # the healthcheck hits Streamlit's own endpoint
     assert ".venv" in (ROOT / ".dockerignore").read_text()

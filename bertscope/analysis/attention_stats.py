@@ -29,9 +29,10 @@ the readable token; for SentencePiece it also counts a "." glued to the previous
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,7 +92,7 @@ class HeadStats:
         ]
 
     @classmethod
-    def from_sums(cls, total: np.ndarray, sentences: int, tokens: int) -> "HeadStats":
+    def from_sums(cls, total: np.ndarray, sentences: int, tokens: int) -> HeadStats:
         """From [statistic, layer, head] sums over ``sentences`` sentences (``head_sums``)."""
         return cls({name: total[i] / sentences for i, name in enumerate(STATISTICS)}, sentences, tokens)
 

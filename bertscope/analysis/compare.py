@@ -27,8 +27,9 @@ everywhere: 0 = the embeddings, then block l's output at l + 1 (``core.layers``)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -94,7 +95,7 @@ class CkaAccumulator:
             self.ab, self.aa, self.bb = self.ab + ab, self.aa + aa, self.bb + bb
         self.minibatches += 1
 
-    def merge(self, sums: "ChunkSums") -> None:
+    def merge(self, sums: ChunkSums) -> None:
         """Add another accumulator's sums (a chunk's, from this process or a Ray actor)."""
         if sums.minibatches == 0:
             return

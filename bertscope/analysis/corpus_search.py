@@ -19,8 +19,8 @@ rows (half the bytes; cosines to about 3 decimals); the query is embedded the sa
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch

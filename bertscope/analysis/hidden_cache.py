@@ -25,9 +25,10 @@ import shutil
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def weights_fingerprint(lm: LoadedModel) -> str:
     return "params:" + sha.hexdigest()[:16]
 
 
-_FINGERPRINTS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_FINGERPRINTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def tokenizer_fingerprint(lm: LoadedModel) -> str:

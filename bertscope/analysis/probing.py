@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning

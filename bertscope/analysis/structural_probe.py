@@ -24,8 +24,8 @@ from the hidden-state cache (``analysis.hidden_cache``) at every hidden state.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

@@ -10,8 +10,9 @@ random-weight model of the same config (at the best layer).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from bertscope.analysis.structural_probe import (
 from bertscope.core.layers import EMBEDDINGS, hidden_label
 from bertscope.core.models import LoadedModel
 from bertscope.corpora.ewt import TreebankSentence, ewt_task, read_ewt
+from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.errors import BertScopeError
 
 MIN_WORDS = 2  # a one-word sentence has no pair to probe
@@ -102,6 +104,20 @@ class StructuralResult:
                 "trees": self.trees}
 
 
+MIN_DEV = 50  # the fewest dev sentences early stopping reads when the training side is sampled
+
+
+def subset_task(task: ProbeTask, rows: Sequence[int]) -> ProbeTask:
+    """``task`` cut to the sentences ``rows`` (in that order), named after them so its cached states are
+    its own."""
+    if list(rows) == list(range(len(task.words))):
+        return task
+    pick = lambda values: None if values is None else tuple(values[i] for i in rows)  # noqa: E731
+    digest = hashlib.sha256(",".join(map(str, rows)).encode()).hexdigest()[:12]
+    return replace(task, name=f"{task.name}-{len(rows)}-{digest}", words=pick(task.words), labels=pick(task.labels),
+                   sentences=pick(task.sentences), spans=pick(task.spans), groups=pick(task.groups))
+
+
 def sample_indices(n: int, limit: int | None, seed: int) -> list[int]:
     if limit is None or limit >= n:
         return list(range(n))
@@ -121,8 +137,16 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
         raise BertScopeError(f"Unknown probe {what!r}: use distance, depth or both.")
     splits = {split: read_ewt(split) for split in ("train", "dev", "test")}
     keep = {split: [i for i, s in enumerate(sents) if len(s) >= MIN_WORDS] for split, sents in splits.items()}
+    usable_train = len(keep["train"])
     keep["train"] = [keep["train"][i] for i in sample_indices(len(keep["train"]), max_train, seed)]
     keep["test"] = [keep["test"][i] for i in sample_indices(len(keep["test"]), max_test, seed)]
+    # dev (early stopping) in proportion to the training sample: a small run reads a small dev side
+    dev_size = None if max_train is None else max(MIN_DEV, round(len(keep["dev"]) * len(keep["train"]) / usable_train))
+    keep["dev"] = [keep["dev"][i] for i in sample_indices(len(keep["dev"]), dev_size, seed)]
+    # only the sentences used are read: their own task, so the states cached are theirs alone
+    tasks = {split: subset_task(ewt_task(split), keep[split]) for split in splits}
+    splits = {split: [splits[split][i] for i in keep[split]] for split in splits}
+    keep = {split: list(range(len(splits[split]))) for split in splits}
     chosen = list(range(lm.num_layers + 1)) if layers is None else sorted(set(layers))
     if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
         raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
@@ -136,7 +160,7 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
         for split in splits:
             if progress:
                 progress(0, 1, f"hidden states of EWT {split} ({model.name})")
-            out[split] = hidden_states(model, ewt_task(split), "mean")
+            out[split] = hidden_states(model, tasks[split], "mean")
         return out
 
     states = states_of(lm)

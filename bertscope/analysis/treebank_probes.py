@@ -17,9 +17,9 @@ control task, trained on EWT train and scored on EWT test (its own split, not a 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 

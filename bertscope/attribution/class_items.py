@@ -11,7 +11,7 @@ RoBERTa's ``<s>`` included) stays. A text needs at most ``MAX_ITEM_TOKENS`` toke
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -3,8 +3,8 @@ side, and how far they agree (Spearman over the word pieces)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -12,8 +12,8 @@ with a lexicon read off Brown (each word's most frequent universal tag).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 

@@ -26,7 +26,7 @@ The methods themselves are records of ``attribution.registry``; these are the en
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

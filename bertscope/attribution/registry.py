@@ -19,12 +19,13 @@ pages, figures, the home page) is read from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from bertscope.attribution import blocks, gradients, rollout, value_zeroing
+from bertscope.attribution.rollout import MAX_FLOW_TOKENS  # numpy alone: light
 from bertscope.errors import BertScopeError
 
 
@@ -57,35 +58,50 @@ class Method:
         return f"{self.name}: {self.title} ({self.cite})"
 
 
+# each method's function, its module imported when first computed (listing the methods imports no torch)
 def _attention(lm, ins, layers, progress) -> np.ndarray:
     return ins.attentions.astype(np.float32).mean(axis=1)  # [layer, q, k] heads averaged
 
 
 def _rollout(lm, ins, layers, progress) -> np.ndarray:
+    from bertscope.attribution import rollout
+
     return rollout.rollout(ins.attentions.astype(np.float32))
 
 
 def _flow(lm, ins, layers, progress) -> np.ndarray:
+    from bertscope.attribution import rollout
+
     return rollout.flow(ins.attentions.astype(np.float32), layers, progress=progress)
 
 
 def _norm(lm, ins, layers, progress) -> np.ndarray:
+    from bertscope.attribution import blocks
+
     return blocks.block_measures(lm, None, None, ins, with_alti=False).norms
 
 
 def _alti(lm, ins, layers, progress) -> np.ndarray:
+    from bertscope.attribution import blocks
+
     return blocks.block_measures(lm, None, None, ins).alti_aggregated()
 
 
 def _valuezeroing(lm, ins, layers, progress) -> np.ndarray:
+    from bertscope.attribution import value_zeroing
+
     return value_zeroing.value_zeroing_composed(lm, ins, up_to=max(layers), progress=progress)  # layers 0..max
 
 
-def _grad(lm, ins, target, steps, progress) -> gradients.Attribution:
+def _grad(lm, ins, target, steps, progress) -> Any:
+    from bertscope.attribution import gradients
+
     return gradients.gradient_x_input(lm, ins, target)
 
 
-def _ig(lm, ins, target, steps, progress) -> gradients.Attribution:
+def _ig(lm, ins, target, steps, progress) -> Any:
+    from bertscope.attribution import gradients
+
     return gradients.integrated_gradients(lm, ins, target, steps=steps, progress=progress)
 
 
@@ -114,7 +130,7 @@ for _method in (
     Method(name="rollout", title="rollout", kind="matrix", rows_sum_to_one=True, from_attentions=True,
            compute=_rollout, cite="Abnar & Zuidema 2020"),
     Method(name="flow", title="attention flow", kind="matrix", rows_sum_to_one=True, from_attentions=True,
-           compute=_flow, cite="Abnar & Zuidema 2020", on_request=True, max_tokens=rollout.MAX_FLOW_TOKENS,
+           compute=_flow, cite="Abnar & Zuidema 2020", on_request=True, max_tokens=MAX_FLOW_TOKENS,
            faithfulness_default=False),
     Method(name="norm", title="‖Σ α f(x)‖ (norm-based)", kind="matrix", needs_blocks=True, compute=_norm,
            cite="Kobayashi et al. 2020"),

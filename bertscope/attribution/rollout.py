@@ -20,7 +20,7 @@ Choices, as in the paper and its reference code (samiraabnar/attention_flow):
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

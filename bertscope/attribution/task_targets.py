@@ -13,7 +13,7 @@ whose gradient is taken, on the model's own task head.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -17,7 +17,7 @@ of batches sized by bytes, not T passes of the whole model. Families: those of
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -19,6 +19,7 @@ import json
 import sys
 
 from bertscope.cli import (
+    app,
     attribution,
     compare,
     corpus,
@@ -37,17 +38,25 @@ from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, training,
+    c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, training,
                              sae, features, setup) for c in module.COMMANDS
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertscope", description="Look inside BERT-family encoders.")
+def build_parser(only: str | None = "*") -> argparse.ArgumentParser:
+    """The parser; ``only``: whose arguments to build ("*" every command's, a name that one's, None none:
+    the command list alone, which imports nothing heavy)."""
+    from bertscope import __version__
+
+    parser = argparse.ArgumentParser(prog="bertscope", description="Look inside BERT-family encoders. "
+                                     "`bertscope app` starts the app; every other command runs headless.")
+    parser.add_argument("--version", action="version", version=f"bertscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS.values():
         # argparse %-formats help strings (not descriptions): a literal % must be doubled there
         p = sub.add_parser(command.name, help=command.help.replace("%", "%%"), description=command.help)
+        if only != "*" and only != command.name:
+            continue
         if command.takes_model:
             model_arguments(p)
         if command.arguments:
@@ -55,9 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def nearest_command(name: str) -> str:
+    """One line for a command that does not exist, naming the nearest that does."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}?" if close else "`bertscope --help` lists them."
+    return f"bertscope: error: no command {name!r}: {hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: a command may start itself again
+    given = list(sys.argv[1:] if argv is None else argv)
+    if not given:  # no command: the help, and the status of a usage error
+        build_parser(None).print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    first = next((a for a in given if not a.startswith("-")), None)
+    if first is not None and first not in COMMANDS:
+        print(nearest_command(first), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    args = build_parser(first).parse_args(given)
+    args.argv = given  # as given: a command may start itself again
     try:
         result = COMMANDS[args.command].run(args)
     except BertScopeError as err:
@@ -74,3 +100,8 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def entry() -> None:
+    """The ``bertscope`` console script."""
+    sys.exit(main())

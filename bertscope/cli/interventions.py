@@ -91,7 +91,7 @@ def ablate_features(args: argparse.Namespace, target) -> Any:
     result = edit_features(lm, args.text, saes, edits, args.pair, target, args.top_k)
     if args.json:
         return result.to_json()
-    what = "steered by {:g}".format(args.steer) if args.steer is not None else "switched off"
+    what = f"steered by {args.steer:g}" if args.steer is not None else "switched off"
     lines = [f"SAE features {', '.join(f'{e.layer}:{e.feature}' for e in edits)} (layer:feature, from 0) {what}"]
     return "\n".join(lines + change_lines(result))
 

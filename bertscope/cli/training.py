@@ -7,9 +7,10 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from bertscope.cli.common import Command
 from bertscope.errors import BertScopeError

@@ -5,10 +5,12 @@ length order while one batch's outputs fit a byte budget (BERT-large's attention
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from tokenizers import Encoding
 
 from bertscope.core.hooked_pass import check_text
 from bertscope.core.models import LoadedModel
@@ -20,7 +22,7 @@ class Tokenized(NamedTuple):
     maximum) and each row's length before the cut. Batches are padded from these, so a stream
     sorted by length tokenises every text once, not once to sort and again per batch."""
 
-    encodings: list  # tokenizers.Encoding per row, special tokens included, not padded
+    encodings: list[Encoding]  # per row, special tokens included, not padded
     original: list[int]  # tokens before truncation, special tokens included
 
 
@@ -66,7 +68,12 @@ def pad(lm: LoadedModel, tokenized: Tokenized, rows: Sequence[int]) -> Padded:
     mask = np.zeros((n, width), np.int64)  # [batch, token]
     special = np.ones((n, width), bool)  # [batch, token]
     left = getattr(tok, "padding_side", "right") == "left"
-    word_ids, sequence_ids, offsets = [], [], []
+    word_ids: list[list[int | None]] = []
+    sequence_ids: list[list[int | None]] = []
+    offsets: list[list[tuple[int, int]]] = []
+    store: list[list[Any]]  # each of the three, padded with its filler
+    values: list[Any]
+    filler: Any
     for r, e in enumerate(chosen):
         k = len(e.ids)
         gap = width - k
@@ -96,7 +103,8 @@ def output_bytes(lm: LoadedModel, tokens: int, with_attentions: bool, with_hidde
     return size
 
 
-def plan_batches(lengths: Sequence[int], row_bytes, batch_size: int, max_batch_bytes: int) -> list[list[int]]:
+def plan_batches(lengths: Sequence[int], row_bytes: Callable[[int], int], batch_size: int, max_batch_bytes: int
+                 ) -> list[list[int]]:
     """Indices grouped in length order; a batch grows while its padded outputs fit the budget
     (``row_bytes(length)`` per row) and it has fewer than ``batch_size`` rows. A single row
     over the budget still runs, alone."""
@@ -114,12 +122,13 @@ def plan_batches(lengths: Sequence[int], row_bytes, batch_size: int, max_batch_b
 
 
 def plan_rows(lm: LoadedModel, texts: Sequence[str], text_pairs: Sequence[str | None] | None, batch_size: int,
-          sort_by_length: bool, max_batch_bytes: int, row_bytes, plan: Sequence[Sequence[int]] | None = None,
-          ) -> tuple[list[str], list, Tokenized, list[list[int]]]:
+          sort_by_length: bool, max_batch_bytes: int, row_bytes: Callable[[int], int],
+          plan: Sequence[Sequence[int]] | None = None,
+          ) -> tuple[list[str], list[str | None], Tokenized, list[list[int]]]:
     """(texts, pairs, every row tokenised once, batches of row indices): ``plan``'s batches when
     given (a caller that planned a corpus once and hands out its batches: the Ray engine)."""
     texts = [check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
-    pairs = list(text_pairs) if text_pairs is not None else [None] * len(texts)
+    pairs: list[str | None] = list(text_pairs) if text_pairs is not None else [None] * len(texts)
     if len(pairs) != len(texts):
         raise BertScopeError(f"{len(texts)} sentences but {len(pairs)} second texts.")
     if batch_size < 1:

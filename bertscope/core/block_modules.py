@@ -43,5 +43,5 @@ def block_parts(lm: LoadedModel) -> list[BlockParts]:
     def module(layer: int, suffix: str) -> Any:
         return hook_point(lm.model, f"blocks.{layer}.{suffix}").module
 
-    return [BlockParts(module(l, "attn.hook_v"), module(l, "attn.hook_z"), module(l, "hook_resid_mid"),
-                       module(l, "attn.hook_q"), module(l, "attn.hook_k")) for l in range(lm.num_layers)]
+    return [BlockParts(module(layer, "attn.hook_v"), module(layer, "attn.hook_z"), module(layer, "hook_resid_mid"),
+                       module(layer, "attn.hook_q"), module(layer, "attn.hook_k")) for layer in range(lm.num_layers)]

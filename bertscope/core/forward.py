@@ -15,8 +15,9 @@ cut away, so no statistic built on it can count a pad token.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ def _logit_rows(lm: LoadedModel, input_ids: torch.Tensor, positions: LogitPositi
     if isinstance(positions, str):
         if positions != "masks":
             raise BertScopeError(f"Unknown logit positions {positions!r}: use 'masks' or a list of positions.")
-        return input_ids == lm.tokenizer.mask_token_id
+        return cast(torch.Tensor, input_ids == lm.tokenizer.mask_token_id)
     rows = torch.zeros_like(input_ids, dtype=torch.bool)
     for p in positions:
         if not 0 <= int(p) < input_ids.shape[1]:
@@ -84,8 +85,9 @@ def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.T
         logits = getattr(out, "prediction_logits", None)
         if logits is None:
             logits = getattr(out, "logits", None)
-        keep_logits = with_logits and logits is not None and "mlm" in lm.outputs
-        if keep_logits and logit_rows is not None:
+        if not (with_logits and "mlm" in lm.outputs):
+            logits = None  # not asked for, or not the masked-LM head's
+        if logits is not None and logit_rows is not None:
             logits = logits[logit_rows.to(logits.device)]  # [rows kept, vocab], item by item
         nsp = getattr(out, "seq_relationship_logits", None)
         sop = getattr(out, "sop_logits", None)
@@ -94,7 +96,7 @@ def _to_arrays(lm: LoadedModel, out: Any, with_logits: bool, logit_rows: torch.T
             _numpy(torch.stack(out.attentions, dim=1), PRECISIONS[precision]),  # [batch, layer, head, q, k]
             "hidden_states": None if out.hidden_states is None else
             _numpy(torch.stack(out.hidden_states, dim=1)),  # [batch, layer + 1, token, dim]
-            "mlm_logits": _numpy(logits) if keep_logits else None,
+            "mlm_logits": None if logits is None else _numpy(logits),
             "nsp_logits": _numpy(nsp) if (nsp is not None and "nsp" in lm.outputs) else None,  # [batch, 2]
             "sop_logits": _numpy(sop) if (sop is not None and "sop" in lm.outputs) else None,  # [batch, 2]
         }
@@ -116,7 +118,7 @@ def _run_model(
 
 
 def _describe(lm: LoadedModel, padded: Padded, texts: list[str], pairs: list[str | None], indices: list[int],
-              arrays: dict | None = None, rows: torch.Tensor | None = None) -> BatchInspection:
+              arrays: dict[str, Any] | None = None, rows: torch.Tensor | None = None) -> BatchInspection:
     """The batch's tokens, ids and masks (CPU), with ``arrays`` from the pass when given."""
     arrays = arrays or {"attentions": None, "hidden_states": None, "mlm_logits": None, "nsp_logits": None,
                         "sop_logits": None}
@@ -156,9 +158,10 @@ def _forward_batch(
     padded: Padded | None = None,
 ) -> BatchInspection:
     """One batch through the model: ``padded`` inputs when given, else ``texts`` tokenised now."""
-    if padded is None and tokenized is None:
-        tokenized = tokenize(lm, texts, pairs)
-    padded = pad(lm, tokenized, range(len(texts))) if padded is None else padded
+    if padded is None:
+        if tokenized is None:
+            tokenized = tokenize(lm, texts, pairs)
+        padded = pad(lm, tokenized, range(len(texts)))
     rows = _logit_rows(lm, padded.feed["input_ids"], logit_positions) if with_logits else None
     arrays = _run_model(lm, padded.feed, with_logits, with_attentions, with_hidden_states, rows, precision)
     return _describe(lm, padded, texts, pairs, indices, arrays, rows)
@@ -255,7 +258,8 @@ def inspect_ids(
     }
     rows = _logit_rows(lm, ids, logit_positions) if with_logits else None
     out = _run_model(lm, enc, with_logits, with_attentions, with_hidden_states, rows)
-    arrays = {k: (None if v is None or (k == "mlm_logits" and rows is not None) else v[0]) for k, v in out.items()}
+    arrays: dict[str, Any] = {k: (None if v is None or (k == "mlm_logits" and rows is not None) else v[0])
+                              for k, v in out.items()}  # Any: each goes to its own field of the Inspection
     kept = None
     if rows is not None and out["mlm_logits"] is not None:
         arrays["mlm_logits"] = out["mlm_logits"]  # [rows kept, vocab]

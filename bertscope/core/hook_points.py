@@ -47,8 +47,9 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, cast
 
 import torch
 
@@ -120,7 +121,7 @@ def supported_families() -> tuple[str, ...]:
 def model_family(model: Any) -> Family:
     """The family record of a loaded model, or one line saying which families have hook points."""
     found = family_of(model.config.model_type)
-    if found.scores == "relative" and getattr(model.config, "conv_kernel_size", 0):
+    if found.scores == "relative" and bool(getattr(model.config, "conv_kernel_size", 0)):
         raise BertScopeError("DeBERTa-v2 with a convolution after layer 0 is not covered by the hook points.")
     return found
 
@@ -219,11 +220,12 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.view(*x.shape[:-1], heads, x.shape[-1] // heads)  # [..., head, d_head]
 
 
-def _first_input(args: tuple, kwargs: dict) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
+def _first_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    return cast(torch.Tensor, args[0] if args else kwargs["hidden_states"])
 
 
-def _with_first_input(args: tuple, kwargs: dict, new: torch.Tensor) -> tuple[tuple, dict]:
+def _with_first_input(args: tuple[Any, ...], kwargs: dict[str, Any], new: torch.Tensor
+                      ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if args:
         return (new, *args[1:]), kwargs
     return args, {**kwargs, "hidden_states": new}
@@ -251,10 +253,10 @@ class _LayerCounter:
         self.calls = 0
         self.layer = 0
 
-    def on_encoder(self, module: Any, args: tuple) -> None:
+    def on_encoder(self, module: Any, args: tuple[Any, ...]) -> None:
         self.calls = 0
 
-    def on_block(self, module: Any, args: tuple) -> None:
+    def on_block(self, module: Any, args: tuple[Any, ...]) -> None:
         forced = getattr(self.forced, "layer", None)
         self.layer = forced if forced is not None else self.calls
         self.calls += 1
@@ -295,7 +297,7 @@ class Hooks:
             return False
         return not point.shared or self.counter.layer == point.layer
 
-    def __enter__(self) -> "Hooks":
+    def __enter__(self) -> Hooks:
         self.owner = threading.get_ident()
         if any(p.shared for p, _ in self.points):
             self.handles.append(self.model.base_model.encoder.register_forward_pre_hook(self.counter.on_encoder))
@@ -324,14 +326,14 @@ class Hooks:
     def _register(self, point: HookPoint, fns: list[HookFn]) -> Any:
         how, module, heads = point.how, point.module, point.heads
         if how == "input" and point.layer is not None and point.name.endswith("hook_resid_pre"):
-            def pre_kw(mod: Any, args: tuple, kwargs: dict) -> Any:
+            def pre_kw(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 if not self._mine(point):
                     return None
                 new = self._apply(point, fns, _first_input(args, kwargs))
                 return None if new is None else _with_first_input(args, kwargs, new)
             return module.register_forward_pre_hook(pre_kw, with_kwargs=True)
         if how in ("input", "input_heads"):
-            def pre(mod: Any, args: tuple) -> Any:
+            def pre(mod: Any, args: tuple[Any, ...]) -> Any:
                 if not self._mine(point):
                     return None
                 x = args[0]
@@ -341,7 +343,7 @@ class Hooks:
                                                  *args[1:])
             return module.register_forward_pre_hook(pre)
 
-        def post(mod: Any, args: tuple, out: Any) -> Any:
+        def post(mod: Any, args: tuple[Any, ...], out: Any) -> Any:
             if not self._mine(point):
                 return None
             if how == "weights":
@@ -360,6 +362,7 @@ class Hooks:
                 return new.sum(dim=2) + (module.bias if module.bias is not None else 0)
             x = out[0] if isinstance(out, tuple) else out
             if how == "output_fused":  # [b, pos, 3 * d_model] = query | key | value, each [b, pos, head, d_head]
+                assert point.part is not None  # _binding gives every fused output its part
                 parts = x.view(*x.shape[:-1], 3, heads, x.shape[-1] // (3 * heads))
                 new = self._apply(point, fns, parts[..., point.part, :, :])
                 if new is None:
@@ -368,6 +371,7 @@ class Hooks:
                 parts[..., point.part, :, :] = new
                 return _replaced(out, parts.reshape(x.shape))
             if how == "output_half":  # a gated layer's [b, pos, 2 * d_mlp]: activation input | gate
+                assert point.part is not None  # _binding gives every half output its part
                 halves = list(x.chunk(2, dim=-1))
                 new = self._apply(point, fns, halves[point.part])
                 if new is None:
@@ -382,18 +386,22 @@ class Hooks:
         return module.register_forward_hook(post)
 
 
-def every_layer(suffix: str, fn: Callable[[int, torch.Tensor], "torch.Tensor | None"], layers: int
+def every_layer(suffix: str, fn: Callable[[int, torch.Tensor], torch.Tensor | None], layers: int
                 ) -> dict[str, HookFn]:
     """``{blocks.l.<suffix>: fn(l, tensor)}`` for every layer: one function that edits by layer."""
     if suffix not in BLOCK_SUFFIXES:
         raise BertScopeError(f"Unknown block hook {suffix!r}: use one of {', '.join(BLOCK_SUFFIXES)}.")
-    return {f"blocks.{layer}.{suffix}": (lambda x, hook: fn(hook.layer, x)) for layer in range(layers)}
+    # a block hook point always has its layer
+    return {f"blocks.{layer}.{suffix}": (lambda x, hook: fn(cast(int, hook.layer), x)) for layer in range(layers)}
 
 
-def every_state(model: Any, fn: Callable[[int, torch.Tensor], "torch.Tensor | None"]) -> dict[str, HookFn]:
+def every_state(model: Any, fn: Callable[[int, torch.Tensor], torch.Tensor | None]) -> dict[str, HookFn]:
     """``fn(state, hidden)`` on every hidden state (``state_hook``: 0 = ``embed``, l + 1 = layer l's output)."""
-    return {state_hook(model, state): (lambda x, hook, state=state: fn(state, x))
-            for state in range(len(blocks(model)) + 1)}
+
+    def at(state: int) -> HookFn:
+        return lambda x, hook: fn(state, x)
+
+    return {state_hook(model, state): at(state) for state in range(len(blocks(model)) + 1)}
 
 
 def zero_head(head: int) -> HookFn:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, cast
 
 import torch
 
@@ -45,7 +46,7 @@ def check_text(text: Any, what: str = "text") -> str:
 def _held() -> dict[int, str]:
     if not hasattr(_turns, "held"):
         _turns.held = {}
-    return _turns.held
+    return cast("dict[int, str]", _turns.held)
 
 
 @contextlib.contextmanager
@@ -68,7 +69,7 @@ def turn(lm: Any, eager: bool = False) -> Iterator[None]:
             del held[key]
 
 
-def _grad_mode(grad: bool | None):
+def _grad_mode(grad: bool | None) -> contextlib.AbstractContextManager[Any]:
     if grad is None:
         return contextlib.nullcontext()
     return torch.enable_grad() if grad else torch.inference_mode()
@@ -107,7 +108,7 @@ def run(lm: Any, inputs: Any, *, hooks: Mapping[str, HookFn | Iterable[HookFn]] 
                       return_dict=True)
 
 
-class ActivationCache(dict):
+class ActivationCache(dict[str, torch.Tensor]):
     """{hook name: tensor} read in one pass, on the model's device (TransformerLens's ``ActivationCache``)."""
 
     def stack(self, suffix: str) -> torch.Tensor:
@@ -161,7 +162,7 @@ def run_block(lm: Any, layer: int, hidden: torch.Tensor, *,
     active = _hooks(lm, hooks)
     with turn(lm), _grad_mode(grad), active, calling_block(layer):
         out = block(hidden, attention_mask=None)
-    return out[0] if isinstance(out, tuple) else out
+    return cast(torch.Tensor, out[0] if isinstance(out, tuple) else out)
 
 
 @contextlib.contextmanager

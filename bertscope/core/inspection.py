@@ -12,13 +12,14 @@ Hidden states are indexed 0 = the embedding output, l = the output of encoder bl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 
 from bertscope.core.tokens import readable_tokens
 from bertscope.errors import BertScopeError
 
+_T = TypeVar("_T")
 
 @dataclass(frozen=True, eq=False)
 class Inspection:
@@ -55,10 +56,10 @@ class Inspection:
         if self.mlm_logits is None:
             raise BertScopeError("This result has no masked-LM logits.")
         if self.logit_positions is None:
-            return self.mlm_logits[position]
+            return cast(np.ndarray, self.mlm_logits[position])
         if position not in self.logit_positions:
             raise BertScopeError(f"Logits were kept only at positions {list(self.logit_positions)}.")
-        return self.mlm_logits[self.logit_positions.index(position)]
+        return cast(np.ndarray, self.mlm_logits[self.logit_positions.index(position)])
 
     @property
     def n_tokens(self) -> int:
@@ -68,6 +69,8 @@ class Inspection:
     def n_layers(self) -> int:
         if self.hidden_states is not None:
             return int(self.hidden_states.shape[0]) - 1
+        if self.attentions is None:
+            raise BertScopeError("This result was computed without attentions or hidden states.")
         return int(self.attentions.shape[0])
 
     @property
@@ -113,7 +116,7 @@ class BatchInspection:
     sop_logits: np.ndarray | None = None  # [batch, 2] (in order, swapped), ALBERT's SOP head
     # token strings are spelled out only when read (statistics over a corpus never read them)
     tokenizer: Any = field(default=None, repr=False)
-    _strings: dict = field(default_factory=dict, repr=False)
+    _strings: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict, repr=False)  # row -> (raw, readable)
 
     def row(self, i: int) -> TokenRow:
         return TokenRow(self.texts[i], self.offsets[i], self.sequence_ids[i], self.word_ids[i])
@@ -136,14 +139,17 @@ class BatchInspection:
 
     @property
     def lengths(self) -> np.ndarray:  # [batch] real tokens per row
-        return self.attention_mask.sum(axis=1)
+        return cast(np.ndarray, self.attention_mask.sum(axis=1))
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def item(self, i: int) -> Inspection:
         keep = np.flatnonzero(self.attention_mask[i])  # [token] real positions (any pad side)
-        cut = lambda seq: [seq[j] for j in keep]  # noqa: E731
+
+        def cut(seq: list[_T]) -> list[_T]:
+            return [seq[j] for j in keep]
+
         raw, readable = self._row_strings(i)
         logit_positions = None
         if self.mlm_logits is None:

@@ -22,11 +22,12 @@ What is loaded:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -84,7 +85,7 @@ class LoadedModel:
     def config(self) -> Any:
         return self.model.config
 
-    def attention_kernel(self, need_weights: bool):
+    def attention_kernel(self, need_weights: bool) -> contextlib.AbstractContextManager[None]:
         """Context for one forward pass: eager if it returns attention weights, else the fastest."""
         return self.kernels.use(self.model, EAGER if need_weights else self.fast_attention)
 
@@ -92,11 +93,11 @@ class LoadedModel:
         """One pass through the owner (``core.hooked_pass.run``): ``lm.run(text, hooks={name: fn})``."""
         return hooked_pass.run(self, inputs, **kwargs)
 
-    def run_with_cache(self, inputs: Any, names: Any, **kwargs: Any) -> tuple[Any, "hooked_pass.ActivationCache"]:
+    def run_with_cache(self, inputs: Any, names: Any, **kwargs: Any) -> tuple[Any, hooked_pass.ActivationCache]:
         """(output, {name: tensor}) for the named hook points (``core.hooked_pass.run_with_cache``)."""
         return hooked_pass.run_with_cache(self, inputs, names, **kwargs)
 
-    def hooks(self, hooks: Any):
+    def hooks(self, hooks: Any) -> contextlib.AbstractContextManager[None]:
         """``with lm.hooks({name: fn}):`` every pass of this thread inside runs the hooks."""
         return hooked_pass.hooks_on(self, hooks)
 
@@ -107,7 +108,7 @@ class LoadedModel:
 
     @property
     def model_type(self) -> str:
-        return self.config.model_type
+        return cast(str, self.config.model_type)
 
     @property
     def num_layers(self) -> int:
@@ -131,7 +132,7 @@ class LoadedModel:
 
     @property
     def mask_token(self) -> str | None:
-        return self.tokenizer.mask_token
+        return cast("str | None", self.tokenizer.mask_token)
 
     def parameter_count(self, encoder_only: bool = False) -> int:
         """Distinct parameters as loaded (tied weights once); ``encoder_only`` skips the heads."""
@@ -159,7 +160,7 @@ def _head_candidates(config: Any) -> list[tuple[Any, frozenset[str]]]:
                       "token-classification": AutoModelForTokenClassification,
                       "question-answering": AutoModelForQuestionAnswering}[kind]
         return [(task_class, frozenset({kind})), (AutoModel, frozenset())]
-    candidates = []
+    candidates: list[tuple[Any, frozenset[str]]] = []
     pair = pair_head(model_type)
     if pair is not None:
         candidates.append((AutoModelForPreTraining, frozenset({"mlm", pair})))

@@ -4,13 +4,14 @@ device, batches bounded by bytes like every other stream (``core.forward``)."""
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, Padded, pad, plan_batches, tokenize
 from bertscope.core.hooked_pass import check_text
+from bertscope.core.inspection import Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.runtime.devices import to_device
 
@@ -23,7 +24,7 @@ def pass_bytes(lm: LoadedModel, tokens: int) -> int:
 
 def batches(lm: LoadedModel, texts: Sequence[str], batch_size: int = 32,
             max_batch_bytes: int = DEFAULT_BATCH_BYTES, pairs: Sequence[str | None] | None = None
-            ) -> Iterator[tuple[list[int], Padded, dict]]:
+            ) -> Iterator[tuple[list[int], Padded, dict[str, torch.Tensor]]]:
     """(rows of ``texts``, the padded batch, its inputs on the device), shortest first; each text
     with its second segment ``pairs[i]`` when given."""
     texts = [check_text(t, f"sentence {i + 1}") for i, t in enumerate(texts)]
@@ -37,7 +38,7 @@ def batches(lm: LoadedModel, texts: Sequence[str], batch_size: int = 32,
         yield rows, padded, feed
 
 
-def repeat_feed(feed: dict, rows: int) -> dict:
+def repeat_feed(feed: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
     """One input's feed ([1, token] each) as ``rows`` identical rows."""
     return {k: v.expand(rows, -1).contiguous() for k, v in feed.items()}
 
@@ -52,7 +53,7 @@ def wide(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.element_size() < 4 else t
 
 
-def inspection_feed(lm: LoadedModel, ins) -> dict:
+def inspection_feed(lm: LoadedModel, ins: Inspection) -> dict[str, torch.Tensor]:
     """The model's inputs for one inspected text ([1, token] each, on the device): its ids, a full
     attention mask and, for tokenizers that have them, its segments."""
     ids = torch.from_numpy(ins.input_ids[None].astype(np.int64))  # [1, token]

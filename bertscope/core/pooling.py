@@ -6,8 +6,9 @@ asynchronously, one batch behind (the shift view, probes, alignment, corpus sear
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -32,13 +33,19 @@ class PoolingPlan:
     weight: np.ndarray  # [entry] float32
 
     @staticmethod
-    def from_groups(groups: Sequence[tuple[int, Sequence[int], str]]) -> "PoolingPlan":
+    def from_groups(groups: Sequence[tuple[int, Sequence[int], str]]) -> PoolingPlan:
         """(row, token positions, "mean" | "first") per example, in example order."""
-        example, row, token, weight = [], [], [], []
+        example: list[int] = []
+        row: list[int] = []
+        token: list[int] = []
+        weight: list[float] = []
         for j, (b, positions, pooling) in enumerate(groups):
             chosen = list(positions)[:1] if pooling in ("first", "cls") else list(positions)
             for p in chosen:
-                example.append(j), row.append(b), token.append(p), weight.append(1.0 / len(chosen))
+                example.append(j)
+                row.append(b)
+                token.append(p)
+                weight.append(1.0 / len(chosen))
         return PoolingPlan(len(groups), np.array(example, np.int64), np.array(row, np.int64),
                            np.array(token, np.int64), np.array(weight, np.float32))
 
@@ -73,7 +80,7 @@ def pool_layers(hidden_states: Sequence[torch.Tensor], plan: PoolingPlan) -> tor
         per = max(1, POOL_BYTES // max(1, b * t * d * 4))
         parts = []
         for start in range(0, len(hidden_states), per):
-            group = torch.stack(hidden_states[start:start + per], dim=2).float()  # [batch, token, layers, dim]
+            group = torch.stack(list(hidden_states[start:start + per]), dim=2).float()  # [batch, token, layers, dim]
             parts.append((weights @ group.reshape(b * t, -1)).reshape(plan.n_examples, -1, d))  # [example, layers, dim]
     return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
@@ -86,7 +93,7 @@ def to_host_async(t: torch.Tensor) -> tuple[torch.Tensor, Any]:
         return t.cpu(), None
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     host.copy_(t, non_blocking=True)
-    done = torch.cuda.Event()
+    done = cast(Callable[[], torch.cuda.Event], torch.cuda.Event)()  # torch leaves Event() unannotated
     done.record()
     return host, done
 
@@ -108,12 +115,12 @@ def pooled_hidden_states(
     pending = None  # (batch, host tensor, event) whose copy is under way
     for batch, out in device_batches(lm, texts, None, batch_size, with_attentions=False, with_hidden_states=True,
                                      max_batch_bytes=max_batch_bytes, sort_by_length=sort_by_length, plan=plan):
-        plan = plan_of(batch)
-        if plan.n_examples == 0:
+        pooling = plan_of(batch)  # this batch's plan; ``plan`` (the batches) went to device_batches
+        if pooling.n_examples == 0:
             current = (batch, torch.zeros(0, lm.num_layers + 1, lm.hidden_size), None)
         else:
             with torch.inference_mode():
-                current = (batch, *to_host_async(pool_layers(out.hidden_states, plan)))  # [example, layer + 1, dim]
+                current = (batch, *to_host_async(pool_layers(out.hidden_states, pooling)))  # [example, layer + 1, dim]
         del out
         if pending is not None:
             yield _collect(pending)

@@ -39,10 +39,11 @@ TINY = {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 3, "in
         "embedding_size": 16, "max_position_embeddings": 64, "local_attention": 8}
 
 
-def _tokenizer(vocab_size: int | None):
+def _tokenizer(vocab_size: int | None) -> Any:
     """The bundled bert-base-uncased WordPiece tokenizer when the config's vocabulary holds it (or any
     vocabulary does: ``vocab_size`` None), else a generated one of exactly ``vocab_size`` pieces."""
-    from transformers import BertTokenizer, BertTokenizerFast
+    from transformers import BertTokenizer
+    from transformers.models.bert.tokenization_bert import BertTokenizerFast  # not among transformers' typed exports
 
     bundled = bundled_tokenizer_dir()
     if bundled is not None:
@@ -102,7 +103,8 @@ def save_random_model(config_name: str, folder: str | Path, heads: str = "pretra
                     tokenizer.sep_token_id)
     if heads == "pretraining" and pair_head(config.model_type) is None:
         heads = "mlm"  # the family's pretraining class is its masked-LM class
-    auto = {"pretraining": AutoModelForPreTraining, "mlm": AutoModelForMaskedLM, "none": AutoModel}[heads]
+    # Any: the Auto classes' from_config is unannotated
+    auto: Any = {"pretraining": AutoModelForPreTraining, "mlm": AutoModelForMaskedLM, "none": AutoModel}[heads]
     torch.manual_seed(seed)
     model = auto.from_config(config)
     with quiet_transformers():

@@ -90,9 +90,9 @@ def require_task(lm: Any, kind: str) -> None:
 def task_inputs(lm: Any, kind: str, texts: Any, verb: str) -> list[str]:
     """``texts`` as a list, once ``lm`` is a ``kind`` model and there are 1 to MAX_TEXTS of them."""
     require_task(lm, kind)
-    texts = list(texts)
-    if not texts:
+    listed: list[str] = list(texts)
+    if not listed:
         raise BertScopeError(f"No texts to {verb}.")
-    if len(texts) > MAX_TEXTS:
-        raise BertScopeError(f"{len(texts):,} texts; at most {MAX_TEXTS:,} at once.")
-    return texts
+    if len(listed) > MAX_TEXTS:
+        raise BertScopeError(f"{len(listed):,} texts; at most {MAX_TEXTS:,} at once.")
+    return listed

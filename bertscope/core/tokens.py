@@ -10,8 +10,9 @@ SentencePiece ``▁`` word boundary, which XLM-R emits e.g. before CJK character
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 CONTINUATION = "##"
 

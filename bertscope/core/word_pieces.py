@@ -11,12 +11,18 @@ straddles two words (BERT's ``don`` for EWT's "do" + "n't") stays with the first
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from bertscope.core.batch_plan import Padded
 
 
-def piece_words(word_spans, piece_offsets, real=None) -> np.ndarray:
+def piece_words(word_spans: npt.ArrayLike, piece_offsets: npt.ArrayLike, real: npt.ArrayLike | None = None
+                ) -> np.ndarray:
     """[piece] the word each piece belongs to (-1: special, empty, or in no word).
 
     ``word_spans`` [word, 2]: each word's characters [start, end), in order, not overlapping;
@@ -37,7 +43,8 @@ def piece_words(word_spans, piece_offsets, real=None) -> np.ndarray:
     return np.where(keep, owner, -1)
 
 
-def word_pieces(word_spans, piece_offsets, real=None) -> list[list[int]]:
+def word_pieces(word_spans: npt.ArrayLike, piece_offsets: npt.ArrayLike, real: npt.ArrayLike | None = None
+                ) -> list[list[int]]:
     """[word] the positions of each word's pieces (an empty list: the word kept no piece)."""
     owners = piece_words(word_spans, piece_offsets, real)
     found: list[list[int]] = [[] for _ in range(len(np.asarray(word_spans).reshape(-1, 2)))]
@@ -46,7 +53,8 @@ def word_pieces(word_spans, piece_offsets, real=None) -> list[list[int]]:
     return found
 
 
-def batch_word_owners(padded, word_spans: Sequence) -> tuple[np.ndarray, list[int]]:
+def batch_word_owners(padded: Padded, word_spans: Sequence[Sequence[tuple[int, int]]]
+                      ) -> tuple[np.ndarray, list[int]]:
     """[batch, token] each piece's word numbered across the batch (-1: special, padding or outside every
     word), and for each of those words the batch row it belongs to. ``padded``: a padded batch
     (``offsets`` [batch, token, 2], ``special`` [batch, token]); ``word_spans``: each row's word spans."""

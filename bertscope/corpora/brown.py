@@ -42,10 +42,10 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from bertscope.errors import BertScopeError
 from bertscope.runtime.user_cache import replace_folder, user_cache_dir

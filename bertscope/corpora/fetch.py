@@ -10,9 +10,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from bertscope.errors import BertScopeError
 from bertscope.runtime.user_cache import replace_folder

@@ -5,9 +5,9 @@ corpus install NAME …``, the Makefile, the README's licence table and the home
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from bertscope.corpora import brown, ewt, sentiment, squad, topics, udhr
 from bertscope.errors import BertScopeError

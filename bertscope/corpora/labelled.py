@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class LabelledTexts:
         c = Counter(self.labels)
         return {label: c[label] for label in self.classes}
 
-    def take(self, rows: Sequence[int], name: str | None = None) -> "LabelledTexts":
+    def take(self, rows: Sequence[int], name: str | None = None) -> LabelledTexts:
         rows = list(rows)
         return LabelledTexts(name or self.name, [self.texts[i] for i in rows], [self.labels[i] for i in rows],
                              None if self.pairs is None else [self.pairs[i] for i in rows],

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from bertscope.corpora import DATA_DIR
 from bertscope.errors import BertScopeError
@@ -66,7 +67,7 @@ class ParallelData:
         j = self.languages.index(language)
         return [self.cells[i][j] for i in self.complete]
 
-    def select(self, languages: Sequence[str]) -> "ParallelData":
+    def select(self, languages: Sequence[str]) -> ParallelData:
         """The same rows, only these languages (in this order)."""
         languages = list(dict.fromkeys(languages))
         unknown = [g for g in languages if g not in self.languages]

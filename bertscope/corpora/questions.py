@@ -16,9 +16,9 @@ share of the *contexts*, so no paragraph is on both sides.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -52,7 +52,7 @@ class Questions:
     def unanswerable(self) -> int:
         return sum(not a for a in self.answers)
 
-    def take(self, rows: Sequence[int], name: str | None = None) -> "Questions":
+    def take(self, rows: Sequence[int], name: str | None = None) -> Questions:
         return Questions(name or self.name, [self.questions[i] for i in rows], [self.contexts[i] for i in rows],
                          [self.answers[i] for i in rows], [self.ids[i] for i in rows])
 

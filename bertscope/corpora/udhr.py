@@ -21,10 +21,10 @@ from __future__ import annotations
 import tarfile
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Iterable
 
 from bertscope.corpora.fetch import building, npm_pack
 from bertscope.corpora.parallel import ParallelData

@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from bertscope.errors import BertScopeError
 

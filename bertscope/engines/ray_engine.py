@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -145,7 +146,7 @@ class RayEngine(ClusterSpec):
         from bertscope.mlm.masking import IGNORE_INDEX
 
         items = []
-        for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
+        for _rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
             labels = torch.full(chosen.shape, IGNORE_INDEX, dtype=torch.long, device=chosen.device)
             labels[chosen] = gold  # [batch, token]
             flat = {k: feed[k].cpu().numpy().astype(np.int32).ravel() for k in FEED_KEYS if k in feed}

@@ -14,8 +14,8 @@ Cells run as rows of a batch within the pass's byte budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

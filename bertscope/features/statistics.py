@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -179,7 +179,7 @@ class FeatureStatistics:
             tmp.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, path: Path) -> "FeatureStatistics":
+    def load(cls, path: Path) -> FeatureStatistics:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(data["header"].tobytes().decode())
             arrays = {k: data[k] for k in data.files if k != "header"}

@@ -2,7 +2,7 @@
 
 One module per view: ``attention``, ``attribution``, ``shift``, ``align``, ``probe``,
 ``interventions``, ``features``, and the compact encodings they share (``compact``); ``bertviz_assets`` serves
-bertviz's scripts locally. Pages in ``views/`` call these and only render what they return; nothing
+bertviz's scripts locally. Pages in ``bertscope/app/`` call these and only render what they return; nothing
 in the library imports it but ``cli``. May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
 ``training``, ``interventions``, ``features``.
 """

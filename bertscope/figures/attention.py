@@ -11,7 +11,8 @@ import html
 import json
 import os
 import re
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import plotly.graph_objects as go

@@ -21,7 +21,19 @@ from pathlib import Path
 from bertscope.errors import BertScopeError
 
 ROOT = Path(__file__).resolve().parents[2]
-STATIC = ROOT / "static" / "bertviz"  # served at app/static/bertviz/ (server.enableStaticServing)
+
+
+def static_dir() -> Path:
+    """Where the scripts go: ``static/bertviz`` beside the main script Streamlit serves it from (the
+    checkout's ``app.py``, or the launch folder ``bertscope app`` keeps in the user cache)."""
+    if (ROOT / "app.py").is_file() and (ROOT / "bertscope").is_dir():  # run from a checkout
+        return ROOT / "static" / "bertviz"
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    return user_cache_dir() / "app" / "static" / "bertviz"
+
+
+
 URL_PATH = "app/static/bertviz"  # relative to the app's address: an iframe's srcdoc resolves it there
 # npm package -> (file inside its tarball, name served); the module names bertviz's require.config uses
 ASSETS = {
@@ -31,12 +43,14 @@ ASSETS = {
 }
 
 
-def installed(folder: Path = STATIC) -> bool:
+def installed(folder: Path | None = None) -> bool:
+    folder = folder or static_dir()
     return all((folder / name).is_file() and (folder / name).stat().st_size > 1000 for _, name in ASSETS.values())
 
 
-def install(folder: Path = STATIC, npm: str = "npm") -> Path:
+def install(folder: Path | None = None, npm: str = "npm") -> Path:
     """Fetch the three packages with npm and copy the files bertviz loads into ``folder`` (once)."""
+    folder = folder or static_dir()
     if installed(folder):
         return folder
     if shutil.which(npm) is None:

@@ -3,7 +3,7 @@ patching, and the pruning curve with its random band."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

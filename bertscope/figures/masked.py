@@ -3,7 +3,7 @@ head reads each layer (the logit lens). Pure functions from results to plotly fi
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.express as px
 import plotly.graph_objects as go

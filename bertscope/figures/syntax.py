@@ -3,7 +3,7 @@ predicted trees as arcs over its words, and gold and predicted distance matrices
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

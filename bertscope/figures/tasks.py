@@ -4,7 +4,7 @@ confusion matrix, and spans (entities, answers) marked in their text as escaped 
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

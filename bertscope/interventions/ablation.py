@@ -22,8 +22,9 @@ ALBERT's SOP, or a saved probe's class.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -110,7 +111,7 @@ def mean_head_contexts(lm: LoadedModel, texts: Sequence[str] | None = None, batc
         return None
 
     hooks = every_layer("attn.hook_z", add, lm.num_layers)
-    for rows, padded, feed in batches(lm, texts, batch_size):
+    for rows, _padded, feed in batches(lm, texts, batch_size):
         real["mask"] = feed["attention_mask"].bool()
         lm.run(feed, hooks=hooks, encoder_only=True)
         count += int(feed["attention_mask"].sum())

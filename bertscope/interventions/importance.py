@@ -15,9 +15,9 @@ Neubig 2019, "Are Sixteen Heads Really Better than One?", NeurIPS; §4.1, eq. 2-
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch

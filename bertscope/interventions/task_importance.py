@@ -10,7 +10,7 @@ classification; pairs as the model reads them). The pruning curve removes heads 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch

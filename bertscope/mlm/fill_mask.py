@@ -15,8 +15,8 @@ accepted and normalised to the model's mask token.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

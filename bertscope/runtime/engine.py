@@ -7,7 +7,8 @@ back exactly as it does alone (so results are the single process's); an engine o
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

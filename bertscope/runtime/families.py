@@ -163,4 +163,4 @@ def sliding_window(config: object, layer: int) -> int | None:
     types = getattr(config, "layer_types", None)
     if not types or layer >= len(types) or types[layer] != "sliding_attention":
         return None
-    return int(getattr(config, "sliding_window"))
+    return int(getattr(config, "sliding_window"))  # noqa: B009 (config: object, so mypy refuses config.sliding_window)

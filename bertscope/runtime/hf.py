@@ -8,11 +8,14 @@ Nothing here picks a model or reads weights (``core.models`` does); nothing here
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, cast
 
 from bertscope.errors import BertScopeError
 from bertscope.runtime.families import encoder_types, position_offset
+
+_Switch = Callable[[], None]  # transformers' logging switches, which it leaves unannotated
 
 
 @contextlib.contextmanager
@@ -22,14 +25,14 @@ def quiet_transformers() -> Iterator[None]:
 
     level = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    cast(_Switch, hf_logging.set_verbosity_error)()
+    cast(_Switch, hf_logging.disable_progress_bar)()
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
         if bars:
-            hf_logging.enable_progress_bar()
+            cast(_Switch, hf_logging.enable_progress_bar)()
 
 
 def load_for_training(auto: Any, source: str, local_only: bool, **options: Any) -> Any:

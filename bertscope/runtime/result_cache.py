@@ -20,7 +20,8 @@ import dataclasses
 import sys
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def size_of(obj: Any, _seen: set[int] | None = None) -> int:
     return sys.getsizeof(obj)
 
 
-def _libc_trim():
+def _libc_trim() -> Callable[[int], object] | None:
     """glibc's malloc_trim, or None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None

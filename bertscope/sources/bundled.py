@@ -12,9 +12,9 @@ masked-token page read it; nothing else names a bundled model's package or folde
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from bertscope.sources import minilm, minilm_mlm, minilm_tasks, multilingual_e5
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM, BUNDLED_MULTILINGUAL

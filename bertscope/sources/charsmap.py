@@ -15,7 +15,7 @@ unit has bit 31 set and holds the replacement's position in the string blob.
 from __future__ import annotations
 
 import struct
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -79,10 +79,11 @@ def precompiled_charsmap(mapping: Mapping[int, Sequence[int]]) -> bytes:
         if not 0 < offset < _MAX_OFFSET:
             raise ValueError("normalisation map too large for a charsmap")
         label = 0 if node == 0 else int(units[here]) & 0xFF
-        units[here] = (offset << 10) | label | (_HAS_LEAF if value[node] is not None else 0)
+        leaf = value[node]
+        units[here] = (offset << 10) | label | (_HAS_LEAF if leaf is not None else 0)
         used[base] = True
-        if value[node] is not None:
-            units[base] = value[node] | _LEAF
+        if leaf is not None:
+            units[base] = leaf | _LEAF
         for byte in labels:
             slot = base ^ byte
             used[slot] = True

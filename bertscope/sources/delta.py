@@ -12,6 +12,7 @@ import json
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
 
     extras = load_file(str(delta / "extras.safetensors"))
     task_file = delta / "task.json"  # a fine-tuning run's delta: its head's class and labels
-    options: dict = {}
+    options: dict[str, Any] = {}
     if task_file.is_file():
         task = json.loads(task_file.read_text(encoding="utf-8"))
         if task.get("auto") not in TASK_CLASSES:

@@ -31,9 +31,10 @@ import shutil
 import struct
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -129,7 +130,7 @@ class _Reader:
         self.at += n
         return out
 
-    def unpack(self, fmt: str) -> tuple:
+    def unpack(self, fmt: str) -> tuple[Any, ...]:
         return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt)))
 
 
@@ -251,14 +252,15 @@ def build_tokenizer(e5: E5File) -> Any:
         special_tokens=[(bos, e5.bos), (eos, e5.eos)],
     )
     mask = "<mask>" if "<mask>" in e5.pieces else None
-    return PreTrainedTokenizerFast(
+    fast = cast(Callable[..., Any], PreTrainedTokenizerFast)  # transformers leaves its __init__ unannotated
+    return fast(
         tokenizer_object=tokenizer, bos_token=bos, eos_token=eos, cls_token=bos, sep_token=eos,
         pad_token=e5.pieces[e5.pad], unk_token=e5.pieces[e5.unk], mask_token=mask,
         model_max_length=e5.max_positions, model_input_names=["input_ids", "attention_mask"],
     )
 
 
-_DIGESTS: dict[tuple, str] = {}
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256
 
 
 def _digest(path: Path) -> str:

@@ -12,8 +12,8 @@ the one owner of a pass; a text past the model's limit is cut and said to be.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 

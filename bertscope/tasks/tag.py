@@ -14,8 +14,9 @@ entities (BERT, §5.3: a layer over every token; a word is labelled by its first
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ from bertscope.core.passes import batches, wide
 from bertscope.core.task_head import TOKEN, task_inputs
 from bertscope.runtime.hf import quiet_transformers
 
-_PIPELINES: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_PIPELINES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _grouping(lm: LoadedModel) -> Any:

@@ -4,8 +4,9 @@ sentences compared before and after.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from bertscope.errors import BertScopeError
 from bertscope.mlm.masking import check_rates

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from bertscope.runtime.hf import quiet_transformers
 from bertscope.runtime.user_cache import replace_folder
 from bertscope.training.checkpoint import RunState
 from bertscope.training.config import RecipeConfig
@@ -40,7 +41,8 @@ def export_run(model: Any, tokenizer: Any, out: Path, cfg: Any, model_name: str,
     else:
         merged = model
     tmp = Path(tempfile.mkdtemp(dir=out, prefix="model.tmp-"))
-    merged.save_pretrained(tmp)
+    with quiet_transformers():  # no progress bar of shards on a run's output
+        merged.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     replace_folder(tmp, out / "model")
 

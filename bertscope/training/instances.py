@@ -4,8 +4,9 @@ pairs for NSP / SOP as google-research/bert's ``create_instances_from_document``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -24,7 +25,7 @@ class Chunks:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def take(self, idx: torch.Tensor | slice) -> "Chunks":
+    def take(self, idx: torch.Tensor | slice) -> Chunks:
         return Chunks(self.ids[idx], None if self.token_types is None else self.token_types[idx],
                       None if self.pair_labels is None else self.pair_labels[idx])
 

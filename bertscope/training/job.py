@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import resolve_device
@@ -106,7 +107,7 @@ class TrainingJob:
     @classmethod
     def start(cls, model_name: str, train_documents: Sequence[Sequence[str]],
               held_out_documents: Sequence[Sequence[str]], out: str | Path, cfg: RecipeConfig,
-              device: str = "auto", cloze_texts: Sequence[str] = CLOZE) -> "TrainingJob":
+              device: str = "auto", cloze_texts: Sequence[str] = CLOZE) -> TrainingJob:
         cfg.check()
         cloze_texts = check_cloze(cloze_texts)
         if not train_documents or not held_out_documents:
@@ -116,7 +117,7 @@ class TrainingJob:
             stop=job._stop.is_set, cloze_texts=cloze_texts))
 
     @classmethod
-    def start_finetune(cls, model_name: str, data, out: str | Path, cfg, device: str = "auto") -> "TrainingJob":
+    def start_finetune(cls, model_name: str, data, out: str | Path, cfg, device: str = "auto") -> TrainingJob:
         """The second stage on ``data`` (``task_data.TaskData``) in the background."""
         from bertscope.training.fine_tuning import finetune
 
@@ -126,7 +127,7 @@ class TrainingJob:
             model_name, data, job.out, cfg, device, progress=job._progress, stop=job._stop.is_set))
 
     @classmethod
-    def _launch(cls, model_name: str, out: str | Path, cfg, device: str, work) -> "TrainingJob":
+    def _launch(cls, model_name: str, out: str | Path, cfg, device: str, work) -> TrainingJob:
         label = _device_label(device)  # an unknown device is refused before a slot is taken
         if not _RUNNING.acquire(blocking=False):
             raise BertScopeError(f"{MAX_JOBS} training run(s) already use this server: wait for it to end.")

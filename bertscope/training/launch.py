@@ -16,8 +16,8 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bertscope.errors import BertScopeError
 

@@ -67,7 +67,7 @@ class Processes:
     accelerator: Any = None  # accelerate.Accelerator when world > 1
 
     @classmethod
-    def join(cls, device: str = "auto") -> "Processes":
+    def join(cls, device: str = "auto") -> Processes:
         """One process (no launch), or this process's place among those a launch started."""
         world = launched_world()
         if world == 1:

@@ -55,9 +55,10 @@ processes (``accelerate launch -m bertscope pretrain …`` or ``pretrain --proce
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

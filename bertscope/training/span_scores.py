@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 PUNCTUATION = set(string.punctuation)

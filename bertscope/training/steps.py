@@ -5,7 +5,8 @@ gradients accumulated in micro-batches within a byte budget, held-out figures, c
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F

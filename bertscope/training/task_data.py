@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from bertscope.corpora.labelled import LabelledTexts, read_jsonl, split, stratified_split
 from bertscope.corpora.questions import Questions, read_squad_file, split_by_context
@@ -53,7 +53,7 @@ class Tagged:
     def classes(self) -> list[str]:
         return sorted({t for tags in self.tags for t in tags})
 
-    def take(self, rows: Sequence[int], name: str | None = None) -> "Tagged":
+    def take(self, rows: Sequence[int], name: str | None = None) -> Tagged:
         return Tagged(name or self.name, [self.words[i] for i in rows], [self.tags[i] for i in rows])
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from bertscope.errors import BertScopeError
 
@@ -32,7 +32,7 @@ class LabelScores:
     name: str = ""  # a test side's name
 
     @classmethod
-    def from_json(cls, d: dict, name: str = "") -> "LabelScores":
+    def from_json(cls, d: dict, name: str = "") -> LabelScores:
         unit = "words" if "words" in d else "examples"
         return cls(float(d["loss"]), float(d["accuracy"]), float(d["macro_f1"]), dict(d["per_label"]),
                    list(d["labels"]), [list(r) for r in d["confusion"]], int(d[unit]), unit, d.get("name", name))
@@ -50,12 +50,12 @@ class SpanScores:
     no_answer: int  # questions answered "no answer"
 
     @classmethod
-    def from_json(cls, d: dict) -> "SpanScores":
+    def from_json(cls, d: dict) -> SpanScores:
         return cls(float(d["loss"]), float(d["exact_match"]), float(d["f1"]), int(d["questions"]), int(d["windows"]),
                    int(d.get("no_answer", 0)))
 
 
-Scores = Union[LabelScores, SpanScores]
+Scores = LabelScores | SpanScores
 
 
 def scores_from_json(d: dict) -> Scores:
@@ -115,7 +115,7 @@ class FinetuneMetrics:
         return "questions" if self.is_span else self.after.unit  # type: ignore[union-attr]
 
     @classmethod
-    def from_json(cls, m: dict) -> "FinetuneMetrics":
+    def from_json(cls, m: dict) -> FinetuneMetrics:
         try:
             spans = SpanCounts(dict(m["windows"]), dict(m["questions_over_several_windows"]),
                                dict(m["questions_too_long_for_a_window"]), int(m["doc_stride"])) \

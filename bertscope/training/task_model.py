@@ -4,7 +4,8 @@ head, the pooler and every LayerNorm trained in full beside them."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

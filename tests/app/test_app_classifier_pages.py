@@ -29,7 +29,7 @@ def press(at, form: str, label: str):
 
 
 def test_interventions_watch_the_classifier(monkeypatch, classifier):
-    at = start(monkeypatch, classifier).switch_page("views/interventions.py").run()
+    at = start(monkeypatch, classifier).switch_page("bertscope/app/interventions.py").run()
     assert not at.exception and not at.error
     assert any("fine-tuned classifier" in c for c in texts(at.caption))
     at.multiselect(key="int_heads").set_value(["0:1", "1:2"]).run()
@@ -66,7 +66,7 @@ def test_interventions_watch_the_classifier(monkeypatch, classifier):
 
 
 def test_faithfulness_explains_the_predicted_class(monkeypatch, classifier):
-    at = start(monkeypatch, classifier).switch_page("views/faithfulness.py").run()
+    at = start(monkeypatch, classifier).switch_page("bertscope/app/faithfulness.py").run()
     assert not at.exception and not at.error
     assert any("fine-tuned classifier" in c for c in texts(at.caption))
     at.radio(key="faith_source").set_value("text")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.app.kit import start, start_with_url, texts
 
-PAGE = "views/compare.py"
+PAGE = "bertscope/app/compare.py"
 
 
 def test_cka_and_predictions(monkeypatch, tiny_mlm_dir, tiny_bert_dir):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.app.kit import start, start_with_url, texts
 
-PAGE = "views/faithfulness.py"
+PAGE = "bertscope/app/faithfulness.py"
 LINES = "the bank of the [MASK] was muddy .\nshe deposited the money in the [MASK] .\nthe dog sat in the [MASK] ."
 
 

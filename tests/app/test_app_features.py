@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tests.app.kit import start, start_with_url, texts
 
-PAGE = "views/features.py"
+PAGE = "bertscope/app/features.py"
 
 
 def search(at):

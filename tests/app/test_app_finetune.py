@@ -21,7 +21,7 @@ def run_on(monkeypatch, model: str, tmp_path, data: str, seq: int, held: int | N
     corpora = (user_cache_dir() / "corpora").resolve()
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the run folder goes there
     (tmp_path / "corpora").symlink_to(corpora)
-    at = start(monkeypatch, model).switch_page("views/finetune.py").run()
+    at = start(monkeypatch, model).switch_page("bertscope/app/finetune.py").run()
     assert not at.exception and not at.error
     at.radio(key="ft_data").set_value(data)
     at.select_slider(key="ft_budget").set_value(256)
@@ -69,7 +69,7 @@ def test_a_run_on_squad_scores_exact_match_and_f1_and_opens_as_a_question_answer
 
 
 def test_bad_input_and_the_hosted_demo(monkeypatch, tiny_bert_dir):
-    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/finetune.py").run()
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("bertscope/app/finetune.py").run()
     at.radio(key="ft_data").set_value("file")
     at = submit(at, str(tiny_bert_dir))
     assert not at.exception and "finetune_job" not in at.session_state
@@ -77,6 +77,6 @@ def test_bad_input_and_the_hosted_demo(monkeypatch, tiny_bert_dir):
     assert "Upload a file first" in error
     monkeypatch.setenv("BERTSCOPE_DEMO", "1")
     monkeypatch.setenv("BERTSCOPE_ALLOWLIST", f"bundled,{tiny_bert_dir}")
-    at = start(monkeypatch, "bundled").switch_page("views/finetune.py").run()
+    at = start(monkeypatch, "bundled").switch_page("bertscope/app/finetune.py").run()
     assert not at.exception and any("switched off on this hosted demo" in i for i in texts(at.info))
     assert not at.get("form")

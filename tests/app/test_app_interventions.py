@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.app.kit import start, start_with_url, texts
 
-PAGE = "views/interventions.py"
+PAGE = "bertscope/app/interventions.py"
 
 
 def open_page(monkeypatch, model):

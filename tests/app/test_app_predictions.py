@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 from tests.app.kit import start, texts
 from tests.conftest import labels, task_checkpoint
 
-PAGE = "views/predictions.py"
+PAGE = "bertscope/app/predictions.py"
 SENTIMENT = ["negative", "neutral", "positive"]
 
 

@@ -13,7 +13,7 @@ def test_structural_probes_on_ewt(monkeypatch, tiny_bert_dir, tmp_path):
     corpora = (user_cache_dir() / "corpora").resolve()  # the installed treebank, read through a link
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))  # the hidden-state cache goes there
     (tmp_path / "corpora").symlink_to(corpora)
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), "views/probes.py", probe_tab="Syntax")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/probes.py", probe_tab="Syntax")
     assert not at.exception and not at.error
     assert any("Press *Train the probes*" in i for i in texts(at.info))  # nothing costly on arrival
     at.select_slider(key="syntax_train").set_value(300)
@@ -51,6 +51,6 @@ def test_structural_probes_on_ewt(monkeypatch, tiny_bert_dir, tmp_path):
 
 
 def test_the_labels_tab_is_still_the_first(monkeypatch, tiny_bert_dir):
-    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("views/probes.py").run()
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page("bertscope/app/probes.py").run()
     assert not at.exception and not at.error
     assert at.selectbox(key="probe_task").value == "brown-pos"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from bertscope.app.kit.budget import WINDOW_S, BudgetRefused, CostBudget
 from tests.app.kit import APP, texts
-from views.kit.budget import WINDOW_S, BudgetRefused, CostBudget
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def test_a_server_wide_cap_on_jobs_running_at_once():
 
 def _compute_calls() -> list[tuple[str, int, ast.Call]]:
     calls = []
-    for path in sorted((ROOT / "views").rglob("*.py")):
+    for path in sorted((ROOT / "bertscope" / "app").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compute":
                 calls.append((path.relative_to(ROOT).as_posix(), node.lineno, node))
@@ -62,8 +62,8 @@ def _compute_calls() -> list[tuple[str, int, ast.Call]]:
 
 # jobs that cost about a view, each with its reason
 CHEAP = {
-    "views/shift.py": "the word's vectors in the sentences given (a few short passes) and a PCA map",
-    "views/align.py": "a PCA map of vectors already computed",
+    "bertscope/app/shift.py": "the word's vectors in the sentences given (a few short passes) and a PCA map",
+    "bertscope/app/align.py": "a PCA map of vectors already computed",
 }
 
 
@@ -73,10 +73,10 @@ def test_every_slow_job_of_every_page_names_its_cost():
     calls = _compute_calls()
     assert len(calls) >= 19
     pages = {path for path, _, _ in calls}
-    assert {"views/attention.py", "views/compare.py", "views/faithfulness.py", "views/interventions.py",
-            "views/masked.py", "views/probes.py", "views/shift.py", "views/align.py"} <= pages
+    assert {"bertscope/app/attention.py", "bertscope/app/compare.py", "bertscope/app/faithfulness.py", "bertscope/app/interventions.py",
+            "bertscope/app/masked.py", "bertscope/app/probes.py", "bertscope/app/shift.py", "bertscope/app/align.py"} <= pages
     for path, line, call in calls:
-        if path == "views/kit/results.py":
+        if path == "bertscope/app/kit/results.py":
             continue
         costly = next((k.value for k in call.keywords if k.arg == "costly"), None)
         assert costly is not None, f"{path}:{line}: a job without costly="
@@ -94,7 +94,7 @@ def _patching_page(monkeypatch, model: str) -> AppTest:
     monkeypatch.setenv("BERTSCOPE_ALLOWLIST", model)
     monkeypatch.setenv("BERTSCOPE_MODEL", model)
     at = AppTest.from_file(APP, default_timeout=180).run()
-    at.switch_page("views/interventions.py").run()
+    at.switch_page("bertscope/app/interventions.py").run()
     at.session_state["int_tab"] = "Patching"
     return at.run()
 
@@ -131,7 +131,7 @@ def test_every_text_box_shows_its_cap_before_the_button():
     """Every text box of every page has ``max_chars`` (Streamlit shows the count and the cap as one
     types, and stops typing past it), read from the demo's limits."""
     boxes = []
-    for path in sorted((ROOT / "views").rglob("*.py")):
+    for path in sorted((ROOT / "bertscope" / "app").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                     node.func.attr in ("text_area", "text_input"):

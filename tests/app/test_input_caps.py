@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-VIEWS = Path(__file__).resolve().parents[2] / "views"
+VIEWS = Path(__file__).resolve().parents[2] / "bertscope" / "app"
 NEEDS = {"text_area": "max_chars", "text_input": "max_chars", "file_uploader": "max_upload_size"}
 
 
@@ -30,7 +30,7 @@ def test_every_box_states_its_cap(kind):
 
 
 def test_uploaders_say_the_demo_cap(monkeypatch):
-    from views.kit.limits import Limits
+    from bertscope.app.kit.limits import Limits
 
     monkeypatch.setenv("BERTSCOPE_DEMO", "1")
     assert Limits.upload_mb == 1 and Limits.upload_bytes == 1_000_000

@@ -1,6 +1,6 @@
 """The time left that every long job's bar shows comes from this run on this machine, never a constant."""
 
-from views.kit.results import StageClock
+from bertscope.app.kit.results import StageClock
 
 
 def test_time_left_is_measured_per_stage():

@@ -99,12 +99,12 @@ def _value_vectors(layer, x: np.ndarray) -> np.ndarray:
 def test_norms_equal_the_module_weights_computation(tiny_bert_dir):
     model, attentions, hidden = hf_outputs(tiny_bert_dir, TEXT)
     got = attribute(load_model(str(tiny_bert_dir)), TEXT, method="norm")
-    for l, layer in enumerate(model.encoder.layer):
-        f = _value_vectors(layer, hidden[l])  # [head, token, dim]
+    for index, layer in enumerate(model.encoder.layer):
+        f = _value_vectors(layer, hidden[index])  # [head, token, dim]
         n = f.shape[1]
-        expected = np.array([[np.linalg.norm(sum(attentions[l][h, i, j] * f[h, j] for h in range(f.shape[0])))
+        expected = np.array([[np.linalg.norm(sum(attentions[index][h, i, j] * f[h, j] for h in range(f.shape[0])))
                               for j in range(n)] for i in range(n)])
-        np.testing.assert_allclose(got.matrices[l], expected, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got.matrices[index], expected, rtol=1e-4, atol=1e-6)
 
 
 def test_per_head_norms_are_alpha_times_value_norms(tiny_bert_dir):

@@ -15,8 +15,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from bertscope.app.kit.pages import PAGES
 from tests.conftest import ROOT
-from views.kit.pages import PAGES
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -1017,4 +1017,31 @@ def test_a_squad_run_on_the_fine_tuning_page(browser, tiny_bert_dir, tmp_path, a
         assert not page.locator(".stException").count() and "Where was the corpus compiled?" in page.content()
         page.screenshot(path=str(artifacts / "predictions-squad-run.png"), full_page=True)
         assert not problems, problems
+        page.close()
+
+
+def test_every_page_for_the_docs(browser, app_url, artifacts):
+    """Every page opened as a first visitor sees it, on the default model, a viewport's worth: the screenshots
+    the documentation shows (``make docs-screens`` copies them into docs/assets/screens/)."""
+    shots = artifacts / "pages"
+    shots.mkdir(exist_ok=True)
+    for entry in PAGES:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        problems: list[str] = []
+        page.on("pageerror", lambda exc: problems.append(str(exc)))
+        block_outside(page, problems)
+        page.goto(f"{app_url}/{entry.url_path}", wait_until="domcontentloaded")
+        page.locator('[data-testid="stMain"] h1').first.wait_for(timeout=120_000)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (page.locator('[data-testid="stSpinner"]').count()
+                                               or page.get_by_text("Running...").count()):
+            page.wait_for_timeout(500)
+        drawn = time.monotonic() + 10  # charts, tables and tiles draw after the script ends
+        while time.monotonic() < drawn and not page.locator('.js-plotly-plot, [data-testid="stDataFrame"], '
+                                                            '[data-testid="stMetric"], [data-testid="stTable"]').count():
+            page.wait_for_timeout(500)
+        page.wait_for_timeout(2000)
+        assert "Traceback" not in page.inner_text("body"), entry.title
+        page.screenshot(path=str(shots / f"{entry.url_path or 'home'}.png"))
+        assert not problems, (entry.title, problems)
         page.close()

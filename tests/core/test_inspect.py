@@ -133,7 +133,7 @@ def test_batches_without_attentions_keep_hidden_states(tiny_bert):
     assert_close(without.hidden_states, with_att.hidden_states)
     assert without.item(1).n_layers == tiny_bert.num_layers
     with pytest.raises(BertScopeError, match="without attentions"):
-        without.item(0).n_heads
+        _ = without.item(0).n_heads
 
 
 def test_batches_without_hidden_states_keep_attentions(tiny_bert):

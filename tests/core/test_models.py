@@ -35,7 +35,7 @@ def test_bare_encoder_checkpoint_gets_no_head(tiny_encoder_dir):
 
 def test_parameter_count_matches_bert_formula(tiny_bert):
     c = tiny_bert.config
-    V, H, I, P, T, L = (c.vocab_size, c.hidden_size, c.intermediate_size,
+    V, H, I, P, T, L = (c.vocab_size, c.hidden_size, c.intermediate_size,  # noqa: E741  the paper's letters
                         c.max_position_embeddings, c.type_vocab_size, c.num_hidden_layers)
     embeddings = (V + P + T) * H + 2 * H
     layer = 4 * (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H

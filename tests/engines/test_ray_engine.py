@@ -236,6 +236,6 @@ def test_an_actor_that_dies_ends_the_command_with_one_line(tmp_path):
 def test_the_app_and_the_default_paths_never_import_ray():
     code = ("import sys; from bertscope.core.models import load_model; import bertscope.cli, probes.layerwise; "
             "from bertscope.analysis import attention_stats, hidden_cache, corpus_search; "
-            "import views.kit.model_picker; load_model('bundled'); print('ray' in sys.modules)")
+            "import bertscope.app.kit.model_picker; load_model('bundled'); print('ray' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.stdout.strip() == "False", done.stderr[-1000:]

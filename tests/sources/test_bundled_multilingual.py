@@ -176,6 +176,6 @@ def test_every_page_runs_on_it(monkeypatch):
     at = AppTest.from_file(APP, default_timeout=300).run()
     assert not at.exception and not at.error
     assert any("4-bit" in t for t in texts(at.info))  # the round-trip note on the card
-    for page in ("views/attention.py", "views/shift.py", "views/params.py", "views/align.py"):
+    for page in ("bertscope/app/attention.py", "bertscope/app/shift.py", "bertscope/app/params.py", "bertscope/app/align.py"):
         at.switch_page(page).run()
         assert not at.exception and not at.error, page

@@ -204,7 +204,7 @@ def test_sentence_pairs_follow_berts_recipe(tiny_bert):
         pairs = pair_instances(tok, docs, 24, task, seed=1)
         assert pairs.ids.shape[1] == 24 and len(pairs) == len(pairs.pair_labels) >= 50
         assert 0.35 < pairs.pair_labels.float().mean() < 0.65  # about half are NotNext / swapped
-        for row, types, label in zip(pairs.ids, pairs.token_types, pairs.pair_labels):
+        for row, types, _label in zip(pairs.ids, pairs.token_types, pairs.pair_labels):
             words, segs = _segments(tok, row, types)
             first = words.index("[SEP]")
             assert words[0] == "[CLS]" and words[-1] == "[SEP]" and words.count("[SEP]") == 2 and len(words) <= 24

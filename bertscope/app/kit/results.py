@@ -1,0 +1,174 @@
+"""Results shared by every session of the process, within one byte budget (``BERTSCOPE_CACHE_MB``),
+and the one way a page computes something slow: from the store, or now with a progress bar."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import TypeVar
+
+import streamlit as st
+
+from bertscope.analysis.projection import warm_umap
+from bertscope.app.kit.budget import BudgetRefused, costly_job
+from bertscope.app.kit.chrome import show_error
+from bertscope.app.kit.limits import demo
+from bertscope.runtime.result_cache import ResultCache
+
+T = TypeVar("T")
+
+def cache_budget_bytes() -> int:
+    """BERTSCOPE_CACHE_MB (default 1,024 locally, 384 on a hosted demo): every result the
+    pages share across sessions (inspections, statistics, maps, probe runs) fits in it."""
+    default = "384" if demo() else "1024"
+    try:
+        megabytes = float(os.environ.get("BERTSCOPE_CACHE_MB", default) or default)
+    except ValueError:
+        megabytes = float(default)
+    return int(max(16.0, megabytes) * 2**20)
+
+
+@st.cache_resource(show_spinner=False)
+def shared_results():
+    """The one byte-bounded, least-recently-used cache of this process."""
+    return ResultCache(cache_budget_bytes())
+
+
+class StageClock:
+    """Time left in a job's stage, measured on this machine: the stage's elapsed time per step done so
+    far, times the steps to go (no constant guessed in advance). Says nothing until a step is done
+    and a second has passed, so the first figure comes from a real measurement."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self.now, self.stage, self.start, self.first = now, None, 0.0, 0
+
+    def left(self, stage: str, done: int, total: int) -> str | None:
+        if stage != self.stage:  # a new stage: its own clock, from its first report
+            self.stage, self.start, self.first = stage, self.now(), done
+            return None
+        elapsed, steps = self.now() - self.start, done - self.first
+        if steps <= 0 or elapsed < 1.0 or done >= total:
+            return None
+        seconds = elapsed / steps * (total - done)
+        return f"about {seconds:.0f} s left" if seconds < 120 else f"about {seconds / 60:.0f} min left"
+
+
+class ResultStore:
+    """One page's corner of the shared cache: keys are namespaced, bytes are shared."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get(self, key):
+        return shared_results().get((self.name, key))
+
+    def put(self, key, value) -> None:
+        shared_results().put((self.name, key), value)
+
+    def get_or_compute(self, key, compute):
+        return shared_results().get_or_compute((self.name, key), compute)
+
+    def compute(self, key, work: Callable[..., T], what: str, asked: bool = False, *, costly: str | None,
+                charge_key=None, wait: str | None = None) -> T | None:
+        """The stored result of ``key``, or ``work(progress)`` run now under a progress bar that says
+        ``what: done/total`` (and is removed when done); a job of several stages passes its own
+        label, ``progress(done, total, "Probes, layers")``. Two sessions asking for the same key
+        compute it once; the second waits for the first.
+
+        A Stop button stands beside the bar while the job runs: a click interrupts the run at its
+        next progress update (Streamlit reruns the page), keeps nothing half-done, and marks this
+        job stopped so the rerun does not start it again; the page then says so and offers to run
+        it again. ``asked``: the user asked for this run just now (a form's button), which starts
+        a stopped job again.
+
+        ``costly``: the job's name on a hosted demo's cost budget (``views.kit.budget``), or None for
+        a job that costs about a view; every call says which. A computation is charged, a stored
+        result is not; ``charge_key`` groups variants charged once (default: ``key``). A refusal
+        is one line; the last result this session computed here stays on screen below it.
+
+        ``wait``: a job that runs only when asked (a page or tab does costly work only when its button
+        is pressed): when nothing is stored and ``asked`` is false, ``wait`` is shown (one line saying
+        which button to press and what it will cost) and None is returned."""
+        found = self.get(key)
+        if found is not None:
+            st.session_state[("_last_result", self.name)] = key
+            return found
+        if wait is not None and not asked:
+            st.info(wait)
+            return None
+        stopped = st.session_state.setdefault("_stopped_jobs", set())
+        job = (self.name, hashlib.sha256(repr(key).encode()).hexdigest())
+        if asked:
+            stopped.discard(job)
+        if job in stopped:
+            st.info(f"Stopped ({what.split(',')[0].lower()}). Nothing of it was kept.")
+            if st.button("Run it again", key=f"again-{self.name}", icon=":material/replay:"):
+                stopped.discard(job)
+                st.rerun()
+            st.stop()
+        bar = st.progress(0.0, text=f"{what}…")
+        stop = st.empty()
+        stop.button("Stop", key=f"stop-{self.name}", icon=":material/stop_circle:", on_click=stopped.add, args=(job,),
+                    help="Stops this job at its next step; the page stays usable and keeps nothing half-done.")
+
+        clock = StageClock()
+
+        def progress(done: int, total: int, stage: str | None = None) -> None:
+            text = f"{stage or what}: {done:,}/{total:,}"
+            left = clock.left(stage or what, done, total)
+            bar.progress(min(1.0, done / max(total, 1)), text=text + (f" · {left}" if left else ""))
+
+        try:
+            charge = (key, False) if charge_key is None else (charge_key, True)
+            with costly_job(costly, *charge) if costly else nullcontext():
+                result = self.get_or_compute(key, lambda: work(progress))
+        except BudgetRefused as refused:
+            last = st.session_state.get(("_last_result", self.name))
+            kept = self.get(last) if last is not None else None
+            if kept is None:
+                raise
+            said = (st.session_state.get("_run"), charge[0])  # one line per refused job and rerun
+            if st.session_state.get("_refusal_said") != said:
+                st.session_state["_refusal_said"] = said
+                show_error(refused)
+                st.caption("Below: your last result on this page, with the settings it was computed with.")
+            return kept
+        finally:
+            bar.empty()
+            stop.empty()
+        st.session_state[("_last_result", self.name)] = key
+        return result
+
+
+def new_run() -> None:
+    """Count the session's reruns (the router calls this first): a refusal is said once per rerun."""
+    st.session_state["_run"] = st.session_state.get("_run", 0) + 1
+
+
+def result_store(name: str) -> ResultStore:
+    return ResultStore(name)
+
+
+def cached_inspection(lm, key: tuple[str, str, str], text: str, pair: str | None):
+    """One forward pass per (model, text, pair), shared read-only across reruns and sessions.
+
+    Kept lean for the attention views: attentions in float16 (144 MiB -> 72 MiB for BERT-base
+    at 512 tokens), no hidden states, no MLM logits.
+    """
+    from bertscope import inspect
+
+    return result_store("inspection").get_or_compute((key, text, pair), lambda: inspect(
+        lm, text, pair, with_logits=False, with_hidden_states=False, precision="float16"))
+
+
+@st.cache_resource(show_spinner=False)
+def warm_umap_in_background() -> None:
+    """Compile UMAP's numba kernels once per process, off the request path
+    (BERTSCOPE_WARM_UMAP=0 turns it off, e.g. in tests)."""
+    if os.environ.get("BERTSCOPE_WARM_UMAP", "1").strip().lower() in {"0", "false", "no", "off"}:
+        return
+    threading.Thread(target=warm_umap, name="umap-warmup", daemon=True).start()

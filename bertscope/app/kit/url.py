@@ -1,0 +1,98 @@
+"""A page's inputs live in its URL, so a copied link reproduces the view."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from bertscope.app.kit.chrome import plain
+from bertscope.app.kit.limits import TRUTHY
+from bertscope.core.layers import hidden_index, hidden_name, layer_title
+from bertscope.errors import BertScopeError
+
+
+def to_bool(value: str) -> bool:
+    if value.lower() in TRUTHY | {"0", "false", "no", "off"}:
+        return value.lower() in TRUTHY
+    raise ValueError(value)
+
+
+def from_url(param: str, key: str, convert=str, valid=None) -> None:
+    """Once per session, before the widget ``key`` is drawn: take its value from ?param=."""
+    restored = st.session_state.setdefault("_from_url", set())
+    if key in restored:
+        return
+    restored.add(key)
+    if param not in st.query_params:
+        return
+    raw = st.query_params[param]
+    try:
+        value = convert(raw)
+        ok = valid is None or valid(value)
+    except (TypeError, ValueError):
+        ok = False
+    if ok:
+        st.session_state[key] = value
+    else:
+        st.warning(plain(f"Ignored the link's {param}={raw[:40]}: not a valid value here."))
+
+
+def to_url(**params) -> None:
+    """Write the page's current inputs into the URL (None leaves a parameter out)."""
+    for name, value in params.items():
+        if value is None or value == "":
+            st.query_params.pop(name, None)
+        else:
+            text = str(int(value)) if isinstance(value, bool) else str(value)
+            if st.query_params.get(name) != text:
+                st.query_params[name] = text
+
+
+NUMBERING = "v"  # links carry v=2: layer=embeddings or a block number (core.layers)
+
+
+def from_url_layer(key: str, n_layers: int, param: str = "layer") -> None:
+    """Once per session, before the widget ``key`` (an index into the hidden states: 0 = the
+    embeddings, l = block l - 1's output) is drawn: take it from ?layer=. A link with v=2 names a
+    layer as every page does (``embeddings`` or a block from 0); a link without it was made when
+    these pages counted hidden states (0 = embeddings, 1 = the first block): translated to the
+    same hidden state, with a notice, never silently shifted."""
+    restored = st.session_state.setdefault("_from_url", set())
+    if key in restored:
+        return
+    restored.add(key)
+    if param not in st.query_params:
+        return
+    raw = st.query_params[param]
+    try:
+        if st.query_params.get(NUMBERING) == "2" or not raw.strip().isdigit():
+            index = hidden_index(raw, n_layers)
+        else:
+            index = int(raw)
+            if not 0 <= index <= n_layers:
+                raise BertScopeError(raw)
+            st.info(plain(f"This link numbers layers the old way (0 = the embeddings): its {param}={raw} is "
+                          f"{layer_title(index)} now that every page counts encoder blocks from 0."))
+        st.session_state[key] = index
+    except BertScopeError:
+        st.warning(plain(f"Ignored the link's {param}={raw[:40]}: not a valid layer here."))
+
+
+def layer_in_url(index: int) -> dict[str, str]:
+    """What ``to_url`` writes for a hidden-state layer: its name and the numbering's version."""
+    return {"layer": hidden_name(index), NUMBERING: "2"}
+
+
+def tab_from_url(key: str, names: list[str], param: str | None = None) -> None:
+    """Before ``st.tabs(names, key=key)``: a link's ?{param}=NAME opens that tab (once per session);
+    a name the page has no tab for is ignored with the usual one-line notice."""
+    param = param or key
+    restored = st.session_state.setdefault("_from_url", set())
+    if key in restored or param not in st.query_params:
+        return
+    restored.add(key)
+    raw = st.query_params[param]
+    if raw in names:
+        st.session_state[key] = raw
+    else:
+        st.warning(plain(f"Ignored the link's {param}={raw[:40]}: this page's tabs are {', '.join(names)}."))
+        st.query_params.pop(param, None)

@@ -1,0 +1,208 @@
+"""Embedding shift: one word in many contexts, layer by layer."""
+
+import hashlib
+
+import pandas as pd
+import streamlit as st
+
+from bertscope import BertScopeError
+from bertscope.analysis.corpus_search import MAX_K, build_index, index_on_disk, search, word_occurrences
+from bertscope.analysis.projection import pca_2d, umap_2d
+from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, word_pattern
+from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
+from bertscope.app.kit.limits import Limits, check_text, check_upload
+from bertscope.app.kit.model_picker import model_key, require_model
+from bertscope.app.kit.results import result_store
+from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, tab_from_url, to_url
+from bertscope.core.layers import hidden_name, layer_title
+from bertscope.corpora.brown import tag_name
+from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
+from bertscope.corpora.senses import read_labelled_csv, sense_presets
+from bertscope.figures.shift import (
+    genre_scatter,
+    layer_lines,
+    occurrence_names,
+    projection_scatter,
+    similarity_heatmap,
+    tag_bars,
+)
+from bertscope.figures.text import in_context, table_text
+from bertscope.mlm.fill_mask import words_of
+
+OWN = "Your own word…"
+
+st.title("Embedding shift")
+st.caption("The same word in different sentences, through the layers: does the model pull the "
+           "senses apart? Metrics after Ethayarajh (2019).")
+lm = require_model()
+key = model_key()
+presets = sense_presets()
+
+from_url("word", "shift_choice", str, lambda v: v in presets)
+c1, c2 = st.columns([1, 2])
+choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
+word = c1.text_input("Target word", key="shift_word", max_chars=Limits.name_chars) if choice == OWN else choice
+if not word.strip():
+    st.info("Type the word to follow through the sentences.")
+    st.stop()
+uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload",
+                            max_upload_size=Limits.upload_mb)
+
+with page_errors():
+    if uploaded is not None:
+        check_upload(uploaded)
+        try:
+            rows = read_labelled_csv(uploaded.getvalue().decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise BertScopeError("The upload is not UTF-8 text: save it as UTF-8 CSV.") from err
+        source = pd.DataFrame(rows, columns=["sentence", "label"])
+    else:
+        source = pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
+
+from_url("pool", "shift_pooling", str, lambda v: v in ("mean", "first"))
+from_url("occ", "shift_occurrences", str, lambda v: v in ("all", "first"))
+with st.form("shift_form"):
+    table = st.data_editor(source, num_rows="dynamic", width="stretch", key=f"shift_rows_{choice}_{uploaded is not None}",
+                           column_config={"sentence": st.column_config.TextColumn(width="large")})
+    o1, o2 = st.columns(2)
+    pooling = o1.radio("Word vector", ["mean", "first"], horizontal=True, key="shift_pooling",
+                       format_func={"mean": "mean of its pieces", "first": "first piece"}.get)
+    occurrences = o2.radio("In each sentence", ["all", "first"], horizontal=True, key="shift_occurrences",
+                           format_func={"all": "every occurrence", "first": "first occurrence"}.get)
+    asked = st.form_submit_button("Compare", type="primary")
+
+rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
+        for s, lab in zip(table["sentence"], table["label"])]
+with page_errors():
+    if len(rows) > Limits.corpus_lines:
+        raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+    pattern = word_pattern(word)
+if not asked and not any(pattern.search(sentence) for sentence, _ in rows):  # nothing to compare yet: say what to do
+    st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, if "
+                  "you like), or upload a CSV, then press Compare."))
+    st.stop()
+digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
+store = result_store("shift")
+with page_errors():
+    def run(progress):
+        found = collect(lm, word, rows, pooling, occurrences, progress=progress)
+        progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
+        return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
+
+    result, metrics = store.compute((key, digest), run, "Sentences", asked=asked, costly=None)  # a few passes
+
+if result.skipped:
+    st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
+st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "
+                 f"sense label(s); the embeddings (before any context is mixed in), then layers 0–"
+                 f"{result.n_layers - 2}, the output of each encoder block."))
+
+from_url_layer("shift_layer", result.n_layers - 1)
+if st.session_state.get("shift_layer", 0) >= result.n_layers:  # a smaller model than the last one
+    st.session_state["shift_layer"] = result.n_layers - 1
+layer = st.select_slider("Layer", list(range(result.n_layers)), result.n_layers - 1, format_func=hidden_name,
+                         key="shift_layer", help="The embeddings, then the output of each encoder block (from 0).")
+to_url(word=choice if choice != OWN else None, **layer_in_url(layer), pool=pooling if pooling != "mean" else None,
+       occ=occurrences if occurrences != "all" else None)
+TABS = ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours", "In the Brown corpus"]
+tab_from_url("shift_tab", TABS)
+tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(TABS,
+    key="shift_tab", on_change="rerun")
+with tab_sim:
+    st.plotly_chart(similarity_heatmap(result, layer), config=PLOT_CONFIG, width="stretch")
+with tab_layers:
+    best = max(metrics, key=lambda m: (m.centroid_accuracy, m.gap))
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Best layer for the senses", hidden_name(best.layer),
+              help="highest leave-one-out centroid accuracy, then gap")
+    m2.metric("Its centroid accuracy", f"{best.centroid_accuracy:.0%}")
+    m3.metric("Its within − across gap", f"{best.gap:.3f}")
+    st.plotly_chart(layer_lines(metrics, "senses"), config=PLOT_CONFIG, width="stretch")
+    st.plotly_chart(layer_lines(metrics, "contextuality"), config=PLOT_CONFIG, width="stretch")
+    st.caption("Self-similarity: mean cosine between the word's vectors in different sentences. "
+               "Intra-sentence: mean cosine between each word of a sentence and the sentence's mean. "
+               "Anisotropy baseline: mean cosine between random words of the shipped corpus; the "
+               "adjusted values subtract it (Ethayarajh 2019, §3.3–3.4).")
+    frame = pd.DataFrame([m.to_json() for m in metrics]).astype({"layer": str})
+    st.dataframe(frame, hide_index=True, width="stretch",  # "embeddings" whole, not cut to "embed…"
+                 column_config={"layer": st.column_config.TextColumn(width="medium", pinned=True)})
+    st.download_button("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
+                       "text/csv", on_click="ignore", key="shift_dl")
+with tab_map:
+    from_url("map", "shift_method", str.upper, lambda v: v in ("PCA", "UMAP"))
+    method = st.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="shift_method")
+    to_url(map=method.lower() if method != "PCA" else None)
+    with page_errors(stop=False):
+        maps = result_store("shift_maps")
+        vectors = result.vectors[:, layer]
+        # one charge for the UMAP of these sentences, whatever layers it is then drawn at; PCA costs a view
+        coords = maps.compute((key, digest, layer, method), lambda progress: (
+            pca_2d(vectors) if method == "PCA" else umap_2d(vectors, seed=0)),
+            "UMAP (the first run in a process compiles with numba)" if method == "UMAP" else "PCA",
+            costly="UMAP map" if method == "UMAP" else None, charge_key=(key, digest, method))
+        st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at {layer_title(layer)}", method),
+                        config=PLOT_CONFIG, width="stretch")
+with tab_vocab:
+    st.caption("Nearest rows of the model's input embedding matrix (cosine) to each occurrence's "
+               "vector at this layer: a rough reading, since later layers are not in that space.")
+    with page_errors(stop=False):
+        neighbours = nearest_vocabulary(lm, result.vectors[:, layer])
+        st.dataframe(pd.DataFrame({
+            "occurrence": occurrence_names(result),
+            "sentence": [o.sentence for o in result.occurrences],
+            "nearest tokens": [", ".join(f"{t} ({s:.2f})" for t, s in n) for n in neighbours],
+        }), hide_index=True, width="stretch")
+with tab_brown:
+    st.caption("Which words of real text sit nearest to this one at the layer above? exBERT-style corpus "
+               "search (Hoover et al. 2020) over a Brown corpus sample (every genre; each word the mean of "
+               "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
+               "word's own occurrences in the corpus coloured by genre.")
+    st.session_state.setdefault("shift_brown_linked", st.query_params.get("shift_tab") == TABS[-1])  # a link
+    if tab_brown.open:
+        index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or st.session_state[
+            "shift_brown_linked"]
+        with page_errors(stop=False):
+            store = result_store("brown_index")
+            on_disk = store.get(key) is None and index_on_disk(lm)
+            index = store.compute(key, lambda progress: build_index(lm, progress=progress),
+                                  "Indexing the Brown sample (once per model; kept on disk), sentences",
+                                  index_asked or on_disk, costly="Brown index",
+                                  wait=plain(f"Press Index the Brown sample: {lm.name} reads {DEFAULT_SENTENCES:,} "
+                                             "Brown sentences once and keeps every word's vector at every layer on "
+                                             "disk (the Probes page's brown-pos cache: shared with it, read back "
+                                             "on later visits)."))
+            if index is None:
+                st.stop()
+            st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
+            example = next((sentence for sentence, _ in rows if word.lower() in sentence.lower()), "")
+            b1, b2, b3 = st.columns([3, 1, 1])
+            query = b1.text_input("Sentence", example or f"The {word} was there.", key="shift_brown_text",
+                                  max_chars=Limits.input_chars)
+            check_text(query)
+            _, names = words_of(lm, query)
+            default = next((i for i, n in enumerate(names) if n.lower() == word.lower()), 0)
+            picked = b2.selectbox("Word", range(len(names)), index=default, key="shift_brown_word",
+                                  format_func=lambda i: f"{i}: {names[i]}")
+            k = b3.number_input("Matches", 5, MAX_K, 20, key="shift_brown_k")
+            found = search(lm, index, query, int(picked), layer, int(k))
+            st.plotly_chart(tag_bars(found), config=PLOT_CONFIG, width="stretch", key="shift_brown_tags")
+            concordance = pd.DataFrame([  # each Brown sentence centred on its word (exBERT's view)
+                {"similarity": m.similarity, "tag": tag_name(m.tag), "genre": m.genre,
+                 **dict(zip(("before", "word", "after"), map(table_text, in_context(m.sentence, m.start, m.end))))}
+                for m in found.matches])
+            st.dataframe(concordance, hide_index=True, width="stretch",
+                         column_config={"similarity": st.column_config.NumberColumn(format="%.3f"),
+                                        "before": st.column_config.TextColumn(alignment="right"),
+                                        "word": st.column_config.TextColumn(alignment="center")})
+            try:
+                seen = word_occurrences(index, found.query_word, layer)
+                coords = pca_2d(seen.vectors)
+                st.plotly_chart(genre_scatter(coords, seen.genres, seen.tags, seen.sentences,
+                                              f"“{seen.word}” in the Brown sample at {layer_title(layer)}: "
+                                              f"{len(seen.genres)} occurrences by genre"),
+                                config=PLOT_CONFIG, width="stretch", key="shift_brown_map")
+            except BertScopeError as err:
+                st.info(plain(str(err)))
+    else:
+        st.caption("Open this tab to search (the first search indexes the sample once per model).")
+
