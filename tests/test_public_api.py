@@ -87,3 +87,14 @@ def test_no_package_exports_a_name_its_submodule_has():
         module = importlib.import_module(f"bertscope.{package.name}")
         modules = {m.name for m in pkgutil.iter_modules([str(package)])}
         assert not set(getattr(module, "__all__", [])) & modules, package.name
+
+
+def test_only_the_app_floor_imports_streamlit():
+    """The library is usable from a notebook with no web server: streamlit is the top floor's alone."""
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.relative_to(ROOT).parts[0] == "app":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            assert not any(n.split(".")[0] == "streamlit" for n in names), path.relative_to(ROOT)
