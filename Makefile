@@ -61,7 +61,7 @@ $(BIN)/python:
 
 $(VENV)/.app-installed: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .  # the bertscope command, this checkout
+	$(BIN)/python -m pip install --quiet --no-deps -e .  # the bertscope command, this checkout
 	touch $@
 
 $(VENV)/.test-installed: requirements-test.txt requirements-cluster.txt $(VENV)/.app-installed
