@@ -316,7 +316,7 @@ def test_one_masking_rule_for_the_recipe_view_the_cli_and_the_trainer(capsys):
 
     from bertscope import load_model
     from bertscope.cli import main
-    from bertscope.mlm import mlm_recipe
+    from bertscope.mlm import recipe as mlm_recipe
     from bertscope.mlm.masking import is_placeholder, replacement_ids, selection_count
     from bertscope.training import batches
     from bertscope.training.config import RecipeConfig
