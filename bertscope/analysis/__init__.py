@@ -4,7 +4,7 @@
 ``projection`` (PCA, UMAP), ``compare`` (two models' layers by linear CKA, Kornblith et al. 2019),
 ``structural_probe`` and ``structural_runs`` (Hewitt & Manning 2019 on UD English-EWT),
 ``frozen_layers`` (the BERT paper's Table 7 layer combinations under a linear probe), ``params``,
-``timeline``.
+``timeline``, ``erasure`` (LEACE through concept-erasure, INLP, and the random control of the same rank).
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``.
 """
 
@@ -27,6 +27,8 @@ _EXPORTS = {
     "linear_cka": "analysis.compare",
     "count_parameters": "analysis.params",
     "build_index": "analysis.corpus_search",
+    "fit_eraser": "analysis.erasure",
+    "Eraser": "analysis.erasure",
     "search": "analysis.corpus_search",
 }
 __all__ = list(_EXPORTS)

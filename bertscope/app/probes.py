@@ -8,7 +8,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
-from bertscope.app.kit import syntax_tab
+from bertscope.app.kit import erasure_tab, syntax_tab
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import model_key, require_model
@@ -41,11 +41,13 @@ st.caption("A linear probe per layer: can a logistic regression read the propert
 lm = require_model()
 key = model_key()
 
-TAB_NAMES = ["Labels", "Syntax"]
+TAB_NAMES = ["Labels", "Syntax", "Does the model use it?"]
 tab_from_url("probe_tab", TAB_NAMES)
-tab_labels, tab_syntax = st.tabs(TAB_NAMES, key="probe_tab", on_change="rerun")
+tab_labels, tab_syntax, tab_erase = st.tabs(TAB_NAMES, key="probe_tab", on_change="rerun")
 with tab_syntax:
     syntax_tab.render(lm, key)
+with tab_erase:
+    erasure_tab.render(lm, key)
 with tab_labels:
     from_url("task", "probe_task", str, lambda v: v in TASKS and v != UPLOAD)
     from_url("vec", "probe_pooling", str, lambda v: v in ("mean", "first"))

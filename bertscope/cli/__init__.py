@@ -23,6 +23,7 @@ from bertscope.cli import (
     attribution,
     compare,
     corpus,
+    erasure,
     features,
     inspection,
     interventions,
@@ -38,7 +39,7 @@ from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, training,
+    c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, erasure, training,
                              sae, features, setup) for c in module.COMMANDS
 }
 

@@ -8,7 +8,9 @@ gradients, and the pruning curve against random orders), ``patching`` (clean sta
 corrupted run, per layer and position or per head: Vig et al. 2020; Meng et al. 2022; ``examples``:
 patching examples checked on the default model); on a
 fine-tuned classifier, ``task_importance`` (the task loss's head importance and pruning curve,
-every label before and after ablation). May import: ``errors``, ``runtime``, ``sources``,
+every label before and after ablation); ``concepts`` and ``amnesic`` (Elazar et al. 2021: erase a concept
+at a layer with LEACE or INLP and watch the probe, the masked LM, the structural probe and a task model,
+against a random erasure of the same rank). May import: ``errors``, ``runtime``, ``sources``,
 ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution`` (its targets), ``training``
 (BERT's corruption), ``tasks`` (a classifier's decisions).
 """
@@ -22,6 +24,9 @@ _EXPORTS = {
     "pruning_curve": "interventions.importance",
     "held_out_accuracy": "interventions.importance",
     "patch": "interventions.patching",
+    "amnesic_probe": "interventions.amnesic",
+    "AmnesicResult": "interventions.amnesic",
+    "load_concept": "interventions.concepts",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -60,7 +60,7 @@ class HeadImportance:
                 "numbering": "importance[layer][head], both from 0 as in `attention`"}
 
 
-def _corrupted(lm: LoadedModel, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def bert_corruption(lm: LoadedModel, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's 80/10/10 on a CPU batch of ids: (inputs, labels), by the one masking rule."""
     replacements = torch.from_numpy(replacement_ids(lm.tokenizer, lm.vocab_size))
     return mask_tokens(ids, special_mask(lm.tokenizer, ids), replacements, lm.tokenizer.mask_token_id,
@@ -73,7 +73,7 @@ def masked_batches(lm: LoadedModel, texts: Sequence[str], batch_size: int, seed:
     the device; the corruption is seeded, so the same texts and seed give the same positions."""
     generator = torch.Generator().manual_seed(seed)
     for rows, padded, feed in batches(lm, texts, batch_size):
-        inputs, labels = _corrupted(lm, padded.feed["input_ids"], generator)
+        inputs, labels = bert_corruption(lm, padded.feed["input_ids"], generator)
         chosen = (labels != IGNORE_INDEX).to(lm.device)  # [batch, token]
         yield rows, {**feed, "input_ids": inputs.to(lm.device)}, chosen, labels.to(lm.device)[chosen]
 

@@ -497,6 +497,28 @@ def test_syntax_tab_trees_and_treebank_labels(browser, tiny_bert_dir, tmp_path, 
         page.close()
 
 
+def test_erasure_tab_on_bundled_mlm(browser, app_url, artifacts):
+    """The Probes page's tab "Does the model use it?" on the default model (real weights, real EWT text):
+    LEACE at the middle layer, the chart against the control, the table, the later layers, the masked LM
+    by tag and the words whose prediction changed most."""
+    page, problems = open_page(browser, f"{app_url}/probes?probe_tab=Does+the+model+use+it%3F", height=3200)
+    page.get_by_text("Press *Erase and measure*", exact=False).or_(
+        page.get_by_text("Press Erase and measure", exact=False)).first.wait_for(timeout=60_000)
+    page.get_by_role("button", name="Erase and measure").click(timeout=60_000)
+    page.get_by_text("Read each change against the control", exact=False).wait_for(timeout=400_000)
+    page.get_by_text("The words whose masked prediction changed most", exact=False).wait_for(timeout=60_000)
+    wait_until_idle(page, 120)
+    page.screenshot(path=str(artifacts / "probes-erasure.png"), full_page=True)
+    (artifacts / "pages").mkdir(exist_ok=True)  # the form, the chart and the table: the docs' picture
+    page.screenshot(path=str(artifacts / "pages" / "probes-erasure.png"), clip=dict(x=300, y=380, width=1100, height=1370))
+    body = page.inner_text("body")
+    assert "Can the later layers read it again?" in body and "Masked-LM top-1 by gold label" in body
+    assert "Download (JSON)" in body
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    page.close()
+
+
 def test_costly_tabs_wait_for_their_buttons(browser, tmp_path, artifacts):
     """On a fresh cache (nothing kept from earlier tests), the three places that used to compute for minutes
     on opening (cross-lingual: 945 texts at every layer; Compare → Heads: every attention map of 100

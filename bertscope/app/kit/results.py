@@ -69,6 +69,12 @@ class ResultStore:
     def put(self, key, value) -> None:
         shared_results().put((self.name, key), value)
 
+    def last(self):
+        """The last result this session computed or was shown here (for a page that refuses new input
+        in one line and keeps what was there), or None."""
+        key = st.session_state.get(("_last_result", self.name))
+        return self.get(key) if key is not None else None
+
     def get_or_compute(self, key, compute):
         return shared_results().get_or_compute((self.name, key), compute)
 

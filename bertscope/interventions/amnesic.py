@@ -1,0 +1,431 @@
+"""Does the model use what the probe finds? Amnesic probing (Elazar, Ravfogel, Jacovi & Goldberg
+2021, "Amnesic Probing", TACL) with LEACE or INLP (``analysis.erasure``), against a random erasure
+of the same rank.
+
+For each chosen layer L: the concept's eraser is fitted on the training side's word vectors at L
+(the hidden-state cache), and applied to every position of L's output during the forward pass (the
+hook point ``state_hook``), so every later layer and the output see the erased states. Then, each
+before, after erasing the concept, and after erasing random directions of the same rank:
+
+- **the probe**: a logistic probe (``analysis.probing``'s) retrained and scored on the test side, at
+  L (LEACE brings it to the majority baseline) and at every later layer (can the model rebuild it?);
+- **the masked LM** (when the model has its head): top-1 at BERT's 15% positions of the test
+  sentences (``importance.bert_corruption``, seeded: the same positions in every arm), overall and per
+  gold label of the word each position belongs to, and the words whose prediction changes most;
+- **the structural probe** (the EWT concepts): Hewitt & Manning's distance probe, trained on the
+  clean training side at each later layer, read on the test side: UUAS;
+- **the task model's accuracy** (a tagger or classifier whose labels are the concept's:
+  ``bundled-upos`` on ``ewt-upos``, ``bundled-sentiment`` on ``sentiment``).
+
+    >>> from bertscope import load_model
+    >>> result = amnesic_probe(load_model("bundled-mlm"), "ewt-upos", layers=[2])      # doctest: +SKIP
+    >>> result.layers[0].probe.after, result.layers[0].majority                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertscope.analysis.erasure import METHODS, Eraser, control_for, fit_eraser
+from bertscope.analysis.hidden_cache import CachedStates, CacheKey, HiddenStateCache, extract, hidden_states
+from bertscope.analysis.probing import fit_score
+from bertscope.analysis.structural_probe import TrainedProbe, distance_report, train_structural_probe
+from bertscope.analysis.structural_runs import MIN_WORDS, probe_sentences, sentence_rows
+from bertscope.core.hook_points import state_hook
+from bertscope.core.layers import Layer, hidden_index, hidden_label
+from bertscope.core.models import LoadedModel
+from bertscope.core.passes import batches
+from bertscope.core.task_head import SEQUENCE, TOKEN
+from bertscope.core.word_pieces import piece_words
+from bertscope.errors import BertScopeError
+from bertscope.interventions.concepts import Concept, load_concept
+from bertscope.interventions.importance import bert_corruption, chosen_logits
+
+Progress = Callable[[int, int, str], None]
+CHANGED_SHOWN = 12  # words whose masked prediction changes most, per layer: those it got right and lost first
+ARMS = ("before", "after", "random_after")
+
+
+@dataclass(frozen=True)
+class Arms:
+    """One behaviour's value before, after erasing the concept, and after the random erasure."""
+
+    before: float | None
+    after: float | None
+    random_after: float | None
+
+    @property
+    def change(self) -> float | None:
+        return None if self.before is None or self.after is None else self.after - self.before
+
+    @property
+    def control_change(self) -> float | None:
+        return None if self.before is None or self.random_after is None else self.random_after - self.before
+
+    def to_json(self) -> dict:
+        return {"before": self.before, "after": self.after, "random_after": self.random_after}
+
+
+@dataclass(frozen=True)
+class LaterLayer:
+    """A layer after the erased one."""
+
+    layer: Layer
+    probe: Arms
+    uuas: Arms | None = None
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"layer": self.layer, "probe": self.probe.to_json()}
+        if self.uuas is not None:
+            out["uuas"] = self.uuas.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class ChangedWord:
+    """A masked position whose top-1 prediction the erasure changed."""
+
+    sentence: str
+    word: str
+    tag: str
+    gold: str  # the piece that was there
+    before: str  # top-1 before, and after erasing the concept
+    after: str
+    logp_before: float  # log p(gold)
+    logp_after: float
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class LayerErasure:
+    """Everything measured when the concept is erased at one layer."""
+
+    layer: Layer
+    rank: int
+    majority: float  # the test side's majority-label accuracy
+    probe: Arms  # at the erased layer
+    later: tuple[LaterLayer, ...]
+    mlm_top1: Arms | None = None
+    mlm_by_tag: dict[str, tuple[Arms, int]] = field(default_factory=dict)  # tag -> (top-1, positions)
+    task_accuracy: Arms | None = None
+    changed: tuple[ChangedWord, ...] = ()
+
+    @property
+    def uuas(self) -> Arms | None:
+        """At the last layer (the structural probe's reading of what reaches the output)."""
+        return self.later[-1].uuas if self.later else None
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "rank": self.rank, "majority": self.majority,
+                "probe_before": self.probe.before, "probe_after": self.probe.after,
+                "probe_random_after": self.probe.random_after,
+                "mlm_top1": None if self.mlm_top1 is None else self.mlm_top1.to_json(),
+                "mlm_top1_by_tag": {tag: {**arms.to_json(), "positions": n} for tag, (arms, n) in self.mlm_by_tag.items()},
+                "uuas": None if self.uuas is None else self.uuas.to_json(),
+                "task_accuracy": None if self.task_accuracy is None else self.task_accuracy.to_json(),
+                "later_layers": [x.to_json() for x in self.later],
+                "changed_words": [w.to_json() for w in self.changed]}
+
+
+@dataclass(frozen=True)
+class AmnesicResult:
+    model: str
+    concept: str
+    method: str
+    level: str
+    classes: tuple[str, ...]
+    train_sentences: int
+    test_sentences: int
+    layers: tuple[LayerErasure, ...]
+    notes: tuple[str, ...] = ()  # behaviours left out, and why
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "concept": self.concept, "method": self.method, "level": self.level,
+                "classes": list(self.classes), "train_sentences": self.train_sentences,
+                "test_sentences": self.test_sentences, "control": "a random erasure of the same rank",
+                "numbering": "layers from 0; 'embeddings' is the embedding output",
+                "layers": [x.to_json() for x in self.layers], "notes": list(self.notes)}
+
+
+# --- the erased passes -----------------------------------------------------------------------
+
+def erasing(lm: LoadedModel, state: int, eraser: Eraser | None) -> Any:
+    """Every pass of this thread inside erases hidden state ``state`` (0 = the embeddings)."""
+    if eraser is None:
+        return nullcontext()
+    return lm.hooks({state_hook(lm.model, state): eraser.hook()})
+
+
+def erased_states(lm: LoadedModel, task: Any, state: int, eraser: Eraser, folder: Path,
+                  batch_size: int) -> CachedStates:
+    """The task's word (or sentence) vectors at every layer from passes that erase ``state``,
+    written to ``folder`` (never to the cache: the key would be the clean model's). Layers up to
+    ``state`` are the clean ones as the model returns them; the erased layer is ``eraser.apply`` of
+    the clean vectors (affine maps commute with the mean of a word's pieces)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with erasing(lm, state, eraser):
+        meta = extract(lm, task, folder, "mean", batch_size)
+    key = CacheKey(lm.name, "erased", "", task.digest(), task.level, "mean", tuple(range(lm.num_layers + 1)))
+    return CachedStates(key, folder, meta["labels"], np.asarray(meta["groups"], np.int64), meta["types"], hit=False,
+                        sentences=np.asarray(meta["sentences"], np.int64))
+
+
+def _accuracy(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, seed: int) -> float:
+    if len(set(y_train.tolist())) < 2:
+        return float((y_test == y_train[0]).mean())
+    return float(fit_score(x_train, y_train, x_test, y_test, "logreg", seed)[1].mean())
+
+
+# --- the masked LM ---------------------------------------------------------------------------
+
+@dataclass
+class _Masked:
+    feed: dict
+    chosen: torch.Tensor  # [batch, token] bool
+    gold: torch.Tensor  # [chosen]
+    tags: list[str]  # [chosen] the gold label of the word each position is in ("" outside every word)
+    where: list[tuple[int, int]]  # [chosen] (sentence, word) (-1: none)
+
+
+def masked_test(lm: LoadedModel, task: Any, seed: int, batch_size: int) -> list[_Masked]:
+    """The test sentences with BERT's corruption (seeded), each chosen position's word and label."""
+    generator = torch.Generator().manual_seed(seed + 1_000_003)
+    out = []
+    texts = task.texts
+    for rows, padded, feed in batches(lm, texts, batch_size):
+        inputs, labels = bert_corruption(lm, padded.feed["input_ids"], generator)
+        chosen = labels != -100  # [batch, token]
+        tags, where = [], []
+        for b, row in enumerate(rows):
+            owners = piece_words(task.word_spans(row), padded.offsets[b], ~padded.special[b])  # [token]
+            for t in np.flatnonzero(chosen[b].numpy()).tolist():
+                w = int(owners[t])
+                label = task.labels[row][0] if task.level == "sentence" else (task.labels[row][w] if w >= 0 else "")
+                tags.append(label)
+                where.append((row, w))
+        out.append(_Masked({**feed, "input_ids": inputs.to(lm.device)}, chosen.to(lm.device),
+                           labels.to(lm.device)[chosen.to(lm.device)], tags, where))
+    return out
+
+
+def masked_predictions(lm: LoadedModel, masked: list[_Masked]) -> tuple[np.ndarray, np.ndarray]:
+    """([position] top-1 id, [position] log p(gold)) over every batch."""
+    best, logp = [], []
+    for m in masked:
+        logits = chosen_logits(lm, m.feed, m.chosen).float()  # [chosen, vocab]
+        lp = torch.log_softmax(logits, -1)
+        best.append(lp.argmax(-1).cpu().numpy())
+        logp.append(lp.gather(1, m.gold[:, None]).squeeze(1).cpu().numpy())
+    return np.concatenate(best), np.concatenate(logp)
+
+
+def _changed(lm: LoadedModel, task: Any, masked: list[_Masked], gold: np.ndarray, before: tuple, after: tuple
+             ) -> tuple[ChangedWord, ...]:
+    tags = [t for m in masked for t in m.tags]
+    where = [w for m in masked for w in m.where]
+    moved = np.flatnonzero(before[0] != after[0])
+    lost = (before[0][moved] == gold[moved]) & (after[0][moved] != gold[moved])  # right before, wrong after: first
+    order = moved[np.lexsort((-(before[1][moved] - after[1][moved]), ~lost))][:CHANGED_SHOWN]
+    piece = lambda i: lm.tokenizer.convert_ids_to_tokens(int(i))  # noqa: E731
+    out = []
+    for i in order.tolist():
+        row, w = where[i]
+        word = task.words[row][w] if task.level == "token" and w >= 0 else ""
+        out.append(ChangedWord(task.texts[row][:200], word, tags[i], piece(gold[i]), piece(before[0][i]),
+                               piece(after[0][i]), float(before[1][i]), float(after[1][i])))
+    return tuple(out)
+
+
+# --- the task model --------------------------------------------------------------------------
+
+def task_fits(lm: LoadedModel, concept: Concept) -> str | None:
+    """Why the model's task head cannot be scored on the concept, or None when it can."""
+    if lm.task is None:
+        return "the model has no task head"
+    wanted = {TOKEN: "token", SEQUENCE: "sentence"}.get(lm.task.kind)
+    if wanted != concept.level:
+        return f"its head ({lm.task.describe()}) does not label what the concept labels"
+    unknown = set(concept.test.classes) - set(lm.task.labels)
+    if unknown:
+        return f"its labels are not the concept's (it lacks {', '.join(sorted(unknown)[:5])})"
+    return None
+
+
+def task_accuracy(lm: LoadedModel, task: Any, batch_size: int) -> float:
+    """A tagger's word accuracy (its label at the word's first piece) or a classifier's accuracy."""
+    if lm.task is None:
+        raise BertScopeError(f"{lm.name} has no task head to score.")
+    labels = list(lm.task.labels)
+    right = total = 0
+    for rows, padded, feed in batches(lm, task.texts, batch_size):
+        best = lm.run(feed).logits.argmax(-1).cpu().numpy()  # [batch] or [batch, token]
+        for b, row in enumerate(rows):
+            if task.level == "sentence":
+                right += labels[int(best[b])] == task.labels[row][0]
+                total += 1
+                continue
+            owners = piece_words(task.word_spans(row), padded.offsets[b], ~padded.special[b])  # [token]
+            seen = set()
+            for t, w in enumerate(owners.tolist()):
+                if w < 0 or w in seen:
+                    continue
+                seen.add(w)
+                right += labels[int(best[b, t])] == task.labels[row][w]
+                total += 1
+    return right / max(total, 1)
+
+
+# --- the structural probe --------------------------------------------------------------------
+
+def _trees(states: CachedStates, trees: Sequence[Any]) -> list[int]:
+    whole = sentence_rows(states, trees)
+    return [i for i, t in enumerate(trees) if whole[i] is not None and len(t) >= MIN_WORDS]
+
+
+def structural_readers(concept: Concept, train: CachedStates, states: Sequence[int], seed: int
+                       ) -> dict[int, TrainedProbe]:
+    """A distance probe per hidden state, trained on the clean training side (a tenth for early stopping)."""
+    trees = concept.train_trees or ()
+    keep = _trees(train, trees)
+    cut = max(1, len(keep) // 10)
+    dev, fit = keep[:cut], keep[cut:]
+    return {s: train_structural_probe(probe_sentences(train, trees, s, fit), probe_sentences(train, trees, s, dev),
+                                      "distance", None, seed) for s in states}
+
+
+def uuas(reader: TrainedProbe, states: CachedStates, trees: Sequence[Any], state: int, keep: Sequence[int]) -> float:
+    sentences = probe_sentences(states, trees, state, keep)
+    return float(distance_report([reader.predict(s) for s in sentences], sentences)["uuas"])
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+def amnesic_probe(lm: LoadedModel, concept: Concept | str, layers: Sequence[Layer], method: str = "leace",
+                  seed: int = 0, batch_size: int = 32, cache: HiddenStateCache | None = None,
+                  progress: Progress | None = None, behaviours: Sequence[str] = ("probe", "mlm", "syntax", "task")
+                  ) -> AmnesicResult:
+    """Erase ``concept`` at the output of each of ``layers`` (block numbers from 0, or "embeddings") by
+    ``method`` and measure every behaviour against a random erasure of the same rank."""
+    if method not in METHODS:
+        raise BertScopeError(f"No erasure method {method!r}: choose {' or '.join(METHODS)}.")
+    chosen = sorted({hidden_index(layer, lm.num_layers) for layer in layers})  # hidden states: 0 = the embeddings
+    if not chosen:
+        raise BertScopeError("Choose at least one layer to erase.")
+    concept = load_concept(concept) if isinstance(concept, str) else concept
+    notes: list[str] = []
+    use_mlm = "mlm" in behaviours and "mlm" in lm.outputs
+    if "mlm" in behaviours and not use_mlm:
+        notes.append("masked LM: the model has no masked-LM head")
+    use_trees = "syntax" in behaviours and concept.trees is not None
+    if "syntax" in behaviours and not use_trees:
+        notes.append("structural probe: the concept's sentences have no trees (the EWT concepts do)")
+    why_not = task_fits(lm, concept) if "task" in behaviours else "not asked"
+    if "task" in behaviours and why_not:
+        notes.append(f"task accuracy: {why_not}")
+    use_task = why_not is None
+    per_layer = 1 + 2 * (2 + use_mlm + use_task)
+    total, done = len(chosen) * per_layer + 2, 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total, what)
+
+    cache = cache or HiddenStateCache()
+    train = hidden_states(lm, concept.train, "mean", cache, batch_size)
+    step("hidden states of the training side")
+    test = hidden_states(lm, concept.test, "mean", cache, batch_size)
+    step("hidden states of the test side")
+    y_train, y_test = np.asarray(train.labels), np.asarray(test.labels)
+    majority_label = max(set(y_train.tolist()), key=y_train.tolist().count)
+    majority = float((y_test == majority_label).mean())
+    clean_probe = {s: _accuracy(train.layer(s), y_train, test.layer(s), y_test, seed)
+                   for s in range(min(chosen), lm.num_layers + 1)} if "probe" in behaviours else {}
+    readers = structural_readers(concept, train, range(min(chosen) + 1, lm.num_layers + 1), seed) if use_trees else {}
+    trees = concept.trees or ()
+    test_trees = _trees(test, trees) if use_trees else []
+    clean_uuas = {s: uuas(r, test, trees, s, test_trees) for s, r in readers.items()}
+    masked = masked_test(lm, concept.test, seed, batch_size) if use_mlm else []
+    gold = np.concatenate([m.gold.cpu().numpy() for m in masked]) if masked else np.zeros(0, np.int64)
+    tags = [t for m in masked for t in m.tags]
+    clean_mlm = masked_predictions(lm, masked) if use_mlm else None
+    clean_task = task_accuracy(lm, concept.test, batch_size) if use_task else None
+
+    results = []
+    for state in chosen:
+        name = hidden_label(state)
+        x = train.layer(state)
+        eraser = fit_eraser(x, y_train, method, seed)
+        control = control_for(eraser, seed)
+        step(f"{method} fitted at layer {name} (rank {eraser.rank})")
+        arms: dict[str, dict[str, Any]] = {"before": {}, "after": {}, "random_after": {}}
+        if "probe" in behaviours:
+            arms["before"]["probe"] = clean_probe[state]
+            for arm, e in (("after", eraser), ("random_after", control)):
+                arms[arm]["probe"] = _accuracy(e.apply(x), y_train, e.apply(test.layer(state)), y_test, seed)
+        later_probe: dict[int, dict[str, float]] = defaultdict(dict)
+        later_uuas: dict[int, dict[str, float]] = defaultdict(dict)
+        for s in range(state + 1, lm.num_layers + 1):
+            if "probe" in behaviours:
+                later_probe[s]["before"] = clean_probe[s]
+            if use_trees:
+                later_uuas[s]["before"] = clean_uuas[s]
+        if use_mlm:
+            arms["before"]["mlm"] = clean_mlm
+        if use_task:
+            arms["before"]["task"] = clean_task
+        for arm, e in (("after", eraser), ("random_after", control)):
+            label = "the concept erased" if arm == "after" else "random directions erased"
+            with tempfile.TemporaryDirectory(prefix="bertscope-erased-") as tmp:
+                erased_train = erased_states(lm, concept.train, state, e, Path(tmp) / "train", batch_size) \
+                    if "probe" in behaviours and state < lm.num_layers else None
+                step(f"layer {name}, {label}: training side")
+                erased_test = erased_states(lm, concept.test, state, e, Path(tmp) / "test", batch_size) \
+                    if state < lm.num_layers else None
+                step(f"layer {name}, {label}: test side")
+                for s in range(state + 1, lm.num_layers + 1):
+                    if erased_train is not None and erased_test is not None:
+                        later_probe[s][arm] = _accuracy(erased_train.layer(s), y_train, erased_test.layer(s), y_test,
+                                                        seed)
+                    if use_trees and erased_test is not None:
+                        later_uuas[s][arm] = uuas(readers[s], erased_test, trees, s, test_trees)
+            if use_mlm:
+                with erasing(lm, state, e):
+                    arms[arm]["mlm"] = masked_predictions(lm, masked)
+                step(f"layer {name}, {label}: masked LM")
+            if use_task:
+                with erasing(lm, state, e):
+                    arms[arm]["task"] = task_accuracy(lm, concept.test, batch_size)
+                step(f"layer {name}, {label}: task model")
+        later = tuple(LaterLayer(hidden_label(s), Arms(*(later_probe[s].get(a) for a in ARMS)),
+                                 Arms(*(later_uuas[s].get(a) for a in ARMS)) if use_trees else None)
+                      for s in range(state + 1, lm.num_layers + 1))
+        mlm_top1: Arms | None = None
+        by_tag: dict[str, tuple[Arms, int]] = {}
+        changed: tuple[ChangedWord, ...] = ()
+        if use_mlm:
+            right = {a: arms[a]["mlm"][0] == gold for a in ARMS}  # [position]
+            mlm_top1 = Arms(*(float(right[a].mean()) if len(gold) else None for a in ARMS))
+            tag_array = np.asarray(tags)
+            for tag in sorted(set(tags) - {""}):
+                at = tag_array == tag
+                by_tag[tag] = (Arms(*(float(right[a][at].mean()) for a in ARMS)), int(at.sum()))
+            changed = _changed(lm, concept.test, masked, gold, arms["before"]["mlm"], arms["after"]["mlm"])
+        task_arms = Arms(*(arms[a]["task"] for a in ARMS)) if use_task else None
+        probe_arms = Arms(*(arms[a].get("probe") for a in ARMS))
+        results.append(LayerErasure(name, eraser.rank, majority, probe_arms, later, mlm_top1, by_tag, task_arms,
+                                    changed))
+    return AmnesicResult(lm.name, concept.name, method, concept.level, concept.classes, len(concept.train.words),
+                         len(concept.test.words), tuple(results), tuple(notes))
