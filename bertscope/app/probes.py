@@ -148,6 +148,7 @@ with tab_labels:
     selected: list[ProbeResult] = [runs[n][0] for n in compare] or [result]
     st.plotly_chart(layer_figure(selected), config=PLOT_CONFIG, width="stretch")
     frame = pd.DataFrame([{**r.to_json(), "run": run_name(run)} for run in selected for r in run.layers])
+    frame["layer"] = frame["layer"].astype(str)  # "embeddings", "0", …: one type, or Arrow refuses the column
     frame["ci"] = frame["ci"].map(lambda c: f"{c[0]:.3f}–{c[1]:.3f}")
     columns = ["run", "layer", "accuracy", "control_accuracy", "selectivity", "ci"]
     if "external_accuracy" in frame:  # a run scored on a test file too

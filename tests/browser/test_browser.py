@@ -69,9 +69,24 @@ def running_app(log: Path, model: str | None = None, cache: Path | None = None):
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("streamlit") / "server.log") as url:
-        yield url
+def app_server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    with running_app(log) as url:
+        yield url, log
+
+
+@pytest.fixture(scope="module")
+def app_url(app_server):
+    return app_server[0]
+
+
+@pytest.fixture
+def server_log(app_server):
+    """What the shared server writes to its log during one test (``server_log()``): tracebacks the
+    browser never shows (a table Arrow could not convert) land there."""
+    log = app_server[1]
+    start = log.stat().st_size
+    return lambda: log.read_bytes()[start:].decode("utf-8", errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +173,7 @@ def test_home_is_a_front_door(browser, app_url, artifacts):
     page.close()
 
 
-def test_probes_page_on_bundled(browser, app_url, artifacts):
+def test_probes_page_on_bundled(browser, app_url, artifacts, server_log):
     page, problems = open_page(browser, f"{app_url}/probes", height=1400)
     page.get_by_role("button", name="Extract and probe every layer").wait_for(timeout=60_000)
     page.get_by_role("button", name="Extract and probe every layer").click()
@@ -187,6 +202,7 @@ def test_probes_page_on_bundled(browser, app_url, artifacts):
     page.screenshot(path=str(artifacts / "probes-examples.png"), full_page=True)
     assert not page.locator(".stException").count()
     assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]  # e.g. Arrow refusing a column of mixed types
     page.close()
 
 
@@ -497,7 +513,7 @@ def test_syntax_tab_trees_and_treebank_labels(browser, tiny_bert_dir, tmp_path, 
         page.close()
 
 
-def test_erasure_tab_on_bundled_mlm(browser, app_url, artifacts):
+def test_erasure_tab_on_bundled_mlm(browser, app_url, artifacts, server_log):
     """The Probes page's tab "Does the model use it?" on the default model (real weights, real EWT text):
     LEACE at the middle layer, the chart against the control, the table, the later layers, the masked LM
     by tag and the words whose prediction changed most."""
@@ -516,6 +532,7 @@ def test_erasure_tab_on_bundled_mlm(browser, app_url, artifacts):
     assert "Download (JSON)" in body
     assert not page.locator(".stException").count()
     assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
     page.close()
 
 
