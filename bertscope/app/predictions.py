@@ -113,6 +113,11 @@ with st.form("pred_why_form"):
                                        key="pred_why_pos")
         why = None
     else:
+        shown_for = (key, text, pair if task.kind == SEQUENCE else None)
+        if st.session_state.get("pred_why_for") != shown_for:  # a new text: explain its own decision first
+            st.session_state["pred_why_for"] = shown_for
+            if decided in choices:
+                st.session_state["pred_why"] = decided
         why = st.selectbox("Explain", choices, choices.index(decided) if decided in choices else 0, key="pred_why")
     steps = st.select_slider("Steps", [16, 32, 64, 128], 32, key="pred_why_steps")
     why_asked = st.form_submit_button("Explain")

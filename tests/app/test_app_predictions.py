@@ -112,3 +112,24 @@ def test_why_this_answer(monkeypatch, tiny_bert_dir, tmp_path):
     at = press(at, "pred_why_form", "Explain")
     assert not at.exception and not at.error
     assert any("the answer span, tokens" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_a_new_text_explains_its_own_decision(monkeypatch):
+    """The Explain box follows the decision of the text now on the page, not of the text before it."""
+    at = open_page(monkeypatch, "bundled-sentiment")
+    at.text_area(key="pred_text").input("I love this airline, the crew was wonderful and kind!")
+    at = press(at, "pred_form", "Predict")
+    assert not at.exception and any("Decision: positive" in c.proto.spec for c in at.get("plotly_chart"))
+    assert at.selectbox(key="pred_why").value == "positive"
+    at = press(at, "pred_why_form", "Explain")
+    assert not at.exception and not at.error
+    at.text_area(key="pred_text").input("Worst flight ever: they lost my bag and nobody helped.")
+    at = press(at, "pred_form", "Predict")
+    assert not at.exception and not at.error
+    assert any("Decision: negative" in c.proto.spec for c in at.get("plotly_chart"))
+    assert at.selectbox(key="pred_why").value == "negative"
+    assert any('for the class \\"negative\\"' in c.proto.spec or "for the class “negative”" in c.proto.spec
+               or 'class "negative"' in c.proto.spec for c in at.get("plotly_chart") if "Integrated" in c.proto.spec)
+    at.selectbox(key="pred_why").set_value("neutral")  # a class chosen for the same text stays chosen
+    at = press(at, "pred_why_form", "Explain")
+    assert at.selectbox(key="pred_why").value == "neutral"
