@@ -201,8 +201,8 @@ with tab_feature:
                 contexts = result_store("feature_contexts").get_or_compute(
                     (key, str(folder.resolve()), layer, corpus.name, feature),
                     lambda: feature_contexts(lm, sae, stats, corpus, feature, layer))
-                st.markdown(plain(f"**Top contexts** over {corpus.name} (the sentences where it fires hardest; "
-                                  "hover a word piece for its activation and gold tags)"))
+                st.markdown("**Top contexts** " + plain(f"over {corpus.name} (the sentences where it fires hardest; "
+                                                        "hover a word piece for its activation and gold tags)"))
                 if not contexts:
                     st.info("It never fires on these sentences.")
                 for c in contexts:

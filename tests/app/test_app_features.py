@@ -39,7 +39,7 @@ def test_text_then_open_a_feature_then_index_the_corpus(monkeypatch, tiny_mlm_di
     assert not at.error
     assert {m.label for m in at.metric} >= {"Fires on", "Mean activation when firing", "Best gold-tag label"}
     assert any("firings of" in c.proto.spec for c in at.get("plotly_chart"))
-    assert any("Top contexts" in m for m in texts(at.markdown))
+    assert any(m.startswith("**Top contexts** over") for m in (str(e.value) for e in at.markdown))  # bold, not \*\*
 
 
 def test_link_opens_the_feature_and_search(monkeypatch, tiny_mlm_dir, tiny_saes_dir):

@@ -23,8 +23,17 @@ def plain(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
 
 
+_CODE = re.compile(r"(`[^`\n]+`)")
+
+
+def plain_but_code(text: str) -> str:
+    """``plain``, except that `code spans` (the commands an error names) stay code: shown as code, never
+    as backticks, and nothing inside them is rendered."""
+    return "".join(part if i % 2 else plain(part) for i, part in enumerate(_CODE.split(text)))
+
+
 def show_error(err: Exception) -> None:
-    st.error(plain(str(err)))
+    st.error(plain_but_code(str(err)))
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from bertscope.app.kit.chrome import page_errors, plain
+from bertscope.app.kit.chrome import page_errors, plain, plain_but_code
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.mask_changes import show_mask_changes
 from bertscope.app.kit.results import result_store
@@ -63,7 +63,7 @@ def features_tab(lm, key) -> None:
     try:
         layers = sae_layers(source)
     except BertScopeError as err:
-        st.error(plain(str(err)))
+        st.error(plain_but_code(str(err)))
         return
     if not layers:
         st.error(plain(f"{source} holds no SAE (SAELens's cfg.json + sae_weights.safetensors, or layer_LL folders)."))

@@ -5,7 +5,7 @@ import os
 
 import streamlit as st
 
-from bertscope.app.kit.chrome import plain
+from bertscope.app.kit.chrome import plain, plain_but_code
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
 
@@ -40,4 +40,4 @@ def run_progress(job, snap, button: str, key: str, why: str, loading: str) -> No
     if snap.status == "running":
         st.button(button, on_click=job.cancel, key=key, help=why)
     if snap.error:
-        st.error(plain(snap.error))
+        st.error(plain_but_code(snap.error))
