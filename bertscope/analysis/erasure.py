@@ -47,6 +47,7 @@ METHODS: dict[str, str] = {  # the only list: the command, the page and the JSON
 CHUNK = 8_192  # rows read from a memory-mapped layer at a time while fitting
 INLP_ITERATIONS = 20  # at most; it stops once the classifier is at the majority baseline
 INLP_MARGIN = 0.01  # "at the majority baseline": within this of it, on held-out rows
+SVD_TOL = 1e-6  # LEACE keeps every label contrast above this (whitened) singular value
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,10 @@ def fit_leace(x: np.ndarray, labels: Labels) -> Eraser:
     classes, index = _classes(labels)
     if len(index) != len(x):
         raise BertScopeError(f"{len(x)} states but {len(index)} labels: they must align.")
-    fitter = LeaceFitter(x.shape[1], len(classes), dtype=torch.float64)
+    # svd_tol: the library's 0.01 drops the contrasts of rare labels (on EWT's dependency labels 5 of 35 stayed
+    # readable); constrain_cov_trace=False: the paper's closed form (0.2.4's trace-capping branch builds its
+    # right factor with the singular values on the wrong axis)
+    fitter = LeaceFitter(x.shape[1], len(classes), dtype=torch.float64, svd_tol=SVD_TOL, constrain_cov_trace=False)
     eye = torch.eye(len(classes), dtype=torch.float64)
     for start in range(0, len(x), CHUNK):
         rows = torch.from_numpy(np.asarray(x[start:start + CHUNK], np.float64))  # [chunk, dim]
@@ -149,10 +153,11 @@ def _orthonormal(directions: np.ndarray) -> np.ndarray:
 
 
 def fit_inlp(x: np.ndarray, labels: Labels, iterations: int = INLP_ITERATIONS, seed: int = 0,
-             steps: int = 50) -> Eraser:
+             steps: int = 50, groups: np.ndarray | None = None) -> Eraser:
     """INLP: logistic classifiers on the centred, already-projected states; each one's directions
     join the removed span, until a classifier scores within ``INLP_MARGIN`` of the majority baseline
-    on a held-out quarter (or ``iterations`` are spent)."""
+    on a held-out quarter of the groups (``groups`` [example]: each row's sentence, so no sentence is on
+    both sides; default each row its own), or ``iterations`` are spent."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
@@ -163,8 +168,12 @@ def fit_inlp(x: np.ndarray, labels: Labels, iterations: int = INLP_ITERATIONS, s
     mean = _mean(x)
     centred = np.asarray(x, np.float32) - mean  # [example, dim]
     scale = float(np.sqrt((centred ** 2).sum(1).mean())) or 1.0  # one scale: the directions stay those of x
-    rng = np.random.default_rng(seed)
-    held = rng.random(len(x)) < 0.25
+    owners = np.arange(len(x)) if groups is None else np.asarray(groups)
+    kinds = np.unique(owners)
+    held = np.isin(owners, kinds[np.random.default_rng(seed).random(len(kinds)) < 0.25])
+    if len(np.unique(index[held])) < 2 or len(np.unique(index[~held])) < 2:
+        raise BertScopeError("INLP needs two labels or more on both sides of its held-out split: give it more "
+                             "sentences.")
     majority = float(np.bincount(index[held], minlength=len(classes)).max() / max(held.sum(), 1))
     basis = np.zeros((x.shape[1], 0), np.float32)  # [dim, removed]
     for _ in range(iterations):
@@ -188,13 +197,42 @@ def random_eraser(dim: int, rank: int, bias: np.ndarray, seed: int = 0) -> Erase
     return Eraser("random", basis, basis.T.copy(), np.asarray(bias, np.float32), rank)
 
 
-def fit_eraser(x: np.ndarray, labels: Labels, method: str = "leace", seed: int = 0) -> Eraser:
-    """The concept's eraser by ``method`` (``METHODS``), fitted on ``x`` [example, dim] and ``labels``."""
+def fit_eraser(x: np.ndarray, labels: Labels, method: str = "leace", seed: int = 0,
+               groups: np.ndarray | None = None) -> Eraser:
+    """The concept's eraser by ``method`` (``METHODS``), fitted on ``x`` [example, dim] and ``labels``
+    (``groups``: each row's sentence, for INLP's held-out split)."""
     if method == "leace":
         return fit_leace(x, labels)
     if method == "inlp":
-        return fit_inlp(x, labels, seed=seed)
+        return fit_inlp(x, labels, seed=seed, groups=groups)
     raise BertScopeError(f"No erasure method {method!r}: choose {' or '.join(METHODS)}.")
+
+
+@dataclass(frozen=True)
+class EditReport:
+    """What an eraser did to the rows it was fitted on."""
+
+    class_mean_gap: float  # the largest distance of a class's mean from the overall mean, over the states' scale
+    edit: float  # mean squared change of a row over the states' total variance (tr Σ)
+
+
+def edit_report(eraser: Eraser, x: np.ndarray, labels: Labels) -> EditReport:
+    """Streamed over ``x``: LEACE's guarantee (every class mean equals the overall mean: no linear
+    classifier does better than a constant) and the size of the edit, to set beside the control's."""
+    classes, index = _classes(labels)
+    sums = np.zeros((len(classes), x.shape[1]), np.float64)
+    change = variance = 0.0
+    mean = _mean(x).astype(np.float64)
+    for start in range(0, len(x), CHUNK):
+        rows = np.asarray(x[start:start + CHUNK], np.float32)
+        erased = eraser.apply(rows).astype(np.float64)
+        np.add.at(sums, index[start:start + CHUNK], erased)
+        change += float(((erased - rows) ** 2).sum())
+        variance += float(((rows - mean) ** 2).sum())
+    means = sums / np.bincount(index, minlength=len(classes))[:, None]
+    scale = np.sqrt(variance / len(x) / x.shape[1]) or 1.0
+    return EditReport(float(np.abs(means - means.T @ np.bincount(index) / len(x)).max() / scale),
+                      change / max(variance, 1e-30))
 
 
 def control_for(eraser: Eraser, seed: int = 0) -> Eraser:

@@ -33,7 +33,7 @@ from bertscope.sources.presets import BUNDLED_MULTILINGUAL as MULTILINGUAL
 KINDS = {"sentences": "Sentences (105 meanings)", "words": "Words (209 concepts)",
          "udhr": "The UDHR (hundreds of languages)"}
 
-st.title("Cross-lingual alignment")
+st.title("Cross-lingual")  # the sidebar's name (kit.pages)
 st.caption("Do translations land near each other, and at which layer? Retrieval by cosine nearest "
            "neighbour and per-language mean-centring after Libovický et al. (2020); token links after "
            "SimAlign's argmax (Jalili Sabet et al. 2020).")

@@ -50,7 +50,8 @@ def max_sentences() -> int:
     return 500 if demo() else max(SIZES)
 
 
-st.title("Compare two models")
+st.title("Compare")  # the sidebar's name (kit.pages)
+st.subheader("Two models side by side, layer by layer and head by head.")
 lm_a = require_model()
 key_a = model_key()
 st.caption("Model A is the sidebar's; pick model B here. Hidden states are named as everywhere: the embeddings, "

@@ -37,7 +37,8 @@ def max_items() -> int:
     return 50 if demo() else max(SIZES)
 
 
-st.title("Which attribution to trust?")
+st.title("Faithfulness")  # the sidebar's name (kit.pages)
+st.subheader("Which attribution to trust?")
 lm = require_model()
 key = model_key()
 classifier = lm.task is not None and lm.task.kind == SEQUENCE and lm.task.scoring != "none"

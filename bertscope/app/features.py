@@ -21,7 +21,13 @@ from bertscope.features.directions import features_promoting, logit_weights, nea
 from bertscope.features.sae import load_sae
 from bertscope.features.shipped import sae_folder, sae_layers, shipped_saes
 from bertscope.features.statistics import feature_statistics, statistics_on_disk
-from bertscope.figures.features import context_html, histogram_figure, text_features_figure
+from bertscope.figures.features import (
+    context_html,
+    feature_name,
+    histogram_figure,
+    strongest_pieces,
+    text_features_figure,
+)
 from bertscope.sources.presets import BUNDLED_MLM
 
 SAMPLES = {"brown": [1000, 5000, 20000, 0], "ewt": [2000, 0]}  # 0: the whole corpus
@@ -38,7 +44,7 @@ def sample_words(n: int) -> str:
 persist("feat_feature", "feat_text", "feat_pick", "feat_by", "feat_token", "feat_tagset", "feat_search_pick",
         *(f"{tab}_{what}" for tab in ("feat", "feat_search") for what in ("corpus", "n_brown", "n_ewt")),
         *(f"feat_tag_{tagset}" for tagset in TAGSET_NAMES))
-st.title("Dictionary features")
+st.title("Features")  # the sidebar's name (kit.pages)
 st.caption("A sparse autoencoder (SAE) splits a layer's output into many features, few at a time (TopK, Gao et al. "
            "2024). Layer L is block L's output, as everywhere; the features are numbered from 0.")
 lm = require_model()
@@ -142,7 +148,9 @@ with tab_text:
             st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(400, 36 * len(rows) + 40))
             if chosen:
                 c1, c2 = st.columns([3, 1])
-                pick = c1.selectbox("Open a feature", chosen, key="feat_pick", format_func=lambda f: f"feature {f}")
+                words = strongest_pieces(result)
+                pick = c1.selectbox("Open a feature (the pieces it fires hardest on here)", chosen, key="feat_pick",
+                                    format_func=lambda f: feature_name(f, words))
                 c2.button("Open this feature", key="feat_open", on_click=open_feature, args=(pick,), icon=":material/open_in_new:")
             st.download_button("Download (JSON)", json.dumps(result), "features.json", "application/json",
                                key="feat_text_json", on_click="ignore")
@@ -244,8 +252,9 @@ with tab_search:
                     st.dataframe(table, hide_index=True, width="stretch",
                                  column_config={"fires on": st.column_config.NumberColumn(format="percent")})
                     c1, c2 = st.columns([3, 1])
+                    f1 = dict(zip(table["feature"], table["f1"])) if "f1" in table else {}
                     pick = c1.selectbox("Open a feature", table["feature"].tolist(), key="feat_search_pick",
-                                        format_func=lambda f: f"feature {f}")
+                                        format_func=lambda f: f"feature {f} · F1 {f1[f]:.2f}" if f in f1 else f"feature {f}")
                     c2.button("Open this feature", key="feat_search_open", on_click=open_feature, args=(pick,),
                               icon=":material/open_in_new:")
                 else:

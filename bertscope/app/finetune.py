@@ -79,20 +79,23 @@ lm = require_model()
 job: TrainingJob | None = st.session_state.get(JOB)
 running = job is not None and job.snapshot().status == "running"
 budgets = [b for b in BUDGETS if not demo() or 0 < b <= 1024]
+data_name = st.radio("Data", list(DATA), format_func=DATA.get, key="ft_data", horizontal=True)  # outside the form:
+file_task, uploaded = None, None  # a file's own inputs show only when a file is chosen
 with st.form("ft_form"):
-    c1, c2 = st.columns([2, 1])
-    data_name = c1.radio("Data", list(DATA), format_func=DATA.get, key="ft_data", horizontal=True)
-    file_task = c2.radio("Task (my file)", list(TASKS), format_func=lambda t: f"{t}: {TASKS[t]}", key="ft_task",
-                         help="A CSV/TSV/JSONL of text[,text_pair],label records (classify, pairs), CoNLL-U / "
-                              "JSONL {tokens, tags} (tag), or SQuAD JSON / JSONL {question, context, answers} (span).")
-    uploaded = st.file_uploader("My file", type=["csv", "tsv", "jsonl", "conllu", "json"], key="ft_file",
-                                max_upload_size=Limits.upload_mb)
+    if data_name == "file":
+        c1, c2 = st.columns([1, 2])
+        file_task = c1.radio("Task", list(TASKS), format_func=lambda t: f"{t}: {TASKS[t]}", key="ft_task",
+                             help="A CSV/TSV/JSONL of text[,text_pair],label records (classify, pairs), CoNLL-U / "
+                                  "JSONL {tokens, tags} (tag), or SQuAD JSON / JSONL {question, context, answers} "
+                                  "(span).")
+        uploaded = c2.file_uploader("My file", type=["csv", "tsv", "jsonl", "conllu", "json"], key="ft_file",
+                                    max_upload_size=Limits.upload_mb)
     c1, c0, c2, c3, c4, c5 = st.columns(6)
     budget = c1.select_slider("Training examples", budgets, 1024, key="ft_budget",
                               format_func=lambda b: "all" if b == 0 else f"{b:,}",
                               help="A seeded sample of the training side (the test side is whole).")
     held_budgets = [b for b in HELD_BUDGETS if not demo() or b <= 1024]
-    held_budget = c0.select_slider("Held-out examples", held_budgets, 0, key="ft_held",
+    held_budget = c0.select_slider("Held-out examples", held_budgets, 1024, key="ft_held",
                                    format_func=lambda b: "all" if b == 0 else f"{b:,}",
                                    help="Scored after every epoch: a seeded sample of the held-out side, or all of "
                                         "it (SQuAD's dev set has 10,570 questions" +
@@ -132,10 +135,18 @@ if start:
                              class_weights=bool(weights) and task != "span", group_by_length=bool(by_length))
         cfg.check()
         data = load_task_data(task, source, held_out=cfg.held_out, seed=cfg.seed)
-        out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-{data_name}-{uuid.uuid4().hex[:8]}"
+        # "bundled-on-sentiment-…": a run never takes a shipped model's name (bundled-sentiment)
+        out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-on-{data_name}-{uuid.uuid4().hex[:8]}"
         with costly_job("fine-tuning run", ("finetune", out.name)):
             st.session_state[JOB] = TrainingJob.start_finetune(name, data, out, cfg)
         st.rerun()
+
+def cut_words(cut: dict, seq_len: int) -> str:
+    """How many inputs were longer than the model was shown, in words."""
+    if not cut["train"] and not cut["held_out"]:
+        return f"none longer than {seq_len} tokens"
+    return f"{cut['train']:,} training and {cut['held_out']:,} held-out records cut at {seq_len} tokens"
+
 
 job = st.session_state.get(JOB)
 if job is None:
@@ -212,10 +223,9 @@ elif m is not None:
     if m.test is not None:
         tiles[2].metric(f"Test accuracy ({m.test.name})", f"{m.test.accuracy:.1%}",
                         help=f"{m.test.count:,} {unit}, scored once at the end.")
-    cut = m.truncated
-    st.caption(plain(f"{m.train_examples:,} training and {m.held_out_examples:,} held-out {unit[:-1]} "
-                     f"records ({m.split}); cut at {m.config['seq_len']} tokens: {cut['train']:,} training, "
-                     f"{cut['held_out']:,} held out. {m.trainable_parameters:,} weights trained."))
+    st.caption(plain(f"{m.train_examples:,} training and {m.held_out_examples:,} held-out {unit}; "
+                     f"{m.split}; {cut_words(m.truncated, m.config['seq_len'])}. "
+                     f"{m.trainable_parameters:,} weights trained."))
     st.plotly_chart(confusion_heatmap({"labels": after.labels, "confusion": after.confusion, "records": after.count}),
                     config=PLOT_CONFIG, width="stretch", key="ft_confusion")
     st.dataframe(pd.DataFrame([{"label": label, **v} for label, v in after.per_label.items()]), hide_index=True,

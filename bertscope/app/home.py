@@ -51,7 +51,9 @@ if not demo():
                 "`probes.sweep` for probe runs.")
     with st.expander(f"Every command ({len(COMMANDS)})"):
         st.markdown("\n".join(f"- `{c.name}`: {c.help}" for c in COMMANDS.values()))
-    st.code('python -m bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',
+    st.caption("For example: which words make bundled-mlm put “river” at the [MASK] (integrated gradients, "
+               "a score per token, as JSON with --json):")
+    st.code('bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',
             language="bash")
 
 lm = require_model()

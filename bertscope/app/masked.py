@@ -150,8 +150,9 @@ with tab_fill:
 with tab_why:
     st.caption("Which input tokens the prediction at a mask rests on. Gradient × input and integrated "
                "gradients (Sundararajan et al. 2017) explain log p(token) through the input embeddings; "
-               "beside them, the mask's row after the last layer in raw attention, rollout (Abnar & "
-               "Zuidema 2020), norm-based attention (Kobayashi et al. 2020) and ALTI (Ferrando et al. 2022).")
+               "the agreement table below sets them beside the mask's row after the last layer in raw attention, "
+               "rollout (Abnar & Zuidema 2020), norm-based attention (Kobayashi et al. 2020) and ALTI (Ferrando "
+               "et al. 2022); the Attention page draws those in full.")
     if result is None:
         st.info("Run a fill-mask first (first tab).")
     elif tab_why.open:  # integrated gradients run only when this tab is looked at

@@ -83,7 +83,10 @@ with page_errors(stop=False):
                              f"“{lens.predicted[-1]}” from hidden state {lens.first_final()} on."))
     elif task.kind == TOKEN:
         result = store.get_or_compute((key, text), lambda: tag(lm, [text])[0])
-        spans = [(e["start"], e["end"], e["entity_group"], e["score"]) for e in result.entities]
+        if any(label[:2] in ("B-", "I-") for label in task.labels):  # entities (BIO): a chip per entity
+            spans = [(e["start"], e["end"], e["entity_group"], e["score"]) for e in result.entities]
+        else:  # a tag per word (parts of speech): a chip per word, never two words merged under one tag
+            spans = [(w["start"], w["end"], w["label"], w["score"]) for w in result.words]
         st.markdown(marked_text(text, spans), unsafe_allow_html=True)
         if not spans:
             st.caption("No entity: every word's label is O (or the tagger's outside label).")

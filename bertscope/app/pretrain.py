@@ -50,9 +50,12 @@ if name == BUNDLED_MLM:  # measured: news, 256 chunks, one epoch; held-out loss 
             "worse, 3.964). To watch the recipe teach, train bundled: the same encoder with no masked-LM head "
             "yet (one epoch on 256 news chunks at 1e-3: held-out loss 10.77 → 7.17, in about 40 s here).")
     st.button("Switch the sidebar to bundled", icon=":material/arrow_forward:", key="pretrain_to_bundled",
-              on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED))
-# a new head learns from scratch at 1e-3; a trained one is continued at BERT's fine-tuning rates
-st.session_state.setdefault("pretrain_lr", 1e-4 if has_head else 1e-3)
+              type="primary", on_click=lambda: st.session_state.__setitem__(MODEL_KEY, BUNDLED))
+# a new head learns from scratch at 1e-3; a trained one is continued at BERT's fine-tuning rates: the rate
+# opens at the sidebar model's own (a rate chosen for one model is not carried to the next)
+if st.session_state.get("pretrain_lr_for") != name:
+    st.session_state["pretrain_lr_for"] = name
+    st.session_state["pretrain_lr"] = 1e-4 if has_head else 1e-3
 PAIR_LABELS = {"none": "masked-LM only", "nsp": "+ next-sentence prediction (BERT)",
                "sop": "+ sentence-order prediction (ALBERT)"}
 pair_options = ["none"] + ([pair_head(model_type)] if pair_head(model_type) else [])
@@ -77,7 +80,9 @@ with st.form("pretrain_form"):
     sentences = st.text_area(f"Sentences to compare before and after (one a line, each with [MASK]; at most "
                              f"{MAX_CLOZE})", "\n".join(CLOZE), key="pretrain_cloze", height=175,
                              max_chars=Limits.corpus_chars)
-    start = st.form_submit_button(f"Train {name}", type="primary", disabled=running)
+    pointless = name == BUNDLED_MLM  # the notice above says why: the button is there, not first
+    start = st.form_submit_button(f"Train {name} anyway" if pointless else f"Train {name}",
+                                  type="secondary" if pointless else "primary", disabled=running)
 
 if start:
     with page_errors(stop=False):
@@ -97,6 +102,10 @@ job = st.session_state.get(JOB)
 if job is None:
     st.info("Choose the genres and a budget, then train: the run goes on in the background while you use "
             "the other pages, and this page shows its loss as it falls.")
+    st.stop()
+if job.model_name != name and job.snapshot().status != "running":  # another model's finished run
+    st.info(plain(f"Your last run trained {job.model_name}; its results show when it is the sidebar's model. "
+                  f"Train {name} above."))
     st.stop()
 
 

@@ -17,6 +17,7 @@ def run() -> None:
     st.set_page_config(page_title="BertScope", page_icon=str(ICON), layout="wide")
     new_run()
     sidebar()
-    page = st.navigation([st.Page(p.path, title=p.title, icon=p.icon, default=p.default) for p in PAGES])
+    # expanded: every page listed (collapsed, Streamlit hid the last four behind "View 4 more")
+    page = st.navigation([st.Page(p.path, title=p.title, icon=p.icon, default=p.default) for p in PAGES], expanded=True)
     st.session_state[PAGE_KEY] = next(p for p in PAGES if p.url_path == page.url_path)  # what require_model gates by
     page.run()

@@ -35,6 +35,8 @@ def cmd_erase(args: argparse.Namespace) -> Any:
 
     if args.method not in METHODS:
         raise BertScopeError(f"No erasure method {args.method!r}: choose {' or '.join(METHODS)}.")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise BertScopeError(f"--out {args.out}: its folder does not exist.")
     concept = load_concept(args.concept, args.size, args.test_size, args.seed)  # bad data: refused before loading
     lm = load(args)
     layers = parse_layers(args.layers, lm.num_layers)

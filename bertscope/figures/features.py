@@ -4,6 +4,7 @@ activation histogram, and a text's word pieces against the features that fire on
 from __future__ import annotations
 
 import html
+import re
 
 import numpy as np
 import plotly.graph_objects as go
@@ -69,11 +70,39 @@ def text_features_figure(result: dict, top: int = 16) -> tuple[go.Figure, list[i
             if f["feature"] in row:
                 z[row[f["feature"]], j] = f["activation"]
     x = [f"{j}: {tok}" for j, tok in enumerate(tokens)]
-    y = [f"feature {f}" for f in chosen]
+    words = strongest_pieces(result)
+    y = [feature_name(f, words) for f in chosen]
     fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale="Oranges", zmin=0, colorbar=dict(title="activation"),
                                hovertemplate="%{y} on %{x}: %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=f"The {len(chosen)} features that fire hardest on this text ({result['sae']['hook']})",
+    fig.update_layout(title=f"The {len(chosen)} features that fire hardest on this text ({hook_words(result['sae']['hook'])})",
                       xaxis=dict(title="word piece", type="category", tickangle=-45),
                       yaxis=dict(autorange="reversed", type="category"), height=max(320, 24 * len(chosen) + 170),
                       margin=dict(t=50))
     return fig, chosen
+
+
+def hook_words(hook: str) -> str:
+    """``blocks.2.hook_resid_post`` -> "layer 2's output" (a hook point, as a reader says it)."""
+    found = re.fullmatch(r"blocks\.(\d+)\.hook_resid_post", hook)
+    return f"layer {found.group(1)}'s output" if found else hook
+
+
+def strongest_pieces(result: dict, most: int = 2) -> dict[int, str]:
+    """{feature: the (up to ``most``) distinct word pieces of the text it fires hardest on, quoted}."""
+    seen: dict[int, list[tuple[float, str]]] = {}
+    for t in result["tokens"]:
+        for f in t["features"]:
+            seen.setdefault(f["feature"], []).append((f["activation"], t["token"]))
+    out = {}
+    for feature, hits in seen.items():
+        pieces: list[str] = []
+        for _, piece in sorted(hits, key=lambda h: -h[0]):
+            if piece not in pieces:
+                pieces.append(piece)
+        out[feature] = ", ".join(f"“{p}”" for p in pieces[:most])
+    return out
+
+
+def feature_name(feature: int, words: dict[int, str]) -> str:
+    """"feature 34 · “bank”, “river”": a number with the pieces it fired on here."""
+    return f"feature {feature} · {words[feature]}" if words.get(feature) else f"feature {feature}"

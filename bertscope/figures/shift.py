@@ -17,8 +17,21 @@ def _order(result: ShiftResult) -> list[int]:
     return sorted(range(len(result.occurrences)), key=lambda i: (str(result.labels[i]), i))
 
 
+SNIPPET = 44  # characters of a sentence a row name shows, around the word
+
+
+def snippet(sentence: str, word: str, width: int = SNIPPET) -> str:
+    """The sentence, or the part of it around ``word`` when it is longer than ``width``."""
+    if len(sentence) <= width:
+        return sentence
+    at = max(sentence.lower().find(word.lower()), 0)
+    start = max(0, min(at - (width - len(word)) // 2, len(sentence) - width))
+    return ("…" if start else "") + sentence[start:start + width].strip() + ("…" if start + width < len(sentence) else "")
+
+
 def occurrence_names(result: ShiftResult) -> list[str]:
-    return [f"row {o.row}: {o.label or '—'}" for o in result.occurrences]
+    """Each row as a reader knows it: its sense label and its sentence (around the word)."""
+    return [f"{o.label or '—'}: {snippet(o.sentence, result.word)}" for o in result.occurrences]
 
 
 def similarity_heatmap(result: ShiftResult, layer: int) -> go.Figure:

@@ -80,10 +80,14 @@ def tree_arcs(words: Sequence[str], gold_heads: Sequence[int] | None, predicted_
 
 def distance_matrices(words: Sequence[str], gold: np.ndarray, predicted: np.ndarray) -> go.Figure:
     names = [f"{i + 1} {label(w)}" for i, w in enumerate(words)]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("gold tree distance", "probe's squared distance"))
-    fig.add_trace(go.Heatmap(z=gold, x=names, y=names, colorscale="Viridis", showscale=False,
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("gold tree distance", "probe's squared distance"),
+                        horizontal_spacing=0.14)
+    # each its own scale (edges in the tree; the probe's squared distance), each with its colour bar
+    fig.add_trace(go.Heatmap(z=gold, x=names, y=names, colorscale="Viridis",
+                             colorbar=dict(title="edges", x=0.45, len=0.9, thickness=12),
                              hovertemplate="%{y} – %{x}: %{z}<extra>gold</extra>"), 1, 1)
-    fig.add_trace(go.Heatmap(z=predicted, x=names, y=names, colorscale="Viridis", showscale=False,
+    fig.add_trace(go.Heatmap(z=predicted, x=names, y=names, colorscale="Viridis",
+                             colorbar=dict(title="squared<br>distance", x=1.0, len=0.9, thickness=12),
                              hovertemplate="%{y} – %{x}: %{z:.2f}<extra>probe</extra>"), 1, 2)
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(height=460)

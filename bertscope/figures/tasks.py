@@ -7,6 +7,7 @@ import html
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
 from bertscope.figures.text import label
 
@@ -25,12 +26,17 @@ def label_bars(ranked: Sequence[tuple[str, float]], title: str, axis: str = "pro
     return fig
 
 
+LINE_COLOURS = qualitative.D3  # blue, orange, green, red, …: neighbours far apart
+
+
 def layer_readings(states: Sequence[str], labels: Sequence[str], scores, axis: str = "probability") -> go.Figure:
     """Each label's score as the head reads each hidden state ([state, label]), one line a label."""
     fig = go.Figure()
-    for c, name in enumerate(labels):
+    for c, name in enumerate(labels):  # colours set here: Streamlit's theme would draw two labels in near blues
+        colour = LINE_COLOURS[c % len(LINE_COLOURS)]
         fig.add_trace(go.Scatter(x=list(range(len(states))), y=[float(v) for v in scores[:, c]], mode="lines+markers",
-                                 name=label(name), hovertemplate=f"{label(name)}: %{{y:.4f}}<extra></extra>"))
+                                 name=label(name), line=dict(color=colour), marker=dict(color=colour),
+                                 hovertemplate=f"{label(name)}: %{{y:.4f}}<extra></extra>"))
     fig.update_layout(xaxis=dict(title="hidden state the head reads", tickvals=list(range(len(states))),
                                  ticktext=list(states)), yaxis_title=axis, height=360, legend_title_text="label")
     return fig

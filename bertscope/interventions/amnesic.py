@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertscope.analysis.erasure import METHODS, Eraser, control_for, fit_eraser
+from bertscope.analysis.erasure import METHODS, EditReport, Eraser, control_for, edit_report, fit_eraser
 from bertscope.analysis.hidden_cache import CachedStates, CacheKey, HiddenStateCache, extract, hidden_states
 from bertscope.analysis.probing import fit_score
 from bertscope.analysis.structural_probe import TrainedProbe, distance_report, train_structural_probe
@@ -46,6 +46,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches
 from bertscope.core.task_head import SEQUENCE, TOKEN
 from bertscope.core.word_pieces import piece_words
+from bertscope.corpora.probe_tasks import UNLABELLED
 from bertscope.errors import BertScopeError
 from bertscope.interventions.concepts import Concept, load_concept
 from bertscope.interventions.importance import bert_corruption, chosen_logits
@@ -53,6 +54,8 @@ from bertscope.interventions.importance import bert_corruption, chosen_logits
 Progress = Callable[[int, int, str], None]
 CHANGED_SHOWN = 12  # words whose masked prediction changes most, per layer: those it got right and lost first
 ARMS = ("before", "after", "random_after")
+GUARD_MARGIN = 0.02  # LEACE's probe at the erased layer must score within this of the majority baseline
+UUAS_READER = "the distance probe trained on the clean states, read on each run's states"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,13 @@ class LayerErasure:
     mlm_by_tag: dict[str, tuple[Arms, int]] = field(default_factory=dict)  # tag -> (top-1, positions)
     task_accuracy: Arms | None = None
     changed: tuple[ChangedWord, ...] = ()
+    fitted: EditReport | None = None  # the eraser on the rows it was fitted on (class-mean gap, edit size)
+    control: EditReport | None = None  # the random erasure on the same rows
+
+    @property
+    def guarded(self) -> bool | None:
+        """The probe at the erased layer scores at most the majority baseline (within ``GUARD_MARGIN``)."""
+        return None if self.probe.after is None else self.probe.after <= self.majority + GUARD_MARGIN
 
     @property
     def uuas(self) -> Arms | None:
@@ -134,6 +144,10 @@ class LayerErasure:
                 "mlm_top1_by_tag": {tag: {**arms.to_json(), "positions": n} for tag, (arms, n) in self.mlm_by_tag.items()},
                 "uuas": None if self.uuas is None else self.uuas.to_json(),
                 "task_accuracy": None if self.task_accuracy is None else self.task_accuracy.to_json(),
+                "guarded": self.guarded,
+                "class_mean_gap": None if self.fitted is None else self.fitted.class_mean_gap,
+                "edit": None if self.fitted is None or self.control is None else
+                {"concept": self.fitted.edit, "random": self.control.edit},
                 "later_layers": [x.to_json() for x in self.later],
                 "changed_words": [w.to_json() for w in self.changed]}
 
@@ -155,6 +169,8 @@ class AmnesicResult:
                 "classes": list(self.classes), "train_sentences": self.train_sentences,
                 "test_sentences": self.test_sentences, "control": "a random erasure of the same rank",
                 "numbering": "layers from 0; 'embeddings' is the embedding output",
+                "uuas_reader": UUAS_READER,
+                "edit": "mean squared change of a fitted row over the states' total variance",
                 "layers": [x.to_json() for x in self.layers], "notes": list(self.notes)}
 
 
@@ -212,7 +228,7 @@ def masked_test(lm: LoadedModel, task: Any, seed: int, batch_size: int) -> list[
             for t in np.flatnonzero(chosen[b].numpy()).tolist():
                 w = int(owners[t])
                 label = task.labels[row][0] if task.level == "sentence" else (task.labels[row][w] if w >= 0 else "")
-                tags.append(label)
+                tags.append("" if label == UNLABELLED else label)
                 where.append((row, w))
         out.append(_Masked({**feed, "input_ids": inputs.to(lm.device)}, chosen.to(lm.device),
                            labels.to(lm.device)[chosen.to(lm.device)], tags, where))
@@ -367,8 +383,9 @@ def amnesic_probe(lm: LoadedModel, concept: Concept | str, layers: Sequence[Laye
     for state in chosen:
         name = hidden_label(state)
         x = train.layer(state)
-        eraser = fit_eraser(x, y_train, method, seed)
+        eraser = fit_eraser(x, y_train, method, seed, groups=train.groups)
         control = control_for(eraser, seed)
+        fitted, control_edit = edit_report(eraser, x, y_train), edit_report(control, x, y_train)
         step(f"{method} fitted at layer {name} (rank {eraser.rank})")
         arms: dict[str, dict[str, Any]] = {"before": {}, "after": {}, "random_after": {}}
         if "probe" in behaviours:
@@ -425,7 +442,11 @@ def amnesic_probe(lm: LoadedModel, concept: Concept | str, layers: Sequence[Laye
             changed = _changed(lm, concept.test, masked, gold, arms["before"]["mlm"], arms["after"]["mlm"])
         task_arms = Arms(*(arms[a]["task"] for a in ARMS)) if use_task else None
         probe_arms = Arms(*(arms[a].get("probe") for a in ARMS))
-        results.append(LayerErasure(name, eraser.rank, majority, probe_arms, later, mlm_top1, by_tag, task_arms,
-                                    changed))
+        row = LayerErasure(name, eraser.rank, majority, probe_arms, later, mlm_top1, by_tag, task_arms, changed,
+                           fitted, control_edit)
+        if method == "leace" and row.guarded is False:
+            notes.append(f"layer {name}: the probe reads {probe_arms.after:.3f} after LEACE, above the majority "
+                         f"({majority:.3f}): the test side differs from the side it was fitted on")
+        results.append(row)
     return AmnesicResult(lm.name, concept.name, method, concept.level, concept.classes, len(concept.train.words),
                          len(concept.test.words), tuple(results), tuple(notes))

@@ -121,8 +121,9 @@ def concept_from_task(task: ProbeTask, size: int | None = DEFAULT_SIZE, test_siz
 
 def _checked(concept: Concept) -> Concept:
     if len(concept.classes) < 2:
-        raise BertScopeError(f"{concept.name}'s training side has one label ({concept.classes[0]}): erasing it "
-                             "needs two or more.")
+        which = f"one label ({concept.classes[0]})" if concept.classes else "no labelled word"
+        raise BertScopeError(f"{concept.name}'s training side has {which}: erasing a concept needs two labels or "
+                             "more.")
     return concept
 
 

@@ -60,9 +60,9 @@ def explain_load_error(name: str, local_only: bool, err: Exception) -> BertScope
         )
     if local_only and not Path(name).is_dir():
         return BertScopeError(
-            f"{name} is not in the local Hugging Face cache and the hub is unreachable: "
-            f"download it where there is network (hf download {name}), or choose a model that ships with "
-            "BertScope (bundled-mlm).",
+            f"{name} is not in the local Hugging Face cache and the hub is unreachable, so whether it exists "
+            f"cannot be checked: check the id's spelling (organisation/name), download it where there is network "
+            f"(`hf download {name}`), or choose a model that ships with BertScope (bundled-mlm).",
         )
     first_line = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     return BertScopeError(f"Could not load {name}: {first_line}")

@@ -8,7 +8,16 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from bertscope.analysis.erasure import Eraser, control_for, fit_eraser, fit_inlp, fit_leace, random_eraser
+from bertscope.analysis.erasure import (
+    SVD_TOL,
+    Eraser,
+    control_for,
+    edit_report,
+    fit_eraser,
+    fit_inlp,
+    fit_leace,
+    random_eraser,
+)
 from bertscope.errors import BertScopeError
 
 
@@ -32,7 +41,8 @@ def test_leace_is_concept_erasures_own_eraser():
 
     x, labels, y = concept_data()
     ours = fit_leace(x, labels)
-    theirs = LeaceFitter.fit(torch.from_numpy(x).double(), torch.nn.functional.one_hot(torch.from_numpy(y)).double()).eraser
+    theirs = LeaceFitter.fit(torch.from_numpy(x).double(), torch.nn.functional.one_hot(torch.from_numpy(y)).double(),
+                             svd_tol=SVD_TOL, constrain_cov_trace=False).eraser
     expected = theirs(torch.from_numpy(x).double()).numpy()
     assert np.abs(ours.apply(x) - expected).max() < 1e-4
     assert ours.rank == 3 and ours.classes == ("c0", "c1", "c2", "c3")  # k - 1 for k classes
@@ -48,6 +58,33 @@ def test_after_leace_no_linear_probe_beats_the_majority():
     assert held_out_accuracy(erased, y) <= majority + 0.03
     control = control_for(fit_leace(x, labels)).apply(x)
     assert held_out_accuracy(control, y) > 0.85  # three random directions of 24 leave the concept readable
+
+
+def test_rare_labels_are_erased_too_and_held_out_rows_are_guarded():
+    """Imbalanced labels (one class in 200): every contrast goes, so the rank is k - 1, and a probe
+    trained and scored on rows the eraser never saw stays at the majority."""
+    rng = np.random.default_rng(1)
+    n, dim = 6000, 32
+    y = rng.choice(5, n, p=[0.6, 0.25, 0.1, 0.045, 0.005])
+    x = (rng.normal(size=(5, dim))[y] * 2 + rng.normal(size=(n, dim))).astype(np.float32)
+    labels = np.array([f"c{i}" for i in y])
+    fit, rest = slice(0, 3000), slice(3000, n)
+    eraser = fit_leace(x[fit], labels[fit])
+    assert eraser.rank == 4
+    report = edit_report(eraser, x[fit], labels[fit])
+    assert report.class_mean_gap < 1e-4 and 0 < report.edit < 1
+    assert edit_report(control_for(eraser), x[fit], labels[fit]).class_mean_gap > 0.1  # random: the means stay apart
+    majority = np.bincount(y[rest]).max() / 3000
+    assert held_out_accuracy(x[rest], y[rest]) > 0.9
+    assert held_out_accuracy(eraser.apply(x[rest]), y[rest]) <= majority + 0.02
+
+
+def test_inlp_holds_out_whole_sentences():
+    x, labels, _ = concept_data(n=1200)
+    sentences = np.repeat(np.arange(100), 12)  # twelve words a sentence
+    assert fit_inlp(x, labels, groups=sentences).rank > 0
+    with pytest.raises(BertScopeError, match="both sides"):
+        fit_inlp(x[:24], labels[:24], groups=sentences[:24])  # two sentences: one side has too few labels
 
 
 def test_leace_changes_the_states_less_than_inlp_and_both_keep_the_mean():

@@ -34,7 +34,7 @@ def test_no_pages_folder_beside_the_entry_point():
 @pytest.mark.parametrize(
     "custom, message",
     [
-        ("nobody-xyz/no-such-model", "hub is unreachable"),
+        ("nobody-xyz/no-such-model", "check the id's spelling"),
         ("./missing/folder", "No model folder"),
         ("{gpt2}", "not a BERT-family encoder"),
     ],
@@ -640,6 +640,33 @@ def test_pretraining_page_trains_in_the_background_and_shows_before_and_after(mo
 
     assert len(table) == len(CLOZE) and table["after"].str.len().min() > 0
     assert (tmp_path / "training").is_dir() and list((tmp_path / "training").glob("*/model/config.json"))
+
+
+def test_pretraining_page_leads_away_from_the_model_it_calls_pointless(monkeypatch, tmp_path):
+    """On bundled-mlm the page's first action is the switch to bundled (its own notice says more Brown barely
+    moves bundled-mlm); after the switch the learning rate opens at bundled's 1e-3, and a finished run of
+    the other model is named, not shown under the new model's button."""
+    from bertscope.training.config import RecipeConfig
+    from bertscope.training.job import TrainingJob
+
+    at = start(monkeypatch, "bundled-mlm")
+    at.switch_page("bertscope/app/pretrain.py").run()
+    assert not at.exception and not at.error
+    switch = at.button(key="pretrain_to_bundled")
+    assert switch.proto.type == "primary"
+    train = at.button(key="FormSubmitter:pretrain_form-Train bundled-mlm anyway")
+    assert train.proto.type == "secondary"
+    assert at.select_slider(key="pretrain_lr").value == 1e-4  # a trained head is continued gently
+    finished = TrainingJob("bundled-mlm", tmp_path / "run", RecipeConfig())
+    finished._status = "done"
+    at.session_state["pretrain_job"] = finished
+    switch.click().run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key=MODEL_KEY).value == "bundled"
+    assert at.select_slider(key="pretrain_lr").value == 1e-3  # the notice's recipe for a new head
+    assert at.button(key="FormSubmitter:pretrain_form-Train bundled").proto.type == "primary"
+    assert any("Your last run trained bundled-mlm" in i for i in texts(at.info))
+    assert not at.metric and not at.dataframe  # the old model's results are not under the new button
 
 
 def test_pretraining_page_refuses_sentences_without_a_mask_in_one_line(monkeypatch, tiny_bert_dir):

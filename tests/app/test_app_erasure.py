@@ -52,3 +52,10 @@ def test_erasure_tab(monkeypatch, tiny_mlm_dir, tmp_path):
     at.selectbox(key="erase_concept").set_value("Your own file…")
     submit(at)
     assert not at.exception and any("Upload a .conllu" in w for w in texts(at.warning))
+    assert any("layer erased" in d.value.columns for d in at.dataframe)
+    # a file in another encoding: one line, and the last result still below it
+    at.file_uploader(key="erase_upload").upload("tags.csv", 'tokens,tags\n"caf\xe9 b","X Y"\n'.encode("latin-1"))
+    submit(at)
+    assert not at.exception and not at.error
+    assert any("not UTF-8" in w for w in texts(at.warning))
+    assert any("layer erased" in d.value.columns for d in at.dataframe)

@@ -23,10 +23,13 @@ def test_text_then_open_a_feature_then_index_the_corpus(monkeypatch, tiny_mlm_di
     assert at.selectbox(key="feat_layer").options == ["0", "1"]
     at.selectbox(key="feat_layer").set_value(1).run()
     spec = next(c.proto.spec for c in at.get("plotly_chart") if "fire hardest" in c.proto.spec)
-    assert "blocks.1.hook_resid_post" in spec
+    assert "layer 1's output" in spec and "hook_resid_post" not in spec  # words, not a hook name
+    assert "feature " in spec and ("“" in spec or "\\u201c" in spec)  # each row names the pieces it fires on
     frame = at.dataframe[0].value
     assert frame["token"].iloc[0] == "[CLS]" and "features (activation)" in frame.columns
     picked = at.selectbox(key="feat_pick").value
+    shown = at.selectbox(key="feat_pick").format_func(picked)
+    assert shown.startswith(f"feature {picked} · “")  # a number and the word pieces it fires on here
     at.button(key="feat_open").click().run()
     assert not at.exception and not at.error
     assert at.session_state["feat_tab"] == "Feature" and at.number_input(key="feat_feature").value == picked

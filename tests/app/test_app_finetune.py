@@ -46,7 +46,12 @@ def test_a_run_on_the_tweets_trains_scores_and_opens_on_the_predictions_page(mon
     assert {"Held-out accuracy", "Held-out macro-F1"} <= labels
     per_label = next(d.value for d in at.dataframe if "f1" in d.value.columns)
     assert list(per_label["label"]) == ["negative", "neutral", "positive"]
-    assert any("3,724 held-out" in c for c in texts(at.caption))  # 10% of 37,243, stratified
+    caption = next(c for c in texts(at.caption) if "held-out examples;" in c)
+    assert "1,024 held-out" in caption  # a seeded sample of the 3,724 held out (10% of 37,243, stratified)
+    assert "((" not in caption and ("none longer than" in caption or "held-out records cut at" in caption)
+    assert ": 0 training" not in caption
+    (run,) = (tmp_path / "training").iterdir()
+    assert "-on-sentiment-" in run.name  # never "bundled-sentiment-…", a shipped model's name
     at.button(key="ft_use").click().run()
     assert not at.exception
     assert at.session_state["model_custom"].endswith("/model")
@@ -70,6 +75,11 @@ def test_a_run_on_squad_scores_exact_match_and_f1_and_opens_as_a_question_answer
 
 def test_bad_input_and_the_hosted_demo(monkeypatch, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_bert_dir)).switch_page("bertscope/app/finetune.py").run()
+    assert at.radio(key="ft_data").value == "sentiment"
+    assert not [r for r in at.radio if r.key == "ft_task"] and not at.get("file_uploader")  # a file's inputs wait
+    assert at.select_slider(key="ft_held").value == 1024  # a sample, not the whole held-out side
+    at.radio(key="ft_data").set_value("file").run()
+    assert at.radio(key="ft_task").value and at.get("file_uploader")
     at.radio(key="ft_data").set_value("file")
     at = submit(at, str(tiny_bert_dir))
     assert not at.exception and "finetune_job" not in at.session_state

@@ -133,3 +133,15 @@ def test_a_new_text_explains_its_own_decision(monkeypatch):
     at.selectbox(key="pred_why").set_value("neutral")  # a class chosen for the same text stays chosen
     at = press(at, "pred_why_form", "Explain")
     assert at.selectbox(key="pred_why").value == "neutral"
+
+
+def test_a_part_of_speech_tagger_gives_every_word_its_own_chip(monkeypatch):
+    """bundled-upos tags words, not entities: two nouns side by side are two chips, not "job airline NOUN"."""
+    at = open_page(monkeypatch, "bundled-upos")
+    at.text_area(key="pred_text").input("The airline job fair starts today .")
+    at = press(at, "pred_form", "Predict")
+    assert not at.exception and not at.error
+    marked = next(m.value for m in at.markdown if "<mark" in m.value)
+    assert marked.count("<mark") == 7  # one per word
+    words = at.dataframe[0].value
+    assert list(words["word"]) == ["The", "airline", "job", "fair", "starts", "today", "."]

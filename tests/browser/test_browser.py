@@ -162,6 +162,8 @@ def test_home_is_a_front_door(browser, app_url, artifacts):
     links = main.locator('a[data-testid="stPageLink-NavLink"]')
     names = {links.nth(i).inner_text().strip().splitlines()[-1] for i in range(links.count())}  # after the icon
     assert names == {entry.title for entry in PAGES if not entry.default}  # every page of the one list
+    nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
+    assert all(entry.title in nav for entry in PAGES) and "more" not in nav  # none hidden behind "View 4 more"
     assert "Models you can use right now" in body and "python -m bertscope" in body
     assert "Heads per layer" in body and "22,744,506" in body  # bundled-mlm: the encoder and its masked-LM head
     assert "Model: bundled-mlm" in body
@@ -473,7 +475,7 @@ def test_align_page_on_bundled(browser, app_url, tmp_path, artifacts):
 def test_align_page_on_the_udhr(browser, app_url, artifacts):
     """The UDHR on bundled-multilingual: 25 versions against English behind the button; every version
     grouped by script, the layer curve, the best and worst aligned."""
-    page, problems = open_page(browser, f"{app_url}/align?data=udhr", height=1600)
+    page, problems = open_page(browser, f"{app_url}/align?data=udhr", height=2600)
     page.get_by_text("Press Align the UDHR").wait_for(timeout=240_000)  # nothing costly on arrival
     page.get_by_role("button", name="Align the UDHR").click()
     page.get_by_text("grouped by script").wait_for(timeout=300_000)

@@ -48,6 +48,7 @@ def test_erase_a_concept_file(capsys, tiny_mlm_dir):
     (["--concept", "ewt-upos", "--method", "pca"], "No erasure method 'pca'"),
     (["--concept", "nothing-here"], "No concept 'nothing-here'"),
     (["--concept", "ewt-upos", "--size", "0"], "at least 1"),
+    (["--concept", "ewt-upos", "--out", "/no/such/folder/erased.json"], "its folder does not exist"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tiny_mlm_dir, argv, message):
     code, out, err = run_cli(capsys, "erase", str(tiny_mlm_dir), *argv)

@@ -4,6 +4,7 @@ beside the random control, a tagger's head losing what a linear map reads, the c
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,7 +60,13 @@ def test_leace_at_a_layer_leaves_its_probe_at_the_majority_and_the_control_does_
     assert row.mlm_top1 is not None and 0 < row.mlm_top1.before < 1
     positions = sum(n for _, n in row.mlm_by_tag.values())
     assert positions > 20 and set(row.mlm_by_tag) <= set(result.classes)
-    assert all(w.before != w.after for w in row.changed)  # only predictions that changed are listed
+    assert row.mlm_top1.after < row.mlm_top1.before - 0.01  # bundled-mlm uses part of speech
+    assert abs(row.mlm_top1.random_after - row.mlm_top1.before) < 0.03  # the same rank at random: about nothing
+    weighted = sum(arms.before * n for arms, n in row.mlm_by_tag.values()) / positions
+    assert weighted == pytest.approx(row.mlm_top1.before)  # every masked piece of EWT text is in a word
+    assert row.guarded and row.fitted.class_mean_gap < 1e-3 and row.control.class_mean_gap > 1e-2
+    assert 0 < row.control.edit < row.fitted.edit < 1  # LEACE moves the states more than 16 random directions
+    assert row.changed and all(w.before != w.after for w in row.changed)  # only predictions that changed
     lost = [w.before == w.gold and w.after != w.gold for w in row.changed]
     assert lost == sorted(lost, reverse=True)  # those it got right and lost come first
     data = result.to_json()
@@ -69,6 +76,23 @@ def test_leace_at_a_layer_leaves_its_probe_at_the_majority_and_the_control_does_
                           "task_accuracy", "later_layers", "mlm_top1_by_tag", "changed_words"}
     assert set(layer["mlm_top1"]) == {"before", "after", "random_after"}
     assert any("task accuracy" in n for n in data["notes"])  # bundled-mlm has no task head: said, not hidden
+
+
+def test_every_arm_reads_the_same_masked_positions(mlm, upos_concept):
+    """An eraser that removes nothing (rank 0) gives the clean predictions exactly: the arms differ by the
+    erasure alone."""
+    from bertscope.analysis.erasure import Eraser
+    from bertscope.interventions.amnesic import masked_predictions, masked_test
+
+    nothing = Eraser("random", np.zeros((mlm.hidden_size, 0), np.float32), np.zeros((0, mlm.hidden_size), np.float32),
+                     np.zeros(mlm.hidden_size, np.float32), 0)
+    masked = masked_test(mlm, upos_concept.test, 0, 16)
+    clean = masked_predictions(mlm, masked)
+    with erasing(mlm, 3, nothing):
+        same = masked_predictions(mlm, masked)
+    assert np.array_equal(clean[0], same[0]) and np.allclose(clean[1], same[1], atol=1e-5)
+    again = masked_test(mlm, upos_concept.test, 0, 16)
+    assert all(torch.equal(a.chosen.cpu(), b.chosen.cpu()) for a, b in zip(masked, again))  # seeded positions
 
 
 def test_inlp_is_the_baseline(mlm, upos_concept):

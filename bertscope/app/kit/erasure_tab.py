@@ -8,6 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from bertscope import BertScopeError
 from bertscope.analysis.erasure import METHODS
 from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import check_upload, demo
@@ -67,9 +68,15 @@ def render(lm, key) -> None:
     chosen = tuple(sorted(layers, key=names.index))  # "embeddings" or block numbers, as the library takes them
     upload_key = None if choice != UPLOAD else (upload.name, hashlib.sha256(upload.getvalue()).hexdigest())
     request = (key, choice, upload_key, method, chosen, int(size), int(test))
+    concept = None
+    if asked and store.get(request) is None:  # a bad file or a missing corpus: one line, the last result kept
+        try:
+            concept = _concept(choice, upload, int(size), int(test))
+        except BertScopeError as err:
+            return refuse(store, str(err))
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: amnesic_probe(
-            lm, _concept(choice, upload, int(size), int(test)), chosen, method,
+            lm, concept or _concept(choice, upload, int(size), int(test)), chosen, method,
             progress=lambda d, t, what: progress(d, t, what)),
             "Erasing the concept", asked, costly="concept erasure run",
             wait="Press *Erase and measure*: the concept's states are read once (cached on disk), then for each layer "
@@ -104,13 +111,18 @@ def show(result) -> None:
             for r in result.layers for name, arms in behaviours(r).items() if arms is not None and arms.before is not None]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="erase_table",
                  column_config={c: NUMBER for c in ("before", "concept erased", "random, same rank", "erased − random")})
-    st.caption(plain(f"The test side's majority label scores {result.layers[0].majority:.3f}: a probe at the erased "
-                     "layer falls to it under LEACE."))
+    st.caption(plain(f"The test side's majority label scores {result.layers[0].majority:.3f}"
+                     + (": a probe at the erased layer falls to it under LEACE." if result.method == "leace" else ".")
+                     + " UUAS: the distance probe trained on the clean states, read on each run's states."))
+    edits = "; ".join(f"{r.layer}: {r.fitted.edit:.3f} (random {r.control.edit:.3f})" for r in result.layers
+                      if r.fitted is not None and r.control is not None)
+    st.caption(plain(f"How much each erasure changed the states it was fitted on (mean squared change over their total "
+                     f"variance), by layer erased: {edits}."))
     for note in result.notes:
         st.caption(plain(f"Not measured: {note}."))
     st.download_button("Download (JSON)", json.dumps(result.to_json()), f"{result.concept}-erased.json",
                        "application/json", key="erase_json", on_click="ignore")
-    pick = st.selectbox("Layer", range(len(result.layers)), key="erase_detail",
+    pick = st.selectbox("Layer", range(len(result.layers)), key=f"erase_detail_{len(result.layers)}",
                         format_func=lambda i: f"erased at {result.layers[i].layer}")
     chosen = result.layers[pick]
     if chosen.later:

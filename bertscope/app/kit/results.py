@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TypeVar
 
+import numpy as np
 import streamlit as st
 
 from bertscope.analysis.projection import warm_umap
@@ -39,22 +40,61 @@ def shared_results():
 
 
 class StageClock:
-    """Time left in a job's stage, measured on this machine: the stage's elapsed time per step done so
-    far, times the steps to go (no constant guessed in advance). Says nothing until a step is done
-    and a second has passed, so the first figure comes from a real measurement."""
+    """Time left in a job's stage, measured on this machine from the stage's own steps (no constant
+    guessed in advance). Says nothing until a step is done and a second has passed.
+
+    Steps need not cost alike: the passes over a corpus run its sentences shortest first, so a stage's
+    later steps cost more than its first (issue 54: "about 30 s left" at 192 of 780, done 77 s later).
+    So the clock fits the stage's elapsed time to the steps done, T(d) = a·d + b·d²/2 (each step's cost
+    growing linearly, b ≥ 0, least squares over the reports so far), and says the range from "the next
+    steps cost what the recent ones did" to "their cost keeps growing as it has"; one figure when the
+    two agree within a third."""
+
+    AGREE = 1.34  # high / low under this: one figure
+    RECENT = 0.25  # the share of the stage's reports the recent rate is read over
 
     def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
-        self.now, self.stage, self.start, self.first = now, None, 0.0, 0
+        self.now, self.stage = now, None
+        self.points: list[tuple[int, float]] = []  # (steps done since the stage began, seconds since)
+        self.first = 0
 
-    def left(self, stage: str, done: int, total: int) -> str | None:
+    def estimate(self, stage: str, done: int, total: int) -> tuple[float, float] | None:
+        """(low, high) seconds left, or None while nothing is measured."""
         if stage != self.stage:  # a new stage: its own clock, from its first report
-            self.stage, self.start, self.first = stage, self.now(), done
+            self.stage, self.first, self.start = stage, done, self.now()
+            self.points = [(0, 0.0)]
             return None
         elapsed, steps = self.now() - self.start, done - self.first
         if steps <= 0 or elapsed < 1.0 or done >= total:
             return None
-        seconds = elapsed / steps * (total - done)
-        return f"about {seconds:.0f} s left" if seconds < 120 else f"about {seconds / 60:.0f} min left"
+        if steps > self.points[-1][0]:
+            self.points.append((steps, elapsed))
+        left_steps, end = total - done, total - self.first
+        back = self.points[max(0, int(len(self.points) * (1 - self.RECENT)) - 1)]
+        recent = (elapsed - back[1]) / (steps - back[0]) if steps > back[0] else elapsed / steps
+        low = recent * left_steps
+        d = np.array([p[0] for p in self.points], float)
+        t = np.array([p[1] for p in self.points], float)
+        if len(self.points) >= 3:
+            (a, b), *_ = np.linalg.lstsq(np.stack([d, d ** 2 / 2], 1), t, rcond=None)
+            a, b = (max(a, 0.0), max(b, 0.0)) if a >= 0 or b >= 0 else (elapsed / steps, 0.0)
+            trend = a * (end - steps) + b * (end ** 2 - steps ** 2) / 2
+        else:
+            trend = elapsed / steps * left_steps
+        return min(low, trend), max(low, trend)
+
+    def left(self, stage: str, done: int, total: int) -> str | None:
+        found = self.estimate(stage, done, total)
+        if found is None:
+            return None
+        low, high = found
+        if high <= max(low, 1.0) * self.AGREE:
+            return f"about {_duration(high)} left"
+        return f"{_duration(low)} to {_duration(high)} left"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 class ResultStore:

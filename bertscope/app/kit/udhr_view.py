@@ -17,6 +17,7 @@ from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.udhr import declarations_by_code, installed, udhr_parallel
+from bertscope.figures.tasks import LINE_COLOURS
 
 SAMPLES = [25, 100, 0]  # versions besides English; 0: every complete one
 DEMO_MAX = 100
@@ -80,7 +81,9 @@ def udhr_view(lm, key) -> None:
                           height=460, xaxis=dict(title="script (versions)", tickangle=-30))
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="align_udhr_scripts")
         curve = go.Figure([go.Scatter(x=[hidden_name(i) for i in range(result.raw.shape[0])], y=result.mean(c),
-                                      name="centred" if c else "raw", mode="lines+markers") for c in (False, True)])
+                                      name="centred" if c else "raw", mode="lines+markers",
+                                      line=dict(color=LINE_COLOURS[int(c)]), marker=dict(color=LINE_COLOURS[int(c)]))
+                           for c in (False, True)])  # two colours far apart (the theme's are two blues)
         curve.add_hline(y=result.chance, line_dash="dot", annotation_text="chance")
         curve.update_layout(title="Mean P@1 over the covered versions, by layer", yaxis=dict(range=[0, 1.02]),
                             xaxis=dict(title="hidden state", type="category"), height=320)
@@ -90,11 +93,13 @@ def udhr_view(lm, key) -> None:
                   "P@1 raw": st.column_config.NumberColumn(format="%.2f"),
                   "unknown pieces": st.column_config.NumberColumn(format="percent"),
                   "pieces per word": st.column_config.NumberColumn(format="%.1f")}
-        c1, c2 = st.columns(2)
-        c1.markdown("**Best aligned**")
-        c1.dataframe(ranked.head(10).drop(columns="covered"), hide_index=True, width="stretch", column_config=config)
-        c2.markdown("**Worst aligned** (among the covered)")
-        c2.dataframe(ranked.tail(10).drop(columns="covered"), hide_index=True, width="stretch", column_config=config)
+        # one above the other, the page's full width: side by side their right columns were cut ("P@…")
+        st.markdown("**Best aligned**")
+        st.dataframe(ranked.head(10).drop(columns="covered"), hide_index=True, width="stretch", column_config=config,
+                     key="align_udhr_best")
+        st.markdown("**Worst aligned** (among the covered)")
+        st.dataframe(ranked.tail(10).drop(columns="covered"), hide_index=True, width="stretch", column_config=config,
+                     key="align_udhr_worst")
         uncovered = rows[~rows["covered"]]
         if len(uncovered):
             st.warning(plain(f"{len(uncovered)} versions are more than a fifth unknown pieces to this tokenizer and are left out "
