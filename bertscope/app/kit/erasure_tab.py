@@ -11,7 +11,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.erasure import METHODS
 from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from bertscope.app.kit.limits import check_upload, demo
+from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import hidden_names
 from bertscope.corpora.probe_tasks import read_task
@@ -56,7 +56,7 @@ def render(lm, key) -> None:
         size = c3.select_slider("Training sentences", sizes, 600 if 600 in sizes else sizes[0], key="erase_size")
         test = c4.select_slider("Test sentences", tests, 300 if 300 in tests else tests[0], key="erase_test")
         upload = st.file_uploader("Own concept: CoNLL-U (UPOS), CSV (sentence,label or tokens,tags) or JSONL",
-                                  type=["conllu", "csv", "jsonl"], key="erase_upload")
+                                  type=["conllu", "csv", "jsonl"], key="erase_upload", max_upload_size=Limits.upload_mb)
         asked = st.form_submit_button("Erase and measure", type="primary")
     store = result_store("erasure")
     if not layers:
