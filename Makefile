@@ -26,7 +26,7 @@ docs: $(VENV)/.test-installed
 
 # the pages' screenshots the site shows, from the browser test that takes them
 docs-screens: $(VENV)/.test-installed chromium
-	$(BIN)/python -m pytest -q tests/browser/test_browser.py -k "every_page_for_the_docs or erasure_tab"
+	$(BIN)/python -m pytest -q tests/browser/test_browser.py -k "every_page_for_the_docs or erasure_tab or circuits_page"
 	mkdir -p docs/assets/screens && cp test-output/pages/*.png docs/assets/screens/
 
 # The library's unit tests while working (tiny models, no browser, no cluster, no processes): ~2 min here.

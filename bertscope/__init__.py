@@ -28,6 +28,7 @@ from the floors below it:
     attribution  a registry of attribution methods
     training     BERT's pretraining recipe
     interventions  change the model and watch the output: head ablation, head importance, patching
+    circuits     which edges carry a decision: EAP, EAP-IG, faithfulness as MIB scores it
     figures      plotly and bertviz builders
     cli          every command
 """

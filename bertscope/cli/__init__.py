@@ -9,7 +9,7 @@ Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exi
 command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
 Nothing imports it but ``__main__`` and the home page (which lists ``COMMANDS``). May import:
 ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
-``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``.
+``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``, ``circuits``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sys
 from bertscope.cli import (
     app,
     attribution,
+    circuits,
     compare,
     corpus,
     erasure,
@@ -39,7 +40,8 @@ from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, erasure, training,
+    c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, erasure, circuits,
+                             training,
                              sae, features, setup) for c in module.COMMANDS
 }
 

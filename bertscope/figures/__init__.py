@@ -4,5 +4,5 @@ One module per view: ``attention``, ``attribution``, ``shift``, ``align``, ``pro
 ``interventions``, ``features``, and the compact encodings they share (``compact``); ``bertviz_assets`` serves
 bertviz's scripts locally. Pages in ``bertscope/app/`` call these and only render what they return; nothing
 in the library imports it but ``cli``. May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
-``training``, ``interventions``, ``features``.
+``training``, ``interventions``, ``features``, ``circuits``.
 """

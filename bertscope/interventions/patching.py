@@ -64,21 +64,24 @@ class PatchSetup:
     # (``candidate_ids`` their indices); "value": a regression head's value
 
 
-def _read(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = None) -> torch.Tensor:
+def _read(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = None, grad: bool | None = False
+          ) -> torch.Tensor:
     """[rows] the metric of a pass: the masked-LM head reads one position of the base model's last
-    state; a classifier's head runs as the model's own."""
+    state; a classifier's head runs as the model's own. ``grad`` as ``core.hooked_pass.run``'s."""
     if setup.reads == "mask":
-        return _metric(lm, _pass(lm, feed, hooks), setup)
-    logits = wide(lm.run(feed, hooks=hooks).logits)  # [rows, label]
+        return _metric(lm, _pass(lm, feed, hooks, grad), setup)
+    logits = wide(lm.run(feed, hooks=hooks, grad=grad).logits)  # [rows, label]
     if setup.reads == "value":
         return logits[:, 0]
     a, b = setup.candidate_ids
     return logits[:, a] - logits[:, b]
 
 
-def read_metric(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = None) -> torch.Tensor:
-    """[rows] the metric of a pass with ``hooks`` ({hook name: fn}): what every patching reads."""
-    return _read(lm, feed, setup, hooks)
+def read_metric(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = None,
+                grad: bool | None = False) -> torch.Tensor:
+    """[rows] the metric of a pass with ``hooks`` ({hook name: fn}): what every patching reads
+    (``grad=True``: with gradients, for attribution patching)."""
+    return _read(lm, feed, setup, hooks, grad)
 
 
 def _metric(lm: LoadedModel, last_hidden: torch.Tensor, setup: PatchSetup) -> torch.Tensor:
@@ -141,9 +144,9 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
     return PatchSetup(clean, corrupt, tokens[0], tokens[1], position, (a, b), ids, *feeds, reads=reads)
 
 
-def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None) -> torch.Tensor:
+def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None, grad: bool | None = False) -> torch.Tensor:
     """[rows, token, dim] the last hidden state (the base model only; the head reads one position)."""
-    return lm.run(feed, hooks=hooks, encoder_only=True).last_hidden_state
+    return lm.run(feed, hooks=hooks, encoder_only=True, grad=grad).last_hidden_state
 
 
 def _hooks(lm: LoadedModel, what: What, fn) -> dict:

@@ -1086,3 +1086,24 @@ def test_every_page_for_the_docs(browser, app_url, artifacts):
         page.screenshot(path=str(shots / f"{entry.url_path or 'home'}.png"))
         assert not problems, (entry.title, problems)
         page.close()
+
+
+def test_circuits_page_on_bundled_mlm(browser, app_url, artifacts, server_log):
+    """The Circuits page on the default model and its gender task: EAP over every edge, the circuit drawn layer
+    by layer, the faithfulness curve beside random circuits, the strongest edges, a head to open on Attention."""
+    page, problems = open_page(browser, f"{app_url}/circuits?method=eap", height=2600)
+    page.get_by_text("Press *Find the circuit*", exact=False).or_(
+        page.get_by_text("Press Find the circuit", exact=False)).first.wait_for(timeout=60_000)
+    page.get_by_role("button", name="Find the circuit").click(timeout=60_000)
+    page.get_by_text("The strongest edges of the circuit", exact=False).wait_for(timeout=400_000)
+    wait_until_idle(page, 120)
+    page.screenshot(path=str(artifacts / "circuits-run.png"), full_page=True)
+    (artifacts / "pages").mkdir(exist_ok=True)  # the metrics, the drawn circuit and the curve: the docs' picture
+    page.screenshot(path=str(artifacts / "pages" / "circuits-run.png"), clip=dict(x=300, y=620, width=1100, height=1500))
+    body = page.inner_text("body")
+    assert "CPR (random)" in body and "80 % faithful at" in body and "on the Attention page" in body
+    assert page.locator(".js-plotly-plot").count() >= 2
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()

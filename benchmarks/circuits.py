@@ -1,0 +1,193 @@
+"""Circuits' figures (issue 51).
+
+    python benchmarks/circuits.py --speed [--model bundled-mlm | random:bert-base-uncased] [--tokens 512]
+                                  [--device auto] [--dtype auto] [--rounds 3] [--skip-exact]
+    python benchmarks/circuits.py --tasks [--size 32] [--steps 5]
+    python benchmarks/circuits.py --nodes
+
+``--speed``: on one clean/corrupted pair of ``--tokens`` tokens, each cost as a ratio to the same batch's
+plain passes, the median of interleaved rounds in one run: node attribution (AtP over every head × position, hidden state and
+feed-forward) against a forward+backward, and exact patching of every head against it; EAP over every
+edge and EAP-IG (5 steps) against a forward+backward; evaluating one circuit against a forward. With
+``random:CONFIG`` a random model of that config's real size (``core.random_models``). Each phase's peak
+resident memory above the process's before its first call (sampled every 5 ms; memory the allocator keeps
+from an earlier step is not counted again), against the circuit pass's byte budget.
+
+``--tasks``: per built-in task on its shipped model, every method's CPR and CMD (held-out half of the
+pairs) beside random circuits, and the smallest share of edges that is 80 % faithful, as Markdown.
+
+``--nodes``: attribution patching against exact patching on the three patching examples and a classifier
+pair: correlation, top-10 overlap and the cell the estimate misses most, per grid and method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import add_model_args, describe, interleaved, load  # noqa: E402
+
+
+class PeakRss:
+    """The peak resident memory above the level at entry, sampled every 5 ms (torch's allocations too)."""
+
+    def __enter__(self) -> PeakRss:
+        self.base = self.peak = self._rss()
+        self.running = True
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    def _watch(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.005)
+
+    def __exit__(self, *exc) -> None:
+        self.running = False
+        self.thread.join()
+
+    @property
+    def mib(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def speed(args) -> None:
+    from bertscope.circuits.decomposed import layer_weights, run_pass
+    from bertscope.circuits.edges import attribute_edges, record_pairs
+    from bertscope.circuits.faithfulness import row_bytes
+    from bertscope.circuits.graph import CircuitGraph
+    from bertscope.circuits.nodes import attribute_nodes
+    from bertscope.circuits.pairs import Pair, decision
+    from bertscope.core.hooked_pass import turn
+    from bertscope.interventions.patching import patch
+
+    lm = load(args, heads="mlm")
+    words = ("the river bank was steep and the water was cold " * 200).split()
+    filler = " ".join(words[: max(0, args.tokens - 8)])
+    mask = lm.tokenizer.mask_token
+    clean, corrupt = f"The men {filler} [MASK] here.", f"The man {filler} [MASK] here."
+    clean, corrupt = (t.replace("[MASK]", mask) for t in (clean, corrupt))
+    pair = Pair(clean, corrupt, "were", "was")
+    weights = layer_weights(lm)
+    where, recorded = record_pairs(lm, [pair], "patch", weights)
+    item = recorded[0]
+    tokens = item.prepared.length
+    graph = CircuitGraph(lm.num_layers, lm.num_heads)
+    feed = item.prepared.corrupted_feed
+
+    def forward():
+        with turn(lm), torch.inference_mode():
+            decision(lm, lm.run(feed, encoder_only=where == "mask"), item.prepared, where)
+
+    def forward_backward():
+        leaf = {}
+
+        def grab(x, hook):  # a gradient needs something to differentiate: the embeddings
+            leaf["x"] = torch.zeros_like(x, requires_grad=True)
+            return x + leaf["x"]
+        with turn(lm), torch.enable_grad():
+            out = lm.run(feed, hooks={"embed": grab}, grad=True, encoder_only=where == "mask")
+            decision(lm, out, item.prepared, where).sum().backward()
+
+    print(f"{describe(lm)}; {tokens} tokens, {graph.n_edges:,} edges; medians of {args.rounds} interleaved rounds")
+    keep = torch.from_numpy(graph.top(torch.randn(graph.real.shape).numpy(), graph.n_edges // 10)[None])
+
+    def one_circuit():
+        with turn(lm), torch.inference_mode():
+            run_pass(lm, graph, weights, item, where, keep=keep.to(lm.device))
+
+    steps = [("node attribution (AtP: every head × position, state, MLP)",
+              lambda: attribute_nodes(lm, clean, corrupt, ("were", "was"), "atp"), forward_backward,
+              "≤ 2.5x forward+backward"),
+             ("EAP over every edge", lambda: attribute_edges(lm, method="eap", recorded=(where, recorded)),
+              forward_backward, "≤ 3x forward+backward"),
+             ("EAP-IG (inputs, 5 steps)",
+              lambda: attribute_edges(lm, method="eap-ig-inputs", steps=5, recorded=(where, recorded)),
+              forward_backward, "≤ 8x forward+backward"),
+             ("evaluating one circuit (10% of edges)", one_circuit, forward,
+              f"≤ 2x a forward; row budget {row_bytes(lm, graph, tokens) / 2**20:.0f} MiB")]
+    if not args.skip_exact:
+        steps.insert(1, ("exact patching of every head (all positions)",
+                         lambda: patch(lm, clean, corrupt, ("were", "was"), what="heads"), forward_backward, ""))
+    print("| step | seconds | base seconds | ratio | peak RSS added (MiB) | target |\n|---|---|---|---|---|---|")
+    for what, fn, base, target in steps:
+        with PeakRss() as mem:
+            fn()
+        times = interleaved({"base": base, "step": fn}, args.rounds, lm.device)
+        seconds, base_seconds = float(np.median(times["step"])), float(np.median(times["base"]))
+        ratio = float(np.median(np.array(times["step"]) / np.array(times["base"])))
+        name_of = "forward" if base is forward else "fwd+bwd"
+        print(f"| {what} | {seconds:.3f} | {base_seconds:.3f} ({name_of}) | {ratio:.2f}x {name_of} | {mem.mib:.0f} | "
+              f"{target} |", flush=True)
+
+
+def tasks(args) -> None:
+    from bertscope import load_model
+    from bertscope.circuits.edges import METHODS
+    from bertscope.circuits.find import find_circuit
+    from bertscope.circuits.tasks import TASKS, task_pairs
+
+    print("| task | model | pairs (kept / tried) | method | CPR | random CPR | CMD | random CMD | 80 % faithful at | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, task in TASKS.items():
+        lm = load_model(task.model)
+        found = task_pairs(lm, name, args.size)
+        for method in METHODS:
+            start = time.perf_counter()
+            r = find_circuit(lm, found.pairs, method, args.steps)
+            f = r.faithfulness
+            share = f.share_reaching(0.8)
+            print(f"| {name} | {task.model} | {len(found.pairs)} / {found.tried} | {method} | {f.cpr:.3f} | "
+                  f"{f.random_cpr:.3f} | {f.cmd:.3f} | {f.random_cmd:.3f} | "
+                  f"{'—' if share is None else f'{share:.1%}'} | {time.perf_counter() - start:.0f} |", flush=True)
+
+
+def nodes(args) -> None:
+    from bertscope import load_model
+    from bertscope.circuits.nodes import compare_with_patching
+    from bertscope.interventions.examples import PATCH_EXAMPLES
+
+    cases = [("bundled-mlm", name, *example) for name, example in PATCH_EXAMPLES.items()]
+    cases.append(("bundled-sentiment", "Negation", "The film was very good.", "The film was not good.", "positive",
+                  "negative"))
+    print("| model | example | grid | method | correlation | top-10 overlap | worst cell: exact → estimate |")
+    print("|---|---|---|---|---|---|---|")
+    for model, name, clean, corrupt, a, b in cases:
+        lm = load_model(model)
+        for g in compare_with_patching(lm, clean, corrupt, (a, b), steps=args.steps):
+            w = g.worst
+            print(f"| {model} | {name} | {g.grid} | {g.method} | {g.correlation:.3f} | {g.top_overlap:.1f} | "
+                  f"({w['row']}, {w['column']}): {w['exact']:.2f} → {w['estimate']:.2f} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--speed", action="store_true")
+    which.add_argument("--tasks", action="store_true")
+    which.add_argument("--nodes", action="store_true")
+    add_model_args(p, "bundled-mlm")
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--skip-exact", action="store_true", help="leave out exact patching (slow at 512 tokens)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per step (medians)")
+    args = p.parse_args()
+    {True: speed}.get(args.speed, tasks if args.tasks else nodes)(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Circuits in encoders: which paths through the model carry a decision.
+
+``graph`` (the encoder's computational graph as EAP-IG builds it: senders, receivers, edges, pruning),
+``pairs`` (clean/corrupted pairs and where the decision is read), ``decomposed`` (the circuit pass: a
+post-LayerNorm stream split into one contribution per sender), ``edges`` (EAP, EAP-IG on the inputs and
+on the activations), ``nodes`` (attribution patching over nodes, held to exact patching), ``tasks``
+(built-in pair datasets checked on the shipped models), ``find`` (attribute on half the pairs, score
+circuits of every size on the other half), ``faithfulness`` (circuits scored as MIB scores them: CPR and CMD beside random
+circuits).
+May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``tasks``, ``attribution`` (a vocabulary item as typed),
+``interventions``
+(exact patching, the reference node attribution is held to).
+"""
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "CircuitGraph": "circuits.graph",
+    "Pair": "circuits.pairs",
+    "read_pairs": "circuits.pairs",
+    "task_pairs": "circuits.tasks",
+    "TASKS": "circuits.tasks",
+    "attribute_nodes": "circuits.nodes",
+    "compare_with_patching": "circuits.nodes",
+    "attribute_edges": "circuits.edges",
+    "EdgeScores": "circuits.edges",
+    "faithfulness_curve": "circuits.faithfulness",
+    "find_circuit": "circuits.find",
+    "CircuitResult": "circuits.find",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

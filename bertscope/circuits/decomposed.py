@@ -1,0 +1,435 @@
+"""The pass a circuit is run in: every receiver of the graph (``circuits.graph``) reads the clean run's
+input, less what the edges outside the circuit carry, plus what they carry in the ablated run.
+
+A decoder with LayerNorm before each sub-block has a residual stream that is a sum of the nodes'
+outputs, so a receiver's input splits into one term per sender (EAP-IG's ``evaluate_graph``). BERT is
+post-LayerNorm: the stream passes through a LayerNorm after every sub-block. With each LayerNorm's scale
+σ (per position) taken as known, LayerNorm(x) = γ ⊙ (x − mean x) / σ + β is linear, and the stream at
+any point is again a sum of one contribution per sender, each carried through every later LayerNorm
+(ALTI's and DecompX's convention, Ferrando et al. 2022, Modarressi et al. 2023). The input node carries
+the embeddings and every bias the blocks add (the output projection's and LayerNorm's β), so the sum is
+the stream exactly. Contributions of the clean and the ablated runs are carried with their own σ;
+changes a patched pass makes downstream are carried with the clean run's σ.
+
+A receiver r of the circuit pass reads
+
+    clean input_r + Σ_{u ∉ circuit} (ablated_u − clean_u)_r + Σ_{u ∈ circuit} (patched_u − clean_u)_r
+
+so the full circuit is the clean run and the empty circuit the ablated (corrupted) run, both exactly
+(``tests/circuits``). The clean stream is held in place at every block's LayerNorm outputs; receivers get
+their own inputs as additions at ``attn.hook_q/k/v`` (through W_Q, W_K, W_V of their head) and
+``mlp.hook_pre`` (through the feed-forward's input weights), and the decision at the last block's output.
+
+Gradient passes (``Flow``: every edge in, the input or one node's output moved along a path) carry one
+summed change instead of one per sender, and expose the gradient of the metric at every receiver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from bertscope.circuits.graph import CircuitGraph
+from bertscope.circuits.pairs import MASK, PreparedPair, decision
+from bertscope.core.block_modules import reads_blocks
+from bertscope.core.hook_points import blocks, hook_point, model_family
+from bertscope.core.models import LoadedModel
+from bertscope.core.passes import repeat_feed, wide
+from bertscope.errors import BertScopeError
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """What carries a change into a layer's receivers and through its LayerNorms."""
+
+    query: torch.Tensor  # [head, d_head, d_model] W_Q of each head (x -> q_h = W_Q^h x)
+    key: torch.Tensor  # [head, d_head, d_model]
+    value: torch.Tensor  # [head, d_head, d_model]
+    mlp_in: torch.Tensor  # [d_mlp, d_model]
+    out_bias: torch.Tensor  # [d_model] b_O (zeros when the projection has none)
+    norm1: tuple[torch.Tensor, torch.Tensor, float]  # post-attention LayerNorm: γ [d_model], β [d_model], eps
+    norm2: tuple[torch.Tensor, torch.Tensor, float]  # post-feed-forward LayerNorm
+
+
+def supports(lm: LoadedModel) -> None:
+    """One line when ``lm``'s family is not a post-LayerNorm encoder whose attention is softmax(q·k)."""
+    if not reads_blocks(lm):
+        family = model_family(lm.model)
+        why = "LayerNorm before each sub-block" if not family.post_layernorm else \
+            f"{family.scores} positions inside its attention scores"
+        raise BertScopeError(f"Circuits are built for post-LayerNorm encoders whose attention reads q·k alone (BERT, "
+                             f"RoBERTa, XLM-R, ELECTRA, ALBERT, DistilBERT); {family.name} has {why}.")
+
+
+def _norm(module: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+    return module.weight.detach(), module.bias.detach(), float(module.eps)
+
+
+def layer_weights(lm: LoadedModel) -> list[LayerWeights]:
+    supports(lm)
+    family, model, heads = model_family(lm.model), lm.model, lm.num_heads
+    out = []
+    for layer, block in enumerate(blocks(model)):
+        def w(suffix: str) -> torch.Tensor:
+            weight = hook_point(model, f"blocks.{layer}.{suffix}").module.weight.detach()  # [out, d_model]
+            return weight.view(heads, -1, weight.shape[-1])
+        proj = hook_point(model, f"blocks.{layer}.attn.hook_z").module
+        bias = proj.bias.detach() if proj.bias is not None else torch.zeros(proj.weight.shape[0], device=lm.device)
+        out.append(LayerWeights(
+            w("attn.hook_q"), w("attn.hook_k"), w("attn.hook_v"),
+            hook_point(model, f"blocks.{layer}.mlp.hook_pre").module.weight.detach(), bias,
+            _norm(block.get_submodule(family.attn_norm)), _norm(block.get_submodule(family.mlp_norm))))
+    return out
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of one input: what each sender wrote and each LayerNorm's scale."""
+
+    embed: torch.Tensor  # [pos, d_model] hidden state 0 ("embeddings")
+    results: torch.Tensor  # [layer, pos, head, d_model] each head's share of W_O's output (no bias)
+    mlp_out: torch.Tensor  # [layer, pos, d_model] the feed-forward's output (its bias in it)
+    sigma1: torch.Tensor  # [layer, pos, 1] the post-attention LayerNorm's scale on this run
+    sigma2: torch.Tensor  # [layer, pos, 1] the post-feed-forward LayerNorm's
+    resid_mid: torch.Tensor  # [layer, pos, d_model] the stream between the sub-blocks
+    resid_post: torch.Tensor  # [layer, pos, d_model] each block's output
+    metric: float | None = None  # logit(answer) − logit(foil) of this run, when it is a run of the model
+
+
+def _sigma(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.sqrt(x.var(dim=-1, unbiased=False, keepdim=True) + eps)  # [pos, 1]
+
+
+def record_run(lm: LoadedModel, feed: dict, weights: list[LayerWeights],
+               read: Callable[[Any], torch.Tensor] | None = None, encoder_only: bool = True) -> RunRecord:
+    """The hook points of one pass of ``feed`` ([1, token]) read into a ``RunRecord``; ``read`` turns the
+    pass's output into its metric ([1])."""
+    n = lm.num_layers
+    names = ["embed"] + [f"blocks.{layer}.{s}" for layer in range(n) for s in
+                         ("hook_resid_pre", "attn.hook_result", "hook_attn_out", "hook_resid_mid", "hook_mlp_out",
+                          "hook_resid_post")]
+    with torch.no_grad():  # not inference mode: gradient passes read these tensors
+        output, cache = lm.run_with_cache(feed, names, encoder_only=encoder_only, grad=None)
+        metric = None if read is None else float(read(output)[0])
+
+    def stack(suffix: str) -> torch.Tensor:
+        return torch.stack([wide(cache[f"blocks.{layer}.{suffix}"][0]) for layer in range(n)])
+
+    resid_pre, attn_out, mid, mlp_out = (stack(s) for s in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid",
+                                                             "hook_mlp_out"))
+    sigma1 = torch.stack([_sigma(resid_pre[layer] + attn_out[layer], weights[layer].norm1[2]) for layer in range(n)])
+    sigma2 = torch.stack([_sigma(mid[layer] + mlp_out[layer], weights[layer].norm2[2]) for layer in range(n)])
+    return RunRecord(wide(cache["embed"][0]), stack("attn.hook_result"), mlp_out, sigma1, sigma2, mid,
+                     stack("hook_resid_post"), metric)
+
+
+def mean_record(records: list[RunRecord], like: RunRecord, weights: list[LayerWeights]) -> RunRecord:
+    """``like`` (a clean run: its σ and stream) with every sender's output replaced by its mean over
+    every position of ``records`` (MIB's mean ablation; the input node's biases stay the clean run's), the
+    stream being the sum of those outputs carried with the clean run's σ."""
+    def mean(get: Callable[[RunRecord], torch.Tensor], pos_dim: int) -> torch.Tensor:
+        total = sum(get(r).sum(dim=pos_dim, keepdim=True) for r in records)
+        count = sum(get(r).shape[pos_dim] for r in records)
+        assert isinstance(total, torch.Tensor)
+        return (total / count).expand_as(get(like))
+    out = RunRecord(mean(lambda r: r.embed, 0), mean(lambda r: r.results, 1), mean(lambda r: r.mlp_out, 1),
+                    like.sigma1, like.sigma2, like.resid_mid, like.resid_post)  # no metric: not a run
+    mid, post = streams(out, weights)
+    return replace(out, resid_mid=mid, resid_post=post)
+
+
+def layer_norm_linear(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """[..., pos, d] each contribution through a LayerNorm whose scale ``sigma`` [pos, 1] is known (β apart)."""
+    return gamma * (comps - comps.mean(dim=-1, keepdim=True)) / sigma
+
+
+def transport_(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> None:
+    """``layer_norm_linear`` in place, on a buffer no gradient reads (two passes over memory, not five)."""
+    comps -= comps.mean(dim=-1, keepdim=True)
+    comps *= gamma / sigma  # [pos, d]
+
+
+class Contributions:
+    """One run's residual stream as [sender, pos, d_model] contributions, advanced sub-block by sub-block
+    in one preallocated buffer. ``active`` (bool per sender; None: every one) says which senders to carry:
+    the others' contributions are never read alone. ``scale`` gives the σ (the run's own by default)."""
+
+    def __init__(self, record: RunRecord, weights: list[LayerWeights], active: Any = None,
+                 scale: RunRecord | None = None) -> None:
+        self.record, self.weights, self.scale = record, weights, scale or record
+        n_senders = 1 + len(weights) * (record.results.shape[2] + 1)
+        self.active = [True] * n_senders if active is None else [bool(a) for a in active]
+        self.index = [i for i in range(n_senders) if self.active[i]]  # every sender carried, in pass order
+        self.buffer = record.embed.new_empty((len(self.index), *record.embed.shape))  # [sender, pos, d_model]
+        self.n = 0
+        if self.active[0]:
+            self.buffer[0] = record.embed
+            self.n = 1
+        self._next = 1
+        self.on_transport: Callable[[torch.Tensor], None] | None = None  # sees each LayerNorm's output before β
+
+    @property
+    def comps(self) -> torch.Tensor:
+        """[sender, pos, d_model] the carried senders reached so far (a view of the buffer)."""
+        return self.buffer[: self.n]
+
+    @property
+    def carried(self) -> list[int]:
+        return self.index[: self.n]
+
+    def _add(self, new: torch.Tensor) -> None:  # new [sender, pos, d]: the next senders in pass order
+        chosen = [i for i in range(len(new)) if self.active[self._next + i]]
+        self._next += len(new)
+        if chosen:
+            self.buffer[self.n:self.n + len(chosen)] = new[chosen]
+            self.n += len(chosen)
+
+    def _norm(self, norm: tuple[torch.Tensor, torch.Tensor, float], sigma: torch.Tensor, bias: torch.Tensor | None
+              ) -> None:
+        gamma, beta, _ = norm
+        c, has_input = self.comps, self.active[0]
+        if has_input and bias is not None:
+            c[0] += bias
+        transport_(c, gamma, sigma)
+        if self.on_transport is not None:
+            self.on_transport(c)
+        if has_input:
+            c[0] += beta
+
+    def after_attention(self, layer: int) -> None:
+        self._add(self.record.results[layer].permute(1, 0, 2))
+        self._norm(self.weights[layer].norm1, self.scale.sigma1[layer], self.weights[layer].out_bias)
+
+    def after_mlp(self, layer: int) -> None:
+        self._add(self.record.mlp_out[layer][None])
+        self._norm(self.weights[layer].norm2, self.scale.sigma2[layer], None)
+
+
+def streams(record: RunRecord, weights: list[LayerWeights]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(resid_mid, resid_post) [layer, pos, d_model] as the sum of every sender's contribution."""
+    parts, mids, posts = Contributions(record, weights), [], []
+    for layer in range(len(weights)):
+        parts.after_attention(layer)
+        mids.append(parts.comps.sum(0).clone())
+        parts.after_mlp(layer)
+        posts.append(parts.comps.sum(0).clone())
+    return torch.stack(mids), torch.stack(posts)
+
+
+@dataclass
+class RecordedPair:
+    """A prepared pair with both runs recorded."""
+
+    prepared: PreparedPair
+    clean: RunRecord
+    ablated: RunRecord  # the corrupted run, or the mean record
+
+
+@dataclass
+class Flow:
+    """A gradient pass: every edge in; per row, the input node's contribution moved toward the ablated run
+    by ``input_shift`` (1 = ablated, 0 = clean), or one node group's output replaced by
+    clean + ``group_shift`` · (ablated − clean): ``group`` = ("heads" | "mlp", layer)."""
+
+    input_shift: torch.Tensor | None = None  # [rows]
+    group: tuple[str, int] | None = None
+    group_shift: torch.Tensor | None = None  # [rows]
+    grads: dict[str, torch.Tensor] = field(default_factory=dict)  # receiver group -> gradient leaf
+
+
+def _per_head(change: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[rows, pos, head, d_head] each head's q (or k, v) change from its input change [rows, head, pos, d]."""
+    return torch.einsum("rhpd,hed->rphe", change, weight)
+
+
+def _shared(change: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The same, every head reading one change [rows, pos, d]: one matmul."""
+    rows, pos, _ = change.shape
+    return (change @ weight.reshape(-1, weight.shape[-1]).T).view(rows, pos, weight.shape[0], weight.shape[1])
+
+
+def _stream(record: RunRecord, where: str, layer: int) -> torch.Tensor:
+    """[pos, d] the stream a receiver point reads: a layer's attention input, its feed-forward's, the end."""
+    if where == "attention":
+        return record.embed if layer == 0 else record.resid_post[layer - 1]
+    return record.resid_mid[layer] if where == "mlp" else record.resid_post[layer]
+
+
+def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair, where: str,
+             keep: torch.Tensor | None = None, flow: Flow | None = None, rows: int = 1) -> torch.Tensor:
+    """[rows] the metric of the circuit pass: ``keep`` [rows, sender, receiver] (1 = in the circuit) or a
+    gradient pass ``flow`` (its leaves' gradients land in ``flow.grads`` after ``backward``).
+
+    A receiver reads clean + (ablated − clean stream) + Σ_{u in the circuit} (patched_u − ablated_u): the
+    per-sender terms are carried only for senders with an edge in some row's circuit."""
+    if (keep is None) == (flow is None):
+        raise ValueError("give keep or flow")
+    clean, ablated = pair.clean, pair.ablated
+    pos, d = clean.embed.shape
+    dtype = clean.embed.dtype
+    if keep is not None:
+        rows = keep.shape[0]
+        keep = keep.to(dtype)
+        active: list[bool] = (keep.sum(dim=(0, 2)) > 0).tolist()  # [sender] carried: an edge in some circuit
+    else:  # a gradient pass: every edge in; only the input node's own term, when it moves
+        assert flow is not None
+        active = [flow.input_shift is not None] + [False] * (graph.n_senders - 1)
+    # gradient passes: the input node's own contributions (when it moves), and every change summed [rows, pos, d].
+    # circuit passes: per carried sender, kept = (patched − clean) − (ablated − clean) = patched − ablated as the
+    # receivers read it [rows, sender, pos, d]: through a LayerNorm k it becomes T_clean(kept) + (σ_abl/σ_clean
+    # − 1) · T_abl(ablated) (T_abl = σ_clean/σ_abl · T_clean, the shift of the LayerNorm's input cancelling), so
+    # the clean run's contributions are never carried
+    clean_c = Contributions(clean, weights, active) if keep is None else None
+    ablated_c = Contributions(ablated, weights, active)
+    if keep is None:
+        state: dict[str, Any] = {"patched": torch.zeros(rows, pos, d, dtype=dtype, device=lm.device)}
+    else:
+        kept = torch.zeros(rows, len(ablated_c.index), pos, d, dtype=dtype, device=lm.device)
+        if active[0]:  # the input node: patched = clean embeddings
+            kept[:, 0] = clean.embed - ablated.embed
+        state = {"patched": kept, "n": ablated_c.n}
+    n_layers, heads = lm.num_layers, lm.num_heads
+
+    def receiver_change(point: str, layer: int, first: int, count: int
+                        ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+        """What receivers first..first+count read beyond the clean run: (shared [rows or 1, pos, d], read by
+        every one of them; extra [rows, chosen, pos, d] or None, read besides by the chosen receivers,
+        those with an edge in some row's circuit; the chosen, counted from ``first``)."""
+        if keep is None:
+            assert flow is not None and clean_c is not None
+            change = state["patched"]
+            if flow.input_shift is not None:  # the input's own term: (1 − shift) of the way back to clean
+                change = change + flow.input_shift.view(rows, 1, 1) * (ablated_c.comps[0] - clean_c.comps[0])
+            return change, None, []
+        total = (_stream(ablated, point, layer) - _stream(clean, point, layer))[None]  # every sender ablated
+        index = ablated_c.carried
+        if not index:
+            return total, None, []
+        k = keep[:, index, first:first + count]  # [rows, sender, receiver]
+        chosen = torch.nonzero(k.sum(dim=(0, 1))).flatten().tolist()
+        if not chosen:
+            return total, None, []
+        kept = state["patched"][:, : len(index)]
+        if torch.is_grad_enabled():  # the buffer changes in place later: autograd keeps its own copy
+            kept = kept.clone()
+        return total, torch.einsum("rspd,rsv->rvpd", kept, k[:, :, chosen]), chosen
+
+    def single(change: tuple[torch.Tensor, torch.Tensor | None, list[int]]) -> torch.Tensor:
+        """[rows, pos, d] one receiver's change."""
+        shared, extra, _ = change
+        return shared if extra is None else shared + extra[:, 0]
+
+    def leaf(name: str, like: torch.Tensor) -> torch.Tensor:
+        if flow is None:
+            return torch.zeros((), dtype=like.dtype, device=like.device)
+        x = torch.zeros_like(like, requires_grad=True)
+        flow.grads[name] = x
+        return x
+
+    def qkv(which: str) -> Callable:
+        i = "qkv".index(which)
+
+        def hook(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, head, d_head]
+            layer = point.layer
+            w = (weights[layer].query, weights[layer].key, weights[layer].value)[i]
+            if state.get("qkv_layer") != layer:
+                state["qkv"] = receiver_change("attention", layer, graph.qkv_receiver(layer, "q", 0), 3 * heads)
+                state["qkv_layer"] = layer
+            shared, extra, chosen = state["qkv"]
+            add = _shared(shared, w).expand(rows, -1, -1, -1)  # [rows, pos, head, d_head]
+            mine = [(j, c - i * heads) for j, c in enumerate(chosen) if i * heads <= c < (i + 1) * heads]
+            if mine:
+                assert extra is not None
+                own = [h for _, h in mine]
+                add = add.clone()
+                add[:, :, own] += _per_head(extra[:, [j for j, _ in mine]], w[own])
+            return x + add.to(x.dtype) + leaf(f"{layer}.{which}", x)
+        return hook
+
+    def patched_senders(layer_first: int, new: torch.Tensor) -> None:
+        """``new`` [rows, sender, pos, d]: a gradient pass's patched − clean; a circuit pass's patched − ablated."""
+        if keep is None:
+            state["patched"] = state["patched"] + new.sum(dim=1)
+            return
+        chosen = [i for i in range(new.shape[1]) if active[layer_first + i]]
+        if chosen:
+            n = state["n"]
+            state["patched"][:, n:n + len(chosen)] = new[:, chosen]
+            state["n"] = n + len(chosen)
+
+    def through_norm(layer: int, which: int) -> None:
+        """Every carried quantity through block ``layer``'s LayerNorm ``which`` (1: after attention, 2: after
+        the feed-forward)."""
+        gamma = (weights[layer].norm1 if which == 1 else weights[layer].norm2)[0]
+        sigma_clean = (clean.sigma1 if which == 1 else clean.sigma2)[layer]
+        step = "after_attention" if which == 1 else "after_mlp"
+        if keep is None:  # differentiated: out of place
+            state["patched"] = layer_norm_linear(state["patched"], gamma, sigma_clean)
+            getattr(clean_c, step)(layer)
+            getattr(ablated_c, step)(layer)
+            return
+        kept = state["patched"][:, : state["n"]]
+        if torch.is_grad_enabled():
+            state["patched"] = state["patched"].clone()
+            kept = state["patched"][:, : state["n"]]
+        transport_(kept, gamma, sigma_clean)
+        factor = (ablated.sigma1 if which == 1 else ablated.sigma2)[layer] / sigma_clean - 1  # [pos, 1]
+        ablated_c.on_transport = lambda c: kept.addcmul_(c, factor)
+        getattr(ablated_c, step)(layer)
+        ablated_c.on_transport = None
+
+    def group_output(kind: str, layer: int, x: torch.Tensor, clean_x: torch.Tensor, ablated_x: torch.Tensor
+                     ) -> torch.Tensor:
+        if flow is not None and flow.group == (kind, layer):
+            assert flow.group_shift is not None
+            shift = flow.group_shift.view(rows, *([1] * (x.dim() - 1)))
+            return (clean_x + shift * (ablated_x - clean_x)).expand_as(x)  # constant: no gradient upstream
+        return x
+
+    def result(x: torch.Tensor, point: Any) -> None:  # [rows, pos, head, d]
+        layer = point.layer
+        x = group_output("heads", layer, wide(x), clean.results[layer], ablated.results[layer])
+        base = clean.results[layer] if keep is None else ablated.results[layer]
+        patched_senders(graph.head_sender(layer, 0), (x - base).permute(0, 2, 1, 3))
+        return None
+
+    def mid(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]
+        layer = point.layer
+        through_norm(layer, 1)
+        return clean.resid_mid[layer].to(x.dtype).expand_as(x)
+
+    def mlp_pre(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d_mlp]
+        layer = point.layer
+        change = single(receiver_change("mlp", layer, graph.mlp_receiver(layer), 1))  # [rows or 1, pos, d]
+        return x + (change @ weights[layer].mlp_in.T).to(x.dtype) + leaf(f"{layer}.mlp", x)
+
+    def mlp_out(x: torch.Tensor, point: Any) -> None:  # [rows, pos, d]
+        layer = point.layer
+        x = group_output("mlp", layer, wide(x), clean.mlp_out[layer], ablated.mlp_out[layer])
+        base = clean.mlp_out[layer] if keep is None else ablated.mlp_out[layer]
+        patched_senders(graph.mlp_sender(layer), (x - base)[:, None])
+        return None
+
+    def post(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]
+        layer = point.layer
+        through_norm(layer, 2)
+        out = clean.resid_post[layer].expand(rows, pos, d)
+        if layer == n_layers - 1:
+            out = out + single(receiver_change("end", layer, graph.logits_receiver, 1)) + leaf("logits", out)
+        return out.to(x.dtype)
+
+    hooks: dict[str, Any] = {}
+    for layer in range(n_layers):
+        for which in "qkv":
+            hooks[f"blocks.{layer}.attn.hook_{which}"] = qkv(which)
+        hooks[f"blocks.{layer}.attn.hook_result"] = result
+        hooks[f"blocks.{layer}.hook_resid_mid"] = mid
+        hooks[f"blocks.{layer}.mlp.hook_pre"] = mlp_pre
+        hooks[f"blocks.{layer}.hook_mlp_out"] = mlp_out
+        hooks[f"blocks.{layer}.hook_resid_post"] = post
+    feed = repeat_feed(pair.prepared.clean_feed, rows)
+    output = lm.run(feed, hooks=hooks, grad=None, encoder_only=where == MASK)
+    return decision(lm, output, pair.prepared, where)
