@@ -16,9 +16,11 @@ A receiver r of the circuit pass reads
     clean input_r + Σ_{u ∉ circuit} (ablated_u − clean_u)_r + Σ_{u ∈ circuit} (patched_u − clean_u)_r
 
 so the full circuit is the clean run and the empty circuit the ablated (corrupted) run, both exactly
-(``tests/circuits``). The clean stream is held in place at every block's LayerNorm outputs; receivers get
-their own inputs as additions at ``attn.hook_q/k/v`` (through W_Q, W_K, W_V of their head) and
-``mlp.hook_pre`` (through the feed-forward's input weights), and the decision at the last block's output.
+(``tests/circuits``). The clean stream is held in place at every block's output; receivers get
+their own inputs: a block's input carries the change its heads' q, k and v inputs share, each receiver's
+own extra is added at ``attn.hook_q/k/v`` (through W_Q, W_K, W_V of its head), the feed-forward reads its
+input at ``hook_resid_mid`` (the residual branch it also feeds is held to the clean run at the block's
+output), and the decision reads the last block's output.
 
 Gradient passes (``Flow``: every edge in, the input or one node's output moved along a path) carry one
 summed change instead of one per sender, and expose the gradient of the metric at every receiver.
@@ -48,7 +50,6 @@ class LayerWeights:
     query: torch.Tensor  # [head, d_head, d_model] W_Q of each head (x -> q_h = W_Q^h x)
     key: torch.Tensor  # [head, d_head, d_model]
     value: torch.Tensor  # [head, d_head, d_model]
-    mlp_in: torch.Tensor  # [d_mlp, d_model]
     out_bias: torch.Tensor  # [d_model] b_O (zeros when the projection has none)
     norm1: tuple[torch.Tensor, torch.Tensor, float]  # post-attention LayerNorm: γ [d_model], β [d_model], eps
     norm2: tuple[torch.Tensor, torch.Tensor, float]  # post-feed-forward LayerNorm
@@ -79,8 +80,7 @@ def layer_weights(lm: LoadedModel) -> list[LayerWeights]:
         proj = hook_point(model, f"blocks.{layer}.attn.hook_z").module
         bias = proj.bias.detach() if proj.bias is not None else torch.zeros(proj.weight.shape[0], device=lm.device)
         out.append(LayerWeights(
-            w("attn.hook_q"), w("attn.hook_k"), w("attn.hook_v"),
-            hook_point(model, f"blocks.{layer}.mlp.hook_pre").module.weight.detach(), bias,
+            w("attn.hook_q"), w("attn.hook_k"), w("attn.hook_v"), bias,
             _norm(block.get_submodule(family.attn_norm)), _norm(block.get_submodule(family.mlp_norm))))
     return out
 
@@ -245,12 +245,6 @@ def _per_head(change: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.einsum("rhpd,hed->rphe", change, weight)
 
 
-def _shared(change: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The same, every head reading one change [rows, pos, d]: one matmul."""
-    rows, pos, _ = change.shape
-    return (change @ weight.reshape(-1, weight.shape[-1]).T).view(rows, pos, weight.shape[0], weight.shape[1])
-
-
 def _stream(record: RunRecord, where: str, layer: int) -> torch.Tensor:
     """[pos, d] the stream a receiver point reads: a layer's attention input, its feed-forward's, the end."""
     if where == "attention":
@@ -329,24 +323,29 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         flow.grads[name] = x
         return x
 
+    def pre(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]: block ``layer``'s input
+        """The block reads the clean stream plus the change every head's q, k and v share: the projections
+        compute it themselves (a receiver's own extra is added at its head)."""
+        layer = point.layer
+        state["qkv"] = receiver_change("attention", layer, graph.qkv_receiver(layer, "q", 0), 3 * heads)
+        clean_in = clean.embed if layer == 0 else clean.resid_post[layer - 1]
+        return (clean_in + state["qkv"][0]).expand(rows, pos, d).to(x.dtype)
+
     def qkv(which: str) -> Callable:
         i = "qkv".index(which)
 
-        def hook(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, head, d_head]
+        def hook(x: torch.Tensor, point: Any) -> torch.Tensor | None:  # [rows, pos, head, d_head]
             layer = point.layer
-            w = (weights[layer].query, weights[layer].key, weights[layer].value)[i]
-            if state.get("qkv_layer") != layer:
-                state["qkv"] = receiver_change("attention", layer, graph.qkv_receiver(layer, "q", 0), 3 * heads)
-                state["qkv_layer"] = layer
-            shared, extra, chosen = state["qkv"]
-            add = _shared(shared, w).expand(rows, -1, -1, -1)  # [rows, pos, head, d_head]
+            _, extra, chosen = state["qkv"]
             mine = [(j, c - i * heads) for j, c in enumerate(chosen) if i * heads <= c < (i + 1) * heads]
             if mine:
                 assert extra is not None
                 own = [h for _, h in mine]
-                add = add.clone()
-                add[:, :, own] += _per_head(extra[:, [j for j, _ in mine]], w[own])
-            return x + add.to(x.dtype) + leaf(f"{layer}.{which}", x)
+                w = (weights[layer].query, weights[layer].key, weights[layer].value)[i]
+                add = torch.zeros_like(x)
+                add[:, :, own] = _per_head(extra[:, [j for j, _ in mine]], w[own]).to(x.dtype)
+                x = x + add
+            return x + leaf(f"{layer}.{which}", x) if flow is not None else (x if mine else None)
         return hook
 
     def patched_senders(layer_first: int, new: torch.Tensor) -> None:
@@ -397,14 +396,13 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         return None
 
     def mid(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]
+        """The feed-forward reads the clean stream plus its own change (the residual branch it also feeds
+        is held to the clean run at the block's output)."""
         layer = point.layer
         through_norm(layer, 1)
-        return clean.resid_mid[layer].to(x.dtype).expand_as(x)
-
-    def mlp_pre(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d_mlp]
-        layer = point.layer
         change = single(receiver_change("mlp", layer, graph.mlp_receiver(layer), 1))  # [rows or 1, pos, d]
-        return x + (change @ weights[layer].mlp_in.T).to(x.dtype) + leaf(f"{layer}.mlp", x)
+        out = (clean.resid_mid[layer] + change).expand(rows, pos, d)
+        return (out + leaf(f"{layer}.mlp", out)).to(x.dtype)
 
     def mlp_out(x: torch.Tensor, point: Any) -> None:  # [rows, pos, d]
         layer = point.layer
@@ -423,11 +421,11 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
 
     hooks: dict[str, Any] = {}
     for layer in range(n_layers):
+        hooks[f"blocks.{layer}.hook_resid_pre"] = pre
         for which in "qkv":
             hooks[f"blocks.{layer}.attn.hook_{which}"] = qkv(which)
         hooks[f"blocks.{layer}.attn.hook_result"] = result
         hooks[f"blocks.{layer}.hook_resid_mid"] = mid
-        hooks[f"blocks.{layer}.mlp.hook_pre"] = mlp_pre
         hooks[f"blocks.{layer}.hook_mlp_out"] = mlp_out
         hooks[f"blocks.{layer}.hook_resid_post"] = post
     feed = repeat_feed(pair.prepared.clean_feed, rows)

@@ -174,7 +174,7 @@ def _replay(graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair
             add(slice(first, first + heads), torch.einsum("phe,hed->hpd", grads[f"{layer}.{which}"], weight))
         clean_c.after_attention(layer)
         ablated_c.after_attention(layer)
-        add(graph.mlp_receiver(layer), grads[f"{layer}.mlp"] @ w.mlp_in)
+        add(graph.mlp_receiver(layer), grads[f"{layer}.mlp"])  # already the feed-forward's input, [pos, d]
         clean_c.after_mlp(layer)
         ablated_c.after_mlp(layer)
     add(graph.logits_receiver, grads["logits"])
