@@ -55,7 +55,7 @@ with st.form("circ_form"):
     c3, c4, c5 = st.columns(3)
     size = c3.select_slider("Pairs to use (half score the edges, half test the circuits)", sizes,
                             min(32, sizes[-1]), key="circ_size")
-    steps = c4.slider("Integrated-gradient steps", 2, 20, 5, key="circ_steps", disabled=method == "eap")
+    steps = c4.slider("Integrated-gradient steps (EAP-IG only)", 2, 20, 5, key="circ_steps")
     ablation = c5.radio("Edges outside the circuit carry", list(ABLATIONS), key="circ_ablation",
                         format_func=ABLATION_WORDS.get)
     upload = st.file_uploader("Own pairs: CSV or JSON Lines with clean, corrupted, answer, foil (and word, for a "
@@ -64,7 +64,7 @@ with st.form("circ_form"):
     asked = st.form_submit_button("Find the circuit", type="primary")
 to_url(task=task if task != UPLOAD else None, method=method)
 store = result_store("circuits")
-if not fits and task != UPLOAD:
+if not fits:
     st.info(plain(f"No built-in task reads {lm.name}'s kind of decision: upload your own pairs."))
 if task == UPLOAD and upload is None:
     st.warning("Upload a .csv or .jsonl file of pairs first.")
@@ -73,9 +73,18 @@ upload_key = None if task != UPLOAD else (upload.name, hashlib.sha256(upload.get
 request = (key, task, upload_key, method, int(steps) if method != "eap" else 0, ablation, int(size))
 
 
-def pairs():
-    if task != UPLOAD:
-        return task_pairs(lm, task, int(size)).pairs
+def pick_head() -> None:
+    """A click on a head of the drawn circuit chooses it below, to open on the Attention page (heads sit at
+    x = head, y = layer + 1; feed-forwards, the embeddings and the decision are not heads)."""
+    points = ((st.session_state.get("circ_graph") or {}).get("selection") or {}).get("points") or []
+    for p in points:
+        x, y = p.get("x"), p.get("y")
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and float(x).is_integer() and \
+                float(y).is_integer() and y >= 1:
+            st.session_state["circ_head_clicked"] = (int(y) - 1, int(x))
+
+
+def uploaded():
     check_upload(upload)
     found = read_pairs(upload.getvalue(), upload.name)
     if len(found) > int(size):
@@ -84,10 +93,17 @@ def pairs():
     return found
 
 
+def search(progress):
+    """The task's pairs (each candidate run once to keep those the model gets right) or the file's, then
+    the circuit: all inside the job, under its bar, its Stop and the budget."""
+    found = uploaded() if task == UPLOAD else task_pairs(lm, task, int(size)).pairs
+    return find_circuit(lm, found, method, int(steps), ablation=ablation, progress=progress)
+
+
 with page_errors(stop=False):
-    chosen = pairs() if asked and store.get(request) is None else None  # a bad file: one line, nothing run
-    result = store.compute(request, lambda progress: find_circuit(
-        lm, chosen or pairs(), method, int(steps), ablation=ablation, progress=progress),
+    if asked and task == UPLOAD and store.get(request) is None:
+        uploaded()  # a bad file: one line, nothing run
+    result = store.compute(request, search,
         "Finding the circuit", asked, costly="circuit search",
         wait="Press *Find the circuit*: each pair is recorded once, its edges scored by gradients (one pass back per "
              "step), then circuits of 0.1% to 100% of the edges run on the held-out pairs, several to a pass.")
@@ -104,7 +120,8 @@ with page_errors(stop=False):
                      f"tested the circuits; {result.graph.n_edges:,} edges in all. CMD {f.cmd:.3f} (random "
                      f"{f.random_cmd:.3f}): the area between the curve and 1, lower is better."))
     fig = circuit_figure(result)
-    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="circ_graph")
+    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="circ_graph", on_select=pick_head,
+                    selection_mode="points")
     figure_downloads(fig, "circuit")
     st.caption(plain(f"The circuit shown: the {result.asked} edges of largest |score|"
                      + (" (the smallest swept size that is 80% faithful)" if share is not None else "")
@@ -119,8 +136,14 @@ with page_errors(stop=False):
                  column_config={"score": NUMBER})
     heads = sorted({(n["layer"], n["head"]) for n in map(result.graph.node_of, set(
         int(s) for s in result.circuit.nonzero()[0])) if n["kind"] == "head"})
+    clicked = st.session_state.pop("circ_head_clicked", None)
+    if clicked in heads:
+        st.session_state["circ_head"] = clicked
+    elif st.session_state.get("circ_head") not in heads:  # a head of an earlier circuit
+        st.session_state.pop("circ_head", None)
     if heads:
-        layer, head = st.selectbox("Open a head of the circuit on the Attention page", heads, key="circ_head",
+        layer, head = st.selectbox("Open a head of the circuit on the Attention page (or click it above)", heads,
+                                   key="circ_head",
                                    format_func=lambda h: f"layer {h[0]}, head {h[1]}")
         example = result.evaluation_pairs[0].clean
         st.page_link("bertscope/app/attention.py", label=f"Layer {layer}, head {head} on the Attention page",

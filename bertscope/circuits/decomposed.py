@@ -66,19 +66,21 @@ def supports(lm: LoadedModel) -> None:
 
 
 def _norm(module: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
-    return module.weight.detach(), module.bias.detach(), float(module.eps)
+    return wide(module.weight.detach()), wide(module.bias.detach()), float(module.eps)
 
 
 def layer_weights(lm: LoadedModel) -> list[LayerWeights]:
+    """Each block's weights, widened as the recorded runs are (half precision to float32)."""
     supports(lm)
     family, model, heads = model_family(lm.model), lm.model, lm.num_heads
     out = []
     for layer, block in enumerate(blocks(model)):
         def w(suffix: str) -> torch.Tensor:
-            weight = hook_point(model, f"blocks.{layer}.{suffix}").module.weight.detach()  # [out, d_model]
+            weight = wide(hook_point(model, f"blocks.{layer}.{suffix}").module.weight.detach())  # [out, d_model]
             return weight.view(heads, -1, weight.shape[-1])
         proj = hook_point(model, f"blocks.{layer}.attn.hook_z").module
-        bias = proj.bias.detach() if proj.bias is not None else torch.zeros(proj.weight.shape[0], device=lm.device)
+        bias = wide(proj.bias.detach()) if proj.bias is not None else \
+            wide(torch.zeros(proj.weight.shape[0], device=lm.device, dtype=proj.weight.dtype))
         out.append(LayerWeights(
             w("attn.hook_q"), w("attn.hook_k"), w("attn.hook_v"), bias,
             _norm(block.get_submodule(family.attn_norm)), _norm(block.get_submodule(family.mlp_norm))))

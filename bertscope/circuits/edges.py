@@ -4,7 +4,8 @@ the reference code, hannamw/EAP-IG ``src/eap/attribute.py``, method by method:
 
 - ``eap`` (``get_scores_eap``): score(u → r) = Σ_pos (ablated_u − clean_u)_r · ∂m/∂input_r at the clean run;
 - ``eap-ig-inputs`` (``get_scores_eap_ig``): the same difference times the gradient averaged over ``steps``
-  passes whose input node moves from the ablated run to the clean one (k/steps of the way, k = 0…steps−1);
+  passes whose input node moves from the ablated run to the clean one (k/steps of the way, k = 0…steps−1;
+  the reference takes patching only: with mean ablation the path starts at the mean embeddings);
 - ``eap-ig-activations`` (``get_scores_ig_activations``): averaged over passes that move one node group's
   output at a time (the input, each layer's heads, each feed-forward; k = 1…steps).
 
@@ -78,9 +79,11 @@ def check_method(method: str, steps: int, ablation: str) -> None:
 
 
 def record_pairs(lm: LoadedModel, pairs: Sequence[Pair], ablation: str = "patch",
-                 weights: list[LayerWeights] | None = None, progress: Progress | None = None
-                 ) -> tuple[str, list[RecordedPair]]:
-    """(where ``lm`` decides, each pair with its clean run and its ablated run recorded)."""
+                 weights: list[LayerWeights] | None = None, progress: Progress | None = None,
+                 mean_over: Sequence[RecordedPair] | None = None) -> tuple[str, list[RecordedPair]]:
+    """(where ``lm`` decides, each pair with its clean run and its ablated run recorded). A mean ablation
+    averages the clean runs of ``mean_over`` (default: these pairs), so held-out pairs can use the mean
+    their edges were scored against."""
     weights = weights or layer_weights(lm)
     where, prepared = prepare_all(lm, pairs)
     out = []
@@ -95,8 +98,9 @@ def record_pairs(lm: LoadedModel, pairs: Sequence[Pair], ablation: str = "patch"
             if progress:
                 progress(i + 1, len(prepared), "both runs of every pair")
     if ablation == "mean":
+        basis = [o.clean for o in (mean_over if mean_over is not None else out)]
         for r in out:
-            r.ablated = mean_record([o.clean for o in out], r.clean, weights)
+            r.ablated = mean_record(basis, r.clean, weights)
     return where, out
 
 

@@ -92,7 +92,8 @@ def find_circuit(lm: LoadedModel, pairs: Sequence[Pair], method: str = "eap", st
     recorded = record_pairs(lm, attribution, ablation, progress=progress)
     scores = attribute_edges(lm, method=method, steps=steps, ablation=ablation, recorded=recorded, progress=progress,
                              stop=stop)
-    held = recorded if evaluation is attribution else record_pairs(lm, evaluation, ablation, progress=progress)
+    held = recorded if evaluation is attribution else record_pairs(lm, evaluation, ablation, progress=progress,
+                                                                   mean_over=recorded[1])  # one mean set
     curve = faithfulness_curve(lm, scores, held[1], held[0], sizes, progress=progress, stop=stop)
     if top_n is None:
         share = curve.share_reaching(FAITHFUL)

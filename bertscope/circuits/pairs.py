@@ -112,6 +112,10 @@ def prepare(lm: LoadedModel, pair: Pair, where: str, index: int = 0) -> Prepared
             raise BertScopeError(f"The clean text of {name} has no {lm.tokenizer.mask_token}: put one where the "
                                  "answer and the foil compete.")
         position = ids.index(mask)
+        if corrupted_feed["input_ids"][0, position].item() != mask:
+            raise BertScopeError(f"The corrupted text of {name} has no {lm.tokenizer.mask_token} at position "
+                                 f"{position}, where the clean text's is: the decision is read at the same place "
+                                 "in both.")
         answer_ids = (token_id(lm, pair.answer.strip()), token_id(lm, pair.foil.strip()))
     else:
         answer_ids = (_label(lm, pair.answer.strip()), _label(lm, pair.foil.strip()))
@@ -165,8 +169,11 @@ def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise BertScopeError(f"{name} is not UTF-8 (byte {err.start}): save it as UTF-8.") from None
-    rows = read_jsonl(text, name) if name.lower().endswith((".jsonl", ".json")) else \
-        list(csv.DictReader(io.StringIO(text)))
+    try:
+        rows = read_jsonl(text, name) if name.lower().endswith((".jsonl", ".json")) else \
+            list(csv.DictReader(io.StringIO(text)))
+    except csv.Error as err:
+        raise BertScopeError(f"{name} is not a CSV file this reader can use ({err}).") from None
     if not rows:
         raise BertScopeError(f"{name} holds no pairs: give rows with clean, corrupted, answer and foil.")
     missing = {"clean", "corrupted", "answer", "foil"} - set(rows[0])

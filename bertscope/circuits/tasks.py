@@ -21,7 +21,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import torch
@@ -162,6 +162,10 @@ def task_pairs(lm: LoadedModel, name: str, size: int = DEFAULT_SIZE, seed: int =
                              f"{task.model}" + (f", or on {lm.name} run {', '.join(fits)}." if fits else "."))
     rng = random.Random(seed)
     candidates = task.build(rng)
+    if task.reads == MASK and lm.tokenizer.mask_token != "[MASK]":  # RoBERTa's <mask>, …
+        mask = lm.tokenizer.mask_token
+        candidates = [replace(p, clean=p.clean.replace("[MASK]", mask), corrupted=p.corrupted.replace("[MASK]", mask))
+                      for p in candidates]
     rng.shuffle(candidates)
     kept: list[Pair] = []
     tried = unusable = 0

@@ -24,8 +24,8 @@ def cmd_circuit(args: argparse.Namespace) -> Any:
     check_method(args.method, args.steps, args.ablation)
     if args.top_n is not None and args.top_n < 1:
         raise BertScopeError(f"--top-n {args.top_n}: a circuit has at least one edge.")
-    if args.out and not Path(args.out).resolve().parent.is_dir():
-        raise BertScopeError(f"--out {args.out}: its folder does not exist.")
+    if args.out and (not Path(args.out).resolve().parent.is_dir() or Path(args.out).is_dir()):
+        raise BertScopeError(f"--out {args.out}: give a file in a folder that exists.")
     pairs = read_pairs(args.data) if args.data else None  # a bad file is refused before the model loads
     lm = load(args)
     if pairs is None:

@@ -58,3 +58,5 @@ def test_find_circuit_holds_out_half_and_reports_the_issues_json(lm):
     assert data["ablation"] == "mean" and data["faithfulness"][-1]["value"] == pytest.approx(1.0)
     with pytest.raises(BertScopeError, match="A circuit has 1 to"):
         find_circuit(lm, PAIRS, top_n=10**6)
+    single = find_circuit(lm, PAIRS[:1], sizes=(0.5, 1.0))  # one pair serves both halves
+    assert single.attribution_pairs == single.evaluation_pairs == PAIRS[:1]

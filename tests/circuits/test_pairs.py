@@ -35,6 +35,8 @@ def test_bad_files_are_one_line(tmp_path, name, text, message):
         read_pairs(tmp_path / name)
     with pytest.raises(BertScopeError, match="No pairs file"):
         read_pairs(tmp_path / "missing.csv")
+    with pytest.raises(BertScopeError, match="not a CSV file"):
+        read_pairs(b'clean,corrupted,answer,foil\n"' + b"x" * 200_000 + b'",b,c,d\n', "long.csv")
     with pytest.raises(BertScopeError, match="not UTF-8"):
         read_pairs("clean,corrupted,answer,foil\ncaf\xe9,b,c,d\n".encode("latin-1"), "latin.csv")
 
@@ -46,6 +48,8 @@ def test_bad_pairs_name_the_pair_and_what_the_model_has(tiny_mlm_dir, tiny_bert_
         prepare_all(lm, [])
     with pytest.raises(BertScopeError, match=r"Pair 2 has 7 tokens clean and 8 corrupted"):
         prepare_all(lm, [good, Pair("the man [MASK] here .", "the big dog [MASK] here .", "is", "was")])
+    with pytest.raises(BertScopeError, match="no \\[MASK\\] at position 3, where the clean text's is"):
+        prepare_all(lm, [Pair("the man [MASK] here .", "the dog here [MASK] .", "is", "was")])
     with pytest.raises(BertScopeError, match="no \\[MASK\\]"):
         prepare_all(lm, [Pair("the man is here .", "the dog is here .", "is", "was")])
     with pytest.raises(BertScopeError, match="not one vocabulary item"):

@@ -50,11 +50,13 @@ def test_circuit_json_and_the_table(capsys, tiny_mlm_dir, pairs_file, tmp_path):
     (["--data", "PAIRS", "--steps", "0", "--method", "eap-ig-inputs"], "1 to 100 steps"),
     (["--task", "negation"], "reads a sentiment classifier's labels"),
     (["--data", "BAD"], "Pair 1 has"),
+    (["--data", "PAIRS", "--out", "DIR"], "give a file in a folder that exists"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tiny_mlm_dir, pairs_file, tmp_path, extra, message):
     bad = tmp_path / "bad.csv"
     bad.write_text("clean,corrupted,answer,foil\nthe man [MASK] here .,the big dog [MASK] here .,is,was\n")
-    extra = [str(pairs_file) if e == "PAIRS" else str(bad) if e == "BAD" else e for e in extra]
+    extra = [str(pairs_file) if e == "PAIRS" else str(bad) if e == "BAD" else str(tmp_path) if e == "DIR" else e
+             for e in extra]
     code, out, err = run_cli(capsys, "circuit", str(tiny_mlm_dir), *extra)
     assert code == 2 and out == ""
     assert err.startswith("bertscope: error: ") and err.count("\n") == 1 and message in err, err
