@@ -24,9 +24,6 @@ from bertscope.figures.circuits import circuit_figure, faithfulness_figure
 UPLOAD = "Your own pairs…"
 SIZES = [8, 16, 32, 64]
 DEMO_SIZE = 32  # pairs a hosted run takes at most: every pair is a few passes of the model
-METHOD_WORDS = {"eap": "EAP (one gradient)", "eap-ig-inputs": "EAP-IG on the inputs",
-                "eap-ig-activations": "EAP-IG on the activations"}
-ABLATION_WORDS = {"patch": "the corrupted run", "mean": "each node's mean output"}
 NUMBER = st.column_config.NumberColumn(format="%.4f")
 
 st.title("Circuits")
@@ -51,13 +48,13 @@ with st.form("circ_form"):
     c1, c2 = st.columns([2, 1])
     task = c1.selectbox("Pairs", choices, key="circ_task", index=choices.index("gender") if "gender" in choices else 0,
                         format_func=lambda t: t if t == UPLOAD else f"{t}: {TASKS[t].title}")
-    method = c2.selectbox("Method", list(METHODS), index=1, key="circ_method", format_func=METHOD_WORDS.get)
+    method = c2.selectbox("Method", list(METHODS), index=1, key="circ_method", format_func=METHODS.get)
     c3, c4, c5 = st.columns(3)
     size = c3.select_slider("Pairs to use (half score the edges, half test the circuits)", sizes,
                             min(32, sizes[-1]), key="circ_size")
     steps = c4.slider("Integrated-gradient steps (EAP-IG only)", 2, 20, 5, key="circ_steps")
     ablation = c5.radio("Edges outside the circuit carry", list(ABLATIONS), key="circ_ablation",
-                        format_func=ABLATION_WORDS.get)
+                        format_func=ABLATIONS.get)
     upload = st.file_uploader("Own pairs: CSV or JSON Lines with clean, corrupted, answer, foil (and word, for a "
                               "tagger); both texts of a pair the same number of tokens", type=["csv", "jsonl"],
                               key="circ_upload", max_upload_size=Limits.upload_mb)

@@ -157,11 +157,10 @@ def transport_(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) ->
 class Contributions:
     """One run's residual stream as [sender, pos, d_model] contributions, advanced sub-block by sub-block
     in one preallocated buffer. ``active`` (bool per sender; None: every one) says which senders to carry:
-    the others' contributions are never read alone. ``scale`` gives the σ (the run's own by default)."""
+    the others' contributions are never read alone. Each LayerNorm uses the run's own σ."""
 
-    def __init__(self, record: RunRecord, weights: list[LayerWeights], active: Any = None,
-                 scale: RunRecord | None = None) -> None:
-        self.record, self.weights, self.scale = record, weights, scale or record
+    def __init__(self, record: RunRecord, weights: list[LayerWeights], active: Any = None) -> None:
+        self.record, self.weights = record, weights
         n_senders = 1 + len(weights) * (record.results.shape[2] + 1)
         self.active = [True] * n_senders if active is None else [bool(a) for a in active]
         self.index = [i for i in range(n_senders) if self.active[i]]  # every sender carried, in pass order
@@ -203,11 +202,11 @@ class Contributions:
 
     def after_attention(self, layer: int) -> None:
         self._add(self.record.results[layer].permute(1, 0, 2))
-        self._norm(self.weights[layer].norm1, self.scale.sigma1[layer], self.weights[layer].out_bias)
+        self._norm(self.weights[layer].norm1, self.record.sigma1[layer], self.weights[layer].out_bias)
 
     def after_mlp(self, layer: int) -> None:
         self._add(self.record.mlp_out[layer][None])
-        self._norm(self.weights[layer].norm2, self.scale.sigma2[layer], None)
+        self._norm(self.weights[layer].norm2, self.record.sigma2[layer], None)
 
 
 def streams(record: RunRecord, weights: list[LayerWeights]) -> tuple[torch.Tensor, torch.Tensor]:

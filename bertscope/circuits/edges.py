@@ -42,8 +42,9 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.passes import pass_bytes, wide
 from bertscope.errors import BertScopeError
 
-METHODS = ("eap", "eap-ig-inputs", "eap-ig-activations")
-ABLATIONS = ("patch", "mean")
+METHODS = {"eap": "EAP (one gradient)", "eap-ig-inputs": "EAP-IG on the inputs",
+           "eap-ig-activations": "EAP-IG on the activations"}  # name -> what a page calls it
+ABLATIONS = {"patch": "the corrupted run", "mean": "each node's mean output"}  # what edges outside a circuit carry
 DEFAULT_STEPS = 5
 MAX_STEPS = 100
 

@@ -43,7 +43,7 @@ class CircuitResult:
     evaluation_pairs: list[Pair]
 
     @property
-    def graph(self):  # noqa: ANN201 - CircuitGraph
+    def graph(self) -> CircuitGraph:
         return self.scores.graph
 
     def to_json(self) -> dict:

@@ -136,8 +136,7 @@ def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
     for i, w in enumerate(words):
         if w is None or (i > 0 and words[i - 1] == w):
             continue
-        start, _ = enc.word_to_chars(w)
-        end = enc.word_to_chars(w)[1]
+        start, end = enc.word_to_chars(w)
         if text[start:end] == word.strip():
             return i
     raise BertScopeError(f"The word {word!r} of {name} is not a word of its clean text.")
