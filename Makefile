@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast lint docs docs-screens bench brown corpora bertviz-assets npm chromium gcc clean
+.PHONY: run test test-fast test-peers bench-peers lint docs docs-screens bench brown corpora bertviz-assets npm chromium gcc clean
 
 run: $(VENV)/.app-installed brown corpora bertviz-assets
 	$(BIN)/python -m streamlit run app.py --browser.serverAddress localhost
@@ -17,7 +17,7 @@ test: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets lint doc
 
 # ruff (lint) and mypy (strict for core, runtime and sources; elsewhere a baseline that only shrinks)
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check bertscope tests benchmarks probes tools examples app.py
+	$(BIN)/ruff check bertscope tests benchmarks probes tools examples peers app.py
 	$(BIN)/python tools/mypy_baseline.py
 
 # the documentation site, strict (a broken link or a missing reference fails), into site/
@@ -34,6 +34,33 @@ test-fast: $(VENV)/.test-installed brown corpora
 	$(BIN)/python -m pytest -m "not slow and not browser and not cluster and not multiprocess" \
 		tests/core tests/sources tests/corpora tests/mlm tests/tasks tests/analysis tests/figures tests/attribution \
 		tests/training tests/interventions tests/features tests/test_public_api.py tests/test_families.py --durations=10
+
+# The peers lane: BertScope's numbers and speed against TransformerLens 4.3, captum and nnsight 0.8 (.venv-peers)
+# and SAELens 6.54 (.venv-saelens: it requires transformer-lens<4), each stack in its own environment, never the
+# app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
+PEERS := .venv-peers
+SAELENS := .venv-saelens
+
+$(PEERS)/.installed: pyproject.toml requirements.txt requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-peers.txt -e .
+	touch $@
+
+$(SAELENS)/.installed: pyproject.toml requirements.txt requirements-saelens.txt
+	$(PYTHON) -m venv $(SAELENS)
+	$(SAELENS)/bin/python -m pip install --quiet --upgrade pip
+	$(SAELENS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-saelens.txt -e .
+	touch $@
+
+test-peers: $(PEERS)/.installed $(SAELENS)/.installed brown
+	$(PEERS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers --ignore=peers/test_saelens.py
+	$(SAELENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_saelens.py
+
+# the speed table of docs/peers.md: ratios in one run, interleaved (add ARGS="--model random:bert-base-uncased")
+bench-peers: $(PEERS)/.installed $(SAELENS)/.installed
+	$(PEERS)/bin/python benchmarks/peers.py $(ARGS)
+	$(SAELENS)/bin/python benchmarks/peers.py --sae
 
 bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/forward.py
@@ -101,4 +128,4 @@ gcc:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y gcc libc6-dev; }
 
 clean:
-	rm -rf $(VENV) test-output .pytest_cache
+	rm -rf $(VENV) $(PEERS) $(SAELENS) test-output .pytest_cache

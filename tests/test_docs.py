@@ -62,3 +62,30 @@ def test_every_page_of_the_app_has_its_docs_page_and_screenshot():
         assert (DOCS / "assets" / "screens" / f"{page.url_path}.png").is_file(), page.title
         text = doc.read_text()
         assert "## From the command line" in text and "## From a notebook" in text, page.title
+
+
+def test_the_peers_page_lists_the_hook_name_record():
+    """docs/peers.md's table of names beside TransformerLens's bridge is ``interop.hook_names`` (the peers lane
+    holds the record to the tensors)."""
+    from bertscope.interop.hook_names import DIFFERENT, SAME
+
+    page = (DOCS / "peers.md").read_text()
+    for ours, theirs in SAME.items():
+        assert f"| `{ours.replace('{l}', 'L')}` | `{theirs.replace('{l}', 'L')}` |" in page, ours
+    for name in DIFFERENT:
+        assert f"| `{name.replace('{l}', 'L')}` |" in page, name
+
+
+def test_every_tl_adapter_is_an_entry_point_in_pyproject():
+    """TransformerLens finds the adapters through ``pyproject.toml``'s entry points: one per architecture of
+    ``interop.tl_adapters.ARCHITECTURES`` (read from its source: transformer_lens is not in this environment)."""
+    import ast
+    import tomllib
+
+    source = (ROOT / "bertscope" / "interop" / "tl_adapters.py").read_text()
+    table = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.AnnAssign)
+                 and getattr(n.target, "id", "") == "ARCHITECTURES")
+    architectures = {k.value for k in table.value.keys}
+    points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["transformer_lens.architectures"]
+    assert points == {a: f"bertscope.interop.tl_adapters:{a}Adapter" for a in architectures}
+    assert all(f"{a}Adapter = _adapter(\"{a}\")" in source for a in architectures)

@@ -40,6 +40,14 @@ def test_loads_with_every_hook_point_reading_the_models_own_states(family):
         torch.testing.assert_close(cache[state_hook(lm.model, state)], hidden, rtol=0, atol=0)
     for layer, weights in enumerate(out.attentions):
         torch.testing.assert_close(cache[f"blocks.{layer}.attn.hook_pattern"], weights, rtol=0, atol=0)
+    n_tokens = out.hidden_states[0].shape[1]
+    for layer, block in enumerate(blocks(lm.model)):  # the tokens' queries, keys and values
+        for which, path in zip("qkv", (record.query, record.key, record.value)):
+            got = cache[f"blocks.{layer}.attn.hook_{which}"]
+            assert got.shape[:2] == (1, n_tokens), (which, got.shape)  # DeBERTa: never its positions' projection
+            if path and record.post_layernorm:
+                expected = block.get_submodule(path)(cache[f"blocks.{layer}.hook_resid_pre"])
+                torch.testing.assert_close(got.flatten(-2), expected, rtol=0, atol=0)
 
 
 def _lora_layers(model) -> set[int]:

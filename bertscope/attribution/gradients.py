@@ -40,7 +40,9 @@ from bertscope.core.inspection import Inspection
 from bertscope.core.layers import hidden_index
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.mlm.logit_lens import mlm_head
 from bertscope.runtime.devices import to_device
+from bertscope.runtime.families import has_record
 
 DEFAULT_STEPS = 50
 # sentence-pair heads: target kind -> (model output, head name, family whose checkpoints carry it);
@@ -96,7 +98,14 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
             target = Target("token", pos, lm.tokenizer.convert_ids_to_tokens(best) or f"#{best}", best)
         item = target.token_id if target.token_id is not None else token_id(lm, target.token)
         target = Target("token", pos, target.token, item)
-        return (lambda e: torch.log_softmax(_logits(run(e))[:, pos].float(), -1)[:, item]), target
+        if not has_record(lm.model_type):  # no record of its head's modules: the whole model's logits
+            return (lambda e: torch.log_softmax(_logits(run(e))[:, pos].float(), -1)[:, item]), target
+        head = mlm_head(lm)
+
+        def token_score(e):  # the encoder, then the masked-LM head at ``pos`` alone: [b, vocab], not [b, token, vocab]
+            hidden = run(e, encoder_only=True).last_hidden_state[:, pos]  # [b, dim]
+            return torch.log_softmax(head(hidden).float(), -1)[:, item]
+        return token_score, target
     if target.kind in PAIR_HEADS:
         output, name, family = PAIR_HEADS[target.kind]
         if target.kind not in lm.outputs:

@@ -111,6 +111,9 @@ class HookPoint:
     heads: int
     shared: bool = False  # the module serves every layer (ALBERT): the layer is the call's index
     part: int | None = None  # "output_fused": 0 query, 1 key, 2 value; "output_half": 0 first, 1 second
+    # DeBERTa projects its relative-position embeddings with the same query and key modules, after the tokens:
+    # the point acts on the first call within each call of this (attention) module only
+    first_call_in: Any = None
 
 
 def supported_families() -> tuple[str, ...]:
@@ -212,8 +215,10 @@ def hook_point(model: Any, name: str) -> HookPoint:
     if not 0 <= layer < len(every):
         raise BertScopeError(f"Hook point {name!r}: the model has layers 0-{len(every) - 1}.")
     block = every[layer]
+    first_call_in = (_child(block, family.attention) if family.scores == "relative"
+                     and found.group(2) in ("attn.hook_q", "attn.hook_k", "attn.hook_v") else None)
     return HookPoint(name, layer, _child(block, path), how, heads, shared=sum(b is block for b in every) > 1,
-                     part=part)
+                     part=part, first_call_in=first_call_in)
 
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -304,7 +309,7 @@ class Hooks:
             block = blocks(self.model)[0]
             self.handles.append(block.register_forward_pre_hook(self.counter.on_block))
         for point, fns in self.points:
-            self.handles.append(self._register(point, fns))
+            self.handles.extend(self._register(point, fns))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -323,7 +328,28 @@ class Hooks:
                 changed = _check(point, x, new)
         return changed
 
-    def _register(self, point: HookPoint, fns: list[HookFn]) -> Any:
+    def _register(self, point: HookPoint, fns: list[HookFn]) -> list[Any]:
+        handles = []
+        if point.first_call_in is not None:  # the tokens' projection, not the positions' after it
+            fresh = [False]
+            handles.append(point.first_call_in.register_forward_pre_hook(lambda *_: fresh.__setitem__(0, True)))
+            fns = [self._first_call(fresh, fns)]
+        return [*handles, self._register_module(point, fns)]
+
+    @staticmethod
+    def _first_call(fresh: list[bool], fns: list[HookFn]) -> HookFn:
+        def first(x: torch.Tensor, point: HookPoint) -> torch.Tensor | None:
+            if not fresh[0]:
+                return None
+            fresh[0] = False
+            changed = None
+            for fn in fns:
+                new = fn(x if changed is None else changed, point)
+                changed = changed if new is None else new
+            return changed
+        return first
+
+    def _register_module(self, point: HookPoint, fns: list[HookFn]) -> Any:
         how, module, heads = point.how, point.module, point.heads
         if how == "input" and point.layer is not None and point.name.endswith("hook_resid_pre"):
             def pre_kw(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

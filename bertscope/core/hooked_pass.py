@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import torch
 
-from bertscope.core.hook_points import HookFn, Hooks, blocks, calling_block, hook_names, hook_point
+from bertscope.core.hook_points import HookFn, Hooks, blocks, calling_block, hook_names, hook_point, model_family
 from bertscope.errors import BertScopeError
 from bertscope.runtime.devices import to_device
 from bertscope.runtime.kernels import EAGER
@@ -101,10 +101,13 @@ def run(lm: Any, inputs: Any, *, hooks: Mapping[str, HookFn | Iterable[HookFn]] 
     ``model_kwargs`` go to the model (e.g. ``inputs_embeds``)."""
     feed = feed_of(lm, inputs) if inputs is not None else {}
     active = _hooks(lm, hooks)
-    eager = attentions or (isinstance(active, Hooks) and active.needs_weights)
+    reads_weights = isinstance(active, Hooks) and active.needs_weights
+    eager = attentions or reads_weights
+    # DeBERTa's attention returns its weights only when asked: ``attn.hook_pattern`` asks for them
+    ask = attentions or (reads_weights and model_family(lm.model).weights_on_request)
     module = lm.model.base_model if encoder_only else lm.model
     with turn(lm, eager), _grad_mode(grad), active:
-        return module(**feed, **model_kwargs, output_attentions=attentions, output_hidden_states=hidden_states,
+        return module(**feed, **model_kwargs, output_attentions=ask, output_hidden_states=hidden_states,
                       return_dict=True)
 
 

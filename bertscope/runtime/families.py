@@ -57,6 +57,7 @@ class Family:
     position_offset: int = 0  # positions never usable (RoBERTa's ids start after padding_idx)
     shared_layers: bool = False  # ALBERT: one layer's weights, called once per layer
     layer_params: str = ""  # regex on a parameter name in the base model: group 1 is the block's index
+    weights_on_request: bool = False  # attention returns its weights only when the pass asks output_attentions
 
     @property
     def post_layernorm(self) -> bool:
@@ -106,7 +107,7 @@ FAMILIES: tuple[Family, ...] = (
         attention="attention.self", out_proj="attention.output.dense", attn_norm="attention.output.LayerNorm",
         mlp_in="intermediate.dense", mlp_out="output.dense", mlp_norm="output.LayerNorm",
         lora_targets=("query_proj", "key_proj", "value_proj", "output.dense", "intermediate.dense"),
-        mlm_head=("cls.predictions",), scores="relative"),  # transformers' legacy head (the default)
+        mlm_head=("cls.predictions",), scores="relative", weights_on_request=True),  # transformers' legacy head (the default)
     # Warner et al. 2024: rotary positions, GeGLU, pre-LayerNorm (none before layer 0's attention),
     # global attention every third layer and a sliding window in between, no token types
     Family(

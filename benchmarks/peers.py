@@ -1,0 +1,171 @@
+"""BertScope's speed beside the tools a user would otherwise pick: ratios measured in one run, interleaved, on the
+same inputs and threads (figures only; the peers lane's tests hold the numbers equal).
+
+    .venv-peers/bin/python benchmarks/peers.py [--model bundled-mlm | random:bert-base-uncased] [--repeats 5]
+    .venv-saelens/bin/python benchmarks/peers.py --sae [--tokens 65536]
+
+Each section runs where its peer is installed (``make test-peers`` builds both environments):
+
+- **run_with_cache** (every hook point, 16 sentences) against TransformerLens 4.3's
+  ``TransformerBridge.run_with_cache`` (every hook), beside the bare Hugging Face forward; goal <= 1.0x.
+- **Integrated gradients** (50 Gauss-Legendre steps, one [MASK] prediction) against captum's
+  ``LayerIntegratedGradients`` on the word embeddings, same steps; goal <= 1.0x.
+- **Patching grids** (every hidden state x position, every layer x head) against nnsight 0.8's interventions
+  (one trace per row, one invoke per cell: ``peers/references.py``); goal <= 1.0x.
+- **SAE training** (``--sae``): ``features.trainer.train_sae`` against SAELens 6.54's ``SAETrainer`` with a
+  ``TopKTrainingSAE`` of the same width, k, batch and learning rate, on the same activations (BertScope streams
+  its float16 cache from disk; SAELens is handed every row in memory as float32, its cheapest data); tokens per
+  second, goal >= 1.0x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.timing import add_model_args, interleaved, load  # noqa: E402
+
+SENTENCES = ["The bank of the river was muddy after the rain.", "She deposited the money at the bank.",
+             "The keys to the cabinet are on the table.", "A dog slept under the old oak tree."] * 4
+
+
+def _ratio(name: str, times: dict[str, list[float]], ours: str, theirs: str, goal: str, extra: str = "") -> None:
+    o, t = statistics.median(times[ours]), statistics.median(times[theirs])
+    print(f"{name}: BertScope {o * 1000:.1f} ms, {theirs} {t * 1000:.1f} ms, ratio {o / t:.2f} ({goal}){extra}")
+
+
+def run_with_cache(lm, repeats: int) -> None:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from benchmarks.timing import bare_forward
+
+    bridge = TransformerBridge.boot_transformers(str(lm.source), device=str(lm.device))
+    feed = {k: v.to(lm.device) for k, v in lm.tokenizer(SENTENCES, return_tensors="pt", padding=True).items()}
+    ids, mask = feed["input_ids"], feed["attention_mask"]
+
+    def theirs():
+        with torch.inference_mode():
+            bridge.run_with_cache(ids, attention_mask=mask)
+
+    # attn.hook_result (each head's share of W_O's output, [batch, pos, head, d_model]) is computed only when read,
+    # and the bridge has no such hook: "every name both give" leaves it out, "every hook point" keeps it
+    shared = lambda n: not n.endswith("attn.hook_result")  # noqa: E731
+    times = interleaved({"BertScope": lambda: lm.run_with_cache(feed, names=shared),
+                         "BertScope (with hook_result)": lambda: lm.run_with_cache(feed, names=lambda n: True),
+                         "TransformerLens": theirs,
+                         "bare forward": lambda: bare_forward(lm, SENTENCES, heads=True)}, repeats, lm.device)
+    bare = statistics.median(times["bare forward"])
+    each = ", ".join(f"{k} {statistics.median(v) / bare:.2f}x" for k, v in times.items() if k != "bare forward")
+    _ratio(f"run_with_cache, every hook point but hook_result ({lm.name}, {len(SENTENCES)} sentences)", times,
+           "BertScope", "TransformerLens", "goal <= 1.0", f"; against the bare forward ({bare * 1000:.1f} ms): {each}")
+
+
+def integrated_gradients(lm, repeats: int) -> None:
+    from captum.attr import LayerIntegratedGradients
+
+    from bertscope import inspect
+    from bertscope.attribution.gradients import integrated_gradients as ig
+    from bertscope.attribution.targets import Target
+    from peers.references import ANSWER, MASKED, captum_setup
+
+    ins = inspect(lm, MASKED)
+    target = Target("token", list(ins.tokens).index(lm.tokenizer.mask_token), ANSWER)
+    _, f, ids, base_ids, _ = captum_setup(lm)
+    lig = LayerIntegratedGradients(f, lm.model.get_input_embeddings())
+    times = interleaved({"BertScope": lambda: ig(lm, ins, target, steps=50),
+                         "captum": lambda: lig.attribute(ids, baselines=base_ids, n_steps=50,
+                                                         method="gausslegendre")}, repeats, lm.device)
+    _ratio(f"integrated gradients, 50 steps ({lm.name}, {ins.n_tokens} tokens)", times, "BertScope", "captum",
+           "goal <= 1.0")
+
+
+def patching(lm, repeats: int) -> None:
+    from bertscope import patch
+    from peers.references import CANDIDATES, CLEAN, CORRUPT, nnsight_head_grid, nnsight_hidden_grid, wrapped
+
+    model = wrapped(lm)
+    for what, grid in (("hidden", nnsight_hidden_grid), ("heads", nnsight_head_grid)):
+        times = interleaved({"BertScope": lambda: patch(lm, CLEAN, CORRUPT, list(CANDIDATES), what=what),
+                             "nnsight": lambda: grid(lm, model)}, repeats, lm.device)
+        cells = (lm.num_layers + 1) * len(lm.tokenizer(CLEAN)["input_ids"]) if what == "hidden" else \
+            lm.num_layers * lm.num_heads
+        _ratio(f"patching grid, {what} ({lm.name}, {cells} cells)", times, "BertScope", "nnsight", "goal <= 1.0")
+
+
+def in_memory(rows: np.ndarray, batch: int):
+    """SAELens's data at its cheapest: every row already in memory as float32, shuffled batches (SAELens's own
+    ActivationsStore reads and mixes a buffer; this gives its trainer the fastest data it could have)."""
+    x = torch.from_numpy(np.asarray(rows, dtype=np.float32))
+    while True:
+        order = torch.randperm(len(x))
+        for start in range(0, len(x) - batch + 1, batch):
+            yield x[order[start:start + batch]]
+
+
+def sae_training(tokens: int, repeats: int, d_in: int = 384, expansion: int = 8, k: int = 32, batch: int = 2048
+                 ) -> None:
+    from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig
+    from sae_lens.config import SAETrainerConfig
+    from sae_lens.training.sae_trainer import SAETrainer
+
+    from bertscope.features.activations import ActivationSet
+    from bertscope.features.sae import SaeInfo
+    from bertscope.features.trainer import SaeTrainConfig, train_sae
+
+    d_sae = expansion * d_in
+    cfg = SaeTrainConfig(expansion=expansion, k=k, epochs=1, batch_tokens=batch)
+    lr = cfg.rate(d_sae)
+    steps = tokens // batch
+    rng = np.random.default_rng(0)
+    ours, theirs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(Path(tmp) / "rows.npy", rng.normal(size=(tokens, d_in)).astype(np.float16))
+        rows = np.load(Path(tmp) / "rows.npy", mmap_mode="r")  # BertScope's activation cache: float16 on disk
+        acts = ActivationSet(Path(tmp), 0, rows, np.zeros((tokens, 2), np.int32), ())
+        for r in range(repeats + 1):  # the first round warms both up
+            _, state = train_sae(acts, cfg, Path(tmp) / f"run{r}", SaeInfo("synthetic", "blocks.0.hook_resid_post"),
+                                 resume=False)
+            sae = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=d_in, d_sae=d_sae, k=k, dtype="float32", device="cpu"))
+            trainer_cfg = SAETrainerConfig(total_training_samples=steps * batch, train_batch_size_samples=batch,
+                                           lr=lr, lr_end=lr)
+            trainer = SAETrainer(cfg=trainer_cfg, sae=sae, data_provider=in_memory(rows, batch))
+            start = time.perf_counter()
+            trainer.fit()
+            seconds = time.perf_counter() - start
+            if r:
+                ours.append(steps * batch / state.history[-1]["seconds"])
+                theirs.append(steps * batch / seconds)
+    o, t = statistics.median(ours), statistics.median(theirs)
+    print(f"SAE training, TopK {d_in} -> {d_sae} (k={k}), {steps * batch:,} tokens in batches of {batch} "
+          f"({torch.get_num_threads()} threads): train_sae {o:,.0f} tokens/s, SAELens SAETrainer {t:,.0f} tokens/s, "
+          f"ratio {o / t:.2f} (goal >= 1.0)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_args(parser, "bundled-mlm")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sae", action="store_true", help="SAE training against SAELens's trainer (.venv-saelens)")
+    parser.add_argument("--tokens", type=int, default=65_536, help="--sae: activation rows to train on")
+    args = parser.parse_args()
+    if args.sae:
+        sae_training(args.tokens, max(1, args.repeats // 2))
+        return
+    lm = load(args, heads="mlm")
+    run_with_cache(lm, args.repeats)
+    integrated_gradients(lm, args.repeats)
+    patching(lm, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""The peers lane: BertScope held to the tools a user would otherwise pick, each in its own environment
+(``make test-peers``): TransformerLens 4.3's bridge, captum and nnsight 0.8 in ``.venv-peers``; SAELens 6.54
+in ``.venv-saelens`` (it requires transformer-lens<4). Not part of ``make test``: the peers' stacks never touch
+the app's environment."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from bertscope import load_model
+
+warnings.filterwarnings("ignore")
+SENTENCES = ["The bank of the river was muddy after the rain.", "She deposited the money at the bank.",
+             "The keys to the cabinet are on the table.", "A dog slept under the old oak tree."]
+
+
+@pytest.fixture(scope="session")
+def mlm():
+    return load_model("bundled-mlm", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def random_base(tmp_path_factory):
+    """A random BERT-base (bert-base-uncased's shapes) with its masked-LM head, saved to disk."""
+    from bertscope.core.random_models import save_random_model
+
+    return save_random_model("bert-base-uncased", tmp_path_factory.mktemp("bert-base"), heads="mlm", seed=0)
