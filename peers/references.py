@@ -16,26 +16,32 @@ CORRUPT = "The key to the old cabinet [MASK] on the table."
 CANDIDATES = ("are", "is")
 
 
-def captum_setup(lm, text=MASKED, answer=ANSWER):
+def captum_setup(lm, text=MASKED, answer=ANSWER, head_at_position: bool = False):
     """(f on input embeddings, f on ids, ids, the baseline's ids, the answer's position) as captum's BERT
-    tutorial builds them: the baseline keeps [CLS], [SEP] and [MASK] and puts [PAD] everywhere else."""
+    tutorial builds them: the baseline keeps [CLS], [SEP] and [MASK] and puts [PAD] everywhere else.
+    ``head_at_position``: f runs the encoder and BERT's masked-LM head at [MASK] alone (as BertScope does)."""
     tok, model = lm.tokenizer, lm.model
-    enc = tok(text, return_tensors="pt")
+    enc = {k: v.to(lm.device) for k, v in tok(text, return_tensors="pt").items()}
     ids = enc["input_ids"]
-    keep = torch.tensor(tok.get_special_tokens_mask(ids[0].tolist(), already_has_special_tokens=True)).bool()
+    keep = torch.tensor(tok.get_special_tokens_mask(ids[0].tolist(), already_has_special_tokens=True)).bool().to(ids.device)
     keep |= ids[0] == tok.mask_token_id
     base_ids = torch.where(keep, ids[0], torch.full_like(ids[0], tok.pad_token_id))[None]
     pos = int((ids[0] == tok.mask_token_id).nonzero()[0])
     item = tok.convert_tokens_to_ids(answer)
     extra = {k: v for k, v in enc.items() if k != "input_ids"}
 
+    def logits(**inputs):  # [b, vocab] at [MASK]
+        if head_at_position:
+            return model.cls(model.bert(**inputs).last_hidden_state[:, pos])
+        return model(**inputs).logits[:, pos]
+
     def on_embeddings(e):
         rows = {k: v.expand(e.shape[0], -1) for k, v in extra.items()}
-        return torch.log_softmax(model(inputs_embeds=e, **rows).logits[:, pos], -1)[:, item]
+        return torch.log_softmax(logits(inputs_embeds=e, **rows), -1)[:, item]
 
     def on_ids(i):
         rows = {k: v.expand(i.shape[0], -1) for k, v in extra.items()}
-        return torch.log_softmax(model(input_ids=i, **rows).logits[:, pos], -1)[:, item]
+        return torch.log_softmax(logits(input_ids=i, **rows), -1)[:, item]
 
     return on_embeddings, on_ids, ids, base_ids, pos
 
@@ -48,10 +54,23 @@ def wrapped(lm):
 
 def _setup(lm):
     tok = lm.tokenizer
-    clean, corrupt = tok(CLEAN, return_tensors="pt"), tok(CORRUPT, return_tensors="pt")
+    clean, corrupt = ({k: v.to(lm.device) for k, v in tok(t, return_tensors="pt").items()} for t in (CLEAN, CORRUPT))
     pos = int((corrupt["input_ids"][0] == tok.mask_token_id).nonzero()[0])
     a, b = tok.convert_tokens_to_ids(list(CANDIDATES))
     return clean, corrupt, pos, a, b
+
+
+def nnsight_metrics(lm, model=None) -> tuple[float, float]:
+    """(m_clean, m_corrupt): the logit difference at [MASK] of each run, through nnsight."""
+    model = model or wrapped(lm)
+    clean, corrupt, pos, a, b = _setup(lm)
+    found = []
+    with torch.no_grad():
+        for feed in (clean, corrupt):
+            with model.trace(**feed):
+                logits = model.output.logits
+                found.append((logits[0, pos, a] - logits[0, pos, b]).save())
+    return float(found[0]), float(found[1])
 
 
 def nnsight_hidden_grid(lm, model=None) -> np.ndarray:

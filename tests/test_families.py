@@ -40,6 +40,8 @@ def test_loads_with_every_hook_point_reading_the_models_own_states(family):
         torch.testing.assert_close(cache[state_hook(lm.model, state)], hidden, rtol=0, atol=0)
     for layer, weights in enumerate(out.attentions):
         torch.testing.assert_close(cache[f"blocks.{layer}.attn.hook_pattern"], weights, rtol=0, atol=0)
+    _, alone = lm.run_with_cache(TEXT[0], names=["blocks.0.attn.hook_pattern"])  # no attentions=True asked
+    torch.testing.assert_close(alone["blocks.0.attn.hook_pattern"], out.attentions[0], rtol=0, atol=0)
     n_tokens = out.hidden_states[0].shape[1]
     for layer, block in enumerate(blocks(lm.model)):  # the tokens' queries, keys and values
         for which, path in zip("qkv", (record.query, record.key, record.value)):
@@ -139,3 +141,26 @@ def test_modernbert_counts_its_published_parameters_layer_by_layer():
     assert len(b.layer_totals()) == 22 and sum(b.layer_totals().values()) == 110_330_112
     first = {c.name for c in b.components if c.layer == 1}
     assert first == {"QKV", "attention output", "attention LayerNorm", "FFN in", "FFN out", "FFN LayerNorm"}
+
+
+def test_a_masked_predictions_score_is_the_models_own_log_probability(family):
+    """Integrated gradients and gradient × input read log p(token) at [MASK] with the masked-LM head applied at
+    that position alone: the same number as the whole model's logits there."""
+    from bertscope import inspect
+    from bertscope.attribution.gradients import input_embeddings, score_function
+    from bertscope.attribution.targets import Target
+
+    record, folder = family
+    lm = load_model(str(folder), device="cpu")
+    text = f"the man walked along the {lm.tokenizer.mask_token} bank ."
+    ins = inspect(lm, text)
+    pos = list(ins.tokens).index(lm.tokenizer.mask_token)
+    item = len(lm.tokenizer) // 2
+    f, target = score_function(lm, ins, Target("token", pos, lm.tokenizer.convert_ids_to_tokens(item), item))
+    assert target.token_id == item
+    x, _ = input_embeddings(lm, ins)
+    with torch.no_grad():
+        out = lm.model(**lm.tokenizer(text, return_tensors="pt"))
+        logits = getattr(out, "prediction_logits", None)
+        expected = torch.log_softmax((out.logits if logits is None else logits)[0, pos].float(), -1)[item]
+        torch.testing.assert_close(f(x)[0], expected, rtol=0, atol=1e-5)

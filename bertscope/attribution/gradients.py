@@ -98,9 +98,12 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
             target = Target("token", pos, lm.tokenizer.convert_ids_to_tokens(best) or f"#{best}", best)
         item = target.token_id if target.token_id is not None else token_id(lm, target.token)
         target = Target("token", pos, target.token, item)
-        if not has_record(lm.model_type):  # no record of its head's modules: the whole model's logits
+        try:
+            head = mlm_head(lm) if has_record(lm.model_type) else None
+        except BertScopeError:  # a head the record's modules do not make (DeBERTa's non-legacy head)
+            head = None
+        if head is None:  # the whole model's logits, read at ``pos``
             return (lambda e: torch.log_softmax(_logits(run(e))[:, pos].float(), -1)[:, item]), target
-        head = mlm_head(lm)
 
         def token_score(e):  # the encoder, then the masked-LM head at ``pos`` alone: [b, vocab], not [b, token, vocab]
             hidden = run(e, encoder_only=True).last_hidden_state[:, pos]  # [b, dim]

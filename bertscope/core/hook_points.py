@@ -332,21 +332,20 @@ class Hooks:
         handles = []
         if point.first_call_in is not None:  # the tokens' projection, not the positions' after it
             fresh = [False]
-            handles.append(point.first_call_in.register_forward_pre_hook(lambda *_: fresh.__setitem__(0, True)))
+
+            def arm(*_: Any) -> None:  # this thread's call of the attention module (another's passes by)
+                if threading.get_ident() == self.owner:
+                    fresh[0] = True
+            handles.append(point.first_call_in.register_forward_pre_hook(arm))
             fns = [self._first_call(fresh, fns)]
         return [*handles, self._register_module(point, fns)]
 
-    @staticmethod
-    def _first_call(fresh: list[bool], fns: list[HookFn]) -> HookFn:
+    def _first_call(self, fresh: list[bool], fns: list[HookFn]) -> HookFn:
         def first(x: torch.Tensor, point: HookPoint) -> torch.Tensor | None:
             if not fresh[0]:
                 return None
             fresh[0] = False
-            changed = None
-            for fn in fns:
-                new = fn(x if changed is None else changed, point)
-                changed = changed if new is None else new
-            return changed
+            return self._apply(point, fns, x)  # each function's return checked, as on any point
         return first
 
     def _register_module(self, point: HookPoint, fns: list[HookFn]) -> Any:

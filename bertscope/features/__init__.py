@@ -9,7 +9,10 @@ piece of a text), ``directions`` (a feature from the weights alone: logit weight
 the features that promote a word), ``statistics`` (one streamed pass over a tagged corpus: top
 contexts, histograms, gold-tag labels with precision and recall), ``contexts`` (a feature's top
 sentences as a reader sees them), ``edits`` (switch a feature off or steer with it), ``causal`` (does
-a tag-labelled feature carry its tag: a probe and masked-token accuracy with it off, beside controls).
+a tag-labelled feature carry its tag: a probe and masked-token accuracy with it off, beside controls),
+``crosscoder`` (a BatchTopK crosscoder over a base and a fine-tuned model's activations at one layer),
+``crosscoder_trainer`` (its trainer, the reference's loss), ``model_diff`` (what fine-tuning added, latent by
+latent: decoder norms in both models, shared / base-only / fine-tuned-only, Latent Scaling).
 Every pass goes through the model's hook points (``blocks.{l}.hook_resid_post``: layer l's output, as
 everywhere).
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
@@ -24,6 +27,11 @@ _EXPORTS = {
     "save_sae": "features.sae",
     "layer_activations": "features.activations",
     "train_sae": "features.trainer",
+    "BatchTopKCrosscoder": "features.crosscoder",
+    "load_crosscoder": "features.crosscoder",
+    "save_crosscoder": "features.crosscoder",
+    "train_crosscoder": "features.crosscoder_trainer",
+    "diff_models": "features.model_diff",
     "sae_quality": "features.quality",
     "active_features": "features.active",
     "shipped_saes": "features.shipped",

@@ -2,7 +2,7 @@
 the same Hugging Face tensor, and which share a name but not a meaning.
 
 Measured on ``BertForMaskedLM`` (bundled-mlm and a random BERT-base) by the peers lane
-(``tests/peers/test_transformer_lens.py``); the docs' table (``docs/pages/peers.md``) is this record.
+(``peers/test_transformer_lens.py``); the docs' table (``docs/peers.md``) is this record.
 
     >>> SAME["blocks.{l}.hook_resid_post"]
     'blocks.{l}.hook_resid_post'
@@ -36,6 +36,8 @@ DIFFERENT: dict[str, tuple[str, str]] = {
 
 # read by one side only (the bridge's wrapper hooks, hook_in/hook_out of every module, are not listed)
 ONLY_BERTSCOPE = ("blocks.{l}.attn.hook_result",)
+# (ln_final is BERT's masked-LM head's LayerNorm there; BertScope's ln_final.hook_normalized is a pre-LayerNorm
+# family's final norm, ModernBERT's: one name, two modules)
 ONLY_BRIDGE = ("blocks.{l}.attn.hook_attn_scores", "hook_pos_embed", "ln_final.hook_normalized",
                "blocks.{l}.ln1.hook_scale", "blocks.{l}.ln2.hook_scale")
 

@@ -5,8 +5,12 @@ TransformerLens 4.3 bridges ``BertForMaskedLM`` and ``RobertaForMaskedLM``. This
 and DeBERTa-v2/v3: each adapter's module paths come from the family's record (``runtime.families.Family``:
 its blocks, q/k/v, W_O, feed-forward and LayerNorm paths; its masked-LM head), so a family is still written
 once. They are registered through TransformerLens's entry point (``pyproject.toml``:
-``[project.entry-points."transformer_lens.architectures"]``): with BertScope installed,
-``TransformerBridge.boot_transformers("<folder>")`` opens such a checkpoint with no import of BertScope.
+``[project.entry-points."transformer_lens.architectures"]``). TransformerLens 4.3 reads its entry points after
+it has checked a checkpoint's architecture against its own list, so call
+``ArchitectureAdapterFactory.discover_entry_points()`` (or import this module) once before
+``TransformerBridge.boot_transformers("<folder>")``: importing lists the architectures where that check looks.
+On DeBERTa the bridge has no ``attn.hook_q``/``hook_k`` (its query and key modules also project the relative
+positions, and the bridge caches a module's last call); BertScope's hook points read the tokens' call.
 
 Where the bridge cannot follow (stated, not papered over):
 
@@ -23,9 +27,11 @@ Loaded by TransformerLens only (this module imports it); nothing in BertScope im
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from transformer_lens.factories import architecture_adapter_factory as _factory
+from transformer_lens.model_bridge.architecture_adapter import ArchitectureAdapter
 from transformer_lens.model_bridge.generalized_components import (
     AttentionBridge,
     BlockBridge,
@@ -56,9 +62,8 @@ _architectures.MASKED_LM_ARCHITECTURES.update(ARCHITECTURES)
 
 def _attention_root(family: Family) -> str:
     """The module holding q, k, v and W_O (BERT: ``attention``), as TransformerLens's AttentionBridge wraps."""
-    first = family.query.split(".")
-    common = [a for a, b in zip(first, family.out_proj.split(".")) if a == b]
-    return ".".join(common)
+    pairs = zip(family.query.split("."), family.out_proj.split("."))
+    return ".".join(a for a, _ in itertools.takewhile(lambda pair: pair[0] == pair[1], pairs))
 
 
 def _inside(path: str, root: str) -> str:
@@ -75,8 +80,11 @@ def block_bridge(family: Family, cfg: Any) -> Any:
             "ln1": NormalizationBridge(name=family.attn_norm, config=cfg, use_native_layernorm_autograd=True),
             "ln2": NormalizationBridge(name=family.mlp_norm, config=cfg, use_native_layernorm_autograd=True),
             "attn": AttentionBridge(name=root, config=cfg, submodules={
-                "q": LinearBridge(name=_inside(family.query, root)),
-                "k": LinearBridge(name=_inside(family.key, root)),
+                # DeBERTa's query and key modules project the relative positions too, after the tokens: the
+                # bridge caches a module's last call, so they would read the positions' projection. Left out.
+                **({} if family.scores == "relative" else {
+                    "q": LinearBridge(name=_inside(family.query, root)),
+                    "k": LinearBridge(name=_inside(family.key, root))}),
                 "v": LinearBridge(name=_inside(family.value, root)),
                 "o": LinearBridge(name=_inside(family.out_proj, root))}),
             "mlp": MLPBridge(name=None, config=cfg, submodules={
@@ -126,9 +134,9 @@ class FamilyAdapter(BertArchitectureAdapter):
                                                                       use_native_layernorm_autograd=True)
                 elif isinstance(module, torch.nn.Linear) and "mlm_head" not in self.components:
                     self.components["mlm_head"] = LinearBridge(name=name)
-        if self.family.pair_head is None:
-            return
-        super().prepare_model(hf_model)
+        if getattr(hf_model.config, "conv_kernel_size", 0):  # as BertScope's own hook points refuse it
+            raise ValueError("DeBERTa-v2 with a convolution after layer 0 has no TransformerLens bridge adapter.")
+        ArchitectureAdapter.prepare_model(self, hf_model)  # the base's eager attention (not BERT's NSP fix-ups)
 
 
 def _adapter(architecture: str) -> type:

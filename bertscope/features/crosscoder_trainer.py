@@ -1,0 +1,183 @@
+"""Train a BatchTopK crosscoder on two models' activations of the same text, kept on disk (the reference's
+``BatchTopKCrossCoderTrainer``, science-of-finetuning/dictionary_learning ``trainers/crosscoder.py``).
+
+- Loss: the reconstruction error's Euclidean norm (not squared), averaged over tokens and both models, plus
+  AuxK: for each token the k_aux = d_in / 2 largest dead latents (by z · s) rebuild the detached error of both
+  models (no decoder bias), its squared error over the error's variance, weighted 1/32. A latent is dead when it
+  has not fired in ``dead_tokens`` tokens (the reference's 10M scaled to corpora of a few hundred thousand).
+- b_dec starts at each model's geometric median of a sample; the decoder rows are never normalised.
+- Adam (0.9 / 0.999), learning rate 2e-4 / sqrt(d_sae / 2^14) by default (the reference's rule), a linear warm-up
+  over the first ``warmup`` share of the steps, gradient norm clipped at 1.
+- The inference threshold θ: after the first ``threshold_start`` share of the steps, the running mean (0.999) of
+  each batch's smallest kept z · s (the first value taken as it is).
+- Rows stream from the two memory-mapped caches in the same shuffled blocks, so memory stays bounded by bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.features.activations import ActivationSet
+from bertscope.features.crosscoder import BatchTopKCrosscoder, CrosscoderInfo, save_crosscoder
+from bertscope.features.trainer import geometric_median
+
+
+@dataclass
+class CrosscoderTrainConfig:
+    expansion: int = 8  # latents = expansion x d_in
+    k: int = 32  # active latents a token, on average over a batch
+    epochs: int = 4
+    batch_tokens: int = 2048
+    lr: float | None = None  # None: 2e-4 / sqrt(d_sae / 2^14)
+    warmup: float = 0.05  # share of the steps with a linear warm-up
+    aux_coef: float = 1 / 32
+    dead_tokens: int = 100_000
+    threshold_start: float = 0.2  # share of the steps before θ starts to follow the batches
+    threshold_beta: float = 0.999
+    block_bytes: int = 64 * 2**20
+    seed: int = 0
+
+    def check(self, d_in: int, tokens: int) -> None:
+        d_sae = self.expansion * d_in
+        if self.expansion < 1:
+            raise BertScopeError("--expansion must be at least 1.")
+        if not 0 < self.k < d_sae:
+            raise BertScopeError(f"k must be between 1 and {d_sae - 1} (the latents, {d_sae}, less one); got {self.k}.")
+        if self.epochs < 1 or self.batch_tokens < 1:
+            raise BertScopeError("Epochs and the batch size must be at least 1.")
+        if tokens < self.batch_tokens:
+            raise BertScopeError(f"The corpus gave {tokens:,} tokens, fewer than one batch ({self.batch_tokens:,}): "
+                                 "give it more sentences or a smaller batch.")
+
+    def rate(self, d_sae: int) -> float:
+        return self.lr if self.lr is not None else 2e-4 / (d_sae / 2**14) ** 0.5
+
+
+@dataclass
+class CrosscoderTrainState:
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+def paired(base: ActivationSet, tuned: ActivationSet) -> None:
+    """One line unless the two caches hold the same word pieces of the same text, row for row."""
+    if base.texts != tuned.texts or base.layer != tuned.layer or base.tokens != tuned.tokens or \
+            not np.array_equal(base.where, tuned.where):
+        raise BertScopeError("The two models' activations are not of the same word pieces (different text, layer or "
+                             "tokenizer): a crosscoder reads both models on the same tokens.")
+
+
+def paired_blocks(base: np.ndarray, tuned: np.ndarray, block_rows: int, generator: np.random.Generator):
+    """[rows, 2, d] float32 blocks of both caches' same rows, in a shuffled order, each block shuffled."""
+    starts = np.arange(0, len(base), block_rows)
+    for start in generator.permutation(starts):
+        block = np.stack([np.asarray(base[start:start + block_rows], np.float32),
+                          np.asarray(tuned[start:start + block_rows], np.float32)], axis=1)
+        yield block[generator.permutation(len(block))]
+
+
+def crosscoder_loss(cc: BatchTopKCrosscoder, x: torch.Tensor, since_fired: torch.Tensor, dead_tokens: int,
+                    aux_coef: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(loss, parts) of one batch x [batch, 2, d_in] in BatchTopK mode; ``since_fired`` [d_sae] is advanced."""
+    z = cc.pre_activations(x)  # [batch, d_sae]
+    s = cc.latent_weights()  # [d_sae]
+    scaled = z * s
+    flat = scaled.flatten()
+    top = flat.topk(min(cc.k * len(z), flat.numel()), sorted=False).indices
+    f = torch.zeros_like(flat).scatter(0, top, z.flatten()[top]).view_as(z)  # raw z where kept
+    recon = cc.decode(f)  # [batch, 2, d_in]
+    error = x - recon
+    reconstruction = error.norm(dim=-1).mean()  # ‖e‖ per token and model, averaged: the reference's (not squared)
+    fired = (f > 0).any(0)
+    since_fired += len(x)
+    since_fired[fired] = 0
+    dead = since_fired >= dead_tokens
+    aux = torch.zeros((), device=x.device)
+    n_dead = int(dead.sum())
+    if n_dead:
+        k_aux = min(cc.d_in // 2, n_dead)
+        chosen = scaled.masked_fill(~dead[None, :], float("-inf")).topk(k_aux, dim=-1, sorted=False)  # per token
+        a = torch.zeros_like(z).scatter(-1, chosen.indices, z.gather(-1, chosen.indices))
+        aux_recon = torch.einsum("bf,mfd->bmd", a, cc.W_dec).flatten(1)  # [batch, 2 d_in], no bias
+        e = error.detach().flatten(1)  # [batch, 2 d_in]
+        variance = (e - e.mean(0)).pow(2).sum(-1).mean()
+        aux = torch.nan_to_num((e - aux_recon).pow(2).sum(-1).mean() / variance)
+    kept = (f * s)[f > 0]
+    parts = {"reconstruction": reconstruction, "aux": aux, "dead": torch.tensor(n_dead / cc.d_sae),
+             "smallest_kept": kept.min().detach() if kept.numel() else torch.zeros(()),
+             "mse": error.pow(2).sum(-1).mean().detach()}
+    return reconstruction + aux_coef * aux, parts
+
+
+def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderTrainConfig, out: str | Path,
+                     info: CrosscoderInfo, device: str = "cpu",
+                     progress: Callable[[int, int, dict], None] | None = None,
+                     stop: Callable[[], bool] | None = None) -> tuple[BatchTopKCrosscoder, CrosscoderTrainState]:
+    """Train on the two caches (rows aligned: ``paired``) and save the crosscoder at ``out``."""
+    paired(base, tuned)
+    d_in = base.rows.shape[1]
+    cfg.check(d_in, base.tokens)
+    d_sae = cfg.expansion * d_in
+    device_ = torch.device(device)
+    torch.manual_seed(cfg.seed)
+    cc = BatchTopKCrosscoder(d_in, d_sae, cfg.k, info, seed=cfg.seed).to(device_)
+    params = [cc.W_enc, cc.b_enc, cc.W_dec, cc.b_dec]
+    optimizer = torch.optim.Adam(params, lr=cfg.rate(d_sae), betas=(0.9, 0.999))
+    block_rows = max(cfg.batch_tokens, cfg.block_bytes // (2 * d_in * 4))
+    steps_per_epoch = sum(len(range(0, min(block_rows, base.tokens - s) - cfg.batch_tokens + 1, cfg.batch_tokens))
+                          for s in range(0, base.tokens, block_rows))
+    total = max(1, steps_per_epoch * cfg.epochs)
+    warmup = max(1, int(cfg.warmup * total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / warmup, 1.0))
+    threshold_start = int(cfg.threshold_start * total)
+    sample_rows = np.linspace(0, base.tokens - 1, min(base.tokens, 8192)).astype(int)
+    with torch.no_grad():
+        for m, rows in enumerate((base.rows, tuned.rows)):
+            cc.b_dec[m] = geometric_median(torch.from_numpy(np.asarray(rows[sample_rows], np.float32)).to(device_))
+    since_fired = torch.zeros(d_sae, dtype=torch.long, device=device_)
+    state = CrosscoderTrainState()
+    for epoch in range(cfg.epochs):
+        generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
+        sums, steps, started = {"loss": 0.0, "reconstruction": 0.0, "aux": 0.0, "mse": 0.0}, 0, time.perf_counter()
+        for block in paired_blocks(base.rows, tuned.rows, block_rows, generator):
+            x_block = torch.from_numpy(block).to(device_)  # [block, 2, d_in]
+            for start in range(0, len(x_block) - cfg.batch_tokens + 1, cfg.batch_tokens):
+                if stop is not None and stop():
+                    return cc, state
+                x = x_block[start:start + cfg.batch_tokens]
+                loss, parts = crosscoder_loss(cc, x, since_fired, cfg.dead_tokens, cfg.aux_coef)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                scheduler.step()
+                if state.step >= threshold_start:  # θ follows the smallest kept z · s
+                    smallest = parts["smallest_kept"].to(cc.threshold.device)
+                    with torch.no_grad():
+                        cc.threshold.copy_(smallest if float(cc.threshold) < 0 else
+                                           cfg.threshold_beta * cc.threshold + (1 - cfg.threshold_beta) * smallest)
+                state.step += 1
+                steps += 1
+                for key in ("reconstruction", "aux", "mse"):
+                    sums[key] += float(parts[key].detach())
+                sums["loss"] += float(loss.detach())
+                if progress is not None:
+                    progress(state.step, total, {"epoch": epoch + 1, "reconstruction": float(parts["reconstruction"]),
+                                                 "dead": float(parts["dead"])})
+        seconds = time.perf_counter() - started
+        state.history.append({"epoch": epoch + 1, **{k: v / max(steps, 1) for k, v in sums.items()},
+                              "dead_share": float((since_fired >= cfg.dead_tokens).float().mean()),
+                              "seconds": seconds, "tokens_per_s": steps * cfg.batch_tokens / max(seconds, 1e-9)})
+    if float(cc.threshold) < 0:  # too few steps for θ to start: the last batch's
+        with torch.no_grad():
+            cc.threshold.copy_(parts["smallest_kept"])
+    cc.info.extra.update({"trained_tokens": int(base.tokens), "config": asdict(cfg), "history": state.history})
+    save_crosscoder(cc, out)
+    return cc, state
