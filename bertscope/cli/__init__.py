@@ -24,6 +24,7 @@ from bertscope.cli import (
     circuits,
     compare,
     corpus,
+    crosscoder,
     erasure,
     features,
     inspection,
@@ -42,7 +43,7 @@ from bertscope.errors import BertScopeError
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, erasure, circuits,
                              training,
-                             sae, features, setup) for c in module.COMMANDS
+                             sae, crosscoder, features, setup) for c in module.COMMANDS
 }
 
 

@@ -9,7 +9,9 @@
 - Adam (0.9 / 0.999), learning rate 2e-4 / sqrt(d_sae / 2^14) by default (the reference's rule), a linear warm-up
   over the first ``warmup`` share of the steps, gradient norm clipped at 1.
 - The inference threshold θ: after the first ``threshold_start`` share of the steps, the running mean (0.999) of
-  each batch's smallest kept z · s (the first value taken as it is).
+  each batch's smallest kept z · s (the first value taken as it is), as the reference; at the end θ is set from
+  the final weights (``calibrate_threshold``: the same statistic averaged over 16 batches), since a run of a few
+  hundred steps leaves the running mean at the early weights' scale (the reference trains ~100k steps).
 - Rows stream from the two memory-mapped caches in the same shuffled blocks, so memory stays bounded by bytes.
 """
 
@@ -116,6 +118,26 @@ def crosscoder_loss(cc: BatchTopKCrosscoder, x: torch.Tensor, since_fired: torch
     return reconstruction + aux_coef * aux, parts
 
 
+@torch.no_grad()
+def calibrate_threshold(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: ActivationSet, batch_tokens: int,
+                        batches: int = 16) -> float:
+    """θ from the final weights: the mean over up to ``batches`` batches of the smallest z · s BatchTopK keeps (the
+    statistic the reference's running mean follows over ~100k steps; a run of a few hundred steps would leave it
+    at early weights' scale). Returns θ."""
+    device = cc.W_dec.device
+    rows = np.linspace(0, base.tokens - batch_tokens, min(batches, max(1, base.tokens // batch_tokens))).astype(int)
+    cuts = []
+    for start in rows:
+        x = torch.from_numpy(np.stack([np.asarray(base.rows[start:start + batch_tokens], np.float32),
+                                       np.asarray(tuned.rows[start:start + batch_tokens], np.float32)], 1)).to(device)
+        f = cc.encode(x, use_threshold=False)
+        kept = (f * cc.latent_weights())[f > 0]
+        if kept.numel():
+            cuts.append(float(kept.min()))
+    cc.threshold.fill_(float(np.mean(cuts)) if cuts else 0.0)
+    return float(cc.threshold)
+
+
 def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderTrainConfig, out: str | Path,
                      info: CrosscoderInfo, device: str = "cpu",
                      progress: Callable[[int, int, dict], None] | None = None,
@@ -175,9 +197,7 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
         state.history.append({"epoch": epoch + 1, **{k: v / max(steps, 1) for k, v in sums.items()},
                               "dead_share": float((since_fired >= cfg.dead_tokens).float().mean()),
                               "seconds": seconds, "tokens_per_s": steps * cfg.batch_tokens / max(seconds, 1e-9)})
-    if float(cc.threshold) < 0:  # too few steps for θ to start: the last batch's
-        with torch.no_grad():
-            cc.threshold.copy_(parts["smallest_kept"])
+    calibrate_threshold(cc, base, tuned, cfg.batch_tokens)
     cc.info.extra.update({"trained_tokens": int(base.tokens), "config": asdict(cfg), "history": state.history})
     save_crosscoder(cc, out)
     return cc, state
