@@ -24,17 +24,24 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
 
     if args.tokens < args.batch_tokens or args.per_source < 1 or args.held_out < 1:
         raise BertScopeError("--tokens must hold one batch, and --per-source and --held-out be at least 1.")
+    if args.seed < 0 or args.top < 0:
+        raise BertScopeError("--seed and --top take a number from 0.")
+    if args.lr <= 0:
+        raise BertScopeError("--lr must be above 0.")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise BertScopeError(f"--out {args.out} is a file: give a folder for the crosscoder.")
     base = load(args)
     tuned = load_model(args.tuned, device=args.device, dtype=args.dtype)
     layer = base.num_layers - 1 if args.layer is None else args.layer
     if not 0 <= layer < min(base.num_layers, tuned.num_layers):
         raise BertScopeError(f"Layer {layer} does not exist in both: they have layers 0 to "
                              f"{min(base.num_layers, tuned.num_layers) - 1}.")
+    if base.hidden_size != tuned.hidden_size:
+        raise BertScopeError(f"{base.name} is {base.hidden_size} wide and {tuned.name} {tuned.hidden_size}: a crosscoder "
+                             "reads a model and one fine-tuned from it.")
     if base.tokenizer.get_vocab() != tuned.tokenizer.get_vocab():
         raise BertScopeError(f"{base.name} and {tuned.name} split text differently: a crosscoder reads both on the "
                              "same word pieces (a model and one fine-tuned from it).")
-    if args.lr <= 0:
-        raise BertScopeError("--lr must be above 0.")
     cfg = CrosscoderTrainConfig(expansion=args.expansion, k=args.k, epochs=args.epochs, batch_tokens=args.batch_tokens,
                                 lr=args.lr, seed=args.seed)
     cfg.check(base.hidden_size, cfg.batch_tokens)
@@ -57,7 +64,8 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     report = {
         "base": base.name, "tuned": tuned.name, "layer": layer, "hook_name": resid_post(layer), "out": args.out,
         "d_sae": cc.d_sae, "k": cc.k, "trained_tokens": caches["base"][0].tokens, "held_out_tokens": diff.tokens,
-        "fve": {"base": diff.fve[0], "tuned": diff.fve[1]}, "l0": diff.l0, "counts": diff.counts(),
+        "fve": {"base": _number(diff.fve[0]), "tuned": _number(diff.fve[1])}, "l0": diff.l0, "counts": diff.counts(),
+        "sources": train.counts(), "missing_sources": list(train.missing),
         "seconds": sum(h["seconds"] for h in state.history),
         "real_fine_tuned_only": [{"latent": int(j), "fires": int(diff.fires[j]), "delta_norm": float(diff.delta[j]),
                                   "nu_error": float(diff.nu_error[j]), "nu_reconstruction": float(diff.nu_reconstruction[j])}
@@ -66,19 +74,29 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     return report if args.json else table(report)
 
 
+def _number(x: float) -> float | None:
+    return None if np.isnan(x) else x
+
+
 def table(r: dict) -> str:
     c = r["counts"]
     lines = [f"BatchTopK crosscoder, {r['base']} (base) and {r['tuned']} (fine-tuned), {r['hook_name']}: "
              f"{r['d_sae']:,} latents, k={r['k']}, {r['trained_tokens']:,} tokens, saved in {r['out']}",
-             f"held-out ({r['held_out_tokens']:,} tokens of every source): variance explained {r['fve']['base']:.3f} "
-             f"(base), {r['fve']['tuned']:.3f} (fine-tuned); {r['l0']:.1f} latents a token",
+             f"text: {', '.join(r['sources'])}" + (f" (not installed: {', '.join(r['missing_sources'])})"
+                                                   if r["missing_sources"] else ""),
+             f"held-out ({r['held_out_tokens']:,} tokens): variance explained {_fmt(r['fve']['base'])} (base), "
+             f"{_fmt(r['fve']['tuned'])} (fine-tuned); {r['l0']:.1f} latents a token",
              "latents by relative decoder norm (0 base-only .. 1 fine-tuned-only):",
              *[f"  {name:<18}{c[name]:>7,}" for name in r["classes"]],
-             f"  fine-tuned-only that Latent Scaling keeps (ν^ε < 0.2, ν^r < 0.5): {c['fine-tuned-only, real']:,}"]
+             f"  fine-tuned-only that Latent Scaling keeps (|ν^ε| < 0.2, |ν^r| < 0.5): {c['fine-tuned-only, real']:,}"]
     for latent in r["real_fine_tuned_only"]:
         lines.append(f"    latent {latent['latent']:>6}: fires on {latent['fires']:,} held-out tokens, Δnorm "
                      f"{latent['delta_norm']:.2f}, ν^ε {latent['nu_error']:.2f}, ν^r {latent['nu_reconstruction']:.2f}")
     return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

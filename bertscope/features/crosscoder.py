@@ -8,7 +8,9 @@ Model 0 is the base, model 1 the fine-tuned one, both read at the same hook poin
 - Encoder: ``z = ReLU(Σ_m x_m W_enc[m] + b_enc)``: both models' activations summed before one ReLU, one bias.
 - A latent's weight is the sum of its decoder norms, ``s_j = Σ_m ‖W_dec[m, j]‖``. Training keeps the k·B largest
   ``z · s`` over the whole batch (BatchTopK) and decodes the raw ``z`` there; at inference a latent fires where
-  ``z · s`` passes one threshold θ, the running mean of the smallest kept ``z · s`` of each training batch.
+  ``z · s`` passes one threshold θ: the smallest kept ``z · s`` of a batch, averaged over batches (the reference
+  follows it with a running mean over ~100k steps; ``crosscoder_trainer.calibrate_threshold`` computes it from
+  the final weights).
 - Decoder: ``x̂_m = f W_dec[m] + b_dec[m]``. Its rows are never normalised: each latent's norm in each model is
   the signal (a latent with no norm in the base is fine-tuned-only).
 
@@ -62,10 +64,9 @@ class BatchTopKCrosscoder(nn.Module):
         self.d_in, self.d_sae, self.k = d_in, d_sae, k
         self.info = info or CrosscoderInfo(("", ""), "")
         generator = torch.Generator().manual_seed(seed)
-        # the reference's init: one kaiming-uniform [d_in, d_sae] for both models, each latent's column at
-        # ``init_scale``, the decoder its transpose: both models start identical
-        bound = (6 / d_in) ** 0.5 / (2 ** 0.5)  # kaiming_uniform_(a=sqrt(5)) on fan_in = d_sae's transpose
-        w = (torch.rand(d_in, d_sae, generator=generator) * 2 - 1) * bound
+        # the reference's init: one uniform draw [d_in, d_sae] for both models (its scale does not matter: each
+        # latent's column is set to ``init_scale``), the decoder its transpose: both models start identical
+        w = torch.rand(d_in, d_sae, generator=generator) * 2 - 1
         w = w / w.norm(dim=0, keepdim=True) * init_scale
         self.W_enc = nn.Parameter(torch.stack([w, w.clone()]))  # [2, d_in, d_sae]
         self.b_enc = nn.Parameter(torch.zeros(d_sae))
@@ -106,19 +107,6 @@ class BatchTopKCrosscoder(nn.Module):
         """[2, d_sae]: each latent's decoder norm in the base (0) and the fine-tuned model (1)."""
         return self.W_dec.detach().norm(dim=-1)
 
-    def check_pair(self, base: Any, tuned: Any, hook_name: str | None = None) -> None:
-        """One line when the two loaded models are not the ones this crosscoder reads."""
-        want = self.info.models
-        if all(want) and (base.name, tuned.name) != tuple(want):
-            raise BertScopeError(f"This crosscoder reads {want[0]} (base) and {want[1]} (fine-tuned), not "
-                                 f"{base.name} and {tuned.name}.")
-        for lm in (base, tuned):
-            if lm.hidden_size != self.d_in:
-                raise BertScopeError(f"The crosscoder reads vectors of {self.d_in} numbers; {lm.name}'s layers are "
-                                     f"{lm.hidden_size} wide.")
-        if hook_name is not None and self.info.hook_name and self.info.hook_name != hook_name:
-            raise BertScopeError(f"This crosscoder reads {self.info.hook_name}, not {hook_name}.")
-
 
 def crosscoder_config(cc: BatchTopKCrosscoder) -> dict[str, Any]:
     return {"architecture": ARCHITECTURE, "d_in": cc.d_in, "d_sae": cc.d_sae, "k": cc.k, "dtype": "float32",
@@ -156,22 +144,27 @@ def load_crosscoder(folder: str | Path, device: str | torch.device = "cpu") -> B
     try:
         cfg = json.loads((folder / CFG_FILE).read_text())
         tensors = load_file(str(folder / WEIGHTS_FILE))
-    except (OSError, ValueError) as err:
+    except Exception as err:  # OSError, JSON's ValueError, safetensors' own SafetensorError
         raise BertScopeError(f"Could not read the crosscoder in {folder}: {err}".splitlines()[0]) from err
-    if cfg.get("architecture") != ARCHITECTURE:
-        raise BertScopeError(f"{folder} holds a {cfg.get('architecture')!r}, not a {ARCHITECTURE}.")
+    if not isinstance(cfg, dict) or cfg.get("architecture") != ARCHITECTURE:
+        raise BertScopeError(f"{folder} holds a {cfg.get('architecture') if isinstance(cfg, dict) else None!r}, not a "
+                             f"{ARCHITECTURE}.")
     try:
         d_in, d_sae, k = int(cfg["d_in"]), int(cfg["d_sae"]), int(cfg["k"])
-        shapes = {"W_enc": (2, d_in, d_sae), "b_enc": (d_sae,), "W_dec": (2, d_sae, d_in), "b_dec": (2, d_in)}
+        shapes = {"W_enc": (2, d_in, d_sae), "b_enc": (d_sae,), "W_dec": (2, d_sae, d_in), "b_dec": (2, d_in),
+                  "threshold": (1,)}
         for name, shape in shapes.items():
             if tuple(tensors[name].shape) != shape:
                 raise BertScopeError(f"{WEIGHTS_FILE}'s {name} is {tuple(tensors[name].shape)}, not {shape} as "
                                      f"{CFG_FILE} says.")
     except KeyError as err:
         raise BertScopeError(f"The crosscoder in {folder} lacks {err.args[0]}.") from err
+    except (TypeError, ValueError) as err:
+        raise BertScopeError(f"{folder}/{CFG_FILE} has a size that is not a number: {err}".splitlines()[0]) from err
     meta = cfg.get("metadata") or {}
-    models = tuple(meta.get("models") or ("", ""))
-    info = CrosscoderInfo((str(models[0]), str(models[1])), meta.get("hook_name") or "", dict(meta.get("bertscope") or {}))
+    models = [str(m) for m in (meta.get("models") or [])][:2]
+    models += [""] * (2 - len(models))
+    info = CrosscoderInfo((models[0], models[1]), meta.get("hook_name") or "", dict(meta.get("bertscope") or {}))
     cc = BatchTopKCrosscoder(d_in, d_sae, k, info)
     with torch.no_grad():
         for name in ("W_enc", "b_enc", "W_dec", "b_dec"):

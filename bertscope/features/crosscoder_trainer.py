@@ -2,17 +2,25 @@
 ``BatchTopKCrossCoderTrainer``, science-of-finetuning/dictionary_learning ``trainers/crosscoder.py``).
 
 - Loss: the reconstruction error's Euclidean norm (not squared), averaged over tokens and both models, plus
-  AuxK: for each token the k_aux = d_in / 2 largest dead latents (by z · s) rebuild the detached error of both
-  models (no decoder bias), its squared error over the error's variance, weighted 1/32. A latent is dead when it
-  has not fired in ``dead_tokens`` tokens (the reference's 10M scaled to corpora of a few hundred thousand).
-- b_dec starts at each model's geometric median of a sample; the decoder rows are never normalised.
-- Adam (0.9 / 0.999), learning rate 2e-4 / sqrt(d_sae / 2^14) by default (the reference's rule), a linear warm-up
-  over the first ``warmup`` share of the steps, gradient norm clipped at 1.
-- The inference threshold θ: after the first ``threshold_start`` share of the steps, the running mean (0.999) of
-  each batch's smallest kept z · s (the first value taken as it is), as the reference; at the end θ is set from
-  the final weights (``calibrate_threshold``: the same statistic averaged over 16 batches), since a run of a few
-  hundred steps leaves the running mean at the early weights' scale (the reference trains ~100k steps).
-- Rows stream from the two memory-mapped caches in the same shuffled blocks, so memory stays bounded by bytes.
+  AuxK: for each token the k_aux = min(d_in / 2, dead latents) largest dead latents (by z · s) rebuild the
+  detached error of both models (no decoder bias), its squared error over the error's variance, weighted 1/32.
+- b_dec starts at each model's geometric median; the decoder rows are never normalised; Adam (0.9 / 0.999),
+  gradient norm clipped at 1.
+
+Where this differs from the reference, and why (its runs are ~100k steps on 100M tokens; ours a few thousand on
+a few hundred thousand):
+
+- θ, the inference threshold: the reference follows the smallest z · s BatchTopK keeps with a running mean
+  (0.999) from step 1000; here the same statistic is computed once from the final weights, averaged over 16
+  shuffled batches (``calibrate_threshold``), since a short run's running mean would keep early weights' scale.
+- A latent is dead after ``dead_tokens`` = 100,000 tokens without firing (the reference's 10M).
+- The warm-up is the first ``warmup`` share of the steps (the reference's 1,000 steps); b_dec's geometric median
+  is over 8,192 rows spread over the cache (the reference's first batch).
+- The learning rate defaults to the reference's rule 2e-4 / sqrt(d_sae / 2^14); ``bertscope crosscoder`` passes
+  2e-3, which short runs need (BENCHMARKS.md).
+
+Rows stream from the two memory-mapped caches in the same shuffled blocks (whole batches of them), so memory stays
+bounded by bytes.
 """
 
 from __future__ import annotations
@@ -41,8 +49,6 @@ class CrosscoderTrainConfig:
     warmup: float = 0.05  # share of the steps with a linear warm-up
     aux_coef: float = 1 / 32
     dead_tokens: int = 100_000
-    threshold_start: float = 0.2  # share of the steps before θ starts to follow the batches
-    threshold_beta: float = 0.999
     block_bytes: int = 64 * 2**20
     seed: int = 0
 
@@ -69,7 +75,11 @@ class CrosscoderTrainState:
 
 
 def paired(base: ActivationSet, tuned: ActivationSet) -> None:
-    """One line unless the two caches hold the same word pieces of the same text, row for row."""
+    """One line unless the two caches hold the same positions of the same text, row for row, equally wide. (Which
+    word pieces a position holds is the tokenizer's: ``bertscope crosscoder`` checks both models split alike.)"""
+    if base.rows.shape[1] != tuned.rows.shape[1]:
+        raise BertScopeError(f"The two models are {base.rows.shape[1]} and {tuned.rows.shape[1]} wide: a crosscoder "
+                             "reads two models of one width (a model and one fine-tuned from it).")
     if base.texts != tuned.texts or base.layer != tuned.layer or base.tokens != tuned.tokens or \
             not np.array_equal(base.where, tuned.where):
         raise BertScopeError("The two models' activations are not of the same word pieces (different text, layer or "
@@ -111,30 +121,28 @@ def crosscoder_loss(cc: BatchTopKCrosscoder, x: torch.Tensor, since_fired: torch
         e = error.detach().flatten(1)  # [batch, 2 d_in]
         variance = (e - e.mean(0)).pow(2).sum(-1).mean()
         aux = torch.nan_to_num((e - aux_recon).pow(2).sum(-1).mean() / variance)
-    kept = (f * s)[f > 0]
     parts = {"reconstruction": reconstruction, "aux": aux, "dead": torch.tensor(n_dead / cc.d_sae),
-             "smallest_kept": kept.min().detach() if kept.numel() else torch.zeros(()),
              "mse": error.pow(2).sum(-1).mean().detach()}
     return reconstruction + aux_coef * aux, parts
 
 
 @torch.no_grad()
 def calibrate_threshold(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: ActivationSet, batch_tokens: int,
-                        batches: int = 16) -> float:
-    """θ from the final weights: the mean over up to ``batches`` batches of the smallest z · s BatchTopK keeps (the
-    statistic the reference's running mean follows over ~100k steps; a run of a few hundred steps would leave it
-    at early weights' scale). Returns θ."""
+                        batches: int = 16, seed: int = 0) -> float:
+    """θ from the final weights: the smallest z · s BatchTopK keeps in a batch, averaged over up to ``batches``
+    shuffled batches (shaped as training's). Sets and returns θ."""
     device = cc.W_dec.device
-    rows = np.linspace(0, base.tokens - batch_tokens, min(batches, max(1, base.tokens // batch_tokens))).astype(int)
-    cuts = []
-    for start in rows:
-        x = torch.from_numpy(np.stack([np.asarray(base.rows[start:start + batch_tokens], np.float32),
-                                       np.asarray(tuned.rows[start:start + batch_tokens], np.float32)], 1)).to(device)
-        f = cc.encode(x, use_threshold=False)
-        kept = (f * cc.latent_weights())[f > 0]
-        if kept.numel():
-            cuts.append(float(kept.min()))
-    cc.threshold.fill_(float(np.mean(cuts)) if cuts else 0.0)
+    cuts: list[float] = []
+    block_rows = batch_tokens * batches
+    for block in paired_blocks(base.rows, tuned.rows, block_rows, np.random.default_rng(seed)):
+        for start in range(0, len(block) - batch_tokens + 1, batch_tokens):
+            f = cc.encode(torch.from_numpy(block[start:start + batch_tokens]).to(device), use_threshold=False)
+            kept = (f * cc.latent_weights())[f > 0]
+            if kept.numel():
+                cuts.append(float(kept.min()))
+        if len(cuts) >= batches:
+            break
+    cc.threshold.fill_(float(np.mean(cuts[:batches])) if cuts else 0.0)
     return float(cc.threshold)
 
 
@@ -152,13 +160,12 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
     cc = BatchTopKCrosscoder(d_in, d_sae, cfg.k, info, seed=cfg.seed).to(device_)
     params = [cc.W_enc, cc.b_enc, cc.W_dec, cc.b_dec]
     optimizer = torch.optim.Adam(params, lr=cfg.rate(d_sae), betas=(0.9, 0.999))
-    block_rows = max(cfg.batch_tokens, cfg.block_bytes // (2 * d_in * 4))
+    block_rows = max(1, cfg.block_bytes // (2 * d_in * 4) // cfg.batch_tokens) * cfg.batch_tokens  # whole batches
     steps_per_epoch = sum(len(range(0, min(block_rows, base.tokens - s) - cfg.batch_tokens + 1, cfg.batch_tokens))
                           for s in range(0, base.tokens, block_rows))
     total = max(1, steps_per_epoch * cfg.epochs)
     warmup = max(1, int(cfg.warmup * total))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / warmup, 1.0))
-    threshold_start = int(cfg.threshold_start * total)
     sample_rows = np.linspace(0, base.tokens - 1, min(base.tokens, 8192)).astype(int)
     with torch.no_grad():
         for m, rows in enumerate((base.rows, tuned.rows)):
@@ -171,8 +178,8 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
         for block in paired_blocks(base.rows, tuned.rows, block_rows, generator):
             x_block = torch.from_numpy(block).to(device_)  # [block, 2, d_in]
             for start in range(0, len(x_block) - cfg.batch_tokens + 1, cfg.batch_tokens):
-                if stop is not None and stop():
-                    return cc, state
+                if stop is not None and stop():  # what was learnt so far, usable and saved
+                    return _finish(cc, base, tuned, cfg, out, state), state
                 x = x_block[start:start + cfg.batch_tokens]
                 loss, parts = crosscoder_loss(cc, x, since_fired, cfg.dead_tokens, cfg.aux_coef)
                 optimizer.zero_grad(set_to_none=True)
@@ -180,11 +187,6 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optimizer.step()
                 scheduler.step()
-                if state.step >= threshold_start:  # θ follows the smallest kept z · s
-                    smallest = parts["smallest_kept"].to(cc.threshold.device)
-                    with torch.no_grad():
-                        cc.threshold.copy_(smallest if float(cc.threshold) < 0 else
-                                           cfg.threshold_beta * cc.threshold + (1 - cfg.threshold_beta) * smallest)
                 state.step += 1
                 steps += 1
                 for key in ("reconstruction", "aux", "mse"):
@@ -197,7 +199,13 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
         state.history.append({"epoch": epoch + 1, **{k: v / max(steps, 1) for k, v in sums.items()},
                               "dead_share": float((since_fired >= cfg.dead_tokens).float().mean()),
                               "seconds": seconds, "tokens_per_s": steps * cfg.batch_tokens / max(seconds, 1e-9)})
-    calibrate_threshold(cc, base, tuned, cfg.batch_tokens)
-    cc.info.extra.update({"trained_tokens": int(base.tokens), "config": asdict(cfg), "history": state.history})
+    return _finish(cc, base, tuned, cfg, out, state), state
+
+
+def _finish(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderTrainConfig,
+            out: str | Path, state: CrosscoderTrainState) -> BatchTopKCrosscoder:
+    calibrate_threshold(cc, base, tuned, cfg.batch_tokens, seed=cfg.seed)
+    cc.info.extra.update({"trained_tokens": int(base.tokens), "steps": state.step, "config": asdict(cfg),
+                          "history": state.history})
     save_crosscoder(cc, out)
-    return cc, state
+    return cc

@@ -11,7 +11,8 @@ closed_form.py``, ``scripts/compute_scalers.py``, ``notebooks/art.py``).
   mode. Targets: the error of the reconstruction without latent j (``x_m − x̂_m + f_j d_j^m``) and the full
   reconstruction ``x̂_m``. ``ν^ε = β^ε_base / β^ε_ft`` near 1 says the base needs the latent as much (its base
   decoder shrank: complete shrinkage); a high ``ν^r`` says other latents rebuild it in the base (decoupling).
-  A fine-tuned-only latent is *real* when Δnorm ≥ 0.9, ν^ε < 0.2 and ν^r < 0.5 (the paper's thresholds).
+  A fine-tuned-only latent is *real* when Δnorm ≥ 0.9, |ν^ε| < 0.2 and |ν^r| < 0.5 (the paper's thresholds, on
+  |ν| as its threshold sweeps take them).
 - **Quality**: the fraction of variance explained on each side, L0 and dead latents on held-out text.
 """
 
@@ -25,7 +26,7 @@ import torch
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import ActivationSet
 from bertscope.features.crosscoder import BatchTopKCrosscoder
-from bertscope.features.crosscoder_trainer import paired, paired_blocks
+from bertscope.features.crosscoder_trainer import paired
 
 CLASSES = ("base-only", "shared", "fine-tuned-only", "other", "never fires")
 BASE_ONLY, FT_ONLY, SHARED = 0.1, 0.9, (0.4, 0.6)
@@ -74,7 +75,7 @@ class ModelDiff:
     @property
     def real_fine_tuned_only(self) -> np.ndarray:
         """[d_sae] bool: fine-tuned-only by norm, and neither shrinkage nor decoupling explains it."""
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"):
             return (self.delta >= FT_ONLY) & (self.fires > 0) & (np.abs(self.nu_error) < REAL_ERROR) & \
                 (np.abs(self.nu_reconstruction) < REAL_RECONSTRUCTION)
 
@@ -126,10 +127,9 @@ def diff_models(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: ActivationS
     variance = sq - sums.pow(2).sum(-1) / seen  # Σ ‖x − mean‖² per model
     fve = 1 - sq_err / variance
     denominator = (norm_d.double() * f_sq)[None]  # [1, d_sae]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        # the error target adds latent j's own part back: d_j · Σ f_ij (e_i + f_ij d_j^m)
-        beta_error = ((e_num + f_sq[None] * dot.double()) / denominator).cpu().numpy()
-        beta_reconstruction = (r_num / denominator).cpu().numpy()
+    # the error target adds latent j's own part back: d_j · Σ f_ij (e_i + f_ij d_j^m); 0 / 0 (never fires) is NaN
+    beta_error = ((e_num + f_sq[None] * dot.double()) / denominator).cpu().numpy()
+    beta_reconstruction = (r_num / denominator).cpu().numpy()
     fires_np = fires.cpu().numpy()
     beta_error[:, fires_np == 0] = np.nan
     beta_reconstruction[:, fires_np == 0] = np.nan
@@ -138,10 +138,3 @@ def diff_models(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: ActivationS
     delta = relative_norms(cc)
     return ModelDiff(norms, delta, cosine, fires_np, classify(delta, fires_np), beta_error, beta_reconstruction,
                      (float(fve[0]), float(fve[1])), active / seen, seen)
-
-
-def paired_rows(base: ActivationSet, tuned: ActivationSet, rows: int, seed: int = 0) -> torch.Tensor:
-    """[rows, 2, d_in] a shuffled sample of both caches' same rows (for tests and figures)."""
-    paired(base, tuned)
-    block = next(paired_blocks(base.rows, tuned.rows, max(rows, 1), np.random.default_rng(seed)))
-    return torch.from_numpy(block[:rows])

@@ -46,11 +46,19 @@ def test_crosscoder_json_and_the_table(capsys, tiny_mlm_dir, tuned_dir, tmp_path
     (["--k", "0"], "k must be between"),
     (["--lr", "0"], "--lr must be above 0"),
     (["--tokens", "10"], "--tokens must hold one batch"),
+    (["--seed", "-1"], "--seed and --top take a number from 0"),
 ])
 def test_bad_input_is_one_line(capsys, tiny_mlm_dir, tuned_dir, tmp_path, extra, message):
     code, out, err = run_cli(capsys, "crosscoder", str(tiny_mlm_dir), "--tuned", str(tuned_dir), "--out",
                              str(tmp_path / "cc"), *extra)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_work(capsys, tiny_mlm_dir, tuned_dir, tmp_path):
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_cli(capsys, "crosscoder", str(tiny_mlm_dir), "--tuned", str(tuned_dir), "--out",
+                           str(tmp_path / "file"))
+    assert code == 2 and "is a file" in err
 
 
 def test_two_models_that_split_text_differently_are_refused(capsys, tiny_mlm_dir, tiny_roberta_dir, tmp_path):

@@ -11,7 +11,13 @@ import torch
 from bertscope import BertScopeError
 from bertscope.features.activations import ActivationSet
 from bertscope.features.crosscoder import BatchTopKCrosscoder, CrosscoderInfo, load_crosscoder, save_crosscoder
-from bertscope.features.crosscoder_trainer import CrosscoderTrainConfig, crosscoder_loss, train_crosscoder
+from bertscope.features.crosscoder_trainer import (
+    CrosscoderTrainConfig,
+    calibrate_threshold,
+    crosscoder_loss,
+    paired,
+    train_crosscoder,
+)
 from bertscope.features.model_diff import CLASSES, classify, diff_models, relative_norms
 
 
@@ -20,6 +26,7 @@ def _cc(d_in=8, d_sae=24, k=3, seed=0) -> BatchTopKCrosscoder:
     with torch.no_grad():  # decoder norms that differ per latent and per model
         cc.W_dec.mul_(torch.rand(2, d_sae, 1, generator=torch.Generator().manual_seed(seed)) * 2)
         cc.b_enc.normal_(0, 0.1, generator=torch.Generator().manual_seed(seed + 1))
+        cc.b_dec.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed + 2))  # a bias a mistake would show
     return cc
 
 
@@ -67,7 +74,12 @@ def test_the_loss_is_the_references(monkeypatch):
     expected_aux = (r - aux_recon).pow(2).sum(-1).mean() / (r - r.mean(0)).pow(2).sum(-1).mean()
     torch.testing.assert_close(parts["aux"], expected_aux)
     torch.testing.assert_close(loss, e.norm(dim=-1).mean() + expected_aux / 32)
-    assert int((since == 0).sum()) == int((f > 0).any(0).sum())  # the latents that fired were reset
+    fired = (f > 0).any(0)
+    assert (since[fired] == 0).all()  # the latents that fired were reset, the others advanced by the batch
+    assert (since[10:][~fired[10:]] == 6).all() and (since[:10][~fired[:10]] == 10**6 + 6).all()
+    # AuxK rebuilds the detached error with no decoder bias: no gradient reaches b_dec through it
+    (grad,) = torch.autograd.grad(parts["aux"], cc.b_dec, allow_unused=True)
+    assert grad is None or float(grad.abs().max()) == 0
 
 
 def test_save_and_load_round_trip_and_bad_folders(tmp_path):
@@ -83,6 +95,12 @@ def test_save_and_load_round_trip_and_bad_folders(tmp_path):
     (tmp_path / "cc" / "cfg.json").write_text('{"architecture": "topk"}')
     with pytest.raises(BertScopeError, match="not a batchtopk_crosscoder"):
         load_crosscoder(tmp_path / "cc")
+    (tmp_path / "cc" / "cfg.json").write_text('{"architecture": "batchtopk_crosscoder", "d_in": "eight"}')
+    with pytest.raises(BertScopeError, match="not a number"):
+        load_crosscoder(tmp_path / "cc")
+    (tmp_path / "cc" / "crosscoder.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(BertScopeError, match="Could not read the crosscoder"):
+        load_crosscoder(tmp_path / "cc")
 
 
 def _acts(tmp_path, name: str, rows: np.ndarray) -> ActivationSet:
@@ -95,6 +113,9 @@ def _acts(tmp_path, name: str, rows: np.ndarray) -> ActivationSet:
 def test_latent_scaling_is_least_squares_solved_directly(tmp_path):
     torch.manual_seed(0)
     cc = _cc(d_in=8, d_sae=24, k=4)
+    with torch.no_grad():  # latent 0 never fires: its β is NaN
+        cc.W_enc[:, :, 0] = 0
+        cc.b_enc[0] = -1
     cc.threshold.fill_(0.05)
     x = torch.randn(400, 2, 8, generator=torch.Generator().manual_seed(5))
     base, tuned = _acts(tmp_path, "b", x[:, 0].numpy()), _acts(tmp_path, "t", x[:, 1].numpy())
@@ -103,7 +124,9 @@ def test_latent_scaling_is_least_squares_solved_directly(tmp_path):
     with torch.no_grad():
         f = cc.encode(xs)
         recon = cc.decode(f)
-    for j in [int(i) for i in np.nonzero(diff.fires)[0][:5]]:
+    checked = [int(i) for i in np.nonzero(diff.fires)[0][:5]]
+    assert len(checked) == 5
+    for j in checked:
         d = cc.W_dec[1, j].detach()  # the fine-tuned direction, for both models
         for m in range(2):
             target = xs[:, m] - recon[:, m] + f[:, j:j + 1] * cc.W_dec[m, j].detach()  # the error without j
@@ -113,7 +136,8 @@ def test_latent_scaling_is_least_squares_solved_directly(tmp_path):
             design_r = (f[:, j:j + 1] * d).flatten()
             beta_r = float(design_r @ recon[:, m].flatten() / (design_r @ design_r))
             assert diff.beta_reconstruction[m, j] == pytest.approx(beta_r, rel=1e-4, abs=1e-6)
-    assert np.isnan(diff.beta_error[:, diff.fires == 0]).all()
+    assert diff.fires[0] == 0 and np.isnan(diff.beta_error[:, diff.fires == 0]).all()
+    assert np.isnan(diff.beta_reconstruction[:, 0]).all() and not np.isnan(diff.beta_error[:, checked]).any()
 
 
 def test_relative_norms_and_classes():
@@ -158,3 +182,27 @@ def test_planted_directions_are_found_shared_base_only_and_fine_tuned_only(tmp_p
             assert CLASSES[diff.classes[best]] == kind, (kind, p, diff.delta[best])
             if kind == "fine-tuned-only":
                 assert diff.real_fine_tuned_only[best], (diff.nu_error[best], diff.nu_reconstruction[best])
+
+
+def test_the_threshold_is_the_mean_smallest_kept_code_and_keeps_about_k(tmp_path):
+    cc = _cc(d_in=8, d_sae=24, k=3)
+    x = np.random.default_rng(7).normal(size=(4096, 2, 8)).astype(np.float32)
+    base, tuned = _acts(tmp_path, "b", x[:, 0]), _acts(tmp_path, "t", x[:, 1])
+    theta = calibrate_threshold(cc, base, tuned, batch_tokens=256, batches=16)
+    xs = torch.from_numpy(np.stack([np.asarray(base.rows, np.float32), np.asarray(tuned.rows, np.float32)], 1))
+    with torch.no_grad():
+        cuts = []
+        for start in range(0, 4096, 256):  # any 16 batches of 256: the cut barely moves from batch to batch
+            f = cc.encode(xs[start:start + 256], use_threshold=False)
+            cuts.append(float((f * cc.latent_weights())[f > 0].min()))
+        assert theta == pytest.approx(np.mean(cuts), rel=0.1)
+        l0 = float((cc.encode(xs) > 0).sum(1).float().mean())
+    assert 2 <= l0 <= 4  # about k = 3 a token, row by row, without the batch
+
+
+def test_two_caches_that_do_not_pair_are_one_line(tmp_path):
+    x = np.zeros((32, 8), np.float32)
+    with pytest.raises(BertScopeError, match="wide"):
+        paired(_acts(tmp_path, "a", x), _acts(tmp_path, "b", np.zeros((32, 16), np.float32)))
+    with pytest.raises(BertScopeError, match="same positions|not of the same"):
+        paired(_acts(tmp_path, "a", x), _acts(tmp_path, "c", x[:16]))
