@@ -36,36 +36,14 @@ import torch
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import ActivationSet
 from bertscope.features.crosscoder import BatchTopKCrosscoder, CrosscoderInfo, save_crosscoder
-from bertscope.features.trainer import geometric_median
+from bertscope.features.trainer import SaeTrainConfig, geometric_median
 
 
 @dataclass
-class CrosscoderTrainConfig:
-    expansion: int = 8  # latents = expansion x d_in
-    k: int = 32  # active latents a token, on average over a batch
-    epochs: int = 4
-    batch_tokens: int = 2048
-    lr: float | None = None  # None: 2e-4 / sqrt(d_sae / 2^14)
+class CrosscoderTrainConfig(SaeTrainConfig):
+    """An SAE's settings and their checks (``features.trainer.SaeTrainConfig``), plus a warm-up."""
+
     warmup: float = 0.05  # share of the steps with a linear warm-up
-    aux_coef: float = 1 / 32
-    dead_tokens: int = 100_000
-    block_bytes: int = 64 * 2**20
-    seed: int = 0
-
-    def check(self, d_in: int, tokens: int) -> None:
-        d_sae = self.expansion * d_in
-        if self.expansion < 1:
-            raise BertScopeError("--expansion must be at least 1.")
-        if not 0 < self.k < d_sae:
-            raise BertScopeError(f"k must be between 1 and {d_sae - 1} (the latents, {d_sae}, less one); got {self.k}.")
-        if self.epochs < 1 or self.batch_tokens < 1:
-            raise BertScopeError("Epochs and the batch size must be at least 1.")
-        if tokens < self.batch_tokens:
-            raise BertScopeError(f"The corpus gave {tokens:,} tokens, fewer than one batch ({self.batch_tokens:,}): "
-                                 "give it more sentences or a smaller batch.")
-
-    def rate(self, d_sae: int) -> float:
-        return self.lr if self.lr is not None else 2e-4 / (d_sae / 2**14) ** 0.5
 
 
 @dataclass
