@@ -74,10 +74,13 @@ print(f"GPU peak allocated {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB, 
 base_dir=$("$py" -c "from benchmarks.timing import random_model_dir; print(random_model_dir('bert-base-uncased', 'none'))" \
   2>/dev/null | tail -n 1)
 step finetune-classify-base-lora 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task classify \
-  --examples 512
+  --examples 512 --cast-every-pass
 step finetune-classify-base-full 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task classify \
   --examples 512 --lora 0
-step finetune-tag-base-lora 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task tag --examples 512
+step finetune-tag-base-lora 240 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task tag --examples 512 \
+  --cast-every-pass
+# a LoRA step with the frozen weights cast every pass vs held in bf16: bit-identical, then timed
+step frozen_weights-base 120 "$py" benchmarks/frozen_weights.py --model $base
 # both loops batching sentences of like length, and ours without it in the same run (the speed-up)
 step finetune-tag-base-grouped 360 "$py" benchmarks/finetune.py --device cuda --model "$base_dir" --task tag \
   --examples 512 --group-by-length

@@ -28,6 +28,8 @@ def main() -> None:
     add_model_args(parser)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="then torch.profiler's busiest host operations "
+                                                                "of one pass of each")
     args = parser.parse_args()
 
     lm = load(args)
@@ -47,13 +49,23 @@ def main() -> None:
         for word, word_rows in by_word.items():
             collect(lm, word, word_rows)
 
-    times = interleaved({"bare": bare, "ours": ours}, args.repeats, lm.device)
+    arms = {"bare": bare, "ours": ours}
+    times = interleaved(arms, args.repeats, lm.device)
     t_bare, t_ours = times["bare"], times["ours"]
     rate = lambda ts: args.sentences / statistics.median(ts)  # noqa: E731
     print(f"{describe(lm)}; {args.sentences} sentences ({len(by_word)} words)")
     print(f"bare forward with hidden states: {rate(t_bare):8.1f} sentences/s")
     print(f"shift extraction (ours):         {rate(t_ours):8.1f} sentences/s   "
           f"ratio {rate(t_ours) / rate(t_bare):.3f} (goal >= 0.8)")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if lm.device.type == "cuda" else [])
+        for name in ("bare", "ours"):
+            with profile(activities=activities) as prof:
+                arms[name]()
+            print(f"--- {name}: busiest host operations")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40))
     clear_baselines()
     start = time.perf_counter()
     anisotropy_baseline(lm)

@@ -5,6 +5,7 @@ length order while one batch's outputs fit a byte budget (BERT-large's attention
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -109,6 +110,7 @@ def plan_batches(lengths: Sequence[int], row_bytes: Callable[[int], int], batch_
     (``row_bytes(length)`` per row) and it has fewer than ``batch_size`` rows. A single row
     over the budget still runs, alone."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    row_bytes = functools.cache(row_bytes)  # a few distinct lengths among many rows
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:  # ascending, so the newest row sets the padded length

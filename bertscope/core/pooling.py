@@ -5,6 +5,7 @@ asynchronously, one batch behind (the shift view, probes, alignment, corpus sear
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,19 +36,13 @@ class PoolingPlan:
     @staticmethod
     def from_groups(groups: Sequence[tuple[int, Sequence[int], str]]) -> PoolingPlan:
         """(row, token positions, "mean" | "first") per example, in example order."""
-        example: list[int] = []
-        row: list[int] = []
-        token: list[int] = []
-        weight: list[float] = []
-        for j, (b, positions, pooling) in enumerate(groups):
-            chosen = list(positions)[:1] if pooling in ("first", "cls") else list(positions)
-            for p in chosen:
-                example.append(j)
-                row.append(b)
-                token.append(p)
-                weight.append(1.0 / len(chosen))
-        return PoolingPlan(len(groups), np.array(example, np.int64), np.array(row, np.int64),
-                           np.array(token, np.int64), np.array(weight, np.float32))
+        chosen = [list(p)[:1] if how in ("first", "cls") else list(p) for _, p, how in groups]
+        counts = np.fromiter(map(len, chosen), np.int64, len(chosen))  # [example] entries of each
+        token = np.fromiter(itertools.chain.from_iterable(chosen), np.int64, int(counts.sum()))  # [entry]
+        rows = np.fromiter((b for b, _, _ in groups), np.int64, len(groups))  # [example]
+        weight = (1.0 / np.maximum(counts, 1)).astype(np.float32)  # [example]
+        return PoolingPlan(len(groups), np.repeat(np.arange(len(groups), dtype=np.int64), counts),
+                           np.repeat(rows, counts), token, np.repeat(weight, counts))
 
 
 POOL_BYTES = 64 * 2**20  # float32 hidden states of the layers pooled in one product

@@ -18,7 +18,9 @@ from typing import Any, Protocol
 import torch
 
 from bertscope.training.checkpoint import RunState, save_checkpoint
+from bertscope.training.frozen_weights import frozen_in
 from bertscope.training.processes import Processes
+from bertscope.training.steps import autocast_dtype
 
 
 class Objective(Protocol):
@@ -78,6 +80,7 @@ def run_epochs(model: Any, runner: Any, params: dict[str, torch.nn.Parameter], o
     reads them once an epoch (Trainer likewise reads its loss only when it logs)."""
     steps_per_epoch = -(-len(objective) // cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
+    half = autocast_dtype(next(model.parameters()).device)  # what autocast casts to; None on the CPU
     model.train()
     for epoch in range(state.epoch, cfg.epochs):
         generator = torch.Generator().manual_seed(cfg.seed * 1_000 + epoch)  # order and draws of this epoch
@@ -85,29 +88,30 @@ def run_epochs(model: Any, runner: Any, params: dict[str, torch.nn.Parameter], o
         if workers.world > 1:  # dropout: each process its own masks, the same ones again on a resumed run
             torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + workers.rank)
         started, losses, tokens = time.perf_counter(), {}, 0
-        for s in range(steps_per_epoch):
-            if stop is not None and stop():
-                return False
-            idx = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
-            batch = objective.batch(idx, generator)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(state.step, total, cfg.lr, cfg.warmup)
-            optimizer.zero_grad(set_to_none=True)
-            step_losses = objective.accumulate(runner, batch, micro, workers, context, scaler)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
-                optimizer.step()
-            state.step += 1
-            for key, value in step_losses.items():
-                losses.setdefault(key, []).append(value)
-            tokens += objective.tokens(batch)
-            if progress is not None and workers.main:
-                progress(state.step, total, {"epoch": epoch + 1, **step_losses})
+        with frozen_in(model, half):  # a LoRA run's frozen weights cast once an epoch, not every pass
+            for s in range(steps_per_epoch):
+                if stop is not None and stop():
+                    return False
+                idx = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
+                batch = objective.batch(idx, generator)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(state.step, total, cfg.lr, cfg.warmup)
+                optimizer.zero_grad(set_to_none=True)
+                step_losses = objective.accumulate(runner, batch, micro, workers, context, scaler)
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+                    optimizer.step()
+                state.step += 1
+                for key, value in step_losses.items():
+                    losses.setdefault(key, []).append(value)
+                tokens += objective.tokens(batch)
+                if progress is not None and workers.main:
+                    progress(state.step, total, {"epoch": epoch + 1, **step_losses})
         means = {k: float(torch.stack(v).mean()) for k, v in losses.items()}  # waits for the epoch's last step
         seconds = time.perf_counter() - started
         held = objective.evaluate(model, eval_rows, workers)

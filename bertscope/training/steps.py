@@ -25,15 +25,24 @@ from bertscope.training.processes import Processes, unwrap
 ONE = Processes()  # a run on one process
 
 
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The half precision a training pass on ``device`` runs in: bf16 on a GPU that has it, else fp16;
+    None on the CPU (float32 throughout)."""
+    if device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
 def autocast_context(device: torch.device):
     """(the context of one training pass, a loss scaler or None) for ``device``: half precision on a
-    GPU, without cuDNN's attention (``runtime.kernels.planless_attention``)."""
-    if device.type != "cuda":
+    GPU (``autocast_dtype``), without cuDNN's attention (``runtime.kernels.planless_attention``)."""
+    dtype = autocast_dtype(device)
+    if dtype is None:
         return torch.autocast("cpu", enabled=False), None
     planless_attention()
-    if torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16), None
-    return torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
+    if dtype == torch.bfloat16:
+        return torch.autocast("cuda", dtype=dtype), None
+    return torch.autocast("cuda", dtype=dtype), torch.amp.GradScaler("cuda")
 
 
 def forward_chosen(model: Any, batch: Chunks, inputs: torch.Tensor, labels: torch.Tensor, pad_id: int,
