@@ -129,6 +129,15 @@ def test_the_wheel_installs_outside_the_checkout_and_runs(tmp_path):
     subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], check=True, capture_output=True)
     wheel = next(dist.glob("bertscope-*.whl"))
     assert next(dist.glob("bertscope-*.tar.gz"))
+    import zipfile
+
+    from bertscope.features.shipped import SHIPPED_CROSSCODERS
+
+    packed = set(zipfile.ZipFile(wheel).namelist())
+    for folder in SHIPPED_CROSSCODERS.values():  # the shipped dictionaries travel in the wheel
+        for layer in folder.glob("layer_[0-9][0-9]"):
+            for name in ("cfg.json", "crosscoder.safetensors"):
+                assert (layer / name).relative_to(ROOT).as_posix() in packed, layer / name
     env_dir = tmp_path / "venv"
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(env_dir)], check=True)
     python = env_dir / "bin" / "python"

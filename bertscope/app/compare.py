@@ -1,5 +1,5 @@
 """Two models side by side: how similar their layers are (linear CKA over the words of a corpus),
-and their masked-token predictions on the same text."""
+their masked-token predictions on the same text, and (Latents) what fine-tuning added, latent by latent."""
 
 import json
 
@@ -19,6 +19,7 @@ from bertscope.analysis.compare import (
 )
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
+from bertscope.app.kit import model_diff_tab
 from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import (
@@ -76,9 +77,9 @@ with page_errors(stop=False):
 if lm_b is None:
     st.stop()
 
-TABS = ["Layers (CKA)", "Heads", "Predictions", "Probes"]
+TABS = ["Layers (CKA)", "Heads", "Predictions", "Probes", "Latents"]
 tab_from_url("cmp_tab", TABS)
-tab_layers, tab_heads, tab_predictions, tab_probes = st.tabs(TABS, key="cmp_tab", on_change="rerun")
+tab_layers, tab_heads, tab_predictions, tab_probes, tab_latents = st.tabs(TABS, key="cmp_tab", on_change="rerun")
 
 with tab_layers:
     st.caption("Linear CKA (Kornblith et al. 2019) between every hidden state of A and of B over the words of Brown "
@@ -254,3 +255,6 @@ with tab_probes:
             else:
                 st.info("Pick a suite and press *Probe both* (each model's hidden states are extracted once and cached "
                         "on disk; the bar says how long each phase has left).")
+
+with tab_latents:
+    model_diff_tab.render(lm_a, key_a, lm_b, key_b)

@@ -69,6 +69,30 @@ def progress_bar(what: str, unit: str) -> Iterator[Callable[[int, int], None]]:
             bar[0].close()
 
 
+@contextmanager
+def staged_bars() -> Iterator[Callable[[int, int, str], None]]:
+    """A ``progress(done, total, stage)`` drawing one bar a stage on stderr, each closed when the next begins;
+    ``stage`` reads "what, unit" as the app's bars take it ("Held-out activations of bundled, sentences")."""
+    from tqdm import tqdm
+
+    bar: list = []
+
+    def progress(done: int, total: int, stage: str) -> None:
+        what, _, unit = stage.rpartition(", ")
+        if not bar or bar[0].desc != (what or stage):
+            if bar:
+                bar.pop().close()
+            bar.append(tqdm(total=total, desc=what or stage, unit=unit.rstrip("s") or "step", file=sys.stderr,
+                            dynamic_ncols=True, leave=False))
+        bar[0].update(done - bar[0].n)
+
+    try:
+        yield progress
+    finally:
+        if bar:
+            bar[0].close()
+
+
 def engine_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="local",
                    help="where the passes run: local (this process), ray (a Ray cluster started on this machine) or "

@@ -1,6 +1,12 @@
-"""``crosscoder``: what fine-tuning added, latent by latent. A BatchTopK crosscoder over a base model and a
-fine-tuned model's outputs at one layer, on the same mixed text through both (``corpora.mixture``), then each
-latent's decoder norms, its class (shared, base-only, fine-tuned-only) and Latent Scaling on held-out text."""
+"""What fine-tuning added, latent by latent.
+
+- ``train-crosscoder BASE FINETUNED``: a BatchTopK crosscoder over a base model and a fine-tuned model's outputs
+  at one layer, on the same mixed text through both (``corpora.mixture``), then each latent's decoder norms, its
+  class (shared, base-only, fine-tuned-only) and Latent Scaling on held-out text.
+- ``diff-features BASE FINETUNED``: a trained crosscoder (``--crosscoder``, or the one shipped for the pair) read
+  on held-out text: every latent's norms and class, and the causal check (``features.diff_causal``): the
+  fine-tuned-only latents switched off inside the fine-tuned model against as many controls, its classifier's or
+  tagger's held-out accuracy before and after."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.common import Command, load, progress_bar, staged_bars
 from bertscope.errors import BertScopeError
 
 
@@ -20,6 +26,7 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     from bertscope.features.activations import layer_activations, resid_post
     from bertscope.features.crosscoder import CrosscoderInfo
     from bertscope.features.crosscoder_trainer import CrosscoderTrainConfig, train_crosscoder
+    from bertscope.features.diff_reading import check_pair
     from bertscope.features.model_diff import CLASSES, diff_models
 
     if args.tokens < args.batch_tokens or args.per_source < 1 or args.held_out < 1:
@@ -36,12 +43,7 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     if not 0 <= layer < min(base.num_layers, tuned.num_layers):
         raise BertScopeError(f"Layer {layer} does not exist in both: they have layers 0 to "
                              f"{min(base.num_layers, tuned.num_layers) - 1}.")
-    if base.hidden_size != tuned.hidden_size:
-        raise BertScopeError(f"{base.name} is {base.hidden_size} wide and {tuned.name} {tuned.hidden_size}: a crosscoder "
-                             "reads a model and one fine-tuned from it.")
-    if base.tokenizer.get_vocab() != tuned.tokenizer.get_vocab():
-        raise BertScopeError(f"{base.name} and {tuned.name} split text differently: a crosscoder reads both on the "
-                             "same word pieces (a model and one fine-tuned from it).")
+    check_pair(base, tuned)
     cfg = CrosscoderTrainConfig(expansion=args.expansion, k=args.k, epochs=args.epochs, batch_tokens=args.batch_tokens,
                                 lr=args.lr, seed=args.seed)
     cfg.check(base.hidden_size, cfg.batch_tokens)
@@ -99,8 +101,75 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+def cmd_diff_features(args: argparse.Namespace) -> Any:
+    from bertscope.core.models import load_model
+    from bertscope.features.diff_reading import crosscoder_for, read_diff
+
+    if args.held_out < 1 or args.examples < 1 or args.max_latents < 1 or args.seed < 0:
+        raise BertScopeError("--held-out, --examples and --max-latents must be at least 1, --seed at least 0.")
+    wanted = _latent_list(args.latents) if args.latents else None
+    base = load(args)
+    tuned = load_model(args.tuned, device=args.device, dtype=args.dtype)
+    cc, path, layer = crosscoder_for(base, tuned, args.crosscoder, args.layer)
+    with staged_bars() as progress:
+        reading = read_diff(base, tuned, cc, path, layer, args.held_out, args.examples, wanted, args.max_latents,
+                            args.seed, progress)
+    report = reading.to_json(args.all_latents)
+    return report if args.json else diff_table(report)
+
+
+def _latent_list(spec: str) -> list[int]:
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise BertScopeError(f"--latents {spec!r}: give latent numbers from 0, separated by commas (12,345).")
+    return list(dict.fromkeys(int(p) for p in parts))
+
+
+def diff_table(r: dict) -> str:
+    cc, held, c = r["crosscoder"], r["held_out"], r["counts"]
+    lines = [f"crosscoder {cc['path']}: layer {cc['layer']}, {cc['d_sae']:,} latents, k={cc['k']}, "
+             f"{cc['models'][0]} (base) and {cc['models'][1]} (fine-tuned)",
+             f"held-out mixture ({held['tokens']:,} tokens): variance explained {_fmt(held['fve']['base'])} (base), "
+             f"{_fmt(held['fve']['finetuned'])} (fine-tuned), {held['l0']:.1f} latents a token",
+             "latents: " + ", ".join(f"{name} {c[name]:,}" for name in ("shared", "base", "finetuned", "other", "silent")
+                                      if name in c) + f"; fine-tuned-only kept by Latent Scaling {c.get('finetuned_real', 0):,}"]
+    k = r["causal"]
+    if k is None:
+        lines.append(f"causal check: not run ({r.get('causal_note', '')})")
+        return "\n".join(lines)
+    a, agree = k["accuracy"], k["agreement_with_base"]
+    what = "words" if k["task"] == "tag" else "texts"
+    lines += [f"causal check on {k['data']} ({k['examples']:,} examples, {k.get(what, 0):,} {what} scored), layer "
+              f"{k['layer']}:",
+              f"  accuracy intact {a['intact']:.3f}; crosscoder spliced in {a['spliced']:.3f}; the base's layer read "
+              f"{a['base read']:.3f}",
+              f"  {len(k['finetuned_only']['latents'])} fine-tuned-only latents off: {a['removed']:.3f} "
+              f"(agreement with the base read {agree['intact']:.3f} -> {agree['removed']:.3f})",
+              f"  as many controls off (matched firing): {a['control']:.3f} (agreement {agree['control']:.3f})"]
+    shown = [row for row in r["latents"] if row.get("top_contexts")]
+    if len(shown) > 10:
+        lines.append(f"  the {len(shown)} latents' strongest contexts (the first 10 here; --json: all, 5 each):")
+    for row in shown[:10]:
+        for ctx in row["top_contexts"][:1]:
+            lines.append(f"  latent {row['latent']}: peaks on {ctx['token']!r} ({ctx['gold']}) in {ctx['text'][:70]!r}")
+    return "\n".join(lines)
+
+
+def _diff_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tuned", metavar="FINETUNED", help="the fine-tuned model (fine-tuned from MODEL, the base)")
+    p.add_argument("--crosscoder", help="a train-crosscoder --out folder (default: the one shipped for the pair)")
+    p.add_argument("--layer", type=int, help="the crosscoder's layer (default: the folder's last)")
+    p.add_argument("--latents", help="latents to switch off, e.g. 12,345 (default: the fine-tuned-only ones that "
+                   "Latent Scaling keeps, else every fine-tuned-only one)")
+    p.add_argument("--max-latents", type=int, default=32, help="at most this many switched off (the most frequent)")
+    p.add_argument("--held-out", type=int, default=200, help="held-out texts from each corpus for the norms' figures")
+    p.add_argument("--examples", type=int, default=500, help="held-out task examples the causal check scores")
+    p.add_argument("--all-latents", action="store_true", help="list shared and silent latents too")
+    p.add_argument("--seed", type=int, default=0)
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tuned", required=True, help="the fine-tuned model (fine-tuned from MODEL, the base)")
+    p.add_argument("tuned", metavar="FINETUNED", help="the fine-tuned model (fine-tuned from MODEL, the base)")
     p.add_argument("--layer", type=int, help="the layer whose output both are read at (default the last)")
     p.add_argument("--expansion", type=int, default=8, help="latents = expansion x the models' width")
     p.add_argument("--k", type=int, default=32, help="active latents a token (on average over a batch)")
@@ -117,7 +186,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = [
-    Command("crosscoder", "what fine-tuning added, latent by latent: a BatchTopK crosscoder over a base and a "
+    Command("train-crosscoder", "what fine-tuning added, latent by latent: a BatchTopK crosscoder over a base and a "
             "fine-tuned model at one layer, shared / base-only / fine-tuned-only latents, Latent Scaling",
             cmd_crosscoder, _arguments),
+    Command("diff-features", "a crosscoder read on held-out text: each latent's norms and class, and whether the "
+            "fine-tuned model uses its fine-tuned-only latents (its task accuracy with them off, against controls)",
+            cmd_diff_features, _diff_arguments),
 ]

@@ -12,7 +12,9 @@ sentences as a reader sees them), ``edits`` (switch a feature off or steer with 
 a tag-labelled feature carry its tag: a probe and masked-token accuracy with it off, beside controls),
 ``crosscoder`` (a BatchTopK crosscoder over a base and a fine-tuned model's activations at one layer),
 ``crosscoder_trainer`` (its trainer, the reference's loss), ``model_diff`` (what fine-tuning added, latent by
-latent: decoder norms in both models, shared / base-only / fine-tuned-only, Latent Scaling).
+latent: decoder norms in both models, shared / base-only / fine-tuned-only, Latent Scaling), ``diff_causal``
+(does the fine-tuned task model use its fine-tuned-only latents: its accuracy with them off, beside controls),
+``diff_reading`` (a crosscoder found, checked and read: the one pass of ``diff-features`` and the Latents tab).
 Every pass goes through the model's hook points (``blocks.{l}.hook_resid_post``: layer l's output, as
 everywhere).
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
@@ -32,6 +34,9 @@ _EXPORTS = {
     "save_crosscoder": "features.crosscoder",
     "train_crosscoder": "features.crosscoder_trainer",
     "diff_models": "features.model_diff",
+    "diff_effect": "features.diff_causal",
+    "read_diff": "features.diff_reading",
+    "shipped_crosscoders": "features.shipped",
     "sae_quality": "features.quality",
     "active_features": "features.active",
     "shipped_saes": "features.shipped",

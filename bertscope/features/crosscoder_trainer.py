@@ -16,7 +16,7 @@ a few hundred thousand):
 - A latent is dead after ``dead_tokens`` = 100,000 tokens without firing (the reference's 10M).
 - The warm-up is the first ``warmup`` share of the steps (the reference's 1,000 steps); b_dec's geometric median
   is over 8,192 rows spread over the cache (the reference's first batch).
-- The learning rate defaults to the reference's rule 2e-4 / sqrt(d_sae / 2^14); ``bertscope crosscoder`` passes
+- The learning rate defaults to the reference's rule 2e-4 / sqrt(d_sae / 2^14); ``bertscope train-crosscoder`` passes
   2e-3, which short runs need (BENCHMARKS.md).
 
 Rows stream from the two memory-mapped caches in the same shuffled blocks (whole batches of them), so memory stays
@@ -54,7 +54,7 @@ class CrosscoderTrainState:
 
 def paired(base: ActivationSet, tuned: ActivationSet) -> None:
     """One line unless the two caches hold the same positions of the same text, row for row, equally wide. (Which
-    word pieces a position holds is the tokenizer's: ``bertscope crosscoder`` checks both models split alike.)"""
+    word pieces a position holds is the tokenizer's: ``bertscope train-crosscoder`` checks both models split alike.)"""
     if base.rows.shape[1] != tuned.rows.shape[1]:
         raise BertScopeError(f"The two models are {base.rows.shape[1]} and {tuned.rows.shape[1]} wide: a crosscoder "
                              "reads two models of one width (a model and one fine-tuned from it).")
@@ -171,7 +171,7 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
                     sums[key] += float(parts[key].detach())
                 sums["loss"] += float(loss.detach())
                 if progress is not None:
-                    progress(state.step, total, {"epoch": epoch + 1, "reconstruction": float(parts["reconstruction"]),
+                    progress(state.step, total, {"epoch": epoch + 1, "reconstruction": float(parts["reconstruction"].detach()),
                                                  "dead": float(parts["dead"])})
         seconds = time.perf_counter() - started
         state.history.append({"epoch": epoch + 1, **{k: v / max(steps, 1) for k, v in sums.items()},

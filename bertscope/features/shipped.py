@@ -1,7 +1,9 @@
 """Where a model's SAEs are: the ones shipped with BertScope (one folder per model, ``layer_LL/`` in
-SAELens's format, as ``train-sae --out`` writes them), or a folder of the user's.
+SAELens's format, as ``train-sae --out`` writes them), or a folder of the user's; and the crosscoders shipped
+for a base and a model fine-tuned from it (``layer_LL/`` folders as ``train-crosscoder --out`` writes them).
 
-The only list of shipped SAEs is ``SHIPPED``: pages, commands and tests read it.
+The only lists of shipped dictionaries are ``SHIPPED`` and ``SHIPPED_CROSSCODERS``: pages, commands and tests
+read them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from bertscope.errors import BertScopeError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SHIPPED = {"bundled-mlm": DATA / "bundled_mlm_saes"}  # model -> its SAEs, one layer_LL folder a layer
+SHIPPED_CROSSCODERS = {  # (base, fine-tuned) -> its crosscoders, one layer_LL folder a layer (float16)
+    ("bundled", "bundled-sentiment"): DATA / "crosscoders" / "bundled_sentiment",
+    ("bundled", "bundled-upos"): DATA / "crosscoders" / "bundled_upos",
+}
 CFG_FILE = "cfg.json"
 
 
@@ -51,3 +57,9 @@ def sae_folder(folder: Path | str, layer: int) -> Path:
         raise BertScopeError(f"{folder} holds no SAE (SAELens's cfg.json + sae_weights.safetensors, or layer_LL "
                              "folders of them).")
     raise BertScopeError(f"{folder} has no SAE for layer {layer}: it has layers {', '.join(map(str, layers))}.")
+
+
+def shipped_crosscoders(base: str, tuned: str) -> Path | None:
+    """The folder of the crosscoders shipped for ``base`` and ``tuned`` (their ``layer_LL`` folders), if any."""
+    folder = SHIPPED_CROSSCODERS.get((base, tuned))
+    return folder if folder is not None and sae_layers(folder) else None

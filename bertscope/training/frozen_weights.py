@@ -28,7 +28,7 @@ def frozen_in(model: torch.nn.Module, dtype: torch.dtype | None) -> Iterator[int
         yield 0
         return
     uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
-    swapped: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+    swapped: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, its float32 data)
     try:
         for module in model.modules():
             if not isinstance(module, torch.nn.Linear):

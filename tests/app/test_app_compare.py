@@ -71,3 +71,35 @@ def test_probes_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     spec = next(c.proto.spec for c in at.get("plotly_chart") if "Probe accuracy by layer" in c.proto.spec)
     assert spec.count(": task") == 2  # one accuracy line per model
     assert any(c.startswith("Best layer:") for c in texts(at.caption))
+
+
+def test_latents_tab_on_the_shipped_pair(monkeypatch):
+    """bundled (A) with bundled-upos (B): nothing runs on arrival; the button reads the shipped crosscoder, draws the
+    histogram and the causal check, and lists the fine-tuned-only latents. A pair with no crosscoder is said (an
+    info line), a typed folder that holds none is an error line."""
+    at = start_with_url(monkeypatch, "bundled", PAGE, b="bundled-upos", cmp_tab="Latents")
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press *Read the crosscoder*") for t in texts(at.info))
+    at.select_slider(key="diff_examples").set_value(100)
+    next(b for b in at.button if b.label == "Read the crosscoder").click()
+    at.run()
+    assert not at.exception and not at.error
+    assert any("latents by relative decoder norm" in c.proto.spec for c in at.get("plotly_chart"))
+    frames = [f.value for f in at.dataframe]
+    causal = next(v for v in frames if "B's held-out accuracy" in v.columns)
+    assert len(causal) == 5 and causal["accuracy"].between(0, 1).all()
+    latents = next(v for v in frames if "relative norm" in v.columns)
+    assert (latents["relative norm"] >= 0.9).all() and latents["switched off"].any() and latents["pushes"].str.len().gt(0).all()
+    metrics = [m.label for m in at.metric]
+    assert "Fine-tuned-only (real)" in metrics
+    at.text_input(key="diff_cc").input("/nowhere/at/all").run()
+    assert not at.exception
+    (error,) = texts(at.error)
+    assert "/nowhere/at/all" in error and "\n" not in error
+
+
+def test_latents_tab_says_when_no_crosscoder_is_shipped(monkeypatch):
+    at = start_with_url(monkeypatch, "bundled", PAGE, b="bundled-mlm", cmp_tab="Latents")
+    assert not at.exception and not at.error
+    assert any("No crosscoder is shipped for bundled and bundled-mlm" in i and "bundled-upos (B)" in i
+               for i in texts(at.info))

@@ -538,6 +538,26 @@ def test_erasure_tab_on_bundled_mlm(browser, app_url, artifacts, server_log):
     page.close()
 
 
+def test_latents_tab_on_the_shipped_upos_pair(browser, app_url, artifacts, server_log):
+    """Compare → Latents with bundled (A) and bundled-upos (B): the shipped crosscoder read on held-out text, the
+    histogram, the causal check's table and the fine-tuned-only latents."""
+    page, problems = open_page(browser, f"{app_url}/compare?model=bundled&b=bundled-upos&cmp_tab=Latents", height=3000)
+    page.get_by_text("Press *Read the crosscoder*", exact=False).or_(
+        page.get_by_text("Press Read the crosscoder", exact=False)).first.wait_for(timeout=120_000)
+    page.get_by_role("button", name="Read the crosscoder").click(timeout=60_000)
+    page.get_by_text("The causal check", exact=False).first.wait_for(timeout=400_000)
+    page.get_by_text("fine-tuned-only latents", exact=False).first.wait_for(timeout=60_000)
+    wait_until_idle(page, 120)
+    page.wait_for_timeout(3000)  # the tables' canvases paint a moment after the page is idle
+    page.screenshot(path=str(artifacts / "compare-latents.png"), full_page=True)
+    body = page.inner_text("body")
+    assert "latents by relative decoder norm" in body and "Look up a latent" in body and "Download (JSON)" in body
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()
+
+
 def test_costly_tabs_wait_for_their_buttons(browser, tmp_path, artifacts):
     """On a fresh cache (nothing kept from earlier tests), the three places that used to compute for minutes
     on opening (cross-lingual: 945 texts at every layer; Compare → Heads: every attention map of 100

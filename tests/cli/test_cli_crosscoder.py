@@ -1,4 +1,4 @@
-"""``bertscope crosscoder``: a base and a model "fine-tuned" from it (its last layer's weights moved), the mixture
+"""``bertscope train-crosscoder``: a base and a model "fine-tuned" from it (its last layer's weights moved), the mixture
 of installed corpora through both, the table and the JSON, and every bad input in one line with exit 2."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def tuned_dir(tiny_mlm_dir, tmp_path_factory):
 
 
 def test_crosscoder_json_and_the_table(capsys, tiny_mlm_dir, tuned_dir, tmp_path):
-    args = ["crosscoder", str(tiny_mlm_dir), "--tuned", str(tuned_dir), "--per-source", "40", "--held-out", "10",
+    args = ["train-crosscoder", str(tiny_mlm_dir), str(tuned_dir), "--per-source", "40", "--held-out", "10",
             "--tokens", "2048", "--batch-tokens", "256", "--expansion", "2", "--k", "4", "--epochs", "2"]
     code, out, err = run_cli(capsys, *args, "--out", str(tmp_path / "cc"), "--json")
     assert code == 0, err
@@ -49,19 +49,89 @@ def test_crosscoder_json_and_the_table(capsys, tiny_mlm_dir, tuned_dir, tmp_path
     (["--seed", "-1"], "--seed and --top take a number from 0"),
 ])
 def test_bad_input_is_one_line(capsys, tiny_mlm_dir, tuned_dir, tmp_path, extra, message):
-    code, out, err = run_cli(capsys, "crosscoder", str(tiny_mlm_dir), "--tuned", str(tuned_dir), "--out",
+    code, out, err = run_cli(capsys, "train-crosscoder", str(tiny_mlm_dir), str(tuned_dir), "--out",
                              str(tmp_path / "cc"), *extra)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_work(capsys, tiny_mlm_dir, tuned_dir, tmp_path):
     (tmp_path / "file").write_text("x")
-    code, _, err = run_cli(capsys, "crosscoder", str(tiny_mlm_dir), "--tuned", str(tuned_dir), "--out",
+    code, _, err = run_cli(capsys, "train-crosscoder", str(tiny_mlm_dir), str(tuned_dir), "--out",
                            str(tmp_path / "file"))
     assert code == 2 and "is a file" in err
 
 
 def test_two_models_that_split_text_differently_are_refused(capsys, tiny_mlm_dir, tiny_roberta_dir, tmp_path):
-    code, _, err = run_cli(capsys, "crosscoder", str(tiny_mlm_dir), "--tuned", str(tiny_roberta_dir), "--out",
+    code, _, err = run_cli(capsys, "train-crosscoder", str(tiny_mlm_dir), str(tiny_roberta_dir), "--out",
                            str(tmp_path / "cc"))
     assert code == 2 and "split text differently" in err
+
+
+@pytest.fixture(scope="module")
+def tiny_crosscoder(tiny_mlm_dir, tuned_dir, tmp_path_factory):
+    from bertscope.cli import main
+
+    out = tmp_path_factory.mktemp("tiny-cc") / "cc"
+    assert main(["train-crosscoder", str(tiny_mlm_dir), str(tuned_dir), "--per-source", "40", "--held-out", "10",
+                 "--tokens", "2048", "--batch-tokens", "256", "--expansion", "2", "--k", "4", "--epochs", "1",
+                 "--out", str(out), "--json"]) == 0
+    return out
+
+
+def test_diff_features_reads_a_trained_crosscoder_and_says_why_no_causal_check_ran(capsys, tiny_mlm_dir, tuned_dir,
+                                                                                  tiny_crosscoder):
+    args = ["diff-features", str(tiny_mlm_dir), str(tuned_dir), "--crosscoder", str(tiny_crosscoder), "--held-out",
+            "10"]
+    code, out, err = run_cli(capsys, *args, "--json", "--all-latents")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["crosscoder"] == {"path": str(tiny_crosscoder), "layer": 1, "d_sae": 64, "k": 4,
+                                  "models": [str(tiny_mlm_dir), str(tuned_dir)]} or data["crosscoder"]["d_sae"] == 64
+    assert len(data["latents"]) == 64 and [r["latent"] for r in data["latents"]] == list(range(64))
+    assert {r["class"] for r in data["latents"]} <= {"shared", "base", "finetuned", "other", "silent"}
+    for row in data["latents"]:
+        n_b, n_f = row["norm_base"], row["norm_finetuned"]
+        assert row["relative_norm"] == pytest.approx(0.5 * ((n_f - n_b) / max(n_b, n_f, 1e-12) + 1), abs=1e-5)
+    assert data["causal"] is None and data["causal_note"]  # a masked LM: no task head to score
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and "causal check: not run" in out, err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--layer", "0"], "has no crosscoder for layer 0: it has layers 1"),
+    (["--latents", "1,x"], "give latent numbers from 0"),
+    (["--examples", "0"], "must be at least 1"),
+])
+def test_diff_features_bad_input_is_one_line(capsys, tiny_mlm_dir, tuned_dir, tiny_crosscoder, extra, message):
+    code, _, err = run_cli(capsys, "diff-features", str(tiny_mlm_dir), str(tuned_dir), "--crosscoder",
+                           str(tiny_crosscoder), *extra)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_diff_features_refuses_a_crosscoder_of_other_models_and_a_pair_with_none_shipped(capsys, tiny_mlm_dir,
+                                                                                         tuned_dir, tiny_crosscoder):
+    code, _, err = run_cli(capsys, "diff-features", str(tuned_dir), str(tiny_mlm_dir), "--crosscoder",
+                           str(tiny_crosscoder))
+    assert code == 2 and "was made for" in err, err
+    code, _, err = run_cli(capsys, "diff-features", str(tiny_mlm_dir), str(tuned_dir))
+    assert code == 2 and "No crosscoder is shipped" in err and "train-crosscoder" in err, err
+
+
+def test_diff_features_on_the_shipped_upos_pair_offline(capsys):
+    """The shipped crosscoder of bundled and bundled-upos, with no --crosscoder: the tagger loses accuracy when its
+    fine-tuned-only latents are switched off, and far less when as many controls of matched firing are."""
+    code, out, err = run_cli(capsys, "diff-features", "bundled", "bundled-upos", "--held-out", "20", "--examples", "60",
+                             "--max-latents", "16", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["crosscoder"]["layer"] == 5 and data["crosscoder"]["path"].endswith("bundled_upos/layer_05")
+    causal = data["causal"]
+    assert len(causal["finetuned_only"]["latents"]) == 16 and len(causal["control"]["latents"]) == 16
+    assert not set(causal["finetuned_only"]["latents"]) & set(causal["control"]["latents"])
+    listed = {row["latent"]: row for row in data["latents"]}
+    assert all(listed[j]["class"] == "finetuned" and listed[j]["top_contexts"] for j in causal["finetuned_only"]["latents"])
+    assert all(listed.get(j, {}).get("class") != "finetuned" for j in causal["control"]["latents"])
+    before, after, control = (causal["finetuned_only"]["accuracy_before"], causal["finetuned_only"]["accuracy_after"],
+                              causal["control"]["accuracy_after"])
+    assert before > 0.9 and before - after > 0.02 and before - after > 2 * (before - control)
+    assert causal["accuracy"]["spliced"] > 0.9  # the dictionary carries the tagger's decision

@@ -36,3 +36,21 @@ def test_they_run_on_bundled_mlm():
         sae.check_for(load_model("bundled"))
     with pytest.raises(BertScopeError, match="has no SAE for layer 6"):
         sae_folder(shipped_saes("bundled-mlm"), 6)
+
+
+def test_the_crosscoders_shipped_for_the_two_fine_tuned_models_are_small_and_name_their_models():
+    from bertscope.features.crosscoder import load_crosscoder
+    from bertscope.features.shipped import SHIPPED_CROSSCODERS, shipped_crosscoders
+
+    assert set(SHIPPED_CROSSCODERS) == {("bundled", "bundled-sentiment"), ("bundled", "bundled-upos")}
+    for (base, tuned), folder in SHIPPED_CROSSCODERS.items():
+        assert shipped_crosscoders(base, tuned) == folder
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert sum(p.stat().st_size for p in files) <= 5 * 2**20  # float16, 1,536 latents
+        (layer,) = sae_layers(folder)
+        cfg = json.loads((sae_folder(folder, layer) / "cfg.json").read_text())
+        assert cfg["dtype"] == "float16" and cfg["metadata"]["models"] == [base, tuned]
+        cc = load_crosscoder(sae_folder(folder, layer))
+        assert cc.info.hook_name == f"blocks.{layer}.hook_resid_post" and (cc.d_in, cc.d_sae, cc.k) == (384, 1536, 32)
+        assert float(cc.threshold) > 0 and cc.W_dec.dtype.is_floating_point
+    assert shipped_crosscoders("bundled-sentiment", "bundled") is None  # the pair's order matters

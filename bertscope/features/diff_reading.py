@@ -1,0 +1,182 @@
+"""A crosscoder read: the one pass behind ``bertscope diff-features`` and the Compare page's Latents tab.
+
+The crosscoder is found (``crosscoder_for``: a folder given, or the one shipped for the pair) and checked against
+both models; both models' outputs on held-out mixture text give every latent's norms, class and Latent Scaling
+(``model_diff.diff_models``); the causal check (``diff_causal``) switches the fine-tuned-only latents off inside
+the fine-tuned task model. For a tagger read at its last layer, each latent's fine-tuned decoder direction is also
+read by the head (``head_weights``: what the latent pushes each label's logit by, a unit of activation), the
+head being linear there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertscope.core.models import LoadedModel
+from bertscope.core.task_head import SEQUENCE, TOKEN
+from bertscope.errors import BertScopeError
+from bertscope.features.activations import layer_activations, resid_post
+from bertscope.features.crosscoder import BatchTopKCrosscoder, load_crosscoder
+from bertscope.features.diff_causal import DiffEffect, diff_effect
+from bertscope.features.model_diff import CLASSES, ModelDiff, diff_models
+from bertscope.features.shipped import CFG_FILE, layer_folder, sae_layers, shipped_crosscoders
+
+JSON_CLASS = {"shared": "shared", "base-only": "base", "fine-tuned-only": "finetuned", "other": "other",
+              "never fires": "silent", "fine-tuned-only, real": "finetuned_real"}  # the JSON's words for CLASSES
+Progress = Callable[[int, int, str], None]  # (done, total, "what, unit"), as the app's bars take it
+
+
+def check_pair(base: LoadedModel, tuned: LoadedModel) -> None:
+    """One line when two models cannot share a crosscoder: other widths, or other word pieces."""
+    if base.hidden_size != tuned.hidden_size:
+        raise BertScopeError(f"{base.name} is {base.hidden_size} wide and {tuned.name} {tuned.hidden_size}: a crosscoder "
+                             "reads a model and one fine-tuned from it.")
+    if base.tokenizer.get_vocab() != tuned.tokenizer.get_vocab():
+        raise BertScopeError(f"{base.name} and {tuned.name} split text differently: a crosscoder reads both on the "
+                             "same word pieces (a model and one fine-tuned from it).")
+
+
+def crosscoder_layers(base: LoadedModel, tuned: LoadedModel, folder: str | Path | None = None
+                      ) -> tuple[Path, list[int]]:
+    """(the folder, its layers): ``folder``, or the one shipped for the pair; one line when there is none."""
+    source = Path(folder) if folder else shipped_crosscoders(base.name, tuned.name)
+    if source is None:
+        raise BertScopeError(f"No crosscoder is shipped for {base.name} and {tuned.name}: train one "
+                             f"(bertscope train-crosscoder {base.name} {tuned.name} --out FOLDER) and give its folder.")
+    layers = sae_layers(source)
+    if not layers:
+        raise BertScopeError(f"{source} holds no crosscoder (cfg.json + crosscoder.safetensors, or layer_LL folders).")
+    return source, layers
+
+
+def crosscoder_for(base: LoadedModel, tuned: LoadedModel, folder: str | Path | None = None,
+                   layer: int | None = None) -> tuple[BatchTopKCrosscoder, Path, int]:
+    """(the crosscoder, its folder, its layer) for the pair, checked against both models."""
+    check_pair(base, tuned)
+    source, layers = crosscoder_layers(base, tuned, folder)
+    layer = layers[-1] if layer is None else layer
+    if layer not in layers:
+        raise BertScopeError(f"{source} has no crosscoder for layer {layer}: it has layers {', '.join(map(str, layers))}.")
+    path = layer_folder(source, layer) if (layer_folder(source, layer) / CFG_FILE).is_file() else source
+    cc = load_crosscoder(path, base.device)
+    made_for = tuple(m for m in cc.info.models if m)
+    if made_for and made_for != (base.name, tuned.name):
+        raise BertScopeError(f"{path} was made for {' and '.join(made_for)}, not {base.name} and {tuned.name}.")
+    if cc.d_in != base.hidden_size or (cc.info.hook_name and cc.info.hook_name != resid_post(layer)):
+        raise BertScopeError(f"{path} reads {cc.info.hook_name or '?'} ({cc.d_in} wide), not {resid_post(layer)} of "
+                             f"{base.hidden_size}-wide models.")
+    return cc, path, layer
+
+
+@dataclass(frozen=True)
+class DiffReading:
+    models: tuple[str, str]  # base, fine-tuned
+    path: str
+    layer: int
+    d_sae: int
+    k: int
+    diff: ModelDiff = field(repr=False)
+    sources: dict[str, int]  # held-out texts read from each corpus
+    effect: DiffEffect | None = field(repr=False)
+    note: str | None  # why no causal check ran
+    head_labels: tuple[str, ...] = ()
+    head_weights: np.ndarray | None = field(repr=False, default=None)  # [d_sae, label], or None
+
+    def pushes(self, latent: int, top: int = 3) -> list[tuple[str, float]]:
+        """The labels whose logit the latent's fine-tuned direction raises most (tagger at its last layer)."""
+        if self.head_weights is None:
+            return []
+        row = self.head_weights[latent]
+        return [(self.head_labels[i], float(row[i])) for i in np.argsort(-row)[:top]]
+
+    def to_json(self, all_latents: bool = False) -> dict:
+        d, e = self.diff, self.effect
+        real = d.real_fine_tuned_only
+        contexts = e.contexts if e is not None else {}
+        latents = []
+        for j in range(self.d_sae):
+            name = CLASSES[d.classes[j]]
+            if not all_latents and name in ("shared", "never fires") and j not in contexts:
+                continue
+            row = {"latent": j, "norm_base": round(float(d.norms[0, j]), 6),
+                   "norm_finetuned": round(float(d.norms[1, j]), 6), "relative_norm": round(float(d.delta[j]), 6),
+                   "class": JSON_CLASS[name], "fires": int(d.fires[j]), "real": bool(real[j])}
+            if self.head_weights is not None:
+                row["pushes"] = [{"label": label, "logit": round(w, 6)} for label, w in self.pushes(j)]
+            if e is not None and j in contexts:
+                row["top_contexts"] = [c.to_json() for c in contexts[j]]
+                row["gold"] = e.gold_counts[j]
+            latents.append(row)
+        out = {"crosscoder": {"path": self.path, "layer": self.layer, "d_sae": self.d_sae, "k": self.k,
+                              "models": list(self.models)},
+               "held_out": {"tokens": d.tokens, "sources": self.sources,
+                            "fve": {"base": _number(d.fve[0]), "finetuned": _number(d.fve[1])}, "l0": round(d.l0, 3)},
+               "counts": {JSON_CLASS[k]: v for k, v in d.counts().items()},
+               "latents": latents, "causal": None if self.effect is None else self.effect.to_json()}
+        if self.note:
+            out["causal_note"] = self.note
+        return out
+
+
+def _number(x: float) -> float | None:
+    return None if np.isnan(x) else x
+
+
+def _staged(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+    report = progress
+    return lambda done, total: report(done, total, stage)
+
+
+def head_weights(tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int) -> np.ndarray | None:
+    """[d_sae, label] each latent's fine-tuned decoder row read by a tagger's head at its last layer; None where
+    the head is not linear in that layer's output (a classifier's pooler, a lower layer)."""
+    if tuned.task is None or tuned.task.kind != TOKEN or layer != tuned.num_layers - 1:
+        return None
+    head = getattr(tuned.model, "classifier", None)
+    if not isinstance(head, torch.nn.Linear) or head.in_features != cc.d_in:
+        return None
+    with torch.no_grad():
+        return (cc.W_dec[1].float() @ head.weight.float().T.to(cc.W_dec.device)).cpu().numpy()  # [d_sae, label]
+
+
+def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, path: str | Path, layer: int,
+              held_out: int = 200, examples: int = 500, latents: Sequence[int] | None = None, max_latents: int = 32,
+              seed: int = 0, progress: Progress | None = None) -> DiffReading:
+    """The crosscoder's latents on ``held_out`` texts of each installed corpus, then the causal check of the
+    fine-tuned-only latents (or ``latents``) on ``examples`` held-out task examples."""
+    from bertscope.corpora.mixture import mixed_texts
+
+    if held_out < 1 or examples < 1 or max_latents < 1 or seed < 0:
+        raise BertScopeError("Read at least one held-out text and example and switch at least one latent off; the "
+                             "seed is a number from 0.")
+    held = mixed_texts(held_out, held_out=True, seed=seed)
+    caches = []
+    for lm in (base, tuned):
+        caches.append(layer_activations(lm, held.texts, layer, max_tokens=10**9, progress=_staged(
+            progress, f"Held-out activations of {lm.name} at layer {layer}, sentences")))
+    diff = diff_models(cc, caches[0], caches[1])
+    if latents is not None:
+        chosen = list(dict.fromkeys(int(j) for j in latents))
+    else:
+        real = diff.real_fine_tuned_only
+        pool = np.nonzero(real)[0] if real.any() else np.nonzero(diff.classes == CLASSES.index("fine-tuned-only"))[0]
+        chosen = [int(j) for j in pool[np.argsort(-diff.fires[pool], kind="stable")][:max_latents]]
+    effect, note = None, None
+    if not chosen:
+        note = "no fine-tuned-only latent to switch off"
+    elif tuned.task is None or tuned.task.kind not in (SEQUENCE, TOKEN):
+        note = f"{tuned.name} has no classification or tagging head to score"
+    else:
+        effect = diff_effect(base, tuned, cc, layer, chosen, diff.classes, examples, seed,
+                             _staged(progress, f"The causal check with {len(chosen)} latents off, batches"))
+    weights = head_weights(tuned, cc, layer)
+    labels = tuple(tuned.task.labels) if weights is not None and tuned.task is not None else ()
+    return DiffReading((base.name, tuned.name), str(path), layer, cc.d_sae, cc.k, diff, held.counts(), effect, note,
+                       labels, weights)
