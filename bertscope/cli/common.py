@@ -53,20 +53,8 @@ def model_arguments(p: argparse.ArgumentParser) -> None:
 @contextmanager
 def progress_bar(what: str, unit: str) -> Iterator[Callable[[int, int], None]]:
     """A ``progress(done, total)`` drawing a bar on stderr (stdout stays the result)."""
-    from tqdm import tqdm
-
-    bar: list = []
-
-    def progress(done: int, total: int) -> None:
-        if not bar:
-            bar.append(tqdm(total=total, desc=what, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False))
-        bar[0].update(done - bar[0].n)
-
-    try:
-        yield progress
-    finally:
-        if bar:
-            bar[0].close()
+    with staged_bars() as staged:
+        yield lambda done, total: staged(done, total, f"{what}, {unit}")
 
 
 @contextmanager
@@ -82,8 +70,8 @@ def staged_bars() -> Iterator[Callable[[int, int, str], None]]:
         if not bar or bar[0].desc != (what or stage):
             if bar:
                 bar.pop().close()
-            bar.append(tqdm(total=total, desc=what or stage, unit=unit.rstrip("s") or "step", file=sys.stderr,
-                            dynamic_ncols=True, leave=False))
+            bar.append(tqdm(total=total, desc=what or stage, unit=unit or "step", file=sys.stderr, dynamic_ncols=True,
+                            leave=False))
         bar[0].update(done - bar[0].n)
 
     try:

@@ -103,10 +103,15 @@ def _fmt(x: float | None) -> str:
 
 def cmd_diff_features(args: argparse.Namespace) -> Any:
     from bertscope.core.models import load_model
+    from bertscope.features.diff_causal import MAX_EXAMPLES, MAX_LATENTS
     from bertscope.features.diff_reading import crosscoder_for, read_diff
 
-    if args.held_out < 1 or args.examples < 1 or args.max_latents < 1 or args.seed < 0:
-        raise BertScopeError("--held-out, --examples and --max-latents must be at least 1, --seed at least 0.")
+    if args.held_out < 1 or args.seed < 0:
+        raise BertScopeError("--held-out must be at least 1, --seed at least 0.")
+    if not 1 <= args.examples <= MAX_EXAMPLES:
+        raise BertScopeError(f"--examples takes 1 to {MAX_EXAMPLES:,}.")
+    if not 1 <= args.max_latents <= MAX_LATENTS:
+        raise BertScopeError(f"--max-latents takes 1 to {MAX_LATENTS}.")
     wanted = _latent_list(args.latents) if args.latents else None
     base = load(args)
     tuned = load_model(args.tuned, device=args.device, dtype=args.dtype)
@@ -119,10 +124,15 @@ def cmd_diff_features(args: argparse.Namespace) -> Any:
 
 
 def _latent_list(spec: str) -> list[int]:
+    from bertscope.features.diff_causal import MAX_LATENTS
+
     parts = [p.strip() for p in spec.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isascii() and p.isdecimal() for p in parts):
         raise BertScopeError(f"--latents {spec!r}: give latent numbers from 0, separated by commas (12,345).")
-    return list(dict.fromkeys(int(p) for p in parts))
+    chosen = list(dict.fromkeys(int(p) for p in parts))
+    if len(chosen) > MAX_LATENTS:
+        raise BertScopeError(f"--latents names {len(chosen)}; at most {MAX_LATENTS} are switched off together.")
+    return chosen
 
 
 def diff_table(r: dict) -> str:
@@ -145,7 +155,7 @@ def diff_table(r: dict) -> str:
               f"{a['base read']:.3f}",
               f"  {len(k['finetuned_only']['latents'])} fine-tuned-only latents off: {a['removed']:.3f} "
               f"(agreement with the base read {agree['intact']:.3f} -> {agree['removed']:.3f})",
-              f"  as many controls off (matched firing): {a['control']:.3f} (agreement {agree['control']:.3f})"]
+              f"  as many controls off (matched removal): {a['control']:.3f} (agreement {agree['control']:.3f})"]
     shown = [row for row in r["latents"] if row.get("top_contexts")]
     if len(shown) > 10:
         lines.append(f"  the {len(shown)} latents' strongest contexts (the first 10 here; --json: all, 5 each):")
@@ -161,9 +171,11 @@ def _diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer", type=int, help="the crosscoder's layer (default: the folder's last)")
     p.add_argument("--latents", help="latents to switch off, e.g. 12,345 (default: the fine-tuned-only ones that "
                    "Latent Scaling keeps, else every fine-tuned-only one)")
-    p.add_argument("--max-latents", type=int, default=32, help="at most this many switched off (the most frequent)")
+    p.add_argument("--max-latents", type=int, default=32, help="at most this many switched off, the most frequent "
+                   "(without --latents; 1 to 64)")
     p.add_argument("--held-out", type=int, default=200, help="held-out texts from each corpus for the norms' figures")
-    p.add_argument("--examples", type=int, default=500, help="held-out task examples the causal check scores")
+    p.add_argument("--examples", type=int, default=500, help="held-out task examples the causal check scores "
+                   "(1 to 2,000)")
     p.add_argument("--all-latents", action="store_true", help="list shared and silent latents too")
     p.add_argument("--seed", type=int, default=0)
 

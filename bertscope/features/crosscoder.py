@@ -162,6 +162,8 @@ def load_crosscoder(folder: str | Path, device: str | torch.device = "cpu") -> B
     except (TypeError, ValueError) as err:
         raise BertScopeError(f"{folder}/{CFG_FILE} has a size that is not a number: {err}".splitlines()[0]) from err
     meta = cfg.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise BertScopeError(f"{folder}/{CFG_FILE}'s metadata is not an object.")
     models = [str(m) for m in (meta.get("models") or [])][:2]
     models += [""] * (2 - len(models))
     info = CrosscoderInfo((models[0], models[1]), meta.get("hook_name") or "", dict(meta.get("bertscope") or {}))

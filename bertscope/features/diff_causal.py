@@ -1,26 +1,32 @@
 """Does the fine-tuned model *use* what a crosscoder says fine-tuning added? The causal check of a model diff
 (issue 52): on the task's held-out side (the tweets' held-out tenth for a sentiment classifier, EWT's dev side
-for a tagger), the fine-tuned model's layer-L output at every word piece is edited through its crosscoder, and
-the task head's accuracy read after each edit:
+for a tagger: the sides the shipped task models were not trained on), the fine-tuned model's layer-L output at
+every word piece is edited through its crosscoder, and the task head's accuracy read after each edit:
 
 - **intact**: no edit;
 - **spliced**: the crosscoder's reconstruction of the fine-tuned side in place of the output (how much of the
   decision the dictionary carries);
 - **removed**: the chosen latents' contributions taken out, ``x' = x − Σ_j f_j W_dec[ft, j]`` (the error and
   every other latent stay), with ``f`` encoded from both models' outputs on the same text;
-- **control**: as many other latents taken out, each the one whose firing count on these word pieces is
-  nearest the chosen latent's, among latents not fine-tuned-only (the same amount of change, other content);
+- **control**: as many other latents taken out, each the one whose removal takes about as much out of these
+  pieces (``Σ f_j ‖W_dec[ft, j]‖`` over them, the nearest) as its chosen latent's; controls come from latents
+  that both models write (relative norm from 0.1 to below 0.9): never fine-tuned-only, never base-only (whose
+  fine-tuned decoder is short, so removing it would take out little);
 - **base read**: the base model's layer-L output in place of the fine-tuned one, read by the fine-tuned
   model's upper layers and head: where the predictions go when what fine-tuning changed up to L is undone.
 
-Latents that fine-tuning added *and* the model uses move the predictions toward the base read (agreement with
-it rises, accuracy drops) more than the controls do. [CLS] and [SEP] are never edited: the crosscoder reads
-word pieces only (``features.activations``), so for a classifier that reads [CLS] the layer must be below the
-last, where attention still carries the word pieces into [CLS].
+Latents that fine-tuning added *and* the model uses cost accuracy when removed, more than the controls do.
+[CLS] and [SEP] (the tokens the tokenizer adds) are never edited: the crosscoder reads word pieces only
+(``features.activations``). A classifier that reads [CLS] at its last layer is therefore refused there: the
+layer must be below the last, where attention still carries the word pieces into [CLS].
+
+Along the way every latent's strongest pieces in the task text and the gold labels where it fires are kept
+(``contexts``, ``gold_counts``), a few numbers a latent: the page's and the command's top contexts.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,14 +40,16 @@ from bertscope.errors import BertScopeError
 from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.active import layer_output
 from bertscope.features.crosscoder import BatchTopKCrosscoder
-from bertscope.features.model_diff import CLASSES
+from bertscope.features.model_diff import BASE_ONLY, FT_ONLY
 from bertscope.training.task_data import CLASSIFY, TAG, Tagged, load_task_data
 from bertscope.training.task_objective import IGNORE, encode, pad
 
 EDITS = ("intact", "spliced", "removed", "control", "base read")
 TASK_DATA = {CLASSIFY: "sentiment", TAG: "ewt-upos"}  # the shipped held-out side each task model is read on
 MAX_LATENTS = 64
+MAX_EXAMPLES = 2000  # every batch's base output is kept for the second sweep: bounded by this
 TOP_CONTEXTS = 5
+BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -67,50 +75,87 @@ class DiffEffect:
     examples: int  # held-out texts
     scored: int  # texts (classify) or words (tag) scored
     latents: tuple[int, ...]  # switched off together
-    controls: tuple[int, ...]  # as many, firing as often
+    controls: tuple[int, ...]  # as many, each removing about as much
     fires: dict[int, int]  # word pieces each latent and control fires on
+    removed: dict[int, float]  # Σ f ‖W_dec[ft]‖ over the pieces: how much removing each takes out
     accuracy: dict[str, float]  # EDITS -> accuracy
     agreement_with_base: dict[str, float]  # intact / removed / control -> share of predictions the base read gives
     confusion: dict[str, np.ndarray] = field(repr=False)  # intact / removed / control -> [gold, predicted] counts
-    contexts: dict[int, list[LatentContext]] = field(repr=False, default_factory=dict)  # each chosen latent's top
+    contexts: dict[int, list[LatentContext]] = field(repr=False, default_factory=dict)  # every latent that fired
     gold_counts: dict[int, dict[str, int]] = field(repr=False, default_factory=dict)  # gold of the pieces it fires on
 
-    @property
-    def drop(self) -> float:
-        """Accuracy lost to the chosen latents, beyond what the controls lose (positive: used)."""
-        return (self.accuracy["intact"] - self.accuracy["removed"]) - \
-            (self.accuracy["intact"] - self.accuracy["control"])
-
     def to_json(self) -> dict:
+        def arm(chosen: tuple[int, ...], name: str) -> dict:
+            return {"latents": list(chosen), "accuracy_before": round(self.accuracy["intact"], 6),
+                    "accuracy_after": round(self.accuracy[name], 6), "fires": [self.fires[j] for j in chosen],
+                    "removed": [round(self.removed[j], 3) for j in chosen]}
+
         return {
             "layer": self.layer, "task": self.task, "data": self.data, "labels": list(self.labels),
             "examples": self.examples, ("words" if self.task == TAG else "texts"): self.scored,
             "accuracy": {k: round(v, 6) for k, v in self.accuracy.items()},
             "agreement_with_base": {k: round(v, 6) for k, v in self.agreement_with_base.items()},
-            "finetuned_only": {"latents": list(self.latents), "accuracy_before": round(self.accuracy["intact"], 6),
-                               "accuracy_after": round(self.accuracy["removed"], 6),
-                               "fires": [self.fires[j] for j in self.latents]},
-            "control": {"latents": list(self.controls), "accuracy_before": round(self.accuracy["intact"], 6),
-                        "accuracy_after": round(self.accuracy["control"], 6),
-                        "fires": [self.fires[j] for j in self.controls]},
+            "finetuned_only": arm(self.latents, "removed"), "control": arm(self.controls, "control"),
             "confusion": {k: v.tolist() for k, v in self.confusion.items()},
         }
 
 
+@dataclass(frozen=True)
+class TaskSide:
+    """The held-out examples a task model is scored on, encoded for it."""
+
+    task: str
+    source: str
+    side: LabelledTexts | Tagged
+    labels: list[str]
+
+
+def task_side(tuned: LoadedModel, layer: int, examples: int, seed: int = 0) -> TaskSide:
+    """The held-out side ``tuned`` is scored on (a seeded sample of ``examples``), or one line saying why the
+    causal check cannot run on it: no classification or tagging head, a classifier read at its last layer,
+    labels that do not cover the data's."""
+    head = tuned.task
+    task = {SEQUENCE: CLASSIFY, TOKEN: TAG}.get(head.kind) if head is not None else None
+    if head is None or task is None:
+        raise BertScopeError(f"{tuned.name} has no classification or tagging head: the causal check reads one.")
+    if task == CLASSIFY and layer == tuned.num_layers - 1:
+        raise BertScopeError(f"{tuned.name} classifies from [CLS] at its last layer, which a crosscoder of word "
+                             "pieces never edits: read a crosscoder of a lower layer.")
+    if not 1 <= examples <= MAX_EXAMPLES:
+        raise BertScopeError(f"Score from 1 to {MAX_EXAMPLES:,} held-out examples.")
+    data = load_task_data(task, TASK_DATA[task])  # the split the shipped task models were trained on (seed 0)
+    side = data.held_out
+    if not isinstance(side, (LabelledTexts, Tagged)):
+        raise BertScopeError(f"{data.source} is not a classification or tagging corpus.")
+    if len(side) > examples:
+        side = side.take(sorted(np.random.default_rng(seed).choice(len(side), examples, replace=False).tolist()),
+                         side.name)
+    labels = list(head.labels)
+    gold = {t for row in side.tags for t in row} if isinstance(side, Tagged) else set(side.labels)
+    if not gold <= set(labels):
+        raise BertScopeError(f"{tuned.name}'s labels ({', '.join(labels)}) do not cover {data.source}'s "
+                             f"({', '.join(sorted(gold - set(labels)))}): the causal check scores it there.")
+    return TaskSide(task, data.source, side, labels)
+
+
 def _word_pieces(lm: LoadedModel, feed: dict) -> torch.Tensor:
-    """[batch, token] bool: real pieces, neither padding nor a special token."""
+    """[batch, token] bool: the pieces a crosscoder reads, every real token but those the tokenizer adds ([CLS],
+    [SEP], <s>, </s>), as ``features.activations`` keeps them; [UNK] stays."""
     ids = feed["input_ids"]
-    special = torch.tensor(sorted(lm.tokenizer.all_special_ids), device=ids.device)
-    return feed["attention_mask"].bool() & ~torch.isin(ids, special)
+    tok = lm.tokenizer
+    added = {t for t in (tok.cls_token_id, tok.sep_token_id, tok.bos_token_id, tok.eos_token_id) if t is not None}
+    return feed["attention_mask"].bool() & ~torch.isin(ids, torch.tensor(sorted(added), device=ids.device))
 
 
+@dataclass
 class _Batch:
-    """One held-out batch kept for every sweep: inputs, gold, word pieces, the base's layer-L output and the
-    crosscoder's codes of the intact pair."""
+    """One held-out batch kept for both sweeps: inputs, gold, word pieces, the base's layer-L output."""
 
-    def __init__(self, feed: dict, gold: torch.Tensor, pieces: torch.Tensor, base: torch.Tensor, rows: list[int]):
-        self.feed, self.gold, self.pieces, self.base, self.rows = feed, gold, pieces, base, rows
-        self.codes: torch.Tensor | None = None  # [piece, d_sae] on the intact pass
+    feed: dict
+    gold: torch.Tensor  # [batch] or [batch, token]
+    pieces: torch.Tensor  # [batch, token] bool
+    base: torch.Tensor  # [piece, d_model] float32: the base's output at the pieces
+    rows: list[int]
 
 
 def _predictions(tuned: LoadedModel, batch: _Batch, edit: Callable[[torch.Tensor], torch.Tensor] | None, layer: int
@@ -128,67 +173,83 @@ def _predictions(tuned: LoadedModel, batch: _Batch, edit: Callable[[torch.Tensor
     return tuned.run(batch.feed, hooks={resid_post(layer): hook}).logits.argmax(-1)
 
 
+class _Top:
+    """Every latent's strongest pieces so far ([TOP_CONTEXTS, d_sae] values and piece numbers) and the gold
+    labels of the pieces it fires on ([d_sae, label] counts), kept on the device, a few numbers a latent."""
+
+    def __init__(self, d_sae: int, n_labels: int, device: torch.device):
+        self.values = torch.full((TOP_CONTEXTS, d_sae), -1.0, device=device)
+        self.pieces = torch.zeros((TOP_CONTEXTS, d_sae), dtype=torch.long, device=device)
+        self.gold = torch.zeros((d_sae, n_labels + 1), device=device)  # the last column: a word's later pieces
+        self.where: list[torch.Tensor] = []  # per batch [piece, 2]: (example row, token)
+        self.seen = 0
+
+    def add(self, codes: torch.Tensor, where: torch.Tensor, gold: torch.Tensor) -> None:
+        """codes [piece, d_sae]; where [piece, 2] (example row, token); gold [piece] label or IGNORE."""
+        n = len(codes)
+        numbers = torch.arange(self.seen, self.seen + n, device=codes.device)[:, None].expand(n, codes.shape[1])
+        values = torch.cat([self.values, codes])  # [top + piece, d_sae]
+        best = values.topk(TOP_CONTEXTS, dim=0)
+        self.values = best.values
+        self.pieces = torch.cat([self.pieces, numbers]).gather(0, best.indices)
+        column = torch.where(gold == IGNORE, torch.full_like(gold, self.gold.shape[1] - 1), gold)
+        self.gold += (codes > 0).float().T @ torch.nn.functional.one_hot(column, self.gold.shape[1]).float()
+        self.where.append(where.cpu())
+        self.seen += n
+
+
 @torch.no_grad()
 def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int,
-                latents: Sequence[int], classes: np.ndarray, examples: int = 500, seed: int = 0,
+                latents: Sequence[int], delta: np.ndarray, examples: int = 500, seed: int = 0,
                 progress: Callable[[int, int], None] | None = None) -> DiffEffect:
-    """The causal check (module docstring) of switching ``latents`` off in ``tuned`` at ``layer``; ``classes``:
-    each latent's class (``ModelDiff.classes``), so that no control is fine-tuned-only."""
+    """The causal check (module docstring) of switching ``latents`` off in ``tuned`` at ``layer``; ``delta``:
+    each latent's relative decoder norm (``ModelDiff.delta``), from which the controls are drawn."""
     layer = check_layer(tuned, layer)
-    head = tuned.task
-    task = {SEQUENCE: CLASSIFY, TOKEN: TAG}.get(head.kind) if head is not None else None
-    if head is None or task is None:
-        raise BertScopeError(f"{tuned.name} has no classification or tagging head: the causal check reads one.")
     chosen = tuple(dict.fromkeys(int(j) for j in latents))
     if not chosen or len(chosen) > MAX_LATENTS:
         raise BertScopeError(f"Give between 1 and {MAX_LATENTS} latents to switch off.")
     if any(not 0 <= j < cc.d_sae for j in chosen):
         raise BertScopeError(f"The crosscoder has latents 0 to {cc.d_sae - 1}.")
-    if len(classes) != cc.d_sae:
-        raise BertScopeError(f"{len(classes)} classes given for {cc.d_sae} latents.")
-    if examples < 1:
-        raise BertScopeError("Score at least one held-out example.")
-    labels = list(head.labels)
-    data = load_task_data(task, TASK_DATA[task])  # the split the shipped task models were trained on (seed 0)
-    side = data.held_out
-    if not isinstance(side, (LabelledTexts, Tagged)):
-        raise BertScopeError(f"{data.source} is not a classification or tagging corpus.")
-    if len(side) > examples:
-        picked = sorted(np.random.default_rng(seed).choice(len(side), examples, replace=False).tolist())
-        side = side.take(picked, side.name)
-    known = set(labels)
-    gold_names = {t for row in side.tags for t in row} if isinstance(side, Tagged) else set(side.labels)
-    if not gold_names <= known:
-        raise BertScopeError(f"{tuned.name}'s labels ({', '.join(labels)}) do not cover the held-out data's "
-                             f"({', '.join(sorted(gold_names - known))}).")
-    cc = cc.to(tuned.device)
+    if len(delta) != cc.d_sae:
+        raise BertScopeError(f"{len(delta)} relative norms given for {cc.d_sae} latents.")
+    found = task_side(tuned, layer, examples, seed)
+    task, side, labels = found.task, found.side, found.labels
+    device = tuned.device
+    if cc.W_dec.device != device:  # a copy: the caller's crosscoder stays where it is
+        cc = copy.deepcopy(cc).to(device)
+    w_ft = cc.W_dec[1].detach().float()  # [d_sae, d_model]
+    norms_ft = w_ft.norm(dim=-1)  # [d_sae]
+
+    def codes_of(batch: _Batch, x: torch.Tensor) -> torch.Tensor:  # x [piece, d_model]: the fine-tuned side
+        return cc.encode(torch.stack([batch.base, x], dim=1), use_threshold=True).float()  # [piece, d_sae]
+
     encoded = encode(tuned.tokenizer, task, side, labels, tuned.max_length)
     order = sorted(range(len(encoded.ids)), key=lambda r: len(encoded.ids[r]))  # little padding
+    starts = range(0, len(order), BATCH)
+    steps, done = 3 * len(starts), 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, steps)
+
     kept: list[_Batch] = []
-    steps, done = -(-len(order) // 32) * 2, 0
-    for start in range(0, len(order), 32):
-        rows = order[start:start + 32]
-        feed, gold = pad(encoded, rows, tuned.tokenizer.pad_token_id, task == TAG).part(slice(None), tuned.device)
+    for start in starts:  # the base's outputs, once
+        rows = order[start:start + BATCH]
+        feed, gold = pad(encoded, rows, tuned.tokenizer.pad_token_id, task == TAG).part(slice(None), device)
         feed = {k: v for k, v in feed.items() if k in tuned.tokenizer.model_input_names}
-        kept.append(_Batch(feed, gold, _word_pieces(tuned, feed), layer_output(base, feed, layer), rows))
+        pieces = _word_pieces(tuned, feed)
+        kept.append(_Batch(feed, gold, pieces, layer_output(base, feed, layer)[pieces].float(), rows))
+        tick()
     n_labels = len(labels)
     confusion = {name: np.zeros((n_labels, n_labels), np.int64) for name in ("intact", "removed", "control")}
     right = dict.fromkeys(EDITS, 0)
     agree = dict.fromkeys(("intact", "removed", "control"), 0)
     scored = 0
-    fires = torch.zeros(cc.d_sae, dtype=torch.long, device=tuned.device)
-    w_ft = cc.W_dec[1].float()  # [d_sae, d_model]
-    peaks: dict[int, list[tuple[float, int, int]]] = {j: [] for j in chosen}  # (activation, batch row, token)
-    gold_counts: dict[int, dict[str, int]] = {j: {} for j in chosen}
-
-    def pair_codes(batch: _Batch, x: torch.Tensor) -> torch.Tensor:  # x: [piece, d_model] fine-tuned side
-        return cc.encode(torch.stack([batch.base[batch.pieces].float(), x], dim=1), use_threshold=True)
-
-    def splice(batch: _Batch) -> Callable:
-        return lambda x: cc.decode(pair_codes(batch, x))[:, 1]
-
-    def remove(batch: _Batch, group: tuple[int, ...]) -> Callable:
-        return lambda x: x - pair_codes(batch, x)[:, list(group)] @ w_ft[list(group)]
+    fires = torch.zeros(cc.d_sae, dtype=torch.long, device=device)
+    mass = torch.zeros(cc.d_sae, dtype=torch.float64, device=device)  # Σ f ‖W_dec[ft]‖ over the pieces
+    top = _Top(cc.d_sae, n_labels, device)
 
     def score(name: str, batch: _Batch, predicted: torch.Tensor, base_read: torch.Tensor | None) -> int:
         keep = batch.gold != IGNORE  # [batch] or [batch, token]
@@ -201,89 +262,103 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
         return int(keep.sum())
 
     base_reads = []
-    for batch in kept:  # first sweep: intact, spliced, the base read; firing counts for the controls
-        intact_x: list[torch.Tensor] = []
+    for batch in kept:  # first sweep: intact (its codes read on the way), spliced, the base read
+        intact: list[torch.Tensor] = []
 
-        def reading(x: torch.Tensor, _into=intact_x) -> torch.Tensor:
+        def reading(x: torch.Tensor, _into=intact) -> torch.Tensor:
             _into.append(x)
             return x
 
         predicted = _predictions(tuned, batch, reading, layer)  # an identity edit that keeps the pieces' output
-        batch.codes = pair_codes(batch, intact_x[0])  # [piece, d_sae]
-        fires += (batch.codes > 0).sum(0)
-        base_read = _predictions(tuned, batch, _base_output(batch), layer)
+        codes = codes_of(batch, intact[0])  # [piece, d_sae]
+        fires += (codes > 0).sum(0)
+        mass += (codes.sum(0) * norms_ft).double()
+        where = torch.nonzero(batch.pieces)  # [piece, 2]: (batch row, token)
+        gold = batch.gold[where[:, 0], where[:, 1]] if task == TAG else batch.gold[where[:, 0]]  # [piece]
+        example = torch.tensor(batch.rows, device=where.device)[where[:, 0]]  # [piece] its example's row
+        top.add(codes, torch.stack([example, where[:, 1]], dim=1), gold)
+        del codes
+        base_read = _predictions(tuned, batch, _put(batch.base), layer)
         base_reads.append(base_read)
         scored += score("intact", batch, predicted, base_read)
-        score("spliced", batch, _predictions(tuned, batch, splice(batch), layer), None)
+        spliced = _predictions(tuned, batch, _spliced(cc, batch, codes_of), layer)
+        score("spliced", batch, spliced, None)
         score("base read", batch, base_read, None)
-        _note_contexts(tuned, batch, chosen, peaks, gold_counts, labels, task)
-        done += 1
-        if progress:
-            progress(done, steps)
-    fires_np = fires.cpu().numpy()
-    controls = _controls(chosen, fires_np, classes)
+        tick()
+    fires_np, mass_np = fires.cpu().numpy(), mass.cpu().numpy()
+    controls = _controls(chosen, mass_np, delta)
     for batch, base_read in zip(kept, base_reads):  # second sweep: the chosen latents off, then the controls
-        score("removed", batch, _predictions(tuned, batch, remove(batch, chosen), layer), base_read)
-        score("control", batch, _predictions(tuned, batch, remove(batch, controls), layer), base_read)
-        done += 1
-        if progress:
-            progress(done, steps)
+        for name, group in (("removed", chosen), ("control", controls)):
+            edited = _predictions(tuned, batch, _removal(batch, list(group), w_ft, codes_of), layer)
+            score(name, batch, edited, base_read)
+        tick()
     if not scored:
         raise BertScopeError("No held-out word or text could be scored.")
-    contexts = {j: [_context(tuned, kept, side, encoded, task, labels, hit) for hit in
-                    sorted(peaks[j], reverse=True)[:TOP_CONTEXTS]] for j in chosen}
-    return DiffEffect(layer, task, f"{data.source}, held-out side", tuple(labels), len(side), scored, chosen, controls,
-                      {int(j): int(fires_np[j]) for j in chosen + controls},
+    contexts, gold_counts = _contexts(tuned, top, fires_np, encoded, side, task, labels)
+    return DiffEffect(layer, task, f"{found.source}, held-out side", tuple(labels), len(side), scored, chosen,
+                      controls, {j: int(fires_np[j]) for j in chosen + controls},
+                      {j: float(mass_np[j]) for j in chosen + controls},
                       {name: right[name] / scored for name in EDITS},
-                      {name: agree[name] / scored for name in agree}, confusion, contexts,
-                      {j: dict(sorted(c.items(), key=lambda kv: -kv[1])) for j, c in gold_counts.items()})
+                      {name: agree[name] / scored for name in agree}, confusion, contexts, gold_counts)
 
 
-def _base_output(batch: _Batch) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The edit that puts the base's layer output in place of the fine-tuned model's, at the word pieces."""
-    return lambda _x: batch.base[batch.pieces].float()
+Edit = Callable[[torch.Tensor], torch.Tensor]  # the fine-tuned model's output at the pieces -> what replaces it
+Codes = Callable[[_Batch, torch.Tensor], torch.Tensor]
 
 
-def _controls(chosen: tuple[int, ...], fires: np.ndarray, classes: np.ndarray) -> tuple[int, ...]:
-    """For each chosen latent, the latent with the nearest firing count that is neither chosen, already a
-    control, fine-tuned-only, nor silent here."""
-    eligible = (classes != CLASSES.index("fine-tuned-only")) & (fires > 0)
+def _put(replacement: torch.Tensor) -> Edit:
+    return lambda _x: replacement
+
+
+def _spliced(cc: BatchTopKCrosscoder, batch: _Batch, codes_of: Codes) -> Edit:
+    return lambda x: cc.decode(codes_of(batch, x))[:, 1]  # the fine-tuned side's reconstruction
+
+
+def _removal(batch: _Batch, off: list[int], w_ft: torch.Tensor, codes_of: Codes) -> Edit:
+    return lambda x: x - codes_of(batch, x)[:, off] @ w_ft[off]  # their contributions taken out
+
+
+def _controls(chosen: tuple[int, ...], removed: np.ndarray, delta: np.ndarray) -> tuple[int, ...]:
+    """For each chosen latent, the latent both models write (relative norm in [0.1, 0.9)) whose removal takes
+    out the nearest amount (``removed``: Σ f ‖W_dec[ft]‖ over the pieces), not chosen and not already a control."""
+    eligible = (delta >= BASE_ONLY) & (delta < FT_ONLY) & (removed > 0)
     eligible[list(chosen)] = False
     out = []
     for j in chosen:
-        gap = np.where(eligible, np.abs(fires.astype(np.int64) - int(fires[j])), np.iinfo(np.int64).max)
+        gap = np.where(eligible, np.abs(removed - removed[j]), np.inf)
         best = int(np.argmin(gap))
         if not eligible[best]:
-            raise BertScopeError("Too few latents fire on the held-out text to match every chosen latent with a "
-                                 "control.")
+            raise BertScopeError("Too few latents that both models write fire on the held-out text to match every "
+                                 "chosen latent with a control.")
         out.append(best)
         eligible[best] = False
     return tuple(out)
 
 
-def _note_contexts(tuned: LoadedModel, batch: _Batch, chosen: tuple[int, ...], peaks: dict, gold_counts: dict,
-                   labels: list[str], task: str) -> None:
-    """Each chosen latent's strongest pieces in this batch, and the gold labels of the pieces it fires on."""
-    assert batch.codes is not None  # set by the intact pass
-    where = torch.nonzero(batch.pieces)  # [piece, 2]: (batch row, token)
-    codes = batch.codes[:, list(chosen)].cpu()  # [piece, chosen]
-    gold = batch.gold.cpu()
-    for c, j in enumerate(chosen):
-        on = torch.nonzero(codes[:, c] > 0).flatten()
-        for p in on.tolist():
-            b, t = (int(v) for v in where[p])
-            label = int(gold[b, t]) if task == TAG else int(gold[b])
-            if label != IGNORE:  # a word's later pieces carry no gold tag
-                name = labels[label]
-                gold_counts[j][name] = gold_counts[j].get(name, 0) + 1
-            peaks[j].append((float(codes[p, c]), batch.rows[b], t))
-        if len(peaks[j]) > 4 * TOP_CONTEXTS:
-            peaks[j][:] = sorted(peaks[j], reverse=True)[:TOP_CONTEXTS]
+def _contexts(tuned: LoadedModel, top: _Top, fires: np.ndarray, encoded, side, task: str, labels: list[str]
+              ) -> tuple[dict[int, list[LatentContext]], dict[int, dict[str, int]]]:
+    """Every latent that fired: its strongest pieces as contexts, and the gold labels where it fires."""
+    where = torch.cat(top.where).numpy() if top.where else np.zeros((0, 2), np.int64)  # [piece, 2]
+    values, pieces = top.values.cpu().numpy(), top.pieces.cpu().numpy()  # [top, d_sae]
+    gold = top.gold.cpu().numpy().astype(np.int64)  # [d_sae, label + 1]
+    names = [*labels, "a later piece"]
+    contexts: dict[int, list[LatentContext]] = {}
+    counts: dict[int, dict[str, int]] = {}
+    for latent in np.flatnonzero(fires):
+        j = int(latent)
+        found = []
+        for k in range(TOP_CONTEXTS):
+            if values[k, j] <= 0:
+                break
+            row, token = (int(v) for v in where[pieces[k, j]])
+            found.append(_context(tuned, encoded, side, task, labels, float(values[k, j]), row, token))
+        contexts[j] = found
+        counts[j] = {names[i]: int(gold[j, i]) for i in np.argsort(-gold[j], kind="stable") if gold[j, i] > 0}
+    return contexts, counts
 
 
-def _context(tuned: LoadedModel, kept: list[_Batch], side, encoded, task: str, labels: list[str],
-             hit: tuple[float, int, int]) -> LatentContext:
-    activation, row, token = hit
+def _context(tuned: LoadedModel, encoded, side, task: str, labels: list[str], activation: float, row: int,
+             token: int) -> LatentContext:
     ids = encoded.ids[row]
     text = " ".join(side.words[row]) if task == TAG else side.texts[row]
     piece = tuned.tokenizer.convert_ids_to_tokens([ids[token]])[0] if token < len(ids) else ""

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from bertscope.core.models import LoadedModel
-from bertscope.core.task_head import SEQUENCE, TOKEN
+from bertscope.core.task_head import TOKEN
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import layer_activations, resid_post
 from bertscope.features.crosscoder import BatchTopKCrosscoder, load_crosscoder
-from bertscope.features.diff_causal import DiffEffect, diff_effect
+from bertscope.features.diff_causal import MAX_EXAMPLES, MAX_LATENTS, DiffEffect, diff_effect, task_side
 from bertscope.features.model_diff import CLASSES, ModelDiff, diff_models
 from bertscope.features.shipped import CFG_FILE, layer_folder, sae_layers, shipped_crosscoders
 
@@ -108,9 +108,9 @@ class DiffReading:
                    "class": JSON_CLASS[name], "fires": int(d.fires[j]), "real": bool(real[j])}
             if self.head_weights is not None:
                 row["pushes"] = [{"label": label, "logit": round(w, 6)} for label, w in self.pushes(j)]
-            if e is not None and j in contexts:
-                row["top_contexts"] = [c.to_json() for c in contexts[j]]
-                row["gold"] = e.gold_counts[j]
+            row["top_contexts"] = [c.to_json() for c in contexts.get(j, [])]  # none: it never fired on the task
+            if e is not None:
+                row["gold"] = e.gold_counts.get(j, {})
             latents.append(row)
         out = {"crosscoder": {"path": self.path, "layer": self.layer, "d_sae": self.d_sae, "k": self.k,
                               "models": list(self.models)},
@@ -136,8 +136,11 @@ def _staged(progress: Progress | None, stage: str) -> Callable[[int, int], None]
 
 def head_weights(tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int) -> np.ndarray | None:
     """[d_sae, label] each latent's fine-tuned decoder row read by a tagger's head at its last layer; None where
-    the head is not linear in that layer's output (a classifier's pooler, a lower layer)."""
+    the head is not linear in that layer's output (a classifier's pooler, a lower layer, ModernBERT's final
+    norm and head MLP before its classifier)."""
     if tuned.task is None or tuned.task.kind != TOKEN or layer != tuned.num_layers - 1:
+        return None
+    if any(hasattr(tuned.model, name) for name in ("head", "final_norm")):
         return None
     head = getattr(tuned.model, "classifier", None)
     if not isinstance(head, torch.nn.Linear) or head.in_features != cc.d_in:
@@ -149,32 +152,42 @@ def head_weights(tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int) -> np.
 def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, path: str | Path, layer: int,
               held_out: int = 200, examples: int = 500, latents: Sequence[int] | None = None, max_latents: int = 32,
               seed: int = 0, progress: Progress | None = None) -> DiffReading:
-    """The crosscoder's latents on ``held_out`` texts of each installed corpus, then the causal check of the
-    fine-tuned-only latents (or ``latents``) on ``examples`` held-out task examples."""
+    """The crosscoder's latents on ``held_out`` texts of each installed corpus (the mixture's held-out side as the
+    crosscoder's training split it), then the causal check of the fine-tuned-only latents (or ``latents``) on
+    ``examples`` held-out task examples (a sample drawn with ``seed``); ``note`` says why no check ran."""
     from bertscope.corpora.mixture import mixed_texts
 
-    if held_out < 1 or examples < 1 or max_latents < 1 or seed < 0:
-        raise BertScopeError("Read at least one held-out text and example and switch at least one latent off; the "
-                             "seed is a number from 0.")
-    held = mixed_texts(held_out, held_out=True, seed=seed)
+    if held_out < 1 or not 1 <= examples <= MAX_EXAMPLES or not 1 <= max_latents <= MAX_LATENTS or seed < 0:
+        raise BertScopeError(f"Read at least one held-out text and 1 to {MAX_EXAMPLES:,} task examples, switch 1 to "
+                             f"{MAX_LATENTS} latents off; the seed is a number from 0.")
+    if latents is not None:
+        latents = list(dict.fromkeys(int(j) for j in latents))
+        if not 1 <= len(latents) <= MAX_LATENTS or not all(0 <= j < cc.d_sae for j in latents):
+            raise BertScopeError(f"Switch 1 to {MAX_LATENTS} latents off, numbered 0 to {cc.d_sae - 1}.")
+    note = None
+    try:  # said before any work: no head, a classifier at its last layer, labels that miss the data's
+        task_side(tuned, layer, examples, seed)
+    except BertScopeError as err:
+        note = str(err)
+    # the held-out side of the mixture as the crosscoder's training drew it: its seed splits Brown's documents
+    trained_seed = int((cc.info.extra or {}).get("seed", 0))
+    held = mixed_texts(held_out, held_out=True, seed=trained_seed)
     caches = []
     for lm in (base, tuned):
         caches.append(layer_activations(lm, held.texts, layer, max_tokens=10**9, progress=_staged(
             progress, f"Held-out activations of {lm.name} at layer {layer}, sentences")))
     diff = diff_models(cc, caches[0], caches[1])
     if latents is not None:
-        chosen = list(dict.fromkeys(int(j) for j in latents))
+        chosen = latents
     else:
         real = diff.real_fine_tuned_only
         pool = np.nonzero(real)[0] if real.any() else np.nonzero(diff.classes == CLASSES.index("fine-tuned-only"))[0]
         chosen = [int(j) for j in pool[np.argsort(-diff.fires[pool], kind="stable")][:max_latents]]
-    effect, note = None, None
-    if not chosen:
+    effect = None
+    if note is None and not chosen:
         note = "no fine-tuned-only latent to switch off"
-    elif tuned.task is None or tuned.task.kind not in (SEQUENCE, TOKEN):
-        note = f"{tuned.name} has no classification or tagging head to score"
-    else:
-        effect = diff_effect(base, tuned, cc, layer, chosen, diff.classes, examples, seed,
+    elif note is None:
+        effect = diff_effect(base, tuned, cc, layer, chosen, diff.delta, examples, seed,
                              _staged(progress, f"The causal check with {len(chosen)} latents off, batches"))
     weights = head_weights(tuned, cc, layer)
     labels = tuple(tuned.task.labels) if weights is not None and tuned.task is not None else ()

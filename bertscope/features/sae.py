@@ -243,6 +243,8 @@ def load_sae_info(folder: str | Path) -> SaeInfo:
         return _info(json.loads(path.read_text()))
     except (OSError, ValueError) as err:
         raise BertScopeError(f"Could not read {path}: {err}".splitlines()[0]) from err
+    except (AttributeError, TypeError) as err:  # a cfg.json that is a list, or whose metadata is not an object
+        raise BertScopeError(f"{path} is not a dictionary's cfg.json (an object with d_in, d_sae, metadata).") from err
 
 
 def _atomic(path: Path, write) -> None:

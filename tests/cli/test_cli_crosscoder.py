@@ -85,14 +85,15 @@ def test_diff_features_reads_a_trained_crosscoder_and_says_why_no_causal_check_r
     code, out, err = run_cli(capsys, *args, "--json", "--all-latents")
     assert code == 0, err
     data = json.loads(out)
-    assert data["crosscoder"] == {"path": str(tiny_crosscoder), "layer": 1, "d_sae": 64, "k": 4,
-                                  "models": [str(tiny_mlm_dir), str(tuned_dir)]} or data["crosscoder"]["d_sae"] == 64
+    assert {k: data["crosscoder"][k] for k in ("path", "layer", "d_sae", "k")} == {
+        "path": str(tiny_crosscoder), "layer": 1, "d_sae": 64, "k": 4}
     assert len(data["latents"]) == 64 and [r["latent"] for r in data["latents"]] == list(range(64))
     assert {r["class"] for r in data["latents"]} <= {"shared", "base", "finetuned", "other", "silent"}
     for row in data["latents"]:
         n_b, n_f = row["norm_base"], row["norm_finetuned"]
         assert row["relative_norm"] == pytest.approx(0.5 * ((n_f - n_b) / max(n_b, n_f, 1e-12) + 1), abs=1e-5)
-    assert data["causal"] is None and data["causal_note"]  # a masked LM: no task head to score
+    assert all(row["top_contexts"] == [] for row in data["latents"])  # no task text was read
+    assert data["causal"] is None and "no classification or tagging head" in data["causal_note"]  # a masked LM
     code, out, err = run_cli(capsys, *args)
     assert code == 0 and "causal check: not run" in out, err
 
@@ -100,7 +101,10 @@ def test_diff_features_reads_a_trained_crosscoder_and_says_why_no_causal_check_r
 @pytest.mark.parametrize("extra, message", [
     (["--layer", "0"], "has no crosscoder for layer 0: it has layers 1"),
     (["--latents", "1,x"], "give latent numbers from 0"),
-    (["--examples", "0"], "must be at least 1"),
+    (["--examples", "0"], "--examples takes 1 to 2,000"),
+    (["--max-latents", "65"], "--max-latents takes 1 to 64"),
+    (["--latents", "²"], "give latent numbers from 0"),
+    (["--latents", "70"], "numbered 0 to 63"),
 ])
 def test_diff_features_bad_input_is_one_line(capsys, tiny_mlm_dir, tuned_dir, tiny_crosscoder, extra, message):
     code, _, err = run_cli(capsys, "diff-features", str(tiny_mlm_dir), str(tuned_dir), "--crosscoder",
@@ -121,7 +125,7 @@ def test_diff_features_on_the_shipped_upos_pair_offline(capsys):
     """The shipped crosscoder of bundled and bundled-upos, with no --crosscoder: the tagger loses accuracy when its
     fine-tuned-only latents are switched off, and far less when as many controls of matched firing are."""
     code, out, err = run_cli(capsys, "diff-features", "bundled", "bundled-upos", "--held-out", "20", "--examples", "60",
-                             "--max-latents", "16", "--json")
+                             "--max-latents", "16", "--all-latents", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["crosscoder"]["layer"] == 5 and data["crosscoder"]["path"].endswith("bundled_upos/layer_05")
@@ -129,8 +133,9 @@ def test_diff_features_on_the_shipped_upos_pair_offline(capsys):
     assert len(causal["finetuned_only"]["latents"]) == 16 and len(causal["control"]["latents"]) == 16
     assert not set(causal["finetuned_only"]["latents"]) & set(causal["control"]["latents"])
     listed = {row["latent"]: row for row in data["latents"]}
+    assert len(listed) == 1536 and all("top_contexts" in row for row in listed.values())
     assert all(listed[j]["class"] == "finetuned" and listed[j]["top_contexts"] for j in causal["finetuned_only"]["latents"])
-    assert all(listed.get(j, {}).get("class") != "finetuned" for j in causal["control"]["latents"])
+    assert all(listed[j]["class"] in ("shared", "other") for j in causal["control"]["latents"])  # both models write them
     before, after, control = (causal["finetuned_only"]["accuracy_before"], causal["finetuned_only"]["accuracy_after"],
                               causal["control"]["accuracy_after"])
     assert before > 0.9 and before - after > 0.02 and before - after > 2 * (before - control)

@@ -4,6 +4,7 @@ states, their figures at the issue's goal, and they run on the model they were m
 import json
 
 import pytest
+import torch
 
 from bertscope import BertScopeError, load_model
 from bertscope.features.active import active_features
@@ -52,5 +53,9 @@ def test_the_crosscoders_shipped_for_the_two_fine_tuned_models_are_small_and_nam
         assert cfg["dtype"] == "float16" and cfg["metadata"]["models"] == [base, tuned]
         cc = load_crosscoder(sae_folder(folder, layer))
         assert cc.info.hook_name == f"blocks.{layer}.hook_resid_post" and (cc.d_in, cc.d_sae, cc.k) == (384, 1536, 32)
-        assert float(cc.threshold) > 0 and cc.W_dec.dtype.is_floating_point
+        assert float(cc.threshold) > 0 and cc.W_dec.dtype == torch.float32  # opened in float32
+        from safetensors import safe_open
+
+        with safe_open(str(sae_folder(folder, layer) / "crosscoder.safetensors"), "pt") as stored:
+            assert {stored.get_tensor(name).dtype for name in ("W_enc", "W_dec", "b_enc", "b_dec")} == {torch.float16}
     assert shipped_crosscoders("bundled-sentiment", "bundled") is None  # the pair's order matters

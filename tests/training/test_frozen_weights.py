@@ -65,3 +65,51 @@ def test_a_tied_matrix_and_an_error_inside_leave_the_float32_weights_in_place(ti
     assert all(p.dtype == torch.float32 for p in model.parameters())
     with frozen_in(model, None) as swapped:  # the CPU's runs: no autocast, nothing held
         assert swapped == 0
+
+
+def test_a_lora_epoch_holds_them_for_its_steps_and_evaluates_and_saves_float32(tiny_bert_dir, tmp_path, monkeypatch):
+    """The loop with the swap on (as on a GPU: here the CPU's bf16 autocast stands in): inside the steps the frozen
+    projections are bf16; evaluation (which runs without autocast, so would fail on bf16 weights) and the
+    checkpoint see float32; a run stopped mid-epoch leaves float32 weights too."""
+    import json
+    from dataclasses import replace
+
+    from bertscope.training import fine_tuning, loop
+    from bertscope.training.config import FinetuneConfig
+    from bertscope.training.task_data import load_task_data
+
+    monkeypatch.setattr(fine_tuning, "autocast_context", lambda device: (torch.autocast("cpu", dtype=torch.bfloat16),
+                                                                         None))
+    monkeypatch.setattr(loop, "autocast_dtype", lambda device: torch.bfloat16)
+    words = ["the dog sat", "a cat ran", "the bank of the river", "a horse"] * 6
+    tags = {"the": "DET", "a": "DET", "dog": "NOUN", "cat": "NOUN", "bank": "NOUN", "river": "NOUN", "horse": "NOUN",
+            "sat": "VERB", "ran": "VERB", "of": "ADP"}
+    path = tmp_path / "tagged.jsonl"
+    path.write_text("".join(json.dumps({"tokens": s.split(), "tags": [tags[w] for w in s.split()]}) + "\n"
+                            for s in words), encoding="utf-8")
+    data = load_task_data("tag", str(path), held_out=0.25, seed=0)
+    cfg = FinetuneConfig(task="tag", lora_rank=4, lora_alpha=8, epochs=1, batch_size=4, lr=1e-2, seq_len=16)
+    seen: list[set] = []
+    holder: dict = {}
+
+    def progress(step, total, info):  # called inside the epoch's steps
+        model = holder["model"]
+        seen.append({p.dtype for n, p in model.named_parameters() if not p.requires_grad and ".embeddings." not in n
+                     and "LayerNorm" not in n})
+
+    real_build = fine_tuning.build_task_model
+
+    def build(*args, **kwargs):
+        holder["model"] = real_build(*args, **kwargs)
+        return holder["model"]
+
+    monkeypatch.setattr(fine_tuning, "build_task_model", build)
+    state = fine_tuning.finetune(str(tiny_bert_dir), data, tmp_path / "run", cfg, device="cpu", progress=progress)
+    assert seen and all(s == {torch.bfloat16} for s in seen)  # held for every step
+    assert state.history[-1]["held_out"]["words"] > 0  # evaluated after the steps, in float32
+    assert all(p.dtype == torch.float32 for p in holder["model"].parameters())
+    steps = []
+    stopped = fine_tuning.finetune(str(tiny_bert_dir), data, tmp_path / "stopped", replace(cfg, epochs=2),
+                                   device="cpu", progress=lambda *a: steps.append(1), stop=lambda: len(steps) >= 2)
+    assert len(steps) == 2 and stopped.epoch == 0
+    assert all(p.dtype == torch.float32 for p in holder["model"].parameters())

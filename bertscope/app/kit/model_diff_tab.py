@@ -20,7 +20,7 @@ from bertscope.figures.model_diff import relative_norm_figure
 EXAMPLES = [100, 250, 500]
 NUMBER = st.column_config.NumberColumn(format="%.3f")
 EDIT_WORDS = {"intact": "intact", "spliced": "the crosscoder's reconstruction spliced in",
-              "removed": "the fine-tuned-only latents off", "control": "as many controls off (matched firing)",
+              "removed": "the fine-tuned-only latents off", "control": "as many controls off (matched removal)",
               "base read": "the base's layer output in its place"}
 
 
@@ -28,8 +28,8 @@ def render(lm_a, key_a, lm_b, key_b) -> None:
     st.caption("A crosscoder (Lindsey et al. 2024) is one sparse dictionary read from and written to both models' "
                "outputs at a layer. A latent whose decoder is long only in B is one fine-tuning added; Latent Scaling "
                "(Minder, Dumas et al. 2025) tells real ones from artifacts of the sparsity. The causal check switches "
-               "them off inside B and reads its task accuracy, beside as many control latents that fire as often. "
-               "Model A is the base, model B the fine-tuned model. Headless: `bertscope diff-features A B`.")
+               "them off inside B and reads its task accuracy, beside as many control latents whose removal takes out as "
+               "much. Model A is the base, model B the fine-tuned model. Headless: `bertscope diff-features A B`.")
     shipped = ", ".join(f"{base} (A) with {tuned} (B)" for base, tuned in SHIPPED_CROSSCODERS)
     typed = "" if demo() else st.text_input("Crosscoder folder (a `train-crosscoder --out` folder); empty: the one "
                                             "shipped for A and B", key="diff_cc", max_chars=Limits.name_chars)
