@@ -26,7 +26,7 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     from bertscope.features.activations import layer_activations, resid_post
     from bertscope.features.crosscoder import CrosscoderInfo
     from bertscope.features.crosscoder_trainer import CrosscoderTrainConfig, train_crosscoder
-    from bertscope.features.diff_reading import check_pair
+    from bertscope.features.diff_reading import check_pair, finite_or_none
     from bertscope.features.model_diff import CLASSES, diff_models
 
     if args.tokens < args.batch_tokens or args.per_source < 1 or args.held_out < 1:
@@ -66,7 +66,7 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     report = {
         "base": base.name, "tuned": tuned.name, "layer": layer, "hook_name": resid_post(layer), "out": args.out,
         "d_sae": cc.d_sae, "k": cc.k, "trained_tokens": caches["base"][0].tokens, "held_out_tokens": diff.tokens,
-        "fve": {"base": _number(diff.fve[0]), "tuned": _number(diff.fve[1])}, "l0": diff.l0, "counts": diff.counts(),
+        "fve": {"base": finite_or_none(diff.fve[0]), "tuned": finite_or_none(diff.fve[1])}, "l0": diff.l0, "counts": diff.counts(),
         "sources": train.counts(), "missing_sources": list(train.missing),
         "seconds": sum(h["seconds"] for h in state.history),
         "real_fine_tuned_only": [{"latent": int(j), "fires": int(diff.fires[j]), "delta_norm": float(diff.delta[j]),
@@ -74,10 +74,6 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
                                  for j in order],
         "classes": list(CLASSES)}
     return report if args.json else table(report)
-
-
-def _number(x: float) -> float | None:
-    return None if np.isnan(x) else x
 
 
 def table(r: dict) -> str:

@@ -201,9 +201,10 @@ class _Top:
 @torch.no_grad()
 def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int,
                 latents: Sequence[int], delta: np.ndarray, examples: int = 500, seed: int = 0,
-                progress: Callable[[int, int], None] | None = None) -> DiffEffect:
+                progress: Callable[[int, int], None] | None = None, found: TaskSide | None = None) -> DiffEffect:
     """The causal check (module docstring) of switching ``latents`` off in ``tuned`` at ``layer``; ``delta``:
-    each latent's relative decoder norm (``ModelDiff.delta``), from which the controls are drawn."""
+    each latent's relative decoder norm (``ModelDiff.delta``), from which the controls are drawn; ``found``:
+    ``task_side(tuned, layer, examples, seed)`` when the caller has it already."""
     layer = check_layer(tuned, layer)
     chosen = tuple(dict.fromkeys(int(j) for j in latents))
     if not chosen or len(chosen) > MAX_LATENTS:
@@ -212,7 +213,7 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
         raise BertScopeError(f"The crosscoder has latents 0 to {cc.d_sae - 1}.")
     if len(delta) != cc.d_sae:
         raise BertScopeError(f"{len(delta)} relative norms given for {cc.d_sae} latents.")
-    found = task_side(tuned, layer, examples, seed)
+    found = found or task_side(tuned, layer, examples, seed)
     task, side, labels = found.task, found.side, found.labels
     device = tuned.device
     if cc.W_dec.device != device:  # a copy: the caller's crosscoder stays where it is

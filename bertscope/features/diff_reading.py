@@ -115,7 +115,7 @@ class DiffReading:
         out = {"crosscoder": {"path": self.path, "layer": self.layer, "d_sae": self.d_sae, "k": self.k,
                               "models": list(self.models)},
                "held_out": {"tokens": d.tokens, "sources": self.sources,
-                            "fve": {"base": _number(d.fve[0]), "finetuned": _number(d.fve[1])}, "l0": round(d.l0, 3)},
+                            "fve": {"base": finite_or_none(d.fve[0]), "finetuned": finite_or_none(d.fve[1])}, "l0": round(d.l0, 3)},
                "counts": {JSON_CLASS[k]: v for k, v in d.counts().items()},
                "latents": latents, "causal": None if self.effect is None else self.effect.to_json()}
         if self.note:
@@ -123,7 +123,8 @@ class DiffReading:
         return out
 
 
-def _number(x: float) -> float | None:
+def finite_or_none(x: float) -> float | None:
+    """A figure for JSON: NaN (nothing to measure) as null."""
     return None if np.isnan(x) else x
 
 
@@ -164,9 +165,9 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
         latents = list(dict.fromkeys(int(j) for j in latents))
         if not 1 <= len(latents) <= MAX_LATENTS or not all(0 <= j < cc.d_sae for j in latents):
             raise BertScopeError(f"Switch 1 to {MAX_LATENTS} latents off, numbered 0 to {cc.d_sae - 1}.")
-    note = None
+    note, found = None, None
     try:  # said before any work: no head, a classifier at its last layer, labels that miss the data's
-        task_side(tuned, layer, examples, seed)
+        found = task_side(tuned, layer, examples, seed)
     except BertScopeError as err:
         note = str(err)
     # the held-out side of the mixture as the crosscoder's training drew it: its seed splits Brown's documents
@@ -188,7 +189,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
         note = "no fine-tuned-only latent to switch off"
     elif note is None:
         effect = diff_effect(base, tuned, cc, layer, chosen, diff.delta, examples, seed,
-                             _staged(progress, f"The causal check with {len(chosen)} latents off, batches"))
+                             _staged(progress, f"The causal check with {len(chosen)} latents off, batches"), found)
     weights = head_weights(tuned, cc, layer)
     labels = tuple(tuned.task.labels) if weights is not None and tuned.task is not None else ()
     return DiffReading((base.name, tuned.name), str(path), layer, cc.d_sae, cc.k, diff, held.counts(), effect, note,
