@@ -3,6 +3,7 @@ same inputs and threads (figures only; the peers lane's tests hold the numbers e
 
     .venv-peers/bin/python benchmarks/peers.py [--model bundled-mlm | random:bert-base-uncased] [--repeats 5]
     .venv-saelens/bin/python benchmarks/peers.py --sae [--tokens 65536]
+    .venv-peers/bin/python benchmarks/peers.py --crosscoder DL_DIR [--tokens 65536]
 
 Each section runs where its peer is installed (``make test-peers`` builds both environments):
 
@@ -16,6 +17,12 @@ Each section runs where its peer is installed (``make test-peers`` builds both e
   ``TopKTrainingSAE`` of the same width, k, batch and learning rate, on the same activations (BertScope streams
   its float16 cache from disk; SAELens is handed every row in memory as float32, its cheapest data); tokens per
   second, goal >= 1.0x.
+- **Crosscoder training** (``--crosscoder DL_DIR``): ``features.crosscoder_trainer.train_crosscoder`` against the
+  reference's ``BatchTopKCrossCoderTrainer`` (science-of-finetuning/dictionary_learning, not on PyPI: DL_DIR is its
+  ``dictionary_learning`` folder, e.g. ``git archive HEAD dictionary_learning | tar -x -C /tmp/dl``), the same
+  BatchTopK crosscoder of two models' rows, k, batch and learning rate. The reference's ``update`` is called over
+  every batch, the rows in memory as float32 (its cheapest data); BertScope's whole call streams its two float16
+  caches from disk and saves. Tokens per second, goal >= 1.0x.
 """
 
 from __future__ import annotations
@@ -167,13 +174,83 @@ def sae_training(tokens: int, repeats: int, d_in: int = 384, expansion: int = 8,
           f"ratio {o / t:.2f} (goal >= 1.0)")
 
 
+def reference_crosscoder_trainer(folder: Path, into: Path):
+    """The reference's ``BatchTopKCrossCoderTrainer`` imported from its source, without the package's ``__init__``
+    (which imports nnsight 0.3, datasets and wandb): ``dictionary.py``, ``trainers/trainer.py`` and
+    ``trainers/crosscoder.py`` as they are, ``utils.py`` cut to the two functions they import from it."""
+    import ast
+    import shutil
+
+    package = into / "dl_reference"
+    (package / "trainers").mkdir(parents=True)
+    for name in ("dictionary.py", "trainers/trainer.py", "trainers/crosscoder.py"):
+        shutil.copy(folder / name, package / name)
+    (package / "__init__.py").write_text("")
+    (package / "trainers" / "__init__.py").write_text("")
+    source = (folder / "utils.py").read_text()
+    kept = [ast.get_source_segment(source, node) for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)
+            and node.name in ("set_decoder_norm_to_unit_norm", "remove_gradient_parallel_to_decoder_directions")]
+    (package / "utils.py").write_text("import torch as th\nimport einops\n\n\n" + "\n\n\n".join(kept) + "\n")
+    sys.path.insert(0, str(into))
+    from dl_reference.trainers.crosscoder import BatchTopKCrossCoderTrainer
+
+    return BatchTopKCrossCoderTrainer
+
+
+def crosscoder_training(reference: Path, tokens: int, repeats: int, d_in: int = 384, expansion: int = 4, k: int = 32,
+                        batch: int = 2048) -> None:
+    from bertscope.features.activations import ActivationSet
+    from bertscope.features.crosscoder import CrosscoderInfo
+    from bertscope.features.crosscoder_trainer import CrosscoderTrainConfig, train_crosscoder
+
+    d_sae = expansion * d_in
+    lr = 2e-3  # what ``bertscope train-crosscoder`` passes
+    cfg = CrosscoderTrainConfig(expansion=expansion, k=k, epochs=1, batch_tokens=batch, lr=lr)
+    rng = np.random.default_rng(0)
+    ours, theirs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        Trainer = reference_crosscoder_trainer(reference, Path(tmp))
+        sets = []
+        for side in ("base", "tuned"):
+            np.save(Path(tmp) / f"{side}.npy", rng.normal(size=(tokens, d_in)).astype(np.float16))
+            rows = np.load(Path(tmp) / f"{side}.npy", mmap_mode="r")  # BertScope's caches: float16 on disk
+            sets.append(ActivationSet(Path(tmp), 0, rows, np.zeros((tokens, 2), np.int32), ()))
+        both = torch.from_numpy(np.stack([np.asarray(s.rows, np.float32) for s in sets], axis=1))  # [tokens, 2, d_in]
+        info = CrosscoderInfo(("base", "tuned"), "blocks.0.hook_resid_post")
+        for r in range(repeats + 1):  # the first round warms both up
+            start = time.perf_counter()
+            _, state = train_crosscoder(*sets, cfg, Path(tmp) / f"run{r}", info, resume=False)  # the whole call
+            ours_seconds = time.perf_counter() - start
+            steps = tokens // batch
+            start = time.perf_counter()
+            trainer = Trainer(steps=steps, activation_dim=d_in, dict_size=d_sae, k=k, layer=0, lm_name="synthetic",
+                              lr=lr, warmup_steps=max(1, int(cfg.warmup * steps)), threshold_start_step=0, seed=r,
+                              device="cpu")
+            order = torch.randperm(tokens)
+            for step in range(steps):  # the reference's training loop calls update() batch by batch
+                trainer.update(step, both[order[step * batch:(step + 1) * batch]])  # a copy: it normalises in place
+            seconds = time.perf_counter() - start
+            if r:
+                ours.append(state.step * batch / ours_seconds)
+                theirs.append(steps * batch / seconds)
+    o, t = statistics.median(ours), statistics.median(theirs)
+    print(f"Crosscoder training, BatchTopK 2 x {d_in} -> {d_sae} (k={k}), {tokens:,} tokens in batches of {batch} "
+          f"({torch.get_num_threads()} threads): train_crosscoder {o:,.0f} tokens/s, the reference's "
+          f"BatchTopKCrossCoderTrainer {t:,.0f} tokens/s, ratio {o / t:.2f} (goal >= 1.0)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser, "bundled-mlm")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sae", action="store_true", help="SAE training against SAELens's trainer (.venv-saelens)")
-    parser.add_argument("--tokens", type=int, default=65_536, help="--sae: activation rows to train on")
+    parser.add_argument("--crosscoder", type=Path, metavar="DL_DIR",
+                        help="crosscoder training against dictionary_learning's (its source folder)")
+    parser.add_argument("--tokens", type=int, default=65_536, help="--sae, --crosscoder: activation rows to train on")
     args = parser.parse_args()
+    if args.crosscoder:
+        crosscoder_training(args.crosscoder, args.tokens, max(1, args.repeats // 2))
+        return
     if args.sae:
         sae_training(args.tokens, max(1, args.repeats // 2))
         return

@@ -145,9 +145,12 @@ with page_errors(stop=False):
         example = result.evaluation_pairs[0].clean
         st.page_link("bertscope/app/attention.py", label=f"Layer {layer}, head {head} on the Attention page",
                      icon=":material/open_in_new:", query_params={"text": example, "layer": layer, "head": head})
-    c1, c2 = st.columns(2)
-    c1.download_button("Download (JSON)", json.dumps(result.to_json()), "circuit.json", "application/json",
+    c1, c2 = st.columns(2)  # the files are written when asked for, not held by every session at every rerun
+
+    def every_edge() -> str:
+        return pd.DataFrame(result.graph.edge_list(result.graph.real, result.scores.scores)).to_csv(index=False)
+
+    c1.download_button("Download (JSON)", lambda: json.dumps(result.to_json()), "circuit.json", "application/json",
                        key="circ_json", on_click="ignore")
-    every = pd.DataFrame(result.graph.edge_list(result.graph.real, result.scores.scores))
-    c2.download_button("Every edge's score (CSV)", every.to_csv(index=False), "edge-scores.csv", "text/csv",
-                       key="circ_csv", on_click="ignore")
+    c2.download_button("Every edge's score (CSV)", every_edge, "edge-scores.csv", "text/csv", key="circ_csv",
+                       on_click="ignore")

@@ -160,18 +160,41 @@ def end_metrics(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights
     return pair.clean.metric, float(empty[0])
 
 
+def replay_sender_bytes(pair: RecordedPair) -> int:
+    """What each sender costs a replay: its [pos, d_model] contribution in both runs' buffers."""
+    return 2 * pair.clean.embed.numel() * pair.clean.embed.element_size()
+
+
 def _replay(graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair, grads: dict[str, torch.Tensor],
-            scores: torch.Tensor) -> None:
-    """scores [sender, receiver] += Σ_pos (ablated − clean contribution of u at r) · gradient at r: two
-    matrix products over (pos, d) flattened, one per run, never the difference of the two buffers."""
-    clean_c, ablated_c = Contributions(pair.clean, weights), Contributions(pair.ablated, weights)
+            scores: torch.Tensor, max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
+    """scores [sender, receiver] += Σ_pos (ablated − clean contribution of u at r) · gradient at r. The
+    decomposition is linear in the senders (each carries its own contribution through the recorded LayerNorm
+    scales and attention patterns), so the senders are replayed in groups whose two [sender, pos, d_model] buffers
+    fit the byte budget: BERT-large at 512 tokens would need 1.7 GB for all of them at once."""
+    per = max(1, max_batch_bytes // replay_sender_bytes(pair))
+    for start in range(0, graph.n_senders, per):
+        active = [start <= u < start + per for u in range(graph.n_senders)]
+        _replay_senders(graph, weights, pair, grads, scores, active)
+
+
+def _replay_senders(graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair,
+                    grads: dict[str, torch.Tensor], scores: torch.Tensor, active: list[bool]) -> None:
+    """The replay of the ``active`` senders: two matrix products over (pos, d) flattened, one per run, never the
+    difference of the two buffers."""
+    clean_c, ablated_c = Contributions(pair.clean, weights, active), Contributions(pair.ablated, weights, active)
     heads = graph.heads
 
     def add(columns: slice | int, g: torch.Tensor) -> None:  # g [receiver, pos, d] (or [pos, d])
-        g = g.reshape(-1, g.shape[-2] * g.shape[-1]).to(clean_c.comps.dtype)  # [receiver, pos * d]
         n = clean_c.n
+        if not n:  # none of the group's senders is reached yet
+            return
+        g = g.reshape(-1, g.shape[-2] * g.shape[-1]).to(clean_c.comps.dtype)  # [receiver, pos * d]
         s = ablated_c.comps.reshape(n, -1) @ g.T - clean_c.comps.reshape(n, -1) @ g.T  # [sender, receiver]
-        scores[:n, columns] += s if isinstance(columns, slice) else s[:, 0]
+        rows = torch.tensor(clean_c.carried, device=scores.device)
+        if isinstance(columns, slice):
+            scores[rows, columns] += s
+        else:
+            scores[rows, columns] += s[:, 0]
 
     for layer, w in enumerate(weights):
         for which, weight in zip("qkv", (w.query, w.key, w.value)):

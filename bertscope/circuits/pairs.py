@@ -154,6 +154,21 @@ def decision(lm: LoadedModel, output: Any, prepared: PreparedPair, where: str) -
     return logits[:, a] - logits[:, b]
 
 
+def decisions(lm: LoadedModel, output: Any, rows: Sequence[PreparedPair], where: str) -> torch.Tensor:
+    """[rows] logit(answer) − logit(foil) of a pass over several pairs' feeds of one length (row i is ``rows[i]``'s,
+    read at its own position with its own answer and foil)."""
+    at = torch.arange(len(rows))
+    position = torch.tensor([p.position for p in rows])
+    answer, foil = torch.tensor([p.ids[0] for p in rows]), torch.tensor([p.ids[1] for p in rows])
+    if where == CLASS:
+        logits = wide(output.logits).cpu()  # [rows, label]
+    else:
+        states = output.last_hidden_state if where == MASK else output.logits  # [rows, token, d_model or tag]
+        picked = states[at.to(states.device), position.to(states.device)]  # [rows, d_model or tag]
+        logits = wide(mlm_head(lm)(picked) if where == MASK else picked).cpu()  # [rows, vocab or tag]
+    return logits[at, answer] - logits[at, foil]
+
+
 def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
     """Pairs from a CSV (header: clean, corrupted, answer, foil[, word]) or JSON Lines file (one object
     per line with those keys), given as a path or the file's bytes (``name`` says which format)."""

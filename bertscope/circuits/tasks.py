@@ -26,7 +26,7 @@ from functools import cache
 
 import torch
 
-from bertscope.circuits.pairs import CLASS, MASK, TAG, Pair, PreparedPair, decision, prepare, reads
+from bertscope.circuits.pairs import CLASS, MASK, TAG, Pair, PreparedPair, decisions, prepare, reads
 from bertscope.core.hooked_pass import turn
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
@@ -177,7 +177,7 @@ def task_pairs(lm: LoadedModel, name: str, size: int = DEFAULT_SIZE, seed: int =
             except BertScopeError:
                 unusable += 1
         tried += len(batch)
-        kept += [p.pair for p in prepared if _behaves(lm, p, task.reads)]
+        kept += [p.pair for p, right in zip(prepared, _behaving(lm, prepared, task.reads)) if right]
         if len(kept) >= size:
             break
     if not kept:
@@ -190,8 +190,19 @@ def _chunks(items: Sequence[Pair], n: int) -> list[Sequence[Pair]]:
     return [items[i:i + n] for i in range(0, len(items), n)]
 
 
-def _behaves(lm: LoadedModel, p: PreparedPair, where: str) -> bool:
+def _behaving(lm: LoadedModel, prepared: Sequence[PreparedPair], where: str) -> list[bool]:
+    """Which pairs ``lm`` gets right (the clean run prefers the answer, the corrupted run the foil): the pairs of one
+    token count in one pass, clean and corrupted rows together (no padding, so no mask to get wrong)."""
+    right = [False] * len(prepared)
+    by_length: dict[int, list[int]] = {}
+    for i, p in enumerate(prepared):
+        by_length.setdefault(p.length, []).append(i)
     with turn(lm), torch.inference_mode():
-        clean = decision(lm, lm.run(p.clean_feed, encoder_only=where == MASK), p, where)
-        corrupted = decision(lm, lm.run(p.corrupted_feed, encoder_only=where == MASK), p, where)
-    return float(clean[0]) > 0 > float(corrupted[0])
+        for chosen in by_length.values():
+            rows = [prepared[i] for i in chosen]
+            feed = {key: torch.cat([p.clean_feed[key] for p in rows] + [p.corrupted_feed[key] for p in rows])
+                    for key in rows[0].clean_feed}  # [2 x pairs, token]
+            diff = decisions(lm, lm.run(feed, encoder_only=where == MASK), rows + rows, where)  # [2 x pairs]
+            for i, clean, corrupted in zip(chosen, diff[:len(rows)].tolist(), diff[len(rows):].tolist()):
+                right[i] = clean > 0 > corrupted
+    return right

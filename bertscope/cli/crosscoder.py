@@ -190,7 +190,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=10, help="fine-tuned-only latents to list")
-    p.add_argument("--out", required=True, help="a folder for the crosscoder (cfg.json, crosscoder.safetensors)")
+    p.add_argument("--out", required=True, help="a folder for the crosscoder (cfg.json, crosscoder.safetensors) and its checkpoint after every "
+                   "epoch: a run stopped or killed mid-way, started again with the same settings, goes on from it")
 
 
 COMMANDS = [

@@ -2,9 +2,10 @@
 
 ``sae`` (a TopK sparse autoencoder, Gao et al. 2024, saved and loaded in SAELens's on-disk format),
 ``shipped`` (where a model's SAEs are: the only list of shipped ones), ``activations`` (a layer's
-token activations over a corpus, kept on disk), ``training`` (the TopK trainer with AuxK against dead
-latents), ``quality`` (what SAEBench reports: variance explained, L0, dead and dense latents, the
-masked-LM loss with the reconstruction spliced in), ``active`` (the features that fire on each word
+token activations over a corpus, kept on disk, several layers in one pass), ``trainer`` (the TopK trainer with
+AuxK against dead latents), ``checkpoints`` (a trainer's run on disk after every epoch: a killed run resumes to
+the uninterrupted run's weights), ``quality`` (what SAEBench reports: variance explained, L0, dead and dense
+latents, the masked-LM loss with the reconstruction spliced in; on each source's held-out text), ``active`` (the features that fire on each word
 piece of a text), ``directions`` (a feature from the weights alone: logit weights, nearest features,
 the features that promote a word), ``statistics`` (one streamed pass over a tagged corpus: top
 contexts, histograms, gold-tag labels with precision and recall), ``contexts`` (a feature's top
@@ -28,6 +29,7 @@ _EXPORTS = {
     "load_sae": "features.sae",
     "save_sae": "features.sae",
     "layer_activations": "features.activations",
+    "layers_activations": "features.activations",
     "train_sae": "features.trainer",
     "BatchTopKCrosscoder": "features.crosscoder",
     "load_crosscoder": "features.crosscoder",
@@ -38,6 +40,7 @@ _EXPORTS = {
     "read_diff": "features.diff_reading",
     "shipped_crosscoders": "features.shipped",
     "sae_quality": "features.quality",
+    "domain_qualities": "features.quality",
     "active_features": "features.active",
     "shipped_saes": "features.shipped",
     "logit_weights": "features.directions",

@@ -49,6 +49,15 @@ class ActivationSet:
         return len(self.rows)
 
 
+def row_mean(rows: np.ndarray, block: int = 65_536) -> np.ndarray:
+    """[d_model] float64 mean of ``rows`` ([token, d_model], memory-mapped), a block at a time: 2M rows of a
+    384-wide layer are 6 GB as float64 all at once."""
+    total = np.zeros(rows.shape[1], np.float64)
+    for start in range(0, len(rows), block):
+        total += np.asarray(rows[start:start + block], np.float64).sum(0)
+    return total / max(len(rows), 1)
+
+
 def check_layer(lm: LoadedModel, layer: int) -> int:
     if not 0 <= int(layer) < lm.num_layers:
         raise BertScopeError(f"Layer {layer} does not exist: {lm.name} has layers 0 to {lm.num_layers - 1} (an SAE "
@@ -67,14 +76,27 @@ def layer_activations(lm: LoadedModel, texts: Sequence[str], layer: int, max_tok
                       progress: Callable[[int, int], None] | None = None) -> ActivationSet:
     """Layer ``layer``'s output at every word piece of ``texts`` (in order, up to ``max_tokens``): from
     disk, or run now and kept. ``progress(done, total)`` counts sentences."""
-    layer = check_layer(lm, layer)
+    return layers_activations(lm, texts, [layer], max_tokens, root, batch_size, progress)[int(layer)]
+
+
+def layers_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[int], max_tokens: int = 200_000,
+                       root: Path | None = None, batch_size: int = 32,
+                       progress: Callable[[int, int], None] | None = None) -> dict[int, ActivationSet]:
+    """``layer_activations`` of several layers, the ones not on disk read in one pass (each layer its own folder,
+    the same as one layer read alone)."""
+    layers = [check_layer(lm, layer) for layer in dict.fromkeys(int(x) for x in layers)]
     texts = tuple(texts)
     if not texts:
         raise BertScopeError("No sentences to read activations from.")
-    folder = _folder(lm, texts, layer, max_tokens, root)
-    if (folder / "meta.json").is_file():
-        return _read(folder, layer, texts)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    folders = {layer: _folder(lm, texts, layer, max_tokens, root) for layer in layers}
+    missing = [layer for layer in layers if not (folders[layer] / "meta.json").is_file()]
+    if missing:
+        _write(lm, texts, {layer: folders[layer] for layer in missing}, max_tokens, batch_size, progress)
+    return {layer: _read(folders[layer], layer, texts) for layer in layers}
+
+
+def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], max_tokens: int, batch_size: int,
+           progress: Callable[[int, int], None] | None) -> None:
     # the first sentences that hold max_tokens word pieces (a pass runs shortest first: choosing after it
     # would favour short sentences)
     marks = lm.tokenizer(list(texts), truncation=True, max_length=lm.max_length,
@@ -83,44 +105,58 @@ def layer_activations(lm: LoadedModel, texts: Sequence[str], layer: int, max_tok
     needed = int(np.searchsorted(counts, max_tokens)) + 1
     used = list(texts[:needed])
     space = int(counts[min(needed, len(counts)) - 1])  # every piece of the sentences used; cut to the cap below
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    tmps = {}
     try:
-        rows = np.lib.format.open_memmap(tmp / "rows.npy", "w+", np.float16, (space, lm.hidden_size))
+        for layer, folder in folders.items():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmps[layer] = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        rows = {layer: np.lib.format.open_memmap(tmp / "rows.npy", "w+", np.float16, (space, lm.hidden_size))
+                for layer, tmp in tmps.items()}
         where = np.zeros((space, 2), np.int32)
         filled, done = 0, 0
-        name = resid_post(layer)
+        names = {layer: resid_post(layer) for layer in folders}
         for chosen, padded, feed in batches(lm, used, batch_size):
-            _, cache = lm.run_with_cache(feed, [name], encoder_only=True)
-            keep = torch.from_numpy(~padded.special).to(cache[name].device)  # [batch, token]: real word pieces
-            hidden = cache[name][keep].to(torch.float16).cpu().numpy()  # [kept, d_model], reduced on the device
+            _, cache = lm.run_with_cache(feed, list(names.values()), encoder_only=True)
             b, t = np.nonzero(~padded.special)
-            n = min(len(hidden), space - filled)
-            rows[filled:filled + n] = hidden[:n]
+            n = min(len(b), space - filled)
+            for layer, name in names.items():
+                keep = torch.from_numpy(~padded.special).to(cache[name].device)  # [batch, token]: real word pieces
+                hidden = cache[name][keep].to(torch.float16).cpu().numpy()  # [kept, d_model], reduced on the device
+                rows[layer][filled:filled + n] = hidden[:n]
             where[filled:filled + n] = np.stack([np.asarray(chosen)[b[:n]], t[:n]], axis=1)
             filled += n
             done += len(chosen)
             if progress:
                 progress(done, len(used))
-        rows.flush()
-        del rows
         order = np.lexsort((where[:filled, 1], where[:filled, 0]))  # by sentence, then position
         if filled > max_tokens:
             order = order[:max_tokens]
-        full = np.load(tmp / "rows.npy", mmap_mode="r")
-        np.save(tmp / "sorted.npy", np.ascontiguousarray(full[order]))  # the text's order, at most the cap
-        del full
-        os.replace(tmp / "sorted.npy", tmp / "rows.npy")
-        filled = len(order)
-        np.save(tmp / "where.npy", where[order])
-        (tmp / "meta.json").write_text(json.dumps({
-            "model": lm.name, "hook_name": resid_post(layer), "layer": layer, "tokens": filled,
-            "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION}))
-        (tmp / "texts.json").write_text(json.dumps(list(texts)))
-        publish_folder(tmp, folder, "meta.json")  # another process finished first: theirs is kept
+        for layer, tmp in tmps.items():
+            rows[layer].flush()
+            del rows[layer]
+            full = np.load(tmp / "rows.npy", mmap_mode="r")
+            _save_in_order(full, order, tmp / "sorted.npy")  # the text's order, at most the cap
+            del full
+            os.replace(tmp / "sorted.npy", tmp / "rows.npy")
+            np.save(tmp / "where.npy", where[order])
+            (tmp / "meta.json").write_text(json.dumps({
+                "model": lm.name, "hook_name": resid_post(layer), "layer": layer, "tokens": len(order),
+                "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION}))
+            (tmp / "texts.json").write_text(json.dumps(list(texts)))
+            publish_folder(tmp, folders[layer], "meta.json")  # another process finished first: theirs is kept
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return _read(folder, layer, texts)
+        for tmp in tmps.values():
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _save_in_order(rows: np.ndarray, order: np.ndarray, path: Path, block: int = 262_144) -> None:
+    """``rows[order]`` written to ``path`` a block at a time (memory bounded by the block, not the layer)."""
+    out = np.lib.format.open_memmap(path, "w+", rows.dtype, (len(order), rows.shape[1]))
+    for start in range(0, len(order), block):
+        out[start:start + block] = rows[order[start:start + block]]
+    out.flush()
+    del out
 
 
 def _read(folder: Path, layer: int, texts: tuple[str, ...]) -> ActivationSet:

@@ -20,7 +20,9 @@ a few hundred thousand):
   2e-3, which short runs need (BENCHMARKS.md).
 
 Rows stream from the two memory-mapped caches in the same shuffled blocks (whole batches of them), so memory stays
-bounded by bytes.
+bounded by bytes. A checkpoint after every epoch (``features.checkpoints``: the crosscoder, Adam's state, the
+dead-latent counters, the step) in ``out/checkpoint``; a run killed and started again with the same settings goes
+on from it and ends with the uninterrupted run's weights, bit for bit.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import torch
 
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import ActivationSet
-from bertscope.features.crosscoder import BatchTopKCrosscoder, CrosscoderInfo, save_crosscoder
+from bertscope.features.checkpoints import read_checkpoint, save_checkpoint
+from bertscope.features.crosscoder import BatchTopKCrosscoder, CrosscoderInfo, load_crosscoder, save_crosscoder
 from bertscope.features.trainer import SaeTrainConfig, geometric_median
 
 
@@ -48,6 +51,7 @@ class CrosscoderTrainConfig(SaeTrainConfig):
 
 @dataclass
 class CrosscoderTrainState:
+    epoch: int = 0
     step: int = 0
     history: list[dict] = field(default_factory=list)
 
@@ -65,12 +69,32 @@ def paired(base: ActivationSet, tuned: ActivationSet) -> None:
 
 
 def paired_blocks(base: np.ndarray, tuned: np.ndarray, block_rows: int, generator: np.random.Generator):
-    """[rows, 2, d] float32 blocks of both caches' same rows, in a shuffled order, each block shuffled."""
+    """(a [rows, 2, d] float32 block of both caches' same rows, its shuffled order [rows]), blocks in a shuffled
+    order. The rows are read once into one array; a batch takes ``block[order[i:j]]`` (the same rows, in the same
+    order, as shuffling the whole block first, without that copy)."""
     starts = np.arange(0, len(base), block_rows)
     for start in generator.permutation(starts):
-        block = np.stack([np.asarray(base[start:start + block_rows], np.float32),
-                          np.asarray(tuned[start:start + block_rows], np.float32)], axis=1)
-        yield block[generator.permutation(len(block))]
+        n = min(block_rows, len(base) - start)
+        block = np.empty((n, 2, base.shape[1]), np.float32)
+        block[:, 0] = base[start:start + n]
+        block[:, 1] = tuned[start:start + n]
+        yield block, generator.permutation(n)
+
+
+def sparse_decode(cc: BatchTopKCrosscoder, z: torch.Tensor, top: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the decoding [batch, 2, d_in] of z [batch, d_sae] kept at the flat positions ``top`` and zero elsewhere, the
+    latents that fired [d_sae] bool): ``cc.decode`` of that sparse code, as a sum of the kept latents' decoder rows
+    (``embedding_bag``), k·batch rows where the dense product reads d_sae·batch; the same up to float rounding."""
+    rows, latents = top // cc.d_sae, top % cc.d_sae
+    rows, order = rows.sort()
+    latents = latents[order]
+    values = z.flatten()[top[order]]  # [k x batch] the kept codes, grouped by row
+    offsets = torch.searchsorted(rows, torch.arange(len(z), device=z.device))  # [batch] each row's first kept code
+    table = cc.W_dec.transpose(0, 1).reshape(cc.d_sae, -1)  # [d_sae, 2 d_in]: both models' rows side by side
+    recon = torch.nn.functional.embedding_bag(latents, table, offsets, mode="sum", per_sample_weights=values)
+    fired = torch.zeros(cc.d_sae, dtype=torch.bool, device=z.device)
+    fired[latents[values.detach() > 0]] = True
+    return recon.view(len(z), 2, cc.d_in) + cc.b_dec, fired
 
 
 def crosscoder_loss(cc: BatchTopKCrosscoder, x: torch.Tensor, since_fired: torch.Tensor, dead_tokens: int,
@@ -79,13 +103,10 @@ def crosscoder_loss(cc: BatchTopKCrosscoder, x: torch.Tensor, since_fired: torch
     z = cc.pre_activations(x)  # [batch, d_sae]
     s = cc.latent_weights()  # [d_sae]
     scaled = z * s
-    flat = scaled.flatten()
-    top = flat.topk(min(cc.k * len(z), flat.numel()), sorted=False).indices
-    f = torch.zeros_like(flat).scatter(0, top, z.flatten()[top]).view_as(z)  # raw z where kept
-    recon = cc.decode(f)  # [batch, 2, d_in]
+    top = scaled.flatten().topk(min(cc.k * len(z), z.numel()), sorted=False).indices  # [k x batch]
+    recon, fired = sparse_decode(cc, z, top)  # [batch, 2, d_in], [d_sae]
     error = x - recon
     reconstruction = error.norm(dim=-1).mean()  # ‖e‖ per token and model, averaged: the reference's (not squared)
-    fired = (f > 0).any(0)
     since_fired += len(x)
     since_fired[fired] = 0
     dead = since_fired >= dead_tokens
@@ -112,9 +133,9 @@ def calibrate_threshold(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: Act
     device = cc.W_dec.device
     cuts: list[float] = []
     block_rows = batch_tokens * batches
-    for block in paired_blocks(base.rows, tuned.rows, block_rows, np.random.default_rng(seed)):
+    for block, order in paired_blocks(base.rows, tuned.rows, block_rows, np.random.default_rng(seed)):
         for start in range(0, len(block) - batch_tokens + 1, batch_tokens):
-            f = cc.encode(torch.from_numpy(block[start:start + batch_tokens]).to(device), use_threshold=False)
+            f = cc.encode(torch.from_numpy(block[order[start:start + batch_tokens]]).to(device), use_threshold=False)
             kept = (f * cc.latent_weights())[f > 0]
             if kept.numel():
                 cuts.append(float(kept.min()))
@@ -125,10 +146,11 @@ def calibrate_threshold(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: Act
 
 
 def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderTrainConfig, out: str | Path,
-                     info: CrosscoderInfo, device: str = "cpu",
+                     info: CrosscoderInfo, device: str = "cpu", resume: bool = True,
                      progress: Callable[[int, int, dict], None] | None = None,
                      stop: Callable[[], bool] | None = None) -> tuple[BatchTopKCrosscoder, CrosscoderTrainState]:
-    """Train on the two caches (rows aligned: ``paired``) and save the crosscoder at ``out``."""
+    """Train on the two caches (rows aligned: ``paired``) and save the crosscoder at ``out``; ``resume`` goes on from
+    ``out/checkpoint`` when it was made with the same settings (one line when with others)."""
     paired(base, tuned)
     d_in = base.rows.shape[1]
     cfg.check(d_in, base.tokens)
@@ -136,35 +158,43 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
     device_ = torch.device(device)
     torch.manual_seed(cfg.seed)
     cc = BatchTopKCrosscoder(d_in, d_sae, cfg.k, info, seed=cfg.seed).to(device_)
-    params = [cc.W_enc, cc.b_enc, cc.W_dec, cc.b_dec]
-    optimizer = torch.optim.Adam(params, lr=cfg.rate(d_sae), betas=(0.9, 0.999))
+    names = ["W_enc", "b_enc", "W_dec", "b_dec"]
+    params = [getattr(cc, name) for name in names]
+    rate = cfg.rate(d_sae)
+    optimizer = torch.optim.Adam(params, lr=rate, betas=(0.9, 0.999))
     block_rows = max(1, cfg.block_bytes // (2 * d_in * 4) // cfg.batch_tokens) * cfg.batch_tokens  # whole batches
     steps_per_epoch = sum(len(range(0, min(block_rows, base.tokens - s) - cfg.batch_tokens + 1, cfg.batch_tokens))
                           for s in range(0, base.tokens, block_rows))
     total = max(1, steps_per_epoch * cfg.epochs)
     warmup = max(1, int(cfg.warmup * total))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / warmup, 1.0))
-    sample_rows = np.linspace(0, base.tokens - 1, min(base.tokens, 8192)).astype(int)
-    with torch.no_grad():
-        for m, rows in enumerate((base.rows, tuned.rows)):
-            cc.b_dec[m] = geometric_median(torch.from_numpy(np.asarray(rows[sample_rows], np.float32)).to(device_))
-    since_fired = torch.zeros(d_sae, dtype=torch.long, device=device_)
-    state = CrosscoderTrainState()
-    for epoch in range(cfg.epochs):
+    checkpoint = Path(out) / "checkpoint"
+    found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",)) if resume else None
+    if found is not None:
+        with torch.no_grad():
+            cc.load_state_dict(load_crosscoder(checkpoint / "crosscoder", device_).state_dict())
+        state, since_fired = CrosscoderTrainState(**found[0]), found[1]["since_fired"].to(device_)
+    else:
+        sample_rows = np.linspace(0, base.tokens - 1, min(base.tokens, 8192)).astype(int)
+        with torch.no_grad():
+            for m, rows in enumerate((base.rows, tuned.rows)):
+                cc.b_dec[m] = geometric_median(torch.from_numpy(np.asarray(rows[sample_rows], np.float32)).to(device_))
+        state, since_fired = CrosscoderTrainState(), torch.zeros(d_sae, dtype=torch.long, device=device_)
+    for epoch in range(state.epoch, cfg.epochs):
         generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
         sums, steps, started = {"loss": 0.0, "reconstruction": 0.0, "aux": 0.0, "mse": 0.0}, 0, time.perf_counter()
-        for block in paired_blocks(base.rows, tuned.rows, block_rows, generator):
-            x_block = torch.from_numpy(block).to(device_)  # [block, 2, d_in]
+        for block, order in paired_blocks(base.rows, tuned.rows, block_rows, generator):
+            x_block = torch.from_numpy(block).to(device_)  # [block, 2, d_in], in the caches' order
+            shuffled = torch.from_numpy(order).to(device_)  # [block]
             for start in range(0, len(x_block) - cfg.batch_tokens + 1, cfg.batch_tokens):
                 if stop is not None and stop():  # what was learnt so far, usable and saved
                     return _finish(cc, base, tuned, cfg, out, state), state
-                x = x_block[start:start + cfg.batch_tokens]
+                x = x_block[shuffled[start:start + cfg.batch_tokens]]  # [batch, 2, d_in]
                 loss, parts = crosscoder_loss(cc, x, since_fired, cfg.dead_tokens, cfg.aux_coef)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.param_groups[0]["lr"] = rate * min((state.step + 1) / warmup, 1.0)  # a linear warm-up
                 optimizer.step()
-                scheduler.step()
                 state.step += 1
                 steps += 1
                 for key in ("reconstruction", "aux", "mse"):
@@ -174,9 +204,12 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
                     progress(state.step, total, {"epoch": epoch + 1, "reconstruction": float(parts["reconstruction"].detach()),
                                                  "dead": float(parts["dead"])})
         seconds = time.perf_counter() - started
+        state.epoch = epoch + 1
         state.history.append({"epoch": epoch + 1, **{k: v / max(steps, 1) for k, v in sums.items()},
                               "dead_share": float((since_fired >= cfg.dead_tokens).float().mean()),
                               "seconds": seconds, "tokens_per_s": steps * cfg.batch_tokens / max(seconds, 1e-9)})
+        save_checkpoint(checkpoint, lambda tmp: save_crosscoder(cc, tmp / "crosscoder"), optimizer, names, state,
+                        {"since_fired": since_fired}, cfg)
     return _finish(cc, base, tuned, cfg, out, state), state
 
 

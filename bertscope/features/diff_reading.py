@@ -24,6 +24,7 @@ from bertscope.features.activations import layer_activations, resid_post
 from bertscope.features.crosscoder import BatchTopKCrosscoder, load_crosscoder
 from bertscope.features.diff_causal import MAX_EXAMPLES, MAX_LATENTS, DiffEffect, diff_effect, task_side
 from bertscope.features.model_diff import CLASSES, ModelDiff, diff_models
+from bertscope.features.sae import same_model
 from bertscope.features.shipped import CFG_FILE, layer_folder, sae_layers, shipped_crosscoders
 
 JSON_CLASS = {"shared": "shared", "base-only": "base", "fine-tuned-only": "finetuned", "other": "other",
@@ -65,7 +66,7 @@ def crosscoder_for(base: LoadedModel, tuned: LoadedModel, folder: str | Path | N
     path = layer_folder(source, layer) if (layer_folder(source, layer) / CFG_FILE).is_file() else source
     cc = load_crosscoder(path, base.device)
     made_for = tuple(m for m in cc.info.models if m)
-    if made_for and made_for != (base.name, tuned.name):
+    if made_for and not (len(made_for) == 2 and all(map(same_model, made_for, (base.name, tuned.name)))):
         raise BertScopeError(f"{path} was made for {' and '.join(made_for)}, not {base.name} and {tuned.name}.")
     if cc.d_in != base.hidden_size or (cc.info.hook_name and cc.info.hook_name != resid_post(layer)):
         raise BertScopeError(f"{path} reads {cc.info.hook_name or '?'} ({cc.d_in} wide), not {resid_post(layer)} of "

@@ -14,8 +14,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,9 +24,12 @@ import torch.nn.functional as F
 
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import wide
-from bertscope.features.activations import ActivationSet, resid_post
+from bertscope.features.activations import ActivationSet, layer_activations, resid_post, row_mean
 from bertscope.features.sae import TopKSAE
 from bertscope.interventions.importance import chosen_logits, masked_batches
+
+if TYPE_CHECKING:
+    from bertscope.corpora.mixture import Mixture
 
 DENSE = 0.1  # a latent firing on more than this share of tokens is dense
 
@@ -63,7 +67,7 @@ def reconstruction_figures(sae: TopKSAE, acts: ActivationSet, batch: int = 4096)
     device = sae.W_enc.device
     fires = torch.zeros(sae.d_sae, dtype=torch.long, device=device)
     error = total = active = 0.0
-    mean = torch.from_numpy(np.asarray(acts.rows, np.float64).mean(0)).to(device)  # [d_in]
+    mean = torch.from_numpy(row_mean(acts.rows)).to(device)  # [d_in]
     for start in range(0, acts.tokens, batch):
         x = torch.from_numpy(np.asarray(acts.rows[start:start + batch], np.float32)).to(device)  # [batch, d_in]
         latents = sae.encode(x)  # [batch, d_sae]
@@ -112,3 +116,15 @@ def sae_quality(lm: LoadedModel, sae: TopKSAE, held_out: ActivationSet, texts: S
         lm, sae, held_out.layer, texts, torch.from_numpy(np.asarray(mean, np.float32)), seed=seed)
     return SaeQuality(held_out.layer, held_out.tokens, fve, l0, dead, dense, intact, spliced, context, ablated,
                       positions)
+
+
+def domain_qualities(lm: LoadedModel, sae: TopKSAE, layer: int, held: Mixture, mean: np.ndarray, seed: int = 0,
+                     progress: Callable[[int, int], None] | None = None) -> dict[str, SaeQuality]:
+    """``sae_quality`` on each source's held-out texts alone (``held``: the mixture's held-out side), the FVE
+    against that source's own variance: an SAE that knows only 1961 prose shows it here."""
+    out = {}
+    for source in held.counts():
+        texts = [t for t, s in zip(held.texts, held.sources) if s == source]
+        acts = layer_activations(lm, texts, layer, max_tokens=10**9, progress=progress)
+        out[source] = sae_quality(lm, sae, acts, texts, mean, seed=seed)
+    return out

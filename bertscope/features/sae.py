@@ -38,6 +38,15 @@ ARCHITECTURES = ("topk", "standard", "jumprelu")
 SAELENS_FORMAT = "6.0.0"  # the SAELens release whose cfg.json layout (a metadata block) these files follow
 
 
+def same_model(made_for: str, name: str) -> bool:
+    """Whether a dictionary made for ``made_for`` reads the model loaded as ``name``: the same name, or two spellings
+    of one folder (``./runs/base`` and ``/home/me/runs/base``)."""
+    if made_for == name:
+        return True
+    a, b = Path(made_for).expanduser(), Path(name).expanduser()
+    return a.is_dir() and b.is_dir() and a.resolve() == b.resolve()
+
+
 @dataclass
 class SaeInfo:
     """What an SAE was made for: the model and the hook point it reads, and how it was trained."""
@@ -145,7 +154,7 @@ class TopKSAE(nn.Module):
     def check_for(self, lm: Any, hook_name: str | None = None) -> None:
         """One line when this SAE does not fit ``lm`` (its width, or the model it was made for)."""
         made_for = self.info.model_name
-        if made_for and made_for != lm.name:
+        if made_for and not same_model(made_for, lm.name):
             raise BertScopeError(f"This SAE was made for {made_for}, not {lm.name}: load it with that model.")
         if self.d_in != lm.hidden_size:
             raise BertScopeError(f"The SAE reads vectors of {self.d_in} numbers; {lm.name}'s layers are "

@@ -18,13 +18,10 @@
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +29,8 @@ import torch
 
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import ActivationSet
+from bertscope.features.checkpoints import read_checkpoint, save_checkpoint
 from bertscope.features.sae import SaeInfo, TopKSAE, load_sae, save_sae
-from bertscope.runtime.user_cache import replace_folder
 
 
 @dataclass
@@ -88,41 +85,6 @@ def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator)
         yield block[generator.permutation(len(block))]
 
 
-def _adam_state(optimizer: torch.optim.Optimizer, names: list[str]) -> dict[str, torch.Tensor]:
-    out = {}
-    for name, param in zip(names, optimizer.param_groups[0]["params"]):
-        for key, value in optimizer.state.get(param, {}).items():
-            out[f"{name}.{key}"] = torch.as_tensor(value).detach().cpu().reshape(-1) if key == "step" else \
-                value.detach().cpu().contiguous()
-    return out
-
-
-def _load_adam(optimizer: torch.optim.Optimizer, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
-    for name, param in zip(names, optimizer.param_groups[0]["params"]):
-        state = {key.split(".", 1)[1]: value for key, value in tensors.items() if key.split(".", 1)[0] == name}
-        if state:
-            state["step"] = state["step"].reshape(())
-            optimizer.state[param] = {k: v.to(param.device) for k, v in state.items()}
-
-
-def save_checkpoint(folder: Path, sae: TopKSAE, optimizer: torch.optim.Optimizer, names: list[str],
-                    state: SaeTrainState, since_fired: torch.Tensor, cfg: SaeTrainConfig) -> None:
-    """The run so far, whole or not at all (the files are written, then the folder renamed in)."""
-    from safetensors.torch import save_file
-
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        save_sae(sae, tmp / "sae")
-        save_file({**_adam_state(optimizer, names), "since_fired": since_fired.cpu()},
-                  str(tmp / "optimizer.safetensors"))
-        (tmp / "state.json").write_text(json.dumps({"state": asdict(state), "config": asdict(cfg)}))
-        replace_folder(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: SaeInfo, device: str = "cpu",
               resume: bool = True, progress: Callable[[int, int, dict], None] | None = None,
               stop: Callable[[], bool] | None = None) -> tuple[TopKSAE, SaeTrainState]:
@@ -144,19 +106,10 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
     sample = torch.from_numpy(np.asarray(rows[np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)],
                                          np.float32)).to(device)  # [sample, d_in]
     variance = float((sample - sample.mean(0)).pow(2).sum(1).mean())  # the normalised MSE's denominator
-    if resume and (checkpoint / "state.json").is_file():
-        saved = json.loads((checkpoint / "state.json").read_text())
-        if saved["config"] != asdict(cfg):
-            raise BertScopeError(f"{checkpoint} was made with other settings ({saved['config']}); give another "
-                                 "--out, or the same settings to resume.")
-        from safetensors.torch import load_file
-
-        kept = load_sae(checkpoint / "sae", device)
-        sae.load_state_dict(kept.state_dict())
-        tensors = load_file(str(checkpoint / "optimizer.safetensors"))
-        since_fired = tensors.pop("since_fired").to(device)
-        _load_adam(optimizer, names, tensors)
-        state = SaeTrainState(**saved["state"])
+    found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",)) if resume else None
+    if found is not None:
+        sae.load_state_dict(load_sae(checkpoint / "sae", device).state_dict())
+        state, since_fired = SaeTrainState(**found[0]), found[1]["since_fired"].to(device)
     else:
         with torch.no_grad():
             sae.b_dec.copy_(geometric_median(sample))
@@ -211,7 +164,8 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
                               "dead_share": float((since_fired > cfg.dead_tokens).float().mean()),
                               "seconds": time.perf_counter() - started,
                               "tokens_per_s": steps * cfg.batch_tokens / max(time.perf_counter() - started, 1e-9)})
-        save_checkpoint(checkpoint, sae, optimizer, names, state, since_fired, cfg)
+        save_checkpoint(checkpoint, lambda tmp: save_sae(sae, tmp / "sae"), optimizer, names, state,
+                        {"since_fired": since_fired}, cfg)
     sae.info.extra.update({"trained_tokens": int(len(rows)), "epochs": cfg.epochs, "k": cfg.k,
                            "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history})
     save_sae(sae, out)

@@ -41,7 +41,10 @@ def test_circuits_page(monkeypatch, tiny_mlm_dir):
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("The circuit:" in s for s in specs) and any("random circuits, same sizes" in s for s in specs)
     assert at.selectbox(key="circ_head").options  # a head of the circuit to open on Attention
-    assert {b.proto.label for b in at.get("download_button")} >= {"Download (JSON)", "Every edge's score (CSV)"}
+    downloads = {b.proto.label: b.proto for b in at.get("download_button")}
+    assert {"Download (JSON)", "Every edge's score (CSV)"} <= set(downloads)
+    for label in ("Download (JSON)", "Every edge's score (CSV)"):  # written when clicked, not held at every rerun
+        assert downloads[label].HasField("deferred_file_id") and not downloads[label].url
     # bad input: pairs of unequal length, one line naming the pair; the run above is not lost from the store
     bad = dict(PAIRS[0], corrupted="the big dog [MASK] here .")
     at.file_uploader(key="circ_upload").upload("bad.jsonl", json.dumps(bad).encode())

@@ -89,3 +89,10 @@ def test_a_tab_keeps_its_inputs_while_another_is_shown(monkeypatch, tiny_mlm_dir
     at.session_state["feat_tab"] = "Feature"
     at.run()
     assert not at.exception and at.number_input(key="feat_feature").value == 9
+
+
+def test_the_shipped_saes_say_where_they_were_scored(monkeypatch):
+    at = start(monkeypatch, "bundled-mlm").switch_page(PAGE).run()
+    assert not at.exception and not at.error
+    shown = " ".join(m.value for m in at.markdown)
+    assert "on held-out brown, ewt, tweets, bbc, squad:" in shown and "of the variance explained (lowest " in shown

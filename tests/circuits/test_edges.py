@@ -141,3 +141,21 @@ def test_half_precision_scores_and_runs(tiny_mlm_dir):
     with torch.inference_mode():
         assert torch.isfinite(run_pass(model, graph, layer_weights(model), recorded[0],
                                        where, keep=keep)).all()
+
+
+@pytest.mark.parametrize("ablation", ["patch", "mean"])
+def test_senders_replayed_in_groups_within_the_byte_budget_score_as_all_at_once(lm, ablation):
+    from bertscope.circuits.edges import _gradients, _replay, replay_sender_bytes
+
+    weights = layer_weights(lm)
+    where, recorded = record_pairs(lm, PAIRS, ablation, weights)
+    graph = CircuitGraph(lm.num_layers, lm.num_heads)
+    pair = recorded[0]
+    grads, _ = _gradients(lm, graph, weights, pair, where, "eap", 0)
+    whole = torch.zeros(graph.n_senders, graph.n_receivers, dtype=torch.float64)
+    _replay(graph, weights, pair, grads, whole)  # every sender in one group
+    for per in (1, 3):  # one sender a group; groups that end mid-layer
+        grouped = torch.zeros_like(whole)
+        _replay(graph, weights, pair, grads, grouped, max_batch_bytes=per * replay_sender_bytes(pair))
+        torch.testing.assert_close(grouped, whole, rtol=0, atol=1e-12)
+    assert whole.abs().max() > 0

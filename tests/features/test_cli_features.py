@@ -23,6 +23,14 @@ def test_train_then_read_features(capsys, tmp_path, tiny_mlm_dir):
     assert {"fve", "recovered", "recovered_context", "loss_intact", "loss_sae", "loss_mean"} <= set(layer)
     assert (out / "layer_01" / "cfg.json").is_file() and (out / "layer_01" / "sae_weights.safetensors").is_file()
     assert json.loads((out / "layer_01" / "quality.json").read_text())["layer"] == 1
+    sources = ["brown", "ewt", "tweets", "bbc", "squad"]  # every installed corpus, the mixture's default
+    assert report["corpus"] == f"mixture of {', '.join(sources)}" and report["missing_sources"] == []
+    assert list(layer["domains"]) == sources and list(layer["tokens_by_source"]) == sources
+    assert sum(layer["tokens_by_source"].values()) == 600 and min(layer["tokens_by_source"].values()) > 0
+    assert sum(d["tokens"] for d in layer["domains"].values()) == layer["tokens"]
+    assert all(d["positions"] > 0 and d["l0"] <= 4 for d in layer["domains"].values())
+    assert json.loads((out / "layer_01" / "cfg.json").read_text())["metadata"]["bertscope"]["tokens_by_source"] == \
+        layer["tokens_by_source"]
     code, stdout, err = run_cli(capsys, "features", tiny_mlm_dir, "--sae", out, "--layer", 1, "--text",
                                 "the bank of the river", "--json")
     assert code == 0, err
@@ -43,9 +51,22 @@ def test_train_then_read_features(capsys, tmp_path, tiny_mlm_dir):
     assert code == 2 and "--text" in err and "--feature" in err
 
 
+def test_brown_alone_and_the_table(capsys, tmp_path, tiny_mlm_dir):
+    code, stdout, err = run_cli(capsys, "train-sae", tiny_mlm_dir, "--layers", "0", "--tokens", 300, "--held-out", 8,
+                                "--corpus", "brown", "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64,
+                                "--out", tmp_path / "saes")
+    assert code == 0, err
+    lines = stdout.splitlines()
+    assert "trained on the brown (training documents)" in lines[0]
+    assert lines[2].split()[:2] == ["0", lines[3].split()[1]] and lines[3].split()[0] == "brown"  # one source
+    assert "trained on 300 word pieces (brown 300)" in stdout
+
+
 def test_bad_input_is_one_line(capsys, tmp_path, tiny_mlm_dir):
+    (tmp_path / "a-file").write_text("kept")
     for argv, said in (
         (["train-sae", tiny_mlm_dir, "--layers", "5", "--out", tmp_path], "Layer 5 does not exist"),
+        (["train-sae", tiny_mlm_dir, "--out", tmp_path / "a-file"], "is a file"),
         (["train-sae", tiny_mlm_dir, "--expansion", "2", "--k", "64", "--out", tmp_path], "k must be between 1 and 63"),
         (["features", tiny_mlm_dir, "--sae", tmp_path, "--layer", "0", "--text", "x"], "holds no SAE"),
     ):

@@ -206,3 +206,52 @@ def test_two_caches_that_do_not_pair_are_one_line(tmp_path):
         paired(_acts(tmp_path, "a", x), _acts(tmp_path, "b", np.zeros((32, 16), np.float32)))
     with pytest.raises(BertScopeError, match="same positions|not of the same"):
         paired(_acts(tmp_path, "a", x), _acts(tmp_path, "c", x[:16]))
+
+
+def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(tmp_path):
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(3072, 2, 8)) * rng.random((3072, 1, 8))).astype(np.float32)
+    base, tuned = _acts(tmp_path, "b", x[:, 0]), _acts(tmp_path, "t", x[:, 1])
+    cfg = CrosscoderTrainConfig(expansion=3, k=2, epochs=3, batch_tokens=256, lr=1e-2, dead_tokens=1_000,
+                                block_bytes=8 * 1024)
+    info = CrosscoderInfo(("base", "tuned"), "blocks.1.hook_resid_post")
+    whole, state = train_crosscoder(base, tuned, cfg, tmp_path / "whole", info)
+    per_epoch = state.step // cfg.epochs
+
+    def killed(step, total, _):  # the process dies mid-way through the second epoch: nothing after it runs
+        if step == per_epoch + 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_crosscoder(base, tuned, cfg, tmp_path / "cut", info, progress=killed)
+    assert not (tmp_path / "cut" / "cfg.json").exists()  # no crosscoder yet: only the first epoch's checkpoint
+    resumed, again = train_crosscoder(base, tuned, cfg, tmp_path / "cut", info)
+    assert again.step == state.step and [h["epoch"] for h in again.history] == [1, 2, 3]
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
+        assert torch.equal(getattr(resumed, name), getattr(whole, name)), name  # bit for bit
+    assert torch.equal(load_crosscoder(tmp_path / "cut").W_dec, load_crosscoder(tmp_path / "whole").W_dec)
+    fresh, _ = train_crosscoder(base, tuned, cfg, tmp_path / "cut", info, resume=False)  # from scratch: the same
+    assert torch.equal(fresh.W_dec, whole.W_dec)
+    with pytest.raises(BertScopeError, match="made with other settings"):
+        train_crosscoder(base, tuned, CrosscoderTrainConfig(**{**cfg.__dict__, "k": 3}), tmp_path / "cut", info)
+
+
+def test_the_sparse_decoding_is_the_dense_one_and_so_are_its_gradients():
+    from bertscope.features.crosscoder_trainer import sparse_decode
+
+    cc = _cc(d_in=8, d_sae=24, k=3)
+    x = torch.randn(7, 2, 8, generator=torch.Generator().manual_seed(5))
+    z = cc.pre_activations(x)
+    top = (z * cc.latent_weights()).flatten().topk(cc.k * len(z), sorted=False).indices
+    recon, fired = sparse_decode(cc, z, top)
+    f = torch.zeros_like(z.flatten()).scatter(0, top, z.flatten()[top]).view_as(z)
+    dense = cc.decode(f)
+    torch.testing.assert_close(recon, dense)
+    assert torch.equal(fired, (f > 0).any(0)) and 0 < int(fired.sum()) < 24
+    weights = torch.randn_like(dense)
+    sparse_grads = torch.autograd.grad((recon * weights).sum(), [cc.W_dec, cc.W_enc, cc.b_dec], retain_graph=True)
+    dense_grads = torch.autograd.grad((dense * weights).sum(), [cc.W_dec, cc.W_enc, cc.b_dec])
+    for a, b in zip(sparse_grads, dense_grads):
+        torch.testing.assert_close(a, b)
+    empty, _ = sparse_decode(cc, z, top[:0])  # no code kept: every row is the bias
+    torch.testing.assert_close(empty, cc.b_dec.expand(7, 2, 8))

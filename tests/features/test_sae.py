@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from bertscope import BertScopeError, load_model
-from bertscope.features.activations import ActivationSet, layer_activations
+from bertscope.corpora.mixture import Mixture
+from bertscope.features.activations import ActivationSet, layer_activations, layers_activations, row_mean
 from bertscope.features.active import active_features
-from bertscope.features.quality import reconstruction_figures, sae_quality
+from bertscope.features.quality import domain_qualities, reconstruction_figures, sae_quality
 from bertscope.features.sae import SaeInfo, TopKSAE, load_sae, save_sae
 from bertscope.features.trainer import SaeTrainConfig, geometric_median, train_sae
 
@@ -107,6 +108,13 @@ def test_bad_sae_input_is_one_line(tmp_path, tiny_mlm_dir):
         TopKSAE(8, 32, 4).check_for(lm)
     with pytest.raises(BertScopeError, match="made for bert-base-uncased, not"):
         TopKSAE(32, 64, 4, info=SaeInfo("bert-base-uncased", "blocks.0.hook_resid_post")).check_for(lm)
+    import os
+
+    other_spelling = os.path.relpath(tiny_mlm_dir)  # the same folder, as the user may type it
+    assert other_spelling != lm.name
+    TopKSAE(32, 64, 4, info=SaeInfo(other_spelling, "blocks.0.hook_resid_post")).check_for(lm)
+    with pytest.raises(BertScopeError, match="made for"):
+        TopKSAE(32, 64, 4, info=SaeInfo(str(tmp_path), "blocks.0.hook_resid_post")).check_for(lm)  # another folder
     with pytest.raises(BertScopeError, match="Feature 64 does not exist: this SAE has features 0 to 63"):
         TopKSAE(32, 64, 4).check_feature(64)
     with pytest.raises(BertScopeError, match="Layer 2 does not exist"):
@@ -188,6 +196,36 @@ def test_spliced_loss_of_a_perfect_reconstruction_recovers_everything(tmp_path, 
     assert quality.recovered == pytest.approx(1.0, abs=1e-4) and quality.positions > 0
     assert quality.loss_mean != pytest.approx(quality.loss_intact, abs=1e-4)  # the reference moves the loss
     assert quality.to_json()["hook_name"] == "blocks.0.hook_resid_post"
+
+
+def test_several_layers_read_in_one_pass_are_each_layer_read_alone(tmp_path, tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    together = layers_activations(lm, TEXTS[:6], [1, 0, 1], max_tokens=40, root=tmp_path / "together")
+    assert list(together) == [1, 0]
+    for layer in (0, 1):
+        alone = layer_activations(lm, TEXTS[:6], layer, max_tokens=40, root=tmp_path / "alone")
+        both = together[layer]
+        assert both.folder.name == alone.folder.name and both.tokens == alone.tokens == 40
+        assert np.array_equal(np.asarray(both.rows), np.asarray(alone.rows))
+        assert np.array_equal(both.where, alone.where)
+        assert json.loads((both.folder / "meta.json").read_text())["hook_name"] == f"blocks.{layer}.hook_resid_post"
+    assert not np.array_equal(np.asarray(together[0].rows), np.asarray(together[1].rows))
+    np.testing.assert_allclose(row_mean(together[1].rows, block=7),
+                               np.asarray(together[1].rows, np.float64).mean(0), rtol=1e-12, atol=1e-12)
+
+
+def test_quality_by_source_is_each_sources_texts_alone(tmp_path, tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    news, river = TEXTS[1:2] + TEXTS[3:4], TEXTS[0:1] + TEXTS[2:3]
+    held = Mixture((news[0], river[0], news[1], river[1]), ("bbc", "brown", "bbc", "brown"), ())
+    sae = TopKSAE(lm.hidden_size, 4 * lm.hidden_size, 6, info=SaeInfo(lm.name, "blocks.0.hook_resid_post"), seed=1)
+    mean = np.zeros(lm.hidden_size, np.float32)
+    by_source = domain_qualities(lm, sae, 0, held, mean)
+    assert list(by_source) == ["bbc", "brown"]
+    for source, texts in (("bbc", news), ("brown", river)):
+        alone = sae_quality(lm, sae, layer_activations(lm, texts, 0, max_tokens=10**9), texts, mean)
+        assert by_source[source] == alone
+    assert by_source["bbc"].tokens != by_source["brown"].tokens
 
 
 def test_features_of_a_text(tiny_mlm_dir):

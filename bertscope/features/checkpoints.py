@@ -1,0 +1,80 @@
+"""A dictionary trainer's run so far, on disk after every epoch: the weights (in the dictionary's own format), Adam's
+state, the trainer's counters, its settings. Written to a temporary folder and renamed into place, so a checkpoint
+is whole or absent: a run killed at any moment goes on from its last epoch and ends with the weights the
+uninterrupted run would have (the epochs' shuffles are seeded by the epoch, not by the run).
+
+Used by the SAE trainer (``features.trainer``) and the crosscoder trainer (``features.crosscoder_trainer``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertscope.errors import BertScopeError
+from bertscope.runtime.user_cache import replace_folder
+
+STATE_FILE = "state.json"
+TENSORS_FILE = "optimizer.safetensors"
+
+
+def adam_tensors(optimizer: torch.optim.Optimizer, names: list[str]) -> dict[str, torch.Tensor]:
+    """Adam's moments and step of each parameter (in ``names``' order), keyed ``{name}.{what}``."""
+    out = {}
+    for name, param in zip(names, optimizer.param_groups[0]["params"]):
+        for key, value in optimizer.state.get(param, {}).items():
+            out[f"{name}.{key}"] = torch.as_tensor(value).detach().cpu().reshape(-1) if key == "step" else \
+                value.detach().cpu().contiguous()
+    return out
+
+
+def load_adam(optimizer: torch.optim.Optimizer, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
+    for name, param in zip(names, optimizer.param_groups[0]["params"]):
+        state = {key.split(".", 1)[1]: value for key, value in tensors.items() if key.split(".", 1)[0] == name}
+        if state:
+            state["step"] = state["step"].reshape(())
+            optimizer.state[param] = {k: v.to(param.device) for k, v in state.items()}
+
+
+def save_checkpoint(folder: Path, write_weights: Callable[[Path], Any], optimizer: torch.optim.Optimizer,
+                    names: list[str], state: Any, counters: dict[str, torch.Tensor], cfg: Any) -> None:
+    """The run so far, whole or not at all: ``write_weights(tmp)`` writes the dictionary into a fresh folder,
+    ``state`` and ``cfg`` are dataclasses, ``counters`` the trainer's tensors (dead-latent counts)."""
+    from safetensors.torch import save_file
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        write_weights(tmp)
+        save_file({**adam_tensors(optimizer, names), **{k: v.detach().cpu() for k, v in counters.items()}},
+                  str(tmp / TENSORS_FILE))
+        (tmp / STATE_FILE).write_text(json.dumps({"state": asdict(state), "config": asdict(cfg)}))
+        replace_folder(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, names: list[str],
+                    counters: tuple[str, ...]) -> tuple[dict, dict[str, torch.Tensor]] | None:
+    """None when ``folder`` holds no checkpoint; else Adam's state loaded into ``optimizer`` and (the saved state as a
+    dict, the counters named). One line when it was made with other settings than ``cfg``."""
+    if not (folder / STATE_FILE).is_file():
+        return None
+    saved = json.loads((folder / STATE_FILE).read_text())
+    if saved["config"] != asdict(cfg):
+        raise BertScopeError(f"{folder} was made with other settings ({saved['config']}); give another --out, or "
+                             "the same settings to resume.")
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(folder / TENSORS_FILE))
+    kept = {name: tensors.pop(name) for name in counters}
+    load_adam(optimizer, names, tensors)
+    return saved["state"], kept
