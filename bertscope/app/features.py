@@ -79,14 +79,15 @@ shown = f"**{sae.d_sae:,} features** of {sae.d_in}-wide vectors, " + (
     f"k = {sae.k} active a word piece" if sae.architecture == "topk" else f"{sae.architecture} SAE")
 try:  # train-sae's figures, when the folder has them
     q = json.loads((folder / "quality.json").read_text())
-    domains = {str(s): float(d["fve"]) for s, d in q.get("domains", {}).items()}
+    domains = {plain(str(s)): float(d["fve"]) for s, d in dict(q.get("domains") or {}).items()}
     where = f"held-out {', '.join(domains)}" if domains else "held-out Brown"
-    lowest = f" (lowest {min(domains.values()):.0%}, {min(domains, key=domains.get)})" if len(domains) > 1 else ""
+    lowest = f" (lowest {min(domains.values()):.0%}, {min(domains, key=domains.__getitem__)})" if len(domains) > 1 \
+        else ""
     shown += (f"; on {where}: {float(q['fve']):.0%} of the variance explained{lowest}, {float(q['recovered']):.0%} "
               "of the masked-LM loss recovered with the SAE spliced in")
-except (OSError, ValueError, KeyError, TypeError):
+except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a file of another shape: no figures shown
     pass
-c2.markdown(shown)  # numbers only: nothing typed by a user
+c2.markdown(shown)  # numbers, and the sources' names escaped: nothing a file could format
 to_url(layer=layer, sae=typed.strip() or None)
 
 TABS = ["On a text", "Feature", "Search"]

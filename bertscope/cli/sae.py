@@ -26,11 +26,11 @@ def parse_layers(text: str | None, n_layers: int) -> list[int]:
     for layer in layers:
         if not 0 <= layer < n_layers:
             raise BertScopeError(f"Layer {layer} does not exist: the model has layers 0 to {n_layers - 1}.")
-    return layers
+    return list(dict.fromkeys(layers))  # each layer once
 
 def texts_for(corpus: str, tokens: int, held_out: int, seed: int):
     """(training side, held-out side) as mixtures: every installed source (its texts interleaved), or Brown alone."""
-    from bertscope.corpora.mixture import SOURCES, Mixture, mixed_texts
+    from bertscope.corpora.mixture import Mixture, installed_sources, mixed_texts
 
     if corpus == "brown":
         from bertscope.corpora.brown_tasks import brown_split_texts
@@ -38,7 +38,7 @@ def texts_for(corpus: str, tokens: int, held_out: int, seed: int):
         train = brown_split_texts(max(1, tokens // PIECES_PER_TEXT), held_out=False, seed=seed)
         held = brown_split_texts(held_out, held_out=True, seed=seed)
         return (Mixture(tuple(train), ("brown",) * len(train), ()), Mixture(tuple(held), ("brown",) * len(held), ()))
-    per_source = max(1, -(-tokens // (PIECES_PER_TEXT * len(SOURCES))))
+    per_source = max(1, -(-tokens // (PIECES_PER_TEXT * max(1, len(installed_sources())))))  # of those installed
     return mixed_texts(per_source, held_out=False, seed=seed), mixed_texts(held_out, held_out=True, seed=seed)
 
 
@@ -128,8 +128,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expansion", type=int, default=8, help="latents = expansion x the model's width")
     p.add_argument("--k", type=int, default=32, help="active latents a token")
     p.add_argument("--corpus", choices=("mixture", "brown"), default="mixture",
-                   help="mixture: every installed corpus (Brown, EWT, tweets, BBC, SQuAD paragraphs), the same number "
-                        "of texts from each until one runs out; brown: Brown's training documents alone")
+                   help="mixture: every installed corpus (Brown, EWT, tweets, BBC, SQuAD paragraphs), their texts "
+                        "interleaved one from each in turn (a source that runs out leaves the others to go on); "
+                        "brown: Brown's training documents alone")
     p.add_argument("--tokens", type=int, default=200_000, help="training word pieces a layer")
     p.add_argument("--held-out", type=int, default=300,
                    help="held-out texts from each source (sentences for Brown) for the figures")

@@ -82,6 +82,11 @@ def _installed(name: str) -> bool:
     return CORPORA[{"tweets": "sentiment", "bbc": "topics"}.get(name, name)].installed()
 
 
+def installed_sources(sources: tuple[str, ...] = SOURCES) -> list[str]:
+    """The sources whose corpus is installed, in ``sources``' order."""
+    return [s for s in sources if _installed(s)]
+
+
 def mixed_texts(per_source: int, held_out: bool = False, seed: int = 0, sources: tuple[str, ...] = SOURCES) -> Mixture:
     """``per_source`` texts from each installed source, interleaved (source by source, text by text)."""
     unknown = [s for s in sources if s not in SOURCES]
@@ -89,7 +94,7 @@ def mixed_texts(per_source: int, held_out: bool = False, seed: int = 0, sources:
         raise BertScopeError(f"Unknown text source {unknown[0]!r}: the sources are {', '.join(SOURCES)}.")
     if per_source < 1:
         raise BertScopeError("Take at least one text from each source.")
-    present = [s for s in sources if _installed(s)]
+    present = installed_sources(sources)
     if not present:
         raise BertScopeError("No corpus is installed: run `python -m bertscope corpus install all`.")
     lists = {s: _source(s, per_source, held_out, seed) for s in present}

@@ -39,14 +39,16 @@ def load_adam(optimizer: torch.optim.Optimizer, names: list[str], tensors: dict[
     for name, param in zip(names, optimizer.param_groups[0]["params"]):
         state = {key.split(".", 1)[1]: value for key, value in tensors.items() if key.split(".", 1)[0] == name}
         if state:
-            state["step"] = state["step"].reshape(())
-            optimizer.state[param] = {k: v.to(param.device) for k, v in state.items()}
+            step = state.pop("step").reshape(())  # on the CPU, as torch keeps it (no device sync a step)
+            optimizer.state[param] = {"step": step, **{k: v.to(param.device) for k, v in state.items()}}
 
 
 def save_checkpoint(folder: Path, write_weights: Callable[[Path], Any], optimizer: torch.optim.Optimizer,
-                    names: list[str], state: Any, counters: dict[str, torch.Tensor], cfg: Any) -> None:
+                    names: list[str], state: Any, counters: dict[str, torch.Tensor], cfg: Any,
+                    identity: dict[str, Any]) -> None:
     """The run so far, whole or not at all: ``write_weights(tmp)`` writes the dictionary into a fresh folder,
-    ``state`` and ``cfg`` are dataclasses, ``counters`` the trainer's tensors (dead-latent counts)."""
+    ``state`` and ``cfg`` are dataclasses, ``counters`` the trainer's tensors (dead-latent counts), ``identity``
+    what the run reads (its models, hook point, width and activation caches: JSON values)."""
     from safetensors.torch import save_file
 
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -55,20 +57,39 @@ def save_checkpoint(folder: Path, write_weights: Callable[[Path], Any], optimize
         write_weights(tmp)
         save_file({**adam_tensors(optimizer, names), **{k: v.detach().cpu() for k, v in counters.items()}},
                   str(tmp / TENSORS_FILE))
-        (tmp / STATE_FILE).write_text(json.dumps({"state": asdict(state), "config": asdict(cfg)}))
+        (tmp / STATE_FILE).write_text(json.dumps({"state": asdict(state), "config": asdict(cfg),
+                                                  "identity": identity}))
         replace_folder(tmp, folder)
+        for stale in [*folder.parent.glob(f".{folder.name}.*"), *folder.parent.glob(f"{folder.name}.old-*")]:
+            shutil.rmtree(stale, ignore_errors=True)  # a killed run's leftovers, once this checkpoint is in place
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, names: list[str],
-                    counters: tuple[str, ...]) -> tuple[dict, dict[str, torch.Tensor]] | None:
+                    counters: tuple[str, ...], identity: dict[str, Any]
+                    ) -> tuple[dict, dict[str, torch.Tensor], Path] | None:
     """None when ``folder`` holds no checkpoint; else Adam's state loaded into ``optimizer`` and (the saved state as a
-    dict, the counters named). One line when it was made with other settings than ``cfg``."""
+    dict, the counters named, the folder the weights are in). One line when it was made with other settings than
+    ``cfg``, or on other data than ``identity`` says (another model, layer, corpus or token count: its weights would
+    be carried on with the wrong activations). A kill between ``replace_folder``'s two renames leaves the last
+    checkpoint as ``{folder}.old-…``: it is read from there."""
     if not (folder / STATE_FILE).is_file():
-        return None
-    saved = json.loads((folder / STATE_FILE).read_text())
+        kept = sorted((p for p in folder.parent.glob(f"{folder.name}.old-*") if (p / STATE_FILE).is_file()),
+                      key=lambda p: p.stat().st_mtime)
+        if not kept:
+            return None
+        folder = kept[-1]
+    try:
+        saved = json.loads((folder / STATE_FILE).read_text())
+        made = saved["config"], saved["state"], saved.get("identity")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise BertScopeError(f"{folder} is not a checkpoint this version can read: give another --out, or remove "
+                             "it to start again.") from None
+    if made[2] != json.loads(json.dumps(identity)):  # compared as JSON gives it back (tuples are lists there)
+        raise BertScopeError(f"{folder} holds a run on other data ({made[2]}); give another --out, or remove it "
+                             "to start again.")
     if saved["config"] != asdict(cfg):
         raise BertScopeError(f"{folder} was made with other settings ({saved['config']}); give another --out, or "
                              "the same settings to resume.")
@@ -77,4 +98,4 @@ def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, na
     tensors = load_file(str(folder / TENSORS_FILE))
     kept = {name: tensors.pop(name) for name in counters}
     load_adam(optimizer, names, tensors)
-    return saved["state"], kept
+    return saved["state"], kept, folder

@@ -168,10 +168,12 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
     total = max(1, steps_per_epoch * cfg.epochs)
     warmup = max(1, int(cfg.warmup * total))
     checkpoint = Path(out) / "checkpoint"
-    found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",)) if resume else None
+    identity = {"models": list(info.models), "hook": info.hook_name, "d_in": d_in, "tokens": base.tokens,
+                "activations": [base.folder.name, tuned.folder.name]}  # a checkpoint of other data is refused
+    found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",), identity) if resume else None
     if found is not None:
         with torch.no_grad():
-            cc.load_state_dict(load_crosscoder(checkpoint / "crosscoder", device_).state_dict())
+            cc.load_state_dict(load_crosscoder(found[2] / "crosscoder", device_).state_dict())
         state, since_fired = CrosscoderTrainState(**found[0]), found[1]["since_fired"].to(device_)
     else:
         sample_rows = np.linspace(0, base.tokens - 1, min(base.tokens, 8192)).astype(int)
@@ -209,7 +211,7 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
                               "dead_share": float((since_fired >= cfg.dead_tokens).float().mean()),
                               "seconds": seconds, "tokens_per_s": steps * cfg.batch_tokens / max(seconds, 1e-9)})
         save_checkpoint(checkpoint, lambda tmp: save_crosscoder(cc, tmp / "crosscoder"), optimizer, names, state,
-                        {"since_fired": since_fired}, cfg)
+                        {"since_fired": since_fired}, cfg, identity)
     return _finish(cc, base, tuned, cfg, out, state), state
 
 

@@ -13,12 +13,12 @@
     >>> from bertscope import load_model
     >>> from bertscope.features import load_sae, shipped_saes
     >>> lm = load_model("bundled-mlm")
-    >>> sae = load_sae(shipped_saes("bundled-mlm") / "layer_01")    # feature 334 promotes should, ought
+    >>> sae = load_sae(shipped_saes("bundled-mlm") / "layer_01")    # feature 334 promotes should, shall, must
     >>> r = edit_features(lm, "You [MASK] go home now.", {1: sae}, [FeatureEdit(1, 334, "steer", 6.0)])
     >>> [(p.token, round(p.score, 2)) for p in r.masks[0].before[:3]]
     [('will', 0.23), ('can', 0.21), ('could', 0.06)]
     >>> [(p.token, round(p.score, 2)) for p in r.masks[0].after[:3]]    # what the direction moved
-    [('will', 0.16), ('can', 0.09), ('to', 0.08)]
+    [('will', 0.15), ('should', 0.11), ('can', 0.1)]
 """
 
 from __future__ import annotations

@@ -43,8 +43,11 @@ def same_model(made_for: str, name: str) -> bool:
     of one folder (``./runs/base`` and ``/home/me/runs/base``)."""
     if made_for == name:
         return True
-    a, b = Path(made_for).expanduser(), Path(name).expanduser()
-    return a.is_dir() and b.is_dir() and a.resolve() == b.resolve()
+    try:
+        a, b = Path(made_for).expanduser(), Path(name).expanduser()
+        return a.is_dir() and b.is_dir() and a.resolve() == b.resolve()
+    except (OSError, RuntimeError, ValueError):  # a name from another machine's file: no folder here
+        return False
 
 
 @dataclass

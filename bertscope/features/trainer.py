@@ -106,15 +106,19 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
     sample = torch.from_numpy(np.asarray(rows[np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)],
                                          np.float32)).to(device)  # [sample, d_in]
     variance = float((sample - sample.mean(0)).pow(2).sum(1).mean())  # the normalised MSE's denominator
-    found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",)) if resume else None
+    identity = {"model": info.model_name, "hook": info.hook_name, "d_in": d_in, "tokens": len(rows),
+                "activations": acts.folder.name}  # what the run reads: a checkpoint of other data is refused
+    found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",), identity) if resume else None
     if found is not None:
-        sae.load_state_dict(load_sae(checkpoint / "sae", device).state_dict())
+        sae.load_state_dict(load_sae(found[2] / "sae", device).state_dict())
         state, since_fired = SaeTrainState(**found[0]), found[1]["since_fired"].to(device)
     else:
         with torch.no_grad():
             sae.b_dec.copy_(geometric_median(sample))
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (d_in * 4))
-    steps_per_epoch = len(rows) // cfg.batch_tokens
+    # whole batches of each block (a block's last partial batch is left for that epoch: its rows are shuffled first)
+    steps_per_epoch = sum(min(block_rows, len(rows) - start) // cfg.batch_tokens
+                          for start in range(0, len(rows), block_rows))
     total = steps_per_epoch * cfg.epochs
     k_aux = d_in // 2
     for epoch in range(state.epoch, cfg.epochs):
@@ -165,7 +169,7 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
                               "seconds": time.perf_counter() - started,
                               "tokens_per_s": steps * cfg.batch_tokens / max(time.perf_counter() - started, 1e-9)})
         save_checkpoint(checkpoint, lambda tmp: save_sae(sae, tmp / "sae"), optimizer, names, state,
-                        {"since_fired": since_fired}, cfg)
+                        {"since_fired": since_fired}, cfg, identity)
     sae.info.extra.update({"trained_tokens": int(len(rows)), "epochs": cfg.epochs, "k": cfg.k,
                            "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history})
     save_sae(sae, out)

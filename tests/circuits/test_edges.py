@@ -157,5 +157,5 @@ def test_senders_replayed_in_groups_within_the_byte_budget_score_as_all_at_once(
     for per in (1, 3):  # one sender a group; groups that end mid-layer
         grouped = torch.zeros_like(whole)
         _replay(graph, weights, pair, grads, grouped, max_batch_bytes=per * replay_sender_bytes(pair))
-        torch.testing.assert_close(grouped, whole, rtol=0, atol=1e-12)
+        torch.testing.assert_close(grouped, whole, rtol=1e-9, atol=1e-10)  # float64: the sums' order only
     assert whole.abs().max() > 0

@@ -66,7 +66,9 @@ def test_pairs_judged_together_are_judged_as_one_at_a_time(model, tiny_mlm_dir):
                   float(decision(lm, lm.run(p.corrupted_feed, encoder_only=where == "mask"), p, where)[0]))
                  for p in prepared]
     expected = [clean > 0 > corrupted for clean, corrupted in alone]
-    assert _behaving(lm, prepared, where) == expected
+    clear = [min(abs(c), abs(r)) > 1e-3 for c, r in alone]  # a decision at 0 may flip with the batch's rounding
+    assert [b for b, c in zip(_behaving(lm, prepared, where), clear) if c] == [e for e, c in zip(expected, clear) if c]
+    assert sum(clear) >= len(clear) - 2
     assert model == "tiny-mlm" or any(expected)  # the shipped models get some right: the check is not all False
     length = prepared[0].length  # the rows of one pass, each read at its own position and ids
     rows = [p for p in prepared if p.length == length]

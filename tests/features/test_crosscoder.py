@@ -212,8 +212,8 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(tmp_pa
     rng = np.random.default_rng(3)
     x = (rng.normal(size=(3072, 2, 8)) * rng.random((3072, 1, 8))).astype(np.float32)
     base, tuned = _acts(tmp_path, "b", x[:, 0]), _acts(tmp_path, "t", x[:, 1])
-    cfg = CrosscoderTrainConfig(expansion=3, k=2, epochs=3, batch_tokens=256, lr=1e-2, dead_tokens=1_000,
-                                block_bytes=8 * 1024)
+    cfg = CrosscoderTrainConfig(expansion=8, k=1, epochs=3, batch_tokens=256, lr=1e-2, dead_tokens=1_000,
+                                block_bytes=8 * 1024, warmup=0.5)  # the warm-up runs past the kill
     info = CrosscoderInfo(("base", "tuned"), "blocks.1.hook_resid_post")
     whole, state = train_crosscoder(base, tuned, cfg, tmp_path / "whole", info)
     per_epoch = state.step // cfg.epochs
@@ -222,9 +222,14 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(tmp_pa
         if step == per_epoch + 5:
             raise KeyboardInterrupt
 
+    assert int(cfg.warmup * state.step) > per_epoch + 5
     with pytest.raises(KeyboardInterrupt):
         train_crosscoder(base, tuned, cfg, tmp_path / "cut", info, progress=killed)
     assert not (tmp_path / "cut" / "cfg.json").exists()  # no crosscoder yet: only the first epoch's checkpoint
+    from safetensors.torch import load_file
+
+    kept = load_file(str(tmp_path / "cut" / "checkpoint" / "optimizer.safetensors"))
+    assert kept["since_fired"].max() > 0  # counters that a resume must carry on, not zero
     resumed, again = train_crosscoder(base, tuned, cfg, tmp_path / "cut", info)
     assert again.step == state.step and [h["epoch"] for h in again.history] == [1, 2, 3]
     for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
@@ -234,6 +239,13 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_runs_weights(tmp_pa
     assert torch.equal(fresh.W_dec, whole.W_dec)
     with pytest.raises(BertScopeError, match="made with other settings"):
         train_crosscoder(base, tuned, CrosscoderTrainConfig(**{**cfg.__dict__, "k": 3}), tmp_path / "cut", info)
+    other = CrosscoderInfo(("base", "another-tuned"), "blocks.1.hook_resid_post")  # the same --out, another pair
+    with pytest.raises(BertScopeError, match="holds a run on other data"):
+        train_crosscoder(base, tuned, cfg, tmp_path / "cut", other)
+    (tmp_path / "f").mkdir()
+    fewer = _acts(tmp_path / "f", "b", x[:2048, 0]), _acts(tmp_path / "f", "t", x[:2048, 1])
+    with pytest.raises(BertScopeError, match="holds a run on other data"):
+        train_crosscoder(*fewer, cfg, tmp_path / "cut", info)
 
 
 def test_the_sparse_decoding_is_the_dense_one_and_so_are_its_gradients():

@@ -179,6 +179,42 @@ def test_training_finds_a_sparse_dictionary_and_resumes_where_it_stopped(tmp_pat
         train_sae(acts, replace(cfg, k=5), tmp_path / "cut", info)
 
 
+def test_a_checkpoint_left_mid_replace_is_read_and_leftovers_are_swept(tmp_path):
+    import os
+
+    acts = as_set(synthetic(), tmp_path)
+    cfg = SaeTrainConfig(expansion=4, k=4, epochs=2, batch_tokens=256, dead_tokens=2_000, block_bytes=64 * 1024)
+    info = SaeInfo("m", "blocks.0.hook_resid_post")
+    whole, _ = train_sae(acts, cfg, tmp_path / "whole", info)
+    steps = iter(range(10_000))
+    train_sae(acts, cfg, tmp_path / "cut", info, stop=lambda: next(steps) >= 60)  # 46 steps an epoch: into the second
+    checkpoint = tmp_path / "cut" / "checkpoint"
+    os.replace(checkpoint, tmp_path / "cut" / "checkpoint.old-0123")  # killed between replace_folder's renames
+    (tmp_path / "cut" / ".checkpoint.half").mkdir()  # and a checkpoint killed while written
+    resumed, state = train_sae(acts, cfg, tmp_path / "cut", info)
+    assert state.history[0]["epoch"] == 1 and len(state.history) == 2
+    torch.testing.assert_close(resumed.W_dec, whole.W_dec)
+    assert sorted(p.name for p in (tmp_path / "cut").iterdir() if "checkpoint" in p.name) == ["checkpoint"]
+    with pytest.raises(BertScopeError, match="holds a run on other data"):
+        train_sae(acts, cfg, tmp_path / "cut", SaeInfo("m", "blocks.1.hook_resid_post"))
+
+
+def test_rows_are_put_in_the_texts_order_a_block_at_a_time(tmp_path):
+    from bertscope.features.activations import _save_in_order
+
+    rows = np.arange(40, dtype=np.float16).reshape(10, 4)
+    order = np.array([3, 1, 4, 0, 9, 2, 6])
+    _save_in_order(rows, order, tmp_path / "out.npy", block=3)  # three blocks, the last one short
+    assert np.array_equal(np.load(tmp_path / "out.npy"), rows[order])
+
+
+def test_a_model_name_from_another_machine_is_not_a_folder_here():
+    from bertscope.features.sae import same_model
+
+    assert same_model("bundled-mlm", "bundled-mlm") and not same_model("bundled", "bundled-mlm")
+    assert not same_model("~no-such-user-here/base", "bundled") and not same_model("x" * 300, "bundled")
+
+
 def test_geometric_median_resists_an_outlier():
     x = torch.zeros(11, 2)
     x[-1] = torch.tensor([1000.0, 1000.0])
