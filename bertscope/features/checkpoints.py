@@ -76,11 +76,11 @@ def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, na
     be carried on with the wrong activations). A kill between ``replace_folder``'s two renames leaves the last
     checkpoint as ``{folder}.old-…``: it is read from there."""
     if not (folder / STATE_FILE).is_file():
-        kept = sorted((p for p in folder.parent.glob(f"{folder.name}.old-*") if (p / STATE_FILE).is_file()),
-                      key=lambda p: p.stat().st_mtime)
-        if not kept:
+        replaced = sorted((p for p in folder.parent.glob(f"{folder.name}.old-*") if (p / STATE_FILE).is_file()),
+                          key=lambda p: p.stat().st_mtime)
+        if not replaced:
             return None
-        folder = kept[-1]
+        folder = replaced[-1]
     try:
         saved = json.loads((folder / STATE_FILE).read_text())
         made = saved["config"], saved["state"], saved.get("identity")
@@ -96,6 +96,6 @@ def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, na
     from safetensors.torch import load_file
 
     tensors = load_file(str(folder / TENSORS_FILE))
-    kept = {name: tensors.pop(name) for name in counters}
+    carried = {name: tensors.pop(name) for name in counters}
     load_adam(optimizer, names, tensors)
-    return saved["state"], kept, folder
+    return saved["state"], carried, folder
