@@ -45,7 +45,7 @@ def udhr(rec: Recorder) -> None:
     lm = load_model("bundled-multilingual")
     complete = sorted(c for c, v in declarations_by_code().items() if len(v.articles) == 30)
     data = udhr_parallel(sample_codes(complete, 25))  # the page's default: 25 versions beside English
-    embed_parallel(lm, data, "mean", cache=False, progress=lambda d, t: rec(d, t, "Embedding the articles"))
+    embed_parallel(lm, data, "mean", cache=False, progress=lambda d, t: rec(d, t, "Embedding the articles, word pieces"))
 
 
 def probes(rec: Recorder) -> None:
@@ -58,7 +58,7 @@ def probes(rec: Recorder) -> None:
     task = shipped_task("brown-pos")
     with tempfile.TemporaryDirectory() as tmp:
         states = hidden_states(lm, task, "mean", HiddenStateCache(tmp),
-                               progress=lambda d, t: rec(d, t, "Hidden states, sentences"))
+                               progress=lambda d, t: rec(d, t, "Hidden states, word pieces"))
         probe_layers(states, task.name, "mean", progress=lambda d, t: rec(d, t, "Probes, fits"))
 
 

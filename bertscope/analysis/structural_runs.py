@@ -35,6 +35,14 @@ MIN_WORDS = 2  # a one-word sentence has no pair to probe
 TRAINING = "Structural probes trained (each epoch reports), layers"  # one stage: its clock says the time left
 
 
+def _staged(progress: Callable[[int, int, str], None] | None, stage: str) -> Callable[[int, int], None] | None:
+    """``progress`` with its stage named (None stays None)."""
+    if progress is None:
+        return None
+    report = progress
+    return lambda done, total: report(done, total, stage)
+
+
 def sentence_rows(states: CachedStates, treebank: Sequence[TreebankSentence]) -> list[tuple[int, int] | None]:
     """Each sentence's rows in the cached states, or None where the model saw fewer words than the
     sentence has (words cut by truncation, or left without a piece)."""
@@ -158,9 +166,10 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
     def states_of(model: LoadedModel) -> dict:
         out = {}
         for split in splits:
+            stage = f"hidden states of EWT {split} ({model.name}), word pieces"
             if progress:
-                progress(0, 1, f"hidden states of EWT {split} ({model.name})")
-            out[split] = hidden_states(model, tasks[split], "mean")
+                progress(0, 1, stage)
+            out[split] = hidden_states(model, tasks[split], "mean", progress=_staged(progress, stage))
         return out
 
     states = states_of(lm)

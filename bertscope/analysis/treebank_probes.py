@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, hidden_states
+from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, count_pieces, hidden_states
 from bertscope.analysis.probing import LOGREG_STEPS, ProbeKind, ProbeResult, control_labels, fit_layers, gold_indices
 from bertscope.analysis.structural_runs import sample_indices, sentence_rows
 from bertscope.core.models import LoadedModel
@@ -107,13 +107,17 @@ def treebank_probe(lm: LoadedModel, task: str, layers: Sequence[int] | None = No
         raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
     treebank = {split: read_ewt(split) for split in SPLITS}
     keep = {"train": sample_indices(len(treebank["train"]), size or None, seed), "test": range(len(treebank["test"]))}
-    states, hits, offset, total = {}, [], 0, sum(len(treebank[split]) for split in SPLITS)
+    tasks = {split: ewt_task(split) for split in SPLITS}
+    pieces = {split: count_pieces(lm, tasks[split].texts) if states_progress else 0 for split in SPLITS}
+    states, hits, offset, total = {}, [], 0, sum(pieces.values())  # one count of word pieces over both splits
     for split in SPLITS:  # the whole split's states: the structural probe reads the same cache entry
         report = None if states_progress is None else \
-            (lambda done, _, offset=offset: states_progress(offset + done, total))  # one count over both splits
-        states[split] = hidden_states(lm, ewt_task(split), "mean", cache, batch_size, progress=report, engine=engine)
+            (lambda done, _, offset=offset, end=offset + pieces[split]: states_progress(min(offset + done, end), total))
+        states[split] = hidden_states(lm, tasks[split], "mean", cache, batch_size, progress=report, engine=engine)
         hits.append(states[split].hit)
-        offset += len(treebank[split])
+        offset += pieces[split]
+        if states_progress is not None:
+            states_progress(offset, total)
     examples, lost = {}, 0
     for split in SPLITS:
         examples[split], dropped = split_examples(task, states[split], treebank[split], keep[split])

@@ -39,7 +39,6 @@ st.caption("Do translations land near each other, and at which layer? Retrieval 
            "SimAlign's argmax (Jalili Sabet et al. 2020).")
 require_model()  # the sidebar's model: loaded, or its error shown
 sidebar_key = model_key()
-warm_umap_in_background()
 
 # The encoder for this page: the sidebar's, or a multilingual one that can be had right now.
 choices = list(dict.fromkeys([sidebar_key[0], *(m for m in (PROPOSED_MODEL, MULTILINGUAL) if obtainable(m))]))
@@ -119,7 +118,7 @@ with page_errors():
     on_disk = store.get(computed_key) is None and cached_vectors(lm, picked, pooling, context) is not None
     texts = picked.n_items * len(picked.languages)
     av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
-        lm, picked, pooling, context, cache=True, progress=progress), "Embedding the texts",
+        lm, picked, pooling, context, cache=True, progress=progress), "Embedding the texts, word pieces",
         asked=asked or on_disk or st.session_state["align_linked"], costly="cross-lingual embedding",
         wait=f"Press *Compute*: {plain(page_model)} reads the {texts:,} texts ({picked.n_items} items × "
              f"{len(picked.languages)} languages) once and keeps one vector per text at each of its "
@@ -260,3 +259,7 @@ with tab_tokens:
         if al.mutual:
             st.caption("Mutual links: " + plain(", ".join(f"{al.source_tokens[i]} ↔ {al.target_tokens[j]}"
                                                           for i, j in al.mutual)))
+
+# UMAP's kernels compile (14 s of a core, holding the GIL much of it) once the page is drawn, not beside its work:
+# started on opening, the compile slowed the default run from 10 s to 19 s (issue 54: 90 s with another job running)
+warm_umap_in_background()

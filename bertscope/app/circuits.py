@@ -17,7 +17,7 @@ from bertscope.app.kit.url import from_url, to_url
 from bertscope.circuits.decomposed import supports
 from bertscope.circuits.edges import ABLATIONS, METHODS
 from bertscope.circuits.find import find_circuit
-from bertscope.circuits.pairs import read_pairs
+from bertscope.circuits.pairs import SPAN, read_pairs, reads
 from bertscope.circuits.tasks import TASKS, task_pairs, tasks_for
 from bertscope.figures.circuits import circuit_figure, faithfulness_figure
 
@@ -56,7 +56,8 @@ with st.form("circ_form"):
     ablation = c5.radio("Edges outside the circuit carry", list(ABLATIONS), key="circ_ablation",
                         format_func=ABLATIONS.get)
     upload = st.file_uploader("Own pairs: CSV or JSON Lines with clean, corrupted, answer, foil (and word, for a "
-                              "tagger); both texts of a pair the same number of tokens", type=["csv", "jsonl"],
+                              "tagger; context, for question answering: two questions of it, two of its spans); "
+                              "both texts of a pair the same number of tokens", type=["csv", "jsonl"],
                               key="circ_upload", max_upload_size=Limits.upload_mb)
     asked = st.form_submit_button("Find the circuit", type="primary")
 to_url(task=task if task != UPLOAD else None, method=method)
@@ -109,7 +110,8 @@ with page_errors(stop=False):
     f = result.faithfulness
     share = f.share_reaching(0.8)
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("logit(answer) − logit(foil), clean", f"{f.clean_metric:+.3f}")
+    c1.metric("span score (start + end logits): answer − foil, clean" if reads(lm) == SPAN else
+              "logit(answer) − logit(foil), clean", f"{f.clean_metric:+.3f}")
     c2.metric("corrupted", f"{f.empty_metric:+.3f}")
     c3.metric("CPR (random)", f"{f.cpr:.3f}", f"{f.cpr - f.random_cpr:+.3f} over random")
     c4.metric("80 % faithful at (share of edges)", "none swept" if share is None else f"{share:.1%}")

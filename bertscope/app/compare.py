@@ -241,7 +241,7 @@ with tab_probes:
                     found = store.compute(request, lambda progress, k=k: probe_layers(
                         hidden_states(cached_model(*k), task, pooling, HiddenStateCache(), progress=progress), task.name,
                         pooling, progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits")), f"Model {which}: hidden states, "
-                        "sentences", asked=True, costly="probe run")
+                        "word pieces", asked=True, costly="probe run")
                 if found is not None:
                     results.append(found)
             if len(results) == 2:

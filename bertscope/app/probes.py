@@ -105,14 +105,14 @@ with tab_labels:
                 external = None
                 if other is not None:
                     external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: progress(
-                        d, t, "Hidden states of the test file, sentences"))
+                        d, t, "Hidden states of the test file, word pieces"))
                 result = probe_layers(states, task.name, chosen, kind, external=external,
                                       progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits"))
                 return (result, states.hit, states.size_bytes, str(states.folder),
                         example_texts(states, task, result.test_examples))
 
             # asked: the button was pressed
-            found = store.compute(run_key, run, "Hidden states, sentences", asked=True, costly="probe run")
+            found = store.compute(run_key, run, "Hidden states, word pieces", asked=True, costly="probe run")
             result = found[0]
             runs = st.session_state.setdefault(RUNS, {})
             runs[run_name(result)] = found

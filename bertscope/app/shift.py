@@ -165,7 +165,7 @@ with tab_brown:
             store = result_store("brown_index")
             on_disk = store.get(key) is None and index_on_disk(lm)
             index = store.compute(key, lambda progress: build_index(lm, progress=progress),
-                                  "Indexing the Brown sample (once per model; kept on disk), sentences",
+                                  "Indexing the Brown sample (once per model; kept on disk), word pieces",
                                   index_asked or on_disk, costly="Brown index",
                                   wait=plain(f"Press Index the Brown sample: {lm.name} reads {DEFAULT_SENTENCES:,} "
                                              "Brown sentences once and keeps every word's vector at every layer on "

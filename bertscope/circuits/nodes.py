@@ -59,13 +59,15 @@ def _points(lm: LoadedModel, fn) -> dict:  # noqa: ANN001 - fn(kind, index, x)
 
 
 def attribute_nodes(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], method: str = "atp",
-                    steps: int = 5, setup: PatchSetup | None = None) -> NodeScores:
-    """Every node's estimated recovered fraction from one forward and one backward (``ig``: ``steps`` rows)."""
+                    steps: int = 5, setup: PatchSetup | None = None, context: str = "") -> NodeScores:
+    """Every node's estimated recovered fraction from one forward and one backward (``ig``: ``steps`` rows).
+    ``context``: a question-answering model's passage (``clean``/``corrupt`` two questions of it, ``candidates``
+    two of its spans)."""
     if method not in NODE_METHODS:
         raise BertScopeError(f"Unknown node attribution {method!r}: use {', '.join(NODE_METHODS)}.")
     if method == "ig" and not 1 <= steps <= 100:
         raise BertScopeError(f"Integrated gradients take 1 to 100 steps; {steps} was asked.")
-    setup = setup or prepare(lm, clean, corrupt, candidates)
+    setup = setup or prepare(lm, clean, corrupt, candidates, context)
     clean_acts: dict[tuple[str, int], torch.Tensor] = {}
 
     def keep(kind: str, index: int, x: torch.Tensor) -> None:
@@ -143,10 +145,12 @@ def agreement(grid: str, method: str, exact: np.ndarray, estimate: np.ndarray, r
 
 
 def compare_with_patching(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str],
-                          methods: Sequence[str] = NODE_METHODS, steps: int = 5) -> list[GridAgreement]:
-    """Each method's estimates against exact patching, on the hidden-state grid and the head grid."""
-    hidden = patch(lm, clean, corrupt, candidates, what="hidden")
-    heads = patch(lm, clean, corrupt, candidates, what="heads")
+                          methods: Sequence[str] = NODE_METHODS, steps: int = 5, context: str = ""
+                          ) -> list[GridAgreement]:
+    """Each method's estimates against exact patching, on the hidden-state grid and the head grid (``context``: a
+    question-answering model's passage)."""
+    hidden = patch(lm, clean, corrupt, candidates, what="hidden", context=context)
+    heads = patch(lm, clean, corrupt, candidates, what="heads", context=context)
     out = []
     for method in methods:
         scores = attribute_nodes(lm, clean, corrupt, candidates, method, steps, setup=hidden.setup)

@@ -5,6 +5,13 @@ Where the decision is read depends on the model: a masked LM at the first [MASK]
 foil's vocabulary logits), a sequence classifier at its head (two of its labels), a tagger at one word's
 first piece (two of its tags: the pair names the word). The metric is logit(answer) − logit(foil), as in
 EAP-IG's ``logit_diff``. Pairs whose token counts differ are refused, one line naming the pair.
+
+A question-answering model reads a question beside a context: the pair's clean and corrupted texts are
+two questions of one ``context``, and the answer and the foil are two spans of that context (the clean
+question's answer and the corrupted one's). The metric is the span score BERT's SQuAD head ranks spans by
+(Devlin et al. 2019, §4.2), start logit plus end logit, of the answer less the foil's:
+
+    (start[answer's first piece] + end[answer's last piece]) − (start[foil's first] + end[foil's last])
 """
 
 from __future__ import annotations
@@ -22,14 +29,15 @@ from bertscope.attribution.gradients import token_id
 from bertscope.core.hooked_pass import check_text, feed_of
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import wide
-from bertscope.core.task_head import SEQUENCE, TOKEN
+from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.corpora.labelled import read_jsonl
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
+from bertscope.tasks.spans import span_in_context, span_margin
 
 MAX_PAIRS = 2_000  # a dataset larger than this is refused: every pair costs several passes
-MASK, CLASS, TAG = "mask", "class", "tag"
+MASK, CLASS, TAG, SPAN = "mask", "class", "tag", "span"
 
 
 @dataclass(frozen=True)
@@ -41,10 +49,11 @@ class Pair:
     answer: str
     foil: str
     word: str = ""  # a tagger's decision: the word of ``clean`` whose tag is read
+    context: str = ""  # question answering: the passage both questions are asked of; answer and foil are its spans
 
     def to_json(self) -> dict:
         return {"clean": self.clean, "corrupted": self.corrupted, "answer": self.answer, "foil": self.foil,
-                **({"word": self.word} if self.word else {})}
+                **({"word": self.word} if self.word else {}), **({"context": self.context} if self.context else {})}
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,9 @@ class PreparedPair:
     corrupted_feed: dict
     tokens: list[str]
     corrupted_tokens: list[str]
-    position: int  # the token position the decision is read at
-    ids: tuple[int, int]  # the answer's and the foil's vocabulary ids or label indices
+    position: int  # the token position the decision is read at (a span: the answer's first piece)
+    ids: tuple[int, int]  # the answer's and the foil's vocabulary ids or label indices (spans: first pieces)
+    ends: tuple[int, int] = (0, 0)  # spans: the answer's and the foil's last pieces
 
     @property
     def length(self) -> int:
@@ -77,6 +87,8 @@ def reads(lm: LoadedModel) -> str:
         return CLASS
     if lm.task.kind == TOKEN:
         return TAG
+    if lm.task.kind == SPANS:
+        return SPAN
     raise BertScopeError(f"Circuits read a masked-token prediction, a classifier's labels or a tagger's tags; "
                          f"{lm.name} is a {lm.task.kind.replace('-', ' ')} model.")
 
@@ -97,6 +109,8 @@ def prepare(lm: LoadedModel, pair: Pair, where: str, index: int = 0) -> Prepared
     corrupted = check_text(pair.corrupted, f"corrupted text of {name}")
     if not pair.answer.strip() or not pair.foil.strip():
         raise BertScopeError(f"{name.capitalize()} needs an answer and a foil.")
+    if where == SPAN:
+        return _prepare_span(lm, pair, clean, corrupted, name)
     clean_feed, corrupted_feed = feed_of(lm, clean), feed_of(lm, corrupted)
     n_clean, n_corrupted = clean_feed["input_ids"].shape[1], corrupted_feed["input_ids"].shape[1]
     if n_clean != n_corrupted:
@@ -127,6 +141,31 @@ def prepare(lm: LoadedModel, pair: Pair, where: str, index: int = 0) -> Prepared
     return PreparedPair(pair, clean_feed, corrupted_feed, tokens, corrupted_tokens, position, answer_ids)
 
 
+def _prepare_span(lm: LoadedModel, pair: Pair, clean: str, corrupted: str, name: str) -> PreparedPair:
+    """Both questions beside the one context; the answer's and the foil's first and last pieces in it."""
+    context = pair.context.strip()
+    if not context:
+        raise BertScopeError(f"A question-answering model reads a question beside a context: {name} has no context.")
+    check_text(context, f"context of {name}")
+    encodings = lm.tokenizer([clean, corrupted], [context, context], truncation=True,
+                             max_length=lm.max_length).encodings  # the same cut as ``feed_of``
+    n_clean, n_corrupted = (len(e.ids) for e in encodings)
+    if n_clean != n_corrupted:
+        raise BertScopeError(f"{name.capitalize()} has {n_clean} tokens clean and {n_corrupted} corrupted "
+                             f"(“{clean[:60]}” / “{corrupted[:60]}”, each with its context): every position of one "
+                             "is put into the other, so both questions need the same number.")
+    spans = [span_in_context(encodings[0], context, text.strip(), what, name)
+             for text, what in ((pair.answer, "answer"), (pair.foil, "foil"))]
+    if spans[0] == spans[1]:
+        raise BertScopeError(f"The answer and the foil of {name} are the same span ({pair.answer!r}).")
+    clean_feed, corrupted_feed = feed_of(lm, (clean, context)), feed_of(lm, (corrupted, context))
+    tokens = lm.tokenizer.convert_ids_to_tokens(clean_feed["input_ids"][0].tolist())
+    corrupted_tokens = lm.tokenizer.convert_ids_to_tokens(corrupted_feed["input_ids"][0].tolist())
+    (a_start, a_end), (f_start, f_end) = spans
+    return PreparedPair(pair, clean_feed, corrupted_feed, tokens, corrupted_tokens, a_start, (a_start, f_start),
+                        (a_end, f_end))
+
+
 def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
     """The first piece of the first whole word ``word`` of ``text``."""
     if not word.strip():
@@ -145,6 +184,9 @@ def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
 def decision(lm: LoadedModel, output: Any, prepared: PreparedPair, where: str) -> torch.Tensor:
     """[rows] logit(answer) − logit(foil) from a pass's output (an encoder-only pass for a masked LM)."""
     a, b = prepared.ids
+    if where == SPAN:
+        (a_end, b_end), start, end = prepared.ends, wide(output.start_logits), wide(output.end_logits)  # [rows, token]
+        return span_margin(start, end, (a, a_end), (b, b_end))
     if where == MASK:
         logits = wide(mlm_head(lm)(output.last_hidden_state[:, prepared.position]))  # [rows, vocab]
     elif where == CLASS:
@@ -160,6 +202,10 @@ def decisions(lm: LoadedModel, output: Any, rows: Sequence[PreparedPair], where:
     at = torch.arange(len(rows))
     position = torch.tensor([p.position for p in rows])
     answer, foil = torch.tensor([p.ids[0] for p in rows]), torch.tensor([p.ids[1] for p in rows])
+    if where == SPAN:
+        answer_end, foil_end = torch.tensor([p.ends[0] for p in rows]), torch.tensor([p.ends[1] for p in rows])
+        start, end = wide(output.start_logits).cpu(), wide(output.end_logits).cpu()  # [rows, token]
+        return span_margin(start, end, (answer, answer_end), (foil, foil_end))
     if where == CLASS:
         logits = wide(output.logits).cpu()  # [rows, label]
     else:
@@ -170,8 +216,8 @@ def decisions(lm: LoadedModel, output: Any, rows: Sequence[PreparedPair], where:
 
 
 def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
-    """Pairs from a CSV (header: clean, corrupted, answer, foil[, word]) or JSON Lines file (one object
-    per line with those keys), given as a path or the file's bytes (``name`` says which format)."""
+    """Pairs from a CSV (header: clean, corrupted, answer, foil[, word][, context]) or JSON Lines file (one
+    object per line with those keys), given as a path or the file's bytes (``name`` says which format)."""
     if isinstance(source, bytes):
         data, name = source, name or "upload"
     else:
@@ -193,11 +239,12 @@ def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
     missing = {"clean", "corrupted", "answer", "foil"} - set(rows[0])
     if missing:
         raise BertScopeError(f"{name} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(sorted(missing))}: "
-                             "pairs need clean, corrupted, answer and foil (and word for a tagger).")
+                             "pairs need clean, corrupted, answer and foil (and word for a tagger, context for "
+                             "question answering).")
     if len(rows) > MAX_PAIRS:
         raise BertScopeError(f"{name} has {len(rows):,} pairs; the limit is {MAX_PAIRS:,}.")
     return [Pair(str(r.get("clean") or ""), str(r.get("corrupted") or ""), str(r.get("answer") or ""),
-                 str(r.get("foil") or ""), str(r.get("word") or "")) for r in rows]
+                 str(r.get("foil") or ""), str(r.get("word") or ""), str(r.get("context") or "")) for r in rows]
 
 
 def prepare_all(lm: LoadedModel, pairs: Sequence[Pair]) -> tuple[str, list[PreparedPair]]:

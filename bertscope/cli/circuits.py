@@ -79,7 +79,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--task", default=None, help=f"a built-in task: {', '.join(TASKS)}")
     p.add_argument("--data", default=None, help="your pairs: a CSV or JSON Lines file with clean, corrupted, answer, "
-                   "foil (and word, for a tagger)")
+                   "foil (and word, for a tagger; context, for question answering)")
     p.add_argument("--method", default="eap", help=f"{', '.join(METHODS)} (default eap)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"integrated-gradient steps (default {DEFAULT_STEPS})")
     p.add_argument("--top-n", type=int, default=None,

@@ -171,7 +171,7 @@ def align_udhr(args: argparse.Namespace) -> Any:
         data = data.select(list(data.languages[:args.max_languages + 1]))
     lm = load(args)
     started = time.perf_counter()
-    with progress_bar(f"{lm.name}: {len(data.languages)} UDHR versions x {data.n_items} articles", "text") as progress:
+    with progress_bar(f"{lm.name}: {len(data.languages)} UDHR versions x {data.n_items} articles", "word piece") as progress:
         vectors = embed_parallel(lm, data, pooling=args.pooling, progress=progress, cache=True)
     result = pivot_retrieval(lm, vectors, {c: v.name for c, v in versions.items()},
                              {c: v.script for c, v in versions.items() if c in data.languages})

@@ -114,7 +114,7 @@ def cmd_diff_features(args: argparse.Namespace) -> Any:
     cc, path, layer = crosscoder_for(base, tuned, args.crosscoder, args.layer)
     with staged_bars() as progress:
         reading = read_diff(base, tuned, cc, path, layer, args.held_out, args.examples, wanted, args.max_latents,
-                            args.seed, progress)
+                            args.seed, progress, args.data)
     report = reading.to_json(args.all_latents)
     return report if args.json else diff_table(report)
 
@@ -172,6 +172,9 @@ def _diff_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--held-out", type=int, default=200, help="held-out texts from each corpus for the norms' figures")
     p.add_argument("--examples", type=int, default=500, help="held-out task examples the causal check scores "
                    "(1 to 2,000)")
+    p.add_argument("--data", help="the task data the causal check scores: a shipped corpus (sentiment, topics, ewt-upos, brown-pos) "
+                   "or a file as finetune reads it; its held-out side (10%%, seed 0, as finetune splits it). Default: "
+                   "the tweets for a classifier, EWT for a tagger (what the shipped task models were trained on)")
     p.add_argument("--all-latents", action="store_true", help="list shared and silent latents too")
     p.add_argument("--seed", type=int, default=0)
 

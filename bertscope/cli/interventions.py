@@ -205,8 +205,8 @@ def cmd_patch(args: argparse.Namespace) -> Any:
 
     candidates = [c for c in args.target.split(",")] if args.target else []
     if args.target is not None and len(candidates) != 2:
-        raise BertScopeError("--target takes two tokens (or a classifier's two labels), A,B: the metric is their "
-                             "logit difference.")
+        raise BertScopeError("--target takes two tokens (or a classifier's two labels, or two spans of --context), "
+                             "A,B: the metric is their logit difference.")
     positions = None
     if args.positions:
         try:
@@ -217,13 +217,15 @@ def cmd_patch(args: argparse.Namespace) -> Any:
     if args.features is not None:
         return patch_features_text(args, lm, candidates, positions)
     with progress_bar("patching", "cell") as progress:
-        result = patch(lm, args.clean, args.corrupt, candidates, args.what, positions, progress=progress)
+        result = patch(lm, args.clean, args.corrupt, candidates, args.what, positions, progress=progress,
+                       context=args.context)
     if args.json:
         return result.to_json()
     s = result.setup
     metric = {"mask": f"logit({s.candidates[0]}) - logit({s.candidates[1]}) at position {s.position}",
               "class": f"the classifier's logit({s.candidates[0]}) - logit({s.candidates[1]})",
-              "value": "the regression head's value"}[s.reads]
+              "value": "the regression head's value",
+              "span": f"score({s.candidates[0]}) - score({s.candidates[1]}), a span's score its start + end logits"}[s.reads]
     lines = [f"{metric}: clean {result.m_clean:.3f}, "
              f"corrupted {result.m_corrupt:.3f}; recovered fraction per "
              + ("hidden state (rows) and position (columns)" if args.what == "hidden" else "layer (rows) and head")]
@@ -272,7 +274,11 @@ def _patch_arguments(p: argparse.ArgumentParser) -> None:
                                                     "(a fine-tuned classifier needs none)")
     p.add_argument("--target", help="TOKEN_A,TOKEN_B: the metric is logit(A) - logit(B) at the corrupted text's first "
                                     "mask; on a fine-tuned classifier LABEL_A,LABEL_B, two of its labels (a "
-                                    "regression head: leave out, its value is the metric)")
+                                    "regression head: leave out, its value is the metric; a question-answering "
+                                    "model: SPAN_A,SPAN_B, two spans of --context)")
+    p.add_argument("--context", default="", help="a question-answering model's passage: --clean and --corrupt are two "
+                                                 "questions of it, the metric the first span's score (start + end "
+                                                 "logits) less the second's")
     p.add_argument("--what", choices=WHATS, default="hidden", help="hidden: every (hidden state, position); heads: "
                                                                     "every (layer, head)")
     p.add_argument("--positions", help="hidden: only these token positions, e.g. 2,6 (a long input's grid costs "

@@ -35,7 +35,7 @@ def run_probe(lm, task, args: argparse.Namespace, engine=None, external_task=Non
     from bertscope.analysis.probing import probe_layers
 
     cache = HiddenStateCache(args.cache)
-    with progress_bar(f"{lm.name}: hidden states", "sentence") as progress:
+    with progress_bar(f"{lm.name}: hidden states", "word piece") as progress:
         states = hidden_states(lm, task, args.pooling, cache, args.batch_size, progress=None if quiet else progress,
                                engine=engine)
         external = None if external_task is None else hidden_states(lm, external_task, args.pooling, cache,
@@ -113,7 +113,7 @@ def treebank_command(args: argparse.Namespace, engine) -> Any:
     read_ewt("test")  # not installed: the install command in one line, before the model loads
     lm = load(args)
     out = Path(args.out) if args.out else None
-    with progress_bar(f"{lm.name}: hidden states of EWT", "sentence") as states_bar, \
+    with progress_bar(f"{lm.name}: hidden states of EWT", "word piece") as states_bar, \
             progress_bar(f"{lm.name}: probes (task, then control, per layer)", "fit") as fits_bar:
         result, hit = treebank_probe(lm, args.task, size=args.size, kind=args.probe, seed=args.seed,
                                      cache=HiddenStateCache(args.cache), batch_size=args.batch_size,

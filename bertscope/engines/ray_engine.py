@@ -173,7 +173,7 @@ class RayEngine(ClusterSpec):
         with ray_cluster(self) as ray:
             for row in _run(ray, self, lm, texts, plan, "hidden", table=table, pooling=pooling):
                 vectors = np.asarray(row["vectors"], np.float32).reshape(-1, lm.num_layers + 1, lm.hidden_size)
-                yield int(row["sentences"]), np.asarray(row["rows"], np.int64), vectors
+                yield int(row["pieces"]), np.asarray(row["rows"], np.int64), vectors
 
     def item_results(self, lm: LoadedModel, items: Sequence[Item], methods: Sequence[str], removal: str,
                      steps: int, seed: int, progress: Callable[[int, int], None] | None = None) -> list[ItemResult]:

@@ -110,10 +110,12 @@ class TaskSide:
     labels: list[str]
 
 
-def task_side(tuned: LoadedModel, layer: int, examples: int, seed: int = 0) -> TaskSide:
+def task_side(tuned: LoadedModel, layer: int, examples: int, seed: int = 0, data: str | None = None) -> TaskSide:
     """The held-out side ``tuned`` is scored on (a seeded sample of ``examples``), or one line saying why the
     causal check cannot run on it: no classification or tagging head, a classifier read at its last layer,
-    labels that do not cover the data's."""
+    labels that do not cover the data's. ``data``: a shipped corpus or a file, as fine-tuning reads it (its
+    held-out side, 10% by seed 0, as fine-tuning splits it); default the corpus the shipped task models were
+    trained on (tweets for a classifier, EWT for a tagger)."""
     head = tuned.task
     task = {SEQUENCE: CLASSIFY, TOKEN: TAG}.get(head.kind) if head is not None else None
     if head is None or task is None:
@@ -123,19 +125,20 @@ def task_side(tuned: LoadedModel, layer: int, examples: int, seed: int = 0) -> T
                              "pieces never edits: read a crosscoder of a lower layer.")
     if not 1 <= examples <= MAX_EXAMPLES:
         raise BertScopeError(f"Score from 1 to {MAX_EXAMPLES:,} held-out examples.")
-    data = load_task_data(task, TASK_DATA[task])  # the split the shipped task models were trained on (seed 0)
-    side = data.held_out
+    found = load_task_data(task, data or TASK_DATA[task])  # the split fine-tuning draws (seed 0)
+    side = found.held_out
     if not isinstance(side, (LabelledTexts, Tagged)):
-        raise BertScopeError(f"{data.source} is not a classification or tagging corpus.")
+        raise BertScopeError(f"{found.source} is not a classification or tagging corpus.")
     if len(side) > examples:
         side = side.take(sorted(np.random.default_rng(seed).choice(len(side), examples, replace=False).tolist()),
                          side.name)
     labels = list(head.labels)
     gold = {t for row in side.tags for t in row} if isinstance(side, Tagged) else set(side.labels)
     if not gold <= set(labels):
-        raise BertScopeError(f"{tuned.name}'s labels ({', '.join(labels)}) do not cover {data.source}'s "
-                             f"({', '.join(sorted(gold - set(labels)))}): the causal check scores it there.")
-    return TaskSide(task, data.source, side, labels)
+        raise BertScopeError(f"{tuned.name}'s labels ({', '.join(labels)}) do not cover {found.source}'s "
+                             f"({', '.join(sorted(gold - set(labels)))}): the causal check scores it there"
+                             f"{'' if data else '; give the task data it was fine-tuned on (--data)'}.")
+    return TaskSide(task, found.source, side, labels)
 
 
 def _word_pieces(lm: LoadedModel, feed: dict) -> torch.Tensor:

@@ -153,10 +153,11 @@ def head_weights(tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int) -> np.
 
 def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, path: str | Path, layer: int,
               held_out: int = 200, examples: int = 500, latents: Sequence[int] | None = None, max_latents: int = 32,
-              seed: int = 0, progress: Progress | None = None) -> DiffReading:
+              seed: int = 0, progress: Progress | None = None, data: str | None = None) -> DiffReading:
     """The crosscoder's latents on ``held_out`` texts of each installed corpus (the mixture's held-out side as the
     crosscoder's training split it), then the causal check of the fine-tuned-only latents (or ``latents``) on
-    ``examples`` held-out task examples (a sample drawn with ``seed``); ``note`` says why no check ran."""
+    ``examples`` held-out task examples (a sample drawn with ``seed``; ``data``: the task data, as
+    ``diff_causal.task_side`` takes it); ``note`` says why no check ran."""
     from bertscope.corpora.mixture import mixed_texts
 
     if held_out < 1 or not 1 <= examples <= MAX_EXAMPLES or not 1 <= max_latents <= MAX_LATENTS or seed < 0:
@@ -168,7 +169,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
             raise BertScopeError(f"Switch 1 to {MAX_LATENTS} latents off, numbered 0 to {cc.d_sae - 1}.")
     note, found = None, None
     try:  # said before any work: no head, a classifier at its last layer, labels that miss the data's
-        found = task_side(tuned, layer, examples, seed)
+        found = task_side(tuned, layer, examples, seed, data)
     except BertScopeError as err:
         note = str(err)
     # the held-out side of the mixture as the crosscoder's training drew it: its seed splits Brown's documents

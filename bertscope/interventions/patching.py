@@ -35,15 +35,17 @@ from bertscope.core.hooked_pass import check_text, turn
 from bertscope.core.layers import hidden_labels
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import repeat_feed, rows_within_budget, wide
-from bertscope.core.task_head import SEQUENCE
+from bertscope.core.task_head import SEQUENCE, SPANS
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
 from bertscope.runtime.devices import to_device
+from bertscope.tasks.spans import span_in_context, span_margin
 
 What = Literal["hidden", "heads"]
 WHATS = ("hidden", "heads")
 METRIC = "logit_diff"
+SPAN_METRIC = "span_score_diff"  # (start + end logits) of one span less another's
 MIN_DIFFERENCE = 1e-4  # |m_clean - m_corrupt| below this leaves nothing to recover
 
 
@@ -61,7 +63,10 @@ class PatchSetup:
     clean_feed: dict  # [1, token] each, on the device
     corrupt_feed: dict
     reads: str = "mask"  # "mask": the masked-LM head at ``position``; "class": a classifier's two labels
-    # (``candidate_ids`` their indices); "value": a regression head's value
+    # (``candidate_ids`` their indices); "value": a regression head's value; "span": a question-answering head's
+    # score of two spans of ``context`` (``candidate_ids`` their first pieces, ``candidate_ends`` their last)
+    context: str = ""
+    candidate_ends: tuple[int, int] = (0, 0)
 
 
 def _read(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = None, grad: bool | None = False
@@ -70,6 +75,10 @@ def _read(lm: LoadedModel, feed: dict, setup: PatchSetup, hooks: dict | None = N
     state; a classifier's head runs as the model's own. ``grad`` as ``core.hooked_pass.run``'s."""
     if setup.reads == "mask":
         return _metric(lm, _pass(lm, feed, hooks, grad), setup)
+    if setup.reads == "span":
+        out = lm.run(feed, hooks=hooks, grad=grad)
+        (a, b), (a_end, b_end) = setup.candidate_ids, setup.candidate_ends
+        return span_margin(wide(out.start_logits), wide(out.end_logits), (a, a_end), (b, b_end))  # [rows]
     logits = wide(lm.run(feed, hooks=hooks, grad=grad).logits)  # [rows, label]
     if setup.reads == "value":
         return logits[:, 0]
@@ -91,10 +100,13 @@ def _metric(lm: LoadedModel, last_hidden: torch.Tensor, setup: PatchSetup) -> to
     return logits[:, a] - logits[:, b]
 
 
-def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]) -> PatchSetup:
+def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], context: str = "") -> PatchSetup:
     """Both inputs tokenised and checked: the same token count, a mask in the corrupted one, two
-    candidates that are one vocabulary item each (a classifier: two of its labels; no mask needed)."""
+    candidates that are one vocabulary item each (a classifier: two of its labels; no mask needed; a
+    question-answering model: two questions of ``context`` and two of its spans)."""
     reads = "mask"
+    if lm.task is not None and lm.task.kind == SPANS:
+        return _prepare_span(lm, clean, corrupt, candidates, context)
     if lm.task is not None and lm.task.kind == SEQUENCE:
         reads = "value" if lm.task.scoring == "none" else "class"
     elif lm.task is not None:
@@ -141,7 +153,33 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
         feeds.append({k: to_device(v, lm.device) for k, v in padded.feed.items() if k in lm.tokenizer.model_input_names})
     tokens = [lm.tokenizer.convert_ids_to_tokens(e.ids) for e in tokenized.encodings]
     position = corrupt_ids.index(mask_id) if reads == "mask" else 0  # a classifier's head reads [CLS]
-    return PatchSetup(clean, corrupt, tokens[0], tokens[1], position, (a, b), ids, *feeds, reads=reads)
+    return PatchSetup(clean, corrupt, tokens[0], tokens[1], position, (a, b), ids, feeds[0], feeds[1], reads=reads)
+
+
+def _prepare_span(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], context: str) -> PatchSetup:
+    """Two questions of one context, two spans of it: the metric is the first span's score less the second's."""
+    clean, corrupt = check_text(clean, "clean question"), check_text(corrupt, "corrupted question")
+    if not context.strip():
+        raise BertScopeError(f"{lm.name} answers questions about a context: give the context both questions ask of.")
+    context = check_text(context.strip(), "context")
+    if len(candidates) != 2 or not all(str(c).strip() for c in candidates):
+        raise BertScopeError("Give two spans of the context, e.g. the man,the dog: the metric is their score difference.")
+    a, b = (str(c).strip() for c in candidates)
+    tokenized = tokenize(lm, [clean, corrupt], [context, context])
+    n_clean, n_corrupt = (len(e.ids) for e in tokenized.encodings)
+    if n_clean != n_corrupt:
+        raise BertScopeError(f"The clean question has {n_clean} tokens with its context and the corrupted one {n_corrupt}: "
+                             "patching puts each position of one into the other, so both need the same number.")
+    encoding = tokenized.encodings[0]
+    (a_first, a_last), (b_first, b_last) = (span_in_context(encoding, context, text, what, "the question")
+                                            for text, what in ((a, "first span"), (b, "second span")))
+    if (a_first, a_last) == (b_first, b_last):
+        raise BertScopeError(f"{a!r} and {b!r} are the same span: give two different spans.")
+    clean_feed, corrupt_feed = ({k: to_device(v, lm.device) for k, v in pad(lm, tokenized, [row]).feed.items()
+                                 if k in lm.tokenizer.model_input_names} for row in (0, 1))
+    tokens = [lm.tokenizer.convert_ids_to_tokens(e.ids) for e in tokenized.encodings]
+    return PatchSetup(clean, corrupt, tokens[0], tokens[1], a_first, (a, b), (a_first, b_first), clean_feed,
+                      corrupt_feed, reads="span", context=context, candidate_ends=(a_last, b_last))
 
 
 def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None, grad: bool | None = False) -> torch.Tensor:
@@ -227,8 +265,9 @@ class PatchResult:
         if self.setup.reads == "value":
             return None
         a, b = self.setup.candidates
+        score = "score" if self.setup.reads == "span" else "logit"
         if self.m_clean <= 0:
-            return (f"On this model the clean run does not prefer “{a}”: logit({a}) − logit({b}) = "
+            return (f"On this model the clean run does not prefer “{a}”: {score}({a}) − {score}({b}) = "
                     f"{self.m_clean:+.3f}. The model fails the behaviour this example is meant to show, so the "
                     "recovered fractions trace a failure, not the mechanism.")
         if self.m_clean - self.m_corrupt < MIN_DIFFERENCE:
@@ -238,7 +277,8 @@ class PatchResult:
 
     def to_json(self) -> dict:
         s = self.setup
-        return {"metric": "value" if s.reads == "value" else METRIC, "reads": s.reads,
+        metric = {"value": "value", "span": SPAN_METRIC}.get(s.reads, METRIC)
+        return {"metric": metric, "reads": s.reads, **({"context": s.context} if s.context else {}),
                 "candidates": [] if s.reads == "value" else list(s.candidates), "position": s.position,
                 "clean": s.clean, "corrupt": s.corrupt, "tokens": s.tokens, "clean_tokens": s.clean_tokens,
                 "what": self.what, "layers": self.layers, "m_clean": self.m_clean, "m_corrupt": self.m_corrupt,
@@ -250,12 +290,13 @@ class PatchResult:
 
 def patch(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], what: What = "hidden",
           positions: Sequence[int] | None = None, max_batch_bytes: int = DEFAULT_BATCH_BYTES,
-          progress: Callable[[int, int], None] | None = None) -> PatchResult:
+          progress: Callable[[int, int], None] | None = None, context: str = "") -> PatchResult:
     """The recovered fraction for every (hidden state, position) or every (layer, head).
-    ``positions`` (hidden only): patch these positions, not all (the rest of the grid is NaN)."""
+    ``positions`` (hidden only): patch these positions, not all (the rest of the grid is NaN).
+    ``context``: a question-answering model's passage (``clean``/``corrupt`` are two questions of it)."""
     if what not in WHATS:
         raise BertScopeError(f"Unknown patching target {what!r}: use hidden or heads.")
-    setup = prepare(lm, clean, corrupt, candidates)
+    setup = prepare(lm, clean, corrupt, candidates, context)
     if positions is not None:
         positions = sorted({int(p) for p in positions})
         n = len(setup.tokens)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -248,3 +249,25 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
             progress(done, len(windows))
     found = best_answers(windows, logits, contexts, top_k, max_answer_len, handle_impossible_answer)
     return [Answers(q, c, best, n) for q, c, (best, n) in zip(questions, contexts, found)]
+
+
+def span_in_context(encoding: Any, context: str, text: str, what: str, name: str) -> tuple[int, int]:
+    """(first, last) piece of the first occurrence of ``text`` in ``context``, as ``encoding`` (a fast tokenizer's
+    encoding of question and context) holds it; one line naming ``what`` of ``name`` when it is not there."""
+    at = context.find(text)
+    if at < 0:
+        raise BertScopeError(f"The {what} {text!r} of {name} is not in its context: answers are spans of the context.")
+    first = encoding.char_to_token(at, sequence_index=1)
+    last = encoding.char_to_token(at + len(text) - 1, sequence_index=1)
+    if first is None or last is None:
+        raise BertScopeError(f"The {what} {text!r} of {name} lies beyond the {len(encoding.ids)} pieces the model reads.")
+    return first, last
+
+
+def span_margin(start: torch.Tensor, end: torch.Tensor, answer: tuple[Any, Any], foil: tuple[Any, Any]
+                ) -> torch.Tensor:
+    """[rows] the answer span's score less the foil's, a span's score being its first piece's start logit plus its
+    last piece's end logit (BERT's SQuAD head, Devlin et al. 2019, §4.2). ``start``/``end`` [rows, token]; each span
+    (first, last) as ints or [rows] index tensors."""
+    rows = torch.arange(start.shape[0], device=start.device)
+    return start[rows, answer[0]] + end[rows, answer[1]] - start[rows, foil[0]] - end[rows, foil[1]]

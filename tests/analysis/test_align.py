@@ -263,6 +263,21 @@ def test_cli_align_bad_input(tiny_multilingual_dir, tmp_path, capsys):
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1
 
 
+def test_progress_counts_the_cells_word_pieces(tiny_multilingual_dir):
+    from bertscope.analysis.align import embed_parallel
+    from bertscope.analysis.hidden_cache import count_pieces
+    from bertscope.corpora.parallel import shipped_parallel
+
+    lm = load_model(str(tiny_multilingual_dir))
+    data = shipped_parallel("sentences").select(["en", "de"])
+    seen: list[tuple[int, int]] = []
+    embed_parallel(lm, data, batch_size=4, progress=lambda d, t: seen.append((d, t)))
+    total = count_pieces(lm, [cell for language in data.languages for cell in data.texts(language)])
+    assert seen[-1] == (total, total) and all(a[0] < b[0] for a, b in zip(seen, seen[1:]))
+    steps = np.diff([0] + [d for d, _ in seen])
+    assert steps[-1] > steps[0]  # the batches run shortest first: the last costs more than the first
+
+
 def test_vectors_are_kept_on_disk_and_read_back(tiny_multilingual_dir, tmp_path):
     from bertscope.analysis.align import embed_parallel
     from bertscope.corpora.parallel import shipped_parallel

@@ -123,6 +123,21 @@ def test_cache_round_trip_and_one_layer_reads(tiny_bert, tmp_path):
         again.layer(7)
 
 
+def test_progress_counts_word_pieces_longest_last(tiny_bert, tmp_path):
+    """The pass runs shortest first, so progress counts word pieces (a sentence's cost), not sentences
+    (issue 54: at 10% of the sentences the estimate was 3x low)."""
+    from bertscope.analysis.hidden_cache import count_pieces
+
+    task = tiny_task()
+    seen: list[tuple[int, int]] = []
+    hidden_states(tiny_bert, task, "mean", HiddenStateCache(tmp_path), batch_size=1,
+                  progress=lambda d, t: seen.append((d, t)))
+    pieces = [len(tiny_bert.tokenizer(t)["input_ids"]) for t in task.texts]
+    assert count_pieces(tiny_bert, task.texts) == sum(pieces)
+    assert [d for d, _ in seen] == list(np.cumsum(sorted(pieces)))  # one batch a sentence, shortest first
+    assert {t for _, t in seen} == {sum(pieces)}
+
+
 def test_any_change_of_the_key_is_a_miss(tiny_bert, tiny_mlm_dir, tmp_path):
     cache = HiddenStateCache(tmp_path)
     task = tiny_task()

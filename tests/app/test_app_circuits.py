@@ -57,3 +57,25 @@ def test_a_family_without_post_layernorm_blocks_is_one_line(monkeypatch, tiny_mo
     at = start_with_url(monkeypatch, str(tiny_modernbert_dir), "bertscope/app/circuits.py")
     assert not at.exception
     assert any("Circuits are built for post-LayerNorm encoders" in e for e in texts(at.error))
+
+
+def test_a_question_answering_model_runs_on_uploaded_questions_of_a_context(monkeypatch, tiny_bert_dir, tmp_path):
+    from tests.conftest import task_checkpoint
+
+    qa = task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 4, num_labels=2)
+    at = start_with_url(monkeypatch, str(qa), "bertscope/app/circuits.py")
+    assert not at.exception and not at.error
+    assert at.selectbox(key="circ_task").options == ["Your own pairs…"]  # no built-in task reads spans
+    assert texts(at.warning) == ["Upload a .csv or .jsonl file of pairs first."]
+    context = "the man sat by the river and the dog was by the bank ."
+    pairs = [{"clean": "who sat by the river ?", "corrupted": "what was by the river ?", "answer": "the man",
+              "foil": "the dog", "context": context},
+             {"clean": "where was the dog ?", "corrupted": "where was the man ?", "answer": "the bank",
+              "foil": "the river", "context": context}] * 2
+    at.file_uploader(key="circ_upload").upload("qa.jsonl", "\n".join(json.dumps(p) for p in pairs).encode())
+    at.select_slider(key="circ_size").set_value(8)
+    at.selectbox(key="circ_method").set_value("eap")
+    submit(at)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "span score (start + end logits): answer − foil, clean" in [m.label for m in at.metric]
+    assert any("The circuit:" in c.proto.spec for c in at.get("plotly_chart"))

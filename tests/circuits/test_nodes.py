@@ -69,3 +69,39 @@ def test_on_bundled_mlm_ig_repairs_where_the_linear_estimate_breaks():
     assert grids[("hidden", "ig")].correlation > 0.98 > grids[("hidden", "atp")].correlation
     worst = grids[("hidden", "atp")].worst  # the subject's own embedding: patching it recovers everything
     assert worst["row"] == "embeddings" and worst["exact"] == pytest.approx(1.0, abs=0.01) and worst["estimate"] < 0.5
+
+
+def test_a_question_answering_model_is_patched_and_attributed_on_its_span_score(tiny_bert_dir, tmp_path):
+    """Two questions of one context, two spans of it: the metric is the answer span's start + end logits less the
+    foil's, read from the Hugging Face model's own outputs; IG along the embeddings recovers all of it."""
+    from bertscope.interventions.patching import patch
+    from tests.conftest import task_checkpoint
+
+    qa = load_model(str(task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 4,
+                                        num_labels=2)))
+    qa.model.double()
+    context, spans = "the man sat by the river and the dog was by the bank .", ("the man", "the dog")
+    clean, corrupt = "who sat by the river ?", "what was by the river ?"
+    grid = patch(qa, clean, corrupt, spans, what="hidden", context=context)
+    s = grid.setup
+    assert s.reads == "span" and s.clean_tokens[s.candidate_ids[0]:s.candidate_ends[0] + 1] == ["the", "man"]
+
+    def by_hand(question: str) -> float:
+        with torch.no_grad():
+            out = qa.model(**qa.tokenizer(question, context, return_tensors="pt"))
+        start, end = out.start_logits[0], out.end_logits[0]
+        (a, b), (a_end, b_end) = s.candidate_ids, s.candidate_ends
+        return float(start[a] + end[a_end] - start[b] - end[b_end])
+
+    assert grid.m_clean == pytest.approx(by_hand(clean), abs=1e-9)
+    assert grid.m_corrupt == pytest.approx(by_hand(corrupt), abs=1e-9)
+    assert grid.to_json()["metric"] == "span_score_diff" and grid.to_json()["context"] == context
+    # the last hidden state patched at every position is the clean run: each position's share, summed, is not
+    # asked of exact patching; IG along the embeddings is complete
+    scores = attribute_nodes(qa, clean, corrupt, spans, "ig", steps=100, context=context)
+    assert scores.m_clean == pytest.approx(grid.m_clean, abs=1e-9)
+    assert scores.hidden[0].sum() == pytest.approx(1.0, abs=0.03)
+    with pytest.raises(BertScopeError, match="give the context"):
+        patch(qa, clean, corrupt, spans)
+    with pytest.raises(BertScopeError, match="'a boat' of the question is not in its context"):
+        patch(qa, clean, corrupt, ("the man", "a boat"), context=context)

@@ -14,10 +14,13 @@ from tests.conftest import labels, task_checkpoint
 
 def test_csv_and_json_lines_read_the_same_pairs(tmp_path):
     rows = [{"clean": "the man [MASK] here .", "corrupted": "the dog [MASK] here .", "answer": "is", "foil": "was"},
-            {"clean": "they fish .", "corrupted": "the fish .", "answer": "VERB", "foil": "NOUN", "word": "fish"}]
+            {"clean": "they fish .", "corrupted": "the fish .", "answer": "VERB", "foil": "NOUN", "word": "fish"},
+            {"clean": "who sat ?", "corrupted": "what sat ?", "answer": "the man", "foil": "the river",
+             "context": "the man sat by the river ."}]
+    columns = ("clean", "corrupted", "answer", "foil", "word", "context")
     (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
-    (tmp_path / "p.csv").write_text("clean,corrupted,answer,foil,word\n" + "\n".join(
-        ",".join(r.get(k, "") for k in ("clean", "corrupted", "answer", "foil", "word")) for r in rows))
+    (tmp_path / "p.csv").write_text(",".join(columns) + "\n" + "\n".join(
+        ",".join(r.get(k, "") for k in columns) for r in rows))
     expected = [Pair(**r) for r in rows]
     assert read_pairs(tmp_path / "p.jsonl") == expected == read_pairs(tmp_path / "p.csv")
     assert read_pairs((tmp_path / "p.csv").read_bytes(), "upload.csv") == expected
@@ -70,3 +73,14 @@ def test_bad_pairs_name_the_pair_and_what_the_model_has(tiny_mlm_dir, tiny_bert_
         prepare_all(tagger, [Pair("they fish .", "the fish .", "VERB", "NOUN")])
     with pytest.raises(BertScopeError, match="'boat' of pair 1 is not a word"):
         prepare_all(tagger, [Pair("they fish .", "the fish .", "VERB", "NOUN", "boat")])
+    qa = load_model(str(task_checkpoint(tiny_bert_dir, tmp_path / "q", "AutoModelForQuestionAnswering", 1,
+                                        num_labels=2)))
+    context = "the man sat by the river ."
+    with pytest.raises(BertScopeError, match="pair 1 has no context"):
+        prepare_all(qa, [Pair("who sat ?", "what sat ?", "the man", "the river")])
+    with pytest.raises(BertScopeError, match="The foil 'a boat' of pair 1 is not in its context"):
+        prepare_all(qa, [Pair("who sat ?", "what sat ?", "the man", "a boat", context=context)])
+    with pytest.raises(BertScopeError, match="same span"):
+        prepare_all(qa, [Pair("who sat ?", "what sat ?", "man", "man", context=context)])
+    with pytest.raises(BertScopeError, match="Pair 1 has 12 tokens clean and 13 corrupted"):
+        prepare_all(qa, [Pair("who ?", "who sat ?", "the man", "the river", context=context)])

@@ -78,6 +78,31 @@ def test_a_classifier_and_a_tagger_read_their_heads(tiny_bert_dir, tmp_path):
         assert empty == pytest.approx(_plain_metric(lm, p.corrupted_feed, p, where), abs=1e-9)
 
 
+def test_a_question_answering_head_reads_the_span_score(tiny_bert_dir, tmp_path):
+    """Two questions of one context; the metric is the answer span's start + end logits less the foil's."""
+    qa = load_model(str(task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 4,
+                                        num_labels=2)))
+    qa.model.double()
+    pair = Pair("who sat by the river ?", "what was by the river ?", "the man", "the dog",
+                context="the man sat by the river and the dog was by the bank .")
+    weights = layer_weights(qa)
+    where, (recorded,) = record_pairs(qa, [pair], "patch", weights)
+    p = recorded.prepared
+    assert where == "span" and p.tokens[p.ids[0]:p.ends[0] + 1] == ["the", "man"]
+    assert p.tokens[p.ids[1]:p.ends[1] + 1] == ["the", "dog"] and p.ids[1] > p.tokens.index("[SEP]")
+    with torch.inference_mode():
+        out = qa.run(p.clean_feed)
+    start, end = out.start_logits[0], out.end_logits[0]
+    by_hand = float(start[p.ids[0]] + end[p.ends[0]] - start[p.ids[1]] - end[p.ends[1]])
+    assert _plain_metric(qa, p.clean_feed, p, where) == pytest.approx(by_hand, abs=1e-12)
+    graph = CircuitGraph(qa.num_layers, qa.num_heads)
+    ones = torch.ones(graph.n_senders, graph.n_receivers, dtype=torch.float64)
+    with torch.inference_mode():
+        full, empty = run_pass(qa, graph, weights, recorded, where, keep=torch.stack([ones, 0 * ones])).tolist()
+    assert full == pytest.approx(by_hand, abs=1e-9)
+    assert empty == pytest.approx(_plain_metric(qa, p.corrupted_feed, p, where), abs=1e-9)
+
+
 @pytest.mark.parametrize("fixture, why", [("tiny_modernbert_dir", "LayerNorm before each sub-block"),
                                           ("tiny_deberta_dir", "relative positions")])
 def test_other_families_are_refused_in_one_line(fixture, why, request):

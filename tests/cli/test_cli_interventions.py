@@ -78,6 +78,24 @@ def test_patch_json(capsys, tiny_mlm_dir):
     assert code == 0 and out.splitlines()[2].split()[0] == "embeddings"
 
 
+def test_patch_a_question_answering_model_on_two_spans_of_a_context(capsys, tiny_bert_dir, tmp_path):
+    from tests.conftest import task_checkpoint
+
+    qa = task_checkpoint(tiny_bert_dir, tmp_path / "qa", "AutoModelForQuestionAnswering", 4, num_labels=2)
+    context = "the man sat by the river and the dog was by the bank ."
+    args = ["patch", str(qa), "--clean", "who sat by the river ?", "--corrupt", "what was by the river ?",
+            "--target", "the man,the dog"]
+    code, out, err = run_cli(capsys, *args, "--context", context, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["metric"] == "span_score_diff" and data["reads"] == "span" and data["context"] == context
+    assert data["recovered"][-1][data["position"]] is not None
+    code, out, err = run_cli(capsys, *args, "--context", context)
+    assert code == 0 and out.startswith("score(the man) - score(the dog)")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2 and "give the context both questions ask of" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -31,8 +31,14 @@ def test_tweets_have_three_classes_and_no_duplicates():
     data = read_sentiment()
     assert data.counts() == {"negative": 15_978, "neutral": 14_454, "positive": 6_811}  # 38,158 rows, 915 repeats
     assert len(set(data.texts)) == len(data) == 37_243
-    assert not any("\ufffd" in t or "&amp;" in t for t in data.texts)
-    assert data.texts[0].endswith("#driverless cars_—_.no thank you")  # Mac Roman's em dash
+    assert not any("&amp;" in t for t in data.texts)
+    assert data.texts[0].endswith("#driverless cars….no thank you")  # `_\xd1_`: … after four rounds
+    texts = set(data.texts)
+    assert "I look at Google’s driverless cars and I think, the perfect terrorist bombing weapon." in texts
+    assert any(t.startswith("“@united: @rikrik__ What made you come") for t in texts)  # literal _ kept
+    assert any("(CBS/AP) — Audi is the first" in t for t in texts)
+    lost = sum("\ufffd" in t for t in data.texts)  # an emoji or symbol whose bytes were lost on the way
+    assert lost == 1024, lost
 
 
 def test_bbc_topics_are_the_datasets_counts():

@@ -170,3 +170,32 @@ def test_bad_requests_are_refused_in_one_line(base, tagger, classifier):
         assert "\n" not in str(caught.value)
     with pytest.raises(BertScopeError, match="1 to 2,000"):
         diff_effect(base, tagger, cc, 1, [3], delta, examples=2001)
+
+
+def test_the_task_data_can_be_the_users_own(classifier, tmp_path):
+    """A fine-tuned model BertScope does not ship is scored on its own task data (its held-out side, 10% by seed 0,
+    as fine-tuning splits it); a file whose labels the model lacks is one line."""
+    rows = [("the food was good .", "positive"), ("the food was bad .", "negative"), ("it is tuesday .", "neutral")]
+    data = tmp_path / "mine.csv"
+    data.write_text("text,label\n" + "\n".join(f"{t} {i},{label}" for i in range(20) for t, label in rows) + "\n")
+    side = task_side(classifier, 0, 100, data=str(data))
+    assert side.source == "mine.csv" and side.task == "classify" and len(side.side) == 6  # 10% of 60, stratified
+    assert set(side.side.labels) == set(SENTIMENT)
+    assert task_side(classifier, 0, 100).source == "sentiment"  # by default, the tweets
+    other = tmp_path / "other.csv"
+    other.write_text("text,label\n" + "\n".join(f"text {i},{'happy' if i % 2 else 'sad'}" for i in range(20)) + "\n")
+    with pytest.raises(BertScopeError, match=r"do not cover other.csv's \(happy, sad\)") as caught:
+        task_side(classifier, 0, 100, data=str(other))
+    assert "\n" not in str(caught.value)
+    with pytest.raises(BertScopeError, match="give the task data it was fine-tuned on"):
+        _uncovered_default(classifier)
+
+
+def _uncovered_default(classifier):
+    """The default data (the tweets) with a classifier whose labels are others: the line names --data."""
+    import dataclasses
+
+    from bertscope.core.task_head import TaskHead
+
+    other = dataclasses.replace(classifier, task=TaskHead(classifier.task.kind, ("happy", "sad", "calm")))
+    return task_side(other, 0, 100)

@@ -45,7 +45,8 @@ def test_the_shipped_figures_are_reproduced():
         objective = TaskObjective(task, labels, encoded, encoded, lm.tokenizer.pad_token_id, lm.device)
         _, _, confusion, _ = objective.predictions(lm.model, encoded, 64)
         ours = scores(confusion, labels)
-        theirs = recorded["after"]["test" if side == "test" else "held_out"]
+        # the tweets' text was repaired after the run: its rescoring on the repaired text is the figure
+        theirs = recorded.get("rescored", recorded["after"])["test" if side == "test" else "held_out"]
         assert ours["accuracy"] == pytest.approx(theirs["accuracy"], abs=2e-3), name
         assert ours["macro_f1"] == pytest.approx(theirs["macro_f1"], abs=3e-3), name
     assert json.loads((UPOS.folder / "metrics.json").read_text())["after"]["test"]["accuracy"] >= 0.95

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertscope.core.task_head import SEQUENCE, TOKEN
+from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.sources.presets import BUNDLED_MLM, BUNDLED_SENTIMENT, BUNDLED_UPOS, PRESETS
 
 APP_DIR = Path(__file__).resolve().parents[1]  # bertscope/app: the page scripts
@@ -37,8 +37,8 @@ NEEDS: dict[str, Need] = {
         lambda lm: "mlm" in lm.outputs or (lm.task is not None and lm.task.kind == SEQUENCE),
         (BUNDLED_MLM, BUNDLED_SENTIMENT), tuple(n for n, p in PRESETS.items() if "mlm" in p.outputs)),
     "a-decision": Need(
-        "masked-LM head, sequence classifier or tagger",
-        lambda lm: "mlm" in lm.outputs or (lm.task is not None and lm.task.kind in (SEQUENCE, TOKEN)),
+        "masked-LM head, sequence classifier, tagger or question-answering head",
+        lambda lm: "mlm" in lm.outputs or (lm.task is not None and lm.task.kind in (SEQUENCE, TOKEN, SPANS)),
         (BUNDLED_MLM, BUNDLED_SENTIMENT, BUNDLED_UPOS), tuple(n for n, p in PRESETS.items() if "mlm" in p.outputs)),
 }
 

@@ -37,9 +37,9 @@ def render(lm, key) -> None:
     with page_errors(stop=False):
         found = store.compute(request, lambda progress: treebank_probe(
             lm, task, size=int(size),
-            states_progress=lambda d, t: progress(d, t, "Hidden states of EWT, sentences"),
+            states_progress=lambda d, t: progress(d, t, "Hidden states of EWT, word pieces"),
             progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits")),
-            "Hidden states of EWT, sentences", asked, costly="treebank label probes",
+            "Hidden states of EWT, word pieces", asked, costly="treebank label probes",
             wait="Press *Probe every layer*: a probe and its control per hidden state (the states are read once "
                  "and cached, shared with the structural probe).")
         if found is None:

@@ -53,7 +53,7 @@ def udhr_view(lm, key) -> None:
             lambda progress: pivot_retrieval(lm, embed_parallel(
                 lm, data, "mean", cache=True, progress=progress),
                 {c: v.name for c, v in versions.items()}, {c: versions[c].script for c in codes}),
-            "Embedding the articles", asked, costly="UDHR alignment",
+            "Embedding the articles, word pieces", asked, costly="UDHR alignment",
             wait=f"Press *Align the UDHR*: {len(codes) * 30:,} articles through the model once (kept on disk).")
         if result is None:
             return
