@@ -52,11 +52,13 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     caches = {}
     for name, lm in (("base", base), ("tuned", tuned)):
         with progress_bar(f"{lm.name} layer {layer}: activations", "sentence") as progress:
-            caches[name] = (layer_activations(lm, train.texts, layer, args.tokens, progress=progress),
-                            layer_activations(lm, held.texts, layer, max_tokens=10**9, progress=progress))
+            caches[name] = (layer_activations(lm, train.texts, layer, args.tokens, progress=progress,
+                                              positions=args.positions),
+                            layer_activations(lm, held.texts, layer, max_tokens=10**9, progress=progress,
+                                              positions=args.positions))
+    extra = {"corpus": f"mixture of {', '.join(train.counts())}", "per_source": args.per_source, "seed": args.seed}
     info = CrosscoderInfo((base.name, tuned.name), resid_post(layer),
-                          {"corpus": f"mixture of {', '.join(train.counts())}", "per_source": args.per_source,
-                           "seed": args.seed})
+                          extra if args.positions == "pieces" else {**extra, "positions": args.positions})
     with progress_bar(f"crosscoder layer {layer}", "step") as progress:
         cc, state = train_crosscoder(caches["base"][0], caches["tuned"][0], cfg, Path(args.out), info,
                                      device=str(base.device), progress=lambda done, total, _: progress(done, total))
@@ -64,8 +66,10 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
     real = np.nonzero(diff.real_fine_tuned_only)[0]
     order = real[np.argsort(-diff.fires[real])][:args.top]
     report = {
-        "base": base.name, "tuned": tuned.name, "layer": layer, "hook_name": resid_post(layer), "out": args.out,
-        "d_sae": cc.d_sae, "k": cc.k, "trained_tokens": caches["base"][0].tokens, "held_out_tokens": diff.tokens,
+        "base": base.name, "tuned": tuned.name, "layer": layer, "hook_name": resid_post(layer),
+        "positions": args.positions, "out": args.out,
+        "d_sae": cc.d_sae, "k": cc.k, "trained_tokens": caches["base"][0].tokens, "asked_tokens": args.tokens,
+        "corpus_too_small": caches["base"][0].tokens < args.tokens, "held_out_tokens": diff.tokens,
         "fve": {"base": finite_or_none(diff.fve[0]), "tuned": finite_or_none(diff.fve[1])}, "l0": diff.l0, "counts": diff.counts(),
         "sources": train.counts(), "missing_sources": list(train.missing),
         "seconds": sum(h["seconds"] for h in state.history),
@@ -82,6 +86,9 @@ def table(r: dict) -> str:
              f"{r['d_sae']:,} latents, k={r['k']}, {r['trained_tokens']:,} tokens, saved in {r['out']}",
              f"text: {', '.join(r['sources'])}" + (f" (not installed: {', '.join(r['missing_sources'])})"
                                                    if r["missing_sources"] else ""),
+             *([f"the text gave {r['trained_tokens']:,} of the {r['asked_tokens']:,} "
+                f"{'texts' if r['positions'] == 'cls' else 'tokens'} asked for (raise --per-source)"]
+               if r["corpus_too_small"] else []),
              f"held-out ({r['held_out_tokens']:,} tokens): variance explained {_fmt(r['fve']['base'])} (base), "
              f"{_fmt(r['fve']['tuned'])} (fine-tuned); {r['l0']:.1f} latents a token",
              "latents by relative decoder norm (0 base-only .. 1 fine-tuned-only):",
@@ -184,7 +191,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer", type=int, help="the layer whose output both are read at (default the last)")
     p.add_argument("--expansion", type=int, default=8, help="latents = expansion x the models' width")
     p.add_argument("--k", type=int, default=32, help="active latents a token (on average over a batch)")
-    p.add_argument("--tokens", type=int, default=200_000, help="training word pieces (the mixture's training side)")
+    p.add_argument("--tokens", type=int, default=200_000, help="training word pieces (the mixture's training side; "
+                   "with --positions cls, texts)")
+    p.add_argument("--positions", choices=("pieces", "cls"), default="pieces", help="read every word piece, or each "
+                   "text's [CLS] alone (what a classifier's head reads at the last layer)")
     p.add_argument("--per-source", type=int, default=2000, help="training texts from each installed corpus")
     p.add_argument("--held-out", type=int, default=200, help="held-out texts from each corpus for the figures")
     p.add_argument("--epochs", type=int, default=4)

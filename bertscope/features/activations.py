@@ -6,6 +6,9 @@ output) through the one owner of a pass, stored as float16 ``.npy`` (half the by
 reconstruction error is far above float16's rounding) with each row's (sentence, position), keyed
 by the weights, tokenizer, texts, layer and token cap; written to a temporary folder and renamed
 into place, so a folder is whole or absent.
+
+``positions="cls"`` keeps instead each sentence's first token alone ([CLS], ``<s>``): what a sequence
+classifier's head reads at the last layer, one row a sentence (the cap then counts sentences).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from bertscope.errors import BertScopeError
 from bertscope.runtime.user_cache import publish_folder, user_cache_dir
 
 FORMAT_VERSION = 1
+POSITIONS = ("pieces", "cls")  # every word piece but the special tokens, or each sentence's first token
 
 
 def resid_post(layer: int) -> str:
@@ -65,43 +69,52 @@ def check_layer(lm: LoadedModel, layer: int) -> int:
     return int(layer)
 
 
-def _folder(lm: LoadedModel, texts: Sequence[str], layer: int, max_tokens: int, root: Path | None) -> Path:
-    key = repr((FORMAT_VERSION, weights_fingerprint(lm), tokenizer_fingerprint(lm), lm.max_length, layer, max_tokens,
-                hashlib.sha256("\n".join(texts).encode()).hexdigest()))
+def _folder(lm: LoadedModel, texts: Sequence[str], layer: int, max_tokens: int, root: Path | None,
+            positions: str = "pieces") -> Path:
+    parts: tuple = (FORMAT_VERSION, weights_fingerprint(lm), tokenizer_fingerprint(lm), lm.max_length, layer, max_tokens,
+                    hashlib.sha256("\n".join(texts).encode()).hexdigest())
+    key = repr(parts if positions == "pieces" else (*parts, positions))  # word pieces' folders keep their names
     return (root or user_cache_dir() / "features" / "activations") / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def layer_activations(lm: LoadedModel, texts: Sequence[str], layer: int, max_tokens: int = 200_000,
                       root: Path | None = None, batch_size: int = 32,
-                      progress: Callable[[int, int], None] | None = None) -> ActivationSet:
-    """Layer ``layer``'s output at every word piece of ``texts`` (in order, up to ``max_tokens``): from
-    disk, or run now and kept. ``progress(done, total)`` counts sentences."""
-    return layers_activations(lm, texts, [layer], max_tokens, root, batch_size, progress)[int(layer)]
+                      progress: Callable[[int, int], None] | None = None, positions: str = "pieces") -> ActivationSet:
+    """Layer ``layer``'s output at every word piece of ``texts`` (in order, up to ``max_tokens``; ``positions``
+    "cls": at each sentence's first token): from disk, or run now and kept. ``progress(done, total)`` counts
+    sentences."""
+    return layers_activations(lm, texts, [layer], max_tokens, root, batch_size, progress, positions)[int(layer)]
 
 
 def layers_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[int], max_tokens: int = 200_000,
                        root: Path | None = None, batch_size: int = 32,
-                       progress: Callable[[int, int], None] | None = None) -> dict[int, ActivationSet]:
+                       progress: Callable[[int, int], None] | None = None,
+                       positions: str = "pieces") -> dict[int, ActivationSet]:
     """``layer_activations`` of several layers, the ones not on disk read in one pass (each layer its own folder,
     the same as one layer read alone)."""
+    if positions not in POSITIONS:
+        raise BertScopeError(f"Positions {positions!r}: read {' or '.join(POSITIONS)}.")
     layers = [check_layer(lm, layer) for layer in dict.fromkeys(int(x) for x in layers)]
     texts = tuple(texts)
     if not texts:
         raise BertScopeError("No sentences to read activations from.")
-    folders = {layer: _folder(lm, texts, layer, max_tokens, root) for layer in layers}
+    folders = {layer: _folder(lm, texts, layer, max_tokens, root, positions) for layer in layers}
     missing = [layer for layer in layers if not (folders[layer] / "meta.json").is_file()]
     if missing:
-        _write(lm, texts, {layer: folders[layer] for layer in missing}, max_tokens, batch_size, progress)
+        _write(lm, texts, {layer: folders[layer] for layer in missing}, max_tokens, batch_size, progress, positions)
     return {layer: _read(folders[layer], layer, texts) for layer in layers}
 
 
 def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], max_tokens: int, batch_size: int,
-           progress: Callable[[int, int], None] | None) -> None:
+           progress: Callable[[int, int], None] | None, positions: str = "pieces") -> None:
     # the first sentences that hold max_tokens word pieces (a pass runs shortest first: choosing after it
     # would favour short sentences)
     marks = lm.tokenizer(list(texts), truncation=True, max_length=lm.max_length,
                          return_special_tokens_mask=True)["special_tokens_mask"]
-    counts = np.cumsum([len(m) - sum(m) for m in marks])  # real word pieces up to each sentence
+    if positions == "cls":  # one row a sentence
+        counts = np.arange(1, len(marks) + 1)
+    else:
+        counts = np.cumsum([len(m) - sum(m) for m in marks])  # real word pieces up to each sentence
     needed = int(np.searchsorted(counts, max_tokens)) + 1
     used = list(texts[:needed])
     space = int(counts[min(needed, len(counts)) - 1])  # every piece of the sentences used; cut to the cap below
@@ -117,10 +130,15 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], ma
         names = {layer: resid_post(layer) for layer in folders}
         for chosen, padded, feed in batches(lm, used, batch_size):
             _, cache = lm.run_with_cache(feed, list(names.values()), encoder_only=True)
-            b, t = np.nonzero(~padded.special)
+            read = ~padded.special  # [batch, token]: real word pieces
+            if positions == "cls":
+                first = padded.feed["attention_mask"].numpy().argmax(1)  # [batch]: past any left padding
+                read = np.zeros_like(read)
+                read[np.arange(len(read)), first] = True  # [CLS] (<s>)
+            b, t = np.nonzero(read)
             n = min(len(b), space - filled)
             for layer, name in names.items():
-                keep = torch.from_numpy(~padded.special).to(cache[name].device)  # [batch, token]: real word pieces
+                keep = torch.from_numpy(read).to(cache[name].device)  # [batch, token]: the rows kept
                 hidden = cache[name][keep].to(torch.float16).cpu().numpy()  # [kept, d_model], reduced on the device
                 rows[layer][filled:filled + n] = hidden[:n]
             where[filled:filled + n] = np.stack([np.asarray(chosen)[b[:n]], t[:n]], axis=1)
@@ -141,7 +159,8 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], ma
             np.save(tmp / "where.npy", where[order])
             (tmp / "meta.json").write_text(json.dumps({
                 "model": lm.name, "hook_name": resid_post(layer), "layer": layer, "tokens": len(order),
-                "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION}))
+                "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION,
+                "positions": positions}))
             (tmp / "texts.json").write_text(json.dumps(list(texts)))
             publish_folder(tmp, folders[layer], "meta.json")  # another process finished first: theirs is kept
     finally:

@@ -46,6 +46,11 @@ class CrosscoderInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def positions(self) -> str:
+        """Where it reads: "pieces" (every word piece but the special tokens) or "cls" (each text's first token)."""
+        return str(self.extra.get("positions", "pieces"))
+
+    @property
     def layer(self) -> int | None:
         parts = self.hook_name.split(".")
         return int(parts[1]) if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() else None

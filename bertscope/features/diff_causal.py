@@ -16,9 +16,10 @@ every word piece is edited through its crosscoder, and the task head's accuracy 
   model's upper layers and head: where the predictions go when what fine-tuning changed up to L is undone.
 
 Latents that fine-tuning added *and* the model uses cost accuracy when removed, more than the controls do.
-[CLS] and [SEP] (the tokens the tokenizer adds) are never edited: the crosscoder reads word pieces only
-(``features.activations``). A classifier that reads [CLS] at its last layer is therefore refused there: the
-layer must be below the last, where attention still carries the word pieces into [CLS].
+A crosscoder of word pieces (``features.activations``) never edits [CLS] and [SEP] (the tokens the tokenizer
+adds), so a classifier that reads [CLS] at its last layer is refused there with it: the layer must be below the
+last, where attention still carries the word pieces into [CLS]. A crosscoder of [CLS] (``positions="cls"``)
+edits that one token, which is what a classifier reads at its last layer.
 
 Along the way every latent's strongest pieces in the task text and the gold labels where it fires are kept
 (``contexts``, ``gold_counts``), a few numbers a latent: the page's and the command's top contexts.
@@ -110,19 +111,25 @@ class TaskSide:
     labels: list[str]
 
 
-def task_side(tuned: LoadedModel, layer: int, examples: int, seed: int = 0, data: str | None = None) -> TaskSide:
+def task_side(tuned: LoadedModel, layer: int, examples: int, seed: int = 0, data: str | None = None,
+              positions: str = "pieces") -> TaskSide:
     """The held-out side ``tuned`` is scored on (a seeded sample of ``examples``), or one line saying why the
     causal check cannot run on it: no classification or tagging head, a classifier read at its last layer,
     labels that do not cover the data's. ``data``: a shipped corpus or a file, as fine-tuning reads it (its
     held-out side, 10% by seed 0, as fine-tuning splits it); default the corpus the shipped task models were
-    trained on (tweets for a classifier, EWT for a tagger)."""
+    trained on (tweets for a classifier, EWT for a tagger). ``positions``: what the crosscoder reads, word pieces
+    or [CLS] (``CrosscoderInfo.positions``)."""
     head = tuned.task
     task = {SEQUENCE: CLASSIFY, TOKEN: TAG}.get(head.kind) if head is not None else None
     if head is None or task is None:
         raise BertScopeError(f"{tuned.name} has no classification or tagging head: the causal check reads one.")
-    if task == CLASSIFY and layer == tuned.num_layers - 1:
+    if task == CLASSIFY and layer == tuned.num_layers - 1 and positions != "cls":
         raise BertScopeError(f"{tuned.name} classifies from [CLS] at its last layer, which a crosscoder of word "
-                             "pieces never edits: read a crosscoder of a lower layer.")
+                             "pieces never edits: read a crosscoder of a lower layer, or one of [CLS] "
+                             "(train-crosscoder --positions cls).")
+    if task == TAG and positions == "cls":
+        raise BertScopeError(f"{tuned.name} tags words, which a crosscoder of [CLS] never reads: read one of word "
+                             "pieces.")
     if not 1 <= examples <= MAX_EXAMPLES:
         raise BertScopeError(f"Score from 1 to {MAX_EXAMPLES:,} held-out examples.")
     found = load_task_data(task, data or TASK_DATA[task])  # the split fine-tuning draws (seed 0)
@@ -141,9 +148,15 @@ def task_side(tuned: LoadedModel, layer: int, examples: int, seed: int = 0, data
     return TaskSide(task, found.source, side, labels)
 
 
-def _word_pieces(lm: LoadedModel, feed: dict) -> torch.Tensor:
+def _word_pieces(lm: LoadedModel, feed: dict, positions: str = "pieces") -> torch.Tensor:
     """[batch, token] bool: the pieces a crosscoder reads, every real token but those the tokenizer adds ([CLS],
-    [SEP], <s>, </s>), as ``features.activations`` keeps them; [UNK] stays."""
+    [SEP], <s>, </s>), as ``features.activations`` keeps them ([UNK] stays); ``positions`` "cls": each row's first
+    real token alone."""
+    if positions == "cls":
+        mask = feed["attention_mask"].bool()  # [batch, token]
+        first = torch.zeros_like(mask)
+        first[torch.arange(len(mask), device=mask.device), mask.int().argmax(1)] = True
+        return first
     ids = feed["input_ids"]
     tok = lm.tokenizer
     added = {t for t in (tok.cls_token_id, tok.sep_token_id, tok.bos_token_id, tok.eos_token_id) if t is not None}
@@ -216,7 +229,8 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
         raise BertScopeError(f"The crosscoder has latents 0 to {cc.d_sae - 1}.")
     if len(delta) != cc.d_sae:
         raise BertScopeError(f"{len(delta)} relative norms given for {cc.d_sae} latents.")
-    found = found or task_side(tuned, layer, examples, seed)
+    positions = cc.info.positions
+    found = found or task_side(tuned, layer, examples, seed, positions=positions)
     task, side, labels = found.task, found.side, found.labels
     device = tuned.device
     if cc.W_dec.device != device:  # a copy: the caller's crosscoder stays where it is
@@ -243,7 +257,7 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
         rows = order[start:start + BATCH]
         feed, gold = pad(encoded, rows, tuned.tokenizer.pad_token_id, task == TAG).part(slice(None), device)
         feed = {k: v for k, v in feed.items() if k in tuned.tokenizer.model_input_names}
-        pieces = _word_pieces(tuned, feed)
+        pieces = _word_pieces(tuned, feed, positions)
         kept.append(_Batch(feed, gold, pieces, layer_output(base, feed, layer)[pieces].float(), rows))
         tick()
     n_labels = len(labels)

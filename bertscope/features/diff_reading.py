@@ -87,6 +87,7 @@ class DiffReading:
     note: str | None  # why no causal check ran
     head_labels: tuple[str, ...] = ()
     head_weights: np.ndarray | None = field(repr=False, default=None)  # [d_sae, label], or None
+    positions: str = "pieces"  # what the crosscoder reads: word pieces, or [CLS] ("cls")
 
     def pushes(self, latent: int, top: int = 3) -> list[tuple[str, float]]:
         """The labels whose logit the latent's fine-tuned direction raises most (tagger at its last layer)."""
@@ -114,7 +115,7 @@ class DiffReading:
                 row["gold"] = e.gold_counts.get(j, {})
             latents.append(row)
         out = {"crosscoder": {"path": self.path, "layer": self.layer, "d_sae": self.d_sae, "k": self.k,
-                              "models": list(self.models)},
+                              "models": list(self.models), "positions": self.positions},
                "held_out": {"tokens": d.tokens, "sources": self.sources,
                             "fve": {"base": finite_or_none(d.fve[0]), "finetuned": finite_or_none(d.fve[1])}, "l0": round(d.l0, 3)},
                "counts": {JSON_CLASS[k]: v for k, v in d.counts().items()},
@@ -169,7 +170,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
             raise BertScopeError(f"Switch 1 to {MAX_LATENTS} latents off, numbered 0 to {cc.d_sae - 1}.")
     note, found = None, None
     try:  # said before any work: no head, a classifier at its last layer, labels that miss the data's
-        found = task_side(tuned, layer, examples, seed, data)
+        found = task_side(tuned, layer, examples, seed, data, cc.info.positions)
     except BertScopeError as err:
         note = str(err)
     # the held-out side of the mixture as the crosscoder's training drew it: its seed splits Brown's documents
@@ -178,7 +179,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
     caches = []
     for lm in (base, tuned):
         caches.append(layer_activations(lm, held.texts, layer, max_tokens=10**9, progress=_staged(
-            progress, f"Held-out activations of {lm.name} at layer {layer}, sentences")))
+            progress, f"Held-out activations of {lm.name} at layer {layer}, sentences"), positions=cc.info.positions))
     diff = diff_models(cc, caches[0], caches[1])
     if latents is not None:
         chosen = latents
@@ -195,4 +196,4 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
     weights = head_weights(tuned, cc, layer)
     labels = tuple(tuned.task.labels) if weights is not None and tuned.task is not None else ()
     return DiffReading((base.name, tuned.name), str(path), layer, cc.d_sae, cc.k, diff, held.counts(), effect, note,
-                       labels, weights)
+                       labels, weights, cc.info.positions)

@@ -103,3 +103,19 @@ def test_latents_tab_says_when_no_crosscoder_is_shipped(monkeypatch):
     assert not at.exception and not at.error
     assert any("No crosscoder is shipped for bundled and bundled-mlm" in i and "bundled-upos (B)" in i
                for i in texts(at.info))
+
+
+def test_latents_tab_on_the_sentiment_pair_reads_cls_at_the_last_layer(monkeypatch):
+    """bundled (A) with bundled-sentiment (B): the shipped crosscoders are of word pieces at layer 4 and of [CLS] at
+    the last layer, which opens first; its causal check says that only [CLS] is edited."""
+    at = start_with_url(monkeypatch, "bundled", PAGE, b="bundled-sentiment", cmp_tab="Latents")
+    assert not at.exception and not at.error
+    assert at.selectbox(key="diff_layer").options == ["4", "5"] and at.selectbox(key="diff_layer").value == 5
+    at.select_slider(key="diff_examples").set_value(100)
+    next(b for b in at.button if b.label == "Read the crosscoder").click()
+    at.run()
+    assert not at.exception and not at.error
+    assert any("Only [CLS] is edited" in c for c in texts(at.caption))
+    causal = next(f.value for f in at.dataframe if "B's held-out accuracy" in f.value.columns)
+    assert len(causal) == 5
+

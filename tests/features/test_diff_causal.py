@@ -53,8 +53,10 @@ def base(tiny_bert_dir):
     return load_model(str(tiny_bert_dir), device="cpu")  # another model of the same vocabulary and width
 
 
-def _crosscoder() -> BatchTopKCrosscoder:
-    cc = BatchTopKCrosscoder(32, 64, 4, CrosscoderInfo(("tiny", "tiny-task"), "blocks.0.hook_resid_post"), seed=0)
+def _crosscoder(layer: int = 0, positions: str = "pieces") -> BatchTopKCrosscoder:
+    extra = {} if positions == "pieces" else {"positions": positions}
+    cc = BatchTopKCrosscoder(32, 64, 4, CrosscoderInfo(("tiny", "tiny-task"), f"blocks.{layer}.hook_resid_post", extra),
+                             seed=0)
     with torch.no_grad():
         cc.W_dec.mul_(3.0)  # long enough decoders that taking latents out moves predictions
         cc.b_dec.normal_(0, 0.3, generator=torch.Generator().manual_seed(1))
@@ -65,14 +67,17 @@ def _crosscoder() -> BatchTopKCrosscoder:
 
 
 def _by_hand(base, tuned, cc, layer, examples, seed, edit) -> float:
-    """Accuracy with ``edit(x_base, x_tuned) -> x'`` applied at the word pieces, one example at a time."""
-    side = task_side(tuned, layer, examples, seed)
+    """Accuracy with ``edit(x_base, x_tuned) -> x'`` applied at the word pieces (or [CLS], for a crosscoder of
+    [CLS]), one example at a time."""
+    side = task_side(tuned, layer, examples, seed, positions=cc.info.positions)
     enc = encode(tuned.tokenizer, side.task, side.side, side.labels, tuned.max_length)
     right = total = 0
     tok = tuned.tokenizer
     for ids, gold in zip(enc.ids, enc.labels):
         feed = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
         pieces = ~torch.isin(feed["input_ids"], torch.tensor([tok.cls_token_id, tok.sep_token_id]))
+        if cc.info.positions == "cls":
+            pieces = feed["input_ids"] == tok.cls_token_id
         x_base = layer_output(base, feed, layer)
 
         def hook(x, _hook, _b=x_base, _p=pieces):
@@ -93,14 +98,17 @@ def _codes(cc, x_base, x_tuned):
     return cc.encode(torch.stack([x_base, x_tuned], dim=1), use_threshold=True)
 
 
-@pytest.mark.parametrize("kind", ["tag", "classify"])
+@pytest.mark.parametrize("kind", ["tag", "classify", "classify at [CLS]"])
 def test_every_edit_is_the_same_edit_done_by_hand(request, base, kind):
     tuned = request.getfixturevalue("tagger" if kind == "tag" else "classifier")
     cc, layer, n, seed = _crosscoder(), 0, 24, 3
+    if kind == "classify at [CLS]":  # the last layer, which the head reads through [CLS]
+        layer = tuned.num_layers - 1
+        cc = _crosscoder(layer, "cls")
     delta = np.full(64, 0.5)
     off = [11, 17, 23, 40]
     effect = diff_effect(base, tuned, cc, layer, off, delta, examples=n, seed=seed)
-    assert set(effect.accuracy) == set(EDITS) and effect.task == kind and effect.examples == n
+    assert set(effect.accuracy) == set(EDITS) and effect.task == kind.split()[0] and effect.examples == n
     assert effect.confusion["intact"].sum() == effect.scored and (effect.scored > n if kind == "tag" else
                                                                   effect.scored == n)
     slack = 2 / effect.scored  # a batch of padded rows against single rows: a near-tie may flip, rarely
@@ -159,6 +167,7 @@ def _removals(base, tuned, cc, layer, n, seed) -> np.ndarray:
 def test_bad_requests_are_refused_in_one_line(base, tagger, classifier):
     cc, delta = _crosscoder(), np.full(64, 0.5)
     cases = [((tagger, base, cc, 1, [3], delta), "no classification or tagging head"),
+             ((base, tagger, _crosscoder(1, "cls"), 1, [3], delta), "tags words, which a crosscoder of \\[CLS\\] never"),
              ((base, classifier, cc, 1, [3], delta), r"classifies from \[CLS\] at its last layer"),
              ((base, tagger, cc, 1, [64], delta), "latents 0 to 63"),
              ((base, tagger, cc, 1, [], delta), "between 1 and 64"),

@@ -139,6 +139,15 @@ def test_layer_activations_are_every_real_word_piece_and_are_kept(tmp_path, tiny
     assert again.folder == acts.folder and np.array_equal(np.asarray(again.rows), np.asarray(acts.rows))
     capped = layer_activations(lm, TEXTS[:4], 1, max_tokens=7, root=tmp_path)
     assert capped.tokens == 7
+    # [CLS] alone, one row a text (what a classifier reads at its last layer), in another folder
+    cls = layer_activations(lm, TEXTS[:4], 1, root=tmp_path, positions="cls")
+    first = torch.stack([lm.run_with_cache(t, ["blocks.1.hook_resid_post"], encoder_only=True)[1][
+        "blocks.1.hook_resid_post"][0, 0] for t in TEXTS[:4]]).numpy()
+    assert cls.folder != acts.folder and cls.where.tolist() == [[i, 0] for i in range(4)]
+    np.testing.assert_allclose(np.asarray(cls.rows, np.float32), first, atol=2e-2, rtol=1e-2)
+    assert layer_activations(lm, TEXTS[:4], 1, max_tokens=2, root=tmp_path, positions="cls").tokens == 2
+    with pytest.raises(BertScopeError, match="Positions 'sep'"):
+        layer_activations(lm, TEXTS[:4], 1, root=tmp_path, positions="sep")
 
 
 def synthetic(tokens: int = 12_000, d: int = 16, atoms: int = 24, active: int = 2, seed: int = 0) -> np.ndarray:

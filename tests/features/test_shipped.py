@@ -50,11 +50,16 @@ def test_the_crosscoders_shipped_for_the_two_fine_tuned_models_are_small_and_nam
     from bertscope.features.shipped import SHIPPED_CROSSCODERS, shipped_crosscoders
 
     assert set(SHIPPED_CROSSCODERS) == {("bundled", "bundled-sentiment"), ("bundled", "bundled-upos")}
+    # the tagger's at its last layer; the classifier's of word pieces at layer 4 and of [CLS] at its last layer
+    expected = {"bundled-upos": {5: "pieces"}, "bundled-sentiment": {4: "pieces", 5: "cls"}}
     for (base, tuned), folder in SHIPPED_CROSSCODERS.items():
         assert shipped_crosscoders(base, tuned) == folder
-        files = [p for p in folder.rglob("*") if p.is_file()]
-        assert sum(p.stat().st_size for p in files) <= 5 * 2**20  # float16, 1,536 latents
-        (layer,) = sae_layers(folder)
+        assert sae_layers(folder) == sorted(expected[tuned])
+        for layer, positions in expected[tuned].items():
+            files = [p for p in sae_folder(folder, layer).rglob("*") if p.is_file()]
+            assert sum(p.stat().st_size for p in files) <= 5 * 2**20  # float16, 1,536 latents
+            assert load_crosscoder(sae_folder(folder, layer)).info.positions == positions
+        layer = max(expected[tuned])
         cfg = json.loads((sae_folder(folder, layer) / "cfg.json").read_text())
         assert cfg["dtype"] == "float16" and cfg["metadata"]["models"] == [base, tuned]
         cc = load_crosscoder(sae_folder(folder, layer))

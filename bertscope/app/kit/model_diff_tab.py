@@ -98,8 +98,10 @@ def _causal(r: DiffReading) -> None:
     scored = f"{e.scored:,} {'words' if e.task == 'tag' else 'texts'}"
     st.caption(plain(f"{e.data}: {e.examples:,} examples ({scored}). {len(e.latents)} fine-tuned-only latents off: "
                      f"{e.accuracy['intact'] - e.accuracy['removed']:+.3f} accuracy lost; as many controls: "
-                     f"{e.accuracy['intact'] - e.accuracy['control']:+.3f}. [CLS] and [SEP] are never edited: the "
-                     "crosscoder reads word pieces only."))
+                     f"{e.accuracy['intact'] - e.accuracy['control']:+.3f}. "
+                     + ("Only [CLS] is edited: this crosscoder reads it alone, as the classifier's head does."
+                        if r.positions == "cls" else
+                        "[CLS] and [SEP] are never edited: the crosscoder reads word pieces only.")))
 
 
 def _latents(r: DiffReading) -> None:
