@@ -150,7 +150,9 @@ def _prepare_span(lm: LoadedModel, pair: Pair, clean: str, corrupted: str, name:
     encodings = lm.tokenizer([clean, corrupted], [context, context], truncation=True,
                              max_length=lm.max_length).encodings  # the same cut as ``feed_of``
     n_clean, n_corrupted = (len(e.ids) for e in encodings)
-    if n_clean != n_corrupted:
+    questions = [sum(s == 0 for s in e.sequence_ids) for e in encodings]  # a cut context hides a length difference
+    if n_clean != n_corrupted or questions[0] != questions[1]:
+        n_clean, n_corrupted = (len(e.ids) for e in lm.tokenizer([clean, corrupted], [context, context]).encodings)
         raise BertScopeError(f"{name.capitalize()} has {n_clean} tokens clean and {n_corrupted} corrupted "
                              f"(“{clean[:60]}” / “{corrupted[:60]}”, each with its context): every position of one "
                              "is put into the other, so both questions need the same number.")

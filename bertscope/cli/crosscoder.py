@@ -83,14 +83,16 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
 def table(r: dict) -> str:
     c = r["counts"]
     lines = [f"BatchTopK crosscoder, {r['base']} (base) and {r['tuned']} (fine-tuned), {r['hook_name']}: "
-             f"{r['d_sae']:,} latents, k={r['k']}, {r['trained_tokens']:,} tokens, saved in {r['out']}",
+             f"{r['d_sae']:,} latents, k={r['k']}, {r['trained_tokens']:,} "
+             f"{'texts ([CLS] alone)' if r['positions'] == 'cls' else 'tokens'}, saved in {r['out']}",
              f"text: {', '.join(r['sources'])}" + (f" (not installed: {', '.join(r['missing_sources'])})"
                                                    if r["missing_sources"] else ""),
              *([f"the text gave {r['trained_tokens']:,} of the {r['asked_tokens']:,} "
                 f"{'texts' if r['positions'] == 'cls' else 'tokens'} asked for (raise --per-source)"]
                if r["corpus_too_small"] else []),
-             f"held-out ({r['held_out_tokens']:,} tokens): variance explained {_fmt(r['fve']['base'])} (base), "
-             f"{_fmt(r['fve']['tuned'])} (fine-tuned); {r['l0']:.1f} latents a token",
+             f"held-out ({r['held_out_tokens']:,} {'texts' if r['positions'] == 'cls' else 'tokens'}): variance "
+             f"explained {_fmt(r['fve']['base'])} (base), {_fmt(r['fve']['tuned'])} (fine-tuned); {r['l0']:.1f} "
+             f"latents a {'text' if r['positions'] == 'cls' else 'token'}",
              "latents by relative decoder norm (0 base-only .. 1 fine-tuned-only):",
              *[f"  {name:<18}{c[name]:>7,}" for name in r["classes"]],
              f"  fine-tuned-only that Latent Scaling keeps (|ν^ε| < 0.2, |ν^r| < 0.5): {c['fine-tuned-only, real']:,}"]

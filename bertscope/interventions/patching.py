@@ -166,12 +166,12 @@ def _prepare_span(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequenc
         raise BertScopeError("Give two spans of the context, e.g. the man,the dog: the metric is their score difference.")
     a, b = (str(c).strip() for c in candidates)
     tokenized = tokenize(lm, [clean, corrupt], [context, context])
-    n_clean, n_corrupt = (len(e.ids) for e in tokenized.encodings)
+    n_clean, n_corrupt = tokenized.original  # before the cut, which would hide a difference in a long context
     if n_clean != n_corrupt:
         raise BertScopeError(f"The clean question has {n_clean} tokens with its context and the corrupted one {n_corrupt}: "
                              "patching puts each position of one into the other, so both need the same number.")
     encoding = tokenized.encodings[0]
-    (a_first, a_last), (b_first, b_last) = (span_in_context(encoding, context, text, what, "the question")
+    (a_first, a_last), (b_first, b_last) = (span_in_context(encoding, context, text, what, "this example")
                                             for text, what in ((a, "first span"), (b, "second span")))
     if (a_first, a_last) == (b_first, b_last):
         raise BertScopeError(f"{a!r} and {b!r} are the same span: give two different spans.")

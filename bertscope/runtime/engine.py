@@ -25,7 +25,8 @@ class Engine(Protocol):
 
     def hidden_rows(self, lm: Any, task: Any, table: Any, pooling: str, batch_size: int
                     ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """Per batch: (sentences done, destination rows, pooled vectors [example, layer + 1, dim])."""
+        """Per batch: (its word pieces, special tokens included, as ``hidden_cache.count_pieces`` counts them;
+        destination rows; pooled vectors [example, layer + 1, dim])."""
 
     def item_results(self, lm: Any, items: Sequence[Any], methods: Sequence[str], removal: str, steps: int,
                      seed: int, progress: Progress) -> list[Any]:

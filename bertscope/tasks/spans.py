@@ -20,6 +20,7 @@ a pass.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,16 +253,25 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
 
 
 def span_in_context(encoding: Any, context: str, text: str, what: str, name: str) -> tuple[int, int]:
-    """(first, last) piece of the first occurrence of ``text`` in ``context``, as ``encoding`` (a fast tokenizer's
-    encoding of question and context) holds it; one line naming ``what`` of ``name`` when it is not there."""
-    at = context.find(text)
-    if at < 0:
+    """(first, last) piece of the first occurrence of ``text`` in ``context`` that starts and ends where pieces do
+    ("man" in "the woman and the man" is the second), as ``encoding`` (a fast tokenizer's encoding of question and
+    context) holds it; one line naming ``what`` of ``name`` when there is none."""
+    found = False
+    for match in re.finditer(re.escape(text), context):
+        found = True
+        first = encoding.char_to_token(match.start(), sequence_index=1)
+        last = encoding.char_to_token(match.end() - 1, sequence_index=1)
+        if first is not None and last is not None and encoding.offsets[first][0] == match.start() and \
+                encoding.offsets[last][1] == match.end():
+            return first, last
+    if not found:
         raise BertScopeError(f"The {what} {text!r} of {name} is not in its context: answers are spans of the context.")
-    first = encoding.char_to_token(at, sequence_index=1)
-    last = encoding.char_to_token(at + len(text) - 1, sequence_index=1)
-    if first is None or last is None:
-        raise BertScopeError(f"The {what} {text!r} of {name} lies beyond the {len(encoding.ids)} pieces the model reads.")
-    return first, last
+    read = max((end for (_, end), seq in zip(encoding.offsets, encoding.sequence_ids) if seq == 1), default=0)
+    if context.find(text) + len(text) > read:  # the context's characters the pieces kept end before it
+        raise BertScopeError(f"The {what} {text!r} of {name} lies beyond the {len(encoding.ids)} pieces the model "
+                             "reads.")
+    raise BertScopeError(f"The {what} {text!r} of {name} does not start and end where the context's pieces do (part "
+                         "of a word?): give whole pieces.")
 
 
 def span_margin(start: torch.Tensor, end: torch.Tensor, answer: tuple[Any, Any], foil: tuple[Any, Any]

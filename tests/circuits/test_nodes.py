@@ -103,5 +103,8 @@ def test_a_question_answering_model_is_patched_and_attributed_on_its_span_score(
     assert scores.hidden[0].sum() == pytest.approx(1.0, abs=0.03)
     with pytest.raises(BertScopeError, match="give the context"):
         patch(qa, clean, corrupt, spans)
-    with pytest.raises(BertScopeError, match="'a boat' of the question is not in its context"):
+    with pytest.raises(BertScopeError, match="'a boat' of this example is not in its context"):
         patch(qa, clean, corrupt, ("the man", "a boat"), context=context)
+    long = " ".join([context] * 30)  # cut at the model's maximum: both rows as long, the questions not
+    with pytest.raises(BertScopeError, match="clean question has .* tokens with its context and the corrupted one"):
+        patch(qa, "who ?", "who sat ?", spans, context=long)

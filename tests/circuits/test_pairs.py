@@ -84,3 +84,11 @@ def test_bad_pairs_name_the_pair_and_what_the_model_has(tiny_mlm_dir, tiny_bert_
         prepare_all(qa, [Pair("who sat ?", "what sat ?", "man", "man", context=context)])
     with pytest.raises(BertScopeError, match="Pair 1 has 12 tokens clean and 13 corrupted"):
         prepare_all(qa, [Pair("who ?", "who sat ?", "the man", "the river", context=context)])
+    long = " ".join(["the man sat by the river ."] * 40)  # cut at the model's maximum: both rows as long
+    with pytest.raises(BertScopeError, match="Pair 1 has .* tokens clean and .* corrupted"):
+        prepare_all(qa, [Pair("who ?", "who sat ?", "the man", "the river", context=long)])
+    with pytest.raises(BertScopeError, match="'the ma' of pair 1 does not start and end where the context's pieces"):
+        prepare_all(qa, [Pair("who sat ?", "what sat ?", "the ma", "the river", context=context)])
+    (p,) = prepare_all(qa, [Pair("who sat ?", "what sat ?", "man", "river",
+                                 context="the woman and the man sat by the river .")])[1]
+    assert p.tokens[p.ids[0] - 1:p.ends[0] + 1] == ["the", "man"]  # the whole word, not woman's end

@@ -89,7 +89,12 @@ def test_patch_a_question_answering_model_on_two_spans_of_a_context(capsys, tiny
     assert code == 0, err
     data = json.loads(out)
     assert data["metric"] == "span_score_diff" and data["reads"] == "span" and data["context"] == context
-    assert data["recovered"][-1][data["position"]] is not None
+    from bertscope import load_model
+    from bertscope.interventions.patching import patch
+
+    grid = patch(load_model(str(qa)), *args[3:6:2], ("the man", "the dog"), context=context)  # the library's
+    assert (data["m_clean"], data["m_corrupt"]) == pytest.approx((grid.m_clean, grid.m_corrupt), abs=1e-6)
+    assert np.allclose(np.array(data["recovered"], float), grid.recovered, atol=1e-5, equal_nan=True)
     code, out, err = run_cli(capsys, *args, "--context", context)
     assert code == 0 and out.startswith("score(the man) - score(the dog)")
     code, out, err = run_cli(capsys, *args)
