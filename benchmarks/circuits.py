@@ -8,7 +8,8 @@
 ``--speed``: on one clean/corrupted pair of ``--tokens`` tokens, each cost as a ratio to the same batch's
 plain passes, the median of interleaved rounds in one run: node attribution (AtP over every head × position, hidden state and
 feed-forward) against a forward+backward, and exact patching of every head against it; EAP over every
-edge and EAP-IG (5 steps) against a forward+backward; evaluating one circuit against a forward. With
+edge and EAP-IG (5 steps) against a forward+backward; evaluating one circuit against a forward, alone and as a pass of a
+sweep (``faithfulness.evaluate`` reuses one pass's buffers in the next). With
 ``random:CONFIG`` a random model of that config's real size (``core.random_models``). Each phase's peak
 resident memory above the process's before its first call (sampled every 5 ms; memory the allocator keeps
 from an earlier step is not counted again), against the circuit pass's byte budget.
@@ -65,7 +66,7 @@ class PeakRss:
 
 
 def speed(args) -> None:
-    from bertscope.circuits.decomposed import layer_weights, run_pass
+    from bertscope.circuits.decomposed import Scratch, layer_weights, run_pass
     from bertscope.circuits.edges import attribute_edges, record_pairs
     from bertscope.circuits.faithfulness import row_bytes
     from bertscope.circuits.graph import CircuitGraph
@@ -107,10 +108,10 @@ def speed(args) -> None:
     eap = attribute_edges(lm, method="eap", recorded=(where, recorded))
     ranked_keep = torch.from_numpy(graph.top(eap.scores, graph.n_edges // 10)[None])
 
-    def circuit(keep):
+    def circuit(keep, scratch=None):
         def run():
             with turn(lm), torch.inference_mode():
-                run_pass(lm, graph, weights, item, where, keep=keep.to(lm.device))
+                run_pass(lm, graph, weights, item, where, keep=keep.to(lm.device), scratch=scratch)
         return run
 
     steps = [("node attribution (AtP: every head × position, state, MLP)",
@@ -123,7 +124,9 @@ def speed(args) -> None:
               forward_backward, "≤ 8x forward+backward"),
              ("evaluating one circuit (10% of edges, at random)", circuit(random_keep), forward,
               f"≤ 2x a forward; row budget {row_bytes(lm, graph, tokens) / 2**20:.0f} MiB"),
-             ("evaluating one circuit (EAP's top 10% of edges)", circuit(ranked_keep), forward, "≤ 2x a forward")]
+             ("evaluating one circuit (EAP's top 10% of edges)", circuit(ranked_keep), forward, "≤ 2x a forward"),
+             ("one circuit of a sweep (EAP's top 10%, the sweep's buffers reused)", circuit(ranked_keep, Scratch()),
+              forward, "≤ 2x a forward")]
     if not args.skip_exact:
         steps.insert(1, ("exact patching of every head (all positions)",
                          lambda: patch(lm, clean, corrupt, ("were", "was"), what="heads"), forward_backward, ""))

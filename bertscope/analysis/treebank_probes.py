@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, count_pieces, hidden_states
+from bertscope.analysis.hidden_cache import CachedStates, HiddenStateCache, count_pieces, hidden_states, states_on_disk
 from bertscope.analysis.probing import LOGREG_STEPS, ProbeKind, ProbeResult, control_labels, fit_layers, gold_indices
 from bertscope.analysis.structural_runs import sample_indices, sentence_rows
 from bertscope.core.models import LoadedModel
@@ -108,15 +108,17 @@ def treebank_probe(lm: LoadedModel, task: str, layers: Sequence[int] | None = No
     treebank = {split: read_ewt(split) for split in SPLITS}
     keep = {"train": sample_indices(len(treebank["train"]), size or None, seed), "test": range(len(treebank["test"]))}
     tasks = {split: ewt_task(split) for split in SPLITS}
-    pieces = {split: count_pieces(lm, tasks[split].texts) if states_progress else 0 for split in SPLITS}
-    states, hits, offset, total = {}, [], 0, sum(pieces.values())  # one count of word pieces over both splits
+    # one count of word pieces over the splits a pass will run (a split on disk costs none)
+    pieces = {split: count_pieces(lm, tasks[split].texts)
+              if states_progress and not states_on_disk(lm, tasks[split], "mean", cache) else 0 for split in SPLITS}
+    states, hits, offset, total = {}, [], 0, sum(pieces.values())
     for split in SPLITS:  # the whole split's states: the structural probe reads the same cache entry
-        report = None if states_progress is None else \
+        report = None if states_progress is None or not pieces[split] else \
             (lambda done, _, offset=offset, end=offset + pieces[split]: states_progress(min(offset + done, end), total))
         states[split] = hidden_states(lm, tasks[split], "mean", cache, batch_size, progress=report, engine=engine)
         hits.append(states[split].hit)
         offset += pieces[split]
-        if states_progress is not None:
+        if states_progress is not None and pieces[split]:
             states_progress(offset, total)
     examples, lost = {}, 0
     for split in SPLITS:

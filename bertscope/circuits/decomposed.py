@@ -149,43 +149,86 @@ def layer_norm_linear(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Ten
 
 
 def transport_(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> None:
-    """``layer_norm_linear`` in place, on a buffer no gradient reads (two passes over memory, not five)."""
+    """``layer_norm_linear`` in place, on a buffer no gradient reads (two passes over memory, not five);
+    ``sigma`` broadcasts against ``comps`` ([pos, 1] sender-major, [pos, 1, 1] position-major)."""
     comps -= comps.mean(dim=-1, keepdim=True)
-    comps *= gamma / sigma  # [pos, d]
+    comps *= gamma / sigma
+
+
+class Scratch:
+    """Buffers a run of circuit passes reuses (``faithfulness.evaluate``'s sweep). A fresh buffer of a
+    few hundred MiB costs the first touch of its pages, about a tenth of a pass at BERT-base size and 512
+    tokens; one kept for the sweep costs that once. Held only as long as the caller holds this."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def empty(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised tensor of ``shape``, ``like``'s dtype and device, on the buffer ``name``."""
+        size = 1
+        for n in shape:
+            size *= n
+        have = self.buffers.get(name)
+        if have is None or have.numel() < size or have.dtype != like.dtype or have.device != like.device:
+            self.buffers.pop(name, None)  # the old one goes before the new one comes
+            have = self.buffers[name] = like.new_empty(size)
+        return have[:size].view(shape)
+
+
+def _empty(scratch: Scratch | None, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    return like.new_empty(shape) if scratch is None else scratch.empty(name, shape, like)
+
+
+def chosen_slice(chosen: list[int]) -> slice | list[int]:
+    """``chosen`` (ascending indices) as a slice when they run without a gap: a view, not a copy."""
+    return slice(chosen[0], chosen[-1] + 1) if chosen and chosen[-1] - chosen[0] == len(chosen) - 1 else chosen
 
 
 class Contributions:
-    """One run's residual stream as [sender, pos, d_model] contributions, advanced sub-block by sub-block
-    in one preallocated buffer. ``active`` (bool per sender; None: every one) says which senders to carry:
-    the others' contributions are never read alone. Each LayerNorm uses the run's own σ."""
+    """One run's residual stream as one contribution per sender, advanced sub-block by sub-block in one
+    preallocated buffer: [sender, pos, d_model], or [pos, sender, d_model] with ``position_major`` (the
+    layout the circuit pass sums receivers' inputs in: one small product per position). ``active`` (bool
+    per sender; None: every one) says which senders to carry: the others' contributions are never read
+    alone. Each LayerNorm uses the run's own σ."""
 
-    def __init__(self, record: RunRecord, weights: list[LayerWeights], active: Any = None) -> None:
-        self.record, self.weights = record, weights
+    def __init__(self, record: RunRecord, weights: list[LayerWeights], active: Any = None,
+                 position_major: bool = False, scratch: Scratch | None = None) -> None:
+        self.record, self.weights, self.position_major = record, weights, position_major
         n_senders = 1 + len(weights) * (record.results.shape[2] + 1)
         self.active = [True] * n_senders if active is None else [bool(a) for a in active]
         self.index = [i for i in range(n_senders) if self.active[i]]  # every sender carried, in pass order
-        self.buffer = record.embed.new_empty((len(self.index), *record.embed.shape))  # [sender, pos, d_model]
+        pos, d = record.embed.shape
+        self.buffer = _empty(scratch, "contributions", (pos, len(self.index), d) if position_major else
+                             (len(self.index), pos, d), record.embed)
         self.n = 0
         if self.active[0]:
-            self.buffer[0] = record.embed
+            self.sender(0)[...] = record.embed
             self.n = 1
         self._next = 1
         self.on_transport: Callable[[torch.Tensor], None] | None = None  # sees each LayerNorm's output before β
 
     @property
     def comps(self) -> torch.Tensor:
-        """[sender, pos, d_model] the carried senders reached so far (a view of the buffer)."""
-        return self.buffer[: self.n]
+        """The carried senders reached so far (a view of the buffer, in its layout)."""
+        return self.buffer[:, : self.n] if self.position_major else self.buffer[: self.n]
+
+    def sender(self, i: int) -> torch.Tensor:
+        """[pos, d_model] the ``i``-th carried sender's contribution (a view)."""
+        return self.buffer[:, i] if self.position_major else self.buffer[i]
 
     @property
     def carried(self) -> list[int]:
         return self.index[: self.n]
 
-    def _add(self, new: torch.Tensor) -> None:  # new [sender, pos, d]: the next senders in pass order
-        chosen = [i for i in range(len(new)) if self.active[self._next + i]]
-        self._next += len(new)
+    def _add(self, new: torch.Tensor) -> None:  # new [pos, sender, d]: the next senders in pass order
+        chosen = [i for i in range(new.shape[1]) if self.active[self._next + i]]
+        self._next += new.shape[1]
         if chosen:
-            self.buffer[self.n:self.n + len(chosen)] = new[chosen]
+            part = new[:, chosen_slice(chosen)]  # [pos, chosen, d]
+            if self.position_major:
+                self.buffer[:, self.n:self.n + len(chosen)] = part
+            else:
+                self.buffer[self.n:self.n + len(chosen)] = part.transpose(0, 1)
             self.n += len(chosen)
 
     def _norm(self, norm: tuple[torch.Tensor, torch.Tensor, float], sigma: torch.Tensor, bias: torch.Tensor | None
@@ -193,19 +236,19 @@ class Contributions:
         gamma, beta, _ = norm
         c, has_input = self.comps, self.active[0]
         if has_input and bias is not None:
-            c[0] += bias
-        transport_(c, gamma, sigma)
+            self.sender(0).add_(bias)
+        transport_(c, gamma, sigma[:, None] if self.position_major else sigma)
         if self.on_transport is not None:
             self.on_transport(c)
         if has_input:
-            c[0] += beta
+            self.sender(0).add_(beta)
 
     def after_attention(self, layer: int) -> None:
-        self._add(self.record.results[layer].permute(1, 0, 2))
+        self._add(self.record.results[layer])
         self._norm(self.weights[layer].norm1, self.record.sigma1[layer], self.weights[layer].out_bias)
 
     def after_mlp(self, layer: int) -> None:
-        self._add(self.record.mlp_out[layer][None])
+        self._add(self.record.mlp_out[layer][:, None])
         self._norm(self.weights[layer].norm2, self.record.sigma2[layer], None)
 
 
@@ -242,8 +285,8 @@ class Flow:
 
 
 def _per_head(change: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """[rows, pos, head, d_head] each head's q (or k, v) change from its input change [rows, head, pos, d]."""
-    return torch.einsum("rhpd,hed->rphe", change, weight)
+    """[rows, pos, head, d_head] each head's q (or k, v) change from its input change [rows, pos, head, d]."""
+    return torch.einsum("rphd,hed->rphe", change, weight)
 
 
 def _stream(record: RunRecord, where: str, layer: int) -> torch.Tensor:
@@ -254,9 +297,11 @@ def _stream(record: RunRecord, where: str, layer: int) -> torch.Tensor:
 
 
 def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair, where: str,
-             keep: torch.Tensor | None = None, flow: Flow | None = None, rows: int = 1) -> torch.Tensor:
+             keep: torch.Tensor | None = None, flow: Flow | None = None, rows: int = 1, scratch: Scratch | None = None
+             ) -> torch.Tensor:
     """[rows] the metric of the circuit pass: ``keep`` [rows, sender, receiver] (1 = in the circuit) or a
-    gradient pass ``flow`` (its leaves' gradients land in ``flow.grads`` after ``backward``).
+    gradient pass ``flow`` (its leaves' gradients land in ``flow.grads`` after ``backward``). ``scratch``:
+    buffers to reuse from an earlier pass (circuit passes without gradients only).
 
     A receiver reads clean + (ablated − clean stream) + Σ_{u in the circuit} (patched_u − ablated_u): the
     per-sender terms are carried only for senders with an edge in some row's circuit."""
@@ -274,30 +319,32 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         active = [flow.input_shift is not None] + [False] * (graph.n_senders - 1)
     # gradient passes: the input node's own contributions (when it moves), and every change summed [rows, pos, d].
     # circuit passes: per carried sender, kept = (patched − clean) − (ablated − clean) = patched − ablated as the
-    # receivers read it [rows, sender, pos, d]: through a LayerNorm k it becomes T_clean(kept) + (σ_abl/σ_clean
+    # receivers read it [rows, pos, sender, d] (position-major: a receiver's sum is a product per position): through a LayerNorm k it becomes T_clean(kept) + (σ_abl/σ_clean
     # − 1) · T_abl(ablated) (T_abl = σ_clean/σ_abl · T_clean, the shift of the LayerNorm's input cancelling), so
     # the clean run's contributions are never carried
-    clean_c = Contributions(clean, weights, active) if keep is None else None
-    ablated_c = Contributions(ablated, weights, active)
+    if keep is None or torch.is_grad_enabled():
+        scratch = None  # autograd may keep views of these buffers
+    clean_c = Contributions(clean, weights, active, position_major=True) if keep is None else None
+    ablated_c = Contributions(ablated, weights, active, position_major=True, scratch=scratch)
     if keep is None:
         state: dict[str, Any] = {"patched": torch.zeros(rows, pos, d, dtype=dtype, device=lm.device)}
-    else:
-        kept = torch.zeros(rows, len(ablated_c.index), pos, d, dtype=dtype, device=lm.device)
+    else:  # only the first ``n`` senders are ever read: no zeros to write
+        kept = _empty(scratch, "kept", (rows, pos, len(ablated_c.index), d), ablated.embed)
         if active[0]:  # the input node: patched = clean embeddings
-            kept[:, 0] = clean.embed - ablated.embed
+            kept[:, :, 0] = clean.embed - ablated.embed
         state = {"patched": kept, "n": ablated_c.n}
     n_layers, heads = lm.num_layers, lm.num_heads
 
     def receiver_change(point: str, layer: int, first: int, count: int
                         ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
         """What receivers first..first+count read beyond the clean run: (shared [rows or 1, pos, d], read by
-        every one of them; extra [rows, chosen, pos, d] or None, read besides by the chosen receivers,
+        every one of them; extra [rows, pos, chosen, d] or None, read besides by the chosen receivers,
         those with an edge in some row's circuit; the chosen, counted from ``first``)."""
         if keep is None:
             assert flow is not None and clean_c is not None
             change = state["patched"]
             if flow.input_shift is not None:  # the input's own term: (1 − shift) of the way back to clean
-                change = change + flow.input_shift.view(rows, 1, 1) * (ablated_c.comps[0] - clean_c.comps[0])
+                change = change + flow.input_shift.view(rows, 1, 1) * (ablated_c.sender(0) - clean_c.sender(0))
             return change, None, []
         total = (_stream(ablated, point, layer) - _stream(clean, point, layer))[None]  # every sender ablated
         index = ablated_c.carried
@@ -307,15 +354,18 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         chosen = torch.nonzero(k.sum(dim=(0, 1))).flatten().tolist()
         if not chosen:
             return total, None, []
-        kept = state["patched"][:, : len(index)]
+        kept = state["patched"][:, :, : len(index)]  # [rows, pos, sender, d]
         if torch.is_grad_enabled():  # the buffer changes in place later: autograd keeps its own copy
             kept = kept.clone()
-        return total, torch.einsum("rspd,rsv->rvpd", kept, k[:, :, chosen]), chosen
+        n_senders = len(index)
+        weight = k[:, :, chosen].transpose(1, 2)[:, None].expand(rows, pos, len(chosen), n_senders)
+        extra = torch.bmm(weight.reshape(rows * pos, len(chosen), n_senders), kept.reshape(rows * pos, n_senders, d))
+        return total, extra.view(rows, pos, len(chosen), d), chosen
 
     def single(change: tuple[torch.Tensor, torch.Tensor | None, list[int]]) -> torch.Tensor:
         """[rows, pos, d] one receiver's change."""
         shared, extra, _ = change
-        return shared if extra is None else shared + extra[:, 0]
+        return shared if extra is None else shared + extra[:, :, 0]
 
     def leaf(name: str, like: torch.Tensor) -> torch.Tensor:
         if flow is None:
@@ -341,24 +391,33 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             mine = [(j, c - i * heads) for j, c in enumerate(chosen) if i * heads <= c < (i + 1) * heads]
             if mine:
                 assert extra is not None
-                own = [h for _, h in mine]
+                own = chosen_slice([h for _, h in mine])
                 w = (weights[layer].query, weights[layer].key, weights[layer].value)[i]
-                add = torch.zeros_like(x)
-                add[:, :, own] = _per_head(extra[:, [j for j, _ in mine]], w[own]).to(x.dtype)
-                x = x + add
+                x = x.clone()
+                x[:, :, own] += _per_head(extra[:, :, chosen_slice([j for j, _ in mine])], w[own]).to(x.dtype)
             return x + leaf(f"{layer}.{which}", x) if flow is not None else (x if mine else None)
         return hook
 
     def patched_senders(layer_first: int, new: torch.Tensor) -> None:
-        """``new`` [rows, sender, pos, d]: a gradient pass's patched − clean; a circuit pass's patched − ablated."""
+        """``new`` [rows, pos, sender, d]: a gradient pass's patched − clean; a circuit pass's patched − ablated."""
         if keep is None:
-            state["patched"] = state["patched"] + new.sum(dim=1)
+            state["patched"] = state["patched"] + new.sum(dim=2)
             return
-        chosen = [i for i in range(new.shape[1]) if active[layer_first + i]]
+        chosen = [i for i in range(new.shape[2]) if active[layer_first + i]]
         if chosen:
             n = state["n"]
-            state["patched"][:, n:n + len(chosen)] = new[:, chosen]
+            state["patched"][:, :, n:n + len(chosen)] = new[:, :, chosen_slice(chosen)]
             state["n"] = n + len(chosen)
+
+    def circuit_senders(layer_first: int, x: torch.Tensor, base: torch.Tensor) -> None:
+        """A circuit pass's patched − ablated, x [rows, pos, sender, d] less base [pos, sender, d], written
+        straight into the buffer when every sender is carried."""
+        n, count = state["n"], x.shape[2]
+        if all(active[layer_first:layer_first + count]) and not torch.is_grad_enabled():
+            torch.sub(x, base, out=state["patched"][:, :, n:n + count])
+            state["n"] = n + count
+        else:
+            patched_senders(layer_first, x - base)
 
     def through_norm(layer: int, which: int) -> None:
         """Every carried quantity through block ``layer``'s LayerNorm ``which`` (1: after attention, 2: after
@@ -371,12 +430,12 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             getattr(clean_c, step)(layer)
             getattr(ablated_c, step)(layer)
             return
-        kept = state["patched"][:, : state["n"]]
+        kept = state["patched"][:, :, : state["n"]]  # [rows, pos, sender, d]
         if torch.is_grad_enabled():
             state["patched"] = state["patched"].clone()
-            kept = state["patched"][:, : state["n"]]
-        transport_(kept, gamma, sigma_clean)
-        factor = (ablated.sigma1 if which == 1 else ablated.sigma2)[layer] / sigma_clean - 1  # [pos, 1]
+            kept = state["patched"][:, :, : state["n"]]
+        transport_(kept, gamma, sigma_clean[:, None])
+        factor = ((ablated.sigma1 if which == 1 else ablated.sigma2)[layer] / sigma_clean - 1)[:, None]  # [pos, 1, 1]
         ablated_c.on_transport = lambda c: kept.addcmul_(c, factor)
         getattr(ablated_c, step)(layer)
         ablated_c.on_transport = None
@@ -392,8 +451,10 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     def result(x: torch.Tensor, point: Any) -> None:  # [rows, pos, head, d]
         layer = point.layer
         x = group_output("heads", layer, wide(x), clean.results[layer], ablated.results[layer])
-        base = clean.results[layer] if keep is None else ablated.results[layer]
-        patched_senders(graph.head_sender(layer, 0), (x - base).permute(0, 2, 1, 3))
+        if keep is None:
+            patched_senders(graph.head_sender(layer, 0), x - clean.results[layer])
+        else:
+            circuit_senders(graph.head_sender(layer, 0), x, ablated.results[layer])
         return None
 
     def mid(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]
@@ -408,8 +469,10 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     def mlp_out(x: torch.Tensor, point: Any) -> None:  # [rows, pos, d]
         layer = point.layer
         x = group_output("mlp", layer, wide(x), clean.mlp_out[layer], ablated.mlp_out[layer])
-        base = clean.mlp_out[layer] if keep is None else ablated.mlp_out[layer]
-        patched_senders(graph.mlp_sender(layer), (x - base)[:, None])
+        if keep is None:
+            patched_senders(graph.mlp_sender(layer), (x - clean.mlp_out[layer])[:, :, None])
+        else:
+            circuit_senders(graph.mlp_sender(layer), x[:, :, None], ablated.mlp_out[layer][:, None])
         return None
 
     def post(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]

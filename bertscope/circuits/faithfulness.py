@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertscope.circuits.decomposed import LayerWeights, RecordedPair, layer_weights, run_pass
+from bertscope.circuits.decomposed import LayerWeights, RecordedPair, Scratch, layer_weights, run_pass
 from bertscope.circuits.edges import EdgeScores, Progress, end_metrics
 from bertscope.circuits.graph import CircuitGraph
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
@@ -56,6 +56,7 @@ def evaluate(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     order = [int(i) for i in np.argsort(sizes, kind="stable") if not full[i] and not empty[i]]
     out = np.empty((len(circuits), len(items)))
     done, total = 0, len(items) * (len(order) + 1)
+    scratch = Scratch()  # one pass's buffers, reused by the next
     for j, pair in enumerate(items):
         if stop is not None and stop():
             raise BertScopeError(f"Stopped after {done} of {total} circuit passes.")
@@ -68,7 +69,8 @@ def evaluate(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             chosen = order[start:start + per]
             keep = torch.from_numpy(circuits[chosen] & graph.real).to(lm.device)
             with turn(lm), torch.inference_mode():
-                out[chosen, j] = run_pass(lm, graph, weights, pair, where, keep=keep).double().cpu().numpy()
+                out[chosen, j] = run_pass(lm, graph, weights, pair, where, keep=keep,
+                                          scratch=scratch).double().cpu().numpy()
             done += len(chosen)
             if progress:
                 progress(done, total)

@@ -34,7 +34,7 @@ from bertscope.corpora.labelled import read_jsonl
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
-from bertscope.tasks.spans import span_in_context, span_margin
+from bertscope.tasks.spans import question_pair, span_in_context, span_margin
 
 MAX_PAIRS = 2_000  # a dataset larger than this is refused: every pair costs several passes
 MASK, CLASS, TAG, SPAN = "mask", "class", "tag", "span"
@@ -147,25 +147,18 @@ def _prepare_span(lm: LoadedModel, pair: Pair, clean: str, corrupted: str, name:
     if not context:
         raise BertScopeError(f"A question-answering model reads a question beside a context: {name} has no context.")
     check_text(context, f"context of {name}")
-    encodings = lm.tokenizer([clean, corrupted], [context, context], truncation=True,
-                             max_length=lm.max_length).encodings  # the same cut as ``feed_of``
-    n_clean, n_corrupted = (len(e.ids) for e in encodings)
-    questions = [sum(s == 0 for s in e.sequence_ids) for e in encodings]  # a cut context hides a length difference
-    if n_clean != n_corrupted or questions[0] != questions[1]:
-        n_clean, n_corrupted = (len(e.ids) for e in lm.tokenizer([clean, corrupted], [context, context]).encodings)
+    both = question_pair(lm, clean, corrupted, context)
+    if not both.same_length:
+        n_clean, n_corrupted = both.lengths
         raise BertScopeError(f"{name.capitalize()} has {n_clean} tokens clean and {n_corrupted} corrupted "
                              f"(“{clean[:60]}” / “{corrupted[:60]}”, each with its context): every position of one "
                              "is put into the other, so both questions need the same number.")
-    spans = [span_in_context(encodings[0], context, text.strip(), what, name)
+    spans = [span_in_context(both.encoding, context, text.strip(), what, name)
              for text, what in ((pair.answer, "answer"), (pair.foil, "foil"))]
     if spans[0] == spans[1]:
         raise BertScopeError(f"The answer and the foil of {name} are the same span ({pair.answer!r}).")
-    clean_feed, corrupted_feed = feed_of(lm, (clean, context)), feed_of(lm, (corrupted, context))
-    tokens = lm.tokenizer.convert_ids_to_tokens(clean_feed["input_ids"][0].tolist())
-    corrupted_tokens = lm.tokenizer.convert_ids_to_tokens(corrupted_feed["input_ids"][0].tolist())
     (a_start, a_end), (f_start, f_end) = spans
-    return PreparedPair(pair, clean_feed, corrupted_feed, tokens, corrupted_tokens, a_start, (a_start, f_start),
-                        (a_end, f_end))
+    return PreparedPair(pair, *both.feeds, *both.tokens, a_start, (a_start, f_start), (a_end, f_end))
 
 
 def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
@@ -184,36 +177,30 @@ def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
 
 
 def decision(lm: LoadedModel, output: Any, prepared: PreparedPair, where: str) -> torch.Tensor:
-    """[rows] logit(answer) − logit(foil) from a pass's output (an encoder-only pass for a masked LM)."""
-    a, b = prepared.ids
-    if where == SPAN:
-        (a_end, b_end), start, end = prepared.ends, wide(output.start_logits), wide(output.end_logits)  # [rows, token]
-        return span_margin(start, end, (a, a_end), (b, b_end))
-    if where == MASK:
-        logits = wide(mlm_head(lm)(output.last_hidden_state[:, prepared.position]))  # [rows, vocab]
-    elif where == CLASS:
-        logits = wide(output.logits)  # [rows, label]
-    else:
-        logits = wide(output.logits[:, prepared.position])  # [rows, tag]
-    return logits[:, a] - logits[:, b]
+    """[rows] logit(answer) − logit(foil) from a pass's output (an encoder-only pass for a masked LM), every row
+    a run of the one pair ``prepared``."""
+    first = output.start_logits if where == SPAN else output.last_hidden_state if where == MASK else output.logits
+    return decisions(lm, output, [prepared] * first.shape[0], where)
 
 
 def decisions(lm: LoadedModel, output: Any, rows: Sequence[PreparedPair], where: str) -> torch.Tensor:
-    """[rows] logit(answer) − logit(foil) of a pass over several pairs' feeds of one length (row i is ``rows[i]``'s,
-    read at its own position with its own answer and foil)."""
-    at = torch.arange(len(rows))
-    position = torch.tensor([p.position for p in rows])
-    answer, foil = torch.tensor([p.ids[0] for p in rows]), torch.tensor([p.ids[1] for p in rows])
+    """[rows] logit(answer) − logit(foil) of a pass over pairs' feeds of one length (row i is ``rows[i]``'s, read at
+    its own position with its own answer and foil), on the output's device (differentiable)."""
+    first = output.start_logits if where == SPAN else output.last_hidden_state if where == MASK else output.logits
+    device = first.device
+
+    def column(values: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(values, device=device)  # [rows]
+    at, answer, foil = column(range(len(rows))), column([p.ids[0] for p in rows]), column([p.ids[1] for p in rows])
     if where == SPAN:
-        answer_end, foil_end = torch.tensor([p.ends[0] for p in rows]), torch.tensor([p.ends[1] for p in rows])
-        start, end = wide(output.start_logits).cpu(), wide(output.end_logits).cpu()  # [rows, token]
-        return span_margin(start, end, (answer, answer_end), (foil, foil_end))
+        ends = column([p.ends[0] for p in rows]), column([p.ends[1] for p in rows])
+        start, end = wide(output.start_logits), wide(output.end_logits)  # [rows, token]
+        return span_margin(start, end, (answer, ends[0]), (foil, ends[1]))
     if where == CLASS:
-        logits = wide(output.logits).cpu()  # [rows, label]
+        logits = wide(output.logits)  # [rows, label]
     else:
-        states = output.last_hidden_state if where == MASK else output.logits  # [rows, token, d_model or tag]
-        picked = states[at.to(states.device), position.to(states.device)]  # [rows, d_model or tag]
-        logits = wide(mlm_head(lm)(picked) if where == MASK else picked).cpu()  # [rows, vocab or tag]
+        picked = first[at, column([p.position for p in rows])]  # [rows, d_model or tag]
+        logits = wide(mlm_head(lm)(picked) if where == MASK else picked)  # [rows, vocab or tag]
     return logits[at, answer] - logits[at, foil]
 
 

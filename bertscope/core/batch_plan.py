@@ -16,6 +16,7 @@ from tokenizers import Encoding
 from bertscope.core.hooked_pass import check_text
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.runtime.devices import to_device
 
 
 class Tokenized(NamedTuple):
@@ -86,6 +87,12 @@ def pad(lm: LoadedModel, tokenized: Tokenized, rows: Sequence[int]) -> Padded:
     feed = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
             "token_type_ids": torch.from_numpy(types)}
     return Padded(feed, special, word_ids, sequence_ids, offsets, [tokenized.original[i] for i in rows])
+
+
+def row_feed(lm: LoadedModel, tokenized: Tokenized, row: int) -> dict[str, torch.Tensor]:
+    """Row ``row`` of ``tokenized`` alone as the model's inputs ([1, token] each), on its device."""
+    return {k: to_device(v, lm.device) for k, v in pad(lm, tokenized, [row]).feed.items()
+            if k in lm.tokenizer.model_input_names}
 
 
 DEFAULT_BATCH_BYTES = 512 * 2**20  # outputs of one batch (attentions dominate at 512 tokens)

@@ -105,6 +105,18 @@ def layers_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
     return {layer: _read(folders[layer], layer, texts) for layer in layers}
 
 
+def read_positions(attention_mask: torch.Tensor, added: torch.Tensor, positions: str = "pieces") -> torch.Tensor:
+    """[batch, token] bool: the positions a feature pass reads, from the feed's ``attention_mask`` and ``added``
+    ([batch, token] bool: the tokens the tokenizer added, [CLS] [SEP] <s> </s>): every real word piece but those
+    ([UNK] stays), or with ``positions`` "cls" each row's first real token alone, past any left padding."""
+    real = attention_mask.bool()  # [batch, token]
+    if positions != "cls":
+        return real & ~added
+    first = torch.zeros_like(real)
+    first[torch.arange(len(real), device=real.device), real.int().argmax(1)] = True
+    return first
+
+
 def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], max_tokens: int, batch_size: int,
            progress: Callable[[int, int], None] | None, positions: str = "pieces") -> None:
     # the first sentences that hold max_tokens word pieces (a pass runs shortest first: choosing after it
@@ -130,12 +142,8 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], ma
         names = {layer: resid_post(layer) for layer in folders}
         for chosen, padded, feed in batches(lm, used, batch_size):
             _, cache = lm.run_with_cache(feed, list(names.values()), encoder_only=True)
-            read = ~padded.special  # [batch, token]: real word pieces
-            if positions == "cls":
-                first = padded.feed["attention_mask"].numpy().argmax(1)  # [batch]: past any left padding
-                read = np.zeros_like(read)
-                read[np.arange(len(read)), first] = True  # [CLS] (<s>)
-            b, t = np.nonzero(read)
+            read = read_positions(padded.feed["attention_mask"], torch.from_numpy(padded.special), positions).numpy()
+            b, t = np.nonzero(read)  # read [batch, token]
             n = min(len(b), space - filled)
             for layer, name in names.items():
                 keep = torch.from_numpy(read).to(cache[name].device)  # [batch, token]: the rows kept

@@ -38,7 +38,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.task_head import SEQUENCE, TOKEN
 from bertscope.corpora.labelled import LabelledTexts
 from bertscope.errors import BertScopeError
-from bertscope.features.activations import check_layer, resid_post
+from bertscope.features.activations import check_layer, read_positions, resid_post
 from bertscope.features.active import layer_output
 from bertscope.features.crosscoder import BatchTopKCrosscoder
 from bertscope.features.model_diff import BASE_ONLY, FT_ONLY
@@ -152,15 +152,11 @@ def _word_pieces(lm: LoadedModel, feed: dict, positions: str = "pieces") -> torc
     """[batch, token] bool: the pieces a crosscoder reads, every real token but those the tokenizer adds ([CLS],
     [SEP], <s>, </s>), as ``features.activations`` keeps them ([UNK] stays); ``positions`` "cls": each row's first
     real token alone."""
-    if positions == "cls":
-        mask = feed["attention_mask"].bool()  # [batch, token]
-        first = torch.zeros_like(mask)
-        first[torch.arange(len(mask), device=mask.device), mask.int().argmax(1)] = True
-        return first
     ids = feed["input_ids"]
     tok = lm.tokenizer
     added = {t for t in (tok.cls_token_id, tok.sep_token_id, tok.bos_token_id, tok.eos_token_id) if t is not None}
-    return feed["attention_mask"].bool() & ~torch.isin(ids, torch.tensor(sorted(added), device=ids.device))
+    return read_positions(feed["attention_mask"], torch.isin(ids, torch.tensor(sorted(added), device=ids.device)),
+                          positions)
 
 
 @dataclass

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from bertscope.attribution.gradients import token_id
-from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, pad, tokenize
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, row_feed, tokenize
 from bertscope.core.hook_points import every_layer, every_state
 from bertscope.core.hooked_pass import check_text, turn
 from bertscope.core.layers import hidden_labels
@@ -39,8 +39,7 @@ from bertscope.core.task_head import SEQUENCE, SPANS
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
-from bertscope.runtime.devices import to_device
-from bertscope.tasks.spans import span_in_context, span_margin
+from bertscope.tasks.spans import question_pair, span_in_context, span_margin
 
 What = Literal["hidden", "heads"]
 WHATS = ("hidden", "heads")
@@ -147,13 +146,10 @@ def prepare(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str]
     elif mask_id is None or mask_id not in corrupt_ids:
         raise BertScopeError(f"The corrupted text has no {lm.tokenizer.mask_token or '[MASK]'}: put one where the "
                              f"candidates compete.")
-    feeds = []
-    for row in (0, 1):
-        padded = pad(lm, tokenized, [row])
-        feeds.append({k: to_device(v, lm.device) for k, v in padded.feed.items() if k in lm.tokenizer.model_input_names})
     tokens = [lm.tokenizer.convert_ids_to_tokens(e.ids) for e in tokenized.encodings]
     position = corrupt_ids.index(mask_id) if reads == "mask" else 0  # a classifier's head reads [CLS]
-    return PatchSetup(clean, corrupt, tokens[0], tokens[1], position, (a, b), ids, feeds[0], feeds[1], reads=reads)
+    return PatchSetup(clean, corrupt, tokens[0], tokens[1], position, (a, b), ids, row_feed(lm, tokenized, 0),
+                      row_feed(lm, tokenized, 1), reads=reads)
 
 
 def _prepare_span(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], context: str) -> PatchSetup:
@@ -165,21 +161,17 @@ def _prepare_span(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequenc
     if len(candidates) != 2 or not all(str(c).strip() for c in candidates):
         raise BertScopeError("Give two spans of the context, e.g. the man,the dog: the metric is their score difference.")
     a, b = (str(c).strip() for c in candidates)
-    tokenized = tokenize(lm, [clean, corrupt], [context, context])
-    n_clean, n_corrupt = tokenized.original  # before the cut, which would hide a difference in a long context
-    if n_clean != n_corrupt:
+    both = question_pair(lm, clean, corrupt, context)
+    if not both.same_length:
+        n_clean, n_corrupt = both.lengths
         raise BertScopeError(f"The clean question has {n_clean} tokens with its context and the corrupted one {n_corrupt}: "
                              "patching puts each position of one into the other, so both need the same number.")
-    encoding = tokenized.encodings[0]
-    (a_first, a_last), (b_first, b_last) = (span_in_context(encoding, context, text, what, "this example")
+    (a_first, a_last), (b_first, b_last) = (span_in_context(both.encoding, context, text, what, "this example")
                                             for text, what in ((a, "first span"), (b, "second span")))
     if (a_first, a_last) == (b_first, b_last):
         raise BertScopeError(f"{a!r} and {b!r} are the same span: give two different spans.")
-    clean_feed, corrupt_feed = ({k: to_device(v, lm.device) for k, v in pad(lm, tokenized, [row]).feed.items()
-                                 if k in lm.tokenizer.model_input_names} for row in (0, 1))
-    tokens = [lm.tokenizer.convert_ids_to_tokens(e.ids) for e in tokenized.encodings]
-    return PatchSetup(clean, corrupt, tokens[0], tokens[1], a_first, (a, b), (a_first, b_first), clean_feed,
-                      corrupt_feed, reads="span", context=context, candidate_ends=(a_last, b_last))
+    return PatchSetup(clean, corrupt, *both.tokens, a_first, (a, b), (a_first, b_first), *both.feeds,
+                      reads="span", context=context, candidate_ends=(a_last, b_last))
 
 
 def _pass(lm: LoadedModel, feed: dict, hooks: dict | None = None, grad: bool | None = False) -> torch.Tensor:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, plan_batches
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, plan_batches, row_feed, tokenize
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import pass_bytes, wide
 from bertscope.core.task_head import SPANS, require_task
@@ -250,6 +250,30 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
             progress(done, len(windows))
     found = best_answers(windows, logits, contexts, top_k, max_answer_len, handle_impossible_answer)
     return [Answers(q, c, best, n) for q, c, (best, n) in zip(questions, contexts, found)]
+
+
+@dataclass(frozen=True)
+class QuestionPair:
+    """Two questions of one context, tokenised once, as patching and circuits put one into the other."""
+
+    feeds: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]  # each [1, token], on the model's device
+    tokens: tuple[list[str], list[str]]  # the pieces of each, cut as the feeds are
+    lengths: tuple[int, int]  # pieces of each with the context, before the cut at the model's maximum
+    encoding: Any  # the first question's encoding (cut): where the context's spans are found
+
+    @property
+    def same_length(self) -> bool:
+        """Whether every position of one can be put into the other. Compared before the cut: with a long
+        context both rows come out equally long, and the context would start at another position in each."""
+        return self.lengths[0] == self.lengths[1]
+
+
+def question_pair(lm: LoadedModel, first: str, second: str, context: str) -> QuestionPair:
+    """``first`` and ``second`` each beside ``context``, tokenised in one call."""
+    tokenized = tokenize(lm, [first, second], [context, context])
+    first_tokens, second_tokens = (lm.tokenizer.convert_ids_to_tokens(e.ids) for e in tokenized.encodings)
+    return QuestionPair((row_feed(lm, tokenized, 0), row_feed(lm, tokenized, 1)), (first_tokens, second_tokens),
+                        (tokenized.original[0], tokenized.original[1]), tokenized.encodings[0])
 
 
 def span_in_context(encoding: Any, context: str, text: str, what: str, name: str) -> tuple[int, int]:

@@ -134,6 +134,26 @@ def word_vectors(lm, text: str, words_at: list[tuple[int, int]], state: int) -> 
     return np.stack(out)
 
 
+@pytest.mark.slow
+def test_progress_counts_the_word_pieces_of_the_splits_a_pass_runs(tiny_bert_dir, tmp_path):
+    """Hidden states' progress is one count of word pieces over both splits, up to the whole; with both
+    splits on disk nothing runs and nothing is counted (no second tokenisation of EWT on a cache hit)."""
+    from bertscope.analysis.hidden_cache import HiddenStateCache, count_pieces
+    from bertscope.analysis.treebank_probes import SPLITS, ewt_task, treebank_probe
+
+    lm, cache = load_model(str(tiny_bert_dir)), HiddenStateCache(tmp_path / "hidden")
+    calls = []
+    _, hit = treebank_probe(lm, "ewt-upos", layers=[1], size=100, cache=cache,
+                            states_progress=lambda done, total: calls.append((done, total)))
+    total = sum(count_pieces(lm, ewt_task(split).texts) for split in SPLITS)
+    assert not hit and calls[-1] == (total, total) and {t for _, t in calls} == {total}
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    calls.clear()
+    _, hit = treebank_probe(lm, "ewt-upos", layers=[1], size=100, cache=cache,
+                            states_progress=lambda done, total: calls.append((done, total)))
+    assert hit and calls == []
+
+
 def test_a_typed_sentence_gets_the_spanning_tree_of_its_word_vectors(tiny_bert):
     torch.manual_seed(1)
     probe = TrainedProbe(PSDProbe(tiny_bert.hidden_size, 8), "distance", 1, 1, 0.0)
