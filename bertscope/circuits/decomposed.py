@@ -128,17 +128,35 @@ def record_run(lm: LoadedModel, feed: dict, weights: list[LayerWeights],
                      stack("hook_resid_post"), metric)
 
 
-def mean_record(records: list[RunRecord], like: RunRecord, weights: list[LayerWeights]) -> RunRecord:
+@dataclass
+class SenderMeans:
+    """Each sender's output summed over every position of the runs added so far: MIB's mean ablation's
+    basis, gathered one run at a time (a few [layer, head, d_model] sums, never the runs themselves)."""
+
+    embed: torch.Tensor | None = None  # [1, d_model]
+    results: torch.Tensor | None = None  # [layer, 1, head, d_model]
+    mlp_out: torch.Tensor | None = None  # [layer, 1, d_model]
+    positions: int = 0
+
+    def add(self, run: RunRecord) -> None:
+        sums = (run.embed.sum(0, keepdim=True), run.results.sum(1, keepdim=True), run.mlp_out.sum(1, keepdim=True))
+        if self.embed is None or self.results is None or self.mlp_out is None:
+            self.embed, self.results, self.mlp_out = sums
+        else:
+            self.embed, self.results, self.mlp_out = self.embed + sums[0], self.results + sums[1], self.mlp_out + sums[2]
+        self.positions += run.embed.shape[0]
+
+
+def mean_record(means: SenderMeans, like: RunRecord, weights: list[LayerWeights]) -> RunRecord:
     """``like`` (a clean run: its σ and stream) with every sender's output replaced by its mean over
-    every position of ``records`` (MIB's mean ablation; the input node's biases stay the clean run's), the
-    stream being the sum of those outputs carried with the clean run's σ."""
-    def mean(get: Callable[[RunRecord], torch.Tensor], pos_dim: int) -> torch.Tensor:
-        total = sum(get(r).sum(dim=pos_dim, keepdim=True) for r in records)
-        count = sum(get(r).shape[pos_dim] for r in records)
-        assert isinstance(total, torch.Tensor)
-        return (total / count).expand_as(get(like))
-    out = RunRecord(mean(lambda r: r.embed, 0), mean(lambda r: r.results, 1), mean(lambda r: r.mlp_out, 1),
-                    like.sigma1, like.sigma2, like.resid_mid, like.resid_post)  # no metric: not a run
+    every position of the runs in ``means`` (MIB's mean ablation; the input node's biases stay the clean
+    run's), the stream being the sum of those outputs carried with the clean run's σ."""
+    if means.embed is None or means.results is None or means.mlp_out is None:
+        raise BertScopeError("A mean ablation needs at least one run to average.")
+    n = means.positions
+    out = RunRecord((means.embed / n).expand_as(like.embed), (means.results / n).expand_as(like.results),
+                    (means.mlp_out / n).expand_as(like.mlp_out), like.sigma1, like.sigma2, like.resid_mid,
+                    like.resid_post)  # no metric: not a run
     mid, post = streams(out, weights)
     return replace(out, resid_mid=mid, resid_post=post)
 
@@ -263,13 +281,40 @@ def streams(record: RunRecord, weights: list[LayerWeights]) -> tuple[torch.Tenso
     return torch.stack(mids), torch.stack(posts)
 
 
-@dataclass
 class RecordedPair:
-    """A prepared pair with both runs recorded."""
+    """A prepared pair and both of its runs (the clean one; the corrupted one, or the mean record), recorded
+    when first read and kept until ``forget``. The loops over pairs (``edges.attribute_edges``,
+    ``faithfulness.evaluate``) forget each pair they recorded once done with it, so memory holds one pair's
+    runs (about 0.5 GB at BERT-base size and 512 tokens, float32), never every pair's."""
 
-    prepared: PreparedPair
-    clean: RunRecord
-    ablated: RunRecord  # the corrupted run, or the mean record
+    def __init__(self, prepared: PreparedPair, record: Callable[[], tuple[RunRecord, RunRecord]],
+                 means: SenderMeans | None = None) -> None:
+        self.prepared = prepared
+        self.means = means  # a mean ablation's basis, shared by every pair recorded with it
+        self._record = record
+        self._runs: tuple[RunRecord, RunRecord] | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether both runs are in memory now."""
+        return self._runs is not None
+
+    def _both(self) -> tuple[RunRecord, RunRecord]:
+        if self._runs is None:
+            self._runs = self._record()
+        return self._runs
+
+    @property
+    def clean(self) -> RunRecord:
+        return self._both()[0]
+
+    @property
+    def ablated(self) -> RunRecord:
+        return self._both()[1]
+
+    def forget(self) -> None:
+        """Let both runs go (they are recorded again if read again)."""
+        self._runs = None
 
 
 @dataclass

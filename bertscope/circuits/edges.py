@@ -29,13 +29,15 @@ from bertscope.circuits.decomposed import (
     Flow,
     LayerWeights,
     RecordedPair,
+    RunRecord,
+    SenderMeans,
     layer_weights,
     mean_record,
     record_run,
     run_pass,
 )
 from bertscope.circuits.graph import CircuitGraph
-from bertscope.circuits.pairs import MASK, Pair, decision, prepare_all
+from bertscope.circuits.pairs import MASK, Pair, PreparedPair, decision, prepare_all
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.hooked_pass import turn
 from bertscope.core.models import LoadedModel
@@ -82,26 +84,40 @@ def check_method(method: str, steps: int, ablation: str) -> None:
 def record_pairs(lm: LoadedModel, pairs: Sequence[Pair], ablation: str = "patch",
                  weights: list[LayerWeights] | None = None, progress: Progress | None = None,
                  mean_over: Sequence[RecordedPair] | None = None) -> tuple[str, list[RecordedPair]]:
-    """(where ``lm`` decides, each pair with its clean run and its ablated run recorded). A mean ablation
-    averages the clean runs of ``mean_over`` (default: these pairs), so held-out pairs can use the mean
-    their edges were scored against."""
+    """(where ``lm`` decides, each pair ready to record its clean run and its ablated run when first read:
+    ``RecordedPair``, which a loop over many pairs forgets again). A mean ablation averages the clean runs of
+    ``mean_over`` (default: these pairs), one run at a time, once: held-out pairs use the mean their edges
+    were scored against."""
     weights = weights or layer_weights(lm)
     where, prepared = prepare_all(lm, pairs)
-    out = []
-    with turn(lm), torch.no_grad():
-        for i, p in enumerate(prepared):
-            def read(output, p=p):  # noqa: ANN001, ANN202 - the decision of this pair
-                return decision(lm, output, p, where)
-            clean = record_run(lm, p.clean_feed, weights, read, encoder_only=where == MASK)
-            ablated = record_run(lm, p.corrupted_feed, weights, read, encoder_only=where == MASK) \
-                if ablation == "patch" else clean
-            out.append(RecordedPair(p, clean, ablated))
-            if progress:
-                progress(i + 1, len(prepared), "both runs of every pair")
+
+    def run(p: PreparedPair, feed: dict) -> RunRecord:  # not inference tensors, whoever reads first: gradient
+        with turn(lm), torch.inference_mode(False), torch.no_grad():  # passes read these too
+            return record_run(lm, feed, weights, lambda output: decision(lm, output, p, where),
+                              encoder_only=where == MASK)
+
+    shared: dict[str, SenderMeans] = {}  # the mean ablation's basis, once gathered
+
+    def recorder(p: PreparedPair) -> Callable[[], tuple[RunRecord, RunRecord]]:
+        def record() -> tuple[RunRecord, RunRecord]:
+            clean = run(p, p.clean_feed)
+            ablated = run(p, p.corrupted_feed) if ablation == "patch" else mean_record(shared["means"], clean, weights)
+            return clean, ablated
+        return record
+
+    out = [RecordedPair(p, recorder(p)) for p in prepared]
     if ablation == "mean":
-        basis = [o.clean for o in (mean_over if mean_over is not None else out)]
+        basis = list(mean_over) if mean_over is not None else out
+        known = next((b.means for b in basis if b.means is not None), None)
+        if known is None:
+            known = SenderMeans()
+            for i, b in enumerate(basis):
+                known.add(b.clean if b.recorded else run(b.prepared, b.prepared.clean_feed))
+                if progress:
+                    progress(i + 1, len(basis), "the mean of every clean run")
+        shared["means"] = known
         for r in out:
-            r.ablated = mean_record(basis, r.clean, weights)
+            r.means = known
     return where, out
 
 
@@ -226,6 +242,7 @@ def attribute_edges(lm: LoadedModel, pairs: Sequence[Pair] | None = None, method
     for i, pair in enumerate(items):
         if stop is not None and stop():
             raise BertScopeError(f"Stopped after {i} of {len(items)} pairs.")
+        fresh = not pair.recorded  # recorded here: forgotten after, so memory holds one pair's runs
         grads, passes = _gradients(lm, graph, weights, pair, where, method, steps)
         grads = {k: v / passes for k, v in grads.items()}
         per_pair = torch.zeros_like(scores, dtype=pair.clean.embed.dtype)
@@ -235,6 +252,8 @@ def attribute_edges(lm: LoadedModel, pairs: Sequence[Pair] | None = None, method
         clean, ablated = end_metrics(lm, graph, weights, pair, where)
         clean_total += clean
         ablated_total += ablated
+        if fresh:
+            pair.forget()
         if progress:
             progress(i + 1, len(items), f"{method} on every pair")
     scores /= len(items)

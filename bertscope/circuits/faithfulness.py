@@ -60,6 +60,7 @@ def evaluate(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     for j, pair in enumerate(items):
         if stop is not None and stop():
             raise BertScopeError(f"Stopped after {done} of {total} circuit passes.")
+        fresh = not pair.recorded  # recorded here: forgotten after, so memory holds one pair's runs
         out[full, j], out[empty, j] = end_metrics(lm, graph, weights, pair, where)
         done += 1
         per = max(1, max_batch_bytes // row_bytes(lm, graph, pair.prepared.length))
@@ -74,6 +75,8 @@ def evaluate(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             done += len(chosen)
             if progress:
                 progress(done, total)
+        if fresh:
+            pair.forget()
     return out
 
 

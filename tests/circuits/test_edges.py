@@ -159,3 +159,30 @@ def test_senders_replayed_in_groups_within_the_byte_budget_score_as_all_at_once(
         _replay(graph, weights, pair, grads, grouped, max_batch_bytes=per * replay_sender_bytes(pair))
         torch.testing.assert_close(grouped, whole, rtol=1e-9, atol=1e-10)  # float64: the sums' order only
     assert whole.abs().max() > 0
+
+
+def test_pairs_are_recorded_when_read_and_the_loops_let_go_of_what_they_recorded(lm):
+    """Memory holds one pair's runs (0.5 GB a pair at BERT-base size and 512 tokens), not every pair's: the runs
+    are recorded when first read, and attribution and evaluation forget each pair they recorded once done with it.
+    A pair read before stays as it was; a mean ablation's basis is gathered once and shared with held-out pairs."""
+    from bertscope.circuits.faithfulness import evaluate
+
+    weights = layer_weights(lm)
+    where, items = record_pairs(lm, PAIRS, "patch", weights)
+    assert not any(p.recorded for p in items)
+    kept = items[0].clean  # read by the caller: stays
+    scores = attribute_edges(lm, method="eap", recorded=(where, items))
+    assert [p.recorded for p in items] == [True, False, False]
+    assert kept is items[0].clean
+    graph = scores.graph
+    circuits = np.stack([graph.real, np.zeros_like(graph.real), graph.top(scores.scores, 50)])
+    metrics = evaluate(lm, graph, weights, items, where, circuits)
+    assert [p.recorded for p in items] == [True, False, False]
+    assert metrics[0] == pytest.approx([p.clean.metric for p in items], abs=1e-5)  # read again: recorded again
+    where, basis = record_pairs(lm, PAIRS[:2], "mean", weights)
+    _, held = record_pairs(lm, PAIRS[2:], "mean", weights, mean_over=basis)
+    assert basis[0].means is basis[1].means is held[0].means and basis[0].means.positions == sum(
+        p.prepared.length for p in basis)
+    runs = [p.clean for p in basis]
+    expected = torch.cat([r.results for r in runs], dim=1).mean(dim=1)  # [layer, head, d]: every position of both
+    torch.testing.assert_close(held[0].ablated.results[:, 0], expected, atol=1e-6, rtol=1e-6)
