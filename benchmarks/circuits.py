@@ -2,8 +2,10 @@
 
     python benchmarks/circuits.py --speed [--model bundled-mlm | random:bert-base-uncased] [--tokens 512]
                                   [--device auto] [--dtype auto] [--rounds 3] [--skip-exact]
+                                  [--circuits-only]
     python benchmarks/circuits.py --tasks [--size 32] [--steps 5]
     python benchmarks/circuits.py --nodes
+    python benchmarks/circuits.py --memory [--model random:bert-base-uncased] [--tokens 512] [--pairs 8]
 
 ``--speed``: on one clean/corrupted pair of ``--tokens`` tokens, each cost as a ratio to the same batch's
 plain passes, the median of interleaved rounds in one run: node attribution (AtP over every head × position, hidden state and
@@ -16,6 +18,10 @@ from an earlier step is not counted again), against the circuit pass's byte budg
 
 ``--tasks``: per built-in task on its shipped model, every method's CPR and CMD (held-out half of the
 pairs) beside random circuits, and the smallest share of edges that is 80 % faithful, as Markdown.
+
+``--memory``: ``find_circuit`` (EAP, circuits of 1 %, 10 % and 100 % of the edges) on 2 and then ``--pairs``
+pairs of ``--tokens`` tokens, the peak resident memory each call adds and its seconds: a recorded pair's runs are
+read when needed and let go after, so the peak stays one pair's, however many pairs there are.
 
 ``--nodes``: attribution patching against exact patching on the three patching examples and a classifier
 pair: correlation, top-10 overlap and the cell the estimate misses most, per grid and method.
@@ -127,7 +133,9 @@ def speed(args) -> None:
              ("evaluating one circuit (EAP's top 10% of edges)", circuit(ranked_keep), forward, "≤ 2x a forward"),
              ("one circuit of a sweep (EAP's top 10%, the sweep's buffers reused)", circuit(ranked_keep, Scratch()),
               forward, "≤ 2x a forward")]
-    if not args.skip_exact:
+    if args.circuits_only:
+        steps = steps[3:]
+    elif not args.skip_exact:
         steps.insert(1, ("exact patching of every head (all positions)",
                          lambda: patch(lm, clean, corrupt, ("were", "was"), what="heads"), forward_backward, ""))
     print("| step | seconds | base seconds | ratio | peak RSS added (MiB) | target |\n|---|---|---|---|---|---|")
@@ -140,6 +148,27 @@ def speed(args) -> None:
         name_of = "forward" if base is forward else "fwd+bwd"
         print(f"| {what} | {seconds:.3f} | {base_seconds:.3f} ({name_of}) | {ratio:.2f}x {name_of} | {mem.mib:.0f} | "
               f"{target} |", flush=True)
+
+
+def memory(args) -> None:
+    from bertscope.circuits.find import find_circuit
+    from bertscope.circuits.pairs import Pair
+
+    lm = load(args, heads="mlm")
+    mask = lm.tokenizer.mask_token
+    nouns = "river bank water table house garden road field hill town".split()
+    pairs = []
+    for i in range(args.pairs):  # pairs of one length that differ in their filler
+        filler = " ".join(f"the {nouns[(i + j) % len(nouns)]} was cold" for j in range(args.tokens))
+        filler = " ".join(filler.split()[: max(0, args.tokens - 8)])
+        pairs.append(Pair(f"The men {filler} {mask} here.", f"The man {filler} {mask} here.", "were", "was"))
+    print(f"{describe(lm)}; pairs of {args.tokens} tokens; find_circuit(method='eap', sizes=(0.01, 0.1, 1.0))")
+    print("| pairs | seconds | peak RSS added (MiB) |\n|---|---|---|")
+    for n in sorted({2, args.pairs}):
+        start = time.perf_counter()
+        with PeakRss() as mem:
+            find_circuit(lm, pairs[:n], "eap", sizes=(0.01, 0.1, 1.0))
+        print(f"| {n} | {time.perf_counter() - start:.1f} | {mem.mib:.0f} |", flush=True)
 
 
 def tasks(args) -> None:
@@ -187,14 +216,18 @@ def main() -> None:
     which.add_argument("--speed", action="store_true")
     which.add_argument("--tasks", action="store_true")
     which.add_argument("--nodes", action="store_true")
+    which.add_argument("--memory", action="store_true")
     add_model_args(p, "bundled-mlm")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--size", type=int, default=32)
+    p.add_argument("--pairs", type=int, default=8, help="--memory: the most pairs")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--skip-exact", action="store_true", help="leave out exact patching (slow at 512 tokens)")
+    p.add_argument("--circuits-only", action="store_true", help="--speed: only the circuit passes")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per step (medians)")
     args = p.parse_args()
-    {True: speed}.get(args.speed, tasks if args.tasks else nodes)(args)
+    run = speed if args.speed else tasks if args.tasks else memory if args.memory else nodes
+    run(args)
 
 
 if __name__ == "__main__":
