@@ -103,8 +103,8 @@ with page_errors(stop=False):
         uploaded()  # a bad file: one line, nothing run
     result = store.compute(request, search,
         "Finding the circuit", asked, costly="circuit search",
-        wait="Press *Find the circuit*: each pair is recorded once, its edges scored by gradients (one pass back per "
-             "step), then circuits of 0.1% to 100% of the edges run on the held-out pairs, several to a pass.")
+        wait="Press *Find the circuit*: each pair's two runs are recorded, its edges scored by gradients (one pass "
+             "back per step), then circuits of 0.1% to 100% of the edges run on the held-out pairs, several to a pass.")
     if result is None:
         st.stop()
     f = result.faithfulness

@@ -137,6 +137,7 @@ class SenderMeans:
     results: torch.Tensor | None = None  # [layer, 1, head, d_model]
     mlp_out: torch.Tensor | None = None  # [layer, 1, d_model]
     positions: int = 0
+    basis: tuple[int, ...] = ()  # which recorded pairs' clean runs these are (their ids): who may reuse them
 
     def add(self, run: RunRecord) -> None:
         sums = (run.embed.sum(0, keepdim=True), run.results.sum(1, keepdim=True), run.mlp_out.sum(1, keepdim=True))
@@ -189,7 +190,8 @@ class Scratch:
         have = self.buffers.get(name)
         if have is None or have.numel() < size or have.dtype != like.dtype or have.device != like.device:
             self.buffers.pop(name, None)  # the old one goes before the new one comes
-            have = self.buffers[name] = like.new_empty(size)
+            with torch.inference_mode(False):  # a plain tensor: any later pass may write into it
+                have = self.buffers[name] = torch.empty(size, dtype=like.dtype, device=like.device)
         return have[:size].view(shape)
 
 

@@ -91,8 +91,8 @@ def record_pairs(lm: LoadedModel, pairs: Sequence[Pair], ablation: str = "patch"
     weights = weights or layer_weights(lm)
     where, prepared = prepare_all(lm, pairs)
 
-    def run(p: PreparedPair, feed: dict) -> RunRecord:  # not inference tensors, whoever reads first: gradient
-        with turn(lm), torch.inference_mode(False), torch.no_grad():  # passes read these too
+    def run(p: PreparedPair, feed: dict) -> RunRecord:
+        with turn(lm):
             return record_run(lm, feed, weights, lambda output: decision(lm, output, p, where),
                               encoder_only=where == MASK)
 
@@ -100,21 +100,26 @@ def record_pairs(lm: LoadedModel, pairs: Sequence[Pair], ablation: str = "patch"
 
     def recorder(p: PreparedPair) -> Callable[[], tuple[RunRecord, RunRecord]]:
         def record() -> tuple[RunRecord, RunRecord]:
-            clean = run(p, p.clean_feed)
-            ablated = run(p, p.corrupted_feed) if ablation == "patch" else mean_record(shared["means"], clean, weights)
+            # plain tensors, whoever reads first (gradient passes read them too), and no graph
+            with torch.inference_mode(False), torch.no_grad():
+                clean = run(p, p.clean_feed)
+                ablated = run(p, p.corrupted_feed) if ablation == "patch" else \
+                    mean_record(shared["means"], clean, weights)
             return clean, ablated
         return record
 
     out = [RecordedPair(p, recorder(p)) for p in prepared]
     if ablation == "mean":
         basis = list(mean_over) if mean_over is not None else out
-        known = next((b.means for b in basis if b.means is not None), None)
-        if known is None:
-            known = SenderMeans()
-            for i, b in enumerate(basis):
-                known.add(b.clean if b.recorded else run(b.prepared, b.prepared.clean_feed))
-                if progress:
-                    progress(i + 1, len(basis), "the mean of every clean run")
+        ids = tuple(id(b) for b in basis)
+        known = next((b.means for b in basis if b.means is not None and b.means.basis == ids), None)
+        if known is None:  # these pairs' own clean runs, one at a time
+            known = SenderMeans(basis=ids)
+            with torch.inference_mode(False), torch.no_grad():
+                for i, b in enumerate(basis):
+                    known.add(b.clean if b.recorded else run(b.prepared, b.prepared.clean_feed))
+                    if progress:
+                        progress(i + 1, len(basis), "the mean of every clean run")
         shared["means"] = known
         for r in out:
             r.means = known
@@ -239,6 +244,8 @@ def attribute_edges(lm: LoadedModel, pairs: Sequence[Pair] | None = None, method
     where, items = recorded
     scores = torch.zeros(graph.n_senders, graph.n_receivers, dtype=torch.float64, device=lm.device)
     clean_total = ablated_total = 0.0
+    if progress:  # the first pair's runs are recorded inside its step: say which step runs now
+        progress(0, len(items), f"{method} on every pair")
     for i, pair in enumerate(items):
         if stop is not None and stop():
             raise BertScopeError(f"Stopped after {i} of {len(items)} pairs.")

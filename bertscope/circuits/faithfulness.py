@@ -36,8 +36,8 @@ RANDOM_SEEDS = 3
 
 
 def row_bytes(lm: LoadedModel, graph: CircuitGraph, tokens: int) -> int:
-    """One circuit's row of the circuit pass, about: every sender's change carried (and its einsum's
-    output), the receivers' inputs of a layer, a pass's activations."""
+    """One circuit's row of the circuit pass, about: every sender's change carried (and the corrupted run's
+    contributions), the receivers' inputs of a layer, a pass's activations."""
     d, size = lm.hidden_size, max(4, torch.empty((), dtype=lm.dtype).element_size())  # half precision is widened
     return size * tokens * d * (2 * graph.n_senders + 3 * lm.num_heads + 2) + pass_bytes(lm, tokens)
 

@@ -186,3 +186,25 @@ def test_pairs_are_recorded_when_read_and_the_loops_let_go_of_what_they_recorded
     runs = [p.clean for p in basis]
     expected = torch.cat([r.results for r in runs], dim=1).mean(dim=1)  # [layer, head, d]: every position of both
     torch.testing.assert_close(held[0].ablated.results[:, 0], expected, atol=1e-6, rtol=1e-6)
+    _, other = record_pairs(lm, PAIRS[:1], "mean", weights, mean_over=held)  # held's own clean runs, not its basis
+    assert other[0].means is not held[0].means and other[0].means.positions == held[0].prepared.length
+    torch.testing.assert_close(other[0].ablated.results[:, 0], held[0].clean.results.mean(dim=1), atol=1e-6, rtol=1e-6)
+
+
+def test_a_sweeps_buffers_serve_a_pass_in_and_out_of_inference_mode(lm):
+    """Buffers a sweep reuses (``Scratch``) are plain tensors: a pass under ``no_grad`` after one under
+    ``inference_mode`` writes into them, and both give the pass's own result."""
+    from bertscope.circuits.decomposed import Scratch
+
+    weights = layer_weights(lm)
+    where, (pair,) = record_pairs(lm, PAIRS[:1], "patch", weights)
+    graph = CircuitGraph(lm.num_layers, lm.num_heads)
+    keep = torch.from_numpy(graph.real & (np.random.default_rng(0).random(graph.real.shape) < 0.3))[None].double()
+    scratch = Scratch()
+    with torch.inference_mode():
+        first = run_pass(lm, graph, weights, pair, where, keep=keep, scratch=scratch)
+        alone = run_pass(lm, graph, weights, pair, where, keep=keep)
+    with torch.no_grad():
+        second = run_pass(lm, graph, weights, pair, where, keep=keep, scratch=scratch)
+    assert float(first[0]) == float(second[0]) == pytest.approx(float(alone[0]), abs=1e-12)
+    assert abs(float(first[0]) - pair.clean.metric) > 1e-6  # a partial circuit, not the full one
