@@ -366,9 +366,9 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         active = [flow.input_shift is not None] + [False] * (graph.n_senders - 1)
     # gradient passes: the input node's own contributions (when it moves), and every change summed [rows, pos, d].
     # circuit passes: per carried sender, kept = (patched − clean) − (ablated − clean) = patched − ablated as the
-    # receivers read it [rows, pos, sender, d] (position-major: a receiver's sum is a product per position): through a LayerNorm k it becomes T_clean(kept) + (σ_abl/σ_clean
-    # − 1) · T_abl(ablated) (T_abl = σ_clean/σ_abl · T_clean, the shift of the LayerNorm's input cancelling), so
-    # the clean run's contributions are never carried
+    # receivers read it [rows, pos, sender, d] (position-major: a receiver's sum is a product per position):
+    # through a LayerNorm k it becomes T_clean(kept) + (σ_abl/σ_clean − 1) · T_abl(ablated) (T_abl = σ_clean/σ_abl
+    # · T_clean, the shift of the LayerNorm's input cancelling), so the clean run's contributions are never carried
     if keep is None or torch.is_grad_enabled():
         scratch = None  # autograd may keep views of these buffers
     clean_c = Contributions(clean, weights, active, position_major=True) if keep is None else None
