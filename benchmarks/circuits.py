@@ -6,6 +6,7 @@
     python benchmarks/circuits.py --tasks [--size 32] [--steps 5]
     python benchmarks/circuits.py --nodes
     python benchmarks/circuits.py --memory [--model random:bert-base-uncased] [--tokens 512] [--pairs 8]
+    python benchmarks/circuits.py --transport [--model random:bert-base-uncased] [--tokens 512] [--rounds 3]
 
 ``--speed``: on one clean/corrupted pair of ``--tokens`` tokens, each cost as a ratio to the same batch's
 plain passes, the median of interleaved rounds in one run: node attribution (AtP over every head × position, hidden state and
@@ -22,6 +23,11 @@ pairs) beside random circuits, and the smallest share of edges that is 80 % fait
 ``--memory``: ``find_circuit`` (EAP, circuits of 1 %, 10 % and 100 % of the edges) on 2 and then ``--pairs``
 pairs of ``--tokens`` tokens, the peak resident memory each call adds and its seconds: a recorded pair's runs are
 read when needed and let go after, so the peak stays one pair's, however many pairs there are.
+
+``--transport``: the circuit pass's LayerNorm transport (``circuits.norm_transport``) at the model's size,
+with the next block's q, k and v inputs reading 10 % of the carried senders in the same sweep: the fused
+kernel against torch's kernels on the same buffers (a quarter, half and all of the senders carried, one
+circuit), as a ratio per size in one run.
 
 ``--nodes``: attribution patching against exact patching on the three patching examples and a classifier
 pair: correlation, top-10 overlap and the cell the estimate misses most, per grid and method.
@@ -172,6 +178,39 @@ def memory(args) -> None:
         print(f"| {n} | {time.perf_counter() - start:.1f} | {mem.mib:.0f} |", flush=True)
 
 
+def transport(args) -> None:
+    from bertscope.circuits.graph import CircuitGraph
+    from bertscope.circuits.norm_transport import carry_through_norm_
+
+    lm = load(args, heads="mlm")
+    graph = CircuitGraph(lm.num_layers, lm.num_heads)
+    d, pos, senders = lm.model.config.hidden_size, args.tokens, graph.n_senders
+    dtype = next(lm.model.parameters()).dtype
+    dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # the pass widens half precision
+    kept = torch.randn(1, pos, senders, d, dtype=dtype, device=lm.device)  # [rows, pos, sender, d]
+    ablated = torch.randn(pos, senders, d, dtype=dtype, device=lm.device)  # [pos, sender, d]
+    # scales near 1: the buffers are carried again and again in place, and must neither overflow nor go subnormal
+    gamma = 0.1 * torch.rand(d, dtype=dtype, device=lm.device) + 0.95
+    sigma_clean, sigma_ablated = (0.1 * torch.rand(pos, 1, dtype=dtype, device=lm.device) + 0.95 for _ in range(2))
+    # the next block's q, k and v inputs, read in the same sweep: one circuit's 10 % of edges
+    readers = (torch.rand(1, 3 * lm.num_heads, senders, device=lm.device) < 0.1).to(dtype)
+    print(f"{describe(lm)}; {pos} positions, {senders} senders of {d} values; medians of {args.rounds} interleaved "
+          f"rounds")
+    print("| senders carried | MiB per buffer | fused (ms) | torch's kernels (ms) | torch / fused |\n|---|---|---|---|---|")
+    for n in (senders // 4, senders // 2, senders):
+        def step(fused: bool):
+            def run():
+                with torch.inference_mode():  # as the circuit pass runs
+                    carry_through_norm_(kept, ablated, n, gamma, sigma_clean, sigma_ablated, readers[:, :, :n],
+                                        fused=fused)
+            return run
+        times = interleaved({"fused": step(True), "torch": step(False)}, args.rounds, lm.device)
+        fused_s, torch_s = float(np.median(times["fused"])), float(np.median(times["torch"]))
+        ratio = float(np.median(np.array(times["torch"]) / np.array(times["fused"])))
+        mib = pos * n * d * kept.element_size() / 2**20
+        print(f"| {n} | {mib:.0f} | {fused_s * 1000:.1f} | {torch_s * 1000:.1f} | {ratio:.2f}x |", flush=True)
+
+
 def tasks(args) -> None:
     from bertscope import load_model
     from bertscope.circuits.edges import METHODS
@@ -218,6 +257,7 @@ def main() -> None:
     which.add_argument("--tasks", action="store_true")
     which.add_argument("--nodes", action="store_true")
     which.add_argument("--memory", action="store_true")
+    which.add_argument("--transport", action="store_true")
     add_model_args(p, "bundled-mlm")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--size", type=int, default=32)
@@ -227,7 +267,8 @@ def main() -> None:
     p.add_argument("--circuits-only", action="store_true", help="--speed: only the circuit passes")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per step (medians)")
     args = p.parse_args()
-    run = speed if args.speed else tasks if args.tasks else memory if args.memory else nodes
+    run = speed if args.speed else tasks if args.tasks else memory if args.memory else \
+        transport if args.transport else nodes
     run(args)
 
 

@@ -2,7 +2,8 @@
 
 ``graph`` (the encoder's computational graph as EAP-IG builds it: senders, receivers, edges, pruning),
 ``pairs`` (clean/corrupted pairs and where the decision is read), ``decomposed`` (the circuit pass: a
-post-LayerNorm stream split into one contribution per sender), ``edges`` (EAP, EAP-IG on the inputs and
+post-LayerNorm stream split into one contribution per sender; ``norm_transport`` carries it through a
+LayerNorm in one sweep), ``edges`` (EAP, EAP-IG on the inputs and
 on the activations), ``nodes`` (attribution patching over nodes, held to exact patching), ``tasks``
 (built-in pair datasets checked on the shipped models), ``find`` (attribute on half the pairs, score
 circuits of every size on the other half), ``faithfulness`` (circuits scored as MIB scores them: CPR and CMD beside random

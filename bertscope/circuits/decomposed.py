@@ -28,6 +28,7 @@ summed change instead of one per sender, and expose the gradient of the metric a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 
 from bertscope.circuits.graph import CircuitGraph
+from bertscope.circuits.norm_transport import carry_through_norm_, read_carried
 from bertscope.circuits.pairs import MASK, PreparedPair, decision
 from bertscope.core.block_modules import reads_blocks
 from bertscope.core.hook_points import blocks, hook_point, model_family
@@ -184,9 +186,7 @@ class Scratch:
 
     def empty(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """An uninitialised tensor of ``shape``, ``like``'s dtype and device, on the buffer ``name``."""
-        size = 1
-        for n in shape:
-            size *= n
+        size = math.prod(shape)
         have = self.buffers.get(name)
         if have is None or have.numel() < size or have.dtype != like.dtype or have.device != like.device:
             self.buffers.pop(name, None)  # the old one goes before the new one comes
@@ -225,7 +225,8 @@ class Contributions:
             self.sender(0)[...] = record.embed
             self.n = 1
         self._next = 1
-        self.on_transport: Callable[[torch.Tensor], None] | None = None  # sees each LayerNorm's output before β
+        # carries the buffer through a LayerNorm (gamma, this run's σ) in place of ``transport_``, β apart
+        self.carry: Callable[[Contributions, torch.Tensor, torch.Tensor], None] | None = None
 
     @property
     def comps(self) -> torch.Tensor:
@@ -254,12 +255,13 @@ class Contributions:
     def _norm(self, norm: tuple[torch.Tensor, torch.Tensor, float], sigma: torch.Tensor, bias: torch.Tensor | None
               ) -> None:
         gamma, beta, _ = norm
-        c, has_input = self.comps, self.active[0]
+        has_input = self.active[0]
         if has_input and bias is not None:
             self.sender(0).add_(bias)
-        transport_(c, gamma, sigma[:, None] if self.position_major else sigma)
-        if self.on_transport is not None:
-            self.on_transport(c)
+        if self.carry is not None:
+            self.carry(self, gamma, sigma)
+        else:
+            transport_(self.comps, gamma, sigma[:, None] if self.position_major else sigma)
         if has_input:
             self.sender(0).add_(beta)
 
@@ -368,9 +370,13 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     # circuit passes: per carried sender, kept = (patched − clean) − (ablated − clean) = patched − ablated as the
     # receivers read it [rows, pos, sender, d] (position-major: a receiver's sum is a product per position):
     # through a LayerNorm k it becomes T_clean(kept) + (σ_abl/σ_clean − 1) · T_abl(ablated) (T_abl = σ_clean/σ_abl
-    # · T_clean, the shift of the LayerNorm's input cancelling), so the clean run's contributions are never carried
+    # · T_clean, the shift of the LayerNorm's input cancelling), so the clean run's contributions are never carried.
+    # Both buffers go through a LayerNorm in one sweep, the receivers right after it reading them in that sweep
+    # (``norm_transport``); a block's LayerNorm after its feed-forward is carried when the next block reads.
     if keep is None or torch.is_grad_enabled():
         scratch = None  # autograd may keep views of these buffers
+    elif scratch is None:
+        scratch = Scratch()  # this pass's own: what receivers read is written into one buffer, layer after layer
     clean_c = Contributions(clean, weights, active, position_major=True) if keep is None else None
     ablated_c = Contributions(ablated, weights, active, position_major=True, scratch=scratch)
     if keep is None:
@@ -381,33 +387,41 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             kept[:, :, 0] = clean.embed - ablated.embed
         state = {"patched": kept, "n": ablated_c.n}
     n_layers, heads = lm.num_layers, lm.num_heads
+    if scratch is not None:  # what receivers read, held once at its largest (a block's q, k and v inputs)
+        scratch.empty("read", (rows, pos, 3 * heads, d), ablated.embed)
 
-    def receiver_change(point: str, layer: int, first: int, count: int
+    def chosen_readers(index: list[int], first: int, count: int) -> tuple[torch.Tensor, list[int]] | None:
+        """The receivers first..first+count with an edge in some row's circuit (counted from ``first``) and
+        their weights on the carried senders ``index``, [rows, chosen, sender]; None: no such receiver."""
+        assert keep is not None
+        if not index:
+            return None
+        k = keep[:, index, first:first + count]  # [rows, sender, receiver]
+        chosen = torch.nonzero(k.sum(dim=(0, 1))).flatten().tolist()
+        return (k[:, :, chosen].transpose(1, 2), chosen) if chosen else None
+
+    def receiver_change(point: str, layer: int, first: int, count: int, norm: tuple[int, int] | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
-        """What receivers first..first+count read beyond the clean run: (shared [rows or 1, pos, d], read by
-        every one of them; extra [rows, pos, chosen, d] or None, read besides by the chosen receivers,
-        those with an edge in some row's circuit; the chosen, counted from ``first``)."""
+        """What receivers first..first+count read beyond the clean run, once every carried quantity has gone
+        through the LayerNorm ``norm`` ((layer, 1 | 2)) before them, if one is: (shared [rows or 1, pos, d],
+        read by every one of them; extra [rows, pos, chosen, d] or None, read besides by the chosen
+        receivers, those with an edge in some row's circuit; the chosen, counted from ``first``)."""
         if keep is None:
             assert flow is not None and clean_c is not None
+            if norm is not None:
+                through_norm(*norm)
             change = state["patched"]
             if flow.input_shift is not None:  # the input's own term: (1 − shift) of the way back to clean
                 change = change + flow.input_shift.view(rows, 1, 1) * (ablated_c.sender(0) - clean_c.sender(0))
             return change, None, []
         total = (_stream(ablated, point, layer) - _stream(clean, point, layer))[None]  # every sender ablated
-        index = ablated_c.carried
-        if not index:
-            return total, None, []
-        k = keep[:, index, first:first + count]  # [rows, sender, receiver]
-        chosen = torch.nonzero(k.sum(dim=(0, 1))).flatten().tolist()
-        if not chosen:
-            return total, None, []
-        kept = state["patched"][:, :, : len(index)]  # [rows, pos, sender, d]
-        if torch.is_grad_enabled():  # the buffer changes in place later: autograd keeps its own copy
-            kept = kept.clone()
-        n_senders = len(index)
-        weight = k[:, :, chosen].transpose(1, 2)[:, None].expand(rows, pos, len(chosen), n_senders)
-        extra = torch.bmm(weight.reshape(rows * pos, len(chosen), n_senders), kept.reshape(rows * pos, n_senders, d))
-        return total, extra.view(rows, pos, len(chosen), d), chosen
+        if norm is not None:
+            found = through_norm(*norm, (first, count))
+        else:
+            index = ablated_c.carried
+            readers = chosen_readers(index, first, count)
+            found = None if readers is None else (read_carried(state["patched"], len(index), readers[0]), readers[1])
+        return (total, None, []) if found is None else (total, *found)
 
     def single(change: tuple[torch.Tensor, torch.Tensor | None, list[int]]) -> torch.Tensor:
         """[rows, pos, d] one receiver's change."""
@@ -425,7 +439,8 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         """The block reads the clean stream plus the change every head's q, k and v share: the projections
         compute it themselves (a receiver's own extra is added at its head)."""
         layer = point.layer
-        state["qkv"] = receiver_change("attention", layer, graph.qkv_receiver(layer, "q", 0), 3 * heads)
+        state["qkv"] = receiver_change("attention", layer, graph.qkv_receiver(layer, "q", 0), 3 * heads,
+                                       None if layer == 0 else (layer - 1, 2))  # the last block's LayerNorm now
         clean_in = clean.embed if layer == 0 else clean.resid_post[layer - 1]
         return (clean_in + state["qkv"][0]).expand(rows, pos, d).to(x.dtype)
 
@@ -466,9 +481,12 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         else:
             patched_senders(layer_first, x - base)
 
-    def through_norm(layer: int, which: int) -> None:
+    def through_norm(layer: int, which: int, receivers: tuple[int, int] | None = None
+                     ) -> tuple[torch.Tensor, list[int]] | None:
         """Every carried quantity through block ``layer``'s LayerNorm ``which`` (1: after attention, 2: after
-        the feed-forward)."""
+        the feed-forward). A circuit pass with ``receivers`` (first, count: those reading right after it):
+        returns what the chosen ones among them read of the carried senders, [rows, pos, chosen, d], summed
+        in the same sweep, and the chosen (None: no edge of theirs in any row)."""
         gamma = (weights[layer].norm1 if which == 1 else weights[layer].norm2)[0]
         sigma_clean = (clean.sigma1 if which == 1 else clean.sigma2)[layer]
         step = "after_attention" if which == 1 else "after_mlp"
@@ -476,16 +494,25 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             state["patched"] = layer_norm_linear(state["patched"], gamma, sigma_clean)
             getattr(clean_c, step)(layer)
             getattr(ablated_c, step)(layer)
-            return
-        kept = state["patched"][:, :, : state["n"]]  # [rows, pos, sender, d]
-        if torch.is_grad_enabled():
+            return None
+        if torch.is_grad_enabled():  # autograd keeps the buffer as it was
             state["patched"] = state["patched"].clone()
-            kept = state["patched"][:, :, : state["n"]]
-        transport_(kept, gamma, sigma_clean[:, None])
-        factor = ((ablated.sigma1 if which == 1 else ablated.sigma2)[layer] / sigma_clean - 1)[:, None]  # [pos, 1, 1]
-        ablated_c.on_transport = lambda c: kept.addcmul_(c, factor)
+        kept, n = state["patched"], state["n"]  # [rows, pos, sender, d]: its first n senders carried
+        found: list[tuple[torch.Tensor, list[int]] | None] = [None]
+
+        def carry(c: Contributions, gamma: torch.Tensor, sigma_ablated: torch.Tensor) -> None:
+            assert c.n == n
+            readers = None if receivers is None else chosen_readers(c.carried, *receivers)  # this layer's senders in
+            out = None if readers is None or torch.is_grad_enabled() else \
+                _empty(scratch, "read", (rows, pos, len(readers[1]), d), kept)  # read before the next carry
+            read = carry_through_norm_(kept, c.buffer, n, gamma, sigma_clean, sigma_ablated,
+                                       None if readers is None else readers[0], out)
+            found[0] = None if readers is None or read is None else (read, readers[1])
+
+        ablated_c.carry = carry
         getattr(ablated_c, step)(layer)
-        ablated_c.on_transport = None
+        ablated_c.carry = None
+        return found[0]
 
     def group_output(kind: str, layer: int, x: torch.Tensor, clean_x: torch.Tensor, ablated_x: torch.Tensor
                      ) -> torch.Tensor:
@@ -508,8 +535,7 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         """The feed-forward reads the clean stream plus its own change (the residual branch it also feeds
         is held to the clean run at the block's output)."""
         layer = point.layer
-        through_norm(layer, 1)
-        change = single(receiver_change("mlp", layer, graph.mlp_receiver(layer), 1))  # [rows or 1, pos, d]
+        change = single(receiver_change("mlp", layer, graph.mlp_receiver(layer), 1, (layer, 1)))  # [rows or 1, pos, d]
         out = (clean.resid_mid[layer] + change).expand(rows, pos, d)
         return (out + leaf(f"{layer}.mlp", out)).to(x.dtype)
 
@@ -524,10 +550,9 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
 
     def post(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]
         layer = point.layer
-        through_norm(layer, 2)
-        out = clean.resid_post[layer].expand(rows, pos, d)
+        out = clean.resid_post[layer].expand(rows, pos, d)  # the next block carries its own LayerNorm through
         if layer == n_layers - 1:
-            out = out + single(receiver_change("end", layer, graph.logits_receiver, 1)) + leaf("logits", out)
+            out = out + single(receiver_change("end", layer, graph.logits_receiver, 1, (layer, 2))) + leaf("logits", out)
         return out.to(x.dtype)
 
     hooks: dict[str, Any] = {}

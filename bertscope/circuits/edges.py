@@ -31,12 +31,14 @@ from bertscope.circuits.decomposed import (
     RecordedPair,
     RunRecord,
     SenderMeans,
+    chosen_slice,
     layer_weights,
     mean_record,
     record_run,
     run_pass,
 )
 from bertscope.circuits.graph import CircuitGraph
+from bertscope.circuits.norm_transport import carry_through_norm_
 from bertscope.circuits.pairs import MASK, Pair, PreparedPair, decision, prepare_all
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.hooked_pass import turn
@@ -182,7 +184,7 @@ def end_metrics(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights
 
 
 def replay_sender_bytes(pair: RecordedPair) -> int:
-    """What each sender costs a replay: its [pos, d_model] contribution in both runs' buffers."""
+    """What each sender costs a replay: its [pos, d_model] contribution in both of the replay's buffers."""
     return 2 * pair.clean.embed.numel() * pair.clean.embed.element_size()
 
 
@@ -190,7 +192,7 @@ def _replay(graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair
             scores: torch.Tensor, max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
     """scores [sender, receiver] += Σ_pos (ablated − clean contribution of u at r) · gradient at r. The
     decomposition is linear in the senders (each carries its own contribution through the recorded LayerNorm
-    scales and attention patterns), so the senders are replayed in groups whose two [sender, pos, d_model] buffers
+    scales and attention patterns), so the senders are replayed in groups whose two [pos, sender, d_model] buffers
     fit the byte budget: BERT-large at 512 tokens would need 1.7 GB for all of them at once."""
     per = max(1, max_batch_bytes // replay_sender_bytes(pair))
     for start in range(0, graph.n_senders, per):
@@ -200,33 +202,59 @@ def _replay(graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair
 
 def _replay_senders(graph: CircuitGraph, weights: list[LayerWeights], pair: RecordedPair,
                     grads: dict[str, torch.Tensor], scores: torch.Tensor, active: list[bool]) -> None:
-    """The replay of the ``active`` senders: two matrix products over (pos, d) flattened, one per run, never the
-    difference of the two buffers."""
-    clean_c, ablated_c = Contributions(pair.clean, weights, active), Contributions(pair.ablated, weights, active)
-    heads = graph.heads
+    """The replay of the ``active`` senders, as the circuit pass carries them: each one's ablated contribution,
+    and its clean − ablated change in the clean run's frame, through every LayerNorm in one sweep
+    (``norm_transport``); a product per position and receiver group on the change alone."""
+    clean, ablated = pair.clean, pair.ablated
+    ablated_c = Contributions(ablated, weights, active, position_major=True)
+    pos, d = clean.embed.shape
+    change = clean.embed.new_empty(1, pos, len(ablated_c.index), d)  # [1, pos, sender, d]: clean − ablated
+    state = {"n": 0, "next": 1}
+    if active[0]:
+        change[0, :, 0] = clean.embed - ablated.embed
+        state["n"] = 1
 
-    def add(columns: slice | int, g: torch.Tensor) -> None:  # g [receiver, pos, d] (or [pos, d])
-        n = clean_c.n
+    def senders(clean_out: torch.Tensor, ablated_out: torch.Tensor) -> None:  # [pos, k, d]: the next k in pass order
+        chosen = [i for i in range(clean_out.shape[1]) if active[state["next"] + i]]
+        state["next"] += clean_out.shape[1]
+        if chosen:
+            n, part = state["n"], chosen_slice(chosen)
+            torch.sub(clean_out[:, part], ablated_out[:, part], out=change[0, :, n:n + len(chosen)])
+            state["n"] = n + len(chosen)
+
+    def through_norm(layer: int, which: int) -> None:
+        sigma_clean = (clean.sigma1 if which == 1 else clean.sigma2)[layer]
+
+        def carry(c: Contributions, gamma: torch.Tensor, sigma_ablated: torch.Tensor) -> None:
+            assert c.n == state["n"]
+            carry_through_norm_(change, c.buffer, c.n, gamma, sigma_clean, sigma_ablated)
+
+        ablated_c.carry = carry
+        (ablated_c.after_attention if which == 1 else ablated_c.after_mlp)(layer)
+        ablated_c.carry = None
+
+    def add(columns: slice | int, g: torch.Tensor) -> None:  # g [pos, receiver, d]
+        n = state["n"]
         if not n:  # none of the group's senders is reached yet
             return
-        g = g.reshape(-1, g.shape[-2] * g.shape[-1]).to(clean_c.comps.dtype)  # [receiver, pos * d]
-        s = ablated_c.comps.reshape(n, -1) @ g.T - clean_c.comps.reshape(n, -1) @ g.T  # [sender, receiver]
-        rows = torch.tensor(clean_c.carried, device=scores.device)
+        # [pos, sender, d] @ [pos, d, receiver], summed over positions: Σ_pos (clean − ablated) · g
+        s = torch.bmm(change[0, :, :n], g.to(change.dtype).transpose(1, 2)).sum(0)  # [sender, receiver]
+        rows = torch.tensor(ablated_c.carried, device=scores.device)
         if isinstance(columns, slice):
-            scores[rows, columns] += s
+            scores[rows, columns] -= s
         else:
-            scores[rows, columns] += s[:, 0]
+            scores[rows, columns] -= s[:, 0]
 
     for layer, w in enumerate(weights):
         for which, weight in zip("qkv", (w.query, w.key, w.value)):
             first = graph.qkv_receiver(layer, which, 0)
-            add(slice(first, first + heads), torch.einsum("phe,hed->hpd", grads[f"{layer}.{which}"], weight))
-        clean_c.after_attention(layer)
-        ablated_c.after_attention(layer)
-        add(graph.mlp_receiver(layer), grads[f"{layer}.mlp"])  # already the feed-forward's input, [pos, d]
-        clean_c.after_mlp(layer)
-        ablated_c.after_mlp(layer)
-    add(graph.logits_receiver, grads["logits"])
+            add(slice(first, first + graph.heads), torch.einsum("phe,hed->phd", grads[f"{layer}.{which}"], weight))
+        senders(clean.results[layer], ablated.results[layer])
+        through_norm(layer, 1)
+        add(graph.mlp_receiver(layer), grads[f"{layer}.mlp"][:, None])  # already the feed-forward's input, [pos, d]
+        senders(clean.mlp_out[layer][:, None], ablated.mlp_out[layer][:, None])
+        through_norm(layer, 2)
+    add(graph.logits_receiver, grads["logits"][:, None])
 
 
 def attribute_edges(lm: LoadedModel, pairs: Sequence[Pair] | None = None, method: str = "eap",
