@@ -25,9 +25,9 @@ pairs of ``--tokens`` tokens, the peak resident memory each call adds and its se
 read when needed and let go after, so the peak stays one pair's, however many pairs there are.
 
 ``--transport``: the circuit pass's LayerNorm transport (``circuits.norm_transport``) at the model's size,
-with the next block's q, k and v inputs reading 10 % of the carried senders in the same sweep: the fused
-kernel against torch's kernels on the same buffers (a quarter, half and all of the senders carried, one
-circuit), as a ratio per size in one run.
+alone and with the next block's q, k and v inputs reading 10 % of the carried senders in the same sweep: the
+fused kernel against torch's kernels on the same buffers (a quarter, half and all of the senders carried, one
+circuit), as a ratio per size in one run, and the largest difference between what the two give.
 
 ``--nodes``: attribution patching against exact patching on the three patching examples and a classifier
 pair: correlation, top-10 overlap and the cell the estimate misses most, per grid and method.
@@ -196,19 +196,32 @@ def transport(args) -> None:
     readers = (torch.rand(1, 3 * lm.num_heads, senders, device=lm.device) < 0.1).to(dtype)
     print(f"{describe(lm)}; {pos} positions, {senders} senders of {d} values; medians of {args.rounds} interleaved "
           f"rounds")
-    print("| senders carried | MiB per buffer | fused (ms) | torch's kernels (ms) | torch / fused |\n|---|---|---|---|---|")
+    if lm.device.type != "cpu":
+        print(f"(on {lm.device.type} both columns run torch's kernels: the fused kernel is the CPU's)")
+    print("| senders carried | MiB per buffer | transport alone: fused / torch (ms) | ratio | with the next block's "
+          "q, k, v reading: fused / torch (ms) | ratio | largest difference / largest value |\n|---|---|---|---|---|---|---|")
     for n in (senders // 4, senders // 2, senders):
-        def step(fused: bool):
+        def step(fused: bool, reading: bool):
             def run():
                 with torch.inference_mode():  # as the circuit pass runs
-                    carry_through_norm_(kept, ablated, n, gamma, sigma_clean, sigma_ablated, readers[:, :, :n],
-                                        fused=fused)
+                    carry_through_norm_(kept, ablated, n, gamma, sigma_clean, sigma_ablated,
+                                        readers[:, :, :n] if reading else None, fused=fused)
             return run
-        times = interleaved({"fused": step(True), "torch": step(False)}, args.rounds, lm.device)
-        fused_s, torch_s = float(np.median(times["fused"])), float(np.median(times["torch"]))
-        ratio = float(np.median(np.array(times["torch"]) / np.array(times["fused"])))
+        cells = []
+        for reading in (False, True):
+            times = interleaved({"fused": step(True, reading), "torch": step(False, reading)}, args.rounds, lm.device)
+            fused_s, torch_s = float(np.median(times["fused"])), float(np.median(times["torch"]))
+            ratio = float(np.median(np.array(times["torch"]) / np.array(times["fused"])))
+            cells.append(f"{fused_s * 1000:.1f} / {torch_s * 1000:.1f} | {ratio:.2f}x")
+        results = []
+        for fused in (True, False):  # the same buffers through each: what the two give
+            k, a = kept.clone(), ablated.clone()
+            with torch.inference_mode():
+                read = carry_through_norm_(k, a, n, gamma, sigma_clean, sigma_ablated, readers[:, :, :n], fused=fused)
+            results.append((k[:, :, :n], a[:, :n], read))
+        gap = max(float((x - y).abs().max() / y.abs().max()) for x, y in zip(*results))  # relative to the largest
         mib = pos * n * d * kept.element_size() / 2**20
-        print(f"| {n} | {mib:.0f} | {fused_s * 1000:.1f} | {torch_s * 1000:.1f} | {ratio:.2f}x |", flush=True)
+        print(f"| {n} | {mib:.0f} | {cells[0]} | {cells[1]} | {gap:.1e} |", flush=True)
 
 
 def tasks(args) -> None:

@@ -29,7 +29,8 @@ summed change instead of one per sender, and expose the gradient of the metric a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -119,15 +120,23 @@ def record_run(lm: LoadedModel, feed: dict, weights: list[LayerWeights],
         output, cache = lm.run_with_cache(feed, names, encoder_only=encoder_only, grad=None)
         metric = None if read is None else float(read(output)[0])
 
-    def stack(suffix: str) -> torch.Tensor:
-        return torch.stack([wide(cache[f"blocks.{layer}.{suffix}"][0]) for layer in range(n)])
+    def take(name: str) -> torch.Tensor:  # the cache lets go of each tensor as it is read: no second copy of it all
+        return wide(cache.pop(name)[0])
 
-    resid_pre, attn_out, mid, mlp_out = (stack(s) for s in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid",
-                                                             "hook_mlp_out"))
-    sigma1 = torch.stack([_sigma(resid_pre[layer] + attn_out[layer], weights[layer].norm1[2]) for layer in range(n)])
+    def stack(suffix: str) -> torch.Tensor:  # [layer, ...] filled a layer at a time
+        first = take(f"blocks.0.{suffix}")
+        out = first.new_empty(n, *first.shape)
+        out[0] = first
+        for layer in range(1, n):
+            out[layer] = take(f"blocks.{layer}.{suffix}")
+        return out
+
+    results = stack("attn.hook_result")  # the largest first
+    sigma1 = torch.stack([_sigma(take(f"blocks.{layer}.hook_resid_pre") + take(f"blocks.{layer}.hook_attn_out"),
+                                 weights[layer].norm1[2]) for layer in range(n)])  # [layer, pos, 1]
+    mid, mlp_out = stack("hook_resid_mid"), stack("hook_mlp_out")
     sigma2 = torch.stack([_sigma(mid[layer] + mlp_out[layer], weights[layer].norm2[2]) for layer in range(n)])
-    return RunRecord(wide(cache["embed"][0]), stack("attn.hook_result"), mlp_out, sigma1, sigma2, mid,
-                     stack("hook_resid_post"), metric)
+    return RunRecord(take("embed"), results, mlp_out, sigma1, sigma2, mid, stack("hook_resid_post"), metric)
 
 
 @dataclass
@@ -199,6 +208,11 @@ def _empty(scratch: Scratch | None, name: str, shape: tuple[int, ...], like: tor
     return like.new_empty(shape) if scratch is None else scratch.empty(name, shape, like)
 
 
+def carried_of(active: list[bool], first: int, count: int) -> list[int]:
+    """Which of the ``count`` senders from ``first`` (pass order) are carried, counted from ``first``."""
+    return [i for i in range(count) if active[first + i]]
+
+
 def chosen_slice(chosen: list[int]) -> slice | list[int]:
     """``chosen`` (ascending indices) as a slice when they run without a gap: a view, not a copy."""
     return slice(chosen[0], chosen[-1] + 1) if chosen and chosen[-1] - chosen[0] == len(chosen) - 1 else chosen
@@ -228,6 +242,15 @@ class Contributions:
         # carries the buffer through a LayerNorm (gamma, this run's σ) in place of ``transport_``, β apart
         self.carry: Callable[[Contributions, torch.Tensor, torch.Tensor], None] | None = None
 
+    @contextmanager
+    def carrying(self, carry: Callable[[Contributions, torch.Tensor, torch.Tensor], None]) -> Iterator[None]:
+        """Within: each LayerNorm carries the buffer by ``carry`` (this, γ, this run's σ), β apart."""
+        self.carry = carry
+        try:
+            yield
+        finally:
+            self.carry = None
+
     @property
     def comps(self) -> torch.Tensor:
         """The carried senders reached so far (a view of the buffer, in its layout)."""
@@ -242,7 +265,7 @@ class Contributions:
         return self.index[: self.n]
 
     def _add(self, new: torch.Tensor) -> None:  # new [pos, sender, d]: the next senders in pass order
-        chosen = [i for i in range(new.shape[1]) if self.active[self._next + i]]
+        chosen = carried_of(self.active, self._next, new.shape[1])
         self._next += new.shape[1]
         if chosen:
             part = new[:, chosen_slice(chosen)]  # [pos, chosen, d]
@@ -440,7 +463,7 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         compute it themselves (a receiver's own extra is added at its head)."""
         layer = point.layer
         state["qkv"] = receiver_change("attention", layer, graph.qkv_receiver(layer, "q", 0), 3 * heads,
-                                       None if layer == 0 else (layer - 1, 2))  # the last block's LayerNorm now
+                                       None if layer == 0 else (layer - 1, 2))  # the previous block's LayerNorm now
         clean_in = clean.embed if layer == 0 else clean.resid_post[layer - 1]
         return (clean_in + state["qkv"][0]).expand(rows, pos, d).to(x.dtype)
 
@@ -460,26 +483,22 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             return x + leaf(f"{layer}.{which}", x) if flow is not None else (x if mine else None)
         return hook
 
-    def patched_senders(layer_first: int, new: torch.Tensor) -> None:
-        """``new`` [rows, pos, sender, d]: a gradient pass's patched − clean; a circuit pass's patched − ablated."""
+    def patched_senders(layer_first: int, x: torch.Tensor, base: torch.Tensor) -> None:
+        """x [rows, pos, sender, d] less base [pos, sender, d]: a gradient pass's patched − clean (summed into
+        its one change); a circuit pass's patched − ablated, written straight into the buffer for the senders
+        it carries."""
         if keep is None:
-            state["patched"] = state["patched"] + new.sum(dim=2)
+            state["patched"] = state["patched"] + (x - base).sum(dim=2)
             return
-        chosen = [i for i in range(new.shape[2]) if active[layer_first + i]]
+        chosen = carried_of(active, layer_first, x.shape[2])
         if chosen:
-            n = state["n"]
-            state["patched"][:, :, n:n + len(chosen)] = new[:, :, chosen_slice(chosen)]
+            n, part = state["n"], chosen_slice(chosen)
+            into = state["patched"][:, :, n:n + len(chosen)]  # [rows, pos, chosen, d]
+            if torch.is_grad_enabled():  # autograd writes no product into a given tensor
+                into[...] = x[:, :, part] - base[:, part]
+            else:
+                torch.sub(x[:, :, part], base[:, part], out=into)
             state["n"] = n + len(chosen)
-
-    def circuit_senders(layer_first: int, x: torch.Tensor, base: torch.Tensor) -> None:
-        """A circuit pass's patched − ablated, x [rows, pos, sender, d] less base [pos, sender, d], written
-        straight into the buffer when every sender is carried."""
-        n, count = state["n"], x.shape[2]
-        if all(active[layer_first:layer_first + count]) and not torch.is_grad_enabled():
-            torch.sub(x, base, out=state["patched"][:, :, n:n + count])
-            state["n"] = n + count
-        else:
-            patched_senders(layer_first, x - base)
 
     def through_norm(layer: int, which: int, receivers: tuple[int, int] | None = None
                      ) -> tuple[torch.Tensor, list[int]] | None:
@@ -498,21 +517,21 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         if torch.is_grad_enabled():  # autograd keeps the buffer as it was
             state["patched"] = state["patched"].clone()
         kept, n = state["patched"], state["n"]  # [rows, pos, sender, d]: its first n senders carried
-        found: list[tuple[torch.Tensor, list[int]] | None] = [None]
+        found: tuple[torch.Tensor, list[int]] | None = None
 
         def carry(c: Contributions, gamma: torch.Tensor, sigma_ablated: torch.Tensor) -> None:
+            nonlocal found
             assert c.n == n
             readers = None if receivers is None else chosen_readers(c.carried, *receivers)  # this layer's senders in
             out = None if readers is None or torch.is_grad_enabled() else \
                 _empty(scratch, "read", (rows, pos, len(readers[1]), d), kept)  # read before the next carry
             read = carry_through_norm_(kept, c.buffer, n, gamma, sigma_clean, sigma_ablated,
                                        None if readers is None else readers[0], out)
-            found[0] = None if readers is None or read is None else (read, readers[1])
+            found = None if readers is None or read is None else (read, readers[1])
 
-        ablated_c.carry = carry
-        getattr(ablated_c, step)(layer)
-        ablated_c.carry = None
-        return found[0]
+        with ablated_c.carrying(carry):
+            getattr(ablated_c, step)(layer)
+        return found
 
     def group_output(kind: str, layer: int, x: torch.Tensor, clean_x: torch.Tensor, ablated_x: torch.Tensor
                      ) -> torch.Tensor:
@@ -525,10 +544,7 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     def result(x: torch.Tensor, point: Any) -> None:  # [rows, pos, head, d]
         layer = point.layer
         x = group_output("heads", layer, wide(x), clean.results[layer], ablated.results[layer])
-        if keep is None:
-            patched_senders(graph.head_sender(layer, 0), x - clean.results[layer])
-        else:
-            circuit_senders(graph.head_sender(layer, 0), x, ablated.results[layer])
+        patched_senders(graph.head_sender(layer, 0), x, (clean if keep is None else ablated).results[layer])
         return None
 
     def mid(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]
@@ -542,10 +558,8 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     def mlp_out(x: torch.Tensor, point: Any) -> None:  # [rows, pos, d]
         layer = point.layer
         x = group_output("mlp", layer, wide(x), clean.mlp_out[layer], ablated.mlp_out[layer])
-        if keep is None:
-            patched_senders(graph.mlp_sender(layer), (x - clean.mlp_out[layer])[:, :, None])
-        else:
-            circuit_senders(graph.mlp_sender(layer), x[:, :, None], ablated.mlp_out[layer][:, None])
+        base = (clean if keep is None else ablated).mlp_out[layer]  # [pos, d]
+        patched_senders(graph.mlp_sender(layer), x[:, :, None], base[:, None])
         return None
 
     def post(x: torch.Tensor, point: Any) -> torch.Tensor:  # [rows, pos, d]

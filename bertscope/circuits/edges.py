@@ -31,6 +31,7 @@ from bertscope.circuits.decomposed import (
     RecordedPair,
     RunRecord,
     SenderMeans,
+    carried_of,
     chosen_slice,
     layer_weights,
     mean_record,
@@ -215,7 +216,7 @@ def _replay_senders(graph: CircuitGraph, weights: list[LayerWeights], pair: Reco
         state["n"] = 1
 
     def senders(clean_out: torch.Tensor, ablated_out: torch.Tensor) -> None:  # [pos, k, d]: the next k in pass order
-        chosen = [i for i in range(clean_out.shape[1]) if active[state["next"] + i]]
+        chosen = carried_of(active, state["next"], clean_out.shape[1])
         state["next"] += clean_out.shape[1]
         if chosen:
             n, part = state["n"], chosen_slice(chosen)
@@ -229,9 +230,8 @@ def _replay_senders(graph: CircuitGraph, weights: list[LayerWeights], pair: Reco
             assert c.n == state["n"]
             carry_through_norm_(change, c.buffer, c.n, gamma, sigma_clean, sigma_ablated)
 
-        ablated_c.carry = carry
-        (ablated_c.after_attention if which == 1 else ablated_c.after_mlp)(layer)
-        ablated_c.carry = None
+        with ablated_c.carrying(carry):
+            (ablated_c.after_attention if which == 1 else ablated_c.after_mlp)(layer)
 
     def add(columns: slice | int, g: torch.Tensor) -> None:  # g [pos, receiver, d]
         n = state["n"]

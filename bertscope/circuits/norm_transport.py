@@ -15,7 +15,7 @@ products, the mix), each the size of every sender's contribution at every positi
 position for the receivers: at BERT-base size and 512 tokens the transports alone were 0.7 s of a 1.7 s
 pass, against 0.6 s for the forward itself. On a CPU one numba kernel reads each row once and writes it
 once (a row of d_model values stays in cache between its mean and its update) and adds it to each
-receiver with an edge from it while it is in cache: 3-4x torch's kernels for the transport, 1.5-1.8x with
+receiver with an edge from it while it is in cache: 2-3x torch's kernels for the transport, 1.5-2x with
 the receivers' sums (``benchmarks/circuits.py --transport``). On other devices torch's kernels run (a
 GPU's bandwidth makes the sweeps cheap).
 """
@@ -23,13 +23,17 @@ GPU's bandwidth makes the sweeps cheap).
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 _KERNEL: Callable[..., None] | None = None
-_LOCK = threading.Lock()  # numba's fallback threading layer (workqueue) must not be entered by two threads at once
+_BROKEN: list[str] = []  # why the kernel could not be built or run here, once: torch's kernels run instead
+# one caller at a time: numba's fallback threading layer (workqueue, where neither TBB nor OpenMP loads) must not
+# be entered by two threads at once, and each caller sets the kernel's thread count
+_LOCK = threading.Lock()
 
 
 def _build() -> Callable[..., None]:
@@ -97,10 +101,50 @@ def read_carried(kept: torch.Tensor, n: int, readers: torch.Tensor, out: torch.T
     if torch.is_grad_enabled():  # the buffer changes in place later: autograd keeps its own copy
         part = part.clone()
     weight = readers.to(kept.dtype)[:, None].expand(rows, pos, count, n).reshape(rows * pos, count, n)
-    if out is None:  # (autograd differentiates no product written into a given tensor)
+    if out is None or torch.is_grad_enabled():  # (autograd differentiates no product written into a given tensor)
         return torch.bmm(weight, part.reshape(rows * pos, n, d)).view(rows, pos, count, d)  # views: no copy
     torch.bmm(weight, part.reshape(rows * pos, n, d), out=out.view(rows * pos, count, d))
     return out
+
+
+def _check_shapes(kept: torch.Tensor, ablated: torch.Tensor, n: int, gamma: torch.Tensor, sigma_clean: torch.Tensor,
+                  sigma_ablated: torch.Tensor, readers: torch.Tensor | None, out: torch.Tensor | None) -> None:
+    """The kernel reads raw memory without bounds checks: shapes torch would refuse are refused here."""
+    rows, pos, senders, d = kept.shape
+    ok = (ablated.shape == (pos, senders, d) and 0 <= n <= senders and gamma.shape == (d,)
+          and sigma_clean.shape == (pos, 1) and sigma_ablated.shape == (pos, 1)
+          and (readers is None or (readers.dim() == 3 and readers.shape[0] == rows and readers.shape[2] == n))
+          and (out is None or (readers is not None and out.is_contiguous() and out.dtype == kept.dtype
+                               and out.shape == (rows, pos, readers.shape[1], d))))
+    if not ok:
+        raise ValueError(f"carry_through_norm_: kept {tuple(kept.shape)}, ablated {tuple(ablated.shape)}, n {n}, "
+                         f"gamma {tuple(gamma.shape)}, sigma {tuple(sigma_clean.shape)} / {tuple(sigma_ablated.shape)}, "
+                         f"readers {None if readers is None else tuple(readers.shape)}, "
+                         f"out {None if out is None else tuple(out.shape)} do not fit together")
+
+
+def _run_kernel(*tensors: Any) -> bool:
+    """The fused kernel on these tensors' memory (kept, ablated, n, scales, factor, weights, read); False,
+    and torch's kernels from then on, where numba cannot build it here (said once)."""
+    try:
+        kernel = _kernel()
+        import numba
+
+        most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # (set when numba loads)
+        arrays = [t if isinstance(t, int) else t.detach().numpy() for t in tensors]
+        with _LOCK:
+            numba.set_num_threads(max(1, min(torch.get_num_threads(), most)))  # as many threads as torch's
+            kernel(*arrays)
+        return True
+    except (ImportError, OSError) as e:  # numba missing or its compiler unusable: nothing was written yet
+        _BROKEN.append(f"{type(e).__name__}: {e}")
+    except Exception as e:  # numba's typing and lowering errors: raised before any write
+        if type(e).__module__.split(".")[0] != "numba":
+            raise
+        _BROKEN.append(f"{type(e).__name__}: {e}")
+    warnings.warn(f"The circuit pass's fused LayerNorm transport is unavailable ({_BROKEN[0]}); torch's kernels "
+                  "run instead (slower on a CPU).", RuntimeWarning, stacklevel=3)
+    return False
 
 
 def carry_through_norm_(kept: torch.Tensor, ablated: torch.Tensor, n: int, gamma: torch.Tensor,
@@ -117,23 +161,16 @@ def carry_through_norm_(kept: torch.Tensor, ablated: torch.Tensor, n: int, gamma
     if n == 0:
         return None if readers is None else (kept.new_zeros(rows, pos, readers.shape[1], d) if out is None
                                              else out.zero_())
-    if fused and _fits_kernel(kept, ablated) and not (readers is not None and readers.requires_grad):
+    if fused and not _BROKEN and _fits_kernel(kept, ablated) and not (readers is not None and readers.requires_grad):
+        _check_shapes(kept, ablated, n, gamma, sigma_clean, sigma_ablated, readers, out)
         dtype = kept.dtype
         scale_clean = (gamma / sigma_clean).to(dtype).contiguous()  # [pos, d]
         scale_ablated = (gamma / sigma_ablated).to(dtype).contiguous()  # [pos, d]
         factor = (sigma_ablated / sigma_clean - 1).flatten().to(dtype).contiguous()  # [pos]
         weights = kept.new_zeros(rows, 0, n) if readers is None else readers.to(dtype).contiguous()  # [rows, c, n]
-        if out is None:
-            out = kept.new_empty(rows, pos, weights.shape[1], d)  # [rows, pos, receiver, d]
-        kernel = _kernel()
-        import numba
-
-        most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # (set when numba loads)
-        with _LOCK:
-            numba.set_num_threads(max(1, min(torch.get_num_threads(), most)))  # as many threads as torch's
-            kernel(kept.detach().numpy(), ablated.detach().numpy(), n, scale_clean.numpy(), scale_ablated.numpy(),
-                   factor.numpy(), weights.numpy(), out.numpy())
-        return None if readers is None else out
+        read = kept.new_empty(rows, pos, weights.shape[1], d) if out is None else out  # [rows, pos, receiver, d]
+        if _run_kernel(kept, ablated, n, scale_clean, scale_ablated, factor, weights, read):
+            return None if readers is None else read
     part_kept, part_ablated = kept[:, :, :n], ablated[:, :n]  # [rows, pos, n, d], [pos, n, d]
     part_kept -= part_kept.mean(dim=-1, keepdim=True)
     part_kept *= (gamma / sigma_clean)[:, None]

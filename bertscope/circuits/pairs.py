@@ -176,17 +176,21 @@ def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
     raise BertScopeError(f"The word {word!r} of {name} is not a word of its clean text.")
 
 
+def _read(output: Any, where: str) -> torch.Tensor:
+    """[rows, token or label, ...] the output a decision at ``where`` reads first."""
+    return output.start_logits if where == SPAN else output.last_hidden_state if where == MASK else output.logits
+
+
 def decision(lm: LoadedModel, output: Any, prepared: PreparedPair, where: str) -> torch.Tensor:
     """[rows] logit(answer) − logit(foil) from a pass's output (an encoder-only pass for a masked LM), every row
     a run of the one pair ``prepared``."""
-    first = output.start_logits if where == SPAN else output.last_hidden_state if where == MASK else output.logits
-    return decisions(lm, output, [prepared] * first.shape[0], where)
+    return decisions(lm, output, [prepared] * _read(output, where).shape[0], where)
 
 
 def decisions(lm: LoadedModel, output: Any, rows: Sequence[PreparedPair], where: str) -> torch.Tensor:
     """[rows] logit(answer) − logit(foil) of a pass over pairs' feeds of one length (row i is ``rows[i]``'s, read at
     its own position with its own answer and foil), on the output's device (differentiable)."""
-    first = output.start_logits if where == SPAN else output.last_hidden_state if where == MASK else output.logits
+    first = _read(output, where)
     device = first.device
 
     def column(values: Sequence[int]) -> torch.Tensor:
