@@ -44,6 +44,7 @@ from bertscope.core.hook_points import blocks, hook_point, model_family
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import repeat_feed, wide
 from bertscope.errors import BertScopeError
+from bertscope.runtime.host_buffers import empty_host
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ class Scratch:
         if have is None or have.numel() < size or have.dtype != like.dtype or have.device != like.device:
             self.buffers.pop(name, None)  # the old one goes before the new one comes
             with torch.inference_mode(False):  # a plain tensor: any later pass may write into it
-                have = self.buffers[name] = torch.empty(size, dtype=like.dtype, device=like.device)
+                have = self.buffers[name] = empty_host(size, like.dtype) if like.device.type == "cpu" else \
+                    torch.empty(size, dtype=like.dtype, device=like.device)
         return have[:size].view(shape)
 
 
