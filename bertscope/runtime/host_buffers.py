@@ -14,7 +14,6 @@ import mmap
 
 import torch
 
-HUGE_PAGE_BYTES = 2 * 2**20
 WORTH_IT_BYTES = 32 * 2**20  # below this the page faults cost little
 
 
