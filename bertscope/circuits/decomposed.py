@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from bertscope.circuits.graph import CircuitGraph
-from bertscope.circuits.norm_transport import carry_through_norm_, read_carried
+from bertscope.circuits.norm_transport import carry_through_norm_, layer_norm_linear, read_carried, transport_
 from bertscope.circuits.pairs import MASK, PreparedPair, decision
 from bertscope.core.block_modules import reads_blocks
 from bertscope.core.hook_points import blocks, hook_point, model_family
@@ -172,18 +172,6 @@ def mean_record(means: SenderMeans, like: RunRecord, weights: list[LayerWeights]
                     like.resid_post)  # no metric: not a run
     mid, post = streams(out, weights)
     return replace(out, resid_mid=mid, resid_post=post)
-
-
-def layer_norm_linear(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """[..., pos, d] each contribution through a LayerNorm whose scale ``sigma`` [pos, 1] is known (β apart)."""
-    return gamma * (comps - comps.mean(dim=-1, keepdim=True)) / sigma
-
-
-def transport_(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> None:
-    """``layer_norm_linear`` in place, on a buffer no gradient reads (two passes over memory, not five);
-    ``sigma`` broadcasts against ``comps`` ([pos, 1] sender-major, [pos, 1, 1] position-major)."""
-    comps -= comps.mean(dim=-1, keepdim=True)
-    comps *= gamma / sigma
 
 
 class Scratch:

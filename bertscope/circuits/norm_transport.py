@@ -36,6 +36,18 @@ _BROKEN: list[str] = []  # why the kernel could not be built or run here, once: 
 _LOCK = threading.Lock()
 
 
+def layer_norm_linear(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """[..., pos, d] each contribution through a LayerNorm whose scale ``sigma`` [pos, 1] is known (β apart)."""
+    return gamma * (comps - comps.mean(dim=-1, keepdim=True)) / sigma
+
+
+def transport_(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> None:
+    """``layer_norm_linear`` in place, on a buffer no gradient reads (two passes over memory, not five);
+    ``sigma`` broadcasts against ``comps`` ([pos, 1] sender-major, [pos, 1, 1] position-major)."""
+    comps -= comps.mean(dim=-1, keepdim=True)
+    comps *= gamma / sigma
+
+
 def _build() -> Callable[..., None]:
     import numpy as np
     from numba import njit, prange
@@ -85,10 +97,12 @@ def _kernel() -> Callable[..., None]:
     return _KERNEL
 
 
-def _fits_kernel(kept: torch.Tensor, ablated: torch.Tensor) -> bool:
-    return (kept.device.type == "cpu" and ablated.device.type == "cpu" and kept.dtype == ablated.dtype
+def _fits_kernel(kept: torch.Tensor, ablated: torch.Tensor, readers: torch.Tensor | None) -> bool:
+    """Whether the fused kernel may run on these tensors: a CPU's, one float dtype, no gradient to keep."""
+    return (not _BROKEN and kept.device.type == "cpu" and ablated.device.type == "cpu" and kept.dtype == ablated.dtype
             and kept.dtype in (torch.float32, torch.float64) and kept.is_contiguous() and ablated.is_contiguous()
-            and not kept.requires_grad and not ablated.requires_grad)
+            and not kept.requires_grad and not ablated.requires_grad
+            and not (readers is not None and readers.requires_grad))
 
 
 def read_carried(kept: torch.Tensor, n: int, readers: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -161,7 +175,7 @@ def carry_through_norm_(kept: torch.Tensor, ablated: torch.Tensor, n: int, gamma
     if n == 0:
         return None if readers is None else (kept.new_zeros(rows, pos, readers.shape[1], d) if out is None
                                              else out.zero_())
-    if fused and not _BROKEN and _fits_kernel(kept, ablated) and not (readers is not None and readers.requires_grad):
+    if fused and _fits_kernel(kept, ablated, readers):
         _check_shapes(kept, ablated, n, gamma, sigma_clean, sigma_ablated, readers, out)
         dtype = kept.dtype
         scale_clean = (gamma / sigma_clean).to(dtype).contiguous()  # [pos, d]
@@ -172,9 +186,7 @@ def carry_through_norm_(kept: torch.Tensor, ablated: torch.Tensor, n: int, gamma
         if _run_kernel(kept, ablated, n, scale_clean, scale_ablated, factor, weights, read):
             return None if readers is None else read
     part_kept, part_ablated = kept[:, :, :n], ablated[:, :n]  # [rows, pos, n, d], [pos, n, d]
-    part_kept -= part_kept.mean(dim=-1, keepdim=True)
-    part_kept *= (gamma / sigma_clean)[:, None]
-    part_ablated -= part_ablated.mean(dim=-1, keepdim=True)
-    part_ablated *= (gamma / sigma_ablated)[:, None]
+    transport_(part_kept, gamma, sigma_clean[:, None])
+    transport_(part_ablated, gamma, sigma_ablated[:, None])
     part_kept.addcmul_(part_ablated, (sigma_ablated / sigma_clean - 1)[:, None])
     return None if readers is None else read_carried(kept, n, readers, out)

@@ -165,7 +165,7 @@ def test_a_circuit_pass_gives_the_same_metric_through_either_kernel(tiny_mlm_dir
     with torch.enable_grad():
         differentiable = run_pass(lm, graph, weights, pair, where, keep=keep.clone().requires_grad_(True))
     assert len(kernel_calls) == 2 * lm.num_layers  # autograd's pass ran torch's kernels
-    monkeypatch.setattr(norm_transport, "_fits_kernel", lambda kept, ablated: False)
+    monkeypatch.setattr(norm_transport, "_fits_kernel", lambda kept, ablated, readers: False)
     with torch.inference_mode():
         plain = run_pass(lm, graph, weights, pair, where, keep=keep)
     torch.testing.assert_close(fused, differentiable.detach(), atol=1e-10, rtol=0)
