@@ -208,6 +208,28 @@ def chosen_slice(chosen: list[int]) -> slice | list[int]:
     return slice(chosen[0], chosen[-1] + 1) if chosen and chosen[-1] - chosen[0] == len(chosen) - 1 else chosen
 
 
+class Columns:
+    """Which senders a carried buffer holds as its columns, in pass order: each group of senders a pass
+    writes (the input node; a layer's heads; its feed-forward) takes the next columns for those of them that
+    are carried (``active``)."""
+
+    def __init__(self, active: list[bool]) -> None:
+        self.active = active
+        self.next = 0  # the next sender in pass order
+        self.n = 0  # columns taken
+
+    def take(self, count: int) -> tuple[slice | list[int], slice] | None:
+        """The next ``count`` senders in pass order: (those of them carried, as an index into the group;
+        the columns they go to), or None when none of them is."""
+        chosen = carried_of(self.active, self.next, count)
+        self.next += count
+        if not chosen:
+            return None
+        columns = slice(self.n, self.n + len(chosen))
+        self.n += len(chosen)
+        return chosen_slice(chosen), columns
+
+
 class Contributions:
     """One run's residual stream as one contribution per sender, advanced sub-block by sub-block in one
     preallocated buffer: [sender, pos, d_model], or [pos, sender, d_model] with ``position_major`` (the
@@ -224,22 +246,24 @@ class Contributions:
         pos, d = record.embed.shape
         self.buffer = _empty(scratch, "contributions", (pos, len(self.index), d) if position_major else
                              (len(self.index), pos, d), record.embed)
-        self.n = 0
-        if self.active[0]:
-            self.sender(0)[...] = record.embed
-            self.n = 1
-        self._next = 1
+        self.columns = Columns(self.active)
+        self._add(record.embed[:, None])  # the input node
         # carries the buffer through a LayerNorm (gamma, this run's σ) in place of ``transport_``, β apart
-        self.carry: Callable[[Contributions, torch.Tensor, torch.Tensor], None] | None = None
+        self._carry: Callable[[Contributions, torch.Tensor, torch.Tensor], None] | None = None
+
+    @property
+    def n(self) -> int:
+        """How many carried senders are reached so far."""
+        return self.columns.n
 
     @contextmanager
     def carrying(self, carry: Callable[[Contributions, torch.Tensor, torch.Tensor], None]) -> Iterator[None]:
         """Within: each LayerNorm carries the buffer by ``carry`` (this, γ, this run's σ), β apart."""
-        self.carry = carry
+        self._carry = carry
         try:
             yield
         finally:
-            self.carry = None
+            self._carry = None
 
     @property
     def comps(self) -> torch.Tensor:
@@ -255,15 +279,13 @@ class Contributions:
         return self.index[: self.n]
 
     def _add(self, new: torch.Tensor) -> None:  # new [pos, sender, d]: the next senders in pass order
-        chosen = carried_of(self.active, self._next, new.shape[1])
-        self._next += new.shape[1]
-        if chosen:
-            part = new[:, chosen_slice(chosen)]  # [pos, chosen, d]
+        taken = self.columns.take(new.shape[1])
+        if taken is not None:
+            part, columns = taken
             if self.position_major:
-                self.buffer[:, self.n:self.n + len(chosen)] = part
+                self.buffer[:, columns] = new[:, part]
             else:
-                self.buffer[self.n:self.n + len(chosen)] = part.transpose(0, 1)
-            self.n += len(chosen)
+                self.buffer[columns] = new[:, part].transpose(0, 1)
 
     def _norm(self, norm: tuple[torch.Tensor, torch.Tensor, float], sigma: torch.Tensor, bias: torch.Tensor | None
               ) -> None:
@@ -271,8 +293,8 @@ class Contributions:
         has_input = self.active[0]
         if has_input and bias is not None:
             self.sender(0).add_(bias)
-        if self.carry is not None:
-            self.carry(self, gamma, sigma)
+        if self._carry is not None:
+            self._carry(self, gamma, sigma)
         else:
             transport_(self.comps, gamma, sigma[:, None] if self.position_major else sigma)
         if has_input:
@@ -396,9 +418,10 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         state: dict[str, Any] = {"patched": torch.zeros(rows, pos, d, dtype=dtype, device=lm.device)}
     else:  # only the first ``n`` senders are ever read: no zeros to write
         kept = _empty(scratch, "kept", (rows, pos, len(ablated_c.index), d), ablated.embed)
-        if active[0]:  # the input node: patched = clean embeddings
-            kept[:, :, 0] = clean.embed - ablated.embed
-        state = {"patched": kept, "n": ablated_c.n}
+        state = {"patched": kept}
+    columns = Columns(active)  # the kept buffer's (a gradient pass sums every change into one)
+    if columns.take(1) is not None and keep is not None:  # the input node: patched = clean embeddings
+        kept[:, :, 0] = clean.embed - ablated.embed
     n_layers, heads = lm.num_layers, lm.num_heads
     if scratch is not None:  # what receivers read, held once at its largest (a block's q, k and v inputs)
         scratch.empty("read", (rows, pos, 3 * heads, d), ablated.embed)
@@ -477,18 +500,16 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
         """x [rows, pos, sender, d] less base [pos, sender, d]: a gradient pass's patched − clean (summed into
         its one change); a circuit pass's patched − ablated, written straight into the buffer for the senders
         it carries."""
+        assert columns.next == layer_first
+        taken = columns.take(x.shape[2])
         if keep is None:
             state["patched"] = state["patched"] + (x - base).sum(dim=2)
-            return
-        chosen = carried_of(active, layer_first, x.shape[2])
-        if chosen:
-            n, part = state["n"], chosen_slice(chosen)
-            into = state["patched"][:, :, n:n + len(chosen)]  # [rows, pos, chosen, d]
+        elif taken is not None:
+            part, into = taken[0], state["patched"][:, :, taken[1]]  # [rows, pos, chosen, d]
             if torch.is_grad_enabled():  # autograd writes no product into a given tensor
                 into[...] = x[:, :, part] - base[:, part]
             else:
                 torch.sub(x[:, :, part], base[:, part], out=into)
-            state["n"] = n + len(chosen)
 
     def through_norm(layer: int, which: int, receivers: tuple[int, int] | None = None
                      ) -> tuple[torch.Tensor, list[int]] | None:
@@ -506,7 +527,7 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
             return None
         if torch.is_grad_enabled():  # autograd keeps the buffer as it was
             state["patched"] = state["patched"].clone()
-        kept, n = state["patched"], state["n"]  # [rows, pos, sender, d]: its first n senders carried
+        kept, n = state["patched"], columns.n  # [rows, pos, sender, d]: its first n senders carried
         found: tuple[torch.Tensor, list[int]] | None = None
 
         def carry(c: Contributions, gamma: torch.Tensor, sigma_ablated: torch.Tensor) -> None:

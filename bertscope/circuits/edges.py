@@ -25,14 +25,13 @@ import numpy as np
 import torch
 
 from bertscope.circuits.decomposed import (
+    Columns,
     Contributions,
     Flow,
     LayerWeights,
     RecordedPair,
     RunRecord,
     SenderMeans,
-    carried_of,
-    chosen_slice,
     layer_weights,
     mean_record,
     record_run,
@@ -210,40 +209,36 @@ def _replay_senders(graph: CircuitGraph, weights: list[LayerWeights], pair: Reco
     ablated_c = Contributions(ablated, weights, active, position_major=True)
     pos, d = clean.embed.shape
     change = clean.embed.new_empty(1, pos, len(ablated_c.index), d)  # [1, pos, sender, d]: clean − ablated
-    state = {"n": 0, "next": 1}
-    if active[0]:
-        change[0, :, 0] = clean.embed - ablated.embed
-        state["n"] = 1
+    columns = Columns(active)
 
     def senders(clean_out: torch.Tensor, ablated_out: torch.Tensor) -> None:  # [pos, k, d]: the next k in pass order
-        chosen = carried_of(active, state["next"], clean_out.shape[1])
-        state["next"] += clean_out.shape[1]
-        if chosen:
-            n, part = state["n"], chosen_slice(chosen)
-            torch.sub(clean_out[:, part], ablated_out[:, part], out=change[0, :, n:n + len(chosen)])
-            state["n"] = n + len(chosen)
+        taken = columns.take(clean_out.shape[1])
+        if taken is not None:
+            torch.sub(clean_out[:, taken[0]], ablated_out[:, taken[0]], out=change[0, :, taken[1]])
+
+    senders(clean.embed[:, None], ablated.embed[:, None])  # the input node
 
     def through_norm(layer: int, which: int) -> None:
         sigma_clean = (clean.sigma1 if which == 1 else clean.sigma2)[layer]
 
         def carry(c: Contributions, gamma: torch.Tensor, sigma_ablated: torch.Tensor) -> None:
-            assert c.n == state["n"]
+            assert c.n == columns.n
             carry_through_norm_(change, c.buffer, c.n, gamma, sigma_clean, sigma_ablated)
 
         with ablated_c.carrying(carry):
             (ablated_c.after_attention if which == 1 else ablated_c.after_mlp)(layer)
 
-    def add(columns: slice | int, g: torch.Tensor) -> None:  # g [pos, receiver, d]
-        n = state["n"]
+    def add(receivers: slice | int, g: torch.Tensor) -> None:  # g [pos, receiver, d]
+        n = columns.n
         if not n:  # none of the group's senders is reached yet
             return
         # [pos, sender, d] @ [pos, d, receiver], summed over positions: Σ_pos (clean − ablated) · g
         s = torch.bmm(change[0, :, :n], g.to(change.dtype).transpose(1, 2)).sum(0)  # [sender, receiver]
         rows = torch.tensor(ablated_c.carried, device=scores.device)
-        if isinstance(columns, slice):
-            scores[rows, columns] -= s
+        if isinstance(receivers, slice):
+            scores[rows, receivers] -= s
         else:
-            scores[rows, columns] -= s[:, 0]
+            scores[rows, receivers] -= s[:, 0]
 
     for layer, w in enumerate(weights):
         for which, weight in zip("qkv", (w.query, w.key, w.value)):
