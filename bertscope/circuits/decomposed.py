@@ -152,12 +152,33 @@ class SenderMeans:
     basis: tuple[int, ...] = ()  # which recorded pairs' clean runs these are (their ids): who may reuse them
 
     def add(self, run: RunRecord) -> None:
-        sums = (run.embed.sum(0, keepdim=True), run.results.sum(1, keepdim=True), run.mlp_out.sum(1, keepdim=True))
+        """A recorded run's outputs."""
+        self._add_sums(run.embed.sum(0, keepdim=True), run.results.sum(1, keepdim=True),
+                       run.mlp_out.sum(1, keepdim=True), run.embed.shape[0])
+
+    def add_pass(self, lm: LoadedModel, feed: dict, encoder_only: bool = True) -> None:
+        """One pass of ``feed`` ([1, token]), its senders' outputs summed over positions as each is written:
+        no run recorded (a recorded run holds every head's output at every position, 0.2 GB at BERT-base size
+        and 512 tokens)."""
+        n = lm.num_layers
+        sums: dict[str, torch.Tensor] = {}
+
+        def keep(x: torch.Tensor, point: Any) -> None:  # [1, pos, ...] -> [1, ...]
+            sums[point.name] = wide(x[0]).sum(0, keepdim=True)
+
+        names = ["embed"] + [f"blocks.{layer}.{s}" for layer in range(n) for s in ("attn.hook_result", "hook_mlp_out")]
+        with torch.no_grad():
+            lm.run(feed, hooks={name: keep for name in names}, grad=None, encoder_only=encoder_only)
+        self._add_sums(sums["embed"], torch.stack([sums[f"blocks.{layer}.attn.hook_result"] for layer in range(n)]),
+                       torch.stack([sums[f"blocks.{layer}.hook_mlp_out"] for layer in range(n)]),
+                       int(feed["input_ids"].shape[-1]))
+
+    def _add_sums(self, embed: torch.Tensor, results: torch.Tensor, mlp_out: torch.Tensor, positions: int) -> None:
         if self.embed is None or self.results is None or self.mlp_out is None:
-            self.embed, self.results, self.mlp_out = sums
+            self.embed, self.results, self.mlp_out = embed, results, mlp_out
         else:
-            self.embed, self.results, self.mlp_out = self.embed + sums[0], self.results + sums[1], self.mlp_out + sums[2]
-        self.positions += run.embed.shape[0]
+            self.embed, self.results, self.mlp_out = self.embed + embed, self.results + results, self.mlp_out + mlp_out
+        self.positions += positions
 
 
 def mean_record(means: SenderMeans, like: RunRecord, weights: list[LayerWeights]) -> RunRecord:

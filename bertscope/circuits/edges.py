@@ -119,7 +119,11 @@ def record_pairs(lm: LoadedModel, pairs: Sequence[Pair], ablation: str = "patch"
             known = SenderMeans(basis=ids)
             with torch.inference_mode(False), torch.no_grad():
                 for i, b in enumerate(basis):
-                    known.add(b.clean if b.recorded else run(b.prepared, b.prepared.clean_feed))
+                    if b.recorded:
+                        known.add(b.clean)
+                    else:  # a pass that sums as it goes: the pair's clean run is recorded when its turn comes
+                        with turn(lm):
+                            known.add_pass(lm, b.prepared.clean_feed, encoder_only=where == MASK)
                     if progress:
                         progress(i + 1, len(basis), "the mean of every clean run")
         shared["means"] = known

@@ -180,12 +180,17 @@ def test_pairs_are_recorded_when_read_and_the_loops_let_go_of_what_they_recorded
     assert [p.recorded for p in items] == [True, False, False]
     assert metrics[0] == pytest.approx([p.clean.metric for p in items], abs=1e-5)  # read again: recorded again
     where, basis = record_pairs(lm, PAIRS[:2], "mean", weights)
+    assert not any(p.recorded for p in basis)  # the means summed in passes that record nothing
     _, held = record_pairs(lm, PAIRS[2:], "mean", weights, mean_over=basis)
     assert basis[0].means is basis[1].means is held[0].means and basis[0].means.positions == sum(
         p.prepared.length for p in basis)
     runs = [p.clean for p in basis]
     expected = torch.cat([r.results for r in runs], dim=1).mean(dim=1)  # [layer, head, d]: every position of both
     torch.testing.assert_close(held[0].ablated.results[:, 0], expected, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(held[0].ablated.mlp_out[:, 0], torch.cat([r.mlp_out for r in runs], dim=1).mean(dim=1),
+                               atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(held[0].ablated.embed[0], torch.cat([r.embed for r in runs]).mean(dim=0),
+                               atol=1e-6, rtol=1e-6)
     _, other = record_pairs(lm, PAIRS[:1], "mean", weights, mean_over=held)  # held's own clean runs, not its basis
     assert other[0].means is not held[0].means and other[0].means.positions == held[0].prepared.length
     torch.testing.assert_close(other[0].ablated.results[:, 0], held[0].clean.results.mean(dim=1), atol=1e-6, rtol=1e-6)
