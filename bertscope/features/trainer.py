@@ -116,18 +116,23 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
         with torch.no_grad():
             sae.b_dec.copy_(geometric_median(sample))
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (d_in * 4))
-    # whole batches of each block (a block's last partial batch is left for that epoch: its rows are shuffled first)
-    steps_per_epoch = sum(min(block_rows, len(rows) - start) // cfg.batch_tokens
-                          for start in range(0, len(rows), block_rows))
+    # a block's rows that fill no whole batch open the next block's first: an epoch reads every row but fewer than
+    # one batch's (the last block's last, shuffled: other rows each epoch)
+    steps_per_epoch = len(rows) // cfg.batch_tokens
     total = steps_per_epoch * cfg.epochs
     k_aux = d_in // 2
     for epoch in range(state.epoch, cfg.epochs):
         generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
         sums = {"loss": 0.0, "nmse": 0.0, "aux": 0.0}
         started, steps = time.perf_counter(), 0
+        left = None  # [rows, d_in] the last block's rows past its last whole batch
         for block in blocks_of(rows, block_rows, generator):
             x_block = torch.from_numpy(block).to(device)  # [block, d_in]
-            for start in range(0, len(x_block) - cfg.batch_tokens + 1, cfg.batch_tokens):
+            if left is not None:
+                x_block = torch.cat([left, x_block])
+            whole = len(x_block) - len(x_block) % cfg.batch_tokens
+            left = x_block[whole:] if whole < len(x_block) else None
+            for start in range(0, whole, cfg.batch_tokens):
                 if stop is not None and stop():
                     return sae, state
                 x = x_block[start:start + cfg.batch_tokens]  # [batch, d_in]

@@ -188,6 +188,18 @@ def test_training_finds_a_sparse_dictionary_and_resumes_where_it_stopped(tmp_pat
         train_sae(acts, replace(cfg, k=5), tmp_path / "cut", info)
 
 
+def test_an_epoch_reads_every_whole_batch_of_the_corpus(tmp_path):
+    """Blocks of 1,024 rows and batches of 384: what a block leaves (256 rows) opens the next, so an epoch
+    is 12,000 // 384 = 31 steps (one block at a time, whole batches of each, would make 23)."""
+    acts = as_set(synthetic(), tmp_path)
+    cfg = SaeTrainConfig(expansion=4, k=4, epochs=2, batch_tokens=384, dead_tokens=2_000, block_bytes=64 * 1024)
+    assert 64 * 1024 // (acts.rows.shape[1] * 4) == 1024
+    totals: list[int] = []
+    _, state = train_sae(acts, cfg, tmp_path / "run", SaeInfo("m", "blocks.0.hook_resid_post"),
+                         progress=lambda step, total, _: totals.append(total))
+    assert state.step == 2 * 31 and set(totals) == {2 * 31}
+
+
 def test_a_checkpoint_left_mid_replace_is_read_and_leftovers_are_swept(tmp_path):
     import os
 
