@@ -3,7 +3,7 @@ same inputs and threads (figures only; the peers lane's tests hold the numbers e
 
     .venv-peers/bin/python benchmarks/peers.py [--model bundled-mlm | random:bert-base-uncased] [--repeats 5]
     .venv-saelens/bin/python benchmarks/peers.py --sae [--tokens 65536]
-    .venv-peers/bin/python benchmarks/peers.py --crosscoder DL_DIR [--tokens 65536]
+    .venv-peers/bin/python benchmarks/peers.py --crosscoder DL_DIR [--tokens 65536] [--device auto]
 
 Each section runs where its peer is installed (``make test-peers`` builds both environments):
 
@@ -165,7 +165,7 @@ def sae_training(tokens: int, repeats: int, d_in: int = 384, expansion: int = 8,
             start = time.perf_counter()
             trainer.fit()
             seconds = time.perf_counter() - start
-            if r:  # tokens each trained on: BertScope drops a block's last partial batch, SAELens counts samples
+            if r:  # tokens each trained on: BertScope's epoch is every whole batch, SAELens counts samples
                 ours.append(state.step * batch / ours_seconds)
                 theirs.append(trainer.n_training_samples / seconds)
     o, t = statistics.median(ours), statistics.median(theirs)
@@ -197,14 +197,16 @@ def reference_crosscoder_trainer(folder: Path, into: Path):
     return BatchTopKCrossCoderTrainer
 
 
-def crosscoder_training(reference: Path, tokens: int, repeats: int, d_in: int = 384, expansion: int = 4, k: int = 32,
-                        batch: int = 2048) -> None:
+def crosscoder_training(reference: Path, tokens: int, repeats: int, device: str = "auto", d_in: int = 384,
+                        expansion: int = 4, k: int = 32, batch: int = 2048) -> None:
     from bertscope.features.activations import ActivationSet
     from bertscope.features.crosscoder import CrosscoderInfo
     from bertscope.features.crosscoder_trainer import CrosscoderTrainConfig, train_crosscoder
+    from bertscope.runtime.devices import resolve_device
 
     d_sae = expansion * d_in
     lr = 2e-3  # what ``bertscope train-crosscoder`` passes
+    on = str(resolve_device(device))  # both trainers on it
     cfg = CrosscoderTrainConfig(expansion=expansion, k=k, epochs=1, batch_tokens=batch, lr=lr)
     rng = np.random.default_rng(0)
     ours, theirs = [], []
@@ -219,23 +221,26 @@ def crosscoder_training(reference: Path, tokens: int, repeats: int, d_in: int = 
         info = CrosscoderInfo(("base", "tuned"), "blocks.0.hook_resid_post")
         for r in range(repeats + 1):  # the first round warms both up
             start = time.perf_counter()
-            _, state = train_crosscoder(*sets, cfg, Path(tmp) / f"run{r}", info, resume=False)  # the whole call
+            _, state = train_crosscoder(*sets, cfg, Path(tmp) / f"run{r}", info, device=on,
+                                        resume=False)  # the whole call
             ours_seconds = time.perf_counter() - start
             steps = tokens // batch
             start = time.perf_counter()
             trainer = Trainer(steps=steps, activation_dim=d_in, dict_size=d_sae, k=k, layer=0, lm_name="synthetic",
                               lr=lr, warmup_steps=max(1, int(cfg.warmup * steps)), threshold_start_step=0, seed=r,
-                              device="cpu")
+                              device=on)
             order = torch.randperm(tokens)
             for step in range(steps):  # the reference's training loop calls update() batch by batch
-                trainer.update(step, both[order[step * batch:(step + 1) * batch]])  # a copy: it normalises in place
+                trainer.update(step, both[order[step * batch:(step + 1) * batch]].to(on))  # a copy: it normalises in place
+            if on.startswith("cuda"):  # its steps queued on the device: done before the clock stops
+                torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             if r:
                 ours.append(state.step * batch / ours_seconds)
                 theirs.append(steps * batch / seconds)
     o, t = statistics.median(ours), statistics.median(theirs)
     print(f"Crosscoder training, BatchTopK 2 x {d_in} -> {d_sae} (k={k}), {tokens:,} tokens in batches of {batch} "
-          f"({torch.get_num_threads()} threads): train_crosscoder {o:,.0f} tokens/s, the reference's "
+          f"(on {on}, {torch.get_num_threads()} CPU threads): train_crosscoder {o:,.0f} tokens/s, the reference's "
           f"BatchTopKCrossCoderTrainer {t:,.0f} tokens/s, ratio {o / t:.2f} (goal >= 1.0)")
 
 
@@ -249,7 +254,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=65_536, help="--sae, --crosscoder: activation rows to train on")
     args = parser.parse_args()
     if args.crosscoder:
-        crosscoder_training(args.crosscoder, args.tokens, max(1, args.repeats // 2))
+        crosscoder_training(args.crosscoder, args.tokens, max(1, args.repeats // 2), args.device)
         return
     if args.sae:
         sae_training(args.tokens, max(1, args.repeats // 2))
