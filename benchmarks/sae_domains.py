@@ -52,11 +52,12 @@ def main() -> None:
     print(f"{'layer':<6}{'source':<8}{'tokens':>7}{'FVE old':>9}{'new':>7}{'L0 old':>8}{'new':>6}{'dead old':>9}"
           f"{'new':>7}{'recov. old':>11}{'new':>7}{'ctx old':>8}{'new':>7}  new at least as good")
     rows = []
+    held_out = layers_activations(lm, held.texts, layers, max_tokens=10**9)  # one pass: every source's rows in it
     for layer in layers:
         scored = {}
         for which, root in (("old", args.old), ("new", args.new)):
             sae = load_sae(sae_folder(root, layer), lm.device)
-            scored[which] = domain_qualities(lm, sae, layer, held, means[layer])
+            scored[which] = domain_qualities(lm, sae, held_out[layer], held, means[layer])
         for source in scored["new"]:
             o, n = scored["old"][source], scored["new"][source]
             better = n.fve >= o.fve and n.recovered >= o.recovered

@@ -85,7 +85,7 @@ def cmd_train_sae(args: argparse.Namespace) -> Any:
         mean = row_mean(acts.rows)  # the training tokens' mean: the mean-ablation reference
         with progress_bar(f"{lm.name} layer {layer}: scoring", "sentence") as progress:
             quality = sae_quality(lm, sae, whole, held.texts, mean, seed=args.seed).to_json()
-            domains = domain_qualities(lm, sae, layer, held, mean, seed=args.seed, progress=progress)
+            domains = domain_qualities(lm, sae, whole, held, mean, seed=args.seed, progress=progress)
         quality.update({"held_out": f"{len(held.texts):,} held-out texts of the {corpus}",
                         "domains": {s: q.to_json() for s, q in domains.items()}, "tokens_by_source": by_source,
                         "trained_tokens": acts.tokens, "asked_tokens": args.tokens, "corpus_too_small": short,

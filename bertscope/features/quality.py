@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import wide
-from bertscope.features.activations import ActivationSet, layer_activations, resid_post, row_mean
+from bertscope.errors import BertScopeError
+from bertscope.features.activations import ActivationSet, resid_post, row_mean
 from bertscope.features.sae import TopKSAE
 from bertscope.interventions.importance import chosen_logits, masked_batches
 
@@ -118,13 +119,20 @@ def sae_quality(lm: LoadedModel, sae: TopKSAE, held_out: ActivationSet, texts: S
                       positions)
 
 
-def domain_qualities(lm: LoadedModel, sae: TopKSAE, layer: int, held: Mixture, mean: np.ndarray, seed: int = 0,
-                     progress: Callable[[int, int], None] | None = None) -> dict[str, SaeQuality]:
-    """``sae_quality`` on each source's held-out texts alone (``held``: the mixture's held-out side), the FVE
-    against that source's own variance: an SAE that knows only 1961 prose shows it here."""
-    out = {}
+def domain_qualities(lm: LoadedModel, sae: TopKSAE, held_out: ActivationSet, held: Mixture, mean: np.ndarray,
+                     seed: int = 0, progress: Callable[[int, int], None] | None = None) -> dict[str, SaeQuality]:
+    """``sae_quality`` on each source's held-out texts alone (``held``: the mixture's held-out side;
+    ``held_out``: its activations, ``layer_activations`` of ``held.texts``, each source's rows taken from them),
+    the FVE against that source's own variance: an SAE that knows only 1961 prose shows it here.
+    ``progress(done, total)`` counts sentences scored."""
+    if held_out.texts != tuple(held.texts):
+        raise BertScopeError("The held-out activations were read from other texts than the mixture's held-out side.")
+    out, done = {}, 0
     for source in held.counts():
-        texts = [t for t, s in zip(held.texts, held.sources) if s == source]
-        acts = layer_activations(lm, texts, layer, max_tokens=10**9, progress=progress)
-        out[source] = sae_quality(lm, sae, acts, texts, mean, seed=seed)
+        chosen = [i for i, s in enumerate(held.sources) if s == source]
+        out[source] = sae_quality(lm, sae, held_out.of_sentences(chosen), [held.texts[i] for i in chosen], mean,
+                                  seed=seed)
+        done += len(chosen)
+        if progress:
+            progress(done, len(held.texts))
     return out

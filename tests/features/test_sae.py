@@ -2,7 +2,7 @@
 spliced-in loss, the features on a text; bad input in one line."""
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -277,12 +277,20 @@ def test_quality_by_source_is_each_sources_texts_alone(tmp_path, tiny_mlm_dir):
     held = Mixture((news[0], river[0], news[1], river[1]), ("bbc", "brown", "bbc", "brown"), ())
     sae = TopKSAE(lm.hidden_size, 4 * lm.hidden_size, 6, info=SaeInfo(lm.name, "blocks.0.hook_resid_post"), seed=1)
     mean = np.zeros(lm.hidden_size, np.float32)
-    by_source = domain_qualities(lm, sae, 0, held, mean)
+    every = layer_activations(lm, held.texts, 0, max_tokens=10**9)
+    by_source = domain_qualities(lm, sae, every, held, mean)
     assert list(by_source) == ["bbc", "brown"]
     for source, texts in (("bbc", news), ("brown", river)):
-        alone = sae_quality(lm, sae, layer_activations(lm, texts, 0, max_tokens=10**9), texts, mean)
-        assert by_source[source] == alone
+        own = layer_activations(lm, texts, 0, max_tokens=10**9)
+        taken = every.of_sentences([i for i, s in enumerate(held.sources) if s == source])
+        assert taken.texts == tuple(texts) and np.array_equal(taken.where, own.where)
+        np.testing.assert_allclose(taken.rows, own.rows, atol=2e-3, rtol=2e-3)  # float16, batched with other texts
+        alone = sae_quality(lm, sae, own, texts, mean)
+        for name, value in asdict(by_source[source]).items():
+            assert value == pytest.approx(getattr(alone, name), rel=1e-3, abs=1e-4), name
     assert by_source["bbc"].tokens != by_source["brown"].tokens
+    with pytest.raises(BertScopeError, match="other texts than the mixture's held-out side"):
+        domain_qualities(lm, sae, layer_activations(lm, news, 0, max_tokens=10**9), held, mean)
 
 
 def test_features_of_a_text(tiny_mlm_dir):
