@@ -55,14 +55,14 @@ class ActivationSet:
     def of_sentences(self, chosen: Sequence[int]) -> ActivationSet:
         """The rows of the sentences ``chosen`` (indices into ``texts``, ascending) as a set of their own:
         their rows read into memory, in the same order, the sentences numbered from 0 among them."""
-        chosen = np.asarray(chosen, np.int64)
-        keep = np.isin(self.where[:, 0], chosen)  # [token]
+        ids = np.asarray(chosen, np.int64)
+        keep = np.isin(self.where[:, 0], ids)  # [token]
         number = np.full(len(self.texts), -1, np.int32)
-        number[chosen] = np.arange(len(chosen), dtype=np.int32)
+        number[ids] = np.arange(len(ids), dtype=np.int32)
         where = self.where[keep].copy()
         where[:, 0] = number[where[:, 0]]
         return ActivationSet(self.folder, self.layer, np.asarray(self.rows[keep]), where,
-                             tuple(self.texts[i] for i in chosen))
+                             tuple(self.texts[i] for i in ids))
 
 
 def row_mean(rows: np.ndarray, block: int = 65_536) -> np.ndarray:
