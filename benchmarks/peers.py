@@ -40,7 +40,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.timing import add_model_args, interleaved, load  # noqa: E402
+from benchmarks.timing import add_model_args, interleaved, load, synchronize  # noqa: E402
 
 SENTENCES = ["The bank of the river was muddy after the rain.", "She deposited the money at the bank.",
              "The keys to the cabinet are on the table.", "A dog slept under the old oak tree."] * 4
@@ -232,8 +232,7 @@ def crosscoder_training(reference: Path, tokens: int, repeats: int, device: str 
             order = torch.randperm(tokens)
             for step in range(steps):  # the reference's training loop calls update() batch by batch
                 trainer.update(step, both[order[step * batch:(step + 1) * batch]].to(on))  # a copy: it normalises in place
-            if on.startswith("cuda"):  # its steps queued on the device: done before the clock stops
-                torch.cuda.synchronize()
+            synchronize(on)  # its steps queued on a GPU: done before the clock stops
             seconds = time.perf_counter() - start
             if r:
                 ours.append(state.step * batch / ours_seconds)

@@ -438,11 +438,10 @@ def run_pass(lm: LoadedModel, graph: CircuitGraph, weights: list[LayerWeights], 
     if keep is None:
         state: dict[str, Any] = {"patched": torch.zeros(rows, pos, d, dtype=dtype, device=lm.device)}
     else:  # only the first ``n`` senders are ever read: no zeros to write
-        kept = _empty(scratch, "kept", (rows, pos, len(ablated_c.index), d), ablated.embed)
-        state = {"patched": kept}
+        state = {"patched": _empty(scratch, "kept", (rows, pos, len(ablated_c.index), d), ablated.embed)}
     columns = Columns(active)  # the kept buffer's (a gradient pass sums every change into one)
     if columns.take(1) is not None and keep is not None:  # the input node: patched = clean embeddings
-        kept[:, :, 0] = clean.embed - ablated.embed
+        state["patched"][:, :, 0] = clean.embed - ablated.embed
     n_layers, heads = lm.num_layers, lm.num_heads
     if scratch is not None:  # what receivers read, held once at its largest (a block's q, k and v inputs)
         scratch.empty("read", (rows, pos, 3 * heads, d), ablated.embed)

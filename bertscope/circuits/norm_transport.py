@@ -42,7 +42,8 @@ def layer_norm_linear(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Ten
 
 
 def transport_(comps: torch.Tensor, gamma: torch.Tensor, sigma: torch.Tensor) -> None:
-    """``layer_norm_linear`` in place, on a buffer no gradient reads (two passes over memory, not five);
+    """``layer_norm_linear`` in place (two passes over memory, not five; under autograd too, where ``gamma`` and
+    ``sigma`` need no gradient);
     ``sigma`` broadcasts against ``comps`` ([pos, 1] sender-major, [pos, 1, 1] position-major)."""
     comps -= comps.mean(dim=-1, keepdim=True)
     comps *= gamma / sigma

@@ -53,9 +53,10 @@ class ActivationSet:
         return len(self.rows)
 
     def of_sentences(self, chosen: Sequence[int]) -> ActivationSet:
-        """The rows of the sentences ``chosen`` (indices into ``texts``, ascending) as a set of their own:
-        their rows read into memory, in the same order, the sentences numbered from 0 among them."""
-        ids = np.asarray(chosen, np.int64)
+        """The rows of the sentences ``chosen`` (indices into ``texts``; taken in ascending order, each once) as a
+        set of their own: their rows read into memory, in the same order, the sentences numbered from 0 among
+        them."""
+        ids = np.unique(np.asarray(chosen, np.int64))  # rows are stored by sentence: ascending keeps them in order
         keep = np.isin(self.where[:, 0], ids)  # [token]
         number = np.full(len(self.texts), -1, np.int32)
         number[ids] = np.arange(len(ids), dtype=np.int32)

@@ -127,6 +127,9 @@ def domain_qualities(lm: LoadedModel, sae: TopKSAE, held_out: ActivationSet, hel
     ``progress(done, total)`` counts sentences scored."""
     if held_out.texts != tuple(held.texts):
         raise BertScopeError("The held-out activations were read from other texts than the mixture's held-out side.")
+    if len(np.unique(held_out.where[:, 0])) != len(held.texts):
+        raise BertScopeError("The held-out activations stop before the last held-out text (read under a token cap): "
+                             "read them with max_tokens=10**9.")
     out, done = {}, 0
     for source in held.counts():
         chosen = [i for i, s in enumerate(held.sources) if s == source]

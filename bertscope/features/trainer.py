@@ -131,7 +131,7 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
             if left is not None:
                 x_block = torch.cat([left, x_block])
             whole = len(x_block) - len(x_block) % cfg.batch_tokens
-            left = x_block[whole:] if whole < len(x_block) else None
+            left = x_block[whole:].clone() if whole < len(x_block) else None  # a copy: the block goes
             for start in range(0, whole, cfg.batch_tokens):
                 if stop is not None and stop():
                     return sae, state

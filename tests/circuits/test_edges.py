@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bertscope import load_model
+from bertscope.circuits import edges
 from bertscope.circuits.decomposed import layer_weights, run_pass
 from bertscope.circuits.edges import attribute_edges, record_pairs
 from bertscope.circuits.graph import CircuitGraph
@@ -161,7 +162,7 @@ def test_senders_replayed_in_groups_within_the_byte_budget_score_as_all_at_once(
     assert whole.abs().max() > 0
 
 
-def test_pairs_are_recorded_when_read_and_the_loops_let_go_of_what_they_recorded(lm):
+def test_pairs_are_recorded_when_read_and_the_loops_let_go_of_what_they_recorded(lm, monkeypatch):
     """Memory holds one pair's runs (0.5 GB a pair at BERT-base size and 512 tokens), not every pair's: the runs
     are recorded when first read, and attribution and evaluation forget each pair they recorded once done with it.
     A pair read before stays as it was; a mean ablation's basis is gathered once and shared with held-out pairs."""
@@ -179,8 +180,10 @@ def test_pairs_are_recorded_when_read_and_the_loops_let_go_of_what_they_recorded
     metrics = evaluate(lm, graph, weights, items, where, circuits)
     assert [p.recorded for p in items] == [True, False, False]
     assert metrics[0] == pytest.approx([p.clean.metric for p in items], abs=1e-5)  # read again: recorded again
-    where, basis = record_pairs(lm, PAIRS[:2], "mean", weights)
-    assert not any(p.recorded for p in basis)  # the means summed in passes that record nothing
+    with monkeypatch.context() as m:  # the means summed in passes that record nothing
+        m.setattr(edges, "record_run", lambda *a, **k: pytest.fail("a run recorded for the mean"))
+        where, basis = record_pairs(lm, PAIRS[:2], "mean", weights)
+    assert not any(p.recorded for p in basis)
     _, held = record_pairs(lm, PAIRS[2:], "mean", weights, mean_over=basis)
     assert basis[0].means is basis[1].means is held[0].means and basis[0].means.positions == sum(
         p.prepared.length for p in basis)

@@ -291,6 +291,8 @@ def test_quality_by_source_is_each_sources_texts_alone(tmp_path, tiny_mlm_dir):
     assert by_source["bbc"].tokens != by_source["brown"].tokens
     with pytest.raises(BertScopeError, match="other texts than the mixture's held-out side"):
         domain_qualities(lm, sae, layer_activations(lm, news, 0, max_tokens=10**9), held, mean)
+    with pytest.raises(BertScopeError, match="stop before the last held-out text"):
+        domain_qualities(lm, sae, layer_activations(lm, held.texts, 0, max_tokens=5), held, mean)
 
 
 def test_features_of_a_text(tiny_mlm_dir):
