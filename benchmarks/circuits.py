@@ -78,12 +78,14 @@ class PeakRss:
 
 
 def speed(args) -> None:
-    from bertscope.circuits.decomposed import Scratch, layer_weights, run_pass
+    from bertscope.circuits.contributions import Scratch
+    from bertscope.circuits.decomposed import run_pass
     from bertscope.circuits.edges import attribute_edges, record_pairs
     from bertscope.circuits.faithfulness import row_bytes
     from bertscope.circuits.graph import CircuitGraph
     from bertscope.circuits.nodes import attribute_nodes
     from bertscope.circuits.pairs import Pair, decision
+    from bertscope.circuits.runs import layer_weights
     from bertscope.core.hooked_pass import turn
     from bertscope.interventions.patching import patch
 

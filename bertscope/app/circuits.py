@@ -14,10 +14,10 @@ from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, to_url
-from bertscope.circuits.decomposed import supports
 from bertscope.circuits.edges import ABLATIONS, METHODS
 from bertscope.circuits.find import find_circuit
 from bertscope.circuits.pairs import SPAN, read_pairs, reads
+from bertscope.circuits.runs import supports
 from bertscope.circuits.tasks import TASKS, task_pairs, tasks_for
 from bertscope.figures.circuits import circuit_figure, faithfulness_figure
 

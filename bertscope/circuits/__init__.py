@@ -1,9 +1,10 @@
 """Circuits in encoders: which paths through the model carry a decision.
 
 ``graph`` (the encoder's computational graph as EAP-IG builds it: senders, receivers, edges, pruning),
-``pairs`` (clean/corrupted pairs and where the decision is read), ``decomposed`` (the circuit pass: a
-post-LayerNorm stream split into one contribution per sender; ``norm_transport`` carries it through a
-LayerNorm in one sweep), ``edges`` (EAP, EAP-IG on the inputs and
+``pairs`` (clean/corrupted pairs and where the decision is read), ``runs`` (each block's weights, a run
+recorded, a pair's two runs), ``contributions`` (a post-LayerNorm stream split into one contribution per
+sender), ``decomposed`` (the circuit pass on them; ``norm_transport`` carries them through a LayerNorm in
+one sweep), ``edges`` (EAP, EAP-IG on the inputs and
 on the activations), ``nodes`` (attribution patching over nodes, held to exact patching), ``tasks``
 (built-in pair datasets checked on the shipped models), ``find`` (attribute on half the pairs, score
 circuits of every size on the other half), ``faithfulness`` (circuits scored as MIB scores them: CPR and CMD beside random

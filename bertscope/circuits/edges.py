@@ -24,22 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertscope.circuits.decomposed import (
-    Columns,
-    Contributions,
-    Flow,
-    LayerWeights,
-    RecordedPair,
-    RunRecord,
-    SenderMeans,
-    layer_weights,
-    mean_record,
-    record_run,
-    run_pass,
-)
+from bertscope.circuits.contributions import Columns, Contributions, mean_record
+from bertscope.circuits.decomposed import Flow, run_pass
 from bertscope.circuits.graph import CircuitGraph
 from bertscope.circuits.norm_transport import carry_through_norm_
 from bertscope.circuits.pairs import MASK, Pair, PreparedPair, decision, prepare_all
+from bertscope.circuits.runs import LayerWeights, RecordedPair, RunRecord, SenderMeans, layer_weights, record_run
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.hooked_pass import turn
 from bertscope.core.models import LoadedModel

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertscope.circuits.decomposed import LayerWeights, RecordedPair, Scratch, layer_weights, run_pass
+from bertscope.circuits.contributions import Scratch
+from bertscope.circuits.decomposed import run_pass
 from bertscope.circuits.edges import EdgeScores, Progress, end_metrics
 from bertscope.circuits.graph import CircuitGraph
+from bertscope.circuits.runs import LayerWeights, RecordedPair, layer_weights
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.hooked_pass import turn
 from bertscope.core.models import LoadedModel

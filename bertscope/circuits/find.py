@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertscope.circuits.decomposed import supports
 from bertscope.circuits.edges import DEFAULT_STEPS, EdgeScores, Progress, attribute_edges, check_method, record_pairs
 from bertscope.circuits.faithfulness import SIZES, FaithfulnessCurve, faithfulness_curve
 from bertscope.circuits.graph import CircuitGraph
 from bertscope.circuits.pairs import Pair, prepare_all
+from bertscope.circuits.runs import supports
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 

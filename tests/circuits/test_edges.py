@@ -10,10 +10,11 @@ import torch
 
 from bertscope import load_model
 from bertscope.circuits import edges
-from bertscope.circuits.decomposed import layer_weights, run_pass
+from bertscope.circuits.decomposed import run_pass
 from bertscope.circuits.edges import attribute_edges, record_pairs
 from bertscope.circuits.graph import CircuitGraph
 from bertscope.circuits.pairs import Pair
+from bertscope.circuits.runs import layer_weights
 from bertscope.errors import BertScopeError
 from tests.circuits.conftest import PAIRS
 
@@ -102,7 +103,7 @@ def test_a_circuit_cut_at_the_decision_reads_the_corrupted_contributions_there(l
     """A partial circuit checked on its own terms: with only some edges into the decision removed, the
     decision reads the clean final state with those senders' clean contributions swapped for the corrupted
     run's (the contributions themselves checked to sum to the states in test_pass)."""
-    from bertscope.circuits.decomposed import Contributions
+    from bertscope.circuits.contributions import Contributions
     from bertscope.circuits.pairs import decision
 
     weights = layer_weights(lm)
@@ -202,7 +203,7 @@ def test_pairs_are_recorded_when_read_and_the_loops_let_go_of_what_they_recorded
 def test_a_sweeps_buffers_serve_a_pass_in_and_out_of_inference_mode(lm):
     """Buffers a sweep reuses (``Scratch``) are plain tensors: a pass under ``no_grad`` after one under
     ``inference_mode`` writes into them, and both give the pass's own result."""
-    from bertscope.circuits.decomposed import Scratch
+    from bertscope.circuits.contributions import Scratch
 
     weights = layer_weights(lm)
     where, (pair,) = record_pairs(lm, PAIRS[:1], "patch", weights)

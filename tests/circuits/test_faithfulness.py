@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertscope.circuits.decomposed import layer_weights
 from bertscope.circuits.edges import attribute_edges, record_pairs
 from bertscope.circuits.faithfulness import areas, evaluate, faithfulness_curve
 from bertscope.circuits.find import find_circuit, split_pairs
+from bertscope.circuits.runs import layer_weights
 from bertscope.errors import BertScopeError
 from tests.circuits.conftest import PAIRS
 

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from bertscope.circuits import norm_transport
-from bertscope.circuits.decomposed import layer_weights, run_pass
+from bertscope.circuits.decomposed import run_pass
 from bertscope.circuits.edges import record_pairs
 from bertscope.circuits.graph import CircuitGraph
 from bertscope.circuits.norm_transport import carry_through_norm_
 from bertscope.circuits.pairs import Pair
+from bertscope.circuits.runs import layer_weights
 from bertscope.core.models import load_model
 
 

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from bertscope import load_model
-from bertscope.circuits.decomposed import Contributions, layer_weights, run_pass
+from bertscope.circuits.contributions import Contributions
+from bertscope.circuits.decomposed import run_pass
 from bertscope.circuits.edges import record_pairs
 from bertscope.circuits.graph import CircuitGraph
 from bertscope.circuits.pairs import Pair, decision
+from bertscope.circuits.runs import layer_weights
 from bertscope.errors import BertScopeError
 from tests.conftest import labels, task_checkpoint
 
