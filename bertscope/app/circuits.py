@@ -115,8 +115,7 @@ with page_errors(stop=False):
     c2.metric("corrupted", f"{f.empty_metric:+.3f}")
     c3.metric("CPR (random)", f"{f.cpr:.3f}", f"{f.cpr - f.random_cpr:+.3f} over random")
     c4.metric("80 % faithful at (share of edges)", "none swept" if share is None else f"{share:.1%}")
-    st.caption(plain(f"{len(result.attribution_pairs)} pairs scored the edges, {len(result.evaluation_pairs)} held out "
-                     f"tested the circuits; {result.graph.n_edges:,} edges in all. CMD {f.cmd:.3f} (random "
+    st.caption(plain(f"{result.pairs_said()}; {result.graph.n_edges:,} edges in all. CMD {f.cmd:.3f} (random "
                      f"{f.random_cmd:.3f}): the area between the curve and 1, lower is better."))
     fig = circuit_figure(result)
     st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="circ_graph", on_select=pick_head,

@@ -26,7 +26,6 @@ Gradient passes (``Flow``: every edge in, the input or one node's output moved a
 summed change instead of one per sender, and expose the gradient of the metric at every receiver.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Callable

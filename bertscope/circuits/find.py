@@ -46,6 +46,11 @@ class CircuitResult:
     def graph(self) -> CircuitGraph:
         return self.scores.graph
 
+    def pairs_said(self) -> str:
+        """Which pairs scored the edges and which tested the circuits, for a person."""
+        return split_said(len(self.attribution_pairs), len(self.evaluation_pairs),
+                          self.attribution_pairs == self.evaluation_pairs)
+
     def to_json(self) -> dict:
         g, f = self.graph, self.faithfulness
         nodes = g.nodes()
@@ -54,8 +59,8 @@ class CircuitResult:
             "ablation": self.scores.ablation,
             "graph": {"nodes": nodes, "receivers": g.receiver_names, "edges": g.edge_list(g.real, self.scores.scores)},
             "circuit": {"asked": self.asked, "edges": g.edge_list(self.circuit, self.scores.scores),
-                        "nodes": sorted({e for s, r in zip(*np.nonzero(self.circuit))
-                                         for e in (g.sender_names[s], nodes[g.receiver_node[r]]["name"])})},
+                        "nodes": [nodes[i]["name"] for i in sorted(  # in the graph's order: embeddings to the decision
+                            {i for s, r in zip(*np.nonzero(self.circuit)) for i in (int(s), int(g.receiver_node[r]))})]},
             "faithfulness": [{"share": s, "edges": n, "kept": k, "value": round(v, 6)}
                              for s, n, k, v in zip(f.sizes, f.edges, f.kept, f.values)],
             "random_faithfulness": [{"share": s, "edges": n, "kept": round(k, 1), "value": round(v, 6)}
@@ -67,6 +72,14 @@ class CircuitResult:
             "evaluation_pairs": [p.to_json() for p in self.evaluation_pairs],
             "numbering": "layers and heads from 0; 'embed' is the embeddings; scores are summed over positions",
         }
+
+
+def split_said(attributed: int, evaluated: int, same: bool) -> str:
+    """The split in words: one pair both scores the edges and tests the circuits (nothing is held out)."""
+    if same:
+        return f"{attributed} pair{'s' if attributed != 1 else ''} both scored the edges and tested the circuits " \
+               "(too few to hold any out: the faithfulness is measured where the circuit was found)"
+    return f"{attributed} pair{'s' if attributed != 1 else ''} scored the edges, {evaluated} held out tested the circuits"
 
 
 def split_pairs(pairs: Sequence[Pair], seed: int = 0) -> tuple[list[Pair], list[Pair]]:
@@ -82,6 +95,18 @@ def split_pairs(pairs: Sequence[Pair], seed: int = 0) -> tuple[list[Pair], list[
 def find_circuit(lm: LoadedModel, pairs: Sequence[Pair], method: str = "eap", steps: int = DEFAULT_STEPS,
                  top_n: int | None = None, ablation: str = "patch", sizes: Sequence[float] = SIZES, seed: int = 0,
                  progress: Progress | None = None, stop: Callable[[], bool] | None = None) -> CircuitResult:
+    """A circuit of ``lm`` for the behaviour ``pairs`` show, and its faithfulness.
+
+    The pairs are shuffled (``seed``) and split: the first half scores every edge by ``method`` ("eap",
+    "eap-ig-inputs" or "eap-ig-activations", integrated gradients with ``steps`` steps), the second half
+    (held out; one pair serves both) runs circuits of each share of the edges in ``sizes`` with every edge
+    outside them ablated (``ablation``: "patch" from the corrupted run, or "mean": each node's mean output).
+    The circuit returned is the top ``top_n`` edges by |score|, or by default the smallest swept circuit that
+    reaches 80 % faithfulness, with nodes that cannot reach both the embeddings and the decision pruned.
+    ``progress(done, total, what)`` and ``stop()`` serve a progress bar and a Stop button; every bad input is
+    one ``BertScopeError`` line. The module's docstring runs an example; ``CircuitResult.to_json`` is what
+    ``bertscope circuit --json`` prints.
+    """
     check_method(method, steps, ablation)
     supports(lm)
     graph = CircuitGraph(lm.num_layers, lm.num_heads)

@@ -56,8 +56,11 @@ def cmd_circuit(args: argparse.Namespace) -> Any:
 
 def describe(data: dict) -> str:
     """What a person reads: the metric's ends, the curve beside random circuits, the strongest edges."""
+    from bertscope.circuits.find import split_said
+
+    attributed, evaluated = data["attribution_pairs"], data["evaluation_pairs"]
     lines = [f"{data['method']} ({data['ablation']} ablation) on {data['model']}: "
-             f"{len(data['attribution_pairs'])} pairs attributed, {len(data['evaluation_pairs'])} held out; "
+             f"{split_said(len(attributed), len(evaluated), attributed == evaluated)}; "
              f"logit(answer) − logit(foil): clean {data['clean_metric']:+.3f}, corrupted {data['corrupted_metric']:+.3f}",
              f"CPR {data['cpr']:.3f} (random {data['random_cpr']:.3f}), CMD {data['cmd']:.3f} "
              f"(random {data['random_cmd']:.3f}); 80% faithful at "
@@ -87,7 +90,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ablation", default="patch", help=f"{' or '.join(ABLATIONS)}: what edges outside the circuit "
                    "carry (the corrupted run, or each node's mean output)")
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help=f"pairs of a task (default {DEFAULT_SIZE})")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the task's pairs and the split into halves (default 0)")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
 
 

@@ -125,18 +125,18 @@ def table(report: dict) -> str:
 
 def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", help="layers from 0 (default every layer)")
-    p.add_argument("--expansion", type=int, default=8, help="latents = expansion x the model's width")
-    p.add_argument("--k", type=int, default=32, help="active latents a token")
+    p.add_argument("--expansion", type=int, default=8, help="latents = expansion x the model's width (default 8)")
+    p.add_argument("--k", type=int, default=32, help="active latents a token (default 32)")
     p.add_argument("--corpus", choices=("mixture", "brown"), default="mixture",
                    help="mixture: every installed corpus (Brown, EWT, tweets, BBC, SQuAD paragraphs), their texts "
                         "interleaved one from each in turn (a source that runs out leaves the others to go on); "
                         "brown: Brown's training documents alone")
-    p.add_argument("--tokens", type=int, default=200_000, help="training word pieces a layer")
+    p.add_argument("--tokens", type=int, default=200_000, help="training word pieces a layer (default 200,000)")
     p.add_argument("--held-out", type=int, default=300,
-                   help="held-out texts from each source (sentences for Brown) for the figures")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--batch-tokens", type=int, default=2048)
-    p.add_argument("--seed", type=int, default=0)
+                   help="held-out texts from each source (sentences for Brown) for the figures (default 300)")
+    p.add_argument("--epochs", type=int, default=4, help="passes over the training word pieces (default 4)")
+    p.add_argument("--batch-tokens", type=int, default=2048, help="word pieces a training step (default 2,048)")
+    p.add_argument("--seed", type=int, default=0, help="the texts drawn, the SAE's start, its shuffle and the scoring's masks (default 0)")
     p.add_argument("--weights", choices=("float32", "float16"), default="float32",
                    help="the saved SAE's dtype (float16: half the bytes, as the shipped SAEs)")
     p.add_argument("--out", required=True, help="a folder: layer_LL/ in SAELens's format (cfg.json, "

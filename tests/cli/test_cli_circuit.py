@@ -34,9 +34,17 @@ def test_circuit_json_and_the_table(capsys, tiny_mlm_dir, pairs_file, tmp_path):
     assert all(e["source"] in names for e in data["circuit"]["edges"]) and len(data["circuit"]["edges"]) <= 12
     assert [f["share"] for f in data["faithfulness"]][-1] == 1.0 and data["faithfulness"][-1]["value"] == 1.0
     assert data["method"] == "eap-ig-inputs" and data["steps"] == 3
+    order = [n["name"] for n in data["graph"]["nodes"]]  # the circuit's nodes in the graph's order
+    assert [order.index(n) for n in data["circuit"]["nodes"]] == sorted(order.index(n) for n in data["circuit"]["nodes"])
     code, out, err = run_cli(capsys, "circuit", str(tiny_mlm_dir), "--data", str(pairs_file), "--ablation", "mean")
     assert code == 0, err
     assert out.startswith("eap (mean ablation) on ") and "CPR" in out and "faithfulness  random" in out
+    assert "1 pair scored the edges, 1 held out tested the circuits;" in out
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(ROWS[0]))
+    code, out, err = run_cli(capsys, "circuit", str(tiny_mlm_dir), "--data", str(one))
+    assert code == 0, err
+    assert "1 pair both scored the edges and tested the circuits (too few to hold any out" in out
 
 
 @pytest.mark.parametrize("extra, message", [
