@@ -76,10 +76,11 @@ class CircuitResult:
 
 def split_said(attributed: int, evaluated: int, same: bool) -> str:
     """The split in words: one pair both scores the edges and tests the circuits (nothing is held out)."""
+    pairs = f"{attributed} pair{'s' if attributed != 1 else ''}"
     if same:
-        return f"{attributed} pair{'s' if attributed != 1 else ''} both scored the edges and tested the circuits " \
-               "(too few to hold any out: the faithfulness is measured where the circuit was found)"
-    return f"{attributed} pair{'s' if attributed != 1 else ''} scored the edges, {evaluated} held out tested the circuits"
+        return f"{pairs} both scored the edges and tested the circuits (too few to hold any out: the faithfulness is " \
+               "measured where the circuit was found)"
+    return f"{pairs} scored the edges, {evaluated} held out tested the circuits"
 
 
 def split_pairs(pairs: Sequence[Pair], seed: int = 0) -> tuple[list[Pair], list[Pair]]:

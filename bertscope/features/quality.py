@@ -132,10 +132,9 @@ def domain_qualities(lm: LoadedModel, sae: TopKSAE, held_out: ActivationSet, hel
                              "read them with max_tokens=10**9.")
     out, done = {}, 0
     for source in held.counts():
-        chosen = [i for i, s in enumerate(held.sources) if s == source]
-        out[source] = sae_quality(lm, sae, held_out.of_sentences(chosen), [held.texts[i] for i in chosen], mean,
-                                  seed=seed)
-        done += len(chosen)
+        part = held_out.of_sentences([i for i, s in enumerate(held.sources) if s == source])
+        out[source] = sae_quality(lm, sae, part, part.texts, mean, seed=seed)
+        done += len(part.texts)
         if progress:
             progress(done, len(held.texts))
     return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,27 @@ def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator)
         yield block[generator.permutation(len(block))]
 
 
+def batches_of(blocks: Iterator[np.ndarray], batch: int, device: str) -> Iterator[torch.Tensor]:
+    """Every whole batch of the blocks' rows, in order, on ``device``: the rows a block leaves past its last whole
+    batch open the next block's first (an epoch reads every row but fewer than one batch's), and no block is
+    copied to join them."""
+    left = None  # [rows, d] the last block's rows past its last whole batch
+    for block in blocks:
+        x = torch.from_numpy(block).to(device)  # [block, d]
+        start = 0
+        if left is not None:
+            need = batch - len(left)
+            if len(x) < need:
+                left = torch.cat([left, x])
+                continue
+            yield torch.cat([left, x[:need]])
+            start = need
+        whole = start + (len(x) - start) // batch * batch
+        for first in range(start, whole, batch):
+            yield x[first:first + batch]
+        left = x[whole:].clone() if whole < len(x) else None  # a copy: the block goes
+
+
 def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: SaeInfo, device: str = "cpu",
               resume: bool = True, progress: Callable[[int, int, dict], None] | None = None,
               stop: Callable[[], bool] | None = None) -> tuple[TopKSAE, SaeTrainState]:
@@ -116,8 +137,6 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
         with torch.no_grad():
             sae.b_dec.copy_(geometric_median(sample))
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (d_in * 4))
-    # a block's rows that fill no whole batch open the next block's first: an epoch reads every row but fewer than
-    # one batch's (the last block's last, shuffled: other rows each epoch)
     steps_per_epoch = len(rows) // cfg.batch_tokens
     total = steps_per_epoch * cfg.epochs
     k_aux = d_in // 2
@@ -125,49 +144,41 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
         generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
         sums = {"loss": 0.0, "nmse": 0.0, "aux": 0.0}
         started, steps = time.perf_counter(), 0
-        left = None  # [rows, d_in] the last block's rows past its last whole batch
-        for block in blocks_of(rows, block_rows, generator):
-            x_block = torch.from_numpy(block).to(device)  # [block, d_in]
-            if left is not None:
-                x_block = torch.cat([left, x_block])
-            whole = len(x_block) - len(x_block) % cfg.batch_tokens
-            left = x_block[whole:].clone() if whole < len(x_block) else None  # a copy: the block goes
-            for start in range(0, whole, cfg.batch_tokens):
-                if stop is not None and stop():
-                    return sae, state
-                x = x_block[start:start + cfg.batch_tokens]  # [batch, d_in]
-                pre = sae.pre_activations(x)  # [batch, d_sae]
-                top = pre.topk(cfg.k, dim=-1, sorted=False)
-                values = torch.relu(top.values)
-                recon = sae.decode_topk(values, top.indices)
-                error = x - recon
-                nmse = error.pow(2).sum(1).mean() / variance
-                fired = torch.zeros(d_sae, dtype=torch.bool, device=device)
-                fired[top.indices[values > 0]] = True
-                since_fired += len(x)
-                since_fired[fired] = 0
-                dead = since_fired > cfg.dead_tokens
-                aux = torch.zeros((), device=device)
-                n_dead = int(dead.sum())
-                if n_dead:
-                    take = min(k_aux, n_dead)
-                    dead_pre = pre.masked_fill(~dead[None, :], float("-inf")).topk(take, dim=-1, sorted=False)
-                    aux_recon = torch.nn.functional.embedding_bag(dead_pre.indices, sae.W_dec, mode="sum",
-                                                                  per_sample_weights=torch.relu(dead_pre.values))
-                    aux = (error.detach() - aux_recon).pow(2).sum(1).mean() / variance * min(n_dead / k_aux, 1.0)
-                loss = nmse + cfg.aux_coef * aux
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                sae.remove_parallel_gradient()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                optimizer.step()
-                sae.normalise_decoder()
-                state.step += 1
-                steps += 1
-                for key, value in (("loss", loss), ("nmse", nmse), ("aux", aux)):
-                    sums[key] += float(value.detach())
-                if progress is not None:
-                    progress(state.step, total, {"epoch": epoch + 1, "nmse": float(nmse.detach()), "dead": n_dead / d_sae})
+        for x in batches_of(blocks_of(rows, block_rows, generator), cfg.batch_tokens, device):  # [batch, d_in]
+            if stop is not None and stop():
+                return sae, state
+            pre = sae.pre_activations(x)  # [batch, d_sae]
+            top = pre.topk(cfg.k, dim=-1, sorted=False)
+            values = torch.relu(top.values)
+            recon = sae.decode_topk(values, top.indices)
+            error = x - recon
+            nmse = error.pow(2).sum(1).mean() / variance
+            fired = torch.zeros(d_sae, dtype=torch.bool, device=device)
+            fired[top.indices[values > 0]] = True
+            since_fired += len(x)
+            since_fired[fired] = 0
+            dead = since_fired > cfg.dead_tokens
+            aux = torch.zeros((), device=device)
+            n_dead = int(dead.sum())
+            if n_dead:
+                take = min(k_aux, n_dead)
+                dead_pre = pre.masked_fill(~dead[None, :], float("-inf")).topk(take, dim=-1, sorted=False)
+                aux_recon = torch.nn.functional.embedding_bag(dead_pre.indices, sae.W_dec, mode="sum",
+                                                              per_sample_weights=torch.relu(dead_pre.values))
+                aux = (error.detach() - aux_recon).pow(2).sum(1).mean() / variance * min(n_dead / k_aux, 1.0)
+            loss = nmse + cfg.aux_coef * aux
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            sae.remove_parallel_gradient()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            sae.normalise_decoder()
+            state.step += 1
+            steps += 1
+            for key, value in (("loss", loss), ("nmse", nmse), ("aux", aux)):
+                sums[key] += float(value.detach())
+            if progress is not None:
+                progress(state.step, total, {"epoch": epoch + 1, "nmse": float(nmse.detach()), "dead": n_dead / d_sae})
         state.epoch = epoch + 1
         state.history.append({"epoch": epoch + 1, **{k: v / max(steps, 1) for k, v in sums.items()},
                               "dead_share": float((since_fired > cfg.dead_tokens).float().mean()),
