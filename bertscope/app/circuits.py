@@ -12,6 +12,7 @@ from bertscope import BertScopeError
 from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import model_key, require_model
+from bertscope.app.kit.pages import page
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, to_url
 from bertscope.circuits.edges import ABLATIONS, METHODS
@@ -144,7 +145,7 @@ with page_errors(stop=False):
                                    key="circ_head",
                                    format_func=lambda h: f"layer {h[0]}, head {h[1]}")
         example = result.evaluation_pairs[0].clean
-        st.page_link("bertscope/app/attention.py", label=f"Layer {layer}, head {head} on the Attention page",
+        st.page_link(page("attention.py").path, label=f"Layer {layer}, head {head} on the Attention page",
                      icon=":material/open_in_new:", query_params={"text": example, "layer": layer, "head": head})
     c1, c2 = st.columns(2)  # the files are written when asked for, not held by every session at every rerun
 

@@ -14,6 +14,7 @@ from bertscope.app.kit.budget import costly_job
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import chosen_model_name, require_model
+from bertscope.app.kit.pages import page
 from bertscope.app.kit.training import open_in_sidebar, run_progress, training_allowed
 from bertscope.figures.tasks import confusion_heatmap
 from bertscope.figures.training import loss_curves
@@ -34,7 +35,7 @@ HELD_BUDGETS = [256, 1024, 4096, 0]  # 0: the whole held-out side
 RATES = [1e-5, 3e-5, 5e-5, 1e-4, 3e-4, 5e-4, 1e-3, 3e-3]
 
 if st.session_state.pop("ft_go", False):  # the finished model was opened: show its decisions
-    st.switch_page("bertscope/app/predictions.py")
+    st.switch_page(page("predictions.py").path)
 
 st.title("Fine-tuning")
 st.caption("BERT's second stage (Devlin et al. 2019, §4): a new layer over [CLS] for classification and pairs, "

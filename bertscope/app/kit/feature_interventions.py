@@ -12,6 +12,7 @@ import streamlit as st
 from bertscope.app.kit.chrome import page_errors, plain, plain_but_code
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.mask_changes import show_mask_changes
+from bertscope.app.kit.pages import page
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, to_url
 from bertscope.corpora.tagged import TAGSET_NAMES, brown_tagged
@@ -94,7 +95,7 @@ def features_tab(lm, key) -> None:
         show_mask_changes(result.masks, did)
         st.download_button("Download (JSON)", json.dumps(result.to_json()), "feature-edit.json", "application/json",
                            key="int_feat_json", on_click="ignore")
-        st.page_link("bertscope/app/features.py", label=f"Feature {feature} on the Features page",
+        st.page_link(page("features.py").path, label=f"Feature {feature} on the Features page",
                      icon=":material/open_in_new:",
                      query_params={"layer": layer, "feature": feature, "feat_tab": "Feature"}
                      | ({"sae": typed.strip()} if typed.strip() else {}))

@@ -149,3 +149,14 @@ PAGES: tuple[Page, ...] = (
          "model opens on the Predictions page.",
          "bundled on the tweets, 1,024 examples, one epoch of LoRA: then *Open it on the Predictions page*."),
 )
+
+
+def page(script: str) -> Page:
+    """The record of the page whose script is ``script`` ("attention.py"): what a cross-page link or
+    ``switch_page`` takes (its ``path`` works in the checkout and in the installed app alike; a path string
+    relative to the checkout does not: the installed app's main script lives in the launch folder)."""
+    for entry in PAGES:
+        if entry.script == script:
+            return entry
+    raise KeyError(f"no page {script!r}; the pages are {', '.join(p.script for p in PAGES)}")
+
