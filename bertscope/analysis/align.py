@@ -18,7 +18,6 @@ carrier sentence (then only the pieces inside the word's characters count).
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,8 @@ from bertscope.core.pooling import PoolingPlan, pooled_hidden_states
 from bertscope.core.tokens import tokens_in_span
 from bertscope.corpora.parallel import CARRIERS, ParallelData
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_file
+from bertscope.runtime.disk_quota import make_room, touch
 from bertscope.runtime.user_cache import user_cache_dir
 
 Pooling = Literal["mean", "cls"]
@@ -109,6 +110,7 @@ def cached_vectors(lm: LoadedModel, data: ParallelData, pooling: Pooling = "mean
             vectors, counts = saved["vectors"], saved["counts"]
     except (OSError, ValueError, KeyError):
         return None
+    touch(file)  # the most recently used, for a disk quota
     return AlignmentVectors(lm.name, data, pooling, context, vectors, int(counts[0]), int(counts[1]))
 
 
@@ -167,11 +169,9 @@ def embed_parallel(
     vectors = vectors.reshape(len(data.languages), n_items, *vectors.shape[1:])
     if file is not None:
         try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = file.with_name(f".{file.stem}.{os.getpid()}.tmp.npz")
-            np.savez(tmp, vectors=vectors, counts=np.array([truncated, empty]))
-            os.replace(tmp, file)
-        except OSError:
+            make_room(vectors.nbytes, "keeping these vectors")
+            write_file(file, lambda tmp: np.savez(tmp, vectors=vectors, counts=np.array([truncated, empty])))
+        except (OSError, BertScopeError):
             pass  # a cache that cannot be written (read-only disk, full): the vectors are still returned
     return AlignmentVectors(
         model_name=lm.name, data=data, pooling=pooling, context=context,

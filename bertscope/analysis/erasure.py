@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_file
 
 Method = Literal["leace", "inlp", "random"]
 Labels = Sequence[str] | np.ndarray  # [example] the concept's label of each row
@@ -89,8 +90,9 @@ class Eraser:
 
     def save(self, path: Path | str) -> None:
         """An ``.npz`` of arrays and the method's name (never a pickle)."""
-        np.savez(path, left=self.left, right=self.right, bias=self.bias, rank=np.int64(self.rank),
-                 method=np.array(self.method), classes=np.array(self.classes, dtype=str))
+        write_file(Path(path), lambda tmp: np.savez(
+            tmp, left=self.left, right=self.right, bias=self.bias, rank=np.int64(self.rank),
+            method=np.array(self.method), classes=np.array(self.classes, dtype=str)))
 
     @classmethod
     def load(cls, path: Path | str) -> Eraser:

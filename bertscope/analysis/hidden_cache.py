@@ -20,9 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +35,8 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.pooling import PoolingPlan, pooled_hidden_states
 from bertscope.corpora.probe_tasks import UNLABELLED, ProbeTask
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import fsync_tree, publish, temporary_folder
+from bertscope.runtime.disk_quota import disk_quota, make_room, touch
 from bertscope.runtime.engine import Engine
 from bertscope.runtime.user_cache import user_cache_dir
 
@@ -160,24 +160,25 @@ class HiddenStateCache:
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
             shutil.rmtree(folder, ignore_errors=True)  # partial or corrupted: rebuild
             return None
+        touch(folder)  # the most recently used, for a disk quota
         return states
 
-    def write(self, key: CacheKey, fill: Callable[[Path], dict]) -> CachedStates:
+    def write(self, key: CacheKey, fill: Callable[[Path], dict], expected_bytes: int = 0) -> CachedStates:
         """``fill(tmp_folder)`` writes the layer files and returns the metadata; the folder
-        becomes visible only complete (rename), so an interrupted write leaves no entry."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=self.root))
+        becomes visible only complete (synced, then renamed), so an interrupted write leaves no entry. Where
+        a disk quota is set (a hosted demo), room for ``expected_bytes`` is made first."""
+        make_room(expected_bytes, "extracting these hidden states")
+        final = self.folder(key)
+        tmp = temporary_folder(final)
         try:
             meta = fill(tmp)
             names = [f"layer_{i:02d}.npy" for i in key.layers]
             meta["files"] = {n: {"shape": list(np.load(tmp / n, mmap_mode="r").shape)} for n in names}
             meta["key"] = key.to_json()
             (tmp / "meta.json").write_text(json.dumps(meta))
-            final = self.folder(key)
-            with _LOCK:
-                if final.exists():
-                    shutil.rmtree(final, ignore_errors=True)
-                os.replace(tmp, final)
+            fsync_tree(tmp)
+            with _LOCK:  # two sessions that extracted the same states: one rename at a time
+                publish(tmp, final)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -299,7 +300,8 @@ def expected_rows(task: ProbeTask, table: WordTable | None) -> np.ndarray:
 
 def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, batch_size: int = 64,
             progress: Callable[[int, int], None] | None = None, sort_by_length: bool = True,
-            rows: Callable[[LoadedModel, ProbeTask, WordTable | None, str, int], Rows] | None = None) -> dict:
+            rows: Callable[[LoadedModel, ProbeTask, WordTable | None, str, int], Rows] | None = None,
+            pieces: int | None = None) -> dict:
     """Run every sentence once; write ``layer_XX.npy`` [example, dim] into ``folder``.
 
     Rows are written into memory-mapped files as batches arrive (each layer once a batch), so
@@ -319,7 +321,8 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
     files = [np.lib.format.open_memmap(folder / f"layer_{i:02d}.npy", mode="w+", dtype=np.float32,
                                        shape=(total, lm.hidden_size)) for i in layers]
     kept = np.zeros(total, bool)
-    done, pieces = 0, count_pieces(lm, texts) if progress else 0
+    done = 0
+    total_pieces = (pieces if pieces is not None else count_pieces(lm, texts)) if progress else 0
     if rows is None:
         source = pooled_rows(lm, texts, table, pooling, batch_size, sort_by_length)
     else:
@@ -331,7 +334,7 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
             kept[destination] = True
         done += ran
         if progress:
-            progress(done, pieces)
+            progress(done, total_pieces)
     del files  # closed without msync: the kernel writes the pages back; readers see them at once
     if not kept.any():
         raise BertScopeError("No labelled word survived tokenisation.")
@@ -357,6 +360,44 @@ def extract(lm: LoadedModel, task: ProbeTask, folder: Path, pooling: Pooling, ba
     }
 
 
+@dataclass(frozen=True)
+class TaskSize:
+    """What extracting a task's hidden states runs and keeps, known from its tokens before any pass: what a page
+    checks (and a hosted demo caps) before the work starts."""
+
+    pieces: int  # word pieces a pass runs, special tokens included, cut at the model's maximum
+    examples: int  # vectors kept per layer: labelled words that keep a token (token level), or sentences
+    labels: frozenset[str]  # the labels of those examples
+    cut_words: int  # labelled words past the model's maximum, which keep no vector
+    bytes: int  # the layer files: examples x (layers + 1) x width x 4
+
+    def check_labels(self, needed: int = 2) -> None:
+        """One line when fewer than ``needed`` different labels survive the model's cut."""
+        if len(self.labels) < needed:
+            past = f" ({self.cut_words:,} labelled words lie past the model's maximum length, where it reads nothing)" \
+                if self.cut_words else ""
+            raise BertScopeError(f"A probe needs at least {needed} different labels among the words the model reads; "
+                                 f"this task has {len(self.labels)}{past}.")
+
+
+def task_size(lm: LoadedModel, task: ProbeTask) -> TaskSize:
+    """The task tokenised once (no pass): its word pieces, and the labelled words that keep a token."""
+    encodings = tokenize(lm, list(task.texts), [None] * len(task.texts)).encodings
+    pieces = sum(len(e.ids) for e in encodings)
+    if task.level == "token":
+        table = word_table(task)
+        covered = np.array([max((end for _, end in e.offsets), default=0) for e in encodings], np.int64)  # [sentence]
+        sentence = np.repeat(np.arange(len(task.texts)), np.diff(table.first))  # [word]
+        labelled = table.output_row >= 0
+        kept = labelled & (table.start < covered[sentence])
+        flat = [tag for tags in task.labels for tag in tags]
+        labels = frozenset(flat[i] for i in np.flatnonzero(kept))
+        examples, cut = int(kept.sum()), int(labelled.sum() - kept.sum())
+    else:
+        labels, examples, cut = frozenset(tags[0] for tags in task.labels), len(task.texts), 0
+    return TaskSize(pieces, examples, labels, cut, examples * (lm.num_layers + 1) * lm.hidden_size * 4)
+
+
 def count_pieces(lm: LoadedModel, texts: Sequence[str]) -> int:
     """The word pieces a pass over ``texts`` runs: each text's, special tokens included, cut at the
     model's maximum (the unit ``extract`` reports progress in)."""
@@ -376,10 +417,12 @@ def states_on_disk(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
 
 def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
                   cache: HiddenStateCache | None = None, batch_size: int = 64,
-                  progress: Callable[[int, int], None] | None = None, engine: Engine | None = None) -> CachedStates:
+                  progress: Callable[[int, int], None] | None = None, engine: Engine | None = None,
+                  size: TaskSize | None = None) -> CachedStates:
     """The task's states at every layer: from the cache, or extracted and cached now (by this
     process, or by an ``engine``'s workers: see ``extract``). Either way the
-    entry is the same: the key does not say how it was computed."""
+    entry is the same: the key does not say how it was computed. ``size``: the task's ``task_size`` when the
+    caller has it (its pieces and bytes are not counted again)."""
     allowed = ("mean", "first") if task.level == "token" else ("mean", "cls")
     if pooling not in allowed:
         raise BertScopeError(f"Pooling for a {task.level}-level task: {' or '.join(allowed)}.")
@@ -390,5 +433,9 @@ def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
         if progress:
             progress(1, 1)
         return found
+    if size is None and disk_quota() is not None:  # a quota needs the bytes before the pass
+        size = task_size(lm, task)
     rows = None if engine is None else engine.hidden_rows
-    return cache.write(key, lambda tmp: extract(lm, task, tmp, pooling, batch_size, progress, rows=rows))
+    return cache.write(key, lambda tmp: extract(lm, task, tmp, pooling, batch_size, progress, rows=rows,
+                                                pieces=size.pieces if size else None),
+                       size.bytes if size else 0)

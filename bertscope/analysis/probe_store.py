@@ -19,6 +19,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_file, write_text
 
 
 def save_probe(probe: Pipeline, folder: Path, name: str) -> None:
@@ -30,9 +31,9 @@ def save_probe(probe: Pipeline, folder: Path, name: str) -> None:
     else:
         arrays.update({f"coef_{i}": w for i, w in enumerate(model.coefs_)})
         arrays.update({f"intercept_{i}": b for i, b in enumerate(model.intercepts_)})
-    np.savez(folder / f"{name}.npz", **arrays)
-    (folder / f"{name}.json").write_text(json.dumps({"classes": [str(c) for c in model.classes_],
-                                                     "kind": type(model).__name__}))
+    write_file(folder / f"{name}.npz", lambda tmp: np.savez(tmp, **arrays))  # then its JSON: what a reader looks for
+    write_text(folder / f"{name}.json", json.dumps({"classes": [str(c) for c in model.classes_],
+                                                    "kind": type(model).__name__}))
 
 
 @dataclass(frozen=True)

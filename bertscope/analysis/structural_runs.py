@@ -240,11 +240,13 @@ def random_twin(lm: LoadedModel, seed: int = 0) -> LoadedModel:
     from transformers import AutoModel
 
     from bertscope.core.models import load_model
+    from bertscope.runtime.atomic import writing_folder
     from bertscope.runtime.user_cache import user_cache_dir
 
     folder = user_cache_dir() / "random-models" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', lm.name)}-twin-{seed}"
-    if not (folder / "config.json").is_file():
+    if not (folder / "config.json").is_file():  # published whole (a kill mid-save leaves no folder)
         torch.manual_seed(seed)
-        AutoModel.from_config(lm.model.config).save_pretrained(folder)
-        lm.tokenizer.save_pretrained(folder)
+        with writing_folder(folder) as tmp:
+            AutoModel.from_config(lm.model.config).save_pretrained(tmp)
+            lm.tokenizer.save_pretrained(tmp)
     return load_model(str(folder), device=str(lm.device))

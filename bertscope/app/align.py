@@ -17,12 +17,14 @@ from bertscope.analysis.align import (
     token_link_accuracy,
     tokenizer_coverage,
 )
+from bertscope.analysis.hidden_cache import count_pieces
 from bertscope.analysis.projection import project, umap_is_warm
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_upload
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.model_picker import cached_model, model_key, obtainable, require_model
 from bertscope.app.kit.results import result_store, warm_umap_in_background
 from bertscope.app.kit.udhr_view import udhr_view
+from bertscope.app.kit.uploads import uploaded_text
 from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, to_url
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
@@ -75,11 +77,7 @@ uploaded = k2.file_uploader("Or upload a TSV (header: language codes, one column
                             key=f"align_upload_{kind}", max_upload_size=Limits.upload_mb)
 with page_errors():
     if uploaded is not None:
-        check_upload(uploaded)
-        try:
-            data = read_parallel_tsv(uploaded.getvalue().decode("utf-8"), kind)
-        except UnicodeDecodeError as err:
-            raise BertScopeError("The upload is not UTF-8 text: save it as UTF-8 TSV.") from err
+        data = read_parallel_tsv(uploaded_text(uploaded), kind)
     else:
         data = shipped_parallel(kind)
     if data.n_items > Limits.corpus_lines:
@@ -113,10 +111,15 @@ st.session_state.setdefault("align_linked", any(k in st.query_params for k in ("
 
 with page_errors():
     picked = data.select(languages)
+    texts = picked.n_items * len(picked.languages)  # what the job embeds and holds: rows x languages, not rows
+    if texts > Limits.job_texts:
+        raise BertScopeError(f"{picked.n_items:,} rows × {len(picked.languages)} languages = {texts:,} texts; this app "
+                             f"embeds up to {Limits.job_texts:,} in one job: choose fewer languages or rows.")
+    if demo():  # a hosted demo caps the word pieces too (a cell may be long)
+        check_pieces(count_pieces(lm, [c for row in picked.cells for c in row if c]), "this selection")
     store = result_store("align")
     computed_key = (key, picked.digest(), pooling, context)
     on_disk = store.get(computed_key) is None and cached_vectors(lm, picked, pooling, context) is not None
-    texts = picked.n_items * len(picked.languages)
     av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
         lm, picked, pooling, context, cache=True, progress=progress), "Embedding the texts, word pieces",
         asked=asked or on_disk or st.session_state["align_linked"], costly="cross-lingual embedding",
@@ -220,10 +223,10 @@ with tab_retrieval:
              "p_at_1_centered": entry["p_at_1_centered"][pair]}
             for entry in report["layers"] for pair, value in entry["p_at_1"].items()]
     d1, d2 = st.columns(2)
-    d1.download_button("Download P@1 (JSON)", json.dumps(report, ensure_ascii=False, indent=1),
-                       "alignment.json", "application/json", on_click="ignore", key="align_dl_json")
-    d2.download_button("Download P@1 (CSV)", pd.DataFrame(rows).to_csv(index=False), "alignment.csv",
-                       "text/csv", on_click="ignore", key="align_dl_csv")
+    download("Download P@1 (JSON)", json.dumps(report, ensure_ascii=False, indent=1),
+             "alignment.json", "application/json", key="align_dl_json", where=d1)
+    download("Download P@1 (CSV)", pd.DataFrame(rows).to_csv(index=False), "alignment.csv",
+             "text/csv", key="align_dl_csv", where=d2)
 
 with tab_tokens:
     c1, c2, c3 = st.columns([2, 1, 1])

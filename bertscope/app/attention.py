@@ -10,10 +10,11 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.attention_stats import STATISTICS, head_stats
 from bertscope.analysis.query_key import query_key
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_text, check_upload
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import cached_inspection, result_store
+from bertscope.app.kit.uploads import uploaded_text
 from bertscope.app.kit.url import from_url, tab_from_url, to_bool, to_url
 from bertscope.attribution.explain import agreement, rows_at
 from bertscope.attribution.methods import token_matrices
@@ -203,9 +204,8 @@ with tabs[3]:
                     st.caption("Spearman rank correlation between the methods' rows for that token (over all "
                                "tokens it draws from).")
                 export = {m: v.to_json(4) for m, v in matrices.items()}  # flow: its computed layer only
-                st.download_button("Download matrices (JSON, every layer)", json.dumps(export),
-                                   "attribution-matrices.json", "application/json", key="att_dl_attr",
-                                   on_click="ignore")
+                download("Download matrices (JSON, every layer)", json.dumps(export),
+                         "attribution-matrices.json", "application/json", key="att_dl_attr")
             else:
                 st.info("Choose one or more methods.")
 
@@ -243,8 +243,8 @@ for tab, view in ((tabs[4], "head"), (tabs[5], "model")):
                 st.warning(plain(str(err)))
                 continue
             st.iframe(page, height=900 if view == "model" else 640)
-            st.download_button("Download HTML", page, f"bertviz-{view}-view.html", "text/html",
-                               key=f"att_dl_{view}", on_click="ignore")
+            download("Download HTML", page, f"bertviz-{view}-view.html", "text/html",
+                     key=f"att_dl_{view}")
 
 with tabs[6]:
     if tabs[6].open:
@@ -279,11 +279,7 @@ with tabs[6]:
                 else:
                     if uploaded is None:
                         raise BertScopeError("Choose a .txt file to upload first.")
-                    check_upload(uploaded)
-                    try:
-                        sentences = read_corpus(uploaded.getvalue().decode("utf-8"))
-                    except UnicodeDecodeError as err:
-                        raise BertScopeError("The upload is not UTF-8 text: save it as plain UTF-8.") from err
+                    sentences = read_corpus(uploaded_text(uploaded))
                 if len(sentences) > Limits.corpus_lines:
                     raise BertScopeError(f"The corpus has {len(sentences):,} lines; the page takes up to "
                                          f"{Limits.corpus_lines:,} (use `python -m bertscope head-stats` for more).")
@@ -306,8 +302,8 @@ with tabs[6]:
             table = pd.DataFrame(stats.rows())
             order = st.toggle("Lowest first", key="att_stat_ascending")
             st.dataframe(table.sort_values(name, ascending=order), hide_index=True, width="stretch")
-            st.download_button("Download statistics (CSV)", table.to_csv(index=False), "head-statistics.csv",
-                               "text/csv", key="att_dl_csv", on_click="ignore")
+            download("Download statistics (CSV)", table.to_csv(index=False), "head-statistics.csv",
+                     "text/csv", key="att_dl_csv")
         else:
             st.info("Choose a corpus and press *Compute head statistics*.")
 
@@ -340,6 +336,5 @@ with tabs[7]:
                              f"difference over the {r.n_tokens} keys; the page keeps weights in float16). Keys "
                              f"listed: the {len(order)} the query attends to most"
                              + (f", and {len(shown) - len(order)} picked" if len(shown) > len(order) else "") + "."))
-            st.download_button("Download (JSON: q, every k, q ⊙ k, scores, weights)", json.dumps(qk.to_json()),
-                               f"query-key-L{layer}-H{head}-Q{query}.json", "application/json", key="att_qk_json",
-                               on_click="ignore")
+            download("Download (JSON: q, every k, q ⊙ k, scores, weights)", json.dumps(qk.to_json()),
+                     f"query-key-L{layer}-H{head}-Q{query}.json", "application/json", key="att_qk_json")

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.pages import page
@@ -152,7 +152,6 @@ with page_errors(stop=False):
     def every_edge() -> str:
         return pd.DataFrame(result.graph.edge_list(result.graph.real, result.scores.scores)).to_csv(index=False)
 
-    c1.download_button("Download (JSON)", lambda: json.dumps(result.to_json()), "circuit.json", "application/json",
-                       key="circ_json", on_click="ignore")
-    c2.download_button("Every edge's score (CSV)", every_edge, "edge-scores.csv", "text/csv", key="circ_csv",
-                       on_click="ignore")
+    download("Download (JSON)", lambda: json.dumps(result.to_json()), "circuit.json", "application/json",
+             key="circ_json", where=c1)
+    download("Every edge's score (CSV)", every_edge, "edge-scores.csv", "text/csv", key="circ_csv", where=c2)

@@ -20,7 +20,7 @@ from bertscope.analysis.compare import (
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
 from bertscope.app.kit import model_diff_tab
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import (
     OTHER,
@@ -132,8 +132,8 @@ with tab_layers:
                 lowest = int(np.argmin(diagonal))
                 st.caption(plain(f"Same depth: CKA {diagonal.min():.3f} to {diagonal.max():.3f} along the diagonal; "
                                  f"the two differ most at {layer_title(lowest)} ({diagonal[lowest]:.3f})."))
-            st.download_button("Download (JSON)", json.dumps(result.to_json()), "cka.json", "application/json",
-                               key="cmp_json", on_click="ignore")
+            download("Download (JSON)", json.dumps(result.to_json()), "cka.json", "application/json",
+                     key="cmp_json")
 
 with tab_heads:
     st.caption(f"Every head of A against every head of B: the Jensen–Shannon divergence of their attention rows "
@@ -176,8 +176,8 @@ with tab_heads:
                          "js": "JS"}
                 st.dataframe((moved if len(moved) else matches).rename(columns=names), hide_index=True, width="stretch",
                              column_config={"JS": st.column_config.NumberColumn(format="%.4f")})
-                st.download_button("Download (JSON)", json.dumps(heads.to_json()), "heads.json", "application/json",
-                                   key="cmp_heads_json", on_click="ignore")
+                download("Download (JSON)", json.dumps(heads.to_json()), "heads.json", "application/json",
+                         key="cmp_heads_json")
 
 with tab_predictions:
     st.caption("Fill-mask on both models, one text: each of A's top tokens with its rank in B.")

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
@@ -218,5 +218,5 @@ if board is not None:
                                        "each method's scores over its largest magnitude"),
                            yaxis=dict(autorange="reversed"))
         st.plotly_chart(heat, config=PLOT_CONFIG, width="stretch", key="faith_item_scores")
-    st.download_button("Download the scoreboard (JSON, every item)", json.dumps(board.to_json()),
-                       "faithfulness.json", "application/json", key="faith_json", on_click="ignore")
+    download("Download the scoreboard (JSON, every item)", json.dumps(board.to_json()),
+             "faithfulness.json", "application/json", key="faith_json")

@@ -1,13 +1,14 @@
 """Dictionary features: an SAE's features on a text, one feature's page (its own URL), and search
 by gold tag or by the word a feature promotes."""
 
+import html
 import json
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
 from bertscope.app.kit.kept import persist
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import model_key, offer_models, require_model
@@ -156,8 +157,8 @@ with tab_text:
                 pick = c1.selectbox("Open a feature (the pieces it fires hardest on here)", chosen, key="feat_pick",
                                     format_func=lambda f: feature_name(f, words))
                 c2.button("Open this feature", key="feat_open", on_click=open_feature, args=(pick,), icon=":material/open_in_new:")
-            st.download_button("Download (JSON)", json.dumps(result), "features.json", "application/json",
-                               key="feat_text_json", on_click="ignore")
+            download("Download (JSON)", json.dumps(result), "features.json", "application/json",
+                     key="feat_text_json")
 
 with tab_feature:
     if tab_feature.open:
@@ -218,8 +219,7 @@ with tab_feature:
                 if not contexts:
                     st.info("It never fires on these sentences.")
                 for c in contexts:
-                    st.markdown(f"<small>{c.peak:.2f} · {c.source}</small>" + context_html(c.pieces),
-                                unsafe_allow_html=True)
+                    st.html(f"<small>{c.peak:.2f} · {html.escape(c.source)}</small>" + context_html(c.pieces))
 
 with tab_search:
     if tab_search.open:

@@ -2,23 +2,20 @@
 the BBC topics, EWT's parts of speech, Brown's tags, SQuAD's questions or your file) as a background job with live
 curves, a Stop that keeps the last finished epoch, and the finished model one click away."""
 
-import hashlib
-import uuid
 
 import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.frozen_layers import TITLES, shipped_table
-from bertscope.app.kit.budget import costly_job
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import chosen_model_name, require_model
 from bertscope.app.kit.pages import page
-from bertscope.app.kit.training import open_in_sidebar, run_progress, training_allowed
+from bertscope.app.kit.training import open_in_sidebar, run_folder, run_progress, start_training, training_allowed
+from bertscope.app.kit.uploads import keep_upload
 from bertscope.figures.tasks import confusion_heatmap
 from bertscope.figures.training import loss_curves
-from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.training.config import FinetuneConfig
 from bertscope.training.job import TrainingJob
 from bertscope.training.task_data import SHIPPED, SPAN, TAG, load_task_data
@@ -121,12 +118,7 @@ if start:
             if uploaded is None:
                 raise BertScopeError("Upload a file first (or choose a shipped corpus).")
             check_upload(uploaded)
-            content = uploaded.getvalue()
-            folder = user_cache_dir() / "uploads"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{hashlib.sha256(content).hexdigest()[:16]}-{uploaded.name}"
-            path.write_bytes(content)
-            task, source = file_task, str(path)
+            task, source = file_task, str(keep_upload(uploaded))
         else:
             task, source = {TAG: "tag", SPAN: "span"}.get(SHIPPED[data_name], "classify"), data_name
         seq = min(int(seq_len), lm.max_length)
@@ -137,9 +129,10 @@ if start:
         cfg.check()
         data = load_task_data(task, source, held_out=cfg.held_out, seed=cfg.seed)
         # "bundled-on-sentiment-…": a run never takes a shipped model's name (bundled-sentiment)
-        out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-on-{data_name}-{uuid.uuid4().hex[:8]}"
-        with costly_job("fine-tuning run", ("finetune", out.name)):
-            st.session_state[JOB] = TrainingJob.start_finetune(name, data, out, cfg)
+        out = run_folder(name, f"on-{data_name}")
+        data.check()
+        st.session_state[JOB] = start_training("fine-tuning run", out, lm, lambda done: (
+            TrainingJob.start_finetune(name, data, out, cfg, on_done=done)))
         st.rerun()
 
 def cut_words(cut: dict, seq_len: int) -> str:

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit import classifier_interventions
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.feature_interventions import feature_patch_section, features_tab
 from bertscope.app.kit.head_picker import (
     HEADS_KEY,
@@ -136,8 +136,8 @@ with tab_ablate:
                 c2.metric(f"{PAIR_NAMES[watch]}, heads removed", f"{d['after']:.1%}",
                           f"{100 * (d['after'] - d['before']):+.1f} points")
             show_mask_changes(result.masks, "heads removed")
-            st.download_button("Download (JSON)", json.dumps(result.to_json()), "ablation.json", "application/json",
-                               key="int_ablate_json", on_click="ignore")
+            download("Download (JSON)", json.dumps(result.to_json()), "ablation.json", "application/json",
+                     key="int_ablate_json")
             if st.toggle("Held-out masked-LM accuracy with these heads removed", key="int_heldout"):
                 held, where = held_out_texts(200)
                 accuracy = result_store("held_out").compute(
@@ -181,8 +181,8 @@ with tab_importance:
             table = pd.DataFrame([{"layer": layer, "head": head, "importance": float(imp.importance[layer, head]),
                                    "mean |dL/dξ| per token": float(imp.raw[layer, head])}
                                   for layer in range(lm.num_layers) for head in range(lm.num_heads)])
-            st.download_button("Download importance (CSV)", table.to_csv(index=False), "head-importance.csv",
-                               "text/csv", key="int_imp_csv", on_click="ignore")
+            download("Download importance (CSV)", table.to_csv(index=False), "head-importance.csv",
+                     "text/csv", key="int_imp_csv")
             if prune:
                 curve = result_store("pruning").compute(request, lambda progress: pruning_curve(
                     lm, imp, held, seed=int(seed), progress=progress),
@@ -253,8 +253,8 @@ with tab_patch:
             lm, clean, corrupt, (a, b), "heads", progress=progress),
             "Patching heads, cells", asked, costly="patching run", charge_key=("patch", request[:5]))
         st.plotly_chart(recovered_heatmap(heads), config=PLOT_CONFIG, width="stretch", key="int_patch_heads")
-        st.download_button("Download both grids (JSON)",
-                           json.dumps({"hidden": hidden.to_json(), "heads": heads.to_json()}),
-                           "patching.json", "application/json", key="int_patch_json", on_click="ignore")
+        download("Download both grids (JSON)",
+                 json.dumps({"hidden": hidden.to_json(), "heads": heads.to_json()}),
+                 "patching.json", "application/json", key="int_patch_json")
     if lm.task is None:
         feature_patch_section(lm, key, clean, corrupt, a, b)

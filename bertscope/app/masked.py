@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.pages import page
@@ -203,10 +203,10 @@ with tab_why:
                          .style.format("{:+.2f}").background_gradient(cmap="RdBu", vmin=-1, vmax=1),
                          width="stretch")
             table = pd.DataFrame({"token": explanation.tokens, **explanation.rows})
-            st.download_button("Download scores (CSV)", table.to_csv(index=False), "why-this-prediction.csv",
-                               "text/csv", key="why_csv", on_click="ignore")
-            st.download_button("Download IG (JSON)", json.dumps(ig.to_json()), "integrated-gradients.json",
-                               "application/json", key="why_json", on_click="ignore")
+            download("Download scores (CSV)", table.to_csv(index=False), "why-this-prediction.csv",
+                     "text/csv", key="why_csv")
+            download("Download IG (JSON)", json.dumps(ig.to_json()), "integrated-gradients.json",
+                     "application/json", key="why_json")
 
 with tab_recipe:
     st.caption("Devlin et al. (2019), §3.1: choose 15% of the tokens; of those, 80% become [MASK], "

@@ -6,7 +6,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.params import count_parameters, flops_per_token, inspect_activation_bytes, weight_bytes
 from bertscope.analysis.timeline import milestones
-from bertscope.app.kit.chrome import page_errors, plain, show_error
+from bertscope.app.kit.chrome import download, page_errors, plain, show_error
 from bertscope.app.kit.model_picker import chosen_model_name
 from bertscope.app.kit.url import from_url, to_url
 from bertscope.figures.params import breakdown_treemap, compare_bars, flops_area, per_layer_bars, timeline_scatter
@@ -69,7 +69,7 @@ with tab_formulas:
                "each formula is written from the parameter shapes, so it equals its count.")
     st.dataframe(rows, hide_index=True, width="stretch",
                  column_config={"count": st.column_config.NumberColumn(format="localized")})
-    st.download_button("Download CSV", rows.to_csv(index=False), f"{b.model.replace('/', '_')}-params.csv")
+    download("Download CSV", rows.to_csv(index=False), f"{b.model.replace('/', '_')}-params.csv")
 with tab_memory:
     weights = weight_bytes(b.total)
     st.table(pd.DataFrame({"weights": list(weights), "MiB": [f"{v / 2**20:,.1f}" for v in weights.values()]}))

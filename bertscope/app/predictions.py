@@ -9,9 +9,10 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_text, check_upload
+from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
+from bertscope.app.kit.uploads import uploaded_text
 from bertscope.app.kit.url import from_url, to_url
 from bertscope.attribution.gradients import Target, parse_target
 from bertscope.attribution.methods import attribute
@@ -87,7 +88,7 @@ with page_errors(stop=False):
             spans = [(e["start"], e["end"], e["entity_group"], e["score"]) for e in result.entities]
         else:  # a tag per word (parts of speech): a chip per word, never two words merged under one tag
             spans = [(w["start"], w["end"], w["label"], w["score"]) for w in result.words]
-        st.markdown(marked_text(text, spans), unsafe_allow_html=True)
+        st.html(marked_text(text, spans))  # HTML with the text escaped, and no Markdown read in it
         if not spans:
             st.caption("No entity: every word's label is O (or the tagger's outside label).")
         st.caption("Each word, as the BERT paper labels it: the label of its first piece.")
@@ -97,8 +98,7 @@ with page_errors(stop=False):
         result = store.get_or_compute((key, question, text), lambda: answer(
             lm, [question], [text], top_k=3)[0])
         best = result.answers[:1]
-        st.markdown(marked_text(text, [(a["start"], a["end"], "answer", a["score"]) for a in best]),
-                    unsafe_allow_html=True)
+        st.html(marked_text(text, [(a["start"], a["end"], "answer", a["score"]) for a in best]))
         st.caption(plain(f"The three best spans (the context ran in {result.windows} window(s): the windows and "
                          "the longest answer the model was scored with when it was fine-tuned here, else the "
                          "model's length; an answer found in several windows adds its scores)."))
@@ -154,12 +154,8 @@ if task.kind == SEQUENCE:
         asked = st.form_submit_button("Score the file")
     if uploaded is not None:
         with page_errors(stop=False):
-            check_upload(uploaded)
             content = uploaded.getvalue()
-            try:
-                records = read_records(content.decode("utf-8"), uploaded.name)
-            except UnicodeDecodeError:
-                raise BertScopeError(f"{uploaded.name} is not UTF-8 text.") from None
+            records = read_records(uploaded_text(uploaded), uploaded.name)
             if len(records.texts) > Limits.corpus_lines:
                 raise BertScopeError(f"The file has {len(records.texts):,} records; this app takes up to "
                                      f"{Limits.corpus_lines:,}.")

@@ -2,23 +2,20 @@
 live loss curve, a cancel button, and the predictions before and after."""
 
 import os
-import uuid
 
 import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.app.kit.budget import costly_job
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
 from bertscope.app.kit.limits import Limits, demo
 from bertscope.app.kit.model_picker import MODEL_KEY, chosen_model_name, require_model
-from bertscope.app.kit.training import open_in_sidebar, run_progress, training_allowed
+from bertscope.app.kit.training import open_in_sidebar, run_folder, run_progress, start_training, training_allowed
 from bertscope.corpora.documents import brown_documents
 from bertscope.figures.training import loss_curves
 from bertscope.runtime.families import pair_head
-from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
-from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig
+from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig, check_cloze
 from bertscope.training.job import TrainingJob
 
 JOB = "pretrain_job"
@@ -92,10 +89,11 @@ if start:
         seq_len = min(128, lm.max_length)  # chunks no longer than the model takes
         cfg = RecipeConfig(seq_len=seq_len, epochs=int(epochs), lora_rank=int(rank), lr=float(lr), batch_size=16,
                            max_chunks=int(chunks), pair_task=pair)
-        out = user_cache_dir() / "training" / f"{name.replace('/', '_')}-{uuid.uuid4().hex[:8]}"
-        with costly_job("pretraining run", ("pretrain", out.name)):
-            st.session_state[JOB] = TrainingJob.start(name, train_docs, held_docs, out, cfg,
-                                                      cloze_texts=sentences.splitlines())
+        out = run_folder(name)
+        cfg.check()
+        cloze = check_cloze(sentences.splitlines())
+        st.session_state[JOB] = start_training("pretraining run", out, lm, lambda done: TrainingJob.start(
+            name, train_docs, held_docs, out, cfg, cloze_texts=cloze, on_done=done))
         st.rerun()
 
 job = st.session_state.get(JOB)

@@ -6,13 +6,14 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
+from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states, task_size
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
 from bertscope.app.kit import erasure_tab, syntax_tab
-from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_upload, demo
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
+from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
+from bertscope.app.kit.uploads import uploaded_text
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
 from bertscope.core.layers import hidden_name
 from bertscope.corpora.brown import tag_name
@@ -69,11 +70,7 @@ with tab_labels:
     to_url(task=suite if suite != UPLOAD else None, vec=pooling if pooling != "mean" else None,
            probe=kind if kind != "logreg" else None)
     def read_upload(upload) -> ProbeTask:
-        check_upload(upload)
-        try:
-            return read_task(upload.getvalue().decode("utf-8"), upload.name)
-        except UnicodeDecodeError as err:
-            raise BertScopeError(f"{upload.name} is not UTF-8 text.") from err
+        return read_task(uploaded_text(upload), upload.name)
 
 
     if submitted:
@@ -99,13 +96,18 @@ with tab_labels:
                 check_external_labels(task.classes, other.classes)
             store = result_store("probes")
             run_key = (key, task.digest(), chosen, kind, other.digest() if other is not None else None)
+            # checked before the job starts: once it starts it is charged (a hosted demo's budget)
+            size = task_size(lm, task)
+            size.check_labels()
+            other_size = task_size(lm, other) if other is not None else None
+            check_pieces(size.pieces + (other_size.pieces if other_size else 0), "this probe run")
 
             def run(progress):
-                states = hidden_states(lm, task, chosen, HiddenStateCache(), progress=progress)
+                states = hidden_states(lm, task, chosen, HiddenStateCache(), progress=progress, size=size)
                 external = None
                 if other is not None:
                     external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: progress(
-                        d, t, "Hidden states of the test file, word pieces"))
+                        d, t, "Hidden states of the test file, word pieces"), size=other_size)
                 result = probe_layers(states, task.name, chosen, kind, external=external,
                                       progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits"))
                 return (result, states.hit, states.size_bytes, str(states.folder),
@@ -155,10 +157,9 @@ with tab_labels:
         columns.append("external_accuracy")
     st.dataframe(frame[columns], hide_index=True, width="stretch")
     d1, d2 = st.columns(2)
-    d1.download_button("Download results (JSON)", json.dumps([r.to_json() for r in selected], indent=1),
-                       "probes.json", "application/json", on_click="ignore", key="probe_dl_json")
-    d2.download_button("Download results (CSV)", frame.to_csv(index=False), "probes.csv", "text/csv",
-                       on_click="ignore", key="probe_dl_csv")
+    download("Download results (JSON)", json.dumps([r.to_json() for r in selected], indent=1),
+             "probes.json", "application/json", key="probe_dl_json", where=d1)
+    download("Download results (CSV)", frame.to_csv(index=False), "probes.csv", "text/csv", key="probe_dl_csv", where=d2)
     st.subheader("Single test examples and the confusion matrix")
     st.caption("What a score hides: look at the examples themselves, right and wrong, as LIT does.")
     e1, e2 = st.columns([1, 1])

@@ -5,16 +5,28 @@ from __future__ import annotations
 
 import streamlit as st
 
+from bertscope.app.kit.limits import Limits
 from bertscope.app.kit.model_picker import PAGE_KEY, sidebar
 from bertscope.app.kit.pages import APP_DIR, PAGES
 from bertscope.app.kit.results import new_run
+from bertscope.runtime.atomic import sweep
+from bertscope.runtime.disk_quota import set_disk_quota
+from bertscope.runtime.user_cache import user_cache_dir
 
 # a local image: a :material/…: page icon makes every browser fetch it from Google's font server
 ICON = APP_DIR / "assets" / "icon.png"
 
 
+@st.cache_resource(show_spinner=False)
+def swept() -> int:
+    """Once per process: what writers stopped by a kill left in the user cache goes (``atomic.sweep``)."""
+    return len(sweep(user_cache_dir()))
+
+
 def run() -> None:
     st.set_page_config(page_title="BertScope", page_icon=str(ICON), layout="wide")
+    set_disk_quota(Limits.disk_bytes)  # a hosted demo's one quota for what it writes for visitors (None locally)
+    swept()
     new_run()
     sidebar()
     # expanded: every page listed (collapsed, Streamlit hid the last four behind "View 4 more")

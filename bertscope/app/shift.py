@@ -9,10 +9,11 @@ from bertscope import BertScopeError
 from bertscope.analysis.corpus_search import MAX_K, build_index, index_on_disk, search, word_occurrences
 from bertscope.analysis.projection import pca_2d, umap_2d
 from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, word_pattern
-from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_text, check_upload
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
+from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
+from bertscope.app.kit.uploads import uploaded_text
 from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, tab_from_url, to_url
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
@@ -50,11 +51,7 @@ uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["
 
 with page_errors():
     if uploaded is not None:
-        check_upload(uploaded)
-        try:
-            rows = read_labelled_csv(uploaded.getvalue().decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise BertScopeError("The upload is not UTF-8 text: save it as UTF-8 CSV.") from err
+        rows = read_labelled_csv(uploaded_text(uploaded))
         source = pd.DataFrame(rows, columns=["sentence", "label"])
     else:
         source = pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
@@ -126,8 +123,8 @@ with tab_layers:
     frame = pd.DataFrame([m.to_json() for m in metrics]).astype({"layer": str})
     st.dataframe(frame, hide_index=True, width="stretch",  # "embeddings" whole, not cut to "embed…"
                  column_config={"layer": st.column_config.TextColumn(width="medium", pinned=True)})
-    st.download_button("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
-                       "text/csv", on_click="ignore", key="shift_dl")
+    download("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
+             "text/csv", key="shift_dl")
 with tab_map:
     from_url("map", "shift_method", str.upper, lambda v: v in ("PCA", "UMAP"))
     method = st.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="shift_method")

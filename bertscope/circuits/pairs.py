@@ -16,8 +16,6 @@ question's answer and the corrupted one's). The metric is the span score BERT's 
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.passes import wide
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.corpora.labelled import read_jsonl
+from bertscope.corpora.records import csv_records
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
@@ -222,11 +221,8 @@ def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise BertScopeError(f"{name} is not UTF-8 (byte {err.start}): save it as UTF-8.") from None
-    try:
-        rows = read_jsonl(text, name) if name.lower().endswith((".jsonl", ".json")) else \
-            list(csv.DictReader(io.StringIO(text)))
-    except csv.Error as err:
-        raise BertScopeError(f"{name} is not a CSV file this reader can use ({err}).") from None
+    rows = read_jsonl(text, name) if name.lower().endswith((".jsonl", ".json")) else \
+        [row for _, row in csv_records(text, name)[1]]
     if not rows:
         raise BertScopeError(f"{name} holds no pairs: give rows with clean, corrupted, answer and foil.")
     missing = {"clean", "corrupted", "answer", "foil"} - set(rows[0])

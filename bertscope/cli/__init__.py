@@ -37,7 +37,7 @@ from bertscope.cli import (
     tasks,
     training,
 )
-from bertscope.cli.common import EXIT_BAD_INPUT, Command, model_arguments
+from bertscope.cli.common import EXIT_BAD_INPUT, Command, OneLineParser, model_arguments
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
@@ -52,10 +52,10 @@ def build_parser(only: str | None = "*") -> argparse.ArgumentParser:
     the command list alone, which imports nothing heavy)."""
     from bertscope import __version__
 
-    parser = argparse.ArgumentParser(prog="bertscope", description="Look inside BERT-family encoders. "
-                                     "`bertscope app` starts the app; every other command runs headless.")
+    parser = OneLineParser(prog="bertscope", description="Look inside BERT-family encoders. "
+                           "`bertscope app` starts the app; every other command runs headless.")
     parser.add_argument("--version", action="version", version=f"bertscope {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
     for command in COMMANDS.values():
         # argparse %-formats help strings (not descriptions): a literal % must be doubled there
         p = sub.add_parser(command.name, help=command.help.replace("%", "%%"), description=command.help)

@@ -3,7 +3,8 @@
 Streamlit reads its settings from ``.streamlit/config.toml`` in the folder it starts in and serves
 ``static/`` beside its main script, so the command keeps a launch folder in the user cache
 (``~/.cache/bertscope/app``: the main script, the app's settings shipped in the package, bertviz's
-scripts) and runs ``streamlit run`` there. Nothing here imports streamlit: a missing ``app`` extra
+scripts) and runs ``streamlit run`` there: on POSIX it becomes that server (``exec``), so a SIGTERM to the
+PID it was started with (systemd, a process manager, ``kill``) stops the server and frees its port. Nothing here imports streamlit: a missing ``app`` extra
 is one line naming the install to run.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -34,14 +34,16 @@ APP_EXTRA = ("streamlit", "plotly", "bertviz", "umap")  # what the pages import 
 
 def launch_folder() -> Path:
     """The folder ``bertscope app`` starts Streamlit in, made or refreshed: main script and settings."""
+    from bertscope.runtime.atomic import write_bytes, write_text
     from bertscope.runtime.user_cache import user_cache_dir
 
     folder = user_cache_dir() / "app"
-    (folder / ".streamlit").mkdir(parents=True, exist_ok=True)
     main = folder / "app.py"
     if not main.is_file() or main.read_text() != MAIN:
-        main.write_text(MAIN)
-    shutil.copyfile(PACKAGE / "app" / "streamlit.toml", folder / ".streamlit" / "config.toml")
+        write_text(main, MAIN)
+    settings, shipped = folder / ".streamlit" / "config.toml", (PACKAGE / "app" / "streamlit.toml").read_bytes()
+    if not settings.is_file() or settings.read_bytes() != shipped:
+        write_bytes(settings, shipped)
     return folder
 
 
@@ -81,6 +83,9 @@ def cmd_app(args: argparse.Namespace) -> Any:
     command = [sys.executable, "-m", "streamlit", "run", str(folder / "app.py"), "--server.port", str(args.port),
                "--server.address", args.address, "--browser.serverAddress", "localhost"]
     print(f"BertScope {'demo ' if args.demo else ''}at http://localhost:{args.port} (Ctrl+C stops it)", flush=True)
+    if os.name == "posix":  # this process becomes the server: a supervisor's SIGTERM to its PID stops the server
+        os.chdir(folder)
+        os.execve(sys.executable, command, env)
     try:
         done = subprocess.run(command, cwd=folder, env=env)
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from typing import Any
 
 from bertscope.cli.common import Command, load, progress_bar
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_text
 
 
 def cmd_circuit(args: argparse.Namespace) -> Any:
@@ -48,7 +49,7 @@ def cmd_circuit(args: argparse.Namespace) -> Any:
     if args.task:
         data["task"] = {"name": args.task, "kept": len(pairs), "tried": found.tried}
     if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=1))
+        write_text(Path(args.out), json.dumps(data, indent=1))
     if args.json:
         return data
     return describe(data) + (f"\nwrote {args.out}" if args.out else "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,24 @@ class Command:
     run: Callable[[argparse.Namespace], Any]  # -> text, or a JSON-ready object with --json
     arguments: Callable[[argparse.ArgumentParser], Any] | None = None
     takes_model: bool = True  # MODEL, --device, --dtype, --json
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line, as every other bad input (the usage itself is on ``--help``)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options).\n")
+
+
+def finite_float(text: str) -> float:
+    """A number option's value: finite (``nan`` and ``inf`` pass ``<= 0`` checks, so they are refused here)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def read_text(path: str, what: str) -> str:

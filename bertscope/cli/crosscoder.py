@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bertscope.cli.common import Command, load, progress_bar, staged_bars
+from bertscope.cli.common import Command, finite_float, load, progress_bar, staged_bars
 from bertscope.errors import BertScopeError
 
 
@@ -200,7 +200,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-source", type=int, default=2000, help="training texts from each installed corpus")
     p.add_argument("--held-out", type=int, default=200, help="held-out texts from each corpus for the figures")
     p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--lr", type=float, default=2e-3, help="Adam's rate (the reference's 2e-4/sqrt(d_sae/2^14) is for "
+    p.add_argument("--lr", type=finite_float, default=2e-3, help="Adam's rate (the reference's 2e-4/sqrt(d_sae/2^14) is for "
                    "~100k steps; a few hundred steps here need more)")
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--seed", type=int, default=0)

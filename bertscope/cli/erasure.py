@@ -10,6 +10,7 @@ from typing import Any
 
 from bertscope.cli.common import Command, load, progress_bar
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_text
 
 CONCEPT_HELP = ("ewt-upos, ewt-deprel (after `corpus install ewt`), brown-pos (after `make brown`), sentiment "
                 "(after `corpus install sentiment`), or a .conllu, .csv or .jsonl file of your own")
@@ -46,7 +47,7 @@ def cmd_erase(args: argparse.Namespace) -> Any:
                                progress=None if args.json else (lambda done, total, _: bar(done, total)))
     data = result.to_json()
     if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=1))
+        write_text(Path(args.out), json.dumps(data, indent=1))
     if args.json:
         return data
     return describe(data) + (f"\nwrote {args.out}" if args.out else "")

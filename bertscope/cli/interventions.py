@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, finite_float, load, progress_bar, read_text
 from bertscope.core.layers import hidden_name
 from bertscope.errors import BertScopeError
 
@@ -103,7 +103,7 @@ def _ablate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", help="heads to remove, LAYER:HEAD[,LAYER:HEAD…], both from 0 (3:7,5:2)")
     p.add_argument("--features", help="or SAE features to switch off, LAYER:FEATURE[,…], both from 0 (2:342); "
                                       "their contribution leaves the layer's output")
-    p.add_argument("--steer", type=float, help="with --features: steer instead, adding this multiple of each "
+    p.add_argument("--steer", type=finite_float, help="with --features: steer instead, adding this multiple of each "
                                                "feature's unit direction")
     p.add_argument("--steer-at", choices=("masks", "all"), default="masks",
                    help="with --steer: at the [MASK] tokens (default) or at every token")

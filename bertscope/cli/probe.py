@@ -12,6 +12,7 @@ from typing import Any
 from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
 from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, TREEBANK_TASKS
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_text
 
 TASKS_HELP = (f"shipped: {', '.join(SHIPPED)}; {', '.join(BROWN_TASKS)} (after `make brown`); "
               f"{', '.join(TREEBANK_TASKS)} (UD English-EWT's own train/test split, after `corpus install ewt`)")
@@ -52,7 +53,7 @@ def write_probe_results(result, out: Path) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
     data = result.to_json()
-    (out / "results.json").write_text(json.dumps(data, indent=1))
+    write_text(out / "results.json", json.dumps(data, indent=1))
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["layer", "accuracy", "control_accuracy", "selectivity", "ci_low", "ci_high",

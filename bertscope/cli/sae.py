@@ -12,6 +12,7 @@ from typing import Any
 from bertscope.cli.common import Command, load, progress_bar
 from bertscope.errors import BertScopeError
 from bertscope.features.shipped import layer_folder
+from bertscope.runtime.atomic import write_text
 
 PIECES_PER_TEXT = 12  # Brown sentences average ~24 word pieces, the other sources' texts more: twice what's needed
 
@@ -90,9 +91,9 @@ def cmd_train_sae(args: argparse.Namespace) -> Any:
                         "domains": {s: q.to_json() for s, q in domains.items()}, "tokens_by_source": by_source,
                         "trained_tokens": acts.tokens, "asked_tokens": args.tokens, "corpus_too_small": short,
                         "train_seconds": sum(h["seconds"] for h in state.history)})
-        (layer_folder(out, layer) / "quality.json").write_text(json.dumps(quality, indent=1))
+        write_text(layer_folder(out, layer) / "quality.json", json.dumps(quality, indent=1))
         report["layers"].append(quality)
-    (out / "quality.json").write_text(json.dumps(report, indent=1))
+    write_text(out / "quality.json", json.dumps(report, indent=1))
     return report if args.json else table(report)
 
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command
+from bertscope.cli.common import Command, finite_float
 from bertscope.errors import BertScopeError
 
 
@@ -90,7 +90,7 @@ def _pretrain_arguments(p: argparse.ArgumentParser) -> None:
     defaults = RecipeConfig()
     p.add_argument("--epochs", type=int, default=defaults.epochs)
     p.add_argument("--lora", type=int, default=defaults.lora_rank, help="LoRA rank; 0 = full fine-tuning")
-    p.add_argument("--lr", type=float, default=defaults.lr)
+    p.add_argument("--lr", type=finite_float, default=defaults.lr)
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
     p.add_argument("--seq-len", type=int, default=defaults.seq_len)
     p.add_argument("--masking", choices=["dynamic", "static"], default=defaults.masking)
@@ -174,12 +174,12 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
                                             "full); default: --full")
     p.add_argument("--full", action="store_true", help="train every weight, as BERT's fine-tuning does (default)")
     p.add_argument("--epochs", type=int, default=defaults.epochs)
-    p.add_argument("--lr", type=float, help="default 5e-5 (full) or 5e-4 (LoRA)")
+    p.add_argument("--lr", type=finite_float, help="default 5e-5 (full) or 5e-4 (LoRA)")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
     p.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens at most per input; longer ones are "
                                                                          "cut and counted (span: contexts are cut "
                                                                          "into overlapping windows)")
-    p.add_argument("--held-out", type=float, default=defaults.held_out,
+    p.add_argument("--held-out", type=finite_float, default=defaults.held_out,
                    help="share held out (stratified, by seed) where the data has no split of its own")
     p.add_argument("--class-weights", action="store_true", help="weigh the loss by inverse class frequency")
     p.add_argument("--max-examples", type=int, help="train on at most this many examples (a seeded sample)")

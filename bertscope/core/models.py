@@ -173,6 +173,8 @@ def _load_weights(
     name: str, source: str, local_only: bool, config: Any, dtype: torch.dtype
 ) -> tuple[Any, frozenset[str]]:
     """The richest class whose head weights all come from the checkpoint."""
+    from safetensors import SafetensorError
+
     candidates = _head_candidates(config)
     last = len(candidates) - 1
     for i, (auto_class, heads) in enumerate(candidates):
@@ -186,7 +188,11 @@ def _load_weights(
                     attn_implementation="eager",
                     dtype=dtype,
                     output_loading_info=True,
+                    use_safetensors=True,  # weights as safetensors only: a pickled checkpoint is never opened
                 )
+        except SafetensorError as err:  # a truncated or damaged weights file
+            raise BertScopeError(f"{name}: its weights file cannot be read ({str(err).splitlines()[0]}); it may be "
+                                 "cut short: download or save it again.") from None
         except ValueError as err:
             if "Unrecognized configuration class" in str(err) and i < last:
                 continue  # this family has no such head class

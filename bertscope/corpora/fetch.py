@@ -9,13 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from bertscope.errors import BertScopeError
-from bertscope.runtime.user_cache import replace_folder
 
 
 def _last_line(done: subprocess.CompletedProcess) -> str:
@@ -47,15 +43,3 @@ def pip_download(package: str, version: str, into: Path, python_version: str | N
         raise BertScopeError(f"pip could not fetch {package}=={version}: {_last_line(done)}")
     return wheels[0]
 
-
-@contextmanager
-def building(folder: Path) -> Iterator[Path]:
-    """A temporary folder beside ``folder`` to write into; when the block ends without an error it
-    becomes ``folder`` at once (readers see the old one or the new one), else it is removed."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
-    try:
-        yield tmp
-        replace_folder(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -3,13 +3,13 @@ split a corpus without its own held-out part gets."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from bertscope.corpora.records import json_records
 from bertscope.errors import BertScopeError
 
 
@@ -70,18 +70,4 @@ def split(data: LabelledTexts, held_out: float = 0.1, seed: int = 0) -> tuple[La
     return data.take(train, f"{data.name} (train)"), data.take(held, f"{data.name} (held out)")
 
 
-def read_jsonl(text: str, name: str) -> list[dict]:
-    """The JSON objects of a JSONL text, one a line (blank lines skipped), or one line naming the
-    first that is not an object."""
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise BertScopeError(f"{name}, line {number}: not a JSON object.") from None
-        if not isinstance(row, dict):
-            raise BertScopeError(f"{name}, line {number}: not a JSON object.")
-        rows.append(row)
-    return rows
+read_jsonl = json_records  # the one JSON Lines reader (``records``)

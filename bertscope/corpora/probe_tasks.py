@@ -14,14 +14,13 @@ The suites shipped in these formats are catalogued in ``corpora.suites``.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from bertscope.corpora.records import csv_records, numbered_json_records
 from bertscope.errors import BertScopeError
 
 UNLABELLED = "_"
@@ -145,12 +144,12 @@ def _collect(rows: list[tuple[int, dict]], name: str) -> ProbeTask:
 
 
 def read_csv_task(text: str, name: str = "custom") -> ProbeTask:
-    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-    fields = [f.strip().lower() for f in reader.fieldnames or []]
+    header, records = csv_records(text, name)
+    fields = [f.strip().lower() for f in header]
     if not ({"sentence", "label"} <= set(fields) or {"tokens", "tags"} <= set(fields)):
         raise BertScopeError("Line 1: the CSV header needs sentence,label or tokens,tags.")
     rows = []
-    for n, row in enumerate(reader, start=2):
+    for n, row in records:
         if None in row:
             raise BertScopeError(f"Line {n} has more fields than the header.")
         rows.append((n, {k.strip().lower(): v for k, v in row.items()}))
@@ -158,18 +157,7 @@ def read_csv_task(text: str, name: str = "custom") -> ProbeTask:
 
 
 def read_jsonl_task(text: str, name: str = "custom") -> ProbeTask:
-    rows = []
-    for n, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise BertScopeError(f"Line {n} is not valid JSON: {err.msg}.") from err
-        if not isinstance(record, dict):
-            raise BertScopeError(f"Line {n}: expected a JSON object.")
-        rows.append((n, record))
-    return _collect(rows, name)
+    return _collect(numbered_json_records(text, name), name)
 
 
 def read_task(text: str, filename: str) -> ProbeTask:

@@ -4,9 +4,9 @@ bank, crane, cell, …) and a user's CSV with a ``sentence`` column and an optio
 from __future__ import annotations
 
 import csv
-import io
 
 from bertscope.corpora import DATA_DIR
+from bertscope.corpora.records import csv_records
 from bertscope.errors import BertScopeError
 
 
@@ -21,12 +21,12 @@ def sense_presets() -> dict[str, list[tuple[str, str]]]:
 
 def read_labelled_csv(text: str) -> list[tuple[str, str | None]]:
     """(sentence, label) rows from CSV text with a ``sentence`` column and optional ``label``."""
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames or "sentence" not in [f.strip().lower() for f in reader.fieldnames]:
+    fields, records = csv_records(text, "The CSV")
+    if "sentence" not in [f.strip().lower() for f in fields]:
         raise BertScopeError("The CSV needs a header with a 'sentence' column (and optionally 'label').")
-    names = {f.strip().lower(): f for f in reader.fieldnames}
+    names = {f.strip().lower(): f for f in fields}
     rows = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in records:
         sentence = (row.get(names["sentence"]) or "").strip()
         if None in row:
             raise BertScopeError(f"Line {line} of the CSV has more fields than its header.")

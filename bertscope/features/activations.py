@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,9 @@ from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_finge
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches
 from bertscope.errors import BertScopeError
-from bertscope.runtime.user_cache import publish_folder, user_cache_dir
+from bertscope.runtime.atomic import fsync_tree, publish, temporary_folder
+from bertscope.runtime.disk_quota import make_room
+from bertscope.runtime.user_cache import user_cache_dir
 
 FORMAT_VERSION = 1
 POSITIONS = ("pieces", "cls")  # every word piece but the special tokens, or each sentence's first token
@@ -143,11 +144,11 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], ma
     needed = int(np.searchsorted(counts, max_tokens)) + 1
     used = list(texts[:needed])
     space = int(counts[min(needed, len(counts)) - 1])  # every piece of the sentences used; cut to the cap below
+    make_room(len(folders) * space * lm.hidden_size * 2, "keeping these activations")  # float16 rows
     tmps = {}
     try:
         for layer, folder in folders.items():
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            tmps[layer] = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+            tmps[layer] = temporary_folder(folder)
         rows = {layer: np.lib.format.open_memmap(tmp / "rows.npy", "w+", np.float16, (space, lm.hidden_size))
                 for layer, tmp in tmps.items()}
         where = np.zeros((space, 2), np.int32)
@@ -183,7 +184,8 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], ma
                 "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION,
                 "positions": positions}))
             (tmp / "texts.json").write_text(json.dumps(list(texts)))
-            publish_folder(tmp, folders[layer], "meta.json")  # another process finished first: theirs is kept
+            fsync_tree(tmp)
+            publish(tmp, folders[layer], replace=False)  # another process finished first: theirs is kept
     finally:
         for tmp in tmps.values():
             if tmp.exists():

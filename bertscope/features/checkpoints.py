@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 
 from bertscope.errors import BertScopeError
-from bertscope.runtime.user_cache import replace_folder
+from bertscope.runtime.atomic import recover, sweep, writing_folder
 
 STATE_FILE = "state.json"
 TENSORS_FILE = "optimizer.safetensors"
@@ -51,20 +50,15 @@ def save_checkpoint(folder: Path, write_weights: Callable[[Path], Any], optimize
     what the run reads (its models, hook point, width and activation caches: JSON values)."""
     from safetensors.torch import save_file
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with writing_folder(folder) as tmp:
         write_weights(tmp)
         save_file({**adam_tensors(optimizer, names), **{k: v.detach().cpu() for k, v in counters.items()}},
                   str(tmp / TENSORS_FILE))
         (tmp / STATE_FILE).write_text(json.dumps({"state": asdict(state), "config": asdict(cfg),
                                                   "identity": identity}))
-        replace_folder(tmp, folder)
-        for stale in [*folder.parent.glob(f".{folder.name}.*"), *folder.parent.glob(f"{folder.name}.old-*")]:
-            shutil.rmtree(stale, ignore_errors=True)  # a killed run's leftovers, once this checkpoint is in place
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    sweep(folder.parent, recursive=False)  # a killed run's leftovers, once this checkpoint is in place
+    for stale in folder.parent.glob(f".{folder.name}.*"):  # and those of versions before atomic.writing_folder
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, names: list[str],
@@ -73,14 +67,11 @@ def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, na
     """None when ``folder`` holds no checkpoint; else Adam's state loaded into ``optimizer`` and (the saved state as a
     dict, the counters named, the folder the weights are in). One line when it was made with other settings than
     ``cfg``, or on other data than ``identity`` says (another model, layer, corpus or token count: its weights would
-    be carried on with the wrong activations). A kill between ``replace_folder``'s two renames leaves the last
-    checkpoint as ``{folder}.old-…``: it is read from there."""
+    be carried on with the wrong activations). A kill between a checkpoint's two renames leaves the last one as
+    ``{folder}.old-…``: it is put back first (``atomic.recover``)."""
+    recover(folder)
     if not (folder / STATE_FILE).is_file():
-        replaced = sorted((p for p in folder.parent.glob(f"{folder.name}.old-*") if (p / STATE_FILE).is_file()),
-                          key=lambda p: p.stat().st_mtime)
-        if not replaced:
-            return None
-        folder = replaced[-1]
+        return None
     try:
         saved = json.loads((folder / STATE_FILE).read_text())
         made = saved["config"], saved["state"], saved.get("identity")
@@ -93,9 +84,14 @@ def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, na
     if saved["config"] != asdict(cfg):
         raise BertScopeError(f"{folder} was made with other settings ({saved['config']}); give another --out, or "
                              "the same settings to resume.")
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    tensors = load_file(str(folder / TENSORS_FILE))
+    try:
+        tensors = load_file(str(folder / TENSORS_FILE))
+    except (OSError, SafetensorError) as err:
+        raise BertScopeError(f"The checkpoint in {folder} cannot be read ({str(err).splitlines()[0]}): remove it to "
+                             "start again.") from None
     carried = {name: tensors.pop(name) for name in counters}
     load_adam(optimizer, names, tensors)
     return saved["state"], carried, folder

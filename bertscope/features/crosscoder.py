@@ -123,9 +123,7 @@ def crosscoder_config(cc: BatchTopKCrosscoder) -> dict[str, Any]:
 def save_crosscoder(cc: BatchTopKCrosscoder, folder: str | Path, dtype: torch.dtype = torch.float32) -> Path:
     """``cfg.json`` and ``crosscoder.safetensors`` (W_enc [2, d_in, d_sae], b_enc, W_dec [2, d_sae, d_in], b_dec
     [2, d_in], threshold) into ``folder``, each written whole then renamed into place."""
-    from safetensors.torch import save_file
-
-    from bertscope.features.sae import _atomic
+    from bertscope.features.sae import write_dictionary
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -134,8 +132,7 @@ def save_crosscoder(cc: BatchTopKCrosscoder, folder: str | Path, dtype: torch.dt
     tensors["threshold"] = cc.threshold.detach().cpu().float().reshape(1)
     cfg = crosscoder_config(cc)
     cfg["dtype"] = str(dtype).removeprefix("torch.")
-    _atomic(folder / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp))
-    _atomic(folder / CFG_FILE, lambda tmp: Path(tmp).write_text(json.dumps(cfg, indent=1)))
+    write_dictionary(folder, tensors, cfg, WEIGHTS_FILE)
     return folder
 
 

@@ -20,8 +20,6 @@ the ``standard`` (ReLU) and ``jumprelu`` architectures load too.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_file, write_text
 
 CFG_FILE = "cfg.json"  # SAELens's SAE_CFG_FILENAME
 WEIGHTS_FILE = "sae_weights.safetensors"  # SAELens's SAE_WEIGHTS_FILENAME
@@ -192,23 +191,29 @@ def sae_config(sae: TopKSAE) -> dict[str, Any]:
 def save_sae(sae: TopKSAE, folder: str | Path, dtype: torch.dtype = torch.float32) -> Path:
     """Write ``cfg.json`` and ``sae_weights.safetensors`` into ``folder`` (each file written whole,
     then renamed into place; fp16 halves the size)."""
-    from safetensors.torch import save_file
-
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     tensors = {"W_enc": sae.W_enc, "b_enc": sae.b_enc, "W_dec": sae.W_dec, "b_dec": sae.b_dec}
     if sae.architecture == "jumprelu":
         tensors["threshold"] = sae.threshold
     tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in tensors.items()}
     cfg = sae_config(sae)
     cfg["dtype"] = str(dtype).removeprefix("torch.")
-    _atomic(folder / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp))
-    _atomic(folder / CFG_FILE, lambda tmp: Path(tmp).write_text(json.dumps(cfg, indent=1)))
+    write_dictionary(folder, tensors, cfg)
     return folder
+
+
+def write_dictionary(folder: Path, tensors: dict[str, torch.Tensor], cfg: dict, weights_file: str = WEIGHTS_FILE) -> None:
+    """A dictionary's folder (an SAE's, a crosscoder's, a transcoder's) in SAELens's layout: the weights, then
+    ``cfg.json`` (what a reader looks for first), each written whole and renamed into place."""
+    from safetensors.torch import save_file
+
+    write_file(folder / weights_file, lambda tmp: save_file(tensors, str(tmp)))
+    write_text(folder / CFG_FILE, json.dumps(cfg, indent=1))
 
 
 def load_sae(folder: str | Path, device: str | torch.device = "cpu") -> TopKSAE:
     """An SAE from a SAELens-format folder (float32 on ``device``); one line for a folder that is not one."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -217,7 +222,7 @@ def load_sae(folder: str | Path, device: str | torch.device = "cpu") -> TopKSAE:
     try:
         cfg = json.loads((folder / CFG_FILE).read_text())
         tensors = load_file(str(folder / WEIGHTS_FILE))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:  # a truncated file: safetensors' own error
         raise BertScopeError(f"Could not read the SAE in {folder}: {err}".splitlines()[0]) from err
     architecture = cfg.get("architecture", "standard")
     if cfg.get("normalize_activations", "none") != "none":
@@ -258,14 +263,3 @@ def load_sae_info(folder: str | Path) -> SaeInfo:
     except (AttributeError, TypeError) as err:  # a cfg.json that is a list, or whose metadata is not an object
         raise BertScopeError(f"{path} is not a dictionary's cfg.json (an object with d_in, d_sae, metadata).") from err
 
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared SAE from its other readers
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

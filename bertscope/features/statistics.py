@@ -40,6 +40,8 @@ from bertscope.errors import BertScopeError
 from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.active import layer_outputs
 from bertscope.features.sae import TopKSAE
+from bertscope.runtime.atomic import write_file
+from bertscope.runtime.disk_quota import make_room, touch
 from bertscope.runtime.user_cache import user_cache_dir
 
 FORMAT_VERSION = 2  # 2: a piece out of the space before a word is the word's (core.word_pieces)
@@ -170,16 +172,13 @@ class FeatureStatistics:
             arrays[f"tag_fires.{ts}"] = self.tag_fires[ts]
         header = {"model": self.model, "hook": self.hook, "corpus": self.corpus, "sentences": self.sentences,
                   "pieces": self.pieces, "words": self.words, "tags": self.tags, "format_version": FORMAT_VERSION}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{np.random.default_rng().integers(1 << 30)}.npz")
-        try:
-            np.savez(tmp, header=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        make_room(sum(int(np.asarray(a).nbytes) for a in arrays.values()), "keeping these feature statistics")
+        write_file(path, lambda tmp: np.savez(tmp, header=np.frombuffer(json.dumps(header).encode(), np.uint8),
+                                              **arrays))
 
     @classmethod
     def load(cls, path: Path) -> FeatureStatistics:
+        touch(path)  # the most recently used, for a disk quota
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(data["header"].tobytes().decode())
             arrays = {k: data[k] for k in data.files if k != "header"}

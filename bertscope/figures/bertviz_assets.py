@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +67,5 @@ def install(folder: Path | None = None, npm: str = "npm") -> Path:
             with tarfile.open(Path(tmp) / f"{stem}.tgz") as tar:
                 member = tar.getmember(inside)  # one named file: no path from the archive is trusted
                 data = tar.extractfile(member).read()
-            partial = folder / f".{name}.partial"
-            partial.write_bytes(data)
-            partial.replace(folder / name)
+            write_bytes(folder / name, data)
     return folder

@@ -64,6 +64,12 @@ def explain_load_error(name: str, local_only: bool, err: Exception) -> BertScope
             f"cannot be checked: check the id's spelling (organisation/name), download it where there is network "
             f"(`hf download {name}`), or choose a model that ships with BertScope (bundled-mlm).",
         )
+    if "model.safetensors" in text:  # use_safetensors=True found only a pickled checkpoint, or none
+        return BertScopeError(
+            f"{name} has no safetensors weights (model.safetensors): BertScope never opens pickled weights "
+            "(pytorch_model.bin, *.pt), which can run code when read; save the model with `save_pretrained` "
+            "(safetensors is transformers' default) and load that folder."
+        )
     first_line = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     return BertScopeError(f"Could not load {name}: {first_line}")
 

@@ -9,7 +9,6 @@ LoRA run of ``bertscope pretrain`` can be shared without its base weights. It re
 from __future__ import annotations
 
 import json
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,8 @@ from typing import Any
 import torch
 
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.hf import quiet_transformers
-from bertscope.runtime.user_cache import replace_folder
 
 PAIR_HEAD_PREFIXES = ("cls.seq_relationship.", "sop_classifier.")  # BERT's NSP, ALBERT's SOP classifier
 TASK_CLASSES = ("AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoModelForQuestionAnswering")
@@ -61,9 +60,7 @@ def apply_delta(base_source: str, delta: Path, folder: Path) -> Path:
     with quiet_transformers(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
         merged = PeftModel.from_pretrained(model, str(delta), local_files_only=True).merge_and_unload()
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
-        merged.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    replace_folder(tmp, folder)
+        with writing_folder(folder) as tmp:
+            merged.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
     return folder

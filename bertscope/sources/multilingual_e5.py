@@ -27,9 +27,7 @@ import functools
 import hashlib
 import importlib.util
 import json
-import shutil
 import struct
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +37,8 @@ from typing import Any, cast
 import numpy as np
 
 from bertscope.errors import BertScopeError
-from bertscope.runtime.user_cache import publish_folder, user_cache_dir
+from bertscope.runtime.atomic import writing_folder
+from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.sources.charsmap import precompiled_charsmap
 from bertscope.sources.presets import BUNDLED_MULTILINGUAL
 
@@ -279,9 +278,7 @@ def convert(e5: E5File, dest: Path, digest: str) -> Path:
     """Write config, safetensors weights, tokenizer and provenance to ``dest`` atomically."""
     from safetensors.numpy import save_file
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with writing_folder(dest, replace=False) as tmp:  # a folder is either complete or absent; another's is kept
         bert_config(e5).save_pretrained(tmp)
         save_file(state_dict(e5), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         build_tokenizer(e5).save_pretrained(tmp)
@@ -290,10 +287,6 @@ def convert(e5: E5File, dest: Path, digest: str) -> Path:
             "source_file": str(e5.path), "source_sha256": digest, "source_bytes": len(e5.data),
             "note": ROUND_TRIP_NOTE,
         }, indent=1))
-        publish_folder(tmp, dest, "bertscope.json")  # atomic: a folder is either complete or absent
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 

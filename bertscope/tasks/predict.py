@@ -10,8 +10,6 @@ confusion matrix, with the misclassified records listed (LIT's per-example inspe
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +18,7 @@ import numpy as np
 from bertscope.core.models import LoadedModel
 from bertscope.core.task_head import MAX_TEXTS, SEQUENCE, SPANS, TOKEN
 from bertscope.corpora.labelled import read_jsonl
+from bertscope.corpora.records import csv_records
 from bertscope.errors import BertScopeError
 from bertscope.tasks.classify import ClassScores, classify
 from bertscope.tasks.spans import answer
@@ -44,11 +43,11 @@ def read_records(content: str, name: str) -> Records:
     if name.lower().endswith((".jsonl", ".json")):
         rows = read_jsonl(content, name)
     else:
-        reader = csv.DictReader(io.StringIO(content))
-        if not reader.fieldnames or not {"text", "context"} & set(reader.fieldnames):
+        fields, records = csv_records(content, name)
+        if not {"text", "context"} & set(fields):
             raise BertScopeError(f"{name}: the first line must name a text column (text[,pair][,label], or "
                                  "question,context).")
-        rows = list(reader)
+        rows = [row for _, row in records]
     if not rows:
         raise BertScopeError(f"{name} has no records.")
     if len(rows) > MAX_TEXTS:

@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ from typing import Any
 import torch
 
 from bertscope.errors import BertScopeError
-from bertscope.runtime.user_cache import replace_folder
+from bertscope.runtime.atomic import recover, writing_folder
 from bertscope.training.model import trainable
 
 
@@ -40,32 +38,38 @@ def save_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, 
     tensors["rng.cpu"] = torch.get_rng_state()
     if torch.cuda.is_available():
         tensors["rng.cuda"] = torch.cuda.get_rng_state()
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))
     try:
-        save_file(tensors, str(tmp / "state.safetensors"))
-        (tmp / "state.json").write_text(json.dumps({"epoch": state.epoch, "step": state.step,
-                                                    "history": state.history, "config": asdict(cfg),
-                                                    "params": names}, indent=1))
+        with writing_folder(folder) as tmp:
+            save_file(tensors, str(tmp / "state.safetensors"))
+            (tmp / "state.json").write_text(json.dumps({"epoch": state.epoch, "step": state.step,
+                                                        "history": state.history, "config": asdict(cfg),
+                                                        "params": names}, indent=1))
     except OSError as err:  # a full disk: the previous checkpoint stays whole, and a rerun resumes from it
-        shutil.rmtree(tmp, ignore_errors=True)
         kept = f"epoch {state.epoch - 1}'s checkpoint is kept" if state.epoch > 1 else "nothing was kept"
         raise BertScopeError(f"Could not write the checkpoint of epoch {state.epoch} in {folder} "
                              f"({err.strerror or err}): {kept}; free space and run the same command again.") from None
-    replace_folder(tmp, folder)
 
 
 def load_checkpoint(folder: Path, model: Any, optimizer: torch.optim.Optimizer, cfg: Any) -> RunState | None:
+    """The run's last checkpoint loaded into ``model`` and ``optimizer`` (None when there is none). A kill between
+    a checkpoint's two renames left it as ``{folder}.old-…``: it is put back and read (``atomic.recover``)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    recover(folder)
     if not (folder / "state.json").is_file():
         return None
-    meta = json.loads((folder / "state.json").read_text())
+    try:
+        meta = json.loads((folder / "state.json").read_text())
+        tensors = load_file(str(folder / "state.safetensors"))
+    except (OSError, ValueError, SafetensorError) as err:
+        raise BertScopeError(f"The checkpoint in {folder} cannot be read ({str(err).splitlines()[0]}): remove it to "
+                             "start the run again.") from None
     # a setting added after the run was saved (pair tasks, a held-out budget, length groups) takes its
     # default, which is what runs did before it existed
     saved = {**asdict(type(cfg)()), **meta["config"]}
     if {k: v for k, v in saved.items() if k != "epochs"} != {k: v for k, v in asdict(cfg).items() if k != "epochs"}:
         raise BertScopeError(f"{folder.parent} holds a run with other settings: choose another output folder.")
-    tensors = load_file(str(folder / "state.safetensors"))
     params = trainable(model)
     if list(params) != meta["params"]:
         raise BertScopeError(f"The checkpoint in {folder} does not fit this model.")

@@ -4,9 +4,10 @@ sentences compared before and after.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from bertscope.errors import BertScopeError
 from bertscope.mlm.masking import check_rates
@@ -49,8 +50,17 @@ class RecipeConfig:
             raise BertScopeError("Masking is 'dynamic' or 'static'.")
         if self.pair_task not in PAIR_TASKS:
             raise BertScopeError("The sentence-pair task is 'none', 'nsp' (BERT's) or 'sop' (ALBERT's).")
+        check_finite(self)
         if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise BertScopeError("LoRA rank >= 0, epochs >= 1, batch size >= 1 and a positive learning rate, please.")
+
+
+def check_finite(cfg: Any) -> None:
+    """Every number of a run's settings finite: ``nan`` passes every ``<= 0`` check and trains nothing."""
+    for item in fields(cfg):
+        value = getattr(cfg, item.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BertScopeError(f"{item.name.replace('_', ' ')} is {value}: give a finite number.")
 
 
 def check_pair_task(model_name: str, model_type: str, task: str) -> None:
@@ -112,6 +122,7 @@ class FinetuneConfig:
             raise BertScopeError("Class weights are for labels; an answer span has none to weigh.")
         if not 8 <= self.seq_len <= 512:
             raise BertScopeError("--seq-len must be between 8 and 512 tokens.")
+        check_finite(self)
         if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise BertScopeError("LoRA rank >= 0, epochs >= 1, batch size >= 1 and a positive learning rate, please.")
         if not 0 < self.held_out < 0.5:

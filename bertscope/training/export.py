@@ -5,15 +5,14 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertscope.runtime.atomic import write_text, writing_folder
 from bertscope.runtime.hf import quiet_transformers
-from bertscope.runtime.user_cache import replace_folder
 from bertscope.training.checkpoint import RunState
 from bertscope.training.config import RecipeConfig
 from bertscope.training.model import inner_name
@@ -27,24 +26,21 @@ def export_run(model: Any, tokenizer: Any, out: Path, cfg: Any, model_name: str,
 
     if cfg.lora_rank:
         model.peft_config["default"].base_model_name_or_path = model_name  # the name, not a local path
-        tmp = Path(tempfile.mkdtemp(dir=out, prefix="adapter.tmp-"))
-        # the embeddings are frozen (never resized), so peft has no vocabulary to compare with the base's:
-        # without save_embedding_layers=False it looks the base's name up on the hub, offline or not
-        model.save_pretrained(tmp, save_embedding_layers=False)  # adapter_config.json + adapter_model.safetensors
-        extras = {inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters()
-                  if p.requires_grad and "lora_" not in n}
-        save_file(extras, str(tmp / "extras.safetensors"))
-        for name, text in (adapter_files or {}).items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        replace_folder(tmp, out / "adapter")
+        with writing_folder(out / "adapter") as tmp:
+            # the embeddings are frozen (never resized), so peft has no vocabulary to compare with the base's:
+            # without save_embedding_layers=False it looks the base's name up on the hub, offline or not
+            model.save_pretrained(tmp, save_embedding_layers=False)  # adapter_config.json + adapter_model.safetensors
+            extras = {inner_name(n): p.detach().cpu().contiguous() for n, p in model.named_parameters()
+                      if p.requires_grad and "lora_" not in n}
+            save_file(extras, str(tmp / "extras.safetensors"))
+            for name, text in (adapter_files or {}).items():
+                (tmp / name).write_text(text, encoding="utf-8")
         merged = model.merge_and_unload()
     else:
         merged = model
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix="model.tmp-"))
-    with quiet_transformers():  # no progress bar of shards on a run's output
+    with writing_folder(out / "model") as tmp, quiet_transformers():  # no progress bar of shards on a run's output
         merged.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    replace_folder(tmp, out / "model")
+        tokenizer.save_pretrained(tmp)
 
 
 def write_metrics(out: Path, model_name: str, cfg: RecipeConfig, state: RunState, n_train: int, n_held: int,
@@ -57,7 +53,7 @@ def write_metrics(out: Path, model_name: str, cfg: RecipeConfig, state: RunState
         "epochs": [{k: v for k, v in h.items() if k != "before"} for h in state.history],
         "after": {"held_out": state.history[-1]["held_out"] if state.history else None, "cloze": after},
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    write_text(out / "metrics.json", json.dumps(metrics, indent=1))
     plot_curves(metrics, out / "curves.png")
 
 

@@ -34,6 +34,7 @@ import torch
 
 from bertscope.core.task_head import SPANS
 from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_text
 from bertscope.runtime.hf import load_hf_config, load_hf_tokenizer, max_input_length
 from bertscope.sources.resolve import resolve_source
 from bertscope.training.checkpoint import RunState, load_checkpoint
@@ -111,7 +112,7 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     if run_file.is_file() and json.loads(run_file.read_text()) != run:
         raise BertScopeError(f"{out} holds a run of another model, data or label set: choose another output folder.")
     if workers.main:
-        run_file.write_text(json.dumps(run))
+        write_text(run_file, json.dumps(run))
     model = build_task_model(source, local_only, cfg.task, labels, cfg.lora_rank, cfg.lora_alpha, cfg.seed)
     model = model.to(torch_device)
     params = trainable(model)
@@ -210,7 +211,7 @@ def write_task_metrics(out: Path, model_name: str, data: TaskData, cfg: Finetune
         "after": {"held_out": state.history[-1]["held_out"] if state.history else None, "test": test},
         "worst_held_out": worst,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    write_text(out / "metrics.json", json.dumps(metrics, indent=1))
     plot_task_curves(metrics, out / "curves.png")
 
 

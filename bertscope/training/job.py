@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,36 +107,41 @@ class TrainingJob:
     @classmethod
     def start(cls, model_name: str, train_documents: Sequence[Sequence[str]],
               held_out_documents: Sequence[Sequence[str]], out: str | Path, cfg: RecipeConfig,
-              device: str = "auto", cloze_texts: Sequence[str] = CLOZE) -> TrainingJob:
+              device: str = "auto", cloze_texts: Sequence[str] = CLOZE,
+              on_done: Callable[[], None] | None = None) -> TrainingJob:
+        """Pretraining (``recipe.train``) in the background; ``on_done()`` runs when its thread ends, however it
+        ends (a hosted demo's budget slot is released there)."""
         cfg.check()
         cloze_texts = check_cloze(cloze_texts)
         if not train_documents or not held_out_documents:
             raise BertScopeError("Training needs documents to train on and held-out documents to score.")
         return cls._launch(model_name, out, cfg, device, lambda job: train(
             model_name, train_documents, held_out_documents, job.out, cfg, device, progress=job._progress,
-            stop=job._stop.is_set, cloze_texts=cloze_texts))
+            stop=job._stop.is_set, cloze_texts=cloze_texts), on_done)
 
     @classmethod
-    def start_finetune(cls, model_name: str, data, out: str | Path, cfg, device: str = "auto") -> TrainingJob:
-        """The second stage on ``data`` (``task_data.TaskData``) in the background."""
+    def start_finetune(cls, model_name: str, data, out: str | Path, cfg, device: str = "auto",
+                       on_done: Callable[[], None] | None = None) -> TrainingJob:
+        """The second stage on ``data`` (``task_data.TaskData``) in the background; ``on_done`` as ``start``'s."""
         from bertscope.training.fine_tuning import finetune
 
         cfg.check()
         data.check()
         return cls._launch(model_name, out, cfg, device, lambda job: finetune(
-            model_name, data, job.out, cfg, device, progress=job._progress, stop=job._stop.is_set))
+            model_name, data, job.out, cfg, device, progress=job._progress, stop=job._stop.is_set), on_done)
 
     @classmethod
-    def _launch(cls, model_name: str, out: str | Path, cfg, device: str, work) -> TrainingJob:
+    def _launch(cls, model_name: str, out: str | Path, cfg, device: str, work,
+                on_done: Callable[[], None] | None) -> TrainingJob:
         label = _device_label(device)  # an unknown device is refused before a slot is taken
         if not _RUNNING.acquire(blocking=False):
             raise BertScopeError(f"{MAX_JOBS} training run(s) already use this server: wait for it to end.")
         job = cls(model_name, Path(out), cfg, label)
-        thread = threading.Thread(target=job._run, args=(work,), name=f"training-{model_name}", daemon=True)
+        thread = threading.Thread(target=job._run, args=(work, on_done), name=f"training-{model_name}", daemon=True)
         thread.start()
         return job
 
-    def _run(self, work) -> None:
+    def _run(self, work, on_done: Callable[[], None] | None = None) -> None:
         try:
             state = work(self)
             with self._lock:
@@ -150,6 +155,8 @@ class TrainingJob:
                 self._status, self._error = "failed", f"{type(err).__name__}: {err}".splitlines()[0]
         finally:
             _RUNNING.release()
+            if on_done is not None:
+                on_done()
             self._done.set()
 
     def _progress(self, step: int, total: int, info: dict) -> None:

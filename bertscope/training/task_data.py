@@ -15,14 +15,13 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertscope.corpora.labelled import LabelledTexts, read_jsonl, split, stratified_split
 from bertscope.corpora.questions import Questions, read_squad_file, split_by_context
+from bertscope.corpora.records import csv_records
 from bertscope.errors import BertScopeError
 
 CLASSIFY, PAIRS, TAG, SPAN = "classify", "pairs", "tag", "span"
@@ -102,8 +101,8 @@ def read_records_file(text: str, name: str, text_column: str = "text", label_col
         rows = read_jsonl(text, name)
         columns = set().union(*rows) if rows else set()
     else:
-        reader = csv.DictReader(io.StringIO(text), delimiter="\t" if name.lower().endswith(".tsv") else ",")
-        rows, columns = list(reader), set(reader.fieldnames or [])
+        fields, records = csv_records(text, name, "\t" if name.lower().endswith(".tsv") else ",")
+        rows, columns = [row for _, row in records], set(fields)
     if not rows:
         raise BertScopeError(f"{name} has no records.")
     if len(rows) > MAX_RECORDS:

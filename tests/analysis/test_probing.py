@@ -56,7 +56,9 @@ def test_conllu_skips_ranges_and_empty_nodes():
     (read_csv_task, "text,label\na,b\n", "Line 1: the CSV header"),
     (read_csv_task, "tokens,tags\nthe dog,DET NOUN\nthe cat,DET\n", "Line 3: 2 tokens but 1 tags"),
     (read_csv_task, "sentence,label\nhello,a\n,b\n", "Line 3: the sentence and the label"),
-    (read_jsonl_task, '{"sentence": "a", "label": "x"}\n{"sentence": "b", "label": \n', "Line 2 is not valid JSON"),
+    (read_jsonl_task, '{"sentence": "a", "label": "x"}\n{"sentence": "b", "label": \n', "line 2: not valid JSON"),
+    (read_jsonl_task, '{"sentence": "a", "label": "x"}\n' + "[" * 100_000 + "\n", "line 2: JSON nested too deeply"),
+    (read_csv_task, 'sentence,label\n"' + "a" * 200_000 + '",x\n', "line 2: not CSV this reader can use"),
     (read_jsonl_task, '{"sentence": "a", "label": "x"}\n{"tokens": ["b"], "tags": ["y"]}\n', "Line 2: mixes"),
     (read_jsonl_task, '{"sentence": "a", "label": "x"}\n{"sentence": "b", "label": "x"}\n', "two different labels"),
 ])

@@ -58,7 +58,7 @@ def test_a_tagger_marks_its_entities_and_lists_each_word(monkeypatch, tiny_bert_
     assert not at.exception and not at.error
     words = at.dataframe[0].value
     assert list(words.columns) == ["word", "start", "end", "label", "score"] and len(words) == 8
-    assert any("<mark" in m.value for m in at.markdown) or any("No entity" in c for c in texts(at.caption))
+    assert any("<mark" in m.proto.body for m in at.get("html")) or any("No entity" in c for c in texts(at.caption))
 
 
 def test_a_question_answering_model_marks_the_answer(monkeypatch, tiny_bert_dir, tmp_path):
@@ -70,7 +70,7 @@ def test_a_question_answering_model_marks_the_answer(monkeypatch, tiny_bert_dir,
     assert not at.exception and not at.error
     answers = at.dataframe[0].value
     assert list(answers.columns) == ["answer", "start", "end", "score"] and 1 <= len(answers) <= 3
-    assert any("<mark" in m.value for m in at.markdown)
+    assert any("<mark" in m.proto.body for m in at.get("html"))
 
 
 def test_an_encoder_without_a_task_head_says_what_the_page_needs(monkeypatch, tiny_bert_dir):
@@ -141,7 +141,7 @@ def test_a_part_of_speech_tagger_gives_every_word_its_own_chip(monkeypatch):
     at.text_area(key="pred_text").input("The airline job fair starts today .")
     at = press(at, "pred_form", "Predict")
     assert not at.exception and not at.error
-    marked = next(m.value for m in at.markdown if "<mark" in m.value)
+    marked = next(m.proto.body for m in at.get("html") if "<mark" in m.proto.body)
     assert marked.count("<mark") == 7  # one per word
     words = at.dataframe[0].value
     assert list(words["word"]) == ["The", "airline", "job", "fair", "starts", "today", "."]

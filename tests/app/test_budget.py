@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bertscope.app.kit.budget import WINDOW_S, BudgetRefused, CostBudget
+from bertscope.app.kit.budget import WINDOW_S, BudgetRefused, CostBudget, client_address
 from tests.app.kit import APP, texts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,8 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_five_jobs_per_visitor_then_one_line_saying_when():
     budget = CostBudget()
     for i in range(5):
-        budget.start("1.2.3.4", "patching run", ("job", i), 5, None, now=100.0 + i)
-        budget.finish("1.2.3.4", ("job", i), refund=False)
+        budget.start("1.2.3.4", "patching run", ("job", i), 5, None, now=100.0 + i).release()
     with pytest.raises(BudgetRefused, match=r"^This demo runs 5 costly jobs per visitor in 10 minutes; the next "
                                             r"patching run is possible in 9 min 55 s\.$"):
         budget.start("1.2.3.4", "patching run", ("job", 5), 5, None, now=105.0)
@@ -28,27 +27,66 @@ def test_five_jobs_per_visitor_then_one_line_saying_when():
     assert budget.start("1.2.3.4", "patching run", ("job", 6), 5, None, now=100.0 + WINDOW_S)  # the window moved
 
 
-def test_variants_of_one_job_are_charged_once_and_refused_input_is_refunded():
+def test_variants_of_one_job_are_charged_once_and_work_done_is_never_refunded():
     budget = CostBudget()
-    assert budget.start("v", "UMAP map", ("vectors", "UMAP"), 2, None, grouped=True, now=0.0)
+    budget.start("v", "UMAP map", ("vectors", "UMAP"), 2, None, grouped=True, now=0.0).release()
     for layer in range(12):  # every notch of the layer slider: the same map job
-        assert not budget.start("v", "UMAP map", ("vectors", "UMAP"), 2, None, grouped=True, now=1.0 + layer)
-        budget.finish("v", ("vectors", "UMAP"), refund=False)
-    assert budget.start("v", "probe run", "a", 2, None, now=20.0)
-    budget.finish("v", "a", refund=True)  # the job refused its input: nothing computed, nothing charged
-    assert budget.start("v", "probe run", "b", 2, None, now=21.0)
+        budget.start("v", "UMAP map", ("vectors", "UMAP"), 2, None, grouped=True, now=1.0 + layer).release()
+    assert budget.spent("v", now=13.0) == 1
+    slot = budget.start("v", "probe run", "a", 2, None, now=20.0)
+    slot.release()  # the job failed, was stopped, or its tab closed: it ran, so it stays charged
+    slot.release()  # a job's end and its page's cleanup may both release: once counts
+    assert budget.running == 0 and budget.spent("v", now=21.0) == 2
     with pytest.raises(BudgetRefused):
-        budget.start("v", "probe run", "c", 2, None, now=22.0)
+        budget.start("v", "probe run", "b", 2, None, now=21.0)
+    assert budget.running == 0  # a refusal takes no slot
+
+
+def test_a_visitor_is_forgotten_when_its_last_charge_leaves_the_window():
+    budget = CostBudget()
+    for i in range(50):
+        budget.start(f"10.0.0.{i}", "probe run", i, 5, None, now=float(i)).release()
+    assert len(budget.charges) == 50
+    budget.start("10.0.1.1", "probe run", "x", 5, None, now=48.5 + WINDOW_S).release()
+    assert set(budget.charges) == {"10.0.1.1", "10.0.0.49"}  # only charges still in the window are kept
 
 
 def test_a_server_wide_cap_on_jobs_running_at_once():
     budget = CostBudget()
-    budget.start("a", "head-importance run", 1, 5, 2, now=0.0)
+    first = budget.start("a", "head-importance run", 1, 5, 2, now=0.0)
     budget.start("b", "head-importance run", 2, 5, 2, now=0.0)
     with pytest.raises(BudgetRefused, match="running 2 costly jobs for its visitors; try the probe run again"):
         budget.start("c", "probe run", 3, 5, 2, now=0.0)
-    budget.finish("a", 1, refund=False)
+    first.release()
     budget.start("c", "probe run", 3, 5, 2, now=0.0)
+
+
+@pytest.mark.parametrize(("header", "values", "proxies", "client"), [
+    ("X-Forwarded-For", ["203.0.113.7"], 1, "203.0.113.7"),  # the proxy appended the client's address
+    ("X-Forwarded-For", ["6.6.6.6, 203.0.113.7"], 1, "203.0.113.7"),  # the client wrote 6.6.6.6 itself
+    ("X-Forwarded-For", ["6.6.6.6", "203.0.113.7"], 1, "203.0.113.7"),  # two header lines: in order
+    ("X-Forwarded-For", ["6.6.6.6, 203.0.113.7, 10.0.0.2"], 2, "203.0.113.7"),  # a CDN, then nginx
+    ("X-Forwarded-For", ["203.0.113.7"], 2, None),  # fewer entries than trusted proxies: not believed
+    ("X-Forwarded-For", [], 1, None),
+    ("X-Real-IP", ["203.0.113.7"], 1, "203.0.113.7"),  # a header the proxy sets whole
+])
+def test_the_client_is_the_trusted_proxys_entry_never_the_leftmost(header, values, proxies, client):
+    assert client_address(header, values, proxies) == client
+
+
+def test_fifty_spoofed_forwarded_for_values_are_one_visitor(monkeypatch):
+    """The audit's row: one client sent 50 X-Forwarded-For values of its own and ran 50 jobs on a budget of 5.
+    Behind one proxy the entry that counts is the one the proxy appended: the same for all fifty."""
+    monkeypatch.setenv("BERTSCOPE_VISITOR_HEADER", "X-Forwarded-For")
+    budget, ran = CostBudget(), 0
+    for i in range(50):
+        who = client_address("X-Forwarded-For", [f"198.51.100.{i}, 203.0.113.7"], 1)
+        try:
+            budget.start(who, "probe run", i, 5, None, now=float(i)).release()
+            ran += 1
+        except BudgetRefused:
+            pass
+    assert ran == 5
 
 
 def _compute_calls() -> list[tuple[str, int, ast.Call]]:

@@ -29,7 +29,7 @@ def test_csv_and_json_lines_read_the_same_pairs(tmp_path):
 @pytest.mark.parametrize("name, text, message", [
     ("e.csv", "", "holds no pairs"),
     ("m.csv", "clean,corrupted\na,b\n", "lacks the columns answer, foil"),
-    ("b.jsonl", '{"clean": "a"}\nnot json\n', "line 2: not a JSON object"),
+    ("b.jsonl", '{"clean": "a"}\nnot json\n', "line 2: not valid JSON"),
     ("l.jsonl", '["a", "b"]\n', "line 1: not a JSON object"),
 ])
 def test_bad_files_are_one_line(tmp_path, name, text, message):
@@ -38,7 +38,7 @@ def test_bad_files_are_one_line(tmp_path, name, text, message):
         read_pairs(tmp_path / name)
     with pytest.raises(BertScopeError, match="No pairs file"):
         read_pairs(tmp_path / "missing.csv")
-    with pytest.raises(BertScopeError, match="not a CSV file"):
+    with pytest.raises(BertScopeError, match="not CSV this reader can use"):
         read_pairs(b'clean,corrupted,answer,foil\n"' + b"x" * 200_000 + b'",b,c,d\n', "long.csv")
     with pytest.raises(BertScopeError, match="not UTF-8"):
         read_pairs("clean,corrupted,answer,foil\ncaf\xe9,b,c,d\n".encode("latin-1"), "latin.csv")

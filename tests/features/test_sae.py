@@ -211,7 +211,8 @@ def test_a_checkpoint_left_mid_replace_is_read_and_leftovers_are_swept(tmp_path)
     train_sae(acts, cfg, tmp_path / "cut", info, stop=lambda: next(steps) >= 60)  # 46 steps an epoch: into the second
     checkpoint = tmp_path / "cut" / "checkpoint"
     os.replace(checkpoint, tmp_path / "cut" / "checkpoint.old-0123")  # killed between replace_folder's renames
-    (tmp_path / "cut" / ".checkpoint.half").mkdir()  # and a checkpoint killed while written
+    (tmp_path / "cut" / ".checkpoint.half").mkdir()  # and a checkpoint killed while written (an earlier version)
+    (tmp_path / "cut" / ".checkpoint.tmp-999999999-x").mkdir()  # and one of a writer no longer running
     resumed, state = train_sae(acts, cfg, tmp_path / "cut", info)
     assert state.history[0]["epoch"] == 1 and len(state.history) == 2
     torch.testing.assert_close(resumed.W_dec, whole.W_dec)

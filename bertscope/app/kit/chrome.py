@@ -4,11 +4,16 @@ and downloads."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import streamlit as st
 
+from bertscope.app.kit.limits import demo
 from bertscope.errors import BertScopeError
 
 # Every chart's toolbar exports a PNG at twice the screen resolution.
@@ -48,9 +53,40 @@ def page_errors(stop: bool = True) -> Iterator[None]:
             st.stop()
 
 
+def server_paths() -> list[tuple[str, str]]:
+    """(a folder of this server, what a download says instead), longest first: the user cache, the installed
+    package, the environment, the working folder, the home folder, the temporary folder."""
+    import bertscope
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    places = {str(user_cache_dir().resolve()): "<cache>", str(user_cache_dir()): "<cache>",
+              str(Path(bertscope.__file__).resolve().parent): "<bertscope>", sys.prefix: "<python>",
+              os.getcwd(): "<app>", str(Path.home()): "<home>", tempfile.gettempdir(): "<tmp>"}
+    return sorted(((p, name) for p, name in places.items() if len(p) > 1), key=lambda pair: -len(pair[0]))
+
+
+def shareable(text: str) -> str:
+    """``text`` as a hosted demo's visitor may download it: no folder of the server in it (each named instead)."""
+    if not demo():
+        return text
+    for place, name in server_paths():
+        text = text.replace(place, name)
+    return text
+
+
+def download(label: str, data, file_name: str, mime: str | None = None, *, key: str | None = None, where=None,
+             **options) -> None:
+    """The one download button: ``data`` (text, bytes, or a function giving either when clicked) with no server
+    folder in it on a hosted demo (``shareable``); ``where``: a column to draw it in."""
+
+    def clean(value):
+        return shareable(value) if isinstance(value, str) else value
+
+    content = (lambda: clean(data())) if callable(data) else clean(data)
+    (where or st).download_button(label, content, file_name, mime, key=key, on_click="ignore", **options)
+
+
 def figure_downloads(fig, name: str) -> None:
     """PNG comes from the chart's own toolbar; this adds a self-contained HTML file."""
-    st.download_button(
-        "Download HTML", data=lambda: fig.to_html(include_plotlyjs=True, full_html=True),
-        file_name=f"{name}.html", mime="text/html", key=f"download-{name}", on_click="ignore",
-    )
+    download("Download HTML", lambda: fig.to_html(include_plotlyjs=True, full_html=True), f"{name}.html",
+             "text/html", key=f"download-{name}")

@@ -9,10 +9,11 @@ import json
 import pandas as pd
 import streamlit as st
 
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.head_picker import clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
-from bertscope.app.kit.limits import Limits, check_text, check_upload
+from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.results import result_store
+from bertscope.app.kit.uploads import shown_name, uploaded_text
 from bertscope.errors import BertScopeError
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap
 from bertscope.figures.tasks import label_bars
@@ -61,21 +62,14 @@ def ablate_tab(lm, key) -> None:
         rows = [{"label": label, "intact": float(before.scores[i]), "heads removed": float(after.scores[i]),
                  "change": float(after.scores[i] - before.scores[i])} for i, label in enumerate(before.labels)]
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-        st.download_button("Download (JSON)", json.dumps({"mode": mode, "heads": [list(h) for h in heads],
-                                                          "labels": rows}),
-                           "ablation.json", "application/json", key="int_class_json", on_click="ignore")
+        download("Download (JSON)", json.dumps({"mode": mode, "heads": [list(h) for h in heads], "labels": rows}),
+                 "ablation.json", "application/json", key="int_class_json")
 
 
 def _records(uploaded, pasted: str):
     """(records, a digest of their bytes) from the upload, else from the pasted CSV."""
     if uploaded is not None:
-        check_upload(uploaded)
-        content = uploaded.getvalue()
-        name = uploaded.name
-        try:
-            text = content.decode("utf-8")
-        except UnicodeDecodeError:
-            raise BertScopeError(f"{name} is not UTF-8 text.") from None
+        text, name = uploaded_text(uploaded), shown_name(uploaded)
     else:
         if len(pasted) > Limits.corpus_chars:
             raise BertScopeError(f"The pasted records have {len(pasted):,} characters; this app takes up to "
@@ -123,8 +117,8 @@ def importance_tab(lm, key) -> None:
         table = pd.DataFrame([{"layer": layer, "head": head, "importance": float(imp.importance[layer, head]),
                                "mean |dL/dξ| per token": float(imp.raw[layer, head])}
                               for layer in range(lm.num_layers) for head in range(lm.num_heads)])
-        st.download_button("Download importance (CSV)", table.to_csv(index=False), "head-importance.csv",
-                           "text/csv", key="int_imp_csv", on_click="ignore")
+        download("Download importance (CSV)", table.to_csv(index=False), "head-importance.csv",
+                 "text/csv", key="int_imp_csv")
         if prune:
             curve = result_store("task_pruning").compute(request, lambda progress: task_pruning_curve(
                 lm, imp, held[0], held[1], held[2], seed=int(seed), progress=progress),
@@ -179,6 +173,6 @@ def patch_tab(lm, key) -> None:
             lm, clean, corrupt, candidates, "heads", progress=progress),
             "Patching heads, cells", asked, costly="patching run", charge_key=("patch", request))
         st.plotly_chart(recovered_heatmap(heads), config=PLOT_CONFIG, width="stretch", key="int_patch_heads")
-        st.download_button("Download both grids (JSON)",
-                           json.dumps({"hidden": hidden.to_json(), "heads": heads.to_json()}),
-                           "patching.json", "application/json", key="int_patch_json", on_click="ignore")
+        download("Download both grids (JSON)",
+                 json.dumps({"hidden": hidden.to_json(), "heads": heads.to_json()}),
+                 "patching.json", "application/json", key="int_patch_json")

@@ -10,15 +10,16 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.analysis.erasure import METHODS
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_upload, demo
+from bertscope.analysis.hidden_cache import task_size
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.results import result_store
+from bertscope.app.kit.uploads import uploaded_text
 from bertscope.core.layers import hidden_names
 from bertscope.corpora.probe_tasks import read_task
 from bertscope.figures.erasure import behaviours, change_figure
 from bertscope.interventions.amnesic import amnesic_probe
 from bertscope.interventions.concepts import CONCEPTS, concept_from_task, load_concept
-from bertscope.training.task_data import decode
 
 UPLOAD = "Your own file…"
 TRAIN_SIZES = [200, 600, 1000, 3000]
@@ -30,8 +31,7 @@ NUMBER = st.column_config.NumberColumn(format="%.3f")
 def _concept(choice: str, upload, size: int, test: int):
     if choice != UPLOAD:
         return load_concept(choice, size, test)
-    check_upload(upload)
-    return concept_from_task(read_task(decode(upload.getvalue(), upload.name), upload.name), size, test)
+    return concept_from_task(read_task(uploaded_text(upload), upload.name), size, test)
 
 
 def render(lm, key) -> None:
@@ -70,8 +70,11 @@ def render(lm, key) -> None:
     request = (key, choice, upload_key, method, chosen, int(size), int(test))
     concept = None
     if asked and store.get(request) is None:  # a bad file or a missing corpus: one line, the last result kept
-        try:
+        try:  # checked before the job starts: once it starts it is charged (a hosted demo's budget)
             concept = _concept(choice, upload, int(size), int(test))
+            train = task_size(lm, concept.train)
+            train.check_labels()
+            check_pieces(train.pieces + task_size(lm, concept.test).pieces, "this erasure")
         except BertScopeError as err:
             return refuse(store, str(err))
     with page_errors(stop=False):
@@ -120,8 +123,8 @@ def show(result) -> None:
                      f"variance), by layer erased: {edits}."))
     for note in result.notes:
         st.caption(plain(f"Not measured: {note}."))
-    st.download_button("Download (JSON)", json.dumps(result.to_json()), f"{result.concept}-erased.json",
-                       "application/json", key="erase_json", on_click="ignore")
+    download("Download (JSON)", json.dumps(result.to_json()), f"{result.concept}-erased.json",
+             "application/json", key="erase_json")
     pick = st.selectbox("Layer", range(len(result.layers)), key=f"erase_detail_{len(result.layers)}",
                         format_func=lambda i: f"erased at {result.layers[i].layer}")
     chosen = result.layers[pick]

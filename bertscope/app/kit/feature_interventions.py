@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from bertscope.app.kit.chrome import page_errors, plain, plain_but_code
+from bertscope.app.kit.chrome import download, page_errors, plain, plain_but_code
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.mask_changes import show_mask_changes
 from bertscope.app.kit.pages import page
@@ -93,8 +93,8 @@ def features_tab(lm, key) -> None:
         result = edit_features(lm, text, {layer: sae}, [edit], top_k=10)
         did = "feature switched off" if mode == "remove" else f"feature steered by {strength:g}"
         show_mask_changes(result.masks, did)
-        st.download_button("Download (JSON)", json.dumps(result.to_json()), "feature-edit.json", "application/json",
-                           key="int_feat_json", on_click="ignore")
+        download("Download (JSON)", json.dumps(result.to_json()), "feature-edit.json", "application/json",
+                 key="int_feat_json")
         st.page_link(page("features.py").path, label=f"Feature {feature} on the Features page",
                      icon=":material/open_in_new:",
                      query_params={"layer": layer, "feature": feature, "feat_tab": "Feature"}
@@ -146,8 +146,8 @@ def features_tab(lm, key) -> None:
                              f"tag least. A masked word's own features are gone with it (its input is [MASK]): the "
                              "masked-LM rows measure what the features do at the other words. Features that carry "
                              "the tag move the rows more than their controls do."))
-            st.download_button("Download the check (JSON)", json.dumps(effect.to_json()), "feature-tag-effect.json",
-                               "application/json", key="int_feat_causal_json", on_click="ignore")
+            download("Download the check (JSON)", json.dumps(effect.to_json()), "feature-tag-effect.json",
+                     "application/json", key="int_feat_causal_json")
 
 
 def sae_source(lm) -> Path | None:
@@ -188,6 +188,5 @@ def feature_patch_section(lm, key, clean: str, corrupt: str, a: str, b: str) -> 
                 + f"; {len(result.cells)} features patched one at a time, the 20 that move the metric most:"))
             st.dataframe(pd.DataFrame([c.to_json() for c in result.top(20)]), hide_index=True, width="stretch",
                          column_config={"recovered": st.column_config.NumberColumn(format="%.3f")})
-            st.download_button("Download the feature patching (JSON)", json.dumps(result.to_json(top=200)),
-                               "feature-patching.json", "application/json", key="int_patch_features_json",
-                               on_click="ignore")
+            download("Download the feature patching (JSON)", json.dumps(result.to_json(top=200)),
+                     "feature-patching.json", "application/json", key="int_patch_features_json")

@@ -24,9 +24,6 @@ def demo_allowlist() -> tuple[str, ...]:
     return tuple(m.strip() for m in names.split(",") if m.strip()) or ("bundled",)
 
 
-MAX_RESIDENT_MODELS = max(1, int(os.environ.get("BERTSCOPE_MAX_MODELS", "2" if demo() else "4")))
-
-
 class _Limits:
     """Input caps: generous locally, tight on a hosted demo (read at use, so tests can switch)."""
 
@@ -62,6 +59,23 @@ class _Limits:
     def expensive_per_10_min(self) -> int:  # costly jobs per visitor (views.kit.budget)
         return 5 if demo() else 10_000
 
+    @property
+    def job_pieces(self) -> int:  # word pieces one job runs over (a task, a corpus slice, an upload, all its texts)
+        return 30_000 if demo() else 50_000_000
+
+    @property
+    def job_texts(self) -> int:  # texts one job embeds (a parallel file: rows x languages; the shipped words: 1,881)
+        return 2_000 if demo() else 200_000
+
+    @property
+    def disk_bytes(self) -> int | None:  # what a hosted demo keeps on disk for its visitors, in all (None: no quota)
+        raw = os.environ.get("BERTSCOPE_DISK_MB", "").strip()
+        try:
+            megabytes = float(raw) if raw else (2048.0 if demo() else None)
+        except ValueError:
+            megabytes = 2048.0 if demo() else None
+        return None if megabytes is None else int(max(64.0, megabytes) * 2**20)
+
 
 Limits = _Limits()
 
@@ -77,3 +91,10 @@ def check_upload(uploaded) -> None:
     if uploaded is not None and uploaded.size > Limits.upload_bytes:
         raise BertScopeError(f"The upload has {uploaded.size:,} bytes; this app takes up to "
                              f"{Limits.upload_bytes:,}.")
+
+
+def check_pieces(pieces: int, what: str) -> None:
+    """The cap on what one job runs over, in word pieces (a cap in lines lets 500 lines of 499 words through)."""
+    if pieces > Limits.job_pieces:
+        raise BertScopeError(f"{what[0].upper()}{what[1:]} has {pieces:,} word pieces; this app runs up to "
+                             f"{Limits.job_pieces:,} in one job: use fewer or shorter sentences.")

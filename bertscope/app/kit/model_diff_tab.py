@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, demo
 from bertscope.app.kit.results import result_store
 from bertscope.features.diff_reading import DiffReading, crosscoder_for, crosscoder_layers, read_diff
@@ -79,8 +79,8 @@ def show(r: DiffReading) -> None:
     _causal(r)
     _latents(r)
     _look_up(r)
-    st.download_button("Download (JSON)", json.dumps(r.to_json()), "model-diff.json", "application/json",
-                       key="diff_json", on_click="ignore")
+    download("Download (JSON)", json.dumps(r.to_json()), "model-diff.json", "application/json",
+             key="diff_json")
 
 
 def _causal(r: DiffReading) -> None:

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import streamlit as st
 
 from bertscope import BertScopeError, LoadedModel, default_model, load_model
+from bertscope.app.kit.budget import costly_job
 from bertscope.app.kit.chrome import plain, show_error
-from bertscope.app.kit.limits import MAX_RESIDENT_MODELS, Limits, demo, demo_allowlist
+from bertscope.app.kit.limits import Limits, demo, demo_allowlist
 from bertscope.app.kit.pages import Page
+from bertscope.app.kit.resident import resident_models
 from bertscope.app.kit.url import to_url
 from bertscope.runtime.devices import available_devices
 from bertscope.sources import hub
@@ -39,11 +42,22 @@ def startup_default() -> tuple[str, str | None]:
     return default_model()
 
 
-@st.cache_resource(show_spinner=False, max_entries=MAX_RESIDENT_MODELS)
 def cached_model(name: str, device: str, dtype: str) -> LoadedModel:
-    """At most MAX_RESIDENT_MODELS stay loaded (least recently used goes first)."""
+    """The model, resident or loaded now (``resident.resident_models``: a few stay loaded, least recently used
+    goes first). On a hosted demo a load is a costly job, charged to the visitor who asks for it (switching
+    among the allowlisted models evicts other visitors' models), except the startup default's."""
     if demo() and name not in demo_allowlist():
         raise BertScopeError(f"This demo serves only: {', '.join(served_models())}.")
+    key = (name, device, dtype)
+    found = resident_models().get(key)
+    if found is not None:
+        return found
+    default = name == startup_default()[0] and device == "auto" and dtype == "auto"
+    with nullcontext() if default else costly_job("model load", ("load", key)):
+        return resident_models().load(key, lambda: _load(name, device, dtype))
+
+
+def _load(name: str, device: str, dtype: str) -> LoadedModel:
     lm = load_model(name, device=device, dtype=dtype)
     if lm.device.type == "cuda":  # hand back what an evicted model left in the CUDA cache
         import torch

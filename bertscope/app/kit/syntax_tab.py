@@ -11,7 +11,7 @@ import streamlit as st
 from bertscope.analysis.structural_probe import tree_distances
 from bertscope.analysis.structural_runs import structural_probes
 from bertscope.app.kit import treebank_labels_view, typed_tree_view
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import layer_title
@@ -75,8 +75,8 @@ def structural(lm, key) -> None:
         st.dataframe(table, hide_index=True, width="stretch",
                      column_config={k: st.column_config.NumberColumn(format="%.3f")
                                     for k in ("uuas", "dspr", "root_accuracy", "nspr")})
-        st.download_button("Download (JSON, every test tree)", json.dumps(result.to_json()), "structural-probes.json",
-                           "application/json", key="syntax_json", on_click="ignore")
+        download("Download (JSON, every test tree)", json.dumps(result.to_json()), "structural-probes.json",
+                 "application/json", key="syntax_json")
         if result.trees:
             st.subheader(plain(f"A test sentence at {layer_title(result.tree_state)}"))
             readable = next((i for i, t in enumerate(result.trees) if 8 <= len(t["words"]) <= 16), 0)
@@ -90,8 +90,8 @@ def structural(lm, key) -> None:
                                       f"{tree['sentence_id']}: {right} of {len(tree['predicted_edges'])} predicted "
                                       "edges in the gold tree (punctuation left out)"),
                             config=PLOT_CONFIG, width="stretch", key="syntax_tree")
-            st.download_button("Download this sentence's trees (JSON)", json.dumps(tree), f"{tree['sentence_id']}.json",
-                               "application/json", key="syntax_tree_json", on_click="ignore")
+            download("Download this sentence's trees (JSON)", json.dumps(tree), f"{tree['sentence_id']}.json",
+                     "application/json", key="syntax_tree_json")
             if result.probe is not None and pick < len(result.test):
                 sentence = result.test[pick]
                 st.plotly_chart(distance_matrices(words, tree_distances(sentence.heads),

@@ -2,12 +2,21 @@
 and how a finished run's model opens in the sidebar."""
 
 import os
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import streamlit as st
 
+from bertscope.app.kit.budget import charge
 from bertscope.app.kit.chrome import plain, plain_but_code
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
+from bertscope.app.kit.resident import resident_models
+from bertscope.runtime.disk_quota import make_room, pinned
+from bertscope.runtime.user_cache import user_cache_dir
+from bertscope.training.job import TrainingJob
 
 
 def training_allowed() -> bool:
@@ -41,3 +50,39 @@ def run_progress(job, snap, button: str, key: str, why: str, loading: str) -> No
         st.button(button, on_click=job.cancel, key=key, help=why)
     if snap.error:
         st.error(plain_but_code(snap.error))
+
+
+def run_folder(model_name: str, what: str = "") -> Path:
+    """A new run's folder in the user cache: the model's name as letters, digits and ``-_.`` (at most 60: a typed
+    folder or hub id never becomes a path), what it trains on, and a random suffix."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_name).strip("._")[:60] or "model"
+    return user_cache_dir() / "training" / "-".join(p for p in (slug, what, uuid.uuid4().hex[:8]) if p)
+
+
+def run_bytes(lm) -> int:
+    """What a training run of ``lm`` writes, at most: its checkpoint (the weights and AdamW's two moments) and the
+    finished model, in float32."""
+    return 4 * 4 * sum(p.numel() for p in lm.model.parameters())
+
+
+def start_training(action: str, out: Path, lm, launch: Callable[[Callable[[], None]], TrainingJob]) -> TrainingJob:
+    """A training run of ``lm`` into ``out``, started as a costly job that holds its budget slot, its place among the
+    resident models (it trains its own copy) and its folder on a hosted demo's disk (room made first, never removed
+    while it runs) for its whole run: ``launch(on_done)`` starts the job, whose thread calls ``on_done`` when it ends.
+    The page checks its inputs first: from here on the run is charged."""
+    make_room(run_bytes(lm), "this training run")
+    slot = charge(action, (action, out.name))
+    hold = resident_models().hold()
+    folder = pinned(out)
+    folder.__enter__()
+
+    def done() -> None:
+        slot.release()
+        hold.release()
+        folder.__exit__()
+
+    try:
+        return launch(done)
+    except BaseException:
+        done()
+        raise

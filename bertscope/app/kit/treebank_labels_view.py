@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.analysis.treebank_probes import treebank_probe
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import layer_title
@@ -62,5 +62,5 @@ def render(lm, key) -> None:
                      hide_index=True, width="stretch", key="syntax_labels_table",
                      column_config={k: st.column_config.NumberColumn(format="%.3f")
                                     for k in ("accuracy", "control", "selectivity")})
-        st.download_button("Download (JSON)", json.dumps(result.to_json()), f"{result.task}-probes.json",
-                           "application/json", key="syntax_labels_json", on_click="ignore")
+        download("Download (JSON)", json.dumps(result.to_json()), f"{result.task}-probes.json",
+                 "application/json", key="syntax_labels_json")

@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 from bertscope.analysis.typed_tree import typed_tree
-from bertscope.app.kit.chrome import PLOT_CONFIG, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.core.layers import layer_title
 from bertscope.figures.syntax import tree_arcs
@@ -34,7 +34,7 @@ def render(lm, result) -> None:
                              f"model's limit) and are left out: {', '.join(tree.left_out[:10])}."))
         c1, c2 = st.columns(2)
         with c1:
-            st.download_button("Download this tree (JSON)", json.dumps(tree.to_json()), "typed-tree.json",
-                               "application/json", key="syntax_typed_json", on_click="ignore")
+            download("Download this tree (JSON)", json.dumps(tree.to_json()), "typed-tree.json",
+                     "application/json", key="syntax_typed_json")
         with c2:
             figure_downloads(fig, "typed-tree")

@@ -12,7 +12,7 @@ import streamlit as st
 
 from bertscope.analysis.align import embed_parallel
 from bertscope.analysis.align_pivot import pivot_retrieval
-from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import hidden_name, layer_title
@@ -105,5 +105,5 @@ def udhr_view(lm, key) -> None:
             st.warning(plain(f"{len(uncovered)} versions are more than a fifth unknown pieces to this tokenizer and are left out "
                              f"of the means: {', '.join(uncovered['language'].head(20))}"
                              + (" …" if len(uncovered) > 20 else "") + "."))
-        st.download_button("Download (JSON)", json.dumps(result.to_json()), "udhr-alignment.json", "application/json",
-                           key="align_udhr_json", on_click="ignore")
+        download("Download (JSON)", json.dumps(result.to_json()), "udhr-alignment.json", "application/json",
+                 key="align_udhr_json")
