@@ -16,9 +16,15 @@ FROM python:3.11-slim
 
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # Hosted by default: allowlisted models, input caps (see README, "Sharing and hosting").
+# Behind one proxy (Spaces' front end, or an nginx that appends $remote_addr to X-Forwarded-For): a visitor is the
+# entry that proxy wrote, the rightmost, never one the visitor wrote (docs/hosting.md); what the demo writes for its
+# visitors stays within 2 GiB on disk.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     BERTSCOPE_DEMO=1 \
+    BERTSCOPE_VISITOR_HEADER=X-Forwarded-For \
+    BERTSCOPE_TRUSTED_PROXIES=1 \
+    BERTSCOPE_DISK_MB=2048 \
     HF_HOME=/home/app/.cache/huggingface
 
 # Spaces run containers as uid 1000

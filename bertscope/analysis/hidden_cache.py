@@ -369,7 +369,7 @@ class TaskSize:
     examples: int  # vectors kept per layer: labelled words that keep a token (token level), or sentences
     labels: frozenset[str]  # the labels of those examples
     cut_words: int  # labelled words past the model's maximum, which keep no vector
-    bytes: int  # the layer files: examples x (layers + 1) x width x 4
+    bytes: int  # on disk: the layer files (examples x width x 4 each, layers + 1 of them) and the metadata
 
     def check_labels(self, needed: int = 2) -> None:
         """One line when fewer than ``needed`` different labels survive the model's cut."""
@@ -395,7 +395,8 @@ def task_size(lm: LoadedModel, task: ProbeTask) -> TaskSize:
         examples, cut = int(kept.sum()), int(labelled.sum() - kept.sum())
     else:
         labels, examples, cut = frozenset(tags[0] for tags in task.labels), len(task.texts), 0
-    return TaskSize(pieces, examples, labels, cut, examples * (lm.num_layers + 1) * lm.hidden_size * 4)
+    layer_file = -(-(examples * lm.hidden_size * 4 + 128) // 4096) * 4096  # .npy header; whole 4 KiB blocks on disk
+    return TaskSize(pieces, examples, labels, cut, (lm.num_layers + 1) * layer_file + 8192)  # and meta.json
 
 
 def count_pieces(lm: LoadedModel, texts: Sequence[str]) -> int:

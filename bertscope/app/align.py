@@ -20,7 +20,7 @@ from bertscope.analysis.align import (
 from bertscope.analysis.hidden_cache import count_pieces
 from bertscope.analysis.projection import project, umap_is_warm
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_pieces, demo
+from bertscope.app.kit.limits import Limits, check_pieces, check_texts, demo
 from bertscope.app.kit.model_picker import cached_model, model_key, obtainable, require_model
 from bertscope.app.kit.results import result_store, warm_umap_in_background
 from bertscope.app.kit.udhr_view import udhr_view
@@ -87,12 +87,16 @@ if data.incomplete:
     more = f" and {len(data.incomplete) - 8} more" if len(data.incomplete) > 8 else ""
     st.warning(plain(f"Rows with a missing language were left out: {shown}{more}."))
 
+if st.session_state.get("align_data") != data.digest():  # new data (an upload): its languages, all of them
+    st.session_state["align_data"] = data.digest()
+    kept = [g for g in st.session_state.get(f"align_langs_{kind}", []) if g in data.languages]
+    st.session_state[f"align_langs_{kind}"] = kept if len(kept) >= 2 else list(data.languages)
 from_url("langs", f"align_langs_{kind}", lambda v: [g for g in v.split(",") if g],
          lambda v: len(v) >= 2 and set(v) <= set(data.languages))
 from_url("vec", "align_pooling", str, lambda v: v in ("mean", "cls"))
 from_url("ctx", "align_context", str, lambda v: v in ("alone", "carrier"))
 with st.form("align_form"):
-    languages = st.multiselect("Languages", list(data.languages), default=list(data.languages),
+    languages = st.multiselect("Languages", list(data.languages),
                                format_func=lambda g: f"{language_name(g)} ({g})", key=f"align_langs_{kind}")
     if kind == "sentences":
         pooling = st.radio("Sentence vector", ["mean", "cls"], horizontal=True, key="align_pooling",
@@ -111,10 +115,8 @@ st.session_state.setdefault("align_linked", any(k in st.query_params for k in ("
 
 with page_errors():
     picked = data.select(languages)
-    texts = picked.n_items * len(picked.languages)  # what the job embeds and holds: rows x languages, not rows
-    if texts > Limits.job_texts:
-        raise BertScopeError(f"{picked.n_items:,} rows × {len(picked.languages)} languages = {texts:,} texts; this app "
-                             f"embeds up to {Limits.job_texts:,} in one job: choose fewer languages or rows.")
+    check_texts(picked.n_items, len(picked.languages))  # what the job embeds and holds: rows x languages
+    texts = picked.n_items * len(picked.languages)
     if demo():  # a hosted demo caps the word pieces too (a cell may be long)
         check_pieces(count_pieces(lm, [c for row in picked.cells for c in row if c]), "this selection")
     store = result_store("align")

@@ -37,7 +37,7 @@ from bertscope.cli import (
     tasks,
     training,
 )
-from bertscope.cli.common import EXIT_BAD_INPUT, Command, OneLineParser, model_arguments
+from bertscope.cli.common import EXIT_BAD_INPUT, Command, OneLineParser, model_arguments, one_line
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
@@ -84,14 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     first = next((a for a in given if not a.startswith("-")), None)
     if first is not None and first not in COMMANDS:
-        print(nearest_command(first), file=sys.stderr)
+        print(one_line(nearest_command(first)), file=sys.stderr)
         return EXIT_BAD_INPUT
     args = build_parser(first).parse_args(given)
     args.argv = given  # as given: a command may start itself again
     try:
         result = COMMANDS[args.command].run(args)
     except BertScopeError as err:
-        print(f"bertscope: error: {err}", file=sys.stderr)
+        print(one_line(f"bertscope: error: {err}"), file=sys.stderr)
         return getattr(err, "status", EXIT_BAD_INPUT)  # 2 for bad input; a failed launch says its own
     if result is None:  # printed already (another process did)
         return 0

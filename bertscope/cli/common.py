@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,11 +28,17 @@ class Command:
     takes_model: bool = True  # MODEL, --device, --dtype, --json
 
 
+def one_line(text: str) -> str:
+    """A message as one line: control characters a user typed (a carriage return, a newline) shown escaped."""
+    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", lambda m: repr(m.group())[1:-1], text)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its usage errors in one line, as every other bad input (the usage itself is on ``--help``)."""
 
     def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options).\n")
+        self.exit(EXIT_BAD_INPUT, one_line(f"{self.prog}: error: {message} (`{self.prog} --help` lists the options).")
+                  + "\n")
 
 
 def finite_float(text: str) -> float:

@@ -20,11 +20,6 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
 
 
 def free_port() -> int:
@@ -34,11 +29,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_app(log: Path, model: str | None = None, cache: Path | None = None):
+def running_app(log: Path, model: str | None = None, cache: Path | None = None, extra: dict | None = None):
     """``streamlit run app.py`` on a free port, offline; default model unless one is given; ``cache``:
-    a fresh BERTSCOPE_CACHE (nothing computed before: models converted again, no hidden states kept)."""
+    a fresh BERTSCOPE_CACHE (nothing computed before: models converted again, no hidden states kept);
+    ``extra``: more of the server's environment (BERTSCOPE_DEMO=1: the hosted demo)."""
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(extra or {})}
     if cache is not None:
         env["BERTSCOPE_CACHE"] = str(cache)
     env.pop("BERTSCOPE_MODEL", None)  # the offline default: the bundled model
@@ -87,17 +83,6 @@ def server_log(app_server):
     log = app_server[1]
     start = log.stat().st_size
     return lambda: log.read_bytes()[start:].decode("utf-8", errors="replace")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run the README's test command"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield b
-        b.close()
 
 
 def block_outside(page, sink: list[str] | None = None) -> list[str]:

@@ -98,3 +98,12 @@ def check_pieces(pieces: int, what: str) -> None:
     if pieces > Limits.job_pieces:
         raise BertScopeError(f"{what[0].upper()}{what[1:]} has {pieces:,} word pieces; this app runs up to "
                              f"{Limits.job_pieces:,} in one job: use fewer or shorter sentences.")
+
+
+def check_texts(rows: int, languages: int) -> None:
+    """The cap on the texts one job embeds and holds: rows x languages (a cap on rows alone let 990 language
+    columns through: 494,010 texts)."""
+    texts = rows * languages
+    if texts > Limits.job_texts:
+        raise BertScopeError(f"{rows:,} rows × {languages} languages = {texts:,} texts; this app embeds up to "
+                             f"{Limits.job_texts:,} in one job: choose fewer languages or rows.")
