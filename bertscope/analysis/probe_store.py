@@ -3,7 +3,7 @@ linear layer (or the MLP's layers) as ``.npz`` arrays plus JSON, never pickle; `
 it in torch (``Probe.log_probs`` equals sklearn's ``predict_proba``, tested), so attribution can
 differentiate through it.
 
-A probe run's folder (``probes.layerwise --out``): ``results.json`` and ``weights/layer_XX.npz`` +
+A probe run's folder (``bertscope probe --out``): ``results.json`` and ``weights/layer_XX.npz`` +
 ``.json`` per hidden state (``layer_00`` = the embedding output, ``layer_XX`` = block XX - 1's).
 """
 

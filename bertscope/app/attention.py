@@ -10,7 +10,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.attention_stats import STATISTICS, head_stats
 from bertscope.analysis.query_key import query_key
-from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, offer_install, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import cached_inspection, result_store
@@ -232,8 +232,10 @@ for tab, view in ((tabs[4], "head"), (tabs[5], "model")):
             st.caption(f"About {size / 2**20:.1f} MB for {len(layers or range(r.n_layers))} layer(s) at "
                        f"{r.n_tokens} tokens; the cap is {cap / 2**20:.0f} MB.")
             if not local and not hub_reachable():  # nothing could load: say so instead of a blank frame
-                st.warning("bertviz's scripts are not installed here and the network is out of reach: "
-                           "run `make bertviz-assets` (npm) and reload; the other tabs work without them.")
+                st.warning("bertviz's scripts are not installed here and the network is out of reach: run "
+                           "`bertscope assets install` (it needs npm), or the button below; the other tabs work "
+                           "without them.")
+                offer_install("bertviz")
                 continue
             try:
                 with st.spinner("Building bertviz's page…"):

@@ -47,8 +47,8 @@ st.caption(f"Offline, the {len(BUNDLED_MODELS)} bundled models always work (two 
 if not demo():
     st.subheader("Headless")
     st.markdown("Everything on these pages runs from a shell too (docs/commands.md lists them all): "
-                f"`bertscope COMMAND` (or `python -m bertscope COMMAND`) with {len(COMMANDS)} commands, and `python -m probes.layerwise` / "
-                "`probes.sweep` for probe runs.")
+                f"`bertscope COMMAND` (or `python -m bertscope COMMAND`) with {len(COMMANDS)} commands, "
+                "`bertscope probe` / `bertscope probe-sweep` for probe runs among them.")
     with st.expander(f"Every command ({len(COMMANDS)})"):
         st.markdown("\n".join(f"- `{c.name}`: {c.help}" for c in COMMANDS.values()))
     st.caption("For example: which words make bundled-mlm put “river” at the [MASK] (integrated gradients, "

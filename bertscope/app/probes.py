@@ -198,5 +198,5 @@ with tab_labels:
             st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "
                        "filter the table to errors instead.")
 
-    st.caption("Headless: `python -m probes.layerwise --model NAME --task pos --out results/` writes the same "
-               "figures, and `python -m probes.sweep` compares several models or tasks.")
+    st.caption("Headless: `bertscope probe NAME --task pos --out results/` writes the same figures, and "
+               "`bertscope probe-sweep --models A,B --tasks pos,negation` compares several models or tasks.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from bertscope.app.kit.chrome import install_outcome
 from bertscope.app.kit.limits import Limits
 from bertscope.app.kit.model_picker import PAGE_KEY, sidebar
 from bertscope.app.kit.pages import APP_DIR, PAGES
@@ -27,6 +28,7 @@ def run() -> None:
     st.set_page_config(page_title="BertScope", page_icon=str(ICON), layout="wide")
     set_disk_quota(Limits.disk_bytes)  # a hosted demo's one quota for what it writes for visitors (None locally)
     swept()
+    install_outcome()
     new_run()
     sidebar()
     # expanded: every page listed (collapsed, Streamlit hid the last four behind "View 4 more")

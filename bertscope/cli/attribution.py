@@ -51,7 +51,7 @@ def _attribute_arguments(p: argparse.ArgumentParser) -> None:
                                     "model's top prediction there), nsp, or sop (ALBERT); a fine-tuned model's "
                                     "class[:LABEL], tag:POSITION[:LABEL], start[:POSITION], end[:POSITION] or span "
                                     "(question answering: the question is TEXT, the context --pair)")
-    p.add_argument("--probe", help="grad/ig: a probe run's output folder (probes.layerwise --out)")
+    p.add_argument("--probe", help="grad/ig: a probe run's output folder (bertscope probe --out)")
     p.add_argument("--layer", dest="probe_layer", help="with --probe: the layer the probe reads, 0 to L-1 (an encoder "
                                                         "block, as in `attention`) or 'embeddings'")
     p.add_argument("--class", dest="label", help="with --probe: the class to explain")

@@ -116,7 +116,7 @@ def _ablate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", help="segment B text (for nsp/sop)")
     p.add_argument("--target", help="POSITION:TOKEN (that token's probability at a mask as well), nsp, or sop; a "
                                     "fine-tuned model's class[:LABEL], tag:POSITION[:LABEL], start, end or span")
-    p.add_argument("--probe", help="a probe run's output folder (probes.layerwise --out)")
+    p.add_argument("--probe", help="a probe run's output folder (bertscope probe --out)")
     p.add_argument("--layer", dest="probe_layer", help="with --probe: the layer the probe reads, 0 to L-1 or "
                                                         "'embeddings'")
     p.add_argument("--class", dest="label", help="with --probe: the class whose probability to watch")

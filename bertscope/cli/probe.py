@@ -1,11 +1,14 @@
 """``probe``: linear probes per layer with a control task (Hewitt & Liang 2019) — the one probe command
-line; ``python -m probes.layerwise`` and ``probes.sweep`` call what is here."""
+line; ``probe-sweep`` runs it over several models and tasks into one comparison (the checkout's
+``python -m probes.layerwise`` and ``probes.sweep`` call these commands)."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,8 @@ from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, TREEBANK_TASKS
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
 
-TASKS_HELP = (f"shipped: {', '.join(SHIPPED)}; {', '.join(BROWN_TASKS)} (after `make brown`); "
-              f"{', '.join(TREEBANK_TASKS)} (UD English-EWT's own train/test split, after `corpus install ewt`)")
+TASKS_HELP = (f"shipped: {', '.join(SHIPPED)}; {', '.join(BROWN_TASKS)} (after `bertscope corpus install brown`); "
+              f"{', '.join(TREEBANK_TASKS)} (UD English-EWT's own train/test split, after `bertscope corpus install ewt`)")
 
 
 def load_task(task: str, data: str | None, size: int | None = None):
@@ -158,6 +161,52 @@ def probe_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
     engine_argument(p)
 
 
+def sweep_folder(model: str, task: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", f"{model}__{task}").strip("_")
+
+
+def cmd_probe_sweep(args: argparse.Namespace) -> Any:
+    """Each (model, task) pair probed as ``probe`` does (the cache reused), written to ``--out/<model>__<task>/``;
+    the comparison to ``--out/comparison.png``, ``.html`` and ``summary.csv``."""
+    from bertscope.core.models import load_model
+    from bertscope.figures.probe import layer_figure, save_png
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    out = Path(args.out or "results")
+    engine = engine_of(args)
+    if not models or not tasks:
+        raise BertScopeError("Give at least one model (--models) and one task (--tasks).")
+    loaded = {name: load_task(name, None, args.size) for name in tasks}
+    results = []
+    for model in models:
+        lm = load_model(model, device=args.device)
+        for name, task in loaded.items():
+            result, _ = run_probe(lm, task, args, engine, weights_dir=out / sweep_folder(model, name) / "weights")
+            write_probe_results(result, out / sweep_folder(model, name))
+            results.append(result)
+    out.mkdir(parents=True, exist_ok=True)
+    layer_figure(results).write_html(out / "comparison.html", include_plotlyjs=True)
+    save_png(results, out / "comparison.png")
+    rows = [["model", "task", "majority_baseline", "best_layer", "accuracy", "control_accuracy", "selectivity"]]
+    rows += [[r.model, r.task, r.majority_baseline, r.best.layer, r.best.accuracy, r.best.control_accuracy,
+              r.best.selectivity] for r in results]
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    write_text(out / "summary.csv", text.getvalue())
+    summary = [dict(zip(rows[0], row)) for row in rows[1:]]
+    return summary if args.json else f"{len(results)} runs; wrote {out}/comparison.png, comparison.html, summary.csv"
+
+
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", required=True, help="comma-separated presets, hub ids or folders")
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, mps")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    probe_arguments(p, several=True)
+
+
 COMMANDS = [
     Command("probe", "linear probes per layer with a control task (Hewitt & Liang 2019)", cmd_probe, probe_arguments),
+    Command("probe-sweep", "probes over several models and tasks into one comparison (a folder per pair, "
+            "comparison.png / .html, summary.csv)", cmd_probe_sweep, _sweep_arguments, takes_model=False),
 ]

