@@ -160,7 +160,8 @@ def test_bertviz_without_its_scripts_and_without_network_says_so(monkeypatch, ti
     at.session_state["att_tab"] = "bertviz model view"
     at.run()
     assert not at.exception and not at.error
-    assert any("make bertviz-assets" in w for w in texts(at.warning))
+    assert any("`bertscope assets install`" in w and "make " not in w for w in texts(at.warning))
+    assert at.button(key="install_bertviz")  # and the app offers to run it
     assert not at.get("iframe")  # no empty frame
 
 

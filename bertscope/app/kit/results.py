@@ -8,15 +8,15 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import TypeVar
 
 import numpy as np
 import streamlit as st
 
 from bertscope.analysis.projection import warm_umap
-from bertscope.app.kit.budget import BudgetRefused, costly_job
+from bertscope.app.kit.budget import BudgetRefused, Slot, charge
 from bertscope.app.kit.chrome import show_error
+from bertscope.app.kit.jobs import Job, Stopped, running_jobs
 from bertscope.app.kit.limits import demo
 from bertscope.runtime.result_cache import ResultCache
 
@@ -120,74 +120,115 @@ class ResultStore:
 
     def compute(self, key, work: Callable[..., T], what: str, asked: bool = False, *, costly: str | None,
                 charge_key=None, wait: str | None = None) -> T | None:
-        """The stored result of ``key``, or ``work(progress)`` run now under a progress bar that says
-        ``what: done/total`` (and is removed when done); a job of several stages passes its own
-        label, ``progress(done, total, "Probes, layers")``. Two sessions asking for the same key
-        compute it once; the second waits for the first.
+        """The stored result of ``key``, or ``work(progress)`` as a job (``kit.jobs``) watched under a progress bar
+        that says ``what: done/total`` (removed when done); a job of several stages passes its own label,
+        ``progress(done, total, "Probes, layers")``.
 
-        A Stop button stands beside the bar while the job runs: a click interrupts the run at its
-        next progress update (Streamlit reruns the page), keeps nothing half-done, and marks this
-        job stopped so the rerun does not start it again; the page then says so and offers to run
-        it again. ``asked``: the user asked for this run just now (a form's button), which starts
-        a stopped job again.
+        **One rule for every long job**: it runs in its own thread keyed by its parameters, so it survives its tab
+        (closed, reloaded, left for another page); whoever asks for the same parameters while it runs finds it and
+        watches it, and its result goes to the shared store, where a later visit finds it. A Stop button beside the
+        bar ends the job at its next progress report when nobody else watches it (else this session stops
+        watching), keeps nothing half-done, and marks it stopped here so the rerun does not start it again; the
+        page then says so and offers to run it again. ``asked``: the user asked for this run just now (a form's
+        button), which starts a stopped job again.
 
-        ``costly``: the job's name on a hosted demo's cost budget (``views.kit.budget``), or None for
-        a job that costs about a view; every call says which. A computation is charged, a stored
-        result is not; ``charge_key`` groups variants charged once (default: ``key``). A refusal
-        is one line; the last result this session computed here stays on screen below it.
+        ``costly``: the job's name on a hosted demo's cost budget (``kit.budget``), or None for a job that costs
+        about a view; every call says which. A started job is charged (whatever ends it) and holds its slot until
+        its thread ends; a stored result or a running job watched is not charged; ``charge_key`` groups variants
+        charged once (default: ``key``). A refusal is one line; the last result this session computed here stays on
+        screen below it.
 
-        ``wait``: a job that runs only when asked (a page or tab does costly work only when its button
-        is pressed): when nothing is stored and ``asked`` is false, ``wait`` is shown (one line saying
-        which button to press and what it will cost) and None is returned."""
+        ``wait``: a job that runs only when asked (a page or tab does costly work only when its button is pressed):
+        when nothing is stored or running and ``asked`` is false, ``wait`` is shown (one line saying which button to
+        press and what it will cost) and None is returned."""
         found = self.get(key)
         if found is not None:
             st.session_state[("_last_result", self.name)] = key
             return found
-        if wait is not None and not asked:
+        job = running_jobs().find((self.name, key))
+        if job is None and wait is not None and not asked:
             st.info(wait)
             return None
         stopped = st.session_state.setdefault("_stopped_jobs", set())
-        job = (self.name, hashlib.sha256(repr(key).encode()).hexdigest())
+        mark = (self.name, hashlib.sha256(repr(key).encode()).hexdigest())
         if asked:
-            stopped.discard(job)
-        if job in stopped:
+            stopped.discard(mark)
+        if mark in stopped:
             st.info(f"Stopped ({what.split(',')[0].lower()}). Nothing of it was kept.")
             if st.button("Run it again", key=f"again-{self.name}", icon=":material/replay:"):
-                stopped.discard(job)
+                stopped.discard(mark)
                 st.rerun()
             st.stop()
-        bar = st.progress(0.0, text=f"{what}…")
-        stop = st.empty()
-        stop.button("Stop", key=f"stop-{self.name}", icon=":material/stop_circle:", on_click=stopped.add, args=(job,),
-                    help="Stops this job at its next step; the page stays usable and keeps nothing half-done.")
-
-        clock = StageClock()
-
-        def progress(done: int, total: int, stage: str | None = None) -> None:
-            text = f"{stage or what}: {done:,}/{total:,}"
-            left = clock.left(stage or what, done, total)
-            bar.progress(min(1.0, done / max(total, 1)), text=text + (f" · {left}" if left else ""))
-
-        try:
-            charge = (key, False) if charge_key is None else (charge_key, True)
-            with costly_job(costly, *charge) if costly else nullcontext():
-                result = self.get_or_compute(key, lambda: work(progress))
-        except BudgetRefused as refused:
-            last = st.session_state.get(("_last_result", self.name))
-            kept = self.get(last) if last is not None else None
-            if kept is None:
-                raise
-            said = (st.session_state.get("_run"), charge[0])  # one line per refused job and rerun
-            if st.session_state.get("_refusal_said") != said:
-                st.session_state["_refusal_said"] = said
-                show_error(refused)
-                st.caption("Below: your last result on this page, with the settings it was computed with.")
-            return kept
-        finally:
-            bar.empty()
-            stop.empty()
+        if job is None:
+            charge_of = (key, False) if charge_key is None else (charge_key, True)
+            try:
+                slot = charge(costly, *charge_of) if costly else None
+            except BudgetRefused as refused:
+                return self._refused(refused, charge_of[0])
+            job = running_jobs().start((self.name, key), what, work, lambda ended: self._ended(ended, key, slot))
+        result = self._watch(job, what, mark)
         st.session_state[("_last_result", self.name)] = key
         return result
+
+    def _ended(self, job: Job, key, slot: Slot | None) -> None:
+        """In the job's thread, when it ends: its slot goes back, its result (if any) is stored for every session."""
+        if slot is not None:
+            slot.release()
+        if job.error is None:
+            self.put(key, job.result)
+
+    def _watch(self, job: Job, what: str, mark):
+        """Show ``job``'s progress until it ends (this script is interrupted if the tab closes: the job goes on)."""
+        bar = st.progress(0.0, text=f"{what}…")
+        stop = st.empty()
+        stop.button("Stop", key=f"stop-{self.name}", icon=":material/stop_circle:", on_click=_stop_job,
+                    args=(job, mark), help="Stops this job at its next step (or, if another session watches it too, "
+                                           "stops showing it here); the page stays usable and keeps nothing half-done.")
+        note = st.empty()
+        note.caption("This job goes on if you close the tab or leave the page: ask for the same settings again to "
+                     "find it, or its result.")
+        clock = StageClock()
+        job.watch()
+        shown = None
+        try:
+            while not job.done.wait(0.25):
+                done, total, stage = job.progress
+                left = clock.left(stage or what, done, total) if total else None
+                text = (f"{stage or what}: {done:,}/{total:,}" if total else f"{what}…") + (f" · {left}" if left else "")
+                text += f" · {time.monotonic() - job.started:.0f} s so far"
+                if text != shown:  # at least once a second: also where a closed tab or a Stop ends this script
+                    bar.progress(min(1.0, done / max(total, 1)), text=text)
+                    shown = text
+        finally:
+            job.leave()
+            bar.empty()
+            stop.empty()
+            note.empty()
+        if isinstance(job.error, Stopped):
+            st.session_state.setdefault("_stopped_jobs", set()).add(mark)
+            st.rerun()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _refused(self, refused: BudgetRefused, charge_key):
+        last = st.session_state.get(("_last_result", self.name))
+        kept = self.get(last) if last is not None else None
+        if kept is None:
+            raise refused
+        said = (st.session_state.get("_run"), charge_key)  # one line per refused job and rerun
+        if st.session_state.get("_refusal_said") != said:
+            st.session_state["_refusal_said"] = said
+            show_error(refused)
+            st.caption("Below: your last result on this page, with the settings it was computed with.")
+        return kept
+
+
+def _stop_job(job: Job, mark) -> None:
+    """Stop's callback: this session no longer watches the job (its interrupted run has left it already); the job
+    ends if nobody else watches it."""
+    st.session_state.setdefault("_stopped_jobs", set()).add(mark)
+    job.stop_unless_watched()
 
 
 def new_run() -> None:

@@ -1,0 +1,71 @@
+"""The one rule for long jobs (``kit.jobs``, the newcomer's row 8): a job runs in its own thread keyed by its
+parameters, survives its tab (its watching script interrupted), is found again by whoever asks the same while it runs,
+ends by Stop only when nobody else watches it, and frees its budget slot only when its thread ends."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bertscope.app.kit.jobs import Jobs, Stopped
+
+
+def _held_work(release: threading.Event, steps: list):
+    def work(progress):
+        for i in range(1_000):
+            steps.append(i)
+            progress(i, 1_000, "Steps")
+            if release.wait(0.01):
+                return "the result"
+        raise AssertionError("never released")
+    return work
+
+
+def test_a_job_goes_on_when_its_watcher_leaves_and_its_result_is_handed_on():
+    jobs, release, steps, ended = Jobs(), threading.Event(), [], []
+    job = jobs.start(("probes", "key"), "Probe run", _held_work(release, steps), ended.append)
+    job.watch()
+    job.leave()  # the tab closed: its script was interrupted while it watched
+    assert jobs.find(("probes", "key")) is job and not job.done.is_set()  # whoever asks the same finds it running
+    release.set()
+    assert job.done.wait(10) and job.result == "the result" and job.error is None
+    assert ended == [job] and jobs.find(("probes", "key")) is None  # its end handed on (stored), then it leaves
+
+
+def test_stop_ends_a_job_only_when_nobody_else_watches_it():
+    jobs, release, steps = Jobs(), threading.Event(), []
+    job = jobs.start("k", "Probe run", _held_work(release, steps), lambda ended: None)
+    job.watch()
+    job.watch()  # a second session asked for the same
+    job.leave()  # the first pressed Stop: its run left first, then the callback
+    assert not job.stop_unless_watched()  # the other still watches: it goes on
+    job.leave()
+    assert job.stop_unless_watched()
+    assert job.done.wait(10) and isinstance(job.error, Stopped) and "Nothing of it was kept" in str(job.error)
+    release.set()
+
+
+def test_the_slot_is_released_when_the_thread_ends_not_when_the_page_does():
+    from bertscope.app.kit.budget import CostBudget
+
+    budget, jobs, release, steps = CostBudget(), Jobs(), threading.Event(), []
+    slot = budget.start("v", "probe run", "k", 5, 2, now=0.0)
+    job = jobs.start("k", "Probe run", _held_work(release, steps), lambda ended: slot.release())
+    job.watch()
+    job.leave()  # the page is gone
+    assert budget.running == 1
+    release.set()
+    job.done.wait(10)
+    assert budget.running == 0
+
+
+@pytest.mark.parametrize("failure", [ValueError("a bug"), KeyboardInterrupt()])
+def test_what_the_work_raises_is_handed_to_the_watcher(failure):
+    jobs = Jobs()
+
+    def work(progress):
+        raise failure
+
+    job = jobs.start("k", "x", work, lambda ended: None)
+    assert job.done.wait(10) and job.error is failure
