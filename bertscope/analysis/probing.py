@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -28,6 +29,7 @@ from sklearn.model_selection import GroupShuffleSplit
 from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 from bertscope.analysis.hidden_cache import CachedStates
 from bertscope.analysis.probe_store import save_probe
@@ -213,11 +215,18 @@ def probe_layer(layer: int, x: np.ndarray, labels: np.ndarray, control: np.ndarr
     ``test`` score: index arrays, or slices, which read ``x`` without a copy); ``external``
     ([example, dim], labels) a user's test file scored by the same probe. The predictions index the
     probe's classes, the sorted training labels."""
-    probe, right = fit_score(x[train], labels[train], x[test], labels[test], kind, seed, steps)
-    proba = probe.predict_proba(x[test])  # [test, class], columns in probe.classes_ order (sorted)
-    if on_task_done:
-        on_task_done()
-    _, control_right = fit_score(x[train], control[train], x[test], control[test], kind, seed, steps)
+    x_train, x_test = x[train], x[test]
+    # the task's probe and its control fitted at once, each on one core: one BLAS thread each is twice as fast as
+    # two threads for one fit on this size of problem (their synchronisation costs more than the matmuls), and the
+    # two fits then use both cores (`python benchmarks/probe.py --real brown-pos`)
+    with threadpool_limits(1, "blas"), warnings.catch_warnings(), ThreadPoolExecutor(2) as pool:
+        warnings.simplefilter("ignore", ConvergenceWarning)  # the filters are the process's: set once, for both
+        controlled = pool.submit(fit_score, x_train, control[train], x_test, control[test], kind, seed, steps)
+        probe, right = fit_score(x_train, labels[train], x_test, labels[test], kind, seed, steps)
+        proba = probe.predict_proba(x_test)  # [test, class], columns in probe.classes_ order (sorted)
+        if on_task_done:
+            on_task_done()
+        _, control_right = controlled.result()
     outside = None if external is None else float((probe.predict(external[0]) == external[1]).mean())
     result = LayerResult(layer, float(right.mean()), float(control_right.mean()), bootstrap_interval(right, seed=seed),
                          outside, proba.argmax(axis=1).astype(np.int64), proba.max(axis=1).astype(np.float32))

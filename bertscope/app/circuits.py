@@ -20,7 +20,7 @@ from bertscope.circuits.find import find_circuit
 from bertscope.circuits.pairs import SPAN, read_pairs, reads
 from bertscope.circuits.runs import supports
 from bertscope.circuits.tasks import TASKS, task_pairs, tasks_for
-from bertscope.figures.circuits import circuit_figure, faithfulness_figure
+from bertscope.figures.circuits import DRAWN, MAX_DRAWN, circuit_figure, faithfulness_figure, node_xy
 
 UPLOAD = "Your own pairs…"
 SIZES = [8, 16, 32, 64]
@@ -73,13 +73,19 @@ request = (key, task, upload_key, method, int(steps) if method != "eap" else 0, 
 
 
 def pick_head() -> None:
-    """A click on a head of the drawn circuit chooses it below, to open on the Attention page (heads sit at
-    x = head, y = layer + 1; feed-forwards, the embeddings and the decision are not heads)."""
+    """A click on a node of the drawn circuit follows it (its paths to the decision drawn strong, the rest faded);
+    a head clicked is also chosen below, to open on the Attention page (heads sit at x = head, y = layer + 1;
+    feed-forwards, the embeddings and the decision are not heads)."""
     points = ((st.session_state.get("circ_graph") or {}).get("selection") or {}).get("points") or []
     for p in points:
         x, y = p.get("x"), p.get("y")
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and float(x).is_integer() and \
-                float(y).is_integer() and y >= 1:
+        if not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
+            continue
+        shown = st.session_state.get("circ_nodes") or {}
+        node = shown.get((float(x), float(y)))
+        if node is not None:
+            st.session_state["circ_focus"] = node
+        if float(x).is_integer() and float(y).is_integer() and y >= 1:
             st.session_state["circ_head_clicked"] = (int(y) - 1, int(x))
 
 
@@ -118,7 +124,20 @@ with page_errors(stop=False):
     c4.metric("80 % faithful at (share of edges)", "none swept" if share is None else f"{share:.1%}")
     st.caption(plain(f"{result.pairs_said()}; {result.graph.n_edges:,} edges in all. CMD {f.cmd:.3f} (random "
                      f"{f.random_cmd:.3f}): the area between the curve and 1, lower is better."))
-    fig = circuit_figure(result)
+    places = node_xy(result)
+    st.session_state["circ_nodes"] = {(float(x), float(y)): n for n, (x, y) in places.items()}  # what a click names
+    names = [*result.graph.sender_names, "logits"]
+    focus = st.session_state.get("circ_focus")
+    focus = focus if isinstance(focus, int) and focus in places else None
+    d1, d2 = st.columns([3, 2], vertical_alignment="bottom")
+    drawn = d1.select_slider("Edges drawn (the strongest first; the table and the downloads hold every edge)",
+                             [10, 20, 40, 80, 160, MAX_DRAWN], DRAWN, key="circ_drawn")
+    if focus is not None:
+        d2.button(f"Following {names[focus]}: show every path", key="circ_unfocus", icon=":material/close:",
+                  on_click=lambda: st.session_state.pop("circ_focus", None))
+    else:
+        d2.caption("Click a node to follow its paths to the decision.")
+    fig = circuit_figure(result, int(drawn), focus)
     st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="circ_graph", on_select=pick_head,
                     selection_mode="points")
     figure_downloads(fig, "circuit")

@@ -4,6 +4,7 @@ process or many."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -49,7 +50,7 @@ def cmd_pretrain(args: argparse.Namespace) -> Any:
 
     cfg = RecipeConfig(seq_len=args.seq_len, masking=args.masking, lora_rank=args.lora, epochs=args.epochs,
                        batch_size=args.batch_size, lr=args.lr, seed=args.seed, max_chunks=args.max_chunks,
-                       pair_task=args.pair)
+                       pair_task=args.pair, max_held_out=args.max_held_out)
     cfg.check()
     from bertscope.training.processes import launched_world
 
@@ -76,6 +77,8 @@ def cmd_pretrain(args: argparse.Namespace) -> Any:
                "held_out_top5": round(last["top5"], 4), "held_out_loss": round(last["loss"], 4)}
     if "pair_accuracy" in last:
         summary[f"held_out_{args.pair}_accuracy"] = round(last["pair_accuracy"], 4)
+    written = json.loads((Path(args.out) / "metrics.json").read_text())
+    summary["train_chunks"], summary["held_out_chunks"] = written["train_chunks"], written["held_out_chunks"]
     return summary  # printed as JSON whether or not --json is given (scripts read it)
 
 
@@ -97,7 +100,10 @@ def _pretrain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", choices=["none", "nsp", "sop"], default=defaults.pair_task,
                    help="also train on sentence pairs: BERT's next-sentence head (nsp) or ALBERT's "
                         "sentence-order head (sop)")
-    p.add_argument("--max-chunks", type=int, help="train on at most this many chunks (a budget)")
+    p.add_argument("--max-chunks", type=int, help="train on at most this many chunks (a budget; the held-out chunks "
+                                                  "scored each epoch are cut in proportion, at least 64)")
+    p.add_argument("--max-held-out", type=int, help="score at most this many held-out chunks each epoch (default: "
+                                                    "all, or in proportion to --max-chunks)")
     p.add_argument("--cloze", action="append", metavar="SENTENCE",
                    help="a sentence with [MASK] whose predictions metrics.json compares before and after "
                         "(repeat for more; default: six everyday sentences)")

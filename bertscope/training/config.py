@@ -24,6 +24,9 @@ CLOZE = (  # everyday sentences to watch predictions change (a word a reader wou
 )
 
 
+MIN_HELD_OUT = 64  # held-out chunks scored at least, when a budget cuts the held-out side
+
+
 @dataclass(frozen=True)
 class RecipeConfig:
     seq_len: int = 128  # tokens per chunk, [CLS] and [SEP] included
@@ -41,6 +44,16 @@ class RecipeConfig:
     seed: int = 0
     max_chunks: int | None = None  # a budget: train on at most this many chunks (None: all)
     pair_task: Literal["none", "nsp", "sop"] = "none"  # sentence pairs with BERT's NSP or ALBERT's SOP beside MLM
+    max_held_out: int | None = None  # held-out chunks scored each epoch (None: all, or in proportion to max_chunks)
+
+    def held_out_budget(self, train: int, held: int) -> int | None:
+        """How many held-out chunks to score (None: all): ``max_held_out``, else, under a ``max_chunks`` budget, the
+        held-out side cut in the proportion the training side was (at least 64, to keep the loss readable)."""
+        if self.max_held_out is not None:
+            return self.max_held_out
+        if self.max_chunks is None or self.max_chunks >= train:
+            return None
+        return max(MIN_HELD_OUT, -(-held * self.max_chunks // max(train, 1)))
 
     def check(self) -> None:
         if not 8 <= self.seq_len <= 512:
@@ -53,6 +66,8 @@ class RecipeConfig:
         check_finite(self)
         if self.lora_rank < 0 or self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise BertScopeError("LoRA rank >= 0, epochs >= 1, batch size >= 1 and a positive learning rate, please.")
+        if self.max_chunks is not None and self.max_chunks < 1 or self.max_held_out is not None and self.max_held_out < 1:
+            raise BertScopeError("--max-chunks and --max-held-out must be at least 1.")
 
 
 def check_finite(cfg: Any) -> None:

@@ -168,9 +168,13 @@ def train(
     # pairs are drawn once per run (as BERT's create_pretraining_data); masks every step when dynamic
     train_chunks = build_chunks(tokenizer, train_documents, cfg, seed=cfg.seed)  # rows [chunk, seq_len]
     held_chunks = build_chunks(tokenizer, held_out_documents, cfg, seed=cfg.seed + 1_000_003)
+    held_budget = cfg.held_out_budget(len(train_chunks), len(held_chunks))  # before the training side is cut
     if cfg.max_chunks is not None:
         keep = torch.randperm(len(train_chunks), generator=torch.Generator().manual_seed(cfg.seed))[:cfg.max_chunks]
         train_chunks = train_chunks.take(keep.sort().values)
+    if held_budget is not None and held_budget < len(held_chunks):  # scoring in proportion to the training budget
+        keep = torch.randperm(len(held_chunks), generator=torch.Generator().manual_seed(cfg.seed + 1))[:held_budget]
+        held_chunks = held_chunks.take(keep.sort().values)
     model = build_model(source, local_only, cfg).to(torch_device)
     params = trainable(model)
     optimizer = adamw(params, cfg.lr, cfg.weight_decay)

@@ -777,3 +777,5 @@ def test_align_page_on_the_udhr(monkeypatch, tiny_multilingual_dir):
     specs = [c.proto.spec for c in at.get("plotly_chart")]
     assert any("grouped by script" in s and "Latin" in s for s in specs) and any("Mean P@1" in s for s in specs)
     assert at.query_params["data"] in ("udhr", ["udhr"])
+    tables = [t.value for t in at.dataframe if "pieces" in t.value.columns]  # the newcomer's row 11: never "None"
+    assert tables and all(t["pieces"].notna().all() and set(t["per"]) <= {"word", "character"} for t in tables)

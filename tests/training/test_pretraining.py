@@ -385,3 +385,15 @@ def test_time_left_counts_the_held_out_scorings_and_settles(monkeypatch, tmp_pat
     snap = job.snapshot()
     assert snap.scoring_seconds == pytest.approx(5.0) and snap.scorings_left == 1
     assert snap.seconds_left == pytest.approx(2 * 1.0 + 5.0)  # what is really left: 2 steps and 1 scoring
+
+
+def test_a_chunk_budget_cuts_the_held_out_scoring_in_proportion():
+    """The newcomer's row 13: `--max-chunks 4` on all of Brown still scored the whole held-out side (about a tenth
+    of Brown) before and after every epoch: no step after 30 minutes on ALBERT-base. Now in proportion, at least 64."""
+    from bertscope.training.config import MIN_HELD_OUT, RecipeConfig
+
+    assert RecipeConfig().held_out_budget(40_000, 4_000) is None  # no budget: all of it
+    assert RecipeConfig(max_chunks=4).held_out_budget(40_000, 4_000) == MIN_HELD_OUT
+    assert RecipeConfig(max_chunks=20_000).held_out_budget(40_000, 4_000) == 2_000  # half the training side: half
+    assert RecipeConfig(max_chunks=50_000).held_out_budget(40_000, 4_000) is None
+    assert RecipeConfig(max_chunks=4, max_held_out=10).held_out_budget(40_000, 4_000) == 10

