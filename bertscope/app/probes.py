@@ -10,6 +10,7 @@ from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states, tas
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
 from bertscope.app.kit import erasure_tab, syntax_tab
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
+from bertscope.app.kit.estimates import expected
 from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
@@ -33,6 +34,12 @@ TASKS = {  # real text first: template suites make control tasks look easy to be
     "question": "Question vs statement (sentence)", "bigram_shift": "Bigram shift (sentence)", UPLOAD: UPLOAD,
 }
 RUNS = "probe_runs"
+
+
+def brown_size() -> int:
+    """The Brown suites' quick sample, within the demo's corpus cap; split by document."""
+    return min(DEFAULT_SENTENCES, Limits.corpus_lines)
+
 
 st.title("Probes")
 st.caption("A linear probe per layer: can a logistic regression read the property off the hidden "
@@ -66,6 +73,8 @@ with tab_labels:
                                        "task's labels", type=["conllu", "csv", "jsonl"], key="probe_test_upload",
                                        max_upload_size=Limits.upload_mb)
         submitted = st.form_submit_button("Extract and probe every layer", type="primary")
+    if suite in BROWN_TASKS:  # what a run costs, before the press (a measured rate; none before the first run)
+        st.caption(plain(f"{suite} on {lm.name}: {expected('probes', lm.name, brown_size(), 'sentences')}."))
 
     to_url(task=suite if suite != UPLOAD else None, vec=pooling if pooling != "mean" else None,
            probe=kind if kind != "logreg" else None)
@@ -81,8 +90,7 @@ with tab_labels:
                 task = read_upload(uploaded)
             else:
                 # Brown suites: the quick sample, within the demo's corpus cap; split by document
-                task = shipped_task(suite, size=min(DEFAULT_SENTENCES, Limits.corpus_lines)
-                                    if suite in BROWN_TASKS else None)
+                task = shipped_task(suite, size=brown_size() if suite in BROWN_TASKS else None)
             if len(task.words) > Limits.corpus_lines:
                 raise BertScopeError(f"{len(task.words):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
             chosen = pooling if task.level == "token" or pooling == "mean" else "cls"
@@ -114,7 +122,8 @@ with tab_labels:
                         example_texts(states, task, result.test_examples))
 
             # asked: the button was pressed
-            found = store.compute(run_key, run, "Hidden states, word pieces", asked=True, costly="probe run")
+            found = store.compute(run_key, run, "Hidden states, word pieces", asked=True, costly="probe run",
+                                  measure=(lm.name, len(task.words)) if suite in BROWN_TASKS else None)
             result = found[0]
             runs = st.session_state.setdefault(RUNS, {})
             runs[run_name(result)] = found

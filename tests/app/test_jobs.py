@@ -69,3 +69,15 @@ def test_what_the_work_raises_is_handed_to_the_watcher(failure):
 
     job = jobs.start("k", "x", work, lambda ended: None)
     assert job.done.wait(10) and job.error is failure
+
+
+def test_the_cost_before_the_press_is_the_last_whole_runs_rate_scaled(monkeypatch, tmp_path):
+    """The newcomer's rows 9 and 15: a structural probe run said nothing of its cost until it had run 8 minutes."""
+    from bertscope.app.kit.estimates import expected, record
+
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path))
+    assert expected("structural", "bundled", 600, "sentences").startswith("not measured on this server yet")
+    record("structural", "bundled", 600, 41.0)
+    assert expected("structural", "bundled", 1_300, "sentences") == \
+        "about 89 s here (the last such run took 41 s for 600 sentences)"
+    assert expected("structural", "bert-base-uncased", 600, "sentences").startswith("not measured")  # per model

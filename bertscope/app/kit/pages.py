@@ -141,7 +141,8 @@ PAGES: tuple[Page, ...] = (
          "BERT's masked-LM recipe run on the sidebar's model with the Brown corpus, live loss, before and "
          "after.",
          "*bundled* in the sidebar (no masked-LM head yet) with the page's defaults (*news*, 256 chunks, one "
-         "epoch at 1e-3): the held-out loss falls from 10.8 to 7.2; then its fill-mask. (*bundled-mlm* was "
+         "epoch at 1e-3; 40 s on a quiet 2-core CPU, up to 3 min beside another job): the held-out loss falls from "
+         "10.8 to 7.2; then its fill-mask. (*bundled-mlm* was "
          "trained on Brown already: more Brown barely moves it, and the page says so.)"),
     Page("finetune.py", "Fine-tuning", ":material/tune:",
          "BERT's second stage on the sidebar's encoder: a task head trained on tweets, news topics, parts of "

@@ -16,6 +16,7 @@ import streamlit as st
 from bertscope.analysis.projection import warm_umap
 from bertscope.app.kit.budget import BudgetRefused, Slot, charge
 from bertscope.app.kit.chrome import show_error
+from bertscope.app.kit.estimates import record
 from bertscope.app.kit.jobs import Job, Stopped, running_jobs
 from bertscope.app.kit.limits import demo
 from bertscope.runtime.result_cache import ResultCache
@@ -119,7 +120,7 @@ class ResultStore:
         return shared_results().get_or_compute((self.name, key), compute)
 
     def compute(self, key, work: Callable[..., T], what: str, asked: bool = False, *, costly: str | None,
-                charge_key=None, wait: str | None = None) -> T | None:
+                charge_key=None, wait: str | None = None, measure: tuple[str, int] | None = None) -> T | None:
         """The stored result of ``key``, or ``work(progress)`` as a job (``kit.jobs``) watched under a progress bar
         that says ``what: done/total`` (removed when done); a job of several stages passes its own label,
         ``progress(done, total, "Probes, layers")``.
@@ -140,7 +141,10 @@ class ResultStore:
 
         ``wait``: a job that runs only when asked (a page or tab does costly work only when its button is pressed):
         when nothing is stored or running and ``asked`` is false, ``wait`` is shown (one line saying which button to
-        press and what it will cost) and None is returned."""
+        press and what it will cost) and None is returned.
+
+        ``measure``: (the model's name, the job's size in the unit its cost grows with): a job that runs to its end
+        records its rate (``kit.estimates``), which the next wait text of this kind states before the press."""
         found = self.get(key)
         if found is not None:
             st.session_state[("_last_result", self.name)] = key
@@ -165,17 +169,21 @@ class ResultStore:
                 slot = charge(costly, *charge_of) if costly else None
             except BudgetRefused as refused:
                 return self._refused(refused, charge_of[0])
-            job = running_jobs().start((self.name, key), what, work, lambda ended: self._ended(ended, key, slot))
+            job = running_jobs().start((self.name, key), what, work,
+                                       lambda ended: self._ended(ended, key, slot, measure))
         result = self._watch(job, what, mark)
         st.session_state[("_last_result", self.name)] = key
         return result
 
-    def _ended(self, job: Job, key, slot: Slot | None) -> None:
-        """In the job's thread, when it ends: its slot goes back, its result (if any) is stored for every session."""
+    def _ended(self, job: Job, key, slot: Slot | None, measure: tuple[str, int] | None) -> None:
+        """In the job's thread, when it ends: its slot goes back, its result (if any) is stored for every session,
+        and a whole run's rate is recorded for the next estimate."""
         if slot is not None:
             slot.release()
         if job.error is None:
             self.put(key, job.result)
+            if measure is not None:
+                record(self.name, measure[0], measure[1], time.monotonic() - job.started)
 
     def _watch(self, job: Job, what: str, mark):
         """Show ``job``'s progress until it ends (this script is interrupted if the tab closes: the job goes on)."""

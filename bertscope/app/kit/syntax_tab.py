@@ -12,6 +12,7 @@ from bertscope.analysis.structural_probe import tree_distances
 from bertscope.analysis.structural_runs import structural_probes
 from bertscope.app.kit import treebank_labels_view, typed_tree_view
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.estimates import expected
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import layer_title
@@ -39,7 +40,7 @@ def structural(lm, key) -> None:
     sizes = [n for n in TRAIN_SIZES if not demo() or 0 < n <= 1000]
     with st.form("syntax_form"):
         c1, c2, c3 = st.columns(3)
-        train = c1.select_slider("Training sentences", sizes, 1000, key="syntax_train",
+        train = c1.select_slider("Training sentences", sizes, 300, key="syntax_train",
                                  format_func=lambda n: "all 12,543" if n == 0 else f"{n:,}")
         test = c2.select_slider("Test sentences", [n for n in TEST_SIZES if not demo() or 0 < n <= 300], 300,
                                 key="syntax_test", format_func=lambda n: "all 2,077" if n == 0 else f"{n:,}")
@@ -48,15 +49,17 @@ def structural(lm, key) -> None:
         asked = st.form_submit_button("Train the probes at every layer", type="primary")
     request = (key, int(train), int(test), int(rank))
     store = result_store("structural")
+    size = (int(train) or 12_543) + (int(test) or 2_077)  # what the run grows with: the sentences it reads and fits
     if store.get(request) is None and not asked:
-        st.info("Press *Train the probes*: the first run reads EWT's hidden states once (cached on disk), then a "
-                "distance and a depth probe per hidden state (the bar says how long each phase has left).")
+        st.info(f"Press *Train the probes*: {expected('structural', lm.name, size, 'sentences')}. The first run reads "
+                "EWT's hidden states once (cached on disk), then trains a distance and a depth probe per hidden state "
+                "(the bar says how long each phase has left).")
         return
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: structural_probes(
             lm, rank=int(rank) or None, max_train=int(train) or None, max_test=int(test) or None,
             progress=lambda done, total, what: progress(done, total, what)),
-            "Structural probes, hidden states", asked, costly="structural probe run")
+            "Structural probes, hidden states", asked, costly="structural probe run", measure=(lm.name, size))
         fig = scores_by_layer(result.layers, result.baselines, result.model)
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="syntax_layers")
         figure_downloads(fig, "structural-probes")
