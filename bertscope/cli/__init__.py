@@ -9,7 +9,7 @@ Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exi
 command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
 Nothing imports it but ``__main__`` and the home page (which lists ``COMMANDS``). May import:
 ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
-``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``, ``circuits``.
+``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``, ``circuits``, ``retrieval``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from bertscope.cli import (
     interventions,
     mlm,
     probe,
+    retrieval,
     sae,
     setup,
     syntax,
@@ -42,7 +43,7 @@ from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, erasure, circuits,
-                             training,
+                             retrieval, training,
                              sae, crosscoder, features, setup) for c in module.COMMANDS
 }
 
