@@ -26,6 +26,7 @@ from the floors below it:
     tasks        what a fine-tuned model decides: classification, tagging, answer spans (its task head)
     analysis     reading representations: head statistics, shift, alignment, probes, parameters
     attribution  a registry of attribution methods
+    retrieval    embedding models explained: the model's own sentence embedding, similarity token pair by pair
     training     BERT's pretraining recipe
     interventions  change the model and watch the output: head ablation, head importance, patching
     circuits     which edges carry a decision: EAP, EAP-IG, faithfulness as MIB scores it

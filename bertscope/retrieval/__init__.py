@@ -13,6 +13,9 @@ _EXPORTS = {
     "Embeddings": "retrieval.embedding",
     "EmbeddingSettings": "retrieval.settings",
     "read_settings": "retrieval.settings",
+    "explain_pair": "retrieval.similarity",
+    "token_contributions": "retrieval.similarity",
+    "PairExplanation": "retrieval.similarity",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -226,6 +226,7 @@ def _integrated_gradients(lm: LoadedModel, text: str, kind: str | None, other: n
         g = (r[None] + alpha.to(lm.device)[:, None, None] * (x - r)[None]).requires_grad_(True)
         with torch.enable_grad():
             (encode(g) @ target).sum().backward()
+        assert g.grad is not None
         total += g.grad.sum(0).double().cpu()
     scores = ((x - r).double().cpu() * total / steps).sum(1).numpy()
     with torch.no_grad():

@@ -1112,3 +1112,21 @@ def test_circuits_page_on_bundled_mlm(browser, app_url, artifacts, server_log):
     assert not problems, problems
     assert "Traceback" not in server_log(), server_log()[-3000:]
     page.close()
+
+
+def test_similarity_page_explains_a_pair_on_bundled(browser, app_url, artifacts, server_log):
+    """The Similarity & search page on bundled (all-MiniLM-L6-v2, its own settings read from its folder): the pair
+    explained behind its button, the word-pair map and the strongest pairs; the docs' picture."""
+    page, problems = open_page(browser, f"{app_url}/similarity?model=bundled", height=2200)
+    page.get_by_text("The model's own embedding", exact=False).wait_for(timeout=120_000)
+    page.get_by_role("button", name="Explain the similarity").click()
+    page.get_by_text("The strongest word pairs", exact=False).wait_for(timeout=240_000)
+    wait_until_idle(page, 120)
+    (artifacts / "pages").mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "pages" / "similarity.png"), clip=dict(x=0, y=0, width=1400, height=1500))
+    body = page.inner_text("body")
+    assert "mean pooling, normalised, cut at 256 tokens" in body and "bank" in body
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()

@@ -98,6 +98,12 @@ PAGES: tuple[Page, ...] = (
     Page("align.py", "Cross-lingual", ":material/translate:",
          "translations in one space: maps coloured by language, retrieval per layer, token alignment.",
          "the shipped sentences on bundled-multilingual; compare raw and mean-centred retrieval."),
+    Page("similarity.py", "Similarity & search", ":material/join_inner:",
+         "why an embedding model finds two texts similar: every token pair's share of the score (integrated "
+         "Jacobians), each text's tokens' totals, and the model's own embedding settings (pooling, normalisation, "
+         "prompts) read from its folder.",
+         "bundled (the genuine all-MiniLM-L6-v2) with the page's query and passage: *bank* ~ *bank* and *account* ~ "
+         "*account* carry most of it, *open* ~ *create* and *new* follow."),
     Page("params.py", "Parameters", ":material/calculate:",
          "exact parameter counts for any config without downloading weights, memory, FLOPs, a timeline.",
          "bert-large-uncased with its pretraining heads.", loads_model=False),

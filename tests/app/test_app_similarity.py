@@ -1,0 +1,35 @@
+"""Streamlit AppTest of the Similarity & search page: the model's embedding settings stated, the pair explained
+behind its button (the map, the totals, the strongest pairs, downloads), words or pieces, bad input in one line."""
+
+from __future__ import annotations
+
+from bertscope.app.kit.pages import page
+from tests.app.kit import start, texts
+
+PAGE = str(page("similarity.py").path)
+
+
+def test_the_pair_map_behind_its_button(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page(PAGE).run()
+    assert not at.exception and not at.error
+    assert any("stated default" in i for i in texts(at.info))  # a checkpoint without sentence-transformers files
+    assert any(i.startswith("Press *Explain the similarity*") for i in texts(at.info))
+    at.text_area(key="sim_a").input("the dog ate the bread .")
+    at.text_area(key="sim_b").input("a man is eating food .")
+    at.select_slider(key="sim_steps").set_value(10)
+    next(b for b in at.button if b.label == "Explain the similarity").click()
+    at.run()
+    assert not at.exception and not at.error
+    labels = {m.label for m in at.metric}
+    assert {"cosine similarity", "the references' share", "the pairs' sum", "integration error"} <= labels
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("share of the score" in s for s in specs) and any("Each token's total" in s for s in specs)
+    assert list(at.dataframe[0].value.columns) == ["a", "b", "share"]
+
+
+def test_an_empty_text_is_one_line(monkeypatch, tiny_bert_dir):
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page(PAGE).run()
+    at.text_area(key="sim_a").input("   ")
+    next(b for b in at.button if b.label == "Explain the similarity").click()
+    at.run()
+    assert not at.exception and texts(at.error) == ["Text 1 is empty: give it some words."]
