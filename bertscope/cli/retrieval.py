@@ -68,7 +68,94 @@ def _embed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", help="the prompt before each text, as the model declares them (query, passage)")
 
 
+def cmd_search(args: argparse.Namespace) -> Any:
+    from bertscope.cli.common import progress_bar
+    from bertscope.retrieval.search import build_index, documents, search
+
+    if not args.query.strip():
+        from bertscope.errors import BertScopeError
+
+        raise BertScopeError("--query is empty: type what to search for.")
+    corpus = documents(args.data or args.corpus, args.limit)
+    lm = load(args)
+    with progress_bar(f"{lm.name}: embedding {corpus.name}", "document") as progress:
+        index = build_index(lm, corpus, progress)
+    hits = search(lm, index, args.query, args.top_k)
+    out = {"model": lm.name, "corpus": corpus.name, "documents": len(corpus.texts), "truncated": index.truncated,
+           "results": [h.to_json() for h in hits]}
+    if args.explain:
+        from bertscope.retrieval.search import passage_kind, query_kind
+        from bertscope.retrieval.similarity import explain_pair, token_contributions
+
+        steps = 1 if args.explain_method == "first-order" else args.steps
+        query = token_contributions(lm, args.query, query_kind(lm), steps)
+        for hit, row in zip(hits, out["results"]):
+            why = explain_pair(lm, args.query, hit.text, args.explain_method, steps, 0,
+                               (query_kind(lm), passage_kind(lm)), (query, None))
+            row["why"] = {"method": why.method, "pairs": why.strongest(5, words=True), "error": why.error}
+    if args.json:
+        return out
+    lines = [f"{len(corpus.texts):,} documents of {corpus.name}" + (f" ({index.truncated:,} cut at the model's "
+                                                                   "length)" if index.truncated else "")]
+    for row in out["results"]:
+        lines.append(f"{row['rank']:>3}. {row['score']:.4f}  {row['text'][:100]}")
+        if "why" in row:
+            lines.append("       " + ", ".join(f"{a} ~ {b} {v:+.3f}" for a, b, v in row["why"]["pairs"]))
+    return "\n".join(lines)
+
+
+def _search_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.retrieval.search import CORPORA
+
+    p.add_argument("--corpus", default="squad", help=f"what to search: {', '.join(CORPORA)} (default squad)")
+    p.add_argument("--data", help="or a text file of your own, one document a line")
+    p.add_argument("--query", required=True, help="what to search for")
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--limit", type=int, help="search only the first N documents")
+    p.add_argument("--explain", action="store_true", help="each hit's strongest word pairs with the query "
+                                                          "(integrated Jacobians)")
+    p.add_argument("--explain-method", choices=["first-order", "ij"], default="first-order",
+                   help="first-order (one step: a passage of 256 tokens in seconds; its error said) or ij (integrated "
+                        "Jacobians over --steps: exact to the error, a token and step a pass: minutes a long passage "
+                        "on a CPU)")
+    p.add_argument("--steps", type=int, default=20, help="ij's integration steps (default 20)")
+
+
+def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
+    from bertscope.cli.common import progress_bar
+    from bertscope.retrieval.search import bm25_squad, evaluate_squad
+
+    if args.corpus != "squad":
+        from bertscope.errors import BertScopeError
+
+        raise BertScopeError(f"--corpus {args.corpus}: the retrieval evaluation reads SQuAD (questions and their "
+                             "passages).")
+    lm = load(args)
+    with progress_bar(f"{lm.name}: embedding SQuAD dev's passages", "passage") as progress:
+        scores = evaluate_squad(lm, args.limit, progress)
+    out = scores.to_json()
+    if args.bm25:
+        out["bm25"] = bm25_squad(args.limit).to_json()
+    if args.json:
+        return out
+    rows = [scores.to_json(), *([out["bm25"]] if args.bm25 else [])]
+    lines = [f"SQuAD v1.1 dev: {scores.questions:,} questions against {scores.passages:,} passages",
+             f"{'system':<24}{'MRR@10':>8}{'R@1':>8}{'R@10':>8}"]
+    lines += [f"{r['system']:<24}{r['mrr@10']:8.4f}{r['recall@1']:8.4f}{r['recall@10']:8.4f}" for r in rows]
+    return "\n".join(lines)
+
+
+def _eval_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", default="squad", help="squad: SQuAD v1.1 dev's questions against its passages")
+    p.add_argument("--limit", type=int, help="the first N questions only")
+    p.add_argument("--bm25", action="store_true", help="BM25 (bm25s) on the same questions and passages beside it")
+
+
 COMMANDS = [
+    Command("search", "search a corpus with an embedding model (its own embedding, exact search), each hit "
+            "explained against the query with --explain", cmd_search, _search_arguments),
+    Command("retrieval-eval", "an embedding model's MRR@10 and recall@1/10 on SQuAD dev's questions against its "
+            "passages (with --bm25, BM25 beside it)", cmd_retrieval_eval, _eval_arguments),
     Command("similarity", "why two texts are as similar as an embedding model says: every token pair's share of the "
             "score (integrated Jacobians, Moeller et al. 2023), each text's tokens' totals", cmd_similarity,
             _similarity_arguments),

@@ -148,7 +148,8 @@ def embed(lm: LoadedModel, texts: list[str], kind: str | None = None, settings: 
     given = list(texts)
     inputs = prepared(lm, given, kind, settings)
     cut = max_tokens(lm, settings)
-    lengths = [len(ids) for ids in lm.tokenizer(inputs, add_special_tokens=True, truncation=False)["input_ids"]]
+    lengths = [len(ids) for ids in lm.tokenizer(inputs, add_special_tokens=True, truncation=False,
+                                                verbose=False)["input_ids"]]
     order = np.argsort([-n for n in lengths], kind="stable")  # longest first, as sentence-transformers batches
     skip = 0 if settings.include_prompt else prompt_tokens(lm, settings.prompt(kind))
     vectors: np.ndarray | None = None

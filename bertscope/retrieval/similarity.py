@@ -176,7 +176,7 @@ def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, ste
     (text_in,) = prepared(lm, [text], kind, settings)
     enc = lm.tokenizer(text_in, truncation=True, max_length=max_tokens(lm, settings))
     ids = torch.tensor(enc["input_ids"])
-    truncated = len(lm.tokenizer(text_in)["input_ids"]) > len(ids)
+    truncated = len(lm.tokenizer(text_in, verbose=False)["input_ids"]) > len(ids)
     skip = 0 if settings.include_prompt else prompt_tokens(lm, settings.prompt(kind))
     prompt_end = prompt_tokens(lm, settings.prompt(kind))
     words = [None if (w is None or i < prompt_end) else w for i, w in enumerate(enc.word_ids())]
@@ -234,7 +234,7 @@ def _integrated_gradients(lm: LoadedModel, text: str, kind: str | None, other: n
     words = [None if (w is None or i < prompt_end) else w for i, w in enumerate(enc.word_ids())]
     side = TokenContributions(lm.tokenizer.convert_ids_to_tokens(ids.tolist()), words,
                               np.zeros((0, len(ids))), ends[0].double().cpu().numpy(), ends[1].double().cpu().numpy(),
-                              len(lm.tokenizer(text_in)["input_ids"]) > len(ids))
+                              len(lm.tokenizer(text_in, verbose=False)["input_ids"]) > len(ids))
     return side, scores
 
 

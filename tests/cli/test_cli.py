@@ -195,3 +195,30 @@ def test_a_long_input_is_cut_without_transformers_misleading_warning(tiny_bert_d
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "indexing errors" not in done.stderr and "longer than" not in done.stderr
     assert "only the first 40" in json.loads(done.stdout)["warnings"][0]
+
+
+def test_similarity_search_and_embed_from_the_command_line(tiny_bert_dir, tmp_path, capsys):
+    from bertscope.cli import main
+
+    assert main(["similarity", str(tiny_bert_dir), "--a", "the dog ate", "--b", "a man is eating", "--steps", "8",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"model", "method", "score", "baseline_score", "a_tokens", "b_tokens", "pairs", "a_scores", "b_scores",
+            "error"} <= set(out)
+    assert len(out["pairs"]) == len(out["a_tokens"]) and len(out["pairs"][0]) == len(out["b_tokens"])
+    docs = tmp_path / "docs.txt"
+    docs.write_text("the dog ate the bread .\nthe bank of the river .\na man is eating food .\n")
+    assert main(["search", str(tiny_bert_dir), "--data", str(docs), "--query", "the river", "--top-k", "2",
+                 "--explain", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["documents"] == 3 and [r["rank"] for r in found["results"]] == [1, 2]
+    assert found["results"][0]["why"]["method"] == "first-order"
+    assert main(["embed", str(tiny_bert_dir), "a dog", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["vectors"][0]) == 32
+    for argv, said in ((["similarity", str(tiny_bert_dir), "--a", " ", "--b", "x"], "Text 1 is empty"),
+                       (["search", str(tiny_bert_dir), "--corpus", "nowhere", "--query", "x"], "No corpus 'nowhere'"),
+                       (["search", str(tiny_bert_dir), "--query", " "], "--query is empty"),
+                       (["retrieval-eval", str(tiny_bert_dir), "--corpus", "brown"], "reads SQuAD")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1
