@@ -72,7 +72,7 @@ def documents(name: str, limit: int | None = None) -> Corpus:
     elif name == "ewt":
         from bertscope.corpora.ewt import read_ewt
 
-        texts = [" ".join(s.words) for s in read_ewt("test")]
+        texts = [" ".join(s.tokens) for s in read_ewt("test")]
     else:
         path = Path(name)
         if not path.is_file():

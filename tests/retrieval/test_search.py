@@ -56,6 +56,12 @@ def test_a_file_of_documents_and_bad_inputs(lm, tmp_path):
         ranked(lm, index, ["x"], 0)
 
 
+@pytest.mark.parametrize(("name", "count"), [("squad", 2067), ("topics", 2225), ("brown", 5000), ("ewt", 2077)])
+def test_every_installed_corpus_gives_its_documents(name, count):
+    corpus = documents(name)
+    assert len(corpus.texts) == count and all(t.strip() for t in corpus.texts)
+
+
 @pytest.mark.slow
 def test_squad_retrieval_with_bm25_beside_the_model(lm):
     from bertscope.retrieval.search import bm25_squad, evaluate_squad
