@@ -1,4 +1,4 @@
-"""Which attribution to trust: the scoreboard on Brown, and what the erasure test and Value Zeroing
+"""Which attribution to trust: the scoreboard on Brown, and what the deletion test and Value Zeroing
 cost beside the passes they cannot avoid.
 
     python benchmarks/faithfulness.py [--model bundled-mlm|random:bert-base-uncased] [--items 200]
@@ -52,8 +52,8 @@ def scoreboard(lm, items, methods, removal: str, steps: int, seed: int, out: str
 
 
 def erasure_cost(lm, items, repeats: int) -> None:
-    from bertscope.attribution.erasure import removal_feed
-    from bertscope.attribution.faithfulness import erasure, method_scores, plan_removals
+    from bertscope.attribution.deletion import removal_feed
+    from bertscope.attribution.faithfulness import deletion_test, method_scores, plan_removals
     from bertscope.core.passes import rows_within_budget
 
     ratios, rows = [], []
@@ -69,7 +69,7 @@ def erasure_cost(lm, items, repeats: int) -> None:
                 with lm.attention_kernel(False), torch.inference_mode():
                     lm.model.base_model(**feed, return_dict=True)
 
-        times = interleaved({"plain": plain, "ours": lambda: erasure(lm, item, scores)}, repeats, lm.device)
+        times = interleaved({"plain": plain, "ours": lambda: deletion_test(lm, item, scores)}, repeats, lm.device)
         ratios.append(statistics.median(times["ours"]) / statistics.median(times["plain"]))
         rows.append(len(plan.keeps))
     print(f"erasure of one item ({int(np.median(rows))} distinct removal rows, median; 4 methods x 5 fractions x 2 "

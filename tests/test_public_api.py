@@ -98,3 +98,34 @@ def test_only_the_app_floor_imports_streamlit():
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             assert not any(n.split(".")[0] == "streamlit" for n in names), path.relative_to(ROOT)
+
+
+def test_every_face_shows_its_exports_to_a_readers_tools():
+    """A package's names come through a lazy ``__getattr__`` (cheap imports), where IDEs and type checkers stop:
+    each face's ``if TYPE_CHECKING:`` block imports the very same names from the very same modules
+    (``python tools/front_doors.py`` writes it)."""
+    import ast
+
+    faces = 0
+    for face in sorted(ROOT.glob("**/__init__.py")):
+        tree = ast.parse(face.read_text())
+        exports = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                        and any(getattr(t, "id", None) == "_EXPORTS" for t in n.targets)), None)
+        if exports is None:
+            continue
+        faces += 1
+        guarded = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+        seen = {alias.name: node.module.removeprefix("bertscope.") for node in guarded.body
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+        assert seen == exports, f"{face}: run python tools/front_doors.py"
+    assert faces >= 13
+
+
+def test_the_root_docstrings_map_names_every_subpackage():
+    import bertscope
+
+    listed = {line.split()[0] for line in bertscope.__doc__.splitlines() if line.startswith("    ") and line.split()
+              and line.split()[0].isidentifier()}
+    real = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert real - {"configs", "data"} <= listed, sorted(real - listed)
+    assert listed <= real | {"errors"}, sorted(listed - real)

@@ -1,4 +1,4 @@
-"""Which attribution to trust? Every method's ranking of the input tokens put to an erasure test
+"""Which attribution to trust? Every method's ranking of the input tokens put to a deletion test
 on the model's own masked-token predictions (or a fine-tuned classifier's predicted classes):
 remove what a method ranks highest and watch p(y)."""
 
@@ -16,7 +16,7 @@ from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, to_url
 from bertscope.attribution.class_items import brown_class_items, class_items
-from bertscope.attribution.erasure import REMOVALS
+from bertscope.attribution.deletion import REMOVALS
 from bertscope.attribution.faithfulness import FRACTIONS, RANDOM, check_methods, faithfulness
 from bertscope.attribution.items import MAX_ITEM_TOKENS, brown_items, text_items
 from bertscope.attribution.registry import METHODS, faithfulness_defaults

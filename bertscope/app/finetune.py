@@ -12,10 +12,9 @@ from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import chosen_model_name, require_model
 from bertscope.app.kit.pages import page
-from bertscope.app.kit.training import open_in_sidebar, run_folder, run_progress, start_training, training_allowed
+from bertscope.app.kit.training import live_run, open_in_sidebar, run_folder, start_training, training_allowed
 from bertscope.app.kit.uploads import keep_upload
 from bertscope.figures.tasks import confusion_heatmap
-from bertscope.figures.training import loss_curves
 from bertscope.training.config import FinetuneConfig
 from bertscope.training.job import TrainingJob
 from bertscope.training.task_data import SHIPPED, SPAN, TAG, load_task_data
@@ -149,27 +148,6 @@ if job is None:
     st.stop()
 
 
-@st.fragment(run_every=1.0 if job.snapshot().status == "running" else None)
-def live() -> None:
-    snap = job.snapshot()
-    if snap.status != "running" and st.session_state.get("ft_shown") != snap.status:
-        st.session_state["ft_shown"] = snap.status
-        st.rerun()  # once, to draw the final state without the timer
-    run_progress(job, snap, "Stop", "ft_stop",
-                 "Stops between steps; the last finished epoch stays in the run's checkpoint, and the same run "
-                 "started again goes on from there.", "loading, tokenising and scoring the held-out side before training")
-    if snap.losses:
-        st.plotly_chart(loss_curves({"task loss (cross-entropy)": snap.losses}), config=PLOT_CONFIG,
-                        width="stretch", key="ft_loss")
-    if snap.epochs:
-        st.dataframe(pd.DataFrame([epoch_row(e) for e in snap.epochs]), hide_index=True, width="stretch",
-                     column_config={"train loss": st.column_config.NumberColumn(format="%.3f"),
-                                    "held-out loss": st.column_config.NumberColumn(format="%.3f"),
-                                    "held-out accuracy": st.column_config.NumberColumn(format="percent"),
-                                    "held-out macro-F1": st.column_config.NumberColumn(format="%.3f"),
-                                    "held-out exact match": st.column_config.NumberColumn(format="percent"),
-                                    "held-out F1": st.column_config.NumberColumn(format="percent"),
-                                    "tokens/s": st.column_config.NumberColumn(format="%,.0f")})
 
 
 def epoch_row(e: dict) -> dict:
@@ -180,7 +158,18 @@ def epoch_row(e: dict) -> dict:
             "tokens/s": e["tokens_per_s"]}
 
 
-live()
+live_run(job, ("ft_shown", "ft_stop", "ft_loss"),
+         ("Stop", "Stops between steps; the last finished epoch stays in the run's checkpoint, and the same run started "
+                  "again goes on from there."), "loading, tokenising and scoring the held-out side before training",
+         lambda snap: {"task loss (cross-entropy)": snap.losses} if snap.losses else {},
+         lambda snap: [epoch_row(e) for e in snap.epochs],
+         {"train loss": st.column_config.NumberColumn(format="%.3f"),
+          "held-out loss": st.column_config.NumberColumn(format="%.3f"),
+          "held-out accuracy": st.column_config.NumberColumn(format="percent"),
+          "held-out macro-F1": st.column_config.NumberColumn(format="%.3f"),
+          "held-out exact match": st.column_config.NumberColumn(format="percent"),
+          "held-out F1": st.column_config.NumberColumn(format="percent"),
+          "tokens/s": st.column_config.NumberColumn(format="%,.0f")})
 
 snap = job.snapshot()
 m = snap.metrics  # a FinetuneMetrics once the run is done

@@ -7,12 +7,11 @@ import pandas as pd
 import streamlit as st
 
 from bertscope import BertScopeError
-from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
+from bertscope.app.kit.chrome import page_errors, plain
 from bertscope.app.kit.limits import Limits, demo
 from bertscope.app.kit.model_picker import MODEL_KEY, chosen_model_name, require_model
-from bertscope.app.kit.training import open_in_sidebar, run_folder, run_progress, start_training, training_allowed
+from bertscope.app.kit.training import live_run, open_in_sidebar, run_folder, start_training, training_allowed
 from bertscope.corpora.documents import brown_documents
-from bertscope.figures.training import loss_curves
 from bertscope.runtime.families import pair_head
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 from bertscope.training.config import CLOZE, MAX_CLOZE, RecipeConfig, check_cloze
@@ -108,38 +107,30 @@ if job.model_name != name and job.snapshot().status != "running":  # another mod
     st.stop()
 
 
-@st.fragment(run_every=1.0 if job.snapshot().status == "running" else None)
-def live() -> None:
-    snap = job.snapshot()
-    if snap.status != "running" and st.session_state.get("pretrain_shown") != snap.status:
-        st.session_state["pretrain_shown"] = snap.status
-        st.rerun()  # once, to draw the final state without the timer
-    run_progress(job, snap, "Cancel", "pretrain_cancel",
-                 "Stops between steps; what finished epochs learned stays in the run's checkpoint.",
-                 "loading, building chunks and scoring the held-out set before training")
-    if snap.losses:
-        curves = {"masked-LM (chosen positions)": snap.losses}
-        if snap.pair_losses:
-            curves[f"{job.cfg.pair_task.upper()} (pair head)"] = snap.pair_losses
-        st.plotly_chart(loss_curves(curves), config=PLOT_CONFIG, width="stretch", key="pretrain_loss")
-    if snap.epochs:
-        pair_name = job.cfg.pair_task.upper()
-        st.dataframe(pd.DataFrame([{"epoch": e["epoch"], "train loss": e["train_loss"],
-                                    "held-out loss": e["held_out"]["loss"], "held-out top-1": e["held_out"]["top1"],
-                                    "held-out top-5": e["held_out"]["top5"],
-                                    **({f"held-out {pair_name} accuracy": e["held_out"]["pair_accuracy"]}
-                                       if "pair_accuracy" in e["held_out"] else {}),
-                                    "tokens/s": e["tokens_per_s"]}
-                                   for e in snap.epochs]), hide_index=True, width="stretch",
-                     column_config={"train loss": st.column_config.NumberColumn(format="%.3f"),
-                                    "held-out loss": st.column_config.NumberColumn(format="%.3f"),
-                                    "tokens/s": st.column_config.NumberColumn(format="%,.0f"),
-                                    **{c: st.column_config.NumberColumn(format="percent")
-                                       for c in ("held-out top-1", "held-out top-5",
-                                                 f"held-out {pair_name} accuracy")}})
+def curves(snap) -> dict[str, list[float]]:
+    found = {"masked-LM (chosen positions)": snap.losses} if snap.losses else {}
+    if snap.losses and snap.pair_losses:
+        found[f"{job.cfg.pair_task.upper()} (pair head)"] = snap.pair_losses
+    return found
 
 
-live()
+def epoch_rows(snap) -> list[dict]:
+    pair_name = job.cfg.pair_task.upper()
+    return [{"epoch": e["epoch"], "train loss": e["train_loss"], "held-out loss": e["held_out"]["loss"],
+             "held-out top-1": e["held_out"]["top1"], "held-out top-5": e["held_out"]["top5"],
+             **({f"held-out {pair_name} accuracy": e["held_out"]["pair_accuracy"]}
+                if "pair_accuracy" in e["held_out"] else {}),
+             "tokens/s": e["tokens_per_s"]} for e in snap.epochs]
+
+
+live_run(job, ("pretrain_shown", "pretrain_cancel", "pretrain_loss"),
+         ("Cancel", "Stops between steps; what finished epochs learned stays in the run's checkpoint."),
+         "loading, building chunks and scoring the held-out set before training", curves, epoch_rows,
+         {"train loss": st.column_config.NumberColumn(format="%.3f"),
+          "held-out loss": st.column_config.NumberColumn(format="%.3f"),
+          "tokens/s": st.column_config.NumberColumn(format="%,.0f"),
+          **{c: st.column_config.NumberColumn(format="percent")
+             for c in ("held-out top-1", "held-out top-5", f"held-out {job.cfg.pair_task.upper()} accuracy")}})
 
 snap = job.snapshot()
 if snap.metrics:

@@ -1,4 +1,4 @@
-"""Which attribution to trust: an erasure test of every method on the model's own predictions.
+"""Which attribution to trust: a deletion test of every method on the model's own predictions.
 
 For each item (``attribution.items``: a sentence with one content word-piece masked, y = the
 model's top-1 there; or, for a fine-tuned classifier, ``attribution.class_items``: a text and the
@@ -6,7 +6,7 @@ class it predicts, read at [CLS]) every method scores the candidate tokens (all 
 tokens and the mask) for p(y): the mask's (or [CLS]'s) row after the last layer for the matrix methods (raw attention
 heads averaged, rollout, norm-based attention, ALTI and Value Zeroing composed through the
 layers), the signed scores of gradient x input and integrated gradients for log p(y), and a
-seeded random ranking as the floor. Then, removing tokens (``attribution.erasure``):
+seeded random ranking as the floor. Then, removing tokens (``attribution.deletion``):
 
 - comprehensiveness: p(y|x) − p(y|x without the method's top k), and sufficiency:
   p(y|x) − p(y|x with only the top k of the candidates), each averaged over k = 1, 5, 10, 20
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.stats import spearmanr
 
-from bertscope.attribution.erasure import REMOVALS, Removal, class_probabilities, target_probabilities
+from bertscope.attribution.deletion import REMOVALS, Removal, class_probabilities, target_probabilities
 from bertscope.attribution.gradients import Target
 from bertscope.attribution.items import Item
 from bertscope.attribution.methods import token_matrices, token_scores
@@ -79,7 +79,7 @@ def top_k_counts(candidates: int, fractions: Sequence[float] = FRACTIONS) -> lis
 class ItemResult:
     item: Item
     scores: dict[str, np.ndarray]  # method -> [token]
-    p_full: float  # p(y) on the intact input, in the erasure batch
+    p_full: float  # p(y) on the intact input, in the deletion batch
     p_without: dict[str, list[float]]  # method -> p(y) with the top k removed, per fraction
     p_only: dict[str, list[float]]  # method -> p(y) with only the top k of the candidates kept
     loo_drop: np.ndarray  # [candidate] p(y|x) − p(y|x without that candidate)
@@ -152,7 +152,7 @@ def plan_removals(item: Item, scores: dict[str, np.ndarray], fractions: Sequence
     return RemovalPlan(np.stack(keeps), full, without, only, loo)
 
 
-def erasure(lm: LoadedModel, item: Item, scores: dict[str, np.ndarray], removal: Removal = "attention",
+def deletion_test(lm: LoadedModel, item: Item, scores: dict[str, np.ndarray], removal: Removal = "attention",
             fractions: Sequence[float] = FRACTIONS) -> ItemResult:
     """Every removal variant of one item as rows of one batch, and what they say of each method."""
     plan = plan_removals(item, scores, fractions)
@@ -280,10 +280,10 @@ def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] 
 
 def item_result(lm: LoadedModel, item: Item, methods: Sequence[str], removal: Removal = "attention", steps: int = 50,
                 seed: int = 0) -> ItemResult:
-    """One item: every method's scores (timed), then the erasure batch."""
+    """One item: every method's scores (timed), then the deletion batch."""
     scores, seconds = {}, {}
     for name in methods:
         start = time.perf_counter()
         scores[name] = method_scores(lm, item, name, steps, seed)
         seconds[name] = time.perf_counter() - start
-    return replace(erasure(lm, item, scores, removal), seconds=seconds)
+    return replace(deletion_test(lm, item, scores, removal), seconds=seconds)

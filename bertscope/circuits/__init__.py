@@ -14,6 +14,8 @@ May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``
 (exact patching, the reference node attribution is held to).
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -32,3 +34,17 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.circuits.edges import EdgeScores as EdgeScores
+    from bertscope.circuits.edges import attribute_edges as attribute_edges
+    from bertscope.circuits.faithfulness import faithfulness_curve as faithfulness_curve
+    from bertscope.circuits.find import CircuitResult as CircuitResult
+    from bertscope.circuits.find import find_circuit as find_circuit
+    from bertscope.circuits.graph import CircuitGraph as CircuitGraph
+    from bertscope.circuits.nodes import attribute_nodes as attribute_nodes
+    from bertscope.circuits.nodes import compare_with_patching as compare_with_patching
+    from bertscope.circuits.pairs import Pair as Pair
+    from bertscope.circuits.pairs import read_pairs as read_pairs
+    from bertscope.circuits.tasks import TASKS as TASKS
+    from bertscope.circuits.tasks import task_pairs as task_pairs

@@ -33,7 +33,7 @@ from bertscope.corpora.records import csv_records
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
-from bertscope.tasks.spans import question_pair, span_in_context, span_margin
+from bertscope.tasks.spans import span_margin, two_spans
 
 MAX_PAIRS = 2_000  # a dataset larger than this is refused: every pair costs several passes
 MASK, CLASS, TAG, SPAN = "mask", "class", "tag", "span"
@@ -146,17 +146,8 @@ def _prepare_span(lm: LoadedModel, pair: Pair, clean: str, corrupted: str, name:
     if not context:
         raise BertScopeError(f"A question-answering model reads a question beside a context: {name} has no context.")
     check_text(context, f"context of {name}")
-    both = question_pair(lm, clean, corrupted, context)
-    if not both.same_length:
-        n_clean, n_corrupted = both.lengths
-        raise BertScopeError(f"{name.capitalize()} has {n_clean} tokens clean and {n_corrupted} corrupted "
-                             f"(“{clean[:60]}” / “{corrupted[:60]}”, each with its context): every position of one "
-                             "is put into the other, so both questions need the same number.")
-    spans = [span_in_context(both.encoding, context, text.strip(), what, name)
-             for text, what in ((pair.answer, "answer"), (pair.foil, "foil"))]
-    if spans[0] == spans[1]:
-        raise BertScopeError(f"The answer and the foil of {name} are the same span ({pair.answer!r}).")
-    (a_start, a_end), (f_start, f_end) = spans
+    both, ((a_start, a_end), (f_start, f_end)) = two_spans(lm, clean, corrupted, context, (pair.answer, pair.foil),
+                                                           name)
     return PreparedPair(pair, *both.feeds, *both.tokens, a_start, (a_start, f_start), (a_end, f_end))
 
 

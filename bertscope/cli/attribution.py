@@ -99,7 +99,7 @@ def class_texts(content: str, name: str) -> tuple[list[str], list[str | None] | 
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> Any:
-    from bertscope.attribution.erasure import REMOVALS
+    from bertscope.attribution.deletion import REMOVALS
     from bertscope.attribution.faithfulness import check_methods, faithfulness
 
     if args.corpus is not None and args.data is not None:
@@ -142,7 +142,7 @@ def board_table(board) -> str:
 
 
 def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
-    from bertscope.attribution.erasure import REMOVALS
+    from bertscope.attribution.deletion import REMOVALS
     from bertscope.attribution.faithfulness import RANDOM
     from bertscope.attribution.registry import faithfulness_defaults
 

@@ -13,6 +13,8 @@ bytes), ``pooling`` (hidden states pooled on the device, copied to the host asyn
 May import: ``errors``, ``runtime``, ``sources``.
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -35,3 +37,21 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.core.forward import inspect as inspect
+    from bertscope.core.forward import inspect_batch as inspect_batch
+    from bertscope.core.hook_points import every_layer as every_layer
+    from bertscope.core.hook_points import every_state as every_state
+    from bertscope.core.hook_points import hook_names as hook_names
+    from bertscope.core.hook_points import hook_point as hook_point
+    from bertscope.core.hook_points import zero_head as zero_head
+    from bertscope.core.hooked_pass import ActivationCache as ActivationCache
+    from bertscope.core.hooked_pass import run as run
+    from bertscope.core.hooked_pass import run_block as run_block
+    from bertscope.core.hooked_pass import run_with_cache as run_with_cache
+    from bertscope.core.hooked_pass import turn as turn
+    from bertscope.core.inspection import BatchInspection as BatchInspection
+    from bertscope.core.inspection import Inspection as Inspection
+    from bertscope.core.models import LoadedModel as LoadedModel
+    from bertscope.core.models import load_model as load_model

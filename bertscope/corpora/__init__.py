@@ -13,6 +13,7 @@ May import: ``errors``, ``runtime``.
 """
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bertscope.runtime.exports import lazy_exports
 
@@ -27,3 +28,10 @@ __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"  # the shipped data files
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.corpora.brown import install_brown as install_brown
+    from bertscope.corpora.brown import read_brown as read_brown
+    from bertscope.corpora.probe_tasks import ProbeTask as ProbeTask
+    from bertscope.corpora.probe_tasks import read_task as read_task
+    from bertscope.corpora.suites import shipped_task as shipped_task

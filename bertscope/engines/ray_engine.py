@@ -21,7 +21,7 @@ batch's pooled vectors and the rows they go to, which this process writes into t
 own layer files, so the cache entry (key, files, bytes) is the one the app and the
 single-process path read and write. The batches being the same, the arrays are the same bytes.
 Work that is not batches of one pass goes out whole: a faithfulness item (every method's scores
-and its erasure batch, ``item_result``) or a chunk of sentences through both compared models
+and its deletion batch, ``item_result``) or a chunk of sentences through both compared models
 (``chunk_sums``); results come back in order, so the scoreboard and the CKA matrix are this
 process's.
 

@@ -22,6 +22,8 @@ May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``
 ``training``, ``interventions`` (BERT's seeded masking for the spliced-in loss).
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -54,3 +56,31 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.features.activations import layer_activations as layer_activations
+    from bertscope.features.activations import layers_activations as layers_activations
+    from bertscope.features.active import active_features as active_features
+    from bertscope.features.causal import tag_effect as tag_effect
+    from bertscope.features.contexts import feature_contexts as feature_contexts
+    from bertscope.features.crosscoder import BatchTopKCrosscoder as BatchTopKCrosscoder
+    from bertscope.features.crosscoder import load_crosscoder as load_crosscoder
+    from bertscope.features.crosscoder import save_crosscoder as save_crosscoder
+    from bertscope.features.crosscoder_trainer import train_crosscoder as train_crosscoder
+    from bertscope.features.diff_causal import diff_effect as diff_effect
+    from bertscope.features.diff_reading import read_diff as read_diff
+    from bertscope.features.directions import features_promoting as features_promoting
+    from bertscope.features.directions import logit_weights as logit_weights
+    from bertscope.features.directions import nearest_features as nearest_features
+    from bertscope.features.edits import FeatureEdit as FeatureEdit
+    from bertscope.features.edits import edit_features as edit_features
+    from bertscope.features.model_diff import diff_models as diff_models
+    from bertscope.features.quality import domain_qualities as domain_qualities
+    from bertscope.features.quality import sae_quality as sae_quality
+    from bertscope.features.sae import TopKSAE as TopKSAE
+    from bertscope.features.sae import load_sae as load_sae
+    from bertscope.features.sae import save_sae as save_sae
+    from bertscope.features.shipped import shipped_crosscoders as shipped_crosscoders
+    from bertscope.features.shipped import shipped_saes as shipped_saes
+    from bertscope.features.statistics import feature_statistics as feature_statistics
+    from bertscope.features.trainer import train_sae as train_sae

@@ -33,7 +33,7 @@ from bertscope.corpora.tagged import TaggedSentences, brown_tagged
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.active import layer_output
-from bertscope.features.edits import FeatureEdit, feature_edit
+from bertscope.features.edits import MAX_EDITS, FeatureEdit, feature_edit
 from bertscope.features.sae import TopKSAE
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
@@ -139,8 +139,8 @@ def tag_effect(lm: LoadedModel, sae: TopKSAE, layer: int, features: int | Sequen
     sae.check_for(lm, resid_post(layer))
     chosen = tuple(dict.fromkeys(sae.check_feature(f) for f in ([features] if isinstance(features, int)
                                                                  else features)))
-    if not chosen or len(chosen) > 64:
-        raise BertScopeError("Give between 1 and 64 features to switch off.")
+    if not chosen or len(chosen) > MAX_EDITS:
+        raise BertScopeError(f"Give between 1 and {MAX_EDITS} features to switch off.")
     require_mlm(lm)
     if tagset not in ("universal", "brown"):
         raise BertScopeError(f"The causal check reads Brown's tags (universal or brown), not {tagset!r}.")

@@ -15,6 +15,8 @@ against a random erasure of the same rank). May import: ``errors``, ``runtime``,
 (BERT's corruption), ``tasks`` (a classifier's decisions).
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -30,3 +32,14 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.interventions.ablation import ablate_heads as ablate_heads
+    from bertscope.interventions.ablation import mean_head_contexts as mean_head_contexts
+    from bertscope.interventions.amnesic import AmnesicResult as AmnesicResult
+    from bertscope.interventions.amnesic import amnesic_probe as amnesic_probe
+    from bertscope.interventions.concepts import load_concept as load_concept
+    from bertscope.interventions.importance import head_importance as head_importance
+    from bertscope.interventions.importance import held_out_accuracy as held_out_accuracy
+    from bertscope.interventions.importance import pruning_curve as pruning_curve
+    from bertscope.interventions.patching import patch as patch

@@ -39,7 +39,7 @@ from bertscope.core.task_head import SEQUENCE, SPANS
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
-from bertscope.tasks.spans import question_pair, span_in_context, span_margin
+from bertscope.tasks.spans import span_margin, two_spans
 
 What = Literal["hidden", "heads"]
 WHATS = ("hidden", "heads")
@@ -161,15 +161,7 @@ def _prepare_span(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequenc
     if len(candidates) != 2 or not all(str(c).strip() for c in candidates):
         raise BertScopeError("Give two spans of the context, e.g. the man,the dog: the metric is their score difference.")
     a, b = (str(c).strip() for c in candidates)
-    both = question_pair(lm, clean, corrupt, context)
-    if not both.same_length:
-        n_clean, n_corrupt = both.lengths
-        raise BertScopeError(f"The clean question has {n_clean} tokens with its context and the corrupted one {n_corrupt}: "
-                             "patching puts each position of one into the other, so both need the same number.")
-    (a_first, a_last), (b_first, b_last) = (span_in_context(both.encoding, context, text, what, "this example")
-                                            for text, what in ((a, "first span"), (b, "second span")))
-    if (a_first, a_last) == (b_first, b_last):
-        raise BertScopeError(f"{a!r} and {b!r} are the same span: give two different spans.")
+    both, ((a_first, a_last), (b_first, b_last)) = two_spans(lm, clean, corrupt, context, (a, b), "this example")
     return PatchSetup(clean, corrupt, *both.tokens, a_first, (a, b), (a_first, b_first), *both.feeds,
                       reads="span", context=context, candidate_ends=(a_last, b_last))
 

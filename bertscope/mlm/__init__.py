@@ -6,6 +6,8 @@ sentence-order prediction, the pair layer). "Heads" in BertScope are attention h
 May import: ``errors``, ``runtime``, ``sources``, ``core``.
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -16,3 +18,9 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.mlm.fill_mask import iterative_fill as iterative_fill
+    from bertscope.mlm.logit_lens import layerwise_predictions as layerwise_predictions
+    from bertscope.mlm.nsp import next_sentence as next_sentence
+    from bertscope.mlm.nsp import sentence_order as sentence_order

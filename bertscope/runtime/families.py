@@ -22,7 +22,7 @@ tensors, a pretraining step (LoRA and full), a fine-tuning step and a prediction
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from bertscope.errors import BertScopeError
 
@@ -119,10 +119,19 @@ FAMILIES: tuple[Family, ...] = (
 )
 # Types that load and show attention weights and hidden states, but have no record: no hook points,
 # no LoRA, no measures that read a block's weights. Each with the sentence-pair layer it may carry.
-WITHOUT_RECORD: dict[str, Literal["nsp", "sop"] | None] = {
-    "big_bird": None, "convbert": None, "deberta": None, "ibert": None, "megatron-bert": "nsp",
-    "mobilebert": "nsp", "mpnet": None, "rembert": None, "roberta-prelayernorm": None, "roc_bert": None,
-    "roformer": None, "squeezebert": None, "xlm-roberta-xl": None, "xmod": None,
+class Unrecorded(NamedTuple):
+    """What BertScope knows of an encoder type without a family record: enough to count and load it."""
+
+    pair_head: Literal["nsp", "sop"] | None = None  # its pretraining class's sentence-pair layer
+    position_offset: int = 0  # RoBERTa's: position ids start past the padding index
+
+
+WITHOUT_RECORD: dict[str, Unrecorded] = {
+    "big_bird": Unrecorded(), "convbert": Unrecorded(), "deberta": Unrecorded(), "ibert": Unrecorded(),
+    "megatron-bert": Unrecorded("nsp"), "mobilebert": Unrecorded("nsp"), "mpnet": Unrecorded(),
+    "rembert": Unrecorded(), "roberta-prelayernorm": Unrecorded(position_offset=2), "roc_bert": Unrecorded(),
+    "roformer": Unrecorded(), "squeezebert": Unrecorded(), "xlm-roberta-xl": Unrecorded(position_offset=2),
+    "xmod": Unrecorded(position_offset=2),
 }
 _BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}
 
@@ -148,14 +157,14 @@ def encoder_types() -> frozenset[str]:
 def pair_head(model_type: str) -> str | None:
     """The sentence-pair layer ("nsp" or "sop") a ``model_type``'s pretraining class carries, if any."""
     found = _BY_TYPE.get(model_type)
-    return found.pair_head if found is not None else WITHOUT_RECORD.get(model_type)
+    return found.pair_head if found is not None else WITHOUT_RECORD.get(model_type, Unrecorded()).pair_head
 
 
 def position_offset(model_type: str) -> int:
     found = _BY_TYPE.get(model_type)
     if found is not None:
         return found.position_offset
-    return 2 if model_type in ("roberta-prelayernorm", "xlm-roberta-xl", "xmod") else 0
+    return WITHOUT_RECORD.get(model_type, Unrecorded()).position_offset
 
 
 def sliding_window(config: object, layer: int) -> int | None:

@@ -7,6 +7,8 @@ its base), ``hub`` (reachability, the default model), ``resolve`` (a typed name 
 ``configs`` (a config without weights). May import: ``errors``, ``runtime``.
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -18,3 +20,10 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.sources.bundled import BUNDLED_MODELS as BUNDLED_MODELS
+    from bertscope.sources.hub import default_model as default_model
+    from bertscope.sources.hub import hub_reachable as hub_reachable
+    from bertscope.sources.presets import BUNDLED as BUNDLED
+    from bertscope.sources.presets import PRESETS as PRESETS

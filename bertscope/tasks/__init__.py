@@ -9,6 +9,8 @@ and entities grouped as the ``token-classification`` pipeline's ``simple`` strat
 prints). May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``.
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -20,3 +22,10 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.tasks.classify import ClassScores as ClassScores
+    from bertscope.tasks.layer_lens import layer_decisions as layer_decisions
+    from bertscope.tasks.spans import Answers as Answers
+    from bertscope.tasks.spans import answer as answer
+    from bertscope.tasks.tag import Tagging as Tagging

@@ -298,6 +298,25 @@ def span_in_context(encoding: Any, context: str, text: str, what: str, name: str
                          "of a word?): give whole pieces.")
 
 
+def two_spans(lm: LoadedModel, first: str, second: str, context: str, spans: tuple[str, str],
+              name: str) -> tuple[QuestionPair, tuple[tuple[int, int], tuple[int, int]]]:
+    """Two questions of one context (clean, corrupted), put one into the other position by position (patching,
+    circuits): their
+    tokenisation (one line when their lengths differ) and the (first, last) pieces of two different spans of the
+    context (one line when a span is not there, or both are the same)."""
+    both = question_pair(lm, first, second, context)
+    if not both.same_length:
+        raise BertScopeError(f"{name.capitalize()} has {both.lengths[0]} tokens clean and {both.lengths[1]} corrupted "
+                             f"(“{first[:60]}” / “{second[:60]}”, each with its context): each position of one is put "
+                             "into the other, so both questions need the same number.")
+    found = (span_in_context(both.encoding, context, spans[0].strip(), "answer", name),
+             span_in_context(both.encoding, context, spans[1].strip(), "foil", name))
+    if found[0] == found[1]:
+        raise BertScopeError(f"The answer and the foil of {name} are the same span ({spans[0].strip()!r}): give two "
+                             "different spans.")
+    return both, found
+
+
 def span_margin(start: torch.Tensor, end: torch.Tensor, answer: tuple[Any, Any], foil: tuple[Any, Any]
                 ) -> torch.Tensor:
     """[rows] the answer span's score less the foil's, a span's score being its first piece's start logit plus its

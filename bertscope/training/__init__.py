@@ -14,6 +14,8 @@ run), ``processes`` and ``launch`` (data-parallel runs through Accelerate). May 
 its answers are decoded as the Predictions page decodes them).
 """
 
+from typing import TYPE_CHECKING
+
 from bertscope.runtime.exports import lazy_exports
 
 _EXPORTS = {
@@ -24,3 +26,9 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
+    from bertscope.training.config import FinetuneConfig as FinetuneConfig
+    from bertscope.training.config import RecipeConfig as RecipeConfig
+    from bertscope.training.fine_tuning import finetune as finetune
+    from bertscope.training.recipe import train as train

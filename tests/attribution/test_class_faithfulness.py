@@ -11,7 +11,7 @@ import torch
 
 from bertscope import load_model
 from bertscope.attribution.class_items import class_items
-from bertscope.attribution.erasure import class_probabilities
+from bertscope.attribution.deletion import class_probabilities
 from bertscope.attribution.faithfulness import FRACTIONS, faithfulness
 from bertscope.attribution.methods import attribute
 from bertscope.cli import main

@@ -1,4 +1,4 @@
-"""Which attribution to trust: the erasure test, Value Zeroing and the items, checked against
+"""Which attribution to trust: the deletion test, Value Zeroing and the items, checked against
 hand computations from the model's own outputs, a direct loop, and the shortened sequence that
 removal by the attention mask stands for."""
 
@@ -15,7 +15,7 @@ import torch
 from scipy.stats import spearmanr
 
 from bertscope import BertScopeError, load_model
-from bertscope.attribution.erasure import target_probabilities
+from bertscope.attribution.deletion import target_probabilities
 from bertscope.attribution.faithfulness import (
     FRACTIONS,
     bootstrap,

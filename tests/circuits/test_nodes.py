@@ -106,5 +106,5 @@ def test_a_question_answering_model_is_patched_and_attributed_on_its_span_score(
     with pytest.raises(BertScopeError, match="'a boat' of this example is not in its context"):
         patch(qa, clean, corrupt, ("the man", "a boat"), context=context)
     long = " ".join([context] * 30)  # cut at the model's maximum: both rows as long, the questions not
-    with pytest.raises(BertScopeError, match="clean question has .* tokens with its context and the corrupted one"):
+    with pytest.raises(BertScopeError, match="This example has .* tokens clean and .* corrupted"):
         patch(qa, "who ?", "who sat ?", spans, context=long)

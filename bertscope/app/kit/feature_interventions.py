@@ -18,7 +18,7 @@ from bertscope.app.kit.url import from_url, to_url
 from bertscope.corpora.tagged import TAGSET_NAMES, brown_tagged
 from bertscope.errors import BertScopeError
 from bertscope.features.causal import tag_effect
-from bertscope.features.edits import FeatureEdit, edit_features
+from bertscope.features.edits import MAX_EDITS, FeatureEdit, edit_features
 from bertscope.features.patching import patch_features
 from bertscope.features.sae import load_sae
 from bertscope.features.shipped import sae_folder, sae_layers, shipped_saes
@@ -118,7 +118,7 @@ def features_tab(lm, key) -> None:
             if strong and c2.checkbox(f"With it, the {len(strong)} other feature(s) labelled {tag} (precision ≥ "
                                       f"{STRONG[0]}, recall ≥ {STRONG[1]}): {', '.join(map(str, strong[:12]))}",
                                       key=f"int_feat_group_{layer}_{feature}_{tag}"):
-                group += strong[:63]
+                group += strong[:MAX_EDITS - 1]  # the check switches off at most MAX_EDITS at once
         else:
             c2.caption("Index Brown on the Features page (this layer) to see the feature's label and switch off every "
                        "feature of a tag together.")

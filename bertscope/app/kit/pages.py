@@ -133,7 +133,7 @@ PAGES: tuple[Page, ...] = (
          "bundled-mlm, layer 2: type a sentence with *should* in it, open the feature that fires there, then *Index "
          "the corpus* to see its contexts and its label."),
     Page("faithfulness.py", "Faithfulness", ":material/fact_check:",
-         "which attribution to trust on this model: every method's token ranking put to an erasure test on the"
+         "which attribution to trust on this model: every method's token ranking put to a deletion test on the"
          " model's own predictions, with intervals and a random floor.",
          "*Run the test* on 25 Brown sentences on bundled-mlm: integrated gradients and ALTI come out most "
          "faithful, attention, rollout and norm between them and the random floor; then open the item where "

@@ -6,14 +6,17 @@ import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.budget import charge
-from bertscope.app.kit.chrome import plain, plain_but_code
+from bertscope.app.kit.chrome import PLOT_CONFIG, plain, plain_but_code
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
 from bertscope.app.kit.resident import resident_models
+from bertscope.figures.training import loss_curves
 from bertscope.runtime.disk_quota import make_room, pinned
 from bertscope.runtime.user_cache import user_cache_dir
 from bertscope.training.job import TrainingJob
@@ -33,6 +36,31 @@ def duration(seconds: float) -> str:
 def open_in_sidebar(folder: str) -> None:
     """The sidebar's model becomes ``folder`` (on the next run)."""
     st.session_state.update({MODEL_KEY: OTHER, CUSTOM_KEY: folder})
+
+
+def live_run(job, keys: tuple[str, str, str], stop: tuple[str, str], loading: str,
+             curves: Callable[[Any], dict[str, list[float]]], rows: Callable[[Any], list[dict]],
+             columns: dict[str, Any]) -> None:
+    """A running job drawn live, once a second while it runs (a fragment: the rest of the page stays still): its
+    progress and Stop, its loss curves, a row per finished epoch. ``keys``: (shown-state, stop button, chart);
+    ``stop``: (the button's label, its help)."""
+    shown, stop_key, chart_key = keys
+
+    @st.fragment(run_every=1.0 if job.snapshot().status == "running" else None)
+    def live() -> None:
+        snap = job.snapshot()
+        if snap.status != "running" and st.session_state.get(shown) != snap.status:
+            st.session_state[shown] = snap.status
+            st.rerun()  # once, to draw the final state without the timer
+        run_progress(job, snap, stop[0], stop_key, stop[1], loading)
+        found = curves(snap)
+        if found:
+            st.plotly_chart(loss_curves(found), config=PLOT_CONFIG, width="stretch", key=chart_key)
+        table = rows(snap)
+        if table:
+            st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", column_config=columns)
+
+    live()
 
 
 def run_progress(job, snap, button: str, key: str, why: str, loading: str) -> None:

@@ -1,4 +1,5 @@
-"""Remove tokens, read p(y): the passes an erasure test needs, as rows of one batch.
+"""Delete tokens, read p(y): the passes a deletion test of an attribution needs (ERASER's "erasure"), as rows of one
+batch. Concept erasure, which removes a concept from the states, is ``analysis.erasure``.
 
 A removal variant of one input is a ``keep`` row ([token] bool). Removing a token (DeYoung et
 al. 2020, ERASER: deletion without shifting positions) is one of:

@@ -1,0 +1,160 @@
+"""Embedding models explained, measured: the model's own embedding beside sentence-transformers', pair attribution
+beside integrated gradients, search latency, and retrieval quality on SQuAD dev.
+
+    python benchmarks/retrieval.py [--model bundled] [--device cpu] [--quality] [--full-size]
+
+- embedding: ``retrieval.embed`` against ``SentenceTransformer.encode`` on the same 2,067 SQuAD passages (or
+  Brown sentences when SQuAD is missing), the same batch size, interleaved rounds: texts/s of each, their ratio,
+  and the largest difference between the two embeddings;
+- pairs: integrated Jacobians of a (query, passage) pair with the default steps against integrated gradients with
+  the same steps through the encoder (single-sided: one text's gradient of the score), and the completeness error;
+- search: a query over SQuAD dev's passages, index built once (median of 50 queries);
+- ``--quality``: MRR@10 and recall@1/10 on SQuAD dev's 10,570 questions for the model, bundled-multilingual (with
+  its query/passage prefixes) and BM25, in one table;
+- ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` at 512 tokens: the pair attribution's
+  time and peak memory (bounded by ``similarity.ROW_BYTES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import synchronize  # noqa: E402
+
+QUERY = "Which NFL team represented the AFC at Super Bowl 50?"
+
+
+def passages(limit: int) -> list[str]:
+    from bertscope.errors import BertScopeError
+    from bertscope.retrieval.search import documents
+
+    try:
+        return list(documents("squad").texts[:limit])
+    except BertScopeError:
+        return list(documents("brown").texts[:limit])
+
+
+def embedding(lm, texts: list[str], batch: int, rounds: int) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from bertscope.retrieval.embedding import embed
+
+    reference = SentenceTransformer(lm.source, device=str(lm.device), local_files_only=True)
+    ours_t, theirs_t = [], []
+    for _ in range(rounds):
+        synchronize(lm.device)
+        t = time.perf_counter()
+        ours = embed(lm, texts, batch_size=batch).vectors
+        synchronize(lm.device)
+        ours_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        theirs = reference.encode(texts, batch_size=batch, convert_to_numpy=True)
+        synchronize(lm.device)
+        theirs_t.append(time.perf_counter() - t)
+    a, b = statistics.median(ours_t), statistics.median(theirs_t)
+    print(f"embedding {len(texts):,} texts, batch {batch}: BertScope {len(texts) / a:.1f} texts/s, "
+          f"SentenceTransformer.encode {len(texts) / b:.1f} texts/s, ratio {b / a:.3f}; largest difference "
+          f"{np.abs(ours - theirs).max():.2e}")
+
+
+def pairs(lm, steps: int, rounds: int) -> None:
+    from bertscope.retrieval.similarity import explain_pair
+
+    passage = passages(1)[0][:400]
+    ij_t, ig_t = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        x = explain_pair(lm, QUERY, passage, "ij", steps)
+        ij_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        explain_pair(lm, QUERY, passage, "ig", steps)
+        ig_t.append(time.perf_counter() - t)
+    a, b = statistics.median(ij_t), statistics.median(ig_t)
+    print(f"pair attribution, {len(x.a.tokens)} x {len(x.b.tokens)} tokens, {steps} steps: integrated Jacobians "
+          f"{a:.2f} s, integrated gradients of both texts {b:.2f} s, ratio {a / b:.2f}; completeness error "
+          f"{x.error:.2e} (score {x.score:.4f}, references' share {x.baseline_score:.4f})")
+
+
+def search_latency(lm) -> None:
+    from bertscope.retrieval.search import build_index, documents, search, squad_retrieval
+
+    corpus = documents("squad")
+    t = time.perf_counter()
+    index = build_index(lm, corpus, cache=False)
+    built = time.perf_counter() - t
+    _, questions, _ = squad_retrieval()
+    times = []
+    for q in questions[:50]:
+        t = time.perf_counter()
+        search(lm, index, q, 10)
+        times.append(time.perf_counter() - t)
+    print(f"search over {len(corpus.texts):,} passages: index built in {built:.1f} s, a query "
+          f"{statistics.median(times) * 1000:.1f} ms (median of 50, the query's embedding included)")
+
+
+def quality(lm) -> None:
+    from bertscope.core.models import load_model
+    from bertscope.retrieval.search import bm25_squad, evaluate_squad
+
+    rows = [evaluate_squad(lm), evaluate_squad(load_model("bundled-multilingual", device=str(lm.device))),
+            bm25_squad()]
+    print(f"SQuAD v1.1 dev, {rows[0].questions:,} questions against {rows[0].passages:,} passages")
+    print(f"  {'system':<24}{'MRR@10':>8}{'R@1':>8}{'R@10':>8}")
+    for r in rows:
+        print(f"  {r.system:<24}{r.mrr_at_10:8.4f}{r.recall_at_1:8.4f}{r.recall_at_10:8.4f}")
+
+
+def full_size(device: str, steps: int) -> None:
+    import tempfile
+
+    import psutil
+
+    from bertscope.core.models import load_model
+    from bertscope.core.random_models import save_random_model
+    from bertscope.retrieval.similarity import explain_pair
+
+    with tempfile.TemporaryDirectory() as folder:
+        save_random_model("bert-base-uncased", folder)
+        lm = load_model(folder, device=device)
+        long = " ".join(["the bank of the river was muddy after the storm ."] * 60)
+        before = psutil.Process().memory_info().rss
+        t = time.perf_counter()
+        x = explain_pair(lm, QUERY, long, "ij", steps)
+        seconds = time.perf_counter() - t
+        peak = psutil.Process().memory_info().rss
+        print(f"BERT-base size, {len(x.a.tokens)} x {len(x.b.tokens)} tokens, {steps} steps: {seconds:.1f} s; "
+              f"resident memory {before / 2**20:.0f} -> {peak / 2**20:.0f} MiB; completeness error {x.error:.2e}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="bundled")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--texts", type=int, default=2067)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--quality", action="store_true")
+    parser.add_argument("--full-size", action="store_true")
+    args = parser.parse_args()
+    from bertscope.core.models import load_model
+
+    lm = load_model(args.model, device=args.device)
+    embedding(lm, passages(args.texts), args.batch, args.rounds)
+    pairs(lm, args.steps, args.rounds)
+    search_latency(lm)
+    if args.quality:
+        quality(lm)
+    if args.full_size:
+        full_size(args.device, 10)
+
+
+if __name__ == "__main__":
+    main()
