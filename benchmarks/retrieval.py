@@ -11,6 +11,9 @@ beside integrated gradients, search latency, and retrieval quality on SQuAD dev.
 - search: a query over SQuAD dev's passages, index built once (median of 50 queries);
 - ``--quality``: MRR@10 and recall@1/10 on SQuAD dev's 10,570 questions for the model, bundled-multilingual (with
   its query/passage prefixes) and BM25, in one table;
+- ``--faithfulness N``: the deletion test on N held-out pairs (SQuAD dev questions beside their own passage's first
+  sentence: pairs the model should find similar, none seen in training): each method's mean fall of the score as
+  b's top tokens go, beside a random order, and its seconds per explanation;
 - ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` at 512 tokens: the pair attribution's
   time and peak memory (bounded by ``similarity.ROW_BYTES``).
 """
@@ -111,6 +114,29 @@ def quality(lm) -> None:
         print(f"  {r.system:<24}{r.mrr_at_10:8.4f}{r.recall_at_1:8.4f}{r.recall_at_10:8.4f}")
 
 
+def faithfulness(lm, pairs_n: int, steps: int) -> None:
+    import re
+
+    from bertscope.retrieval.faithful import METHODS, deletion_curves
+    from bertscope.retrieval.search import passage_kind, query_kind, squad_retrieval
+
+    corpus, questions, gold = squad_retrieval()
+    rng = np.random.default_rng(0)
+    picked = rng.choice(len(questions), pairs_n, replace=False)
+    areas: dict[str, list[float]] = {m: [] for m in METHODS}
+    seconds: dict[str, list[float]] = {m: [] for m in METHODS}
+    for i in picked:
+        passage = re.split(r"(?<=[.!?])\s", corpus.texts[gold[i]])[0]  # its first sentence
+        for curve in deletion_curves(lm, questions[i], passage, METHODS, 0.5, steps, (query_kind(lm), passage_kind(lm))):
+            areas[curve.method].append(curve.area)
+            seconds[curve.method].append(curve.seconds)
+    print(f"deletion test on {pairs_n} SQuAD (question, first sentence of its passage) pairs, half of b's tokens at "
+          f"most, {steps} steps: mean fall of the score (higher: more faithful)")
+    for m in METHODS:
+        print(f"  {m:<12} {np.mean(areas[m]):.4f} ± {np.std(areas[m]) / np.sqrt(len(areas[m])):.4f}   "
+              f"{np.mean(seconds[m]):.2f} s per explanation")
+
+
 def full_size(device: str, steps: int) -> None:
     import tempfile
 
@@ -142,6 +168,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--quality", action="store_true")
+    parser.add_argument("--faithfulness", type=int, default=0, help="pairs for the deletion test (0: none)")
     parser.add_argument("--full-size", action="store_true")
     args = parser.parse_args()
     from bertscope.core.models import load_model
@@ -152,6 +179,8 @@ def main() -> None:
     search_latency(lm)
     if args.quality:
         quality(lm)
+    if args.faithfulness:
+        faithfulness(lm, args.faithfulness, args.steps)
     if args.full_size:
         full_size(args.device, 10)
 

@@ -7,12 +7,15 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.estimates import expected
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, to_url
-from bertscope.figures.similarity import pair_map, totals
+from bertscope.figures.similarity import deletion_figure, pair_map, totals
 from bertscope.retrieval.embedding import settings_of
+from bertscope.retrieval.faithful import deletion_curves
+from bertscope.retrieval.search import CORPORA, build_index, documents, passage_kind, query_kind, search
 from bertscope.retrieval.similarity import DEFAULT_STEPS, METHODS, explain_pair
 
 A, B = "How do I open a bank account?", "Steps to create a new account at your bank"
@@ -75,21 +78,93 @@ def show(x, words: bool) -> None:
         download("Download the map (CSV)", frame.to_csv(), "similarity-pairs.csv", "text/csv", key="sim_csv", where=d2)
 
 
-st.title("Similarity & search")
-st.caption("Why two texts are as similar as an embedding model says: integrated Jacobians (Moeller, Nikolaev & Padó "
-           "2023, held to the authors' code) split the score into every token pair's share, which sum to the score "
-           "less what the texts' references account for. Headless: `bertscope similarity MODEL --a … --b …`.")
-lm = require_model()
-settings = settings_of(lm)
-st.info(plain(settings.note))
-a, b, kinds, method, steps, words, asked = pair_form(lm, settings)
-with page_errors(stop=False):
-    check_text(a, "text a")
-    check_text(b, "text b")
-    explained = result_store("similarity").compute(
-        (model_key(), a, b, kinds, method, steps), lambda progress: explain_pair(lm, a, b, method, steps, 0, kinds),
-        "Explaining the similarity", asked, costly="similarity explanation",
-        wait=f"Press *Explain the similarity*: every token of each text is moved from its reference, {steps} steps, "
-             "one directional derivative a token and step (a few seconds on bundled).")
-    if explained is not None:
-        show(explained, words)
+def deletion_section(lm, a: str, b: str, kinds, steps: int) -> None:
+    """The deletion test of every method on this pair, behind its own button (it explains the pair three ways)."""
+    asked = st.button("Test the explanations: delete b's top tokens", key="sim_delete",
+                      help="Each method's ranking of b's tokens, deleted most important first, beside a random order.")
+    curves = result_store("similarity_deletion").compute(
+        (model_key(), a, b, kinds, steps), lambda progress: deletion_curves(lm, a, b, steps=steps, kinds=kinds),
+        "Deleting tokens, methods", asked, costly="similarity deletion test",
+        wait="Press *Test the explanations* to see which method's ranking the score rests on (each method once, then "
+             "a pass per deletion size).")
+    if curves is not None:
+        st.plotly_chart(deletion_figure(curves), config=PLOT_CONFIG, width="stretch", key="sim_deletion")
+        st.caption("Mean fall of the score as b's top tokens go: higher is more faithful; random is the floor. "
+                   "Headless, over many held-out pairs: `python benchmarks/retrieval.py --faithfulness 20`.")
+
+
+def search_section(lm, settings) -> None:
+    """A corpus searched with the model's own embedding, each hit explained against the query."""
+    with st.form("search_form"):
+        c1, c2, c3 = st.columns([2, 3, 1])
+        corpus_name = c1.selectbox("Corpus", list(CORPORA), format_func=lambda c: f"{c}: {CORPORA[c]}",
+                                   key="search_corpus")
+        query = c2.text_input("Query", "Who won Super Bowl 50?", key="search_query", max_chars=Limits.input_chars)
+        top_k = c3.number_input("Hits", 1, 50, 10, key="search_k")
+        asked = st.form_submit_button("Search", type="primary")
+    corpus = documents(corpus_name)
+    index = result_store("search_index").compute(
+        (model_key(), corpus.digest()), lambda progress: build_index(lm, corpus, progress),
+        "Embedding the corpus, documents", asked, costly="search index", measure=(lm.name, len(corpus.texts)),
+        wait=f"Press *Search*: {lm.name} embeds the {len(corpus.texts):,} documents once (kept on disk: "
+             f"{expected('search_index', lm.name, len(corpus.texts), 'documents')}), then every query is a "
+             "matrix product.")
+    if index is None:
+        return
+    check_text(query, "query")
+    hits = search(lm, index, query, int(top_k))
+    st.dataframe(pd.DataFrame([h.to_json() for h in hits]), hide_index=True, width="stretch", key="search_hits",
+                 column_config={"score": st.column_config.NumberColumn(format="%.4f")})
+    download("Download the hits (JSON)", json.dumps({"corpus": corpus.name, "documents": len(corpus.texts),
+                                                     "results": [h.to_json() for h in hits]}),
+             "search.json", "application/json", key="search_json")
+    pick = st.selectbox("Why did this hit rank here?", range(len(hits)), key="search_pick",
+                        format_func=lambda i: f"{hits[i].rank}. {hits[i].text[:90]}")
+    exact = st.toggle("Exact (integrated Jacobians, a pass a token and step: minutes for a long passage on a CPU)",
+                      key="search_exact")
+    method, steps = ("ij", 20) if exact else ("first-order", 1)
+    kinds = (query_kind(lm), passage_kind(lm))
+    why = result_store("similarity").compute(
+        (model_key(), query, hits[pick].text, kinds, method, steps),
+        lambda progress: explain_pair(lm, query, hits[pick].text, method, steps, 0, kinds),
+        "Explaining the hit", True, costly="similarity explanation")
+    show(why, True)
+
+
+def pair_tab(lm, settings) -> None:
+    """Two texts explained, and the deletion test of the explanations."""
+    a, b, kinds, method, steps, words, asked = pair_form(lm, settings)
+    with page_errors(stop=False):
+        check_text(a, "text a")
+        check_text(b, "text b")
+        explained = result_store("similarity").compute(
+            (model_key(), a, b, kinds, method, steps), lambda progress: explain_pair(lm, a, b, method, steps, 0, kinds),
+            "Explaining the similarity", asked, costly="similarity explanation",
+            wait=f"Press *Explain the similarity*: every token of each text is moved from its reference, {steps} steps, "
+                 "one directional derivative a token and step (a few seconds on bundled).")
+        if explained is not None:
+            show(explained, words)
+            deletion_section(lm, a, b, kinds, steps)
+
+
+def page() -> None:
+    st.title("Similarity & search")
+    st.caption("Why two texts are as similar as an embedding model says: integrated Jacobians (Moeller, Nikolaev & "
+               "Padó 2023, held to the authors' code) split the score into every token pair's share, which sum to the "
+               "score less what the texts' references account for. Headless: `bertscope similarity MODEL --a … --b "
+               "…` and `bertscope search MODEL --query …`.")
+    lm = require_model()
+    settings = settings_of(lm)
+    st.info(plain(settings.note))
+    pairs, searching = st.tabs(["Two texts", "Search a corpus"], key="sim_tab", on_change="rerun")
+    with pairs:
+        if pairs.open:
+            pair_tab(lm, settings)
+    with searching:
+        if searching.open:
+            with page_errors(stop=False):
+                search_section(lm, settings)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing
+    page()

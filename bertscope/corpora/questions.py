@@ -99,7 +99,7 @@ def _json_lines(text: str) -> bool:
         return False
     try:
         return isinstance(json.loads(first), dict)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
 
 
@@ -124,6 +124,8 @@ def read_squad_file(text: str, name: str) -> Questions:
             doc = json.loads(text)
         except json.JSONDecodeError as err:
             raise BertScopeError(f"{name} is not JSON (line {err.lineno}: {err.msg}).") from None
+        except RecursionError:
+            raise BertScopeError(f"{name}: JSON nested too deeply to read.") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
             raise BertScopeError(f"{name}: SQuAD JSON has a \"data\" list of articles (or give JSONL records).")
         for a, article in enumerate(doc["data"], 1):

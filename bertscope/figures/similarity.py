@@ -32,3 +32,20 @@ def totals(a: list[str], b: list[str], a_scores: np.ndarray, b_scores: np.ndarra
     fig.update_layout(title="Each token's total: its row (a) or column (b) of the map", height=340,
                       yaxis_title="share of the score", legend=dict(orientation="h", y=-0.3))
     return fig
+
+
+def deletion_figure(curves) -> go.Figure:
+    """The score as text b's top tokens go, one line per method's ranking (random dotted): the faster it falls, the
+    better the ranking found what the score rests on."""
+    fig = go.Figure()
+    for n, curve in enumerate(curves):
+        random = curve.method == "random"
+        fig.add_trace(go.Scatter(x=curve.removed, y=curve.scores, mode="lines+markers",
+                                 name=f"{curve.method} (mean fall {curve.area:+.3f})",
+                                 line=dict(color="grey" if random else LINE_COLOURS[n % len(LINE_COLOURS)],
+                                           dash="dot" if random else None),
+                                 hovertemplate="%{x} removed: score %{y:.4f}<extra>" + curve.method + "</extra>"))
+    fig.update_layout(title="Deleting text b's most important tokens first (each replaced by the padding token)",
+                      xaxis_title="tokens of b removed", yaxis_title="the model's score", height=360,
+                      legend=dict(orientation="h", y=-0.25))
+    return fig

@@ -1,8 +1,8 @@
 """Search a corpus with an embedding model, and measure it as the field does.
 
-    >>> index = build_index(lm, documents("squad"))             # the passages embedded once (kept on disk)
-    >>> search(lm, index, "Who wrote the Iliad?", top_k=5)        # [Hit(rank, id, text, score), ...]
-    >>> evaluate_squad(lm)                                        # MRR@10, recall@1, recall@10 on SQuAD dev
+    index = build_index(lm, documents("squad"))             # the passages embedded once (kept on disk)
+    search(lm, index, "Who wrote the Iliad?", top_k=5)        # [Hit(rank, id, text, score), ...]
+    evaluate_squad(lm)                                        # MRR@10, recall@1, recall@10 on SQuAD dev
 
 Passages are embedded as the model declares its passages ("passage: " for E5), queries as its queries, in
 length-sorted batches bounded by bytes; the vectors are kept in the user cache (``retrieval/``, within a hosted

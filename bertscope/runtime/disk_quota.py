@@ -26,7 +26,7 @@ from bertscope.runtime.user_cache import user_cache_dir
 
 # what is kept for visitors under the user cache (models, corpora and the app's own files are not: they are the
 # installation's, bounded by what it ships)
-KEPT = ("hidden", "align", "training", "uploads", "features/activations", "features/statistics")
+KEPT = ("hidden", "align", "retrieval", "training", "uploads", "features/activations", "features/statistics")
 
 _LOCK = threading.Lock()
 _PINNED: dict[Path, int] = {}

@@ -16,5 +16,5 @@ def test_every_page_is_titled_as_the_sidebar_names_it():
         if page.default:  # the home page carries the product's name
             continue
         source = (APP / page.script).read_text(encoding="utf-8")
-        titles = re.findall(r'^st\.title\("([^"]+)"\)', source, flags=re.M)
+        titles = re.findall(r'^\s*st\.title\("([^"]+)"\)', source, flags=re.M)  # a script's, or its page()'s
         assert titles == [page.title], (page.script, titles)

@@ -137,7 +137,7 @@ def test_unpack_takes_only_the_text_files(tmp_path):
 
 
 def test_missing_corpus_says_how_to_get_it(tmp_path):
-    with pytest.raises(BertScopeError, match="make brown"):
+    with pytest.raises(BertScopeError, match="bertscope corpus install brown"):
         read_brown(tmp_path / "nowhere")
 
 

@@ -197,9 +197,10 @@ class ResultStore:
                      "find it, or its result.")
         clock = StageClock()
         job.watch()
-        shown = None
+        shown, pause = None, 0.005
         try:
-            while not job.done.wait(0.25):
+            while not job.done.wait(pause):  # a short job's result at once, a long one looked at four times a second
+                pause = min(0.25, pause * 2)
                 done, total, stage = job.progress
                 left = clock.left(stage or what, done, total) if total else None
                 text = (f"{stage or what}: {done:,}/{total:,}" if total else f"{what}…") + (f" · {left}" if left else "")
