@@ -20,7 +20,7 @@ from bertscope.attribution.faithfulness import (
     FRACTIONS,
     bootstrap,
     check_methods,
-    erasure,
+    deletion_test,
     faithfulness,
     method_scores,
     top_k_counts,
@@ -107,7 +107,7 @@ def test_comprehensiveness_and_sufficiency_by_hand(mlm):
     candidates = item.candidates()
     assert 0 not in candidates and n - 1 not in candidates and position not in candidates
     scores = {"mine": np.arange(n, dtype=float)[::-1].copy(), "theirs": np.random.default_rng(3).random(n)}
-    result = erasure(mlm, item, scores)
+    result = deletion_test(mlm, item, scores)
 
     def p_without(removed) -> float:
         kept = np.array([i for i in range(n) if i not in set(removed)])
