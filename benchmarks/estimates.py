@@ -39,7 +39,7 @@ class Recorder:
 def udhr(rec: Recorder) -> None:
     from bertscope import load_model
     from bertscope.analysis.align import embed_parallel
-    from bertscope.app.kit.udhr_view import sample_codes
+    from bertscope.app.sections.udhr_view import sample_codes
     from bertscope.corpora.udhr import declarations_by_code, udhr_parallel
 
     lm = load_model("bundled-multilingual")

@@ -1,12 +1,13 @@
 """Which attribution to trust: the scoreboard on Brown, and what the deletion test and Value Zeroing
 cost beside the passes they cannot avoid.
 
-    python benchmarks/faithfulness.py [--model bundled-mlm|random:bert-base-uncased] [--items 200]
+    python benchmarks/faithfulness.py [--model bundled-mlm|bundled-sentiment|random:bert-base-uncased] [--items 200]
                                       [--methods attention,rollout,…] [--removal attention|mask]
                                       [--steps 50] [--cost] [--vz-tokens 128] [--vz-long 512]
 
-- The scoreboard (``attribution.faithfulness``) on ``--items`` Brown sentences: the table the
-  CLI prints, and the wall time.
+- The scoreboard (``attribution.faithfulness``) on ``--items`` Brown sentences (a masked LM: a
+  content word-piece masked; a classifier: the class it predicts): the table the CLI prints, each
+  method's seconds an explanation, and the wall time.
 - ``--cost``: the erasure of one item (every removal variant as rows of batches bounded by bytes,
   p(y) read at the mask) against the plain encoder passes of the same rows (the same inputs and
   attention masks, no head, no bookkeeping); medians over ten items.
@@ -151,7 +152,15 @@ def main() -> None:
     lm = load(args)
     print(describe(lm))
     methods = check_methods(args.methods.split(",")) if args.methods else faithfulness_defaults()
-    items = brown_items(lm, max(args.items, 10 if args.cost else 0), args.seed) if args.items or args.cost else []
+    n = max(args.items, 10 if args.cost else 0)
+    if not (args.items or args.cost):
+        items = []
+    elif "mlm" in lm.outputs:  # a masked LM: a content word-piece masked, its top-1 explained
+        items = brown_items(lm, n, args.seed)
+    else:  # a classifier (bundled-sentiment): the class it predicts for each sentence
+        from bertscope.attribution.class_items import brown_class_items
+
+        items = brown_class_items(lm, n, args.seed)
     if args.items:
         scoreboard(lm, items[: args.items], methods, args.removal, args.steps, args.seed, args.out)
     if args.cost:

@@ -29,6 +29,8 @@ from the floors below it:
     attribution  a registry of attribution methods
     retrieval    embedding models explained: the model's own sentence embedding, similarity token pair by pair,
                  search over a corpus
+    lenses       each layer read as the output: the tuned lens beside the logit lens
+    causal       whether a concept is used: concept activation vectors and their test (TCAV)
     training     BERT's pretraining and fine-tuning recipes
     interventions  change the model and watch the output: head ablation, head importance, patching, erasure
     features     dictionary features: SAEs, crosscoders, the feature browser, switching features off

@@ -23,9 +23,9 @@ from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, pa
 from bertscope.app.kit.limits import Limits, check_pieces, check_texts, demo
 from bertscope.app.kit.model_picker import cached_model, model_key, obtainable, require_model
 from bertscope.app.kit.results import result_store, warm_umap_in_background
-from bertscope.app.kit.udhr_view import udhr_view
 from bertscope.app.kit.uploads import uploaded_text
 from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, to_url
+from bertscope.app.sections.udhr_view import udhr_view
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
 from bertscope.figures.align import alignment_heatmap, projection_map, retrieval_by_layer, retrieval_heatmap
@@ -87,17 +87,20 @@ if data.incomplete:
     more = f" and {len(data.incomplete) - 8} more" if len(data.incomplete) > 8 else ""
     st.warning(plain(f"Rows with a missing language were left out: {shown}{more}."))
 
+LANGS = f"align_langs_{kind}"
 if st.session_state.get("align_data") != data.digest():  # new data (an upload): its languages, all of them
     st.session_state["align_data"] = data.digest()
-    kept = [g for g in st.session_state.get(f"align_langs_{kind}", []) if g in data.languages]
-    st.session_state[f"align_langs_{kind}"] = kept if len(kept) >= 2 else list(data.languages)
-from_url("langs", f"align_langs_{kind}", lambda v: [g for g in v.split(",") if g],
+    if LANGS in st.session_state:  # a selection made before: what of it still applies (the widget's first run
+        kept = [g for g in st.session_state[LANGS] if g in data.languages]  # takes its default: a value set before
+        st.session_state[LANGS] = kept if len(kept) >= 2 else list(data.languages)  # it would not be drawn)
+from_url("langs", LANGS, lambda v: [g for g in v.split(",") if g],
          lambda v: len(v) >= 2 and set(v) <= set(data.languages))
 from_url("vec", "align_pooling", str, lambda v: v in ("mean", "cls"))
 from_url("ctx", "align_context", str, lambda v: v in ("alone", "carrier"))
 with st.form("align_form"):
     languages = st.multiselect("Languages", list(data.languages),
-                               format_func=lambda g: f"{language_name(g)} ({g})", key=f"align_langs_{kind}")
+                               None if LANGS in st.session_state else list(data.languages),
+                               format_func=lambda g: f"{language_name(g)} ({g})", key=LANGS)
     if kind == "sentences":
         pooling = st.radio("Sentence vector", ["mean", "cls"], horizontal=True, key="align_pooling",
                            format_func={"mean": "mean of its tokens", "cls": "first token ([CLS] / <s>)"}.get)

@@ -19,7 +19,6 @@ from bertscope.analysis.compare import (
 )
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
-from bertscope.app.kit import model_diff_tab
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import (
@@ -34,6 +33,7 @@ from bertscope.app.kit.model_picker import (
 from bertscope.app.kit.pages import NEEDS
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
+from bertscope.app.sections import model_diff_tab
 from bertscope.core.layers import hidden_names, layer_title
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task, brown_texts
 from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, shipped_task

@@ -6,9 +6,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from bertscope.app.kit import classifier_interventions
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
-from bertscope.app.kit.feature_interventions import feature_patch_section, features_tab
 from bertscope.app.kit.head_picker import (
     HEADS_KEY,
     clickable_grid,
@@ -23,6 +21,8 @@ from bertscope.app.kit.mask_changes import show_mask_changes
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
+from bertscope.app.sections import classifier_interventions
+from bertscope.app.sections.feature_interventions import feature_patch_section, features_tab
 from bertscope.attribution.gradients import Target
 from bertscope.core.task_head import SEQUENCE
 from bertscope.figures.interventions import pruning_figure, recovered_heatmap

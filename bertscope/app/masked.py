@@ -15,8 +15,11 @@ from bertscope.app.kit.url import from_url, tab_from_url, to_url
 from bertscope.attribution.explain import explain_prediction
 from bertscope.core.layers import hidden_name
 from bertscope.figures.attribution import token_strip
-from bertscope.figures.masked import prediction_bars, rank_by_layer
+from bertscope.figures.masked import lens_kl_figure, prediction_bars, rank_by_layer
 from bertscope.figures.text import label, table_text
+from bertscope.lenses.readings import lens_readings
+from bertscope.lenses.shipped import SHIPPED as SHIPPED_LENSES
+from bertscope.lenses.shipped import find_lens, has_lens
 from bertscope.mlm.fill_mask import MAX_MASKS, fill_mask, fill_mask_words, iterative_fill, mask_spellings, words_of
 from bertscope.mlm.logit_lens import layerwise_predictions
 from bertscope.mlm.nsp import both_orders, sentence_order
@@ -80,6 +83,31 @@ def recipe_without_head(lm) -> None:
 st.title("Masked tokens")
 lm = require_model(fallback=recipe_without_head)  # the page's record needs a masked-LM head
 key = model_key()
+
+
+def tuned_lens_section(lm, result, which: int, layer_names: list[str]) -> None:
+    """The tuned lens beside the logit lens at the chosen mask, when the model has one (shipped or trained)."""
+    st.markdown("**The tuned lens** (Belrose et al. 2023): an affine translator a layer, trained so the head reads "
+                "each layer's state as it reads the last one's. It shows what each layer already carries toward the "
+                "final answer, where the logit lens shows only what the head can read off it unchanged.")
+    if not has_lens(lm):
+        st.caption(plain(f"No tuned lens for {lm.name} here (shipped for {', '.join(SHIPPED_LENSES)}). Train one "
+                         f"headless: bertscope train-tuned-lens {lm.name} (a few minutes on a CPU)."))
+        return
+    lens = find_lens(lm)
+    read = lens_readings(lm, lens, result.inspection.text, which, top_k=5)
+    st.dataframe(pd.DataFrame([{"layer": str(r.layer), "tuned lens": ", ".join(f"{table_text(t.strip())} ({p:.2f})"
+                                                                               for t, p in r.tuned[:3]),
+                                "KL tuned": r.kl_tuned, "logit lens": ", ".join(
+                                    f"{table_text(t.strip())} ({p:.2f})" for t, p in r.logit[:3]),
+                                "KL logit": r.kl_logit, "rank of final answer (tuned)": r.final_rank_tuned}
+                               for r in read.layers]), hide_index=True, width="stretch", key="mlm_tuned_table",
+                 column_config={c: st.column_config.NumberColumn(format="%.3f") for c in ("KL tuned", "KL logit")})
+    st.plotly_chart(lens_kl_figure(read.layers, layer_names, "prediction"), config=PLOT_CONFIG, width="stretch",
+                    key="mlm_tuned_chart")
+    st.caption(plain(f"The lens was trained {lens.meta.steps} steps on {lens.meta.trained_on or 'its texts'}; "
+                     "headless: bertscope tuned-lens MODEL TEXT."))
+
 
 TABS = ["Fill mask", "Why this prediction?", "Pretraining recipe (80/10/10)", "Layer by layer",
         "Next sentence"]
@@ -247,6 +275,7 @@ with tab_layers:
                 for r in readings]), hide_index=True, width="stretch")
             layer_names = [hidden_name(r.layer) for r in readings]
             st.plotly_chart(rank_by_layer(readings, layer_names), config=PLOT_CONFIG, width="stretch")
+            tuned_lens_section(lm, result, which, layer_names)
 
 with tab_nsp:
     pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None

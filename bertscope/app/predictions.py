@@ -18,7 +18,10 @@ from bertscope.attribution.gradients import Target, parse_target
 from bertscope.attribution.methods import attribute
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.figures.attribution import token_strip
+from bertscope.figures.masked import lens_kl_figure
 from bertscope.figures.tasks import confusion_heatmap, label_bars, layer_readings, marked_text
+from bertscope.lenses.readings import lens_readings
+from bertscope.lenses.shipped import find_lens, has_lens
 from bertscope.tasks.classify import classify
 from bertscope.tasks.layer_lens import layer_decisions
 from bertscope.tasks.predict import predict, read_records
@@ -82,6 +85,13 @@ with page_errors(stop=False):
             st.caption(plain(f"The head read at every hidden state (put where the last layer's output goes; "
                              f"{pooler}the classifier as the model applies them): the decision is "
                              f"“{lens.predicted[-1]}” from hidden state {lens.first_final()} on."))
+            if has_lens(lm):
+                tuned = lens_readings(lm, find_lens(lm), text, pair=pair or None)
+                st.plotly_chart(lens_kl_figure(tuned.layers, [str(r.layer) for r in tuned.layers], "decision"),
+                                config=PLOT_CONFIG, width="stretch", key="pred_tuned_chart")
+                st.caption(plain("The tuned lens (Belrose et al. 2023) reads each state through a translator trained "
+                                 "so the head reads it as the last layer's: its decision by layer is "
+                                 + ", ".join(f"{r.layer}: {r.tuned[0][0]}" for r in tuned.layers) + "."))
     elif task.kind == TOKEN:
         result = store.get_or_compute((key, text), lambda: tag(lm, [text])[0])
         if any(label[:2] in ("B-", "I-") for label in task.labels):  # entities (BIO): a chip per entity

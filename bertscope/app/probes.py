@@ -8,7 +8,6 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states, task_size
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
-from bertscope.app.kit import erasure_tab, syntax_tab
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
 from bertscope.app.kit.estimates import expected
 from bertscope.app.kit.limits import Limits, check_pieces, demo
@@ -16,6 +15,7 @@ from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.uploads import uploaded_text
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
+from bertscope.app.sections import erasure_tab, syntax_tab, tcav_tab
 from bertscope.core.layers import hidden_name
 from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
@@ -49,13 +49,15 @@ st.caption("A linear probe per layer: can a logistic regression read the propert
 lm = require_model()
 key = model_key()
 
-TAB_NAMES = ["Labels", "Syntax", "Does the model use it?"]
+TAB_NAMES = ["Labels", "Syntax", "Does the model use it?", "Concepts (TCAV)"]
 tab_from_url("probe_tab", TAB_NAMES)
-tab_labels, tab_syntax, tab_erase = st.tabs(TAB_NAMES, key="probe_tab", on_change="rerun")
+tab_labels, tab_syntax, tab_erase, tab_tcav = st.tabs(TAB_NAMES, key="probe_tab", on_change="rerun")
 with tab_syntax:
     syntax_tab.render(lm, key)
 with tab_erase:
     erasure_tab.render(lm, key)
+with tab_tcav:
+    tcav_tab.render(lm, key)
 with tab_labels:
     from_url("task", "probe_task", str, lambda v: v in TASKS and v != UPLOAD)
     from_url("vec", "probe_pooling", str, lambda v: v in ("mean", "first"))

@@ -101,8 +101,9 @@ def token_scores(lm: LoadedModel, text: str | None, pair: str | None, method: st
     a = record.compute(lm, ins, target, steps, progress)
     warnings = ins.warnings
     if a.completeness_error is not None and a.completeness_error > COMPLETENESS_TOLERANCE:
-        warnings += (f"Completeness error {a.completeness_error:.1%} at {steps} steps (attributions sum to "
-                     f"{a.scores.sum():.4f}, f(x) - f(x') is {a.f_input - a.f_baseline:.4f}): raise the steps.",)
+        unit = "steps" if record.name == "ig" else "samples"
+        warnings += (f"Completeness error {a.completeness_error:.1%} at {a.steps} {unit} (attributions sum to "
+                     f"{a.scores.sum():.4f}, f(x) - f(x') is {a.f_input - a.f_baseline:.4f}): raise the {unit}.",)
     return TokenScores(ins.tokens, record.name, a, warnings)
 
 

@@ -105,6 +105,36 @@ def _ig(lm, ins, target, steps, progress) -> Any:
     return gradients.integrated_gradients(lm, ins, target, steps=steps, progress=progress)
 
 
+def _occlusion(lm, ins, target, steps, progress) -> Any:
+    from bertscope.attribution import perturbation
+
+    return perturbation.occlusion(lm, ins, target, progress=progress)
+
+
+def _lime(lm, ins, target, steps, progress) -> Any:
+    from bertscope.attribution import perturbation
+
+    return perturbation.lime(lm, ins, target, progress=progress)
+
+
+def _kernelshap(lm, ins, target, steps, progress) -> Any:
+    from bertscope.attribution import perturbation
+
+    return perturbation.kernel_shap(lm, ins, target, progress=progress)
+
+
+def _smoothgrad(lm, ins, target, steps, progress) -> Any:
+    from bertscope.attribution import perturbation
+
+    return perturbation.noise_tunnel(lm, ins, target, "smoothgrad", progress=progress)
+
+
+def _vargrad(lm, ins, target, steps, progress) -> Any:
+    from bertscope.attribution import perturbation
+
+    return perturbation.noise_tunnel(lm, ins, target, "vargrad", progress=progress)
+
+
 def _random(ins, seed: int) -> np.ndarray:
     """[token] uniform in [0, 1), seeded by the run's seed and the input (the same item, the same ranking)."""
     n = ins.n_tokens
@@ -142,6 +172,17 @@ for _method in (
            cite="Shrikumar et al. 2017"),
     Method(name="ig", title="integrated gradients", kind="scores", needs_target=True, compute=_ig,
            cite="Sundararajan et al. 2017"),
+    # the peers' methods, computed by captum's implementations (``perturbation``)
+    Method(name="occlusion", title="occlusion", kind="scores", needs_target=True, compute=_occlusion,
+           cite="Zeiler & Fergus 2014 (captum)"),
+    Method(name="lime", title="LIME", kind="scores", needs_target=True, compute=_lime,
+           cite="Ribeiro et al. 2016 (captum)"),
+    Method(name="kernelshap", title="KernelSHAP", kind="scores", needs_target=True, compute=_kernelshap,
+           cite="Lundberg & Lee 2017 (shap)"),
+    Method(name="smoothgrad", title="SmoothGrad (gradient × input)", kind="scores", needs_target=True,
+           compute=_smoothgrad, cite="Smilkov et al. 2017 (captum)"),
+    Method(name="vargrad", title="VarGrad (gradient × input)", kind="scores", needs_target=True,
+           compute=_vargrad, cite="Adebayo et al. 2018 (captum)"),
     Method(name="random", title="random (floor)", kind="floor", compute=_random,
            cite="the floor: a seeded random ranking of the tokens"),
 ):

@@ -9,7 +9,8 @@ Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exi
 command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
 Nothing imports it but ``__main__`` and the home page (which lists ``COMMANDS``). May import:
 ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
-``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``, ``circuits``, ``retrieval``.
+``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``, ``circuits``, ``retrieval``,
+``causal``, ``lenses``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from bertscope.cli import (
     app,
     attribution,
+    causal,
     circuits,
     compare,
     corpus,
@@ -29,6 +31,7 @@ from bertscope.cli import (
     features,
     inspection,
     interventions,
+    lenses,
     mlm,
     probe,
     retrieval,
@@ -42,7 +45,7 @@ from bertscope.cli.common import EXIT_BAD_INPUT, Command, OneLineParser, model_a
 from bertscope.errors import BertScopeError
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, compare, interventions, erasure, circuits,
+    c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, causal, lenses, compare, interventions, erasure, circuits,
                              retrieval, training,
                              sae, crosscoder, features, setup) for c in module.COMMANDS
 }

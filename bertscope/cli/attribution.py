@@ -19,7 +19,8 @@ def cmd_attribute(args: argparse.Namespace) -> Any:
 
     target = parse_target(args.target, args.probe, args.probe_layer, args.label, args.position)
     if args.method not in score_methods() and target is not None:
-        raise BertScopeError(f"{args.method} is a token-to-token method: --target/--probe belong to grad and ig.")
+        raise BertScopeError(f"{args.method} is a token-to-token method: --target/--probe belong to the methods "
+                             f"that explain one decision ({', '.join(score_methods())}).")
     lm = load(args)
     layers = parse_blocks(args.layers, lm.num_layers)
     result = attribute(lm, args.text, args.pair, args.method, target, layers, args.steps)
@@ -47,11 +48,11 @@ def _attribute_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text")
     p.add_argument("--pair", help="segment B text")
     p.add_argument("--method", choices=attribution_methods(), default="rollout")
-    p.add_argument("--target", help="grad/ig: POSITION:TOKEN (a masked-token prediction; POSITION alone = the "
+    p.add_argument("--target", help="a method that explains one decision (grad, ig, occlusion, lime, …): POSITION:TOKEN (a masked-token prediction; POSITION alone = the "
                                     "model's top prediction there), nsp, or sop (ALBERT); a fine-tuned model's "
                                     "class[:LABEL], tag:POSITION[:LABEL], start[:POSITION], end[:POSITION] or span "
                                     "(question answering: the question is TEXT, the context --pair)")
-    p.add_argument("--probe", help="grad/ig: a probe run's output folder (bertscope probe --out)")
+    p.add_argument("--probe", help="a method that explains one decision: a probe run's output folder (bertscope probe --out)")
     p.add_argument("--layer", dest="probe_layer", help="with --probe: the layer the probe reads, 0 to L-1 (an encoder "
                                                         "block, as in `attention`) or 'embeddings'")
     p.add_argument("--class", dest="label", help="with --probe: the class to explain")

@@ -1,8 +1,8 @@
 """Plotly (and bertviz) builders: pure functions from results to figures; no widgets.
 
 One module per view: ``attention``, ``attribution``, ``shift``, ``align``, ``probe``,
-``interventions``, ``features``, and the compact encodings they share (``compact``); ``bertviz_assets`` serves
+``interventions``, ``features``, ``tcav``, and the compact encodings they share (``compact``); ``bertviz_assets`` serves
 bertviz's scripts locally. Pages in ``bertscope/app/`` call these and only render what they return; nothing
 in the library imports it but ``cli``. May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
-``training``, ``interventions``, ``features``, ``circuits``.
+``training``, ``interventions``, ``features``, ``circuits``, ``causal``.
 """

@@ -35,3 +35,15 @@ def rank_by_layer(readings: Sequence[LayerReading], layer_names: Sequence[str]) 
              if v <= max(top, 2) * 2]  # 1, 2, 5, 10, 20, 50, …: each written out (plotly's own log ticks abbreviate)
     fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[f"{v:,}" for v in ticks])
     return fig
+
+
+def lens_kl_figure(layers: Sequence, layer_names: Sequence[str], what: str) -> go.Figure:
+    """Each hidden state's KL to the final layer (nats), the tuned lens beside the logit lens (``layers``:
+    ``lenses.readings.LensReading``s, or anything with ``kl_tuned`` and ``kl_logit``)."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(layer_names), y=[r.kl_logit for r in layers], mode="lines+markers", name="logit lens")
+    fig.add_scatter(x=list(layer_names), y=[r.kl_tuned for r in layers], mode="lines+markers", name="tuned lens")
+    fig.update_layout(title=f"How far each layer's reading is from the final {what} (KL, nats)", height=360,
+                      xaxis=dict(type="category", title="hidden state"), yaxis_title="KL to the final layer",
+                      legend=dict(orientation="h", y=-0.25))
+    return fig

@@ -306,7 +306,8 @@ def test_cli_json_formats_and_errors(tiny_bert_dir, capsys):
 
 
 def test_methods_listed():
-    assert set(METHODS) == {"attention", "rollout", "flow", "norm", "alti", "valuezeroing", "grad", "ig", "random"}
+    assert set(METHODS) == {"attention", "rollout", "flow", "norm", "alti", "valuezeroing", "grad", "ig", "occlusion",
+                            "lime", "kernelshap", "smoothgrad", "vargrad", "random"}
     from bertscope.attribution.registry import faithfulness_defaults
 
     DEFAULT_METHODS = faithfulness_defaults()

@@ -94,3 +94,14 @@ def test_cli_on_a_classifier_and_bad_input(classifier, tiny_bert_dir, tmp_path, 
     assert main(["faithfulness", folder, "--data", str(short)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bertscope: error: ") and err.count("\n") == 1 and "nothing to test" in err
+
+
+def test_the_peers_methods_are_on_the_scoreboard_for_a_class(classifier):
+    """Occlusion, LIME, KernelSHAP, SmoothGrad and VarGrad (captum's and shap's) explain the predicted
+    class and are scored beside the floor, each with its seconds per item."""
+    peers = ("occlusion", "lime", "kernelshap", "smoothgrad", "vargrad")
+    items, _ = class_items(classifier, TEXTS[:2])
+    summary = faithfulness(classifier, items, [*peers, "random"], steps=8).summary()
+    assert list(summary) == [*peers, "random"]
+    for method in peers:
+        assert summary[method]["seconds_per_item"] > 0 and np.isfinite(summary[method]["comprehensiveness"]["mean"])

@@ -10,11 +10,11 @@ import streamlit as st
 
 from bertscope.analysis.structural_probe import tree_distances
 from bertscope.analysis.structural_runs import structural_probes
-from bertscope.app.kit import treebank_labels_view, typed_tree_view
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.estimates import expected
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
+from bertscope.app.sections import treebank_labels_view, typed_tree_view
 from bertscope.core.layers import layer_title
 from bertscope.figures.syntax import distance_matrices, scores_by_layer, tree_arcs
 
