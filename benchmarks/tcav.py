@@ -32,10 +32,10 @@ def run(lm, concept, name, target, args) -> None:
     out = result.to_json()
     print(f"\n{lm.name}: {name!r} for {out['target']}, {out['inputs']} inputs, {out['runs']} random sets, "
           f"p < {out['corrected_alpha']:.4f} ({seconds:.0f} s)")
-    print(f"  {'layer':>10}  {'TCAV':>5}  {'random':>6}  {'CAV acc':>7}  {'p':>9}  verdict")
+    print(f"  {'layer':>10}  {'TCAV':>5}  {'random':>6}  {'CAV acc':>7}  {'p':>9}  {'p (CAV)':>9}  verdict")
     for v in out["layers"]:
         print(f"  {v['layer']!s:>10}  {v['tcav']:5.2f}  {v['random_tcav']:6.2f}  {v['cav_accuracy']:7.2f}  "
-              f"{v['p_value']:9.2e}  {'significant' if v['significant'] else '-'}")
+              f"{v['p_value']:9.2e}  {v['cav_p_value']:9.2e}  {'significant' if v['significant'] else '-'}")
 
 
 def main() -> None:

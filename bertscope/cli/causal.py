@@ -26,10 +26,11 @@ def cmd_tcav(args: argparse.Namespace) -> Any:
     lines = [f"TCAV of {out['concept']!r} for {out['target']} on {out['model']}: {out['inputs']} inputs, "
              f"{out['runs']} random sets; significant at p < {out['corrected_alpha']:.4f} "
              f"(alpha {out['alpha']} over {len(out['layers'])} layers, Bonferroni)",
-             f"  {'layer':>10}  {'TCAV':>5}  {'random':>6}  {'CAV acc':>7}  {'p':>9}  verdict"]
+             f"  {'layer':>10}  {'TCAV':>5}  {'random':>6}  {'CAV acc':>7}  {'p':>9}  {'p (CAV)':>9}  verdict"]
     for v in out["layers"]:
         lines.append(f"  {v['layer']!s:>10}  {v['tcav']:5.2f}  {v['random_tcav']:6.2f}  {v['cav_accuracy']:7.2f}  "
-                     f"{v['p_value']:9.2e}  {'significant' if v['significant'] else 'not significant'}")
+                     f"{v['p_value']:9.2e}  {v['cav_p_value']:9.2e}  "
+                     f"{'significant' if v['significant'] else 'not significant'}")
     return "\n".join(lines)
 
 

@@ -36,10 +36,9 @@ def test_the_directional_derivative_is_the_slope_along_the_cav(tiny_bert):
         from bertscope.attribution.gradients import input_embeddings
 
         x, _ = input_embeddings(tiny_bert, item.inspection)
-        content = torch.from_numpy(~item.inspection.special_mask)
         for state in (0, 2):
             def moved(eps):
-                hook = {state_hook(tiny_bert.model, state): lambda h, p: h + eps * content[None, :, None] * v}
+                hook = {state_hook(tiny_bert.model, state): lambda h, p: h + eps * v}  # every position
                 with hooks_on(tiny_bert, hook), torch.inference_mode():
                     return float(f(x))
             eps = 2e-2  # float32: a smaller step is lost in rounding, a larger one in curvature
@@ -59,8 +58,9 @@ def test_the_cav_points_to_the_concept():
 
 class _Pooled(torch.nn.Module):
     """The shared case for captum: ``pool`` outputs a hidden state's mean over the content tokens, and the
-    rest of the model reads it back at every content position (``h + m·(p − p̄)``, the same values),
-    so captum's layer gradient at ``pool`` is Σ_t ∂f/∂h_t, and its layer activation the pooled state."""
+    rest of the model reads it back at every position (``h + (p − p̄)``, the same values),
+    so captum's layer gradient at ``pool`` is Σ_t ∂f/∂h_t over every position, and its layer activation the
+    pooled state."""
 
     def __init__(self, lm, state: int, token: int):
         super().__init__()
@@ -73,8 +73,8 @@ class _Pooled(torch.nn.Module):
         m = (~special).float()[None, :, None]  # [1, token, 1]
 
         def reread(h, point):
-            p = (h * m).sum(1) / m.sum(1)  # [1, dim]
-            return h + m * (self.pool(p) - p.detach())[:, None, :]
+            p = (h * m).sum(1) / m.sum(1)  # [1, dim] the content tokens' mean
+            return h + (self.pool(p) - p.detach())[:, None, :]  # read back at every position
 
         with hooks_on(self.lm, {state_hook(self.lm.model, self.state): reread}):
             logits = self.lm.model(input_ids=ids, attention_mask=torch.ones_like(ids)).prediction_logits  # [1, token, V]
@@ -121,7 +121,7 @@ def test_the_scores_equal_captums_tcav_on_the_shared_case(tiny_bert, tmp_path):
     size = len(CONCEPT)
     mine = concept(0, "mine", CONCEPT)
     randoms = [concept(100 + r, f"random{r}", pool[r * size:(r + 1) * size]) for r in range(runs + 1)]
-    sets = [[mine, randoms[r]] for r in range(1, runs + 1)] + [[randoms[0], randoms[r]] for r in range(1, runs + 1)]
+    sets = [[mine, randoms[r]] for r in range(1, runs + 1)] + [[randoms[r - 1], randoms[r]] for r in range(1, runs + 1)]
     captum = TCAV(model, ["pool"], classifier=Ours(), save_path=str(tmp_path / "cav"))
     signs = []
     for text in INPUTS:
@@ -141,7 +141,7 @@ def test_a_random_concept_is_not_significant_at_any_layer(tiny_bert):
     assert not any(v.significant for v in result.layers)
     out = json.loads(json.dumps(result.to_json()))
     assert set(out["layers"][0]) == {"layer", "tcav", "tcav_std", "random_tcav", "cav_accuracy", "p_value",
-                                     "significant"}
+                                     "cav_p_value", "significant"}
     assert out["corrected_alpha"] == pytest.approx(0.05 / len(out["layers"]))
 
 
@@ -158,6 +158,11 @@ def test_bad_input_is_one_line(tiny_bert, tiny_bert_dir, tmp_path, capsys):
     few.write_text("\n".join(CONCEPT[:4]))
     concept.write_text("\n".join(CONCEPT))
     inputs.write_text("\n".join(INPUTS))
+    for fmt in ([], ["--json"]):
+        assert main(["tcav", str(tiny_bert_dir), "--target", "river", "--concept", str(concept), "--inputs",
+                     str(inputs), "--layers", "embeddings,1", *fmt]) == 0
+    shown = capsys.readouterr().out
+    assert "p (CAV)" in shown and json.loads(shown[shown.index("{"):])["layers"][1]["layer"] == 1
     for bad in (["--concept", str(few)], ["--concept", str(tmp_path / "none.txt")],
                 ["--concept", str(concept), "--inputs", str(inputs), "--layers", "7"],
                 ["--concept", str(concept), "--inputs", str(inputs), "--random-from", "nowhere"],

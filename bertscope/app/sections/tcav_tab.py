@@ -109,10 +109,12 @@ def show(result) -> None:
     figure_downloads(fig, "tcav")
     st.dataframe(pd.DataFrame([{"layer": str(v["layer"]), "TCAV": v["tcav"], "± (runs)": v["tcav_std"],
                                 "random CAVs": v["random_tcav"], "CAV accuracy (held out)": v["cav_accuracy"],
-                                "p": v["p_value"], "significant": v["significant"]} for v in out["layers"]]),
+                                "p": v["p_value"], "p (CAV against chance)": v["cav_p_value"],
+                                "significant": v["significant"]} for v in out["layers"]]),
                  hide_index=True, width="stretch", key="tcav_table",
                  column_config={c: NUMBER for c in ("TCAV", "± (runs)", "random CAVs", "CAV accuracy (held out)")}
-                 | {"p": st.column_config.NumberColumn(format="%.2e")})
-    st.caption("A CAV accuracy near 0.5 means the layer cannot tell the concept from random text: its TCAV score then "
-               "says little, significant or not.")
+                 | {c: st.column_config.NumberColumn(format="%.2e") for c in ("p", "p (CAV against chance)")})
+    st.caption("A layer is significant when the concept's scores differ from the random CAVs' and its CAVs tell the "
+               "concept from random text on held-out examples (both tests at the corrected level): where a CAV "
+               "cannot (accuracy near 0.5), its direction is noise and its score says nothing.")
     download("Download (JSON)", json.dumps(out), "tcav.json", "application/json", key="tcav_json")
