@@ -87,19 +87,16 @@ if data.incomplete:
     more = f" and {len(data.incomplete) - 8} more" if len(data.incomplete) > 8 else ""
     st.warning(plain(f"Rows with a missing language were left out: {shown}{more}."))
 
-LANGS = f"align_langs_{kind}"
-if st.session_state.get("align_data") != data.digest():  # new data (an upload): its languages, all of them
-    st.session_state["align_data"] = data.digest()
-    if LANGS in st.session_state:  # a selection made before: what of it still applies (the widget's first run
-        kept = [g for g in st.session_state[LANGS] if g in data.languages]  # takes its default: a value set before
-        st.session_state[LANGS] = kept if len(kept) >= 2 else list(data.languages)  # it would not be drawn)
+# one languages box per data (an upload gets its own, all its languages chosen), its default the same on every run:
+# a default that changes between runs makes a new widget, which the browser draws empty
+LANGS = f"align_langs_{kind}_{data.digest()[:12]}"
 from_url("langs", LANGS, lambda v: [g for g in v.split(",") if g],
          lambda v: len(v) >= 2 and set(v) <= set(data.languages))
 from_url("vec", "align_pooling", str, lambda v: v in ("mean", "cls"))
 from_url("ctx", "align_context", str, lambda v: v in ("alone", "carrier"))
 with st.form("align_form"):
     languages = st.multiselect("Languages", list(data.languages),
-                               None if LANGS in st.session_state else list(data.languages),
+                               list(data.languages),
                                format_func=lambda g: f"{language_name(g)} ({g})", key=LANGS)
     if kind == "sentences":
         pooling = st.radio("Sentence vector", ["mean", "cls"], horizontal=True, key="align_pooling",

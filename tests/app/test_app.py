@@ -317,7 +317,7 @@ def test_align_page(monkeypatch, tiny_multilingual_dir):
     assert len(charts) == 6  # two maps, lines by layer, two heatmaps, token links
     # words in carrier sentences, three languages, layer 1, UMAP with translations joined
     at.radio(key="align_kind").set_value("words").run()
-    at.multiselect(key="align_langs_words").set_value(["en", "zh", "hi"])
+    languages_box(at).set_value(["en", "zh", "hi"])
     at.radio(key="align_context").set_value("carrier")
     at.button[0].click().run()
     assert not at.exception and not at.error
@@ -353,7 +353,7 @@ def test_align_page_link_and_one_language(monkeypatch, tiny_multilingual_dir):
     assert not at.exception and not at.error
     assert at.radio(key="align_kind").value == "words" and at.select_slider(key="align_layer").value == 2  # layer 1
     assert at.selectbox(key="align_pivot").value == "ja"
-    at.multiselect(key="align_langs_words").set_value(["en"])
+    languages_box(at).set_value(["en"])
     at.button[0].click().run()
     assert not at.exception
     assert texts(at.error) == ["Choose at least two languages."]
@@ -450,7 +450,7 @@ def test_links_carry_every_input(monkeypatch, tiny_bert_dir, tiny_multilingual_d
     at = start_with_url(monkeypatch, str(tiny_multilingual_dir), "bertscope/app/align.py", data="words", langs="en,zh,hi",
                         ctx="carrier")
     assert not at.exception and not at.error
-    assert at.multiselect(key="align_langs_words").value == ["en", "zh", "hi"]
+    assert languages_box(at).value == ["en", "zh", "hi"]
     assert at.radio(key="align_context").value == "carrier"
     assert {m.label: m.value for m in at.metric}["Items × languages"] == "209 × 3"
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/probes.py", task="negation", vec="first", probe="mlp")
@@ -779,3 +779,8 @@ def test_align_page_on_the_udhr(monkeypatch, tiny_multilingual_dir):
     assert at.query_params["data"] in ("udhr", ["udhr"])
     tables = [t.value for t in at.dataframe if "pieces" in t.value.columns]  # the newcomer's row 11: never "None"
     assert tables and all(t["pieces"].notna().all() and set(t["per"]) <= {"word", "character"} for t in tables)
+
+
+def languages_box(at):
+    """The Cross-lingual page's languages box (its key carries the data's digest: one box per data)."""
+    return next(m for m in at.multiselect if m.label == "Languages")

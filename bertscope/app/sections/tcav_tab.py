@@ -55,7 +55,8 @@ def render(lm, key) -> None:
             labels = list(lm.task.labels)
             target = c1.selectbox("The class explained", labels, index=len(labels) - 1, key="tcav_class")
         else:
-            target = c1.text_input("The word the masked LM predicts (one vocabulary item)", "river", key="tcav_word")
+            target = c1.text_input("The word the masked LM predicts (one vocabulary item)", "river", key="tcav_word",
+                                   max_chars=Limits.name_chars)
         source = c2.selectbox("Random sets from", list(RANDOM_SOURCES), key="tcav_random")
         runs = c3.select_slider("Random sets", runs_offered, runs_offered[0], key="tcav_runs")
         n = c4.select_slider("Inputs", inputs_offered, inputs_offered[0], key="tcav_inputs")
