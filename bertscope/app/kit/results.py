@@ -116,6 +116,15 @@ class ResultStore:
         key = st.session_state.get(("_last_result", self.name))
         return self.get(key) if key is not None else None
 
+    def refuse(self, message: str, show: Callable[[T], None]) -> None:
+        """One line (``message`` as given: Markdown the caller has escaped where it must), and below it the last
+        result this session had here, drawn by ``show``, unchanged."""
+        st.warning(message)
+        kept = self.last()
+        if kept is not None:
+            st.caption("Below: your last result here, with the settings it was computed with.")
+            show(kept)
+
     def get_or_compute(self, key, compute):
         return shared_results().get_or_compute((self.name, key), compute)
 

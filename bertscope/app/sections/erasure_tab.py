@@ -60,11 +60,11 @@ def render(lm, key) -> None:
         asked = st.form_submit_button("Erase and measure", type="primary")
     store = result_store("erasure")
     if not layers:
-        return refuse(store, "Choose at least one layer to erase.")
+        return store.refuse("Choose at least one layer to erase.", show)
     if demo() and len(layers) > DEMO_LAYERS:
-        return refuse(store, f"This demo erases at most {DEMO_LAYERS} layers a run: choose fewer (locally, every layer).")
+        return store.refuse(f"This demo erases at most {DEMO_LAYERS} layers a run: choose fewer (locally, every layer).", show)
     if choice == UPLOAD and upload is None:
-        return refuse(store, "Upload a .conllu, .csv or .jsonl file of labelled words or sentences first.")
+        return store.refuse("Upload a .conllu, .csv or .jsonl file of labelled words or sentences first.", show)
     chosen = tuple(sorted(layers, key=names.index))  # "embeddings" or block numbers, as the library takes them
     upload_key = None if choice != UPLOAD else (upload.name, hashlib.sha256(upload.getvalue()).hexdigest())
     request = (key, choice, upload_key, method, chosen, int(size), int(test))
@@ -76,7 +76,7 @@ def render(lm, key) -> None:
             train.check_labels()
             check_pieces(train.pieces + task_size(lm, concept.test).pieces, "this erasure")
         except BertScopeError as err:
-            return refuse(store, str(err))
+            return store.refuse(str(err), show)
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: amnesic_probe(
             lm, concept or _concept(choice, upload, int(size), int(test)), chosen, method,
@@ -87,15 +87,6 @@ def render(lm, key) -> None:
         if result is None:
             return
         show(result)
-
-
-def refuse(store, message: str) -> None:
-    """One line, and the last result below it, unchanged."""
-    st.warning(message)
-    kept = store.last()
-    if kept is not None:
-        st.caption("Below: your last result here, with the settings it was computed with.")
-        show(kept)
 
 
 def show(result) -> None:

@@ -77,7 +77,7 @@ def render(lm, key) -> None:
             pieces = sum(len(lm.tokenizer.tokenize(t)) + 2 for t in concept)
             check_pieces(pieces * (int(runs) + 2) + 3 * 40 * int(n), "this test")
         except BertScopeError as err:
-            return refuse(store, str(err))
+            return store.refuse(plain(str(err)), show)
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: tcav(
             lm, concept, target, name="your concept", random_from=source, runs=int(runs), inputs=inputs, n_inputs=int(n),
@@ -88,15 +88,6 @@ def render(lm, key) -> None:
         if result is None:
             return
         show(result)
-
-
-def refuse(store, message: str) -> None:
-    """One line, and the last result below it, unchanged."""
-    st.warning(plain(message))
-    kept = store.last()
-    if kept is not None:
-        st.caption("Below: your last result here, with the settings it was computed with.")
-        show(kept)
 
 
 def show(result) -> None:
