@@ -35,11 +35,12 @@ test-fast: $(VENV)/.test-installed brown corpora
 		tests/core tests/sources tests/corpora tests/mlm tests/tasks tests/analysis tests/figures tests/attribution \
 		tests/training tests/interventions tests/features tests/test_public_api.py tests/test_families.py --durations=10
 
-# The peers lane: BertScope's numbers and speed against TransformerLens 4.3, captum and nnsight 0.8 (.venv-peers)
-# and SAELens 6.54 (.venv-saelens: it requires transformer-lens<4), each stack in its own environment, never the
-# app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
+# The peers lane: BertScope's numbers and speed against TransformerLens 4.3, captum and nnsight 0.8 (.venv-peers),
+# SAELens 6.54 (.venv-saelens: it requires transformer-lens<4) and pyvene 0.1.8 (.venv-pyvene), each stack in its
+# own environment, never the app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
 PEERS := .venv-peers
 SAELENS := .venv-saelens
+PYVENE := .venv-pyvene
 
 $(PEERS)/.installed: pyproject.toml requirements.txt requirements-peers.txt
 	$(PYTHON) -m venv $(PEERS)
@@ -53,14 +54,23 @@ $(SAELENS)/.installed: pyproject.toml requirements.txt requirements-saelens.txt
 	$(SAELENS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-saelens.txt -e .
 	touch $@
 
-test-peers: $(PEERS)/.installed $(SAELENS)/.installed brown
-	$(PEERS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers --ignore=peers/test_saelens.py
+$(PYVENE)/.installed: pyproject.toml requirements.txt requirements-pyvene.txt
+	$(PYTHON) -m venv $(PYVENE)
+	$(PYVENE)/bin/python -m pip install --quiet --upgrade pip
+	$(PYVENE)/bin/python -m pip install --quiet -c requirements.txt -r requirements-pyvene.txt -e .
+	touch $@
+
+test-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed brown
+	$(PEERS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers --ignore=peers/test_saelens.py \
+		--ignore=peers/test_pyvene.py
 	$(SAELENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_saelens.py
+	$(PYVENE)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_pyvene.py
 
 # the speed table of docs/peers.md: ratios in one run, interleaved (add ARGS="--model random:bert-base-uncased")
-bench-peers: $(PEERS)/.installed $(SAELENS)/.installed
+bench-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed
 	$(PEERS)/bin/python benchmarks/peers.py $(ARGS)
 	$(SAELENS)/bin/python benchmarks/peers.py --sae
+	$(PYVENE)/bin/python benchmarks/das.py --pyvene
 
 bench: $(VENV)/.test-installed chromium
 	$(BIN)/python benchmarks/forward.py

@@ -1,8 +1,10 @@
 # %% [markdown]
-# # Is the concept used? TCAV, the tuned lens, and the peers' attributions
+# # Is the concept used? TCAV, DAS, the tuned lens, and the peers' attributions
 #
-# Three ways past "a probe can read it": whether a classifier's decision **moves with** a concept given by examples
-# (TCAV, Kim et al. 2018, with its test against random concepts), what each layer **already carries toward the
+# Four ways past "a probe can read it": whether a classifier's decision **moves with** a concept given by examples
+# (TCAV, Kim et al. 2018, with its test against random concepts), whether a variable of a causal model is **computed**
+# in a subspace whose swap does what swapping the variable does (distributed alignment search, Geiger et al. 2024), what
+# each layer **already carries toward the
 # answer** (the tuned lens, Belrose et al. 2023, beside the logit lens), and whether the attribution methods users
 # run elsewhere (occlusion, LIME, KernelSHAP, SmoothGrad) are **faithful** on this encoder. Runs offline, on
 # `bundled-sentiment` (all-MiniLM-L6-v2 fine-tuned on tweets) and `bundled-mlm`.
@@ -57,3 +59,18 @@ board = faithfulness(lm, brown_class_items(lm, 6), ["ig", "occlusion", "lime", "
 for method, row in board.summary().items():
     print(f"{method:>11}: comprehensiveness {row['comprehensiveness']['mean']:.3f}, "
           f"sufficiency {row['sufficiency']['mean']:.3f}, {row['seconds_per_item']:.2f} s an explanation")
+
+# %% [markdown]
+# ## DAS: where does bundled-mlm keep the subject's number?
+# Pairs of a base and a source that differ in the subject (*The dogs near the car [MASK] here.*): a one-dimensional
+# subspace at the subject, trained so that swapping it moves was/were as swapping the subject's number would; its
+# interchange intervention accuracy on held-out pairs beside a random direction and a single neuron.
+
+# %%
+from bertscope.causal import align  # noqa: E402
+
+mlm = load_model("bundled-mlm", device="cpu")
+found = align(mlm, task="agreement", layer=1, pairs=400)
+print(f"layer {found.layer}, a {found.dim}-dimensional subspace at the subject: IIA {found.iia:.2f} | random direction "
+      f"{found.iia_random_rotation:.2f} | one neuron {found.iia_neurons:.2f} | the whole state {found.iia_full_vector:.2f}")
+

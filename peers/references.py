@@ -1,6 +1,6 @@
 """The peers' side of each comparison, written from their documentation on the Hugging Face model alone (the
 lane's tests and ``benchmarks/peers.py`` share them): captum's integrated gradients set up as its BERT tutorial
-does, nnsight's patching grids (one trace per row, one invoke per cell), SAELens's data provider."""
+does, nnsight's patching grids (one trace per row, one invoke per cell), SAELens's data provider, pyvene's interchange interventions."""
 
 from __future__ import annotations
 
@@ -133,3 +133,37 @@ def batches(rows: np.ndarray, batch: int):
         order = generator.permutation(len(rows))
         for start in range(0, len(order) - batch + 1, batch):
             yield torch.from_numpy(np.asarray(rows[np.sort(order[start:start + batch])], dtype=np.float32))
+
+
+def pyvene_model(pv, lm, layer: int, intervention, units: int = 1):
+    """pyvene's ``IntervenableModel`` with ``intervention`` on block ``layer``'s output, reached by its module
+    path as pyvene's docs do for a model it has no mapping for."""
+    config = pv.IntervenableConfig(representations=[{
+        "layer": layer, "component": f"bert.encoder.layer[{layer}].output", "unit": "pos",
+        "max_number_of_units": units, "intervention": intervention}])
+    return pv.IntervenableModel(config, lm.model)
+
+
+def pyvene_batch_margins(model, prepared, rows):
+    """[rows] logit(answer) − logit(foil) at each base's [MASK] from pyvene's intervenable ``model``, one source
+    a base, at the pairs' aligned positions."""
+    chosen = [prepared.rows[i] for i in rows]
+    base = {k: torch.cat([r.clean_feed[k] for r in chosen]) for k in chosen[0].clean_feed}
+    source = {k: torch.cat([r.corrupted_feed[k] for r in chosen]) for k in chosen[0].corrupted_feed}
+    at = [[list(prepared.positions[i]) for i in rows]]
+    _, out = model(base, [source], unit_locations={"sources->base": (at, at)})
+    every = torch.arange(len(rows))
+    mask = torch.tensor([r.position for r in chosen])
+    answer, foil = torch.tensor([r.ids[0] for r in chosen]), torch.tensor([r.ids[1] for r in chosen])
+    return out.logits[every, mask, answer] - out.logits[every, mask, foil]
+
+
+def pyvene_margins(pv, lm, prepared, rows, layer: int, weight=None, intervention=None):
+    """``pyvene_batch_margins`` with pyvene's ``LowRankRotatedSpaceIntervention`` of rotation ``weight``
+    [d_model, k] (or the given ``intervention``) on block ``layer``'s output, as pyvene's DAS tutorials set it
+    up: the model at its module path, one source."""
+    if intervention is None:
+        intervention = pv.LowRankRotatedSpaceIntervention(embed_dim=lm.hidden_size, low_rank_dimension=weight.shape[1])
+        intervention.rotate_layer.weight = weight.clone()
+    model = pyvene_model(pv, lm, layer, intervention, len(prepared.positions[rows[0]]))
+    return pyvene_batch_margins(model, prepared, rows)

@@ -1,5 +1,6 @@
 """Interventions: remove heads and watch a prediction change, rank heads by importance, patch
-activations from a clean run into a corrupted one, switch SAE features off or steer with them."""
+activations from a clean run into a corrupted one, switch SAE features off or steer with them, and find
+where a causal variable lives (distributed alignment search)."""
 
 import json
 
@@ -21,7 +22,7 @@ from bertscope.app.kit.mask_changes import show_mask_changes
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
-from bertscope.app.sections import classifier_interventions
+from bertscope.app.sections import classifier_interventions, das_tab
 from bertscope.app.sections.feature_interventions import feature_patch_section, features_tab
 from bertscope.attribution.gradients import Target
 from bertscope.core.task_head import SEQUENCE
@@ -65,26 +66,32 @@ st.caption("The other pages read the model; this one changes it and watches the 
 
 if lm.task is not None and lm.task.kind == SEQUENCE:  # a fine-tuned classifier: its decisions are watched
     st.caption(plain(f"{lm.name} is a fine-tuned classifier ({lm.task.describe()}): each tab watches its decision."))
-    TABS = ["Ablate heads", "Head importance", "Patching"]
+    TABS = ["Ablate heads", "Head importance", "Patching", "Causal variables (DAS)"]
     tab_from_url("int_tab", TABS)
-    tab_ablate, tab_importance, tab_patch = st.tabs(TABS, key="int_tab", on_change="rerun")
+    tab_ablate, tab_importance, tab_patch, tab_das = st.tabs(TABS, key="int_tab", on_change="rerun")
     with tab_ablate:
         classifier_interventions.ablate_tab(lm, key)
     with tab_importance:
         classifier_interventions.importance_tab(lm, key)
     with tab_patch:
         classifier_interventions.patch_tab(lm, key)
+    with tab_das:
+        if tab_das.open:
+            das_tab.render(lm, key)
     st.stop()
 pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
 PAIR_NAMES = {"nsp": "IsNext (NSP)", "sop": "In order (SOP)"}
 
-TABS = ["Ablate heads", "Head importance", "Patching", "Features"]
+TABS = ["Ablate heads", "Head importance", "Patching", "Features", "Causal variables (DAS)"]
 tab_from_url("int_tab", TABS)
-tab_ablate, tab_importance, tab_patch, tab_features = st.tabs(TABS, key="int_tab", on_change="rerun")
+tab_ablate, tab_importance, tab_patch, tab_features, tab_das = st.tabs(TABS, key="int_tab", on_change="rerun")
 
 with tab_features:
     if tab_features.open:
         features_tab(lm, key)
+with tab_das:
+    if tab_das.open:
+        das_tab.render(lm, key)
 
 every_head = [head_name(layer, head) for layer in range(lm.num_layers) for head in range(lm.num_heads)]
 from_url("heads", HEADS_KEY, lambda v: sorted({head_name(*h) for h in parse_heads(v)}),

@@ -52,14 +52,24 @@ PAIR_HEADS = {"nsp": ("seq_relationship_logits", "next-sentence", "BERT"),
 STEP_BYTES = 1 * 2**30  # activations of one batch of IG steps (forward + backward)
 
 
+def _vocabulary_id(lm: LoadedModel, token: str) -> int | None:
+    """``token``'s id when it is a vocabulary item, else None (a fast tokenizer's lookup: ``get_vocab`` builds
+    the whole vocabulary, ~12 ms a call)."""
+    fast = getattr(lm.tokenizer, "_tokenizer", None)
+    if fast is not None and hasattr(fast, "token_to_id"):
+        found = fast.token_to_id(token)
+        return None if found is None else int(found)
+    return lm.tokenizer.get_vocab().get(token)
+
+
 def token_id(lm: LoadedModel, token: str) -> int:
     """A vocabulary item as typed: its own spelling, or a word that is one piece."""
-    vocab = lm.tokenizer.get_vocab()
-    if token in vocab:
-        return vocab[token]
+    found = _vocabulary_id(lm, token)
+    if found is not None:
+        return found
     pieces = lm.tokenizer.tokenize(" " + token.strip()) if token.strip() else []
     if len(pieces) == 1 and pieces[0] != lm.tokenizer.unk_token:
-        return vocab[pieces[0]]
+        return int(lm.tokenizer.convert_tokens_to_ids(pieces[0]))
     if pieces and all(p == lm.tokenizer.unk_token for p in pieces):
         raise BertScopeError(f"{token!r} is not one vocabulary item of {lm.name}: it is unknown to its vocabulary "
                              f"({lm.tokenizer.unk_token}).")

@@ -100,12 +100,15 @@ def _label(lm: LoadedModel, name: str) -> int:
     return labels.index(name)
 
 
-def prepare(lm: LoadedModel, pair: Pair, where: str, index: int = 0) -> PreparedPair:
+def prepare(lm: LoadedModel, pair: Pair, where: str, index: int = 0,
+            roles: tuple[str, str] = ("clean", "corrupted")) -> PreparedPair:
     """``pair`` tokenised and checked for ``lm`` (``where``: ``reads(lm)``); one line naming the pair
-    (``index`` from 1 as a reader counts) when it cannot be used."""
+    (``index`` from 1 as a reader counts) and its texts by ``roles`` (an interchange's are base and source)
+    when it cannot be used."""
     name = f"pair {index + 1}"
-    clean = check_text(pair.clean, f"clean text of {name}")
-    corrupted = check_text(pair.corrupted, f"corrupted text of {name}")
+    first, second = roles
+    clean = check_text(pair.clean, f"{first} text of {name}")
+    corrupted = check_text(pair.corrupted, f"{second} text of {name}")
     if not pair.answer.strip() or not pair.foil.strip():
         raise BertScopeError(f"{name.capitalize()} needs an answer and a foil.")
     if where == SPAN:
@@ -113,7 +116,7 @@ def prepare(lm: LoadedModel, pair: Pair, where: str, index: int = 0) -> Prepared
     clean_feed, corrupted_feed = feed_of(lm, clean), feed_of(lm, corrupted)
     n_clean, n_corrupted = clean_feed["input_ids"].shape[1], corrupted_feed["input_ids"].shape[1]
     if n_clean != n_corrupted:
-        raise BertScopeError(f"{name.capitalize()} has {n_clean} tokens clean and {n_corrupted} corrupted "
+        raise BertScopeError(f"{name.capitalize()} has {n_clean} tokens {first} and {n_corrupted} {second} "
                              f"(“{clean[:60]}” / “{corrupted[:60]}”): every position of one is put into the other, "
                              "so both need the same number.")
     tokens = lm.tokenizer.convert_ids_to_tokens(clean_feed["input_ids"][0].tolist())
@@ -122,19 +125,19 @@ def prepare(lm: LoadedModel, pair: Pair, where: str, index: int = 0) -> Prepared
         mask = lm.tokenizer.mask_token_id
         ids = clean_feed["input_ids"][0].tolist()
         if mask not in ids:
-            raise BertScopeError(f"The clean text of {name} has no {lm.tokenizer.mask_token}: put one where the "
+            raise BertScopeError(f"The {first} text of {name} has no {lm.tokenizer.mask_token}: put one where the "
                                  "answer and the foil compete.")
         position = ids.index(mask)
         if corrupted_feed["input_ids"][0, position].item() != mask:
-            raise BertScopeError(f"The corrupted text of {name} has no {lm.tokenizer.mask_token} at position "
-                                 f"{position}, where the clean text's is: the decision is read at the same place "
+            raise BertScopeError(f"The {second} text of {name} has no {lm.tokenizer.mask_token} at position "
+                                 f"{position}, where the {first} text's is: the decision is read at the same place "
                                  "in both.")
         answer_ids = (token_id(lm, pair.answer.strip()), token_id(lm, pair.foil.strip()))
     else:
         answer_ids = (_label(lm, pair.answer.strip()), _label(lm, pair.foil.strip()))
         position = 0  # a classifier's head reads [CLS] (its pooler)
         if where == TAG:
-            position = _word_position(lm, clean, pair.word, name)
+            position = word_position(lm, clean, pair.word, name, first)
     if answer_ids[0] == answer_ids[1]:
         raise BertScopeError(f"The answer and the foil of {name} are the same item ({pair.answer!r}).")
     return PreparedPair(pair, clean_feed, corrupted_feed, tokens, corrupted_tokens, position, answer_ids)
@@ -151,8 +154,8 @@ def _prepare_span(lm: LoadedModel, pair: Pair, clean: str, corrupted: str, name:
     return PreparedPair(pair, *both.feeds, *both.tokens, a_start, (a_start, f_start), (a_end, f_end))
 
 
-def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
-    """The first piece of the first whole word ``word`` of ``text``."""
+def word_position(lm: LoadedModel, text: str, word: str, name: str, role: str = "clean") -> int:
+    """The first piece of the first whole word ``word`` of ``text`` (the ``role`` text of pair ``name``)."""
     if not word.strip():
         raise BertScopeError(f"A tagger's pair names the word whose tag it reads: {name} has no word.")
     enc = lm.tokenizer(text, truncation=True, max_length=lm.max_length, return_offsets_mapping=True)
@@ -163,7 +166,7 @@ def _word_position(lm: LoadedModel, text: str, word: str, name: str) -> int:
         start, end = enc.word_to_chars(w)
         if text[start:end] == word.strip():
             return i
-    raise BertScopeError(f"The word {word!r} of {name} is not a word of its clean text.")
+    raise BertScopeError(f"The word {word!r} of {name} is not a word of its {role} text.")
 
 
 def _read(output: Any, where: str) -> torch.Tensor:

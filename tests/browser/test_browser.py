@@ -523,6 +523,47 @@ def test_erasure_tab_on_bundled_mlm(browser, app_url, artifacts, server_log):
     page.close()
 
 
+def test_das_tab_on_bundled_mlm(browser, app_url, artifacts, server_log):
+    """Interventions → Causal variables (DAS) on bundled-mlm: agreement at layer 1 (the whole search of every layer
+    is the AppTest's and the benchmark's: 40 s more here), the controls' bars, the table and the JSON; the map waits
+    for its own button."""
+    page, problems = open_page(browser, f"{app_url}/interventions?model=bundled-mlm&int_tab=Causal+variables+%28DAS%29",
+                               height=2400)
+    page.get_by_text("Press *Search*", exact=False).or_(page.get_by_text("Press Search", exact=False)).first.wait_for(
+        timeout=120_000)
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").click()
+    page.get_by_role("option", name="1", exact=True).click()
+    page.get_by_role("button", name="Search").click(timeout=60_000)
+    page.get_by_text("IIA is the share of held-out pairs", exact=False).wait_for(timeout=400_000)
+    wait_until_idle(page, 120)
+    page.screenshot(path=str(artifacts / "interventions-das.png"), full_page=True)
+    body = page.inner_text("body")
+    assert "random rotation" in body and "Download (JSON)" in body and "Map every layer" in body
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()
+
+
+def test_tcav_tab_on_bundled_mlm(browser, app_url, artifacts, server_log):
+    """Probes → Concepts (TCAV) on bundled-mlm: the example concept "water" for "river", 20 random sets on Brown
+    sentences, the chart with the verdicts and the table."""
+    page, problems = open_page(browser, f"{app_url}/probes?model=bundled-mlm&probe_tab=Concepts+%28TCAV%29",
+                               height=2400)
+    page.get_by_text("Press *Test the concept*", exact=False).or_(
+        page.get_by_text("Press Test the concept", exact=False)).first.wait_for(timeout=120_000)
+    page.get_by_role("button", name="Test the concept").click(timeout=60_000)
+    page.get_by_text("Significant at:", exact=False).wait_for(timeout=400_000)
+    wait_until_idle(page, 120)
+    page.screenshot(path=str(artifacts / "probes-tcav.png"), full_page=True)
+    body = page.inner_text("body")
+    assert "random CAVs" in body and "Download (JSON)" in body
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()
+
+
 def test_latents_tab_on_the_shipped_upos_pair(browser, app_url, artifacts, server_log):
     """Compare → Latents with bundled (A) and bundled-upos (B): the shipped crosscoder read on held-out text, the
     histogram, the causal check's table and the fine-tuned-only latents."""

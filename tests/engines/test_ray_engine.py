@@ -108,10 +108,13 @@ def test_head_importance_through_ray_equals_the_single_process_one(cluster):
 
 def test_faithfulness_through_ray_equals_the_single_process_scoreboard(cluster, tiny_mlm_dir):
     from bertscope.attribution.faithfulness import faithfulness
+    from bertscope.attribution.items import text_items
     from bertscope.attribution.registry import faithfulness_defaults
 
-    DEFAULT_METHODS = faithfulness_defaults()
-    from bertscope.attribution.items import text_items
+    # one of each kind (a gradient, a path integral, a perturbation with its own draws, the floor): a worker runs
+    # every method through the same call, and the 14 defaults cost 70 s here for no other path
+    DEFAULT_METHODS = [m for m in ("grad", "ig", "occlusion", "lime", "random") if m in faithfulness_defaults()]
+    assert len(DEFAULT_METHODS) == 5
 
     lm = load_model(str(tiny_mlm_dir), device="cpu")
     lexicon = {"bank": "NOUN", "river": "NOUN", "muddy": "ADJ", "money": "NOUN", "deposited": "VERB", "dog": "NOUN",
