@@ -36,11 +36,12 @@ test-fast: $(VENV)/.test-installed brown corpora
 		tests/training tests/interventions tests/features tests/test_public_api.py tests/test_families.py --durations=10
 
 # The peers lane: BertScope's numbers and speed against TransformerLens 4.3, captum and nnsight 0.8 (.venv-peers),
-# SAELens 6.54 (.venv-saelens: it requires transformer-lens<4) and pyvene 0.1.8 (.venv-pyvene), each stack in its
-# own environment, never the app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
+# SAELens 6.54 (.venv-saelens: it requires transformer-lens<4), pyvene 0.1.8 (.venv-pyvene) and tuned-lens 0.2.0
+# (.venv-tunedlens), each stack in its own environment, never the app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
 PEERS := .venv-peers
 SAELENS := .venv-saelens
 PYVENE := .venv-pyvene
+TUNEDLENS := .venv-tunedlens
 
 $(PEERS)/.installed: pyproject.toml requirements.txt requirements-peers.txt
 	$(PYTHON) -m venv $(PEERS)
@@ -60,11 +61,18 @@ $(PYVENE)/.installed: pyproject.toml requirements.txt requirements-pyvene.txt
 	$(PYVENE)/bin/python -m pip install --quiet -c requirements.txt -r requirements-pyvene.txt -e .
 	touch $@
 
-test-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed brown
+$(TUNEDLENS)/.installed: pyproject.toml requirements.txt requirements-tunedlens.txt
+	$(PYTHON) -m venv $(TUNEDLENS)
+	$(TUNEDLENS)/bin/python -m pip install --quiet --upgrade pip
+	$(TUNEDLENS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-tunedlens.txt -e .
+	touch $@
+
+test-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed $(TUNEDLENS)/.installed brown
 	$(PEERS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers --ignore=peers/test_saelens.py \
-		--ignore=peers/test_pyvene.py
+		--ignore=peers/test_pyvene.py --ignore=peers/test_tuned_lens.py
 	$(SAELENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_saelens.py
 	$(PYVENE)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_pyvene.py
+	$(TUNEDLENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_tuned_lens.py
 
 # the speed table of docs/peers.md: ratios in one run, interleaved (add ARGS="--model random:bert-base-uncased")
 bench-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed

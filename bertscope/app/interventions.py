@@ -52,52 +52,12 @@ def stored_importance(key):
             return found, n
     return None, None
 
-
-persist("int_feat_sae", "int_feat_layer", "int_feat_feature", "int_feat_mode", "int_feat_strength", "int_feat_at",
-        "int_feat_text")  # the Features tab is drawn only when open
-st.title("Interventions")
-st.session_state.setdefault("int_linked", "clean" in st.query_params)  # a shared link patches on arrival
-lm = require_model(fallback=lambda lm: st.caption(plain(
-    "The predictions these tabs watch need one. A saved probe's class can still be the target, from the command "
-    "line: python -m bertscope ablate MODEL TEXT --heads 3:7 --probe RUN --layer L --class C.")))
-key = model_key()
-st.caption("The other pages read the model; this one changes it and watches the output. Layers and heads are "
-           "numbered from 0, as on the Attention page; hidden states are the embeddings, then each layer's output.")
-
-if lm.task is not None and lm.task.kind == SEQUENCE:  # a fine-tuned classifier: its decisions are watched
-    st.caption(plain(f"{lm.name} is a fine-tuned classifier ({lm.task.describe()}): each tab watches its decision."))
-    TABS = ["Ablate heads", "Head importance", "Patching", "Causal variables (DAS)"]
-    tab_from_url("int_tab", TABS)
-    tab_ablate, tab_importance, tab_patch, tab_das = st.tabs(TABS, key="int_tab", on_change="rerun")
-    with tab_ablate:
-        classifier_interventions.ablate_tab(lm, key)
-    with tab_importance:
-        classifier_interventions.importance_tab(lm, key)
-    with tab_patch:
-        classifier_interventions.patch_tab(lm, key)
-    with tab_das:
-        if tab_das.open:
-            das_tab.render(lm, key)
-    st.stop()
-pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
 PAIR_NAMES = {"nsp": "IsNext (NSP)", "sop": "In order (SOP)"}
 
-TABS = ["Ablate heads", "Head importance", "Patching", "Features", "Causal variables (DAS)"]
-tab_from_url("int_tab", TABS)
-tab_ablate, tab_importance, tab_patch, tab_features, tab_das = st.tabs(TABS, key="int_tab", on_change="rerun")
 
-with tab_features:
-    if tab_features.open:
-        features_tab(lm, key)
-with tab_das:
-    if tab_das.open:
-        das_tab.render(lm, key)
-
-every_head = [head_name(layer, head) for layer in range(lm.num_layers) for head in range(lm.num_heads)]
-from_url("heads", HEADS_KEY, lambda v: sorted({head_name(*h) for h in parse_heads(v)}),
-         lambda v: set(v) <= set(every_head))
-
-with tab_ablate:
+def ablate_tab(lm, key, pair_head) -> None:
+    """Heads removed (zero or mean), the prediction (or the pair head's decision) before and after, and the
+    held-out accuracy with them removed."""
     st.caption("Remove heads and compare the prediction before and after (Michel et al. 2019). A head is removed "
                "on its slice of the attention context, before the output projection: *zero* sets it to 0; *mean* "
                "puts its average over 200 Brown sentences in its place, so only what it does for this input goes.")
@@ -159,7 +119,10 @@ with tab_ablate:
                 st.caption(plain(f"BERT's 15% masking (seeded) on {accuracy.sentences} held-out sentences: {where}. "
                                  "Heads are zeroed here whatever the removal above."))
 
-with tab_importance:
+
+
+def importance_tab(lm, key) -> None:
+    """Michel et al.'s head importance, the grid that picks heads for ablation, and the pruning curve."""
     st.caption("Michel, Levy & Neubig (2019): a gate ξ = 1 multiplies each head's context; a head's importance is "
                "the mean |∂L/∂ξ| of the masked-LM loss at BERT's 15% positions, each layer's scores divided by their "
                "ℓ2 norm. Optionally, their pruning curve (the toggle below).")
@@ -205,7 +168,11 @@ with tab_importance:
                                  f"random mean at {len(kept)} of {len(curve.fractions)} steps: whether it keeps "
                                  "accuracy longer is a finding on this model, not a given."))
 
-with tab_patch:
+
+
+def patch_tab(lm, key) -> None:
+    """Causal tracing: the recovered fraction of every hidden state × position and every head, and (a masked LM)
+    the SAE features patched."""
     st.caption("Causal tracing (Vig et al. 2020; Meng et al. 2022): the metric is logit(A) − logit(B) at the "
                "corrupted text's mask. Each cell runs the corrupted text with one piece of the clean run put back and "
                "reports the recovered fraction (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 where that piece "
@@ -234,7 +201,7 @@ with tab_patch:
     ran = st.session_state.get("int_patch_ran")
     if not (asked or ran == request or (st.session_state["int_linked"] and ran is None)):
         st.info("Press *Patch*: every cell is one pass of the corrupted text (a layer's cells run together).")
-        st.stop()
+        return
     st.session_state["int_patch_ran"] = request
     with page_errors(stop=False):
         check_text(clean, "clean text")
@@ -265,3 +232,60 @@ with tab_patch:
                  "patching.json", "application/json", key="int_patch_json")
     if lm.task is None:
         feature_patch_section(lm, key, clean, corrupt, a, b)
+
+
+
+def classifier_page(lm, key) -> None:
+    """A fine-tuned classifier: each tab watches its decision."""
+    st.caption(plain(f"{lm.name} is a fine-tuned classifier ({lm.task.describe()}): each tab watches its decision."))
+    tabs = ["Ablate heads", "Head importance", "Patching", "Causal variables (DAS)"]
+    tab_from_url("int_tab", tabs)
+    tab_ablate, tab_importance, tab_patch, tab_das = st.tabs(tabs, key="int_tab", on_change="rerun")
+    with tab_ablate:
+        classifier_interventions.ablate_tab(lm, key)
+    with tab_importance:
+        classifier_interventions.importance_tab(lm, key)
+    with tab_patch:
+        classifier_interventions.patch_tab(lm, key)
+    with tab_das:
+        if tab_das.open:
+            das_tab.render(lm, key)
+
+
+def page() -> None:
+    persist("int_feat_sae", "int_feat_layer", "int_feat_feature", "int_feat_mode", "int_feat_strength", "int_feat_at",
+            "int_feat_text")  # the Features tab is drawn only when open
+    st.title("Interventions")
+    st.session_state.setdefault("int_linked", "clean" in st.query_params)  # a shared link patches on arrival
+    lm = require_model(fallback=lambda lm: st.caption(plain(
+        "The predictions these tabs watch need one. A saved probe's class can still be the target, from the command "
+        "line: python -m bertscope ablate MODEL TEXT --heads 3:7 --probe RUN --layer L --class C.")))
+    key = model_key()
+    st.caption("The other pages read the model; this one changes it and watches the output. Layers and heads are "
+               "numbered from 0, as on the Attention page; hidden states are the embeddings, then each layer's output.")
+
+    if lm.task is not None and lm.task.kind == SEQUENCE:
+        return classifier_page(lm, key)
+    pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
+    tabs = ["Ablate heads", "Head importance", "Patching", "Features", "Causal variables (DAS)"]
+    tab_from_url("int_tab", tabs)
+    tab_ablate, tab_importance, tab_patch, tab_features, tab_das = st.tabs(tabs, key="int_tab", on_change="rerun")
+    with tab_features:
+        if tab_features.open:
+            features_tab(lm, key)
+    with tab_das:
+        if tab_das.open:
+            das_tab.render(lm, key)
+    every_head = [head_name(layer, head) for layer in range(lm.num_layers) for head in range(lm.num_heads)]
+    from_url("heads", HEADS_KEY, lambda v: sorted({head_name(*h) for h in parse_heads(v)}),
+             lambda v: set(v) <= set(every_head))
+    with tab_ablate:
+        ablate_tab(lm, key, pair_head)
+    with tab_importance:
+        importance_tab(lm, key)
+    with tab_patch:
+        patch_tab(lm, key)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing
+    page()

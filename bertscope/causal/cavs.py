@@ -1,6 +1,7 @@
 """Concept activation vectors and their significance test (Kim, Wattenberg, Gilmer, Cai, Wexler,
 Viégas & Sayres, "Interpretability Beyond Feature Attribution: Quantitative Testing with Concept
-Activation Vectors (TCAV)", ICML 2018), for an encoder's own decisions: a masked token or a class.
+Activation Vectors (TCAV)", ICML 2018), for an encoder's own decisions: a masked token, a class, or a
+tagger's tag (at the first word of each input it tags so).
 
 At each hidden state (``embeddings``, then layer 0 to L−1):
 
@@ -48,10 +49,11 @@ from bertscope.analysis.hidden_cache import pooled_rows
 from bertscope.attribution.gradients import Target, input_embeddings, score_function, token_id
 from bertscope.core.forward import inspect
 from bertscope.core.hook_points import state_hook
-from bertscope.core.hooked_pass import hooks_on, turn
+from bertscope.core.hooked_pass import feed_of, hooks_on, turn
 from bertscope.core.inspection import Inspection
 from bertscope.core.layers import Layer, hidden_index, hidden_label
 from bertscope.core.models import LoadedModel
+from bertscope.core.task_head import TOKEN
 from bertscope.errors import BertScopeError
 
 MIN_CONCEPT = 10  # examples a concept needs: a third is held out, and the CAV must be fit on the rest
@@ -69,6 +71,15 @@ EXAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
         "The best meal I have had in years.", "Fantastic service and a lovely room.", "A masterpiece, warm and funny.",
         "I would happily see it again.", "Charming, clever and great fun.", "The music was gorgeous.",
         "She gave an outstanding performance.", "It was a perfect evening.", "Highly recommended to everyone.")),
+    "action": ("a tagger's VERB", (
+        "She ran across the field and jumped the fence.", "They swam, climbed and cycled all day.",
+        "He grabbed the rope and pulled hard.", "The children danced and sang in the hall.",
+        "We hiked up the hill and camped there.", "The dog chased the ball and caught it.",
+        "I cooked dinner and washed the dishes.", "They built a boat and sailed it.",
+        "She painted the wall and fixed the door.", "He kicked the ball and scored.",
+        "The crowd cheered and clapped loudly.", "We packed our bags and drove off.",
+        "The workers dug a trench and laid pipes.", "She wrote a letter and mailed it.",
+        "They planted trees and watered them.")),
     "water": ("a masked LM's 'river'", (
         "The water ran cold over the stones.", "Fish swam in the shallow stream.", "Boats drifted down the current.",
         "The lake was calm at dawn.", "Rain filled the creek to its banks.", "We paddled a canoe through the rapids.",
@@ -204,8 +215,8 @@ class Decision:
 def decisions(lm: LoadedModel, target: str, texts: Sequence[str] | None = None, n: int = 50, seed: int = 0
               ) -> tuple[list[Decision], str]:
     """(the inputs, the decision's name): a class of a sequence classifier on ``texts`` (by default
-    Brown sentences), or a masked token — ``texts`` with [MASK] each, or Brown sentences where the
-    word stands, masked there."""
+    Brown sentences), a tagger's tag at the first word of each text it tags so, or a masked token —
+    ``texts`` with [MASK] each, or Brown sentences where the word stands, masked there."""
     if not 1 <= n <= MAX_INPUTS:
         raise BertScopeError(f"Give 1 to {MAX_INPUTS} inputs (N = {n}).")
     task = lm.task
@@ -218,9 +229,12 @@ def decisions(lm: LoadedModel, target: str, texts: Sequence[str] | None = None, 
             texts = brown_split_texts(n, held_out=True, seed=seed)
         chosen = list(texts)[:n]
         return [Decision(_inspect(lm, t), Target("class", label=target)) for t in chosen], f"class {target}"
+    if task is not None and task.kind == TOKEN:
+        return _tag_decisions(lm, target, texts, n, seed), f"tag {target}"
     if "mlm" not in lm.outputs:
-        raise BertScopeError(f"{lm.name} has neither a masked-LM head nor a sequence-classification head: TCAV "
-                             "explains one of their decisions (try bundled-mlm or bundled-sentiment).")
+        raise BertScopeError(f"{lm.name} has neither a masked-LM head, a sequence-classification head nor a tagger's: "
+                             "TCAV explains one of their decisions (try bundled-mlm, bundled-sentiment or "
+                             "bundled-upos).")
     item = token_id(lm, target)
     mask = lm.tokenizer.mask_token
     if texts is None:
@@ -237,6 +251,35 @@ def decisions(lm: LoadedModel, target: str, texts: Sequence[str] | None = None, 
     if not out:
         raise BertScopeError("No inputs to explain.")
     return out, f"token {target!r}"
+
+
+def _tag_decisions(lm: LoadedModel, tag: str, texts: Sequence[str] | None, n: int, seed: int) -> list[Decision]:
+    """A tagger's decision ``tag`` at the first word of each text it tags so (``texts``, by default held-out Brown
+    sentences; a text without such a word is passed over)."""
+    assert lm.task is not None
+    if tag not in lm.task.labels:
+        raise BertScopeError(f"{lm.name} has no tag {tag!r}: its tags are {', '.join(lm.task.labels)}.")
+    label = list(lm.task.labels).index(tag)
+    if texts is None:
+        from bertscope.corpora.brown_tasks import brown_split_texts
+
+        texts = brown_split_texts(4 * n, held_out=True, seed=seed)
+    out = []
+    for text in texts:
+        ins = _inspect(lm, text)
+        enc = lm.tokenizer(text, truncation=True, max_length=lm.max_length)
+        words = enc.word_ids()
+        with turn(lm), torch.inference_mode():
+            tags = lm.run(feed_of(lm, text)).logits[0].argmax(-1).tolist()  # [token] the tagger's own tags
+        first = next((i for i, w in enumerate(words) if w is not None and (i == 0 or words[i - 1] != w)
+                      and tags[i] == label), None)
+        if first is not None:
+            out.append(Decision(ins, Target("tag", first, label=tag)))
+        if len(out) == n:
+            break
+    if not out:
+        raise BertScopeError(f"{lm.name} tags no word {tag} in the inputs: give sentences with such a word.")
+    return out
 
 
 def _inspect(lm: LoadedModel, text: str) -> Inspection:

@@ -41,7 +41,8 @@ def _tcav_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--concept", required=True, help=f"a text file, one example of the concept a line (at least "
                                                     f"{MIN_CONCEPT})")
-    p.add_argument("--target", required=True, help="the decision: a class of a sequence classifier (POSITIVE), or a "
+    p.add_argument("--target", required=True, help="the decision: a class of a sequence classifier (POSITIVE), a "
+                                                    "tagger's tag at the first word of each input tagged so (VERB), or a "
                                                     "word a masked LM predicts at [MASK] (river)")
     p.add_argument("--random-from", default="brown", help=f"where the random sets come from: "
                                                           f"{', '.join(RANDOM_SOURCES)} or a text file (default brown)")

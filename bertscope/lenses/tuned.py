@@ -229,7 +229,7 @@ def kl_to_final(target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return (target.exp() * (target - torch.log_softmax(logits, -1))).sum(-1)
 
 
-def _batches(texts: Sequence[str], size: int, steps: int, seed: int) -> Iterator[list[str]]:
+def training_batches(texts: Sequence[str], size: int, steps: int, seed: int) -> Iterator[list[str]]:
     rng = np.random.default_rng(seed)
     order: list[int] = []
     for _ in range(steps):
@@ -262,7 +262,7 @@ def train_tuned_lens(lm: LoadedModel, texts: Sequence[str], steps: int = DEFAULT
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, 1 - step / steps))
     rng = np.random.default_rng(seed)
     losses, positions, sentences = [], 0, 0
-    for step, chunk in enumerate(_batches(texts, batch_size, steps, seed), 1):
+    for step, chunk in enumerate(training_batches(texts, batch_size, steps, seed), 1):
         batch = make_batch(lm, chunk, kind, rng)
         opt.zero_grad(set_to_none=False)
         total = 0.0

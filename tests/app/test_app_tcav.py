@@ -46,4 +46,12 @@ def test_tcav_tab_on_a_masked_lm(monkeypatch, tiny_mlm_dir):
 def test_tcav_tab_without_a_head_says_so(monkeypatch, tiny_encoder_dir):
     at = start_with_url(monkeypatch, str(tiny_encoder_dir), "bertscope/app/probes.py", probe_tab=TAB)
     assert not at.exception and not at.error
-    assert any("neither a sequence-classification head nor a masked-LM head" in w for w in texts(at.warning))
+    assert any("neither a sequence-classification head, a tagger's head nor a masked-LM head" in w
+               for w in texts(at.warning))
+
+
+def test_tcav_tab_on_a_tagger_offers_its_tags(monkeypatch):
+    at = start_with_url(monkeypatch, "bundled-upos", "bertscope/app/probes.py", probe_tab=TAB)
+    assert not at.exception and not at.error
+    assert at.selectbox(key="tcav_tag").value == "VERB"
+    assert "swam" in at.text_area(key="tcav_concept").value

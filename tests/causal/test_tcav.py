@@ -170,3 +170,20 @@ def test_bad_input_is_one_line(tiny_bert, tiny_bert_dir, tmp_path, capsys):
         assert main(["tcav", str(tiny_bert_dir), "--target", "river", *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1, err
+
+
+def test_a_taggers_tag_is_explained_at_the_first_word_tagged_so():
+    """bundled-upos's VERB: each input's first word the tagger calls a verb is the decision's position; the test runs
+    to its verdicts on held-out Brown sentences."""
+    from bertscope import load_model
+
+    lm = load_model("bundled-upos")
+    items, name = T.decisions(lm, "VERB", n=4)
+    assert name == "tag VERB" and len(items) == 4
+    for item in items:
+        assert item.target.kind == "tag" and item.target.label == "VERB" and item.target.position >= 1
+    result = T.tcav(lm, list(T.EXAMPLES["action"][1]), "VERB", runs=T.MIN_RUNS, n_inputs=4, layers=["embeddings", 2])
+    assert [v.layer for v in result.layers] == ["embeddings", 2]
+    assert all(0 <= v.tcav <= 1 and 0 <= v.p_value <= 1 for v in result.layers)
+    with pytest.raises(BertScopeError, match="no tag 'VERBS'"):
+        T.decisions(lm, "VERBS", n=4)

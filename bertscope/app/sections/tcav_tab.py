@@ -22,10 +22,12 @@ NUMBER = st.column_config.NumberColumn(format="%.3f")
 
 
 def _kind(lm) -> str | None:
-    """What the model decides that TCAV can explain: "class", "token", or None."""
+    """What the model decides that TCAV can explain: "class", "tag", "token", or None."""
     task = lm.task
     if task is not None and task.kind == "sequence-classification" and task.scoring != "none":
         return "class"
+    if task is not None and task.kind == "token-classification":
+        return "tag"
     return "token" if "mlm" in lm.outputs else None
 
 
@@ -39,11 +41,11 @@ def render(lm, key) -> None:
                "chance. Headless: `bertscope tcav MODEL --concept FILE --target LABEL`.")
     kind = _kind(lm)
     if kind is None:
-        st.warning(plain(f"{lm.name} has neither a sequence-classification head nor a masked-LM head: TCAV explains "
-                         "one of their decisions."))
-        offer_models(("bundled-sentiment", "bundled-mlm"), "tcav_need")
+        st.warning(plain(f"{lm.name} has neither a sequence-classification head, a tagger's head nor a masked-LM "
+                         "head: TCAV explains one of their decisions."))
+        offer_models(("bundled-sentiment", "bundled-mlm", "bundled-upos"), "tcav_need")
         return
-    example = "praise" if kind == "class" else "water"
+    example = {"class": "praise", "tag": "action", "token": "water"}[kind]
     runs_offered = [r for r in RUNS if not demo() or r <= MIN_RUNS]
     inputs_offered = [n for n in INPUTS if not demo() or n <= 50]
     with st.form("tcav_form"):
@@ -54,6 +56,10 @@ def render(lm, key) -> None:
         if kind == "class":
             labels = list(lm.task.labels)
             target = c1.selectbox("The class explained", labels, index=len(labels) - 1, key="tcav_class")
+        elif kind == "tag":
+            labels = list(lm.task.labels)
+            target = c1.selectbox("The tag explained (at the first word of each input tagged so)", labels,
+                                  index=labels.index("VERB") if "VERB" in labels else 0, key="tcav_tag")
         else:
             target = c1.text_input("The word the masked LM predicts (one vocabulary item)", "river", key="tcav_word",
                                    max_chars=Limits.name_chars)
