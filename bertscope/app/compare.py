@@ -51,37 +51,8 @@ def max_sentences() -> int:
     return 500 if demo() else max(SIZES)
 
 
-st.title("Compare")  # the sidebar's name (kit.pages)
-st.subheader("Two models side by side, layer by layer and head by head.")
-lm_a = require_model()
-key_a = model_key()
-st.caption("Model A is the sidebar's; pick model B here. Hidden states are named as everywhere: the embeddings, "
-           "then layer 0, 1, … (each block's output).")
-
-options = [m for m in model_options() if m != OTHER]
-default_b = BUNDLED if lm_a.name != BUNDLED else BUNDLED_MLM
-from_url("b", "cmp_b")
-choice = st.selectbox("Model B (a preset, or type a hub id or folder below)", options,
-                      index=options.index(default_b) if default_b in options else 0, key="cmp_b_preset")
-typed = "" if demo() else st.text_input("…or a hub id / local folder for B (e.g. a Pretraining run's output)",
-                                        key="cmp_b", max_chars=Limits.name_chars)
-name_b = typed.strip() or choice
-key_b = (name_b, key_a[1], key_a[2])
-to_url(b=typed.strip() or None)
-lm_b = None
-with page_errors(stop=False):
-    if not typed.strip() and not obtainable(name_b):
-        raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
-    with st.spinner(f"Loading {name_b}…"):
-        lm_b = cached_model(*key_b)
-if lm_b is None:
-    st.stop()
-
-TABS = ["Layers (CKA)", "Heads", "Predictions", "Probes", "Latents"]
-tab_from_url("cmp_tab", TABS)
-tab_layers, tab_heads, tab_predictions, tab_probes, tab_latents = st.tabs(TABS, key="cmp_tab", on_change="rerun")
-
-with tab_layers:
+def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
+    """Linear CKA between every hidden state of A and of B over Brown words."""
     st.caption("Linear CKA (Kornblith et al. 2019) between every hidden state of A and of B over the words of Brown "
                "sentences, with the unbiased minibatch estimator of Nguyen, Raghu & Kornblith (2021): 1 = the same "
                f"representation up to rotation and scale. Rows are words ({MINIBATCH} a minibatch), each model's "
@@ -135,14 +106,16 @@ with tab_layers:
             download("Download (JSON)", json.dumps(result.to_json()), "cka.json", "application/json",
                      key="cmp_json")
 
-with tab_heads:
+
+def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
+    """Head statistics of A and B side by side, and their differences."""
     st.caption(f"Every head of A against every head of B: the Jensen–Shannon divergence of their attention rows "
                f"(0 = the same distribution over keys, ln 2 ≈ 0.693 = disjoint), averaged over every query token of "
                f"the first {HEAD_TEXTS} Brown sentences (spread over the genres) that have at most "
                f"{HEAD_SENTENCE_TOKENS} tokens; longer ones are left out. Rows are compared token by token, so both "
                "models must share a tokenizer.")
     st.session_state.setdefault("cmp_heads_linked", st.query_params.get("cmp_tab") == "Heads")  # a link: on arrival
-    if tab_heads.open:
+    if open_:
         heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or st.session_state[
             "cmp_heads_linked"]
         with page_errors(stop=False):
@@ -179,7 +152,9 @@ with tab_heads:
                 download("Download (JSON)", json.dumps(heads.to_json()), "heads.json", "application/json",
                          key="cmp_heads_json")
 
-with tab_predictions:
+
+def predictions_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
+    """Both models' masked-token predictions on the same text."""
     st.caption("Fill-mask on both models, one text: each of A's top tokens with its rank in B.")
     if "mlm" not in lm_a.outputs:
         st.warning(plain(f"{lm_a.name} (A, the sidebar's) has no {NEEDS['masked-lm'].what}: predictions need one."))
@@ -220,11 +195,13 @@ with tab_predictions:
                     top_b = ", ".join(f"{p.token.strip()} {p.score:.2f}" for p in preds_b[:5])
                     st.caption(plain(f"B's own top 5: {top_b}"))
 
-with tab_probes:
+
+def probes_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
+    """The same probe task on both models, layer by layer."""
     st.caption("The same linear probe (and its control task, Hewitt & Liang 2019) trained at every layer of both "
                "models on the same suite and the same split by document: where each model holds the information. "
                "Hidden states come from the on-disk cache the Probes page uses.")
-    if tab_probes.open:  # reading a Brown suite takes a moment: only when looked at
+    if open_:  # reading a Brown suite takes a moment: only when looked at
         with st.form("cmp_probe_form"):
             suite = st.selectbox("Suite", [*SHIPPED, *BROWN_TASKS], index=len(SHIPPED), key="cmp_suite",
                                  help="Brown suites use the Probes page's sample (split by document).")
@@ -256,5 +233,53 @@ with tab_probes:
                 st.info("Pick a suite and press *Probe both* (each model's hidden states are extracted once and cached "
                         "on disk; the bar says how long each phase has left).")
 
-with tab_latents:
+
+def latents_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
+    """What fine-tuning added, latent by latent (the shipped crosscoder)."""
     model_diff_tab.render(lm_a, key_a, lm_b, key_b)
+
+
+def page() -> None:
+    st.title("Compare")  # the sidebar's name (kit.pages)
+    st.subheader("Two models side by side, layer by layer and head by head.")
+    lm_a = require_model()
+    key_a = model_key()
+    st.caption("Model A is the sidebar's; pick model B here. Hidden states are named as everywhere: the embeddings, "
+               "then layer 0, 1, … (each block's output).")
+
+    options = [m for m in model_options() if m != OTHER]
+    default_b = BUNDLED if lm_a.name != BUNDLED else BUNDLED_MLM
+    from_url("b", "cmp_b")
+    choice = st.selectbox("Model B (a preset, or type a hub id or folder below)", options,
+                          index=options.index(default_b) if default_b in options else 0, key="cmp_b_preset")
+    typed = "" if demo() else st.text_input("…or a hub id / local folder for B (e.g. a Pretraining run's output)",
+                                            key="cmp_b", max_chars=Limits.name_chars)
+    name_b = typed.strip() or choice
+    key_b = (name_b, key_a[1], key_a[2])
+    to_url(b=typed.strip() or None)
+    lm_b = None
+    with page_errors(stop=False):
+        if not typed.strip() and not obtainable(name_b):
+            raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
+        with st.spinner(f"Loading {name_b}…"):
+            lm_b = cached_model(*key_b)
+    if lm_b is None:
+        return
+
+    TABS = ["Layers (CKA)", "Heads", "Predictions", "Probes", "Latents"]
+    tab_from_url("cmp_tab", TABS)
+    tab_layers, tab_heads, tab_predictions, tab_probes, tab_latents = st.tabs(TABS, key="cmp_tab", on_change="rerun")
+    with tab_layers:
+        layers_tab(lm_a, key_a, lm_b, key_b, name_b)
+    with tab_heads:
+        heads_tab(lm_a, key_a, lm_b, key_b, name_b, tab_heads.open)
+    with tab_predictions:
+        predictions_tab(lm_a, key_a, lm_b, key_b, name_b)
+    with tab_probes:
+        probes_tab(lm_a, key_a, lm_b, key_b, name_b, tab_probes.open)
+    with tab_latents:
+        latents_tab(lm_a, key_a, lm_b, key_b, name_b)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing
+    page()

@@ -41,68 +41,13 @@ def sample_words(n: int) -> str:
     return "every sentence" if n == 0 else f"{n:,} sentences"
 
 
-# the widgets of tabs drawn only when open keep their values while another tab is shown
-persist("feat_feature", "feat_text", "feat_pick", "feat_by", "feat_token", "feat_tagset", "feat_search_pick",
-        *(f"{tab}_{what}" for tab in ("feat", "feat_search") for what in ("corpus", "n_brown", "n_ewt")),
-        *(f"feat_tag_{tagset}" for tagset in TAGSET_NAMES))
-st.title("Features")  # the sidebar's name (kit.pages)
-st.caption("A sparse autoencoder (SAE) splits a layer's output into many features, few at a time (TopK, Gao et al. "
-           "2024). Layer L is block L's output, as everywhere; the features are numbered from 0.")
-lm = require_model()
-key = model_key()
-
-shipped = shipped_saes(lm.name)
-if not demo():
-    from_url("sae", "feat_sae")
-typed = "" if demo() else st.text_input("SAE folder (a `train-sae --out` folder, or one SAE in SAELens's format); "
-                                        "empty: the model's shipped SAEs", key="feat_sae", max_chars=Limits.name_chars)
-source = Path(typed.strip()) if typed.strip() else shipped
-if source is None:
-    st.info(plain(f"{lm.name} ships no SAEs. Train some with `python -m bertscope train-sae {lm.name} --out DIR` and "
-                  "type DIR above; bundled-mlm ships one for each of its six layers."))
-    offer_models((BUNDLED_MLM,), "feat_switch")
-    st.stop()
-with page_errors():
-    layers = sae_layers(source)
-if not layers:
-    st.error(plain(f"{source} holds no SAE (SAELens's cfg.json + sae_weights.safetensors, or layer_LL folders)."))
-    st.stop()
-
-from_url("layer", "feat_layer", int, lambda v: v in layers)
-c1, c2 = st.columns([1, 3])
-layer = c1.selectbox("Layer", layers, index=min(2, len(layers) - 1), key="feat_layer",
-                     help="The SAE reads this layer's output (blocks.L.hook_resid_post).")
-with page_errors():
-    folder = sae_folder(source, layer)
-    sae = result_store("sae").get_or_compute((str(folder.resolve()), key[1]), lambda: load_sae(folder, lm.device))
-    sae.check_for(lm, f"blocks.{layer}.hook_resid_post")
-shown = f"**{sae.d_sae:,} features** of {sae.d_in}-wide vectors, " + (
-    f"k = {sae.k} active a word piece" if sae.architecture == "topk" else f"{sae.architecture} SAE")
-try:  # train-sae's figures, when the folder has them
-    q = json.loads((folder / "quality.json").read_text())
-    domains = {plain(str(s)): float(d["fve"]) for s, d in dict(q.get("domains") or {}).items()}
-    where = f"held-out {', '.join(domains)}" if domains else "held-out Brown"
-    lowest = f" (lowest {min(domains.values()):.0%}, {min(domains, key=domains.__getitem__)})" if len(domains) > 1 \
-        else ""
-    shown += (f"; on {where}: {float(q['fve']):.0%} of the variance explained{lowest}, {float(q['recovered']):.0%} "
-              "of the masked-LM loss recovered with the SAE spliced in")
-except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a file of another shape: no figures shown
-    pass
-c2.markdown(shown)  # numbers, and the sources' names escaped: nothing a file could format
-to_url(layer=layer, sae=typed.strip() or None)
-
-TABS = ["On a text", "Feature", "Search"]
-tab_from_url("feat_tab", TABS)
-tab_text, tab_feature, tab_search = st.tabs(TABS, key="feat_tab", on_change="rerun")
-
-
 def open_feature(feature: int) -> None:
     st.session_state["feat_feature"] = int(feature)
     st.session_state["feat_tab"] = "Feature"
 
 
 # -- the corpus statistics: shared by the Feature and Search tabs ------------------------------------
-def corpus_controls(prefix: str):
+def corpus_controls(prefix: str, lm, key, folder, layer, sae):
     """The corpus picker, and its statistics when kept (or computed now when asked)."""
     corpora = ["brown"] + (["ewt"] if ewt_installed() else [])
     c1, c2, c3 = st.columns([1, 1, 1])
@@ -132,9 +77,12 @@ def corpus_controls(prefix: str):
                                "histogram and gold-tag labels.")
     return stats, corpus
 
+TABS = ["On a text", "Feature", "Search"]
 
-with tab_text:
-    if tab_text.open:
+
+def text_tab(lm, key, layer, folder, sae, open_: bool) -> None:
+    """Which features fire on a text, word piece by word piece."""
+    if open_:
         from_url("text", "feat_text")
         with st.form("feat_text_form"):
             text = st.text_area("Text", TEXT, key="feat_text", max_chars=Limits.input_chars)
@@ -160,8 +108,10 @@ with tab_text:
             download("Download (JSON)", json.dumps(result), "features.json", "application/json",
                      key="feat_text_json")
 
-with tab_feature:
-    if tab_feature.open:
+
+def feature_tab(lm, key, layer, folder, sae, typed: str, open_: bool) -> None:
+    """One feature: its top contexts, histogram, gold-tag labels and its effect when switched off."""
+    if open_:
         from_url("feature", "feat_feature", int, lambda v: 0 <= v < sae.d_sae)
         feature = st.number_input(f"Feature (0 to {sae.d_sae - 1})", 0, sae.d_sae - 1, 0, key="feat_feature")
         to_url(feature=feature)
@@ -189,7 +139,7 @@ with tab_feature:
             c2.dataframe(pd.DataFrame(near, columns=["feature", "cosine"]), hide_index=True, width="stretch",
                          column_config={"cosine": st.column_config.NumberColumn(format="%.3f")})
         with page_errors(stop=False):
-            stats, corpus = corpus_controls("feat")
+            stats, corpus = corpus_controls("feat", lm, key, folder, layer, sae)
             if stats is not None:
                 summary = stats.summary(feature)
                 label = summary["label"]
@@ -221,8 +171,10 @@ with tab_feature:
                 for c in contexts:
                     st.html(f"<small>{c.peak:.2f} · {html.escape(c.source)}</small>" + context_html(c.pieces))
 
-with tab_search:
-    if tab_search.open:
+
+def search_tab(lm, key, layer, folder, sae, open_: bool) -> None:
+    """Features found by what they fire on (a word, a tag) across the indexed corpus."""
+    if open_:
         with page_errors(stop=False):
             by = st.radio("Find features", ["by gold tag", "by the word they promote"], horizontal=True, key="feat_by")
             if by == "by the word they promote":
@@ -236,7 +188,7 @@ with tab_search:
                     "Every feature's direction through the masked-LM head", costly="feature search")
                 table = None if found is None else pd.DataFrame(found, columns=["feature", "logit change"])
             else:
-                stats, corpus = corpus_controls("feat_search")
+                stats, corpus = corpus_controls("feat_search", lm, key, folder, layer, sae)
                 table = None
                 if stats is not None:
                     c1, c2 = st.columns(2)
@@ -263,3 +215,68 @@ with tab_search:
                               icon=":material/open_in_new:")
                 else:
                     st.info("No feature goes with it.")
+
+
+def page() -> None:
+    st.title("Features")  # the sidebar's name (kit.pages)
+    # the widgets of tabs drawn only when open keep their values while another tab is shown
+    persist("feat_feature", "feat_text", "feat_pick", "feat_by", "feat_token", "feat_tagset", "feat_search_pick",
+            *(f"{tab}_{what}" for tab in ("feat", "feat_search") for what in ("corpus", "n_brown", "n_ewt")),
+            *(f"feat_tag_{tagset}" for tagset in TAGSET_NAMES))
+    st.caption("A sparse autoencoder (SAE) splits a layer's output into many features, few at a time (TopK, Gao et al. "
+               "2024). Layer L is block L's output, as everywhere; the features are numbered from 0.")
+    lm = require_model()
+    key = model_key()
+
+    shipped = shipped_saes(lm.name)
+    if not demo():
+        from_url("sae", "feat_sae")
+    typed = "" if demo() else st.text_input("SAE folder (a `train-sae --out` folder, or one SAE in SAELens's format); "
+                                            "empty: the model's shipped SAEs", key="feat_sae", max_chars=Limits.name_chars)
+    source = Path(typed.strip()) if typed.strip() else shipped
+    if source is None:
+        st.info(plain(f"{lm.name} ships no SAEs. Train some with `python -m bertscope train-sae {lm.name} --out DIR` and "
+                      "type DIR above; bundled-mlm ships one for each of its six layers."))
+        offer_models((BUNDLED_MLM,), "feat_switch")
+        return
+    with page_errors():
+        layers = sae_layers(source)
+    if not layers:
+        st.error(plain(f"{source} holds no SAE (SAELens's cfg.json + sae_weights.safetensors, or layer_LL folders)."))
+        return
+
+    from_url("layer", "feat_layer", int, lambda v: v in layers)
+    c1, c2 = st.columns([1, 3])
+    layer = c1.selectbox("Layer", layers, index=min(2, len(layers) - 1), key="feat_layer",
+                         help="The SAE reads this layer's output (blocks.L.hook_resid_post).")
+    with page_errors():
+        folder = sae_folder(source, layer)
+        sae = result_store("sae").get_or_compute((str(folder.resolve()), key[1]), lambda: load_sae(folder, lm.device))
+        sae.check_for(lm, f"blocks.{layer}.hook_resid_post")
+    shown = f"**{sae.d_sae:,} features** of {sae.d_in}-wide vectors, " + (
+        f"k = {sae.k} active a word piece" if sae.architecture == "topk" else f"{sae.architecture} SAE")
+    try:  # train-sae's figures, when the folder has them
+        q = json.loads((folder / "quality.json").read_text())
+        domains = {plain(str(s)): float(d["fve"]) for s, d in dict(q.get("domains") or {}).items()}
+        where = f"held-out {', '.join(domains)}" if domains else "held-out Brown"
+        lowest = f" (lowest {min(domains.values()):.0%}, {min(domains, key=domains.__getitem__)})" if len(domains) > 1 \
+            else ""
+        shown += (f"; on {where}: {float(q['fve']):.0%} of the variance explained{lowest}, {float(q['recovered']):.0%} "
+                  "of the masked-LM loss recovered with the SAE spliced in")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a file of another shape: no figures shown
+        pass
+    c2.markdown(shown)  # numbers, and the sources' names escaped: nothing a file could format
+    to_url(layer=layer, sae=typed.strip() or None)
+
+    tab_from_url("feat_tab", TABS)
+    tab_text, tab_feature, tab_search = st.tabs(TABS, key="feat_tab", on_change="rerun")
+    with tab_text:
+        text_tab(lm, key, layer, folder, sae, tab_text.open)
+    with tab_feature:
+        feature_tab(lm, key, layer, folder, sae, typed, tab_feature.open)
+    with tab_search:
+        search_tab(lm, key, layer, folder, sae, tab_search.open)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing
+    page()

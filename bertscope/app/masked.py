@@ -8,7 +8,7 @@ import streamlit as st
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
-from bertscope.app.kit.pages import page
+from bertscope.app.kit.pages import page as page_record
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.training import training_allowed
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
@@ -79,10 +79,7 @@ def recipe_without_head(lm) -> None:
         st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
             f"▸{t}" if i in chosen else t for i, t in enumerate(view.corrupted_tokens))))
 
-
-st.title("Masked tokens")
-lm = require_model(fallback=recipe_without_head)  # the page's record needs a masked-LM head
-key = model_key()
+TABS = ["Fill mask", "Why this prediction?", "Pretraining recipe (80/10/10)", "Layer by layer", "Next sentence"]
 
 
 def tuned_lens_section(lm, result, which: int, layer_names: list[str]) -> None:
@@ -109,14 +106,11 @@ def tuned_lens_section(lm, result, which: int, layer_names: list[str]) -> None:
                      "headless: bertscope tuned-lens MODEL TEXT."))
 
 
-TABS = ["Fill mask", "Why this prediction?", "Pretraining recipe (80/10/10)", "Layer by layer",
-        "Next sentence"]
-tab_from_url("mlm_tab", TABS)
-tab_fill, tab_why, tab_recipe, tab_layers, tab_nsp = st.tabs(TABS,
-    key="mlm_tab", on_change="rerun")
-
-result = None
-with tab_fill:
+def fill_tab(lm, key):
+    """Fill-mask (masks typed, or words picked); returns (the result or None, the text, the words picked) that the
+    other tabs read."""
+    result = None
+    text = ""
     from_url("text", "mlm_text")
     from_url("k", "mlm_top_k", int, lambda v: 1 <= v <= 20)
     from_url("wtext", "mlm_words_text")
@@ -175,8 +169,11 @@ with tab_fill:
                          hide_index=True)
             st.metric("Joint probability of the fill", f"{it.joint_probability:.3g}")
             st.caption(plain(f"Filled: {it.text}"))
+    return result, text, words
 
-with tab_why:
+
+def why_tab(lm, key, result, open_: bool) -> None:
+    """Integrated gradients and gradient × input for one prediction, and their agreement with attention's views."""
     st.caption("Which input tokens the prediction at a mask rests on. Gradient × input and integrated "
                "gradients (Sundararajan et al. 2017) explain log p(token) through the input embeddings; "
                "the agreement table below sets them beside the mask's row after the last layer in raw attention, "
@@ -184,7 +181,7 @@ with tab_why:
                "et al. 2022); the Attention page draws those in full.")
     if result is None:
         st.info("Run a fill-mask first (first tab).")
-    elif tab_why.open:  # integrated gradients run only when this tab is looked at
+    elif open_:  # integrated gradients run only when this tab is looked at
         w1, w2, w3 = st.columns([1, 2, 1])
         mask_n = w1.selectbox("Mask", range(len(result.mask_positions)), format_func=lambda n: f"mask {n + 1}",
                               key="why_mask")
@@ -236,7 +233,9 @@ with tab_why:
             download("Download IG (JSON)", json.dumps(ig.to_json()), "integrated-gradients.json",
                      "application/json", key="why_json")
 
-with tab_recipe:
+
+def recipe_tab(lm) -> None:
+    """BERT's 80/10/10 corruption of a text and the head's predictions at the chosen positions."""
     st.caption("Devlin et al. (2019), §3.1: choose 15% of the tokens; of those, 80% become [MASK], "
                "10% a random token, 10% stay. The loss counts only the chosen positions "
                "(labels are -100 elsewhere).")
@@ -258,7 +257,9 @@ with tab_recipe:
         st.caption(plain("Corrupted input (▸ = in the loss): " + " ".join(
             f"▸{t}" if i in chosen else t for i, t in enumerate(recipe.corrupted.tokens))))
 
-with tab_layers:
+
+def layers_tab(lm, result) -> None:
+    """The logit lens at every layer, and the tuned lens beside it."""
     st.caption("The MLM head read at every layer (a logit lens). Only the last layer was trained to "
                "feed this head: earlier rows show when the answer becomes readable, not what those "
                "layers were trained to predict.")
@@ -277,7 +278,9 @@ with tab_layers:
             st.plotly_chart(rank_by_layer(readings, layer_names), config=PLOT_CONFIG, width="stretch")
             tuned_lens_section(lm, result, which, layer_names)
 
-with tab_nsp:
+
+def next_sentence_tab(lm) -> None:
+    """BERT's next-sentence head (or ALBERT's sentence order) on two texts, both ways round."""
     pair_head = "sop" if "sop" in lm.outputs else "nsp" if "nsp" in lm.outputs else None
     if pair_head is None:
         st.info(plain(f"{lm.name} has no next-sentence-prediction head: BERT's own pretraining checkpoints carry "
@@ -291,7 +294,7 @@ with tab_nsp:
             st.button("Go to the Pretraining page with that objective", icon=":material/arrow_forward:",
                       key="nsp_go_pretrain", on_click=lambda: st.session_state.__setitem__("pretrain_pair", "nsp"))
             if st.session_state.get("pretrain_pair") == "nsp" and st.session_state.get("nsp_go_pretrain"):
-                st.switch_page(page("pretrain.py").path)
+                st.switch_page(page_record("pretrain.py").path)
     else:
         part = "Segment" if pair_head == "sop" else "Sentence"
         from_url("a", "nsp_a")
@@ -315,3 +318,25 @@ with tab_nsp:
                 c2.metric("B then A: IsNext", f"{backward.is_next:.1%}")
                 st.caption("The swapped order is the idea of ALBERT's sentence-order prediction "
                            "(Lan et al. 2020): BERT's NSP mostly detects topic change, not order.")
+
+
+def page() -> None:
+    st.title("Masked tokens")
+    lm = require_model(fallback=recipe_without_head)  # the page's record needs a masked-LM head
+    key = model_key()
+    tab_from_url("mlm_tab", TABS)
+    tab_fill, tab_why, tab_recipe, tab_layers, tab_nsp = st.tabs(TABS, key="mlm_tab", on_change="rerun")
+    with tab_fill:
+        result, _, _ = fill_tab(lm, key)
+    with tab_why:
+        why_tab(lm, key, result, tab_why.open)
+    with tab_recipe:
+        recipe_tab(lm)
+    with tab_layers:
+        layers_tab(lm, result)
+    with tab_nsp:
+        next_sentence_tab(lm)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing
+    page()

@@ -41,24 +41,11 @@ def brown_size() -> int:
     return min(DEFAULT_SENTENCES, Limits.corpus_lines)
 
 
-st.title("Probes")
-st.caption("A linear probe per layer: can a logistic regression read the property off the hidden "
-           "states? Each run also trains the probe on a control task (Hewitt & Liang 2019: a random "
-           "but fixed label per word type); selectivity = accuracy − control accuracy. Sentences are "
-           "never split between training and test (Brown suites: documents are never split).")
-lm = require_model()
-key = model_key()
-
 TAB_NAMES = ["Labels", "Syntax", "Does the model use it?", "Concepts (TCAV)"]
-tab_from_url("probe_tab", TAB_NAMES)
-tab_labels, tab_syntax, tab_erase, tab_tcav = st.tabs(TAB_NAMES, key="probe_tab", on_change="rerun")
-with tab_syntax:
-    syntax_tab.render(lm, key)
-with tab_erase:
-    erasure_tab.render(lm, key)
-with tab_tcav:
-    tcav_tab.render(lm, key)
-with tab_labels:
+
+
+def labels_tab(lm, key) -> None:
+    """A linear probe per layer on a task's labels (a shipped suite or an upload), beside its control task."""
     from_url("task", "probe_task", str, lambda v: v in TASKS and v != UPLOAD)
     from_url("vec", "probe_pooling", str, lambda v: v in ("mean", "first"))
     from_url("probe", "probe_kind", str, lambda v: v in ("logreg", "mlp"))
@@ -211,3 +198,28 @@ with tab_labels:
 
     st.caption("Headless: `bertscope probe NAME --task pos --out results/` writes the same figures, and "
                "`bertscope probe-sweep --models A,B --tasks pos,negation` compares several models or tasks.")
+
+
+def page() -> None:
+    st.title("Probes")
+    st.caption("A linear probe per layer: can a logistic regression read the property off the hidden "
+               "states? Each run also trains the probe on a control task (Hewitt & Liang 2019: a random "
+               "but fixed label per word type); selectivity = accuracy − control accuracy. Sentences are "
+               "never split between training and test (Brown suites: documents are never split).")
+    lm = require_model()
+    key = model_key()
+
+    tab_from_url("probe_tab", TAB_NAMES)
+    tab_labels, tab_syntax, tab_erase, tab_tcav = st.tabs(TAB_NAMES, key="probe_tab", on_change="rerun")
+    with tab_syntax:
+        syntax_tab.render(lm, key)
+    with tab_erase:
+        erasure_tab.render(lm, key)
+    with tab_tcav:
+        tcav_tab.render(lm, key)
+    with tab_labels:
+        labels_tab(lm, key)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing
+    page()

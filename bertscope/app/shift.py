@@ -32,82 +32,17 @@ from bertscope.mlm.fill_mask import words_of
 
 OWN = "Your own word…"
 
-st.title("Embedding shift")
-st.caption("The same word in different sentences, through the layers: does the model pull the "
-           "senses apart? Metrics after Ethayarajh (2019).")
-lm = require_model()
-key = model_key()
-presets = sense_presets()
 
-from_url("word", "shift_choice", str, lambda v: v in presets)
-c1, c2 = st.columns([1, 2])
-choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
-word = c1.text_input("Target word", key="shift_word", max_chars=Limits.name_chars) if choice == OWN else choice
-if not word.strip():
-    st.info("Type the word to follow through the sentences.")
-    st.stop()
-uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload",
-                            max_upload_size=Limits.upload_mb)
-
-with page_errors():
-    if uploaded is not None:
-        rows = read_labelled_csv(uploaded_text(uploaded))
-        source = pd.DataFrame(rows, columns=["sentence", "label"])
-    else:
-        source = pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
-
-from_url("pool", "shift_pooling", str, lambda v: v in ("mean", "first"))
-from_url("occ", "shift_occurrences", str, lambda v: v in ("all", "first"))
-with st.form("shift_form"):
-    table = st.data_editor(source, num_rows="dynamic", width="stretch", key=f"shift_rows_{choice}_{uploaded is not None}",
-                           column_config={"sentence": st.column_config.TextColumn(width="large")})
-    o1, o2 = st.columns(2)
-    pooling = o1.radio("Word vector", ["mean", "first"], horizontal=True, key="shift_pooling",
-                       format_func={"mean": "mean of its pieces", "first": "first piece"}.get)
-    occurrences = o2.radio("In each sentence", ["all", "first"], horizontal=True, key="shift_occurrences",
-                           format_func={"all": "every occurrence", "first": "first occurrence"}.get)
-    asked = st.form_submit_button("Compare", type="primary")
-
-rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
-        for s, lab in zip(table["sentence"], table["label"])]
-with page_errors():
-    if len(rows) > Limits.corpus_lines:
-        raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
-    pattern = word_pattern(word)
-if not asked and not any(pattern.search(sentence) for sentence, _ in rows):  # nothing to compare yet: say what to do
-    st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, if "
-                  "you like), or upload a CSV, then press Compare."))
-    st.stop()
-digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
-store = result_store("shift")
-with page_errors():
-    def run(progress):
-        found = collect(lm, word, rows, pooling, occurrences, progress=progress)
-        progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
-        return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
-
-    result, metrics = store.compute((key, digest), run, "Sentences", asked=asked, costly=None)  # a few passes
-
-if result.skipped:
-    st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
-st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "
-                 f"sense label(s); the embeddings (before any context is mixed in), then layers 0–"
-                 f"{result.n_layers - 2}, the output of each encoder block."))
-
-from_url_layer("shift_layer", result.n_layers - 1)
-if st.session_state.get("shift_layer", 0) >= result.n_layers:  # a smaller model than the last one
-    st.session_state["shift_layer"] = result.n_layers - 1
-layer = st.select_slider("Layer", list(range(result.n_layers)), result.n_layers - 1, format_func=hidden_name,
-                         key="shift_layer", help="The embeddings, then the output of each encoder block (from 0).")
-to_url(word=choice if choice != OWN else None, **layer_in_url(layer), pool=pooling if pooling != "mean" else None,
-       occ=occurrences if occurrences != "all" else None)
 TABS = ["Similarity at a layer", "Across layers", "2-D map", "Vocabulary neighbours", "In the Brown corpus"]
-tab_from_url("shift_tab", TABS)
-tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(TABS,
-    key="shift_tab", on_change="rerun")
-with tab_sim:
+
+
+def sim_tab(result, layer) -> None:
+    """The cosine similarity of every pair of occurrences at the layer."""
     st.plotly_chart(similarity_heatmap(result, layer), config=PLOT_CONFIG, width="stretch")
-with tab_layers:
+
+
+def layers_tab(word, result, metrics, layer) -> None:
+    """Within- and between-sense similarity and the anisotropy baseline, layer by layer."""
     best = max(metrics, key=lambda m: (m.centroid_accuracy, m.gap))
     m1, m2, m3 = st.columns(3)
     m1.metric("Best layer for the senses", hidden_name(best.layer),
@@ -125,7 +60,10 @@ with tab_layers:
                  column_config={"layer": st.column_config.TextColumn(width="medium", pinned=True)})
     download("Download metrics (CSV)", frame.to_csv(index=False), f"shift-{result.word}.csv",
              "text/csv", key="shift_dl")
-with tab_map:
+
+
+def map_tab(key, result, layer, digest) -> None:
+    """The occurrences projected to two dimensions at the layer."""
     from_url("map", "shift_method", str.upper, lambda v: v in ("PCA", "UMAP"))
     method = st.radio("Projection", ["PCA", "UMAP"], horizontal=True, key="shift_method")
     to_url(map=method.lower() if method != "PCA" else None)
@@ -139,7 +77,10 @@ with tab_map:
             costly="UMAP map" if method == "UMAP" else None, charge_key=(key, digest, method))
         st.plotly_chart(projection_scatter(result, coords, f"{method} of “{result.word}” at {layer_title(layer)}", method),
                         config=PLOT_CONFIG, width="stretch")
-with tab_vocab:
+
+
+def vocab_tab(lm, result, layer, rows) -> None:
+    """Each occurrence's nearest vocabulary items at the layer."""
     st.caption("Nearest rows of the model's input embedding matrix (cosine) to each occurrence's "
                "vector at this layer: a rough reading, since later layers are not in that space.")
     with page_errors(stop=False):
@@ -149,13 +90,16 @@ with tab_vocab:
             "sentence": [o.sentence for o in result.occurrences],
             "nearest tokens": [", ".join(f"{t} ({s:.2f})" for t, s in n) for n in neighbours],
         }), hide_index=True, width="stretch")
-with tab_brown:
+
+
+def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
+    """The word's occurrences in the Brown corpus, nearest to each of yours."""
     st.caption("Which words of real text sit nearest to this one at the layer above? exBERT-style corpus "
                "search (Hoover et al. 2020) over a Brown corpus sample (every genre; each word the mean of "
                "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
                "word's own occurrences in the corpus coloured by genre.")
     st.session_state.setdefault("shift_brown_linked", st.query_params.get("shift_tab") == TABS[-1])  # a link
-    if tab_brown.open:
+    if open_:
         index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or st.session_state[
             "shift_brown_linked"]
         with page_errors(stop=False):
@@ -203,3 +147,91 @@ with tab_brown:
     else:
         st.caption("Open this tab to search (the first search indexes the sample once per model).")
 
+
+def page() -> None:
+    st.title("Embedding shift")
+    st.caption("The same word in different sentences, through the layers: does the model pull the "
+               "senses apart? Metrics after Ethayarajh (2019).")
+    lm = require_model()
+    key = model_key()
+    presets = sense_presets()
+
+    from_url("word", "shift_choice", str, lambda v: v in presets)
+    c1, c2 = st.columns([1, 2])
+    choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
+    word = c1.text_input("Target word", key="shift_word", max_chars=Limits.name_chars) if choice == OWN else choice
+    if not word.strip():
+        st.info("Type the word to follow through the sentences.")
+        return
+    uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload",
+                                max_upload_size=Limits.upload_mb)
+
+    with page_errors():
+        if uploaded is not None:
+            rows = read_labelled_csv(uploaded_text(uploaded))
+            source = pd.DataFrame(rows, columns=["sentence", "label"])
+        else:
+            source = pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
+
+    from_url("pool", "shift_pooling", str, lambda v: v in ("mean", "first"))
+    from_url("occ", "shift_occurrences", str, lambda v: v in ("all", "first"))
+    with st.form("shift_form"):
+        table = st.data_editor(source, num_rows="dynamic", width="stretch", key=f"shift_rows_{choice}_{uploaded is not None}",
+                               column_config={"sentence": st.column_config.TextColumn(width="large")})
+        o1, o2 = st.columns(2)
+        pooling = o1.radio("Word vector", ["mean", "first"], horizontal=True, key="shift_pooling",
+                           format_func={"mean": "mean of its pieces", "first": "first piece"}.get)
+        occurrences = o2.radio("In each sentence", ["all", "first"], horizontal=True, key="shift_occurrences",
+                               format_func={"all": "every occurrence", "first": "first occurrence"}.get)
+        asked = st.form_submit_button("Compare", type="primary")
+
+    rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
+            for s, lab in zip(table["sentence"], table["label"])]
+    with page_errors():
+        if len(rows) > Limits.corpus_lines:
+            raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+        pattern = word_pattern(word)
+    if not asked and not any(pattern.search(sentence) for sentence, _ in rows):  # nothing to compare yet: say what to do
+        st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, if "
+                      "you like), or upload a CSV, then press Compare."))
+        return
+    digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
+    store = result_store("shift")
+    with page_errors():
+        def run(progress):
+            found = collect(lm, word, rows, pooling, occurrences, progress=progress)
+            progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
+            return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
+
+        result, metrics = store.compute((key, digest), run, "Sentences", asked=asked, costly=None)  # a few passes
+
+    if result.skipped:
+        st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
+    st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "
+                     f"sense label(s); the embeddings (before any context is mixed in), then layers 0–"
+                     f"{result.n_layers - 2}, the output of each encoder block."))
+
+    from_url_layer("shift_layer", result.n_layers - 1)
+    if st.session_state.get("shift_layer", 0) >= result.n_layers:  # a smaller model than the last one
+        st.session_state["shift_layer"] = result.n_layers - 1
+    layer = st.select_slider("Layer", list(range(result.n_layers)), result.n_layers - 1, format_func=hidden_name,
+                             key="shift_layer", help="The embeddings, then the output of each encoder block (from 0).")
+    to_url(word=choice if choice != OWN else None, **layer_in_url(layer), pool=pooling if pooling != "mean" else None,
+           occ=occurrences if occurrences != "all" else None)
+    tab_from_url("shift_tab", TABS)
+    tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(TABS,
+        key="shift_tab", on_change="rerun")
+    with tab_sim:
+        sim_tab(result, layer)
+    with tab_layers:
+        layers_tab(word, result, metrics, layer)
+    with tab_map:
+        map_tab(key, result, layer, digest)
+    with tab_vocab:
+        vocab_tab(lm, result, layer, rows)
+    with tab_brown:
+        brown_tab(lm, key, word, layer, rows, tab_brown.open)
+
+
+if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing
+    page()

@@ -54,6 +54,7 @@ from bertscope.core.inspection import Inspection
 from bertscope.core.layers import Layer, hidden_index, hidden_label
 from bertscope.core.models import LoadedModel
 from bertscope.core.task_head import TOKEN
+from bertscope.corpora.sentences import read_lines_file
 from bertscope.errors import BertScopeError
 
 MIN_CONCEPT = 10  # examples a concept needs: a third is held out, and the CAV must be fit on the rest
@@ -128,13 +129,7 @@ class TcavResult:
 
 def read_examples(path: str | Path, what: str = "concept", least: int = MIN_CONCEPT) -> list[str]:
     """A file's distinct non-empty lines (UTF-8), at least ``least`` and at most ``MAX_CONCEPT``."""
-    path = Path(path)
-    if not path.is_file():
-        raise BertScopeError(f"No {what} file {str(path)!r}: give a UTF-8 text file, one example a line.")
-    try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except UnicodeDecodeError:
-        raise BertScopeError(f"The {what} file {path.name} is not UTF-8 text.") from None
+    lines = read_lines_file(path, f"No {what} file {str(path)!r}: give a UTF-8 text file, one example a line.")
     return check_examples(lines, what, least)
 
 

@@ -25,7 +25,6 @@ before, after erasing the concept, and after erasing random directions of the sa
 from __future__ import annotations
 
 import tempfile
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -327,31 +326,182 @@ def uuas(reader: TrainedProbe, states: CachedStates, trees: Sequence[Any], state
 
 # --- the run ---------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _Plan:
+    """Which behaviours run on this model and concept, and a note for each asked that cannot."""
+
+    probe: bool
+    mlm: bool
+    trees: bool
+    task: bool
+    notes: tuple[str, ...]
+
+    @property
+    def steps_per_layer(self) -> int:  # the fit, each arm's two sides, and each arm's masked LM and task passes
+        return 1 + 2 * (2 + self.mlm + self.task)
+
+
+def _plan(lm: LoadedModel, concept: Concept, behaviours: Sequence[str]) -> _Plan:
+    notes = []
+    mlm = "mlm" in behaviours and "mlm" in lm.outputs
+    if "mlm" in behaviours and not mlm:
+        notes.append("masked LM: the model has no masked-LM head")
+    trees = "syntax" in behaviours and concept.trees is not None
+    if "syntax" in behaviours and not trees:
+        notes.append("structural probe: the concept's sentences have no trees (the EWT concepts do)")
+    why_not = task_fits(lm, concept) if "task" in behaviours else "not asked"
+    if "task" in behaviours and why_not:
+        notes.append(f"task accuracy: {why_not}")
+    return _Plan("probe" in behaviours, mlm, trees, why_not is None, tuple(notes))
+
+
+@dataclass
+class _Clean:
+    """The unerased model's side of every behaviour, measured once for all layers."""
+
+    train: CachedStates
+    test: CachedStates
+    y_train: np.ndarray
+    y_test: np.ndarray
+    majority: float  # the test side's majority-label share
+    probe: dict[int, float]  # state -> probe accuracy
+    readers: dict[int, TrainedProbe]  # state -> the distance probe trained on clean states
+    trees: Sequence[Any]
+    test_trees: list[int]
+    uuas: dict[int, float]
+    masked: list[_Masked]
+    gold: np.ndarray  # [position] the masked tokens' ids
+    tags: list[str]  # [position] the gold label of each masked position's word
+    mlm: tuple[np.ndarray, np.ndarray] | None
+    task: float | None
+
+
+def _clean(lm: LoadedModel, concept: Concept, plan: _Plan, first: int, seed: int, batch_size: int,
+           cache: HiddenStateCache, step: Callable[[str], None]) -> _Clean:
+    train = hidden_states(lm, concept.train, "mean", cache, batch_size)
+    step("hidden states of the training side")
+    test = hidden_states(lm, concept.test, "mean", cache, batch_size)
+    step("hidden states of the test side")
+    y_train, y_test = np.asarray(train.labels), np.asarray(test.labels)
+    majority_label = max(set(y_train.tolist()), key=y_train.tolist().count)
+    probe = {s: _accuracy(train.layer(s), y_train, test.layer(s), y_test, seed)
+             for s in range(first, lm.num_layers + 1)} if plan.probe else {}
+    readers = structural_readers(concept, train, range(first + 1, lm.num_layers + 1), seed) if plan.trees else {}
+    trees = concept.trees or ()
+    test_trees = _trees(test, trees) if plan.trees else []
+    masked = masked_test(lm, concept.test, seed, batch_size) if plan.mlm else []
+    return _Clean(train, test, y_train, y_test, float((y_test == majority_label).mean()), probe, readers, trees,
+                  test_trees, {s: uuas(r, test, trees, s, test_trees) for s, r in readers.items()}, masked,
+                  np.concatenate([m.gold.cpu().numpy() for m in masked]) if masked else np.zeros(0, np.int64),
+                  [t for m in masked for t in m.tags], masked_predictions(lm, masked) if plan.mlm else None,
+                  task_accuracy(lm, concept.test, batch_size) if plan.task else None)
+
+
+def _erased_arm(lm: LoadedModel, concept: Concept, plan: _Plan, clean: _Clean, state: int, eraser: Eraser, label: str,
+                seed: int, batch_size: int, step: Callable[[str], None]) -> dict[str, Any]:
+    """One arm (the concept's eraser, or the random control) at ``state``: {"probe": {later state: accuracy},
+    "uuas": {later state: UUAS}, "mlm": predictions, "task": accuracy}, for the behaviours the plan runs."""
+    name = hidden_label(state)
+    out: dict[str, Any] = {"probe": {}, "uuas": {}}
+    with tempfile.TemporaryDirectory(prefix="bertscope-erased-") as tmp:
+        erased_train = erased_states(lm, concept.train, state, eraser, Path(tmp) / "train", batch_size) \
+            if plan.probe and state < lm.num_layers else None
+        step(f"layer {name}, {label}: training side")
+        erased_test = erased_states(lm, concept.test, state, eraser, Path(tmp) / "test", batch_size) \
+            if state < lm.num_layers else None
+        step(f"layer {name}, {label}: test side")
+        for s in range(state + 1, lm.num_layers + 1):
+            if erased_train is not None and erased_test is not None:
+                out["probe"][s] = _accuracy(erased_train.layer(s), clean.y_train, erased_test.layer(s), clean.y_test,
+                                            seed)
+            if plan.trees and erased_test is not None:
+                out["uuas"][s] = uuas(clean.readers[s], erased_test, clean.trees, s, clean.test_trees)
+    if plan.mlm:
+        with erasing(lm, state, eraser):
+            out["mlm"] = masked_predictions(lm, clean.masked)
+        step(f"layer {name}, {label}: masked LM")
+    if plan.task:
+        with erasing(lm, state, eraser):
+            out["task"] = task_accuracy(lm, concept.test, batch_size)
+        step(f"layer {name}, {label}: task model")
+    return out
+
+
+def _mlm_rows(lm: LoadedModel, concept: Concept, clean: _Clean, after: tuple, random_after: tuple
+              ) -> tuple[Arms, dict[str, tuple[Arms, int]], tuple[ChangedWord, ...]]:
+    """(top-1 in each arm, top-1 by gold label with its count, the words whose prediction changed most)."""
+    assert clean.mlm is not None
+    predictions = {"before": clean.mlm, "after": after, "random_after": random_after}
+    right = {a: predictions[a][0] == clean.gold for a in ARMS}  # [position]
+    top1 = Arms(*(float(right[a].mean()) if len(clean.gold) else None for a in ARMS))
+    tag_array = np.asarray(clean.tags)
+    by_tag = {}
+    for tag in sorted(set(clean.tags) - {""}):
+        at = tag_array == tag
+        by_tag[tag] = (Arms(*(float(right[a][at].mean()) for a in ARMS)), int(at.sum()))
+    return top1, by_tag, _changed(lm, concept.test, clean.masked, clean.gold, clean.mlm, after)
+
+
+def _layer(lm: LoadedModel, concept: Concept, plan: _Plan, clean: _Clean, state: int, method: str, seed: int,
+           batch_size: int, step: Callable[[str], None]) -> LayerErasure:
+    """Erase at ``state``: the eraser fitted, both arms run, every behaviour set beside the clean model's."""
+    name = hidden_label(state)
+    x = clean.train.layer(state)
+    eraser = fit_eraser(x, clean.y_train, method, seed, groups=clean.train.groups)
+    control = control_for(eraser, seed)
+    fitted, control_edit = edit_report(eraser, x, clean.y_train), edit_report(control, x, clean.y_train)
+    step(f"{method} fitted at layer {name} (rank {eraser.rank})")
+    arms = {arm: _erased_arm(lm, concept, plan, clean, state, e, label, seed, batch_size, step)
+            for arm, e, label in (("after", eraser, "the concept erased"),
+                                  ("random_after", control, "random directions erased"))}
+    probe = Arms(None, None, None)
+    if plan.probe:
+        test_x = clean.test.layer(state)
+        probe = Arms(clean.probe[state], *(_accuracy(e.apply(x), clean.y_train, e.apply(test_x), clean.y_test, seed)
+                                          for e in (eraser, control)))
+    later = tuple(LaterLayer(hidden_label(s),
+                             Arms(clean.probe.get(s) if plan.probe else None,
+                                  *(arms[a]["probe"].get(s) for a in ARMS[1:])),
+                             Arms(clean.uuas.get(s), *(arms[a]["uuas"].get(s) for a in ARMS[1:])) if plan.trees
+                             else None)
+                  for s in range(state + 1, lm.num_layers + 1))
+    top1, by_tag, changed = _mlm_rows(lm, concept, clean, arms["after"]["mlm"], arms["random_after"]["mlm"]) \
+        if plan.mlm else (None, {}, ())
+    task = Arms(clean.task, arms["after"]["task"], arms["random_after"]["task"]) if plan.task else None
+    return LayerErasure(name, eraser.rank, clean.majority, probe, later, top1, by_tag, task, changed, fitted,
+                        control_edit)
+
+
 def amnesic_probe(lm: LoadedModel, concept: Concept | str, layers: Sequence[Layer], method: str = "leace",
                   seed: int = 0, batch_size: int = 32, cache: HiddenStateCache | None = None,
                   progress: Progress | None = None, behaviours: Sequence[str] = ("probe", "mlm", "syntax", "task")
                   ) -> AmnesicResult:
     """Erase ``concept`` at the output of each of ``layers`` (block numbers from 0, or "embeddings") by
-    ``method`` and measure every behaviour against a random erasure of the same rank."""
+    ``method`` and measure every behaviour against a random erasure of the same rank.
+
+    Args:
+        lm: the model.
+        concept: a concept (``interventions.concepts``) or its name (``ewt-upos``, ``sentiment``, …).
+        layers: where to erase: block numbers from 0, or "embeddings".
+        method: "leace" or "inlp".
+        seed: the probes', the masking's and the control's seed.
+        batch_size: sentences a pass.
+        cache: where hidden states are kept (default: the user cache).
+        progress: called with (done, total, what).
+        behaviours: any of "probe", "mlm", "syntax", "task"; those the model or concept cannot run are noted.
+
+    Returns:
+        An ``AmnesicResult``: a ``LayerErasure`` a layer (each behaviour before, after, and after the random
+        control), and the notes.
+    """
     if method not in METHODS:
         raise BertScopeError(f"No erasure method {method!r}: choose {' or '.join(METHODS)}.")
     chosen = sorted({hidden_index(layer, lm.num_layers) for layer in layers})  # hidden states: 0 = the embeddings
     if not chosen:
         raise BertScopeError("Choose at least one layer to erase.")
     concept = load_concept(concept) if isinstance(concept, str) else concept
-    notes: list[str] = []
-    use_mlm = "mlm" in behaviours and "mlm" in lm.outputs
-    if "mlm" in behaviours and not use_mlm:
-        notes.append("masked LM: the model has no masked-LM head")
-    use_trees = "syntax" in behaviours and concept.trees is not None
-    if "syntax" in behaviours and not use_trees:
-        notes.append("structural probe: the concept's sentences have no trees (the EWT concepts do)")
-    why_not = task_fits(lm, concept) if "task" in behaviours else "not asked"
-    if "task" in behaviours and why_not:
-        notes.append(f"task accuracy: {why_not}")
-    use_task = why_not is None
-    per_layer = 1 + 2 * (2 + use_mlm + use_task)
-    total, done = len(chosen) * per_layer + 2, 0
+    plan = _plan(lm, concept, behaviours)
+    total, done = len(chosen) * plan.steps_per_layer + 2, 0
 
     def step(what: str) -> None:
         nonlocal done
@@ -359,94 +509,14 @@ def amnesic_probe(lm: LoadedModel, concept: Concept | str, layers: Sequence[Laye
         if progress:
             progress(done, total, what)
 
-    cache = cache or HiddenStateCache()
-    train = hidden_states(lm, concept.train, "mean", cache, batch_size)
-    step("hidden states of the training side")
-    test = hidden_states(lm, concept.test, "mean", cache, batch_size)
-    step("hidden states of the test side")
-    y_train, y_test = np.asarray(train.labels), np.asarray(test.labels)
-    majority_label = max(set(y_train.tolist()), key=y_train.tolist().count)
-    majority = float((y_test == majority_label).mean())
-    clean_probe = {s: _accuracy(train.layer(s), y_train, test.layer(s), y_test, seed)
-                   for s in range(min(chosen), lm.num_layers + 1)} if "probe" in behaviours else {}
-    readers = structural_readers(concept, train, range(min(chosen) + 1, lm.num_layers + 1), seed) if use_trees else {}
-    trees = concept.trees or ()
-    test_trees = _trees(test, trees) if use_trees else []
-    clean_uuas = {s: uuas(r, test, trees, s, test_trees) for s, r in readers.items()}
-    masked = masked_test(lm, concept.test, seed, batch_size) if use_mlm else []
-    gold = np.concatenate([m.gold.cpu().numpy() for m in masked]) if masked else np.zeros(0, np.int64)
-    tags = [t for m in masked for t in m.tags]
-    clean_mlm = masked_predictions(lm, masked) if use_mlm else None
-    clean_task = task_accuracy(lm, concept.test, batch_size) if use_task else None
-
-    results = []
+    clean = _clean(lm, concept, plan, min(chosen), seed, batch_size, cache or HiddenStateCache(), step)
+    notes = list(plan.notes)
+    rows = []
     for state in chosen:
-        name = hidden_label(state)
-        x = train.layer(state)
-        eraser = fit_eraser(x, y_train, method, seed, groups=train.groups)
-        control = control_for(eraser, seed)
-        fitted, control_edit = edit_report(eraser, x, y_train), edit_report(control, x, y_train)
-        step(f"{method} fitted at layer {name} (rank {eraser.rank})")
-        arms: dict[str, dict[str, Any]] = {"before": {}, "after": {}, "random_after": {}}
-        if "probe" in behaviours:
-            arms["before"]["probe"] = clean_probe[state]
-            for arm, e in (("after", eraser), ("random_after", control)):
-                arms[arm]["probe"] = _accuracy(e.apply(x), y_train, e.apply(test.layer(state)), y_test, seed)
-        later_probe: dict[int, dict[str, float]] = defaultdict(dict)
-        later_uuas: dict[int, dict[str, float]] = defaultdict(dict)
-        for s in range(state + 1, lm.num_layers + 1):
-            if "probe" in behaviours:
-                later_probe[s]["before"] = clean_probe[s]
-            if use_trees:
-                later_uuas[s]["before"] = clean_uuas[s]
-        if use_mlm:
-            arms["before"]["mlm"] = clean_mlm
-        if use_task:
-            arms["before"]["task"] = clean_task
-        for arm, e in (("after", eraser), ("random_after", control)):
-            label = "the concept erased" if arm == "after" else "random directions erased"
-            with tempfile.TemporaryDirectory(prefix="bertscope-erased-") as tmp:
-                erased_train = erased_states(lm, concept.train, state, e, Path(tmp) / "train", batch_size) \
-                    if "probe" in behaviours and state < lm.num_layers else None
-                step(f"layer {name}, {label}: training side")
-                erased_test = erased_states(lm, concept.test, state, e, Path(tmp) / "test", batch_size) \
-                    if state < lm.num_layers else None
-                step(f"layer {name}, {label}: test side")
-                for s in range(state + 1, lm.num_layers + 1):
-                    if erased_train is not None and erased_test is not None:
-                        later_probe[s][arm] = _accuracy(erased_train.layer(s), y_train, erased_test.layer(s), y_test,
-                                                        seed)
-                    if use_trees and erased_test is not None:
-                        later_uuas[s][arm] = uuas(readers[s], erased_test, trees, s, test_trees)
-            if use_mlm:
-                with erasing(lm, state, e):
-                    arms[arm]["mlm"] = masked_predictions(lm, masked)
-                step(f"layer {name}, {label}: masked LM")
-            if use_task:
-                with erasing(lm, state, e):
-                    arms[arm]["task"] = task_accuracy(lm, concept.test, batch_size)
-                step(f"layer {name}, {label}: task model")
-        later = tuple(LaterLayer(hidden_label(s), Arms(*(later_probe[s].get(a) for a in ARMS)),
-                                 Arms(*(later_uuas[s].get(a) for a in ARMS)) if use_trees else None)
-                      for s in range(state + 1, lm.num_layers + 1))
-        mlm_top1: Arms | None = None
-        by_tag: dict[str, tuple[Arms, int]] = {}
-        changed: tuple[ChangedWord, ...] = ()
-        if use_mlm:
-            right = {a: arms[a]["mlm"][0] == gold for a in ARMS}  # [position]
-            mlm_top1 = Arms(*(float(right[a].mean()) if len(gold) else None for a in ARMS))
-            tag_array = np.asarray(tags)
-            for tag in sorted(set(tags) - {""}):
-                at = tag_array == tag
-                by_tag[tag] = (Arms(*(float(right[a][at].mean()) for a in ARMS)), int(at.sum()))
-            changed = _changed(lm, concept.test, masked, gold, arms["before"]["mlm"], arms["after"]["mlm"])
-        task_arms = Arms(*(arms[a]["task"] for a in ARMS)) if use_task else None
-        probe_arms = Arms(*(arms[a].get("probe") for a in ARMS))
-        row = LayerErasure(name, eraser.rank, majority, probe_arms, later, mlm_top1, by_tag, task_arms, changed,
-                           fitted, control_edit)
+        row = _layer(lm, concept, plan, clean, state, method, seed, batch_size, step)
         if method == "leace" and row.guarded is False:
-            notes.append(f"layer {name}: the probe reads {probe_arms.after:.3f} after LEACE, above the majority "
-                         f"({majority:.3f}): the test side differs from the side it was fitted on")
-        results.append(row)
+            notes.append(f"layer {row.layer}: the probe reads {row.probe.after:.3f} after LEACE, above the majority "
+                         f"({clean.majority:.3f}): the test side differs from the side it was fitted on")
+        rows.append(row)
     return AmnesicResult(lm.name, concept.name, method, concept.level, concept.classes, len(concept.train.words),
-                         len(concept.test.words), tuple(results), tuple(notes))
+                         len(concept.test.words), tuple(rows), tuple(notes))

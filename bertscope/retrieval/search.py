@@ -27,6 +27,7 @@ import numpy as np
 
 from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_fingerprint
 from bertscope.core.models import LoadedModel
+from bertscope.corpora.sentences import read_lines_file
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.embedding import embed, settings_of
 from bertscope.runtime.atomic import write_file
@@ -74,14 +75,9 @@ def documents(name: str, limit: int | None = None) -> Corpus:
 
         texts = [" ".join(s.tokens) for s in read_ewt("test")]
     else:
-        path = Path(name)
-        if not path.is_file():
-            raise BertScopeError(f"No corpus {name!r}: give {', '.join(CORPORA)}, or a text file (one document a line).")
-        try:
-            texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except UnicodeDecodeError:
-            raise BertScopeError(f"{path} is not UTF-8 text.") from None
-        name = path.name
+        texts = read_lines_file(name, f"No corpus {name!r}: give {', '.join(CORPORA)}, or a text file (one document "
+                                      "a line).")
+        name = Path(name).name
     texts = texts[:limit] if limit else texts
     if not texts:
         raise BertScopeError(f"{name} holds no documents.")

@@ -28,6 +28,20 @@ def training_allowed() -> bool:
     return flag or not demo()
 
 
+def training_gate(command: str, also: str = "", pick: str = "Pick a model in the sidebar first.") -> None:
+    """Before a training page draws anything costly: one line (and the page stops) when training is switched off
+    here (naming the headless ``command``) or no model is picked yet."""
+    from bertscope.app.kit.model_picker import chosen_model_name
+
+    if not training_allowed():
+        st.info("Training is switched off on this hosted demo (set BERTSCOPE_ALLOW_TRAINING=1 to allow it). "
+                f"Run it locally, or headless with `python -m bertscope {command}`{also}.")
+        st.stop()
+    if not chosen_model_name():
+        st.info(pick)
+        st.stop()
+
+
 def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else \
         f"{seconds / 3600:.1f} h"
