@@ -278,7 +278,17 @@ class TokenAlignment:
 
 def token_alignment(lm: LoadedModel, source: str, target: str, layer: int) -> TokenAlignment:
     """Non-special tokens of both texts, cosine at hidden state ``layer`` (0 = the embeddings, l = the
-    output of block l - 1; ``core.layers``)."""
+    output of block l - 1; ``core.layers``).
+
+    Args:
+        lm: the model.
+        source: a text.
+        target: its translation.
+        layer: the hidden state (0 = the embeddings).
+
+    Returns:
+        A ``TokenAlignment``: the tokens, their [source, target] cosines and the mutual argmax links.
+    """
     runs = {}
     for batch in inspect_batch(lm, [source, target], batch_size=2, with_attentions=False):
         for b, index in enumerate(batch.indices):

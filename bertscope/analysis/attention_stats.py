@@ -254,7 +254,18 @@ def head_stats(
     engine: Engine | None = None,
 ) -> HeadStats:
     """Statistics for every head of ``lm`` over ``sentences`` (streamed, padding excluded); with an
-    ``engine`` (``runtime.engine``) its workers run the batches, with no cap on sentences."""
+    ``engine`` (``runtime.engine``) its workers run the batches, with no cap on sentences.
+
+    Args:
+        lm: the model.
+        sentences: one text each.
+        batch_size: sentences a batch.
+        progress: called with (done, total) sentences.
+        engine: who runs the batches (``runtime.engine``), by default this process.
+
+    Returns:
+        ``HeadStats``: Clark et al.'s statistics, [layer, head] each.
+    """
     if engine is None:
         texts = corpus_texts(sentences)
         total, tokens = head_sums(lm, texts, batch_size, progress)

@@ -115,7 +115,15 @@ class CkaAccumulator:
 
 
 def linear_cka(xa: np.ndarray | torch.Tensor, xb: np.ndarray | torch.Tensor) -> float:
-    """The full-batch unbiased linear CKA of two [example, dim] matrices (one minibatch of all)."""
+    """The full-batch unbiased linear CKA of two [example, dim] matrices (one minibatch of all).
+
+    Args:
+        xa: [example, dim_a] one model's states.
+        xb: [example, dim_b] the other's, the same examples.
+
+    Returns:
+        Linear CKA, 0 to 1.
+    """
     acc = CkaAccumulator()
     acc.add(torch.as_tensor(np.asarray(xa))[:, None], torch.as_tensor(np.asarray(xb))[:, None])
     return float(acc.cka()[0, 0])
@@ -244,7 +252,23 @@ def compare_layers(lm_a: LoadedModel, lm_b: LoadedModel, task: ProbeTask, pool: 
                    engine: Engine | None = None) -> LayerSimilarity:
     """CKA between every hidden state of A and every hidden state of B over ``task``'s words.
     ``engine``: who runs the chunks (``runtime.engine``: a Ray cluster's actors, yielding each
-    chunk's sums in chunk order); by default this process, chunk after chunk."""
+    chunk's sums in chunk order); by default this process, chunk after chunk.
+
+    Args:
+        lm_a: model A.
+        lm_b: model B.
+        task: the words compared (a probe task's sentences).
+        pool: how a word's pieces are pooled: "mean" or "first".
+        minibatch: words a minibatch of the unbiased estimator.
+        source: where the words came from, for the result.
+        seed: the minibatches' seed.
+        max_chunk_bytes: about how many bytes a chunk of states may hold.
+        progress: called with (done, total) chunks.
+        engine: who runs the chunks (``runtime.engine``).
+
+    Returns:
+        ``LayerSimilarity``: [state of A, state of B] linear CKA.
+    """
     if pool not in POOLS:
         raise BertScopeError(f"Unknown pooling {pool!r}: use mean (of a word's pieces) or first (its first piece).")
     if minibatch < 4:
@@ -351,7 +375,17 @@ def compare_heads(lm_a: LoadedModel, lm_b: LoadedModel, texts: Sequence[str],
                   progress: Callable[[int, int], None] | None = None) -> HeadDivergence:
     """Every head of A against every head of B by the mean JS divergence of their attention rows,
     over the sentences of ``texts`` of at most ``HEAD_SENTENCE_TOKENS`` tokens. Both models must cut
-    the text into the same tokens."""
+    the text into the same tokens.
+
+    Args:
+        lm_a: model A.
+        lm_b: model B (the same tokenizer).
+        texts: the sentences.
+        progress: called with (done, total) sentences.
+
+    Returns:
+        ``HeadDivergence``: [head of A, head of B] mean Jensen–Shannon divergence of their attention rows.
+    """
     from bertscope.core.forward import inspect
 
     if not same_tokenizer(lm_a, lm_b, texts):

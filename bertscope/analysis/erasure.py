@@ -202,7 +202,18 @@ def random_eraser(dim: int, rank: int, bias: np.ndarray, seed: int = 0) -> Erase
 def fit_eraser(x: np.ndarray, labels: Labels, method: str = "leace", seed: int = 0,
                groups: np.ndarray | None = None) -> Eraser:
     """The concept's eraser by ``method`` (``METHODS``), fitted on ``x`` [example, dim] and ``labels``
-    (``groups``: each row's sentence, for INLP's held-out split)."""
+    (``groups``: each row's sentence, for INLP's held-out split).
+
+    Args:
+        x: [example, dim] the states.
+        labels: the concept's label of each row.
+        method: "leace" or "inlp".
+        seed: INLP's seed.
+        groups: each row's sentence (INLP's held-out split).
+
+    Returns:
+        An ``Eraser``: ``apply`` removes the concept from states, ``rank`` says how many directions.
+    """
     if method == "leace":
         return fit_leace(x, labels)
     if method == "inlp":

@@ -423,7 +423,21 @@ def hidden_states(lm: LoadedModel, task: ProbeTask, pooling: Pooling = "mean",
     """The task's states at every layer: from the cache, or extracted and cached now (by this
     process, or by an ``engine``'s workers: see ``extract``). Either way the
     entry is the same: the key does not say how it was computed. ``size``: the task's ``task_size`` when the
-    caller has it (its pieces and bytes are not counted again)."""
+    caller has it (its pieces and bytes are not counted again).
+
+    Args:
+        lm: the model.
+        task: the probe task (``corpora``: a shipped suite or a user's file).
+        pooling: "mean" or "first" piece of each word.
+        cache: where the states are kept (default: the user cache).
+        batch_size: sentences a batch.
+        progress: called with (done, total) sentences.
+        engine: who extracts (``runtime.engine``).
+        size: the task's ``task_size``, when the caller has it.
+
+    Returns:
+        ``CachedStates``: [example, state, dim] on disk, with the labels and groups.
+    """
     allowed = ("mean", "first") if task.level == "token" else ("mean", "cls")
     if pooling not in allowed:
         raise BertScopeError(f"Pooling for a {task.level}-level task: {' or '.join(allowed)}.")

@@ -237,7 +237,16 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def count_parameters(name: str, head: str = "none") -> ParamBreakdown:
-    """Counts for ``name`` (preset, hub id, local folder, bundled) with ``head`` none|mlm|pretraining."""
+    """Counts for ``name`` (preset, hub id, local folder, bundled) with ``head`` none|mlm|pretraining.
+
+    Args:
+        name: a preset, a hub id, a local folder or a bundled model (its config is read, never its weights).
+        head: "none", "mlm" or "pretraining".
+
+    Returns:
+        A ``ParamBreakdown``: every component's count and formula, the groups' totals, the tied parameters and
+        the model's dimensions.
+    """
     if head not in HEAD_CHOICES:
         raise BertScopeError(f"Unknown head {head!r}: use one of {', '.join(HEAD_CHOICES)}.")
     config = model_config(name.strip())

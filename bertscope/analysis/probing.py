@@ -267,7 +267,23 @@ def probe_layers(states: CachedStates, task_name: str, pooling: str, kind: Probe
     """Train and score the probe and its control at every layer of ``states``; with
     ``external`` (hidden states of a user's test file, same labels), also score the trained
     probe there: train here, test there. ``progress(done, total)`` counts fits (two per layer:
-    the task, then its control), so a bar moves within a layer too."""
+    the task, then its control), so a bar moves within a layer too.
+
+    Args:
+        states: the task's hidden states (``hidden_states``).
+        task_name: the task's name, for the result.
+        pooling: how the states were pooled, for the result.
+        kind: "logreg" or "mlp".
+        seed: the probes' and the control task's seed.
+        layers: hidden states to probe (default every one).
+        weights_dir: where each probe's weights are saved (safetensors), if anywhere.
+        progress: called with (done, total) fits.
+        external: a user's test file's states, scored by the probes trained here.
+        steps: the logistic probe's optimisation steps.
+
+    Returns:
+        ``ProbeResult``: accuracy, control accuracy and selectivity at each layer.
+    """
     labels = np.array(states.labels)
     if len(set(labels)) < 2:
         raise BertScopeError("A probe needs at least two different labels.")

@@ -3,6 +3,7 @@ on the model's own masked-token predictions (or a fine-tuned classifier's predic
 remove what a method ranks highest and watch p(y)."""
 
 import json
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import numpy as np
@@ -37,24 +38,21 @@ def max_items() -> int:
     return 50 if demo() else max(SIZES)
 
 
-def page() -> None:
-    st.title("Faithfulness")  # the sidebar's name (kit.pages)
-    st.subheader("Which attribution to trust?")
-    lm = require_model()
-    key = model_key()
-    classifier = lm.task is not None and lm.task.kind == SEQUENCE and lm.task.scoring != "none"
-    st.caption("Each attribution method ranks the input tokens behind a prediction; this page tests the rankings "
-               "on the model itself (DeYoung et al. 2020, ERASER). "
-               + ("This model is a fine-tuned classifier: y is the class it predicts for each text, p(y) its head's "
-                  "probability, and the matrix methods read [CLS]'s row (the token its head reads). " if classifier else
-                  "In each sentence one word-piece of a content word is masked and y is the model's own top prediction "
-                  "there. ")
-               + "Removing the tokens a method ranks highest "
-               "should cost p(y) much (comprehensiveness); keeping only them should cost little (sufficiency); and a "
-               "method's ranking should agree with removing one token at a time (leave-one-out). Random ranking is "
-               "the floor.")
+@dataclass(frozen=True)
+class Form:
+    """What the form asks for: the sentences, the methods and how tokens are removed."""
+
+    source: str  # "brown" or "text"
+    n: int  # Brown sentences
+    text: str  # the user's lines
+    methods: list[str]
+    removal: str
+    seed: int
+    steps: int
 
 
+def test_form(lm, classifier: bool) -> Form:
+    """The form (and the link that restores it)."""
     CHOICES = [m for m in METHODS if METHODS[m].applies_to(lm)]  # the registry's, its floor included
     from_url("source", "faith_source", valid=lambda v: v in ("brown", "text"))
     from_url("n", "faith_n", int, lambda v: v in SIZES and v <= max_items())
@@ -97,8 +95,15 @@ def page() -> None:
 
     to_url(source=source, n=n if source == "brown" else None, methods=",".join(methods), removal=removal,
            seed=int(seed) or None, steps=steps)
+    return Form(source, int(n), text, list(methods), removal, int(seed), int(steps))
 
+
+def run_test(lm, key, classifier: bool, f: Form):
+    """The scoreboard of the form's request: stored, computed now when asked (through the budget), or None while
+    waiting for the button."""
+    source, n, text, methods, removal, seed, steps = f.source, f.n, f.text, f.methods, f.removal, f.seed, f.steps
     board = None
+
     with page_errors(stop=False):
         chosen = check_methods(methods)
         if source == "text":
@@ -132,93 +137,122 @@ def page() -> None:
                                     progress=lambda done, total: progress(done, total, "Items scored and erased"))
 
             board = store.compute(request, work, "Faithfulness test, items", costly="faithfulness test")
+    return board
 
+
+def show(board) -> None:
+    """The scoreboard: the table with intervals, the bars, the perturbation curves."""
+    if board.skipped:
+        st.info(plain(f"{board.skipped} line(s) left out: longer than {MAX_ITEM_TOKENS} tokens, or "
+                      + ("with fewer than 3 tokens to remove." if board.decision == "class" else
+                         "without a content word (Brown's tags) or a word beside the mask.")))
+    summary = board.summary()
+
+    def cell(stat: dict) -> str:
+        return "–" if stat["mean"] is None else f"{stat['mean']:+.3f}  [{stat['low']:+.3f}, {stat['high']:+.3f}]"
+
+    table = pd.DataFrame([{"method": method_label(m), "comprehensiveness ↑": cell(e["comprehensiveness"]),
+                           "sufficiency ↓": cell(e["sufficiency"]), "ρ with leave-one-out ↑": cell(e["loo_spearman"]),
+                           "seconds per item": e["seconds_per_item"]} for m, e in summary.items()])
+    st.dataframe(table, hide_index=True, width="stretch",
+                 column_config={"seconds per item": st.column_config.NumberColumn(format="%.2f")})
+    ranked = [m for m in summary if m != RANDOM and summary[m]["comprehensiveness"]["mean"] is not None]
+    if ranked and RANDOM in summary:
+        best = max(ranked, key=lambda m: summary[m]["comprehensiveness"]["mean"])
+        floor = summary[RANDOM]["comprehensiveness"]
+        above = [m for m in ranked if summary[m]["comprehensiveness"]["low"] > floor["high"]]
+        st.caption(plain(
+            f"{len(board.results)} items ({board.source}); {removal_words(board.removal)}. Each figure is the mean "
+            f"over items of p(y) lost, averaged over removing k = {', '.join(f'{f:.0%}' for f in FRACTIONS)} of the "
+            f"candidate tokens (AOPC), with a 95% bootstrap interval. Most comprehensive here: {method_label(best)}. "
+            + (f"Clearly above the random floor (intervals apart): {', '.join(method_label(m) for m in above)}."
+               if above else "No method's interval clears the random floor's: on this sample none is shown to be "
+                             "more faithful than chance.")))
+    fig = scoreboard_bars(board)
+    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="faith_bars")
+    figure_downloads(fig, "faithfulness-scoreboard")
+    curves = perturbation_curves(board)
+    st.plotly_chart(curves, config=PLOT_CONFIG, width="stretch", key="faith_curves")
+    figure_downloads(curves, "faithfulness-curves")
+
+
+def disagreements(lm, board) -> None:
+    """The items where the methods disagree most, linked to the page that explains each, and one item's scores."""
+    st.subheader("Where the methods disagree most")
+    disagreement = np.array(board.disagreement())
+    order = [i for i in np.argsort(-np.nan_to_num(disagreement, nan=-1)) if np.isfinite(disagreement[i])][:5]
+    if not order:
+        st.info("Too few tokens per item, or one method only: nothing to compare.")
+    else:
+        rows, links = [], []
+        for n_, i in enumerate(order, 1):
+            r = board.results[i]
+            it = r.item
+            if it.decision == "class":
+                link = "./predictions?" + urlencode({"model": lm.name, "text": it.text})
+            else:
+                link = "./masked?" + urlencode({"model": lm.name, "text": it.masked_text,
+                                                "mlm_tab": "Why this prediction?"})
+            candidates = it.candidates()
+            top = {method_label(m): label(it.inspection.tokens[candidates[int(np.argmax(s[candidates]))]])
+                   for m, s in r.scores.items()}
+            rows.append({"#": n_, "sentence": it.masked_text, "y": label(it.target), "p(y)": r.p_full,
+                         "disagreement": disagreement[i],
+                         **{f"top: {m}": t for m, t in top.items()},  # a column a method: nothing cut off
+                         "source": it.source})
+            links.append(f"[{n_}]({link})")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+            "p(y)": st.column_config.NumberColumn(format="%.3f"),
+            "disagreement": st.column_config.NumberColumn(format="%.2f",
+                                                          help="1 − the mean Spearman between methods' rankings")})
+        where = ("the Predictions page (its *Why this decision?*)" if board.decision == "class" else
+                 "the Masked page's *Why this prediction?* (every method on that one prediction)")
+        st.markdown(f"Open in {where}: " + " · ".join(links))
+        pick = st.selectbox("Scores of one item", order, key="faith_item",
+                            format_func=lambda i: board.results[i].item.masked_text[:90])
+        r = board.results[pick]
+        candidates = r.item.candidates()
+        tokens = [f"{c}: {label(r.item.inspection.tokens[c])}" for c in candidates]
+        names = list(r.scores)
+        z = np.stack([r.scores[m][candidates] / max(1e-12, float(np.abs(r.scores[m][candidates]).max()))
+                      for m in names])  # [method, candidate] each row over its largest magnitude
+        drop = r.loo_drop / max(1e-12, float(np.abs(r.loo_drop).max()))
+        rows_y = [method_label(m) for m in names] + ["leave-one-out drop"]
+        # one trace, one row per method and the erasure's own row last: every row sits on its label
+        heat = go.Figure(go.Heatmap(z=np.vstack([z, drop[None, :]]), x=tokens, y=rows_y, colorscale="RdBu",
+                                    zmid=0, zmin=-1, zmax=1, colorbar=dict(title="score / max"),
+                                    hovertemplate="%{y} · %{x}: %{z:.2f}<extra></extra>"))
+        heat.add_hline(y=len(names) - 0.5, line=dict(color="black", width=2))  # methods above, the erasure below
+        heat.update_layout(height=120 + 28 * (len(names) + 1), margin=dict(t=50, b=40),
+                           title=(f"“{label(r.item.target)}” "
+                                  + ("(class)" if r.item.decision == "class" else f"at token {r.item.mask_position}")
+                                  + f", p(y) {r.p_full:.3f}: "
+                                       "each method's scores over its largest magnitude"),
+                           yaxis=dict(autorange="reversed"))
+        st.plotly_chart(heat, config=PLOT_CONFIG, width="stretch", key="faith_item_scores")
+
+
+def page() -> None:
+    st.title("Faithfulness")  # the sidebar's name (kit.pages)
+    st.subheader("Which attribution to trust?")
+    lm = require_model()
+    key = model_key()
+    classifier = lm.task is not None and lm.task.kind == SEQUENCE and lm.task.scoring != "none"
+    st.caption("Each attribution method ranks the input tokens behind a prediction; this page tests the rankings "
+               "on the model itself (DeYoung et al. 2020, ERASER). "
+               + ("This model is a fine-tuned classifier: y is the class it predicts for each text, p(y) its head's "
+                  "probability, and the matrix methods read [CLS]'s row (the token its head reads). " if classifier else
+                  "In each sentence one word-piece of a content word is masked and y is the model's own top prediction "
+                  "there. ")
+               + "Removing the tokens a method ranks highest "
+               "should cost p(y) much (comprehensiveness); keeping only them should cost little (sufficiency); and a "
+               "method's ranking should agree with removing one token at a time (leave-one-out). Random ranking is "
+               "the floor.")
+    f = test_form(lm, classifier)
+    board = run_test(lm, key, classifier, f)
     if board is not None:
-        if board.skipped:
-            st.info(plain(f"{board.skipped} line(s) left out: longer than {MAX_ITEM_TOKENS} tokens, or "
-                          + ("with fewer than 3 tokens to remove." if board.decision == "class" else
-                             "without a content word (Brown's tags) or a word beside the mask.")))
-        summary = board.summary()
-
-        def cell(stat: dict) -> str:
-            return "–" if stat["mean"] is None else f"{stat['mean']:+.3f}  [{stat['low']:+.3f}, {stat['high']:+.3f}]"
-
-        table = pd.DataFrame([{"method": method_label(m), "comprehensiveness ↑": cell(e["comprehensiveness"]),
-                               "sufficiency ↓": cell(e["sufficiency"]), "ρ with leave-one-out ↑": cell(e["loo_spearman"]),
-                               "seconds per item": e["seconds_per_item"]} for m, e in summary.items()])
-        st.dataframe(table, hide_index=True, width="stretch",
-                     column_config={"seconds per item": st.column_config.NumberColumn(format="%.2f")})
-        ranked = [m for m in summary if m != RANDOM and summary[m]["comprehensiveness"]["mean"] is not None]
-        if ranked and RANDOM in summary:
-            best = max(ranked, key=lambda m: summary[m]["comprehensiveness"]["mean"])
-            floor = summary[RANDOM]["comprehensiveness"]
-            above = [m for m in ranked if summary[m]["comprehensiveness"]["low"] > floor["high"]]
-            st.caption(plain(
-                f"{len(board.results)} items ({board.source}); {removal_words(board.removal)}. Each figure is the mean "
-                f"over items of p(y) lost, averaged over removing k = {', '.join(f'{f:.0%}' for f in FRACTIONS)} of the "
-                f"candidate tokens (AOPC), with a 95% bootstrap interval. Most comprehensive here: {method_label(best)}. "
-                + (f"Clearly above the random floor (intervals apart): {', '.join(method_label(m) for m in above)}."
-                   if above else "No method's interval clears the random floor's: on this sample none is shown to be "
-                                 "more faithful than chance.")))
-        fig = scoreboard_bars(board)
-        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="faith_bars")
-        figure_downloads(fig, "faithfulness-scoreboard")
-        curves = perturbation_curves(board)
-        st.plotly_chart(curves, config=PLOT_CONFIG, width="stretch", key="faith_curves")
-        figure_downloads(curves, "faithfulness-curves")
-
-        st.subheader("Where the methods disagree most")
-        disagreement = np.array(board.disagreement())
-        order = [i for i in np.argsort(-np.nan_to_num(disagreement, nan=-1)) if np.isfinite(disagreement[i])][:5]
-        if not order:
-            st.info("Too few tokens per item, or one method only: nothing to compare.")
-        else:
-            rows, links = [], []
-            for n_, i in enumerate(order, 1):
-                r = board.results[i]
-                it = r.item
-                if it.decision == "class":
-                    link = "./predictions?" + urlencode({"model": lm.name, "text": it.text})
-                else:
-                    link = "./masked?" + urlencode({"model": lm.name, "text": it.masked_text,
-                                                    "mlm_tab": "Why this prediction?"})
-                candidates = it.candidates()
-                top = {method_label(m): label(it.inspection.tokens[candidates[int(np.argmax(s[candidates]))]])
-                       for m, s in r.scores.items()}
-                rows.append({"#": n_, "sentence": it.masked_text, "y": label(it.target), "p(y)": r.p_full,
-                             "disagreement": disagreement[i],
-                             **{f"top: {m}": t for m, t in top.items()},  # a column a method: nothing cut off
-                             "source": it.source})
-                links.append(f"[{n_}]({link})")
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
-                "p(y)": st.column_config.NumberColumn(format="%.3f"),
-                "disagreement": st.column_config.NumberColumn(format="%.2f",
-                                                              help="1 − the mean Spearman between methods' rankings")})
-            where = ("the Predictions page (its *Why this decision?*)" if board.decision == "class" else
-                     "the Masked page's *Why this prediction?* (every method on that one prediction)")
-            st.markdown(f"Open in {where}: " + " · ".join(links))
-            pick = st.selectbox("Scores of one item", order, key="faith_item",
-                                format_func=lambda i: board.results[i].item.masked_text[:90])
-            r = board.results[pick]
-            candidates = r.item.candidates()
-            tokens = [f"{c}: {label(r.item.inspection.tokens[c])}" for c in candidates]
-            names = list(r.scores)
-            z = np.stack([r.scores[m][candidates] / max(1e-12, float(np.abs(r.scores[m][candidates]).max()))
-                          for m in names])  # [method, candidate] each row over its largest magnitude
-            drop = r.loo_drop / max(1e-12, float(np.abs(r.loo_drop).max()))
-            rows_y = [method_label(m) for m in names] + ["leave-one-out drop"]
-            # one trace, one row per method and the erasure's own row last: every row sits on its label
-            heat = go.Figure(go.Heatmap(z=np.vstack([z, drop[None, :]]), x=tokens, y=rows_y, colorscale="RdBu",
-                                        zmid=0, zmin=-1, zmax=1, colorbar=dict(title="score / max"),
-                                        hovertemplate="%{y} · %{x}: %{z:.2f}<extra></extra>"))
-            heat.add_hline(y=len(names) - 0.5, line=dict(color="black", width=2))  # methods above, the erasure below
-            heat.update_layout(height=120 + 28 * (len(names) + 1), margin=dict(t=50, b=40),
-                               title=(f"“{label(r.item.target)}” "
-                                      + ("(class)" if r.item.decision == "class" else f"at token {r.item.mask_position}")
-                                      + f", p(y) {r.p_full:.3f}: "
-                                           "each method's scores over its largest magnitude"),
-                               yaxis=dict(autorange="reversed"))
-            st.plotly_chart(heat, config=PLOT_CONFIG, width="stretch", key="faith_item_scores")
+        show(board)
+        disagreements(lm, board)
         download("Download the scoreboard (JSON, every item)", json.dumps(board.to_json()),
                  "faithfulness.json", "application/json", key="faith_json")
 

@@ -67,7 +67,19 @@ def explain_prediction(lm: LoadedModel, template: Inspection, position: int, tok
                        steps: int = DEFAULT_STEPS, progress: Callable[[int, int], None] | None = None
                        ) -> Explanation:
     """Every method for one masked-token prediction of the input ``template`` (its ids as run,
-    e.g. with words masked). ``token`` defaults to the model's top prediction there."""
+    e.g. with words masked). ``token`` defaults to the model's top prediction there.
+
+    Args:
+        lm: a masked LM.
+        template: the input as run (``inspect``).
+        position: the masked position explained.
+        token: the prediction explained (default: the top one).
+        steps: integrated gradients' steps.
+        progress: called with (done, total).
+
+    Returns:
+        An ``Explanation``: integrated gradients, gradient × input, the attention-based rows, their agreement.
+    """
     ig = token_scores(lm, None, None, "ig", Target("token", position, token), steps, progress, template)
     target = ig.attribution.target
     grad = token_scores(lm, None, None, "grad", target, template=template)

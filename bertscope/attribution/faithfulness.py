@@ -255,7 +255,24 @@ def faithfulness(lm: LoadedModel, items: Sequence[Item], methods: Sequence[str] 
     """Score every item with every method, erase, and keep what each method's removals did.
     ``engine``: who does the items' work (``runtime.engine``: a Ray cluster's actors); by default
     this process, item after item. Either way each item is ``item_result``. ``methods``: by default the
-    registry's scoreboard defaults that apply to ``lm``."""
+    registry's scoreboard defaults that apply to ``lm``.
+
+    Args:
+        lm: the model.
+        items: the decisions explained (``brown_items``, ``text_items``, …).
+        methods: registry names (default: the scoreboard's defaults that apply to ``lm``).
+        removal: how a token is removed: "attention" (masked out) or a baseline token.
+        steps: steps of path methods, samples of sampling ones.
+        seed: the random method's and the sampling methods' seed.
+        source: where the items came from, for the result.
+        skipped: items left out before, for the result.
+        progress: called with (done, total) items.
+        engine: who scores the items (``runtime.engine``).
+
+    Returns:
+        A ``Scoreboard``: comprehensiveness, sufficiency and leave-one-out agreement per method, with their
+        intervals and seconds per item.
+    """
     methods = check_methods(faithfulness_defaults(lm) if methods is None else methods)
     if removal not in REMOVALS:
         raise BertScopeError(f"Unknown removal {removal!r}: use attention or mask.")

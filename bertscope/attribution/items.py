@@ -93,7 +93,17 @@ def _pieces_of(template: Inspection, spans) -> list[list[int]]:
 
 
 def brown_items(lm: LoadedModel, n: int = 200, seed: int = 0, folder=None) -> list[Item]:
-    """``n`` items from Brown sentences spread over every document."""
+    """``n`` items from Brown sentences spread over every document.
+
+    Args:
+        lm: a masked LM.
+        n: items.
+        seed: the choice of sentences and masked words.
+        folder: the Brown corpus's folder (default: where it is installed).
+
+    Returns:
+        An ``Item`` a sentence: its text, the masked content word and the model's prediction there.
+    """
     require_mlm(lm)
     if not 1 <= n <= MAX_ITEMS:
         raise BertScopeError(f"Give between 1 and {MAX_ITEMS:,} sentences (N = {n}).")
@@ -142,7 +152,17 @@ def brown_lexicon(folder=None) -> dict[str, str]:
 def text_items(lm: LoadedModel, lines: Sequence[str], seed: int = 0, lexicon: dict[str, str] | None = None
                ) -> tuple[list[Item], int]:
     """(items, lines skipped) from sentences: a line's own mask, else a content word (``lexicon``:
-    word -> universal tag, by default Brown's; needed only for lines without a mask)."""
+    word -> universal tag, by default Brown's; needed only for lines without a mask).
+
+    Args:
+        lm: a masked LM.
+        lines: the sentences.
+        seed: the choice of masked words.
+        lexicon: word -> universal tag (default Brown's).
+
+    Returns:
+        (an ``Item`` a usable line, how many lines were skipped).
+    """
     require_mlm(lm)
     lines = [line.strip() for line in lines if line.strip()]
     if not lines:

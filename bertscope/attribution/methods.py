@@ -49,7 +49,20 @@ def token_matrices(lm: LoadedModel, text: str | None, pair: str | None, method: 
     ``template`` instead of ``text`` when given (a pass already run, or an input edited by ids).
 
     The one choice of pass: a method that reads attention weights alone uses ``template``'s when it
-    has them, else a pass with attentions; the others run their own pass, with hooks."""
+    has them, else a pass with attentions; the others run their own pass, with hooks.
+
+    Args:
+        lm: the model.
+        text: segment A (or None with ``template``).
+        pair: segment B.
+        method: a matrix method of the registry (attention, rollout, flow, alti, …).
+        layers: flow's layers (blocks from 0).
+        progress: called with (done, total).
+        template: an inspection whose ids are used instead of ``text``.
+
+    Returns:
+        ``TokenMatrices``: [state, token, token] attributions.
+    """
     record = _matrix_method(method)
     weights = record.from_attentions
     if template is None:
@@ -92,7 +105,21 @@ def _run(lm: LoadedModel | None, ins: Inspection, record, layers: Sequence[int] 
 def token_scores(lm: LoadedModel, text: str | None, pair: str | None, method: str, target: Target,
                  steps: int = DEFAULT_STEPS, progress: Callable[[int, int], None] | None = None,
                  template: Inspection | None = None) -> TokenScores:
-    """A score method for ``target``; on the ids of ``template`` instead of ``text`` when given."""
+    """A score method for ``target``; on the ids of ``template`` instead of ``text`` when given.
+
+    Args:
+        lm: the model.
+        text: segment A (or None with ``template``).
+        pair: segment B.
+        method: a score method of the registry (grad, ig, lime, kernelshap, …).
+        target: the decision explained.
+        steps: steps or samples.
+        progress: called with (done, total).
+        template: an inspection whose ids are used instead of ``text``.
+
+    Returns:
+        ``TokenScores``: one score a token, with the method's completeness where it has one.
+    """
     record = find_method(method)
     if record.kind != "scores":
         raise BertScopeError(f"{method} is a token-to-token method: use token_matrices.")
@@ -110,7 +137,21 @@ def token_scores(lm: LoadedModel, text: str | None, pair: str | None, method: st
 def attribute(lm: LoadedModel, text: str, pair: str | None = None, method: str = "rollout",
               target: Target | None = None, layers: Sequence[int] | None = None, steps: int = DEFAULT_STEPS,
               progress: Callable[[int, int], None] | None = None) -> TokenMatrices | TokenScores:
-    """Any registered method on ``text``: matrices for every layer, or scores for ``target``."""
+    """Any registered method on ``text``: matrices for every layer, or scores for ``target``.
+
+    Args:
+        lm: the model.
+        text: segment A.
+        pair: segment B, for a sentence pair.
+        method: a registry name (``attribution.registry.METHODS``: rollout, alti, ig, lime, …).
+        target: the decision a gradient or perturbation method explains (a token at a position, a class, …).
+        layers: layers a costly matrix method computes (default every one).
+        steps: steps of a path method, samples of a sampling one.
+        progress: called with (done, total).
+
+    Returns:
+        ``TokenMatrices`` (token × token at every layer) or ``TokenScores`` (one score a token for ``target``).
+    """
     record = find_method(method)
     if record.kind == "matrix":
         return token_matrices(lm, text, pair, record.name, layers, progress)

@@ -335,7 +335,25 @@ def tcav(lm: LoadedModel, concept: Sequence[str], target: str, *, name: str = "c
          progress: Callable[[int, int], None] | None = None) -> TcavResult:
     """TCAV of ``concept`` (its examples) for ``target`` (a class, or a masked token) at each hidden state
     in ``layers`` (layers from 0, or "embeddings"; by default every state), ``runs`` random sets from
-    ``random_from``."""
+    ``random_from``.
+
+    Args:
+        lm: a sequence classifier, a tagger, or a masked LM.
+        concept: the concept's examples (at least ``MIN_CONCEPT``).
+        target: a class, a tag, or the word a masked LM predicts at [MASK].
+        name: the concept's name, for the result.
+        random_from: where the random sets come from: brown, ewt, topics, or a text file.
+        runs: random sets (at least ``MIN_RUNS``).
+        inputs: the inputs whose decision is tested (default: Brown sentences).
+        n_inputs: how many.
+        layers: hidden states tested (default every one).
+        alpha: the test's level before Bonferroni.
+        seed: the random sets' and the CAVs' seed.
+        progress: called with (done, total).
+
+    Returns:
+        ``TcavResult``: a ``LayerVerdict`` a state (scores, random scores, CAV accuracy, p-values, verdict).
+    """
     concept = check_examples(concept)
     if not MIN_RUNS <= runs <= MAX_RUNS:
         raise BertScopeError(f"The test takes {MIN_RUNS} to {MAX_RUNS} runs (random sets); {runs} given.")

@@ -141,7 +141,15 @@ def draw_pairs(model: CausalModel, n: int, seed: int = 0) -> list[Counterfactual
 
 
 def read_counterfactuals(source: str | Path | bytes, name: str = "") -> list[Counterfactual]:
-    """Pairs from a CSV (header: base, source, answer, foil[, word]), as a path or the file's bytes."""
+    """Pairs from a CSV (header: base, source, answer, foil[, word]), as a path or the file's bytes.
+
+    Args:
+        source: a path, or the file's bytes.
+        name: the file's name, when bytes are given.
+
+    Returns:
+        A ``Counterfactual`` a row.
+    """
     if isinstance(source, bytes):
         data, name = source, name or "upload"
     else:

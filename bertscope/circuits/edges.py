@@ -250,7 +250,21 @@ def attribute_edges(lm: LoadedModel, pairs: Sequence[Pair] | None = None, method
                     steps: int = DEFAULT_STEPS, ablation: str = "patch", *,
                     recorded: tuple[str, list[RecordedPair]] | None = None, progress: Progress | None = None,
                     stop: Callable[[], bool] | None = None) -> EdgeScores:
-    """Every edge's score, averaged over ``pairs`` (or pairs already recorded by ``record_pairs``)."""
+    """Every edge's score, averaged over ``pairs`` (or pairs already recorded by ``record_pairs``).
+
+    Args:
+        lm: the model.
+        pairs: clean/corrupted pairs (or ``recorded``).
+        method: "eap", "eap-ig-inputs" or "eap-ig-activations".
+        steps: integrated gradients' steps.
+        ablation: "patch" or "mean".
+        recorded: pairs already recorded by ``record_pairs`` (where the decision is read, the recordings).
+        progress: called with (done, total, what).
+        stop: asked between passes.
+
+    Returns:
+        ``EdgeScores``: [sender, receiver] scores, averaged over the pairs.
+    """
     check_method(method, steps, ablation)
     weights = layer_weights(lm)
     graph = CircuitGraph(lm.num_layers, lm.num_heads)

@@ -120,7 +120,22 @@ def faithfulness_curve(lm: LoadedModel, scores: EdgeScores, items: Sequence[Reco
                        sizes: Sequence[float] = SIZES, seeds: int = RANDOM_SEEDS,
                        max_batch_bytes: int = DEFAULT_BATCH_BYTES, progress: Progress | None = None,
                        stop: Callable[[], bool] | None = None) -> FaithfulnessCurve:
-    """The curve of ``scores``'s top-n circuits on ``items`` (pairs held out from the attribution, ideally)."""
+    """The curve of ``scores``'s top-n circuits on ``items`` (pairs held out from the attribution, ideally).
+
+    Args:
+        lm: the model.
+        scores: the edges' scores (``attribute_edges``).
+        items: recorded pairs, held out from the scoring.
+        where: where the decision is read ("mask", "class", "tag", "span").
+        sizes: the shares of edges kept.
+        seeds: random circuits of each size.
+        max_batch_bytes: about how many bytes a batch of circuits may hold.
+        progress: called with (done, total, what).
+        stop: asked between passes.
+
+    Returns:
+        A ``FaithfulnessCurve``: faithfulness at each size, the random circuits', CPR and CMD.
+    """
     graph = scores.graph
     if not items:
         raise BertScopeError("Faithfulness needs at least one pair to evaluate on.")

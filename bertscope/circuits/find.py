@@ -107,6 +107,21 @@ def find_circuit(lm: LoadedModel, pairs: Sequence[Pair], method: str = "eap", st
     ``progress(done, total, what)`` and ``stop()`` serve a progress bar and a Stop button; every bad input is
     one ``BertScopeError`` line. The module's docstring runs an example; ``CircuitResult.to_json`` is what
     ``bertscope circuit --json`` prints.
+
+    Args:
+        lm: the model.
+        pairs: clean/corrupted pairs (``task_pairs``, ``read_pairs``).
+        method: "eap", "eap-ig-inputs" or "eap-ig-activations".
+        steps: integrated gradients' steps (the EAP-IG methods).
+        top_n: the circuit's edges (default: the smallest swept size 80 % faithful).
+        ablation: what edges outside the circuit carry: "patch" (the corrupted run) or "mean".
+        sizes: the shares of edges swept on the held-out pairs.
+        seed: the pairs' shuffle.
+        progress: called with (done, total, what).
+        stop: asked between passes; True ends the search.
+
+    Returns:
+        A ``CircuitResult``: the edges' scores, the circuit, its faithfulness curve (CPR, CMD) against random.
     """
     check_method(method, steps, ablation)
     supports(lm)

@@ -62,7 +62,21 @@ def attribute_nodes(lm: LoadedModel, clean: str, corrupt: str, candidates: Seque
                     steps: int = 5, setup: PatchSetup | None = None, context: str = "") -> NodeScores:
     """Every node's estimated recovered fraction from one forward and one backward (``ig``: ``steps`` rows).
     ``context``: a question-answering model's passage (``clean``/``corrupt`` two questions of it, ``candidates``
-    two of its spans)."""
+    two of its spans).
+
+    Args:
+        lm: the model.
+        clean: the clean text.
+        corrupt: the corrupted text (as many tokens).
+        candidates: (answer, foil).
+        method: "atp" or "ig".
+        steps: rows of "ig".
+        setup: a prepared ``PatchSetup``, when the caller has one.
+        context: a question-answering model's passage.
+
+    Returns:
+        ``NodeScores``: the hidden-state and head grids of estimated recovered fractions.
+    """
     if method not in NODE_METHODS:
         raise BertScopeError(f"Unknown node attribution {method!r}: use {', '.join(NODE_METHODS)}.")
     if method == "ig" and not 1 <= steps <= 100:
@@ -148,7 +162,20 @@ def compare_with_patching(lm: LoadedModel, clean: str, corrupt: str, candidates:
                           methods: Sequence[str] = NODE_METHODS, steps: int = 5, context: str = ""
                           ) -> list[GridAgreement]:
     """Each method's estimates against exact patching, on the hidden-state grid and the head grid (``context``: a
-    question-answering model's passage)."""
+    question-answering model's passage).
+
+    Args:
+        lm: the model.
+        clean: the clean text.
+        corrupt: the corrupted text.
+        candidates: (answer, foil).
+        methods: the node methods compared.
+        steps: rows of "ig".
+        context: a question-answering model's passage.
+
+    Returns:
+        A ``GridAgreement`` a method and grid: its correlation with exact patching.
+    """
     hidden = patch(lm, clean, corrupt, candidates, what="hidden", context=context)
     heads = patch(lm, clean, corrupt, candidates, what="heads", context=context)
     out = []

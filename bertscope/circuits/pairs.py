@@ -203,7 +203,15 @@ def decisions(lm: LoadedModel, output: Any, rows: Sequence[PreparedPair], where:
 
 def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
     """Pairs from a CSV (header: clean, corrupted, answer, foil[, word][, context]) or JSON Lines file (one
-    object per line with those keys), given as a path or the file's bytes (``name`` says which format)."""
+    object per line with those keys), given as a path or the file's bytes (``name`` says which format).
+
+    Args:
+        source: a path, or the file's bytes.
+        name: the file's name (its extension says the format), when bytes are given.
+
+    Returns:
+        A ``Pair`` a row.
+    """
     if isinstance(source, bytes):
         data, name = source, name or "upload"
     else:

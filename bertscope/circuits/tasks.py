@@ -150,7 +150,17 @@ def tasks_for(lm: LoadedModel) -> list[str]:
 
 
 def task_pairs(lm: LoadedModel, name: str, size: int = DEFAULT_SIZE, seed: int = 0) -> TaskPairs:
-    """Up to ``size`` pairs of task ``name`` that ``lm`` gets right, drawn in a seeded order."""
+    """Up to ``size`` pairs of task ``name`` that ``lm`` gets right, drawn in a seeded order.
+
+    Args:
+        lm: the model.
+        name: a circuit task (``TASKS``: agreement, gender, capitals, negation, tagging).
+        size: pairs kept.
+        seed: the order drawn in.
+
+    Returns:
+        ``TaskPairs``: the pairs kept, how many were tried, how many could not be read.
+    """
     if name not in TASKS:
         raise BertScopeError(f"Unknown circuit task {name!r}: use {', '.join(TASKS)}.")
     if not 1 <= size <= MAX_SIZE:

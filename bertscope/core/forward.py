@@ -178,6 +178,20 @@ def inspect(
     ``logit_positions`` ("masks" or token positions) keeps MLM logits only there (a full
     [token, vocab] block is 512 MB for XLM-R at 512 tokens); ``precision="float16"`` halves
     the attentions (a view's 3 decimals survive it). Read logits with ``logits_at``.
+
+    Args:
+        lm: the model (``load_model``).
+        text: segment A.
+        text_pair: segment B, for a sentence pair.
+        with_logits: keep the head's logits (a masked LM's, at ``logit_positions``).
+        with_attentions: keep every layer's attention weights.
+        with_hidden_states: keep every hidden state (the embeddings, then each layer's output).
+        logit_positions: "masks", token positions, or None for every position.
+        precision: "float32", or "float16" for the attentions.
+
+    Returns:
+        An ``Inspection``: tokens, attentions [layer, head, query, key], hidden states [state, token, dim],
+        logits, warnings.
     """
     check_text(text)
     if text_pair is not None:
@@ -205,6 +219,20 @@ def inspect_batch(
     say where its rows were in ``texts``. ``with_attentions=False`` /
     ``with_hidden_states=False`` skip what a caller does not need (statistics stream faster).
     Every text is tokenised once.
+
+    Args:
+        lm: the model.
+        texts: segment A of each input.
+        text_pairs: segment B of each (or None).
+        batch_size: rows a batch at most.
+        sort_by_length: batch texts of similar length together.
+        with_logits: keep the head's logits.
+        with_attentions: keep the attention weights.
+        with_hidden_states: keep the hidden states.
+        max_batch_bytes: about how many bytes of outputs one batch may hold.
+
+    Returns:
+        An iterator of ``BatchInspection``, one a batch, each with the ``indices`` of its rows in ``texts``.
     """
     row = lambda n: output_bytes(lm, n, with_attentions, with_hidden_states, with_logits)  # noqa: E731
     texts, pairs, tokenized, batches = plan_rows(lm, texts, text_pairs, batch_size, sort_by_length, max_batch_bytes,

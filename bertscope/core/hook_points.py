@@ -155,7 +155,14 @@ def embedding_module(model: Any) -> Any:
 
 
 def hook_names(model: Any) -> list[str]:
-    """Every hook point of ``model``, in the order a pass reaches them."""
+    """Every hook point of ``model``, in the order a pass reaches them.
+
+    Args:
+        model: the Hugging Face model (``lm.model``).
+
+    Returns:
+        The names (``embed``, ``blocks.L.…``, ``ln_final.hook_normalized``, ``unembed.hook_in``) this model has.
+    """
     family = model_family(model)
     names = [EMBED]
     for layer in range(len(blocks(model))):
@@ -188,7 +195,15 @@ def _vocabulary_projection(model: Any) -> Any:
 
 
 def hook_point(model: Any, name: str) -> HookPoint:
-    """The hook point called ``name`` on ``model``, or one line saying which names exist."""
+    """The hook point called ``name`` on ``model``, or one line saying which names exist.
+
+    Args:
+        model: the Hugging Face model (``lm.model``).
+        name: a hook point's name.
+
+    Returns:
+        The ``HookPoint``: the module it hooks, how (input or output), its layer.
+    """
     heads = int(model.config.num_attention_heads)
     family = model_family(model)
     if name == EMBED:
@@ -413,7 +428,16 @@ class Hooks:
 
 def every_layer(suffix: str, fn: Callable[[int, torch.Tensor], torch.Tensor | None], layers: int
                 ) -> dict[str, HookFn]:
-    """``{blocks.l.<suffix>: fn(l, tensor)}`` for every layer: one function that edits by layer."""
+    """``{blocks.l.<suffix>: fn(l, tensor)}`` for every layer: one function that edits by layer.
+
+    Args:
+        suffix: the hook point's name after ``blocks.L.`` (``attn.hook_z``, ``hook_resid_post``, …).
+        fn: called with (layer, tensor); returns the new tensor, or None to keep it.
+        layers: how many layers the model has.
+
+    Returns:
+        {hook name: hook function}, one a layer, for ``run(..., hooks=...)``.
+    """
     if suffix not in BLOCK_SUFFIXES:
         raise BertScopeError(f"Unknown block hook {suffix!r}: use one of {', '.join(BLOCK_SUFFIXES)}.")
     # a block hook point always has its layer
@@ -421,7 +445,15 @@ def every_layer(suffix: str, fn: Callable[[int, torch.Tensor], torch.Tensor | No
 
 
 def every_state(model: Any, fn: Callable[[int, torch.Tensor], torch.Tensor | None]) -> dict[str, HookFn]:
-    """``fn(state, hidden)`` on every hidden state (``state_hook``: 0 = ``embed``, l + 1 = layer l's output)."""
+    """``fn(state, hidden)`` on every hidden state (``state_hook``: 0 = ``embed``, l + 1 = layer l's output).
+
+    Args:
+        model: the Hugging Face model (``lm.model``).
+        fn: called with (state, hidden); returns the new hidden state, or None to keep it.
+
+    Returns:
+        {hook name: hook function}, one a hidden state.
+    """
 
     def at(state: int) -> HookFn:
         return lambda x, hook: fn(state, x)
@@ -430,7 +462,14 @@ def every_state(model: Any, fn: Callable[[int, torch.Tensor], torch.Tensor | Non
 
 
 def zero_head(head: int) -> HookFn:
-    """A hook for ``attn.hook_z`` (or q/k/v) that zeroes one head: ``{"blocks.8.attn.hook_z": zero_head(10)}``."""
+    """A hook for ``attn.hook_z`` (or q/k/v) that zeroes one head: ``{"blocks.8.attn.hook_z": zero_head(10)}``.
+
+    Args:
+        head: the head, from 0.
+
+    Returns:
+        A hook function for ``blocks.L.attn.hook_z`` (or ``hook_q`` / ``hook_k`` / ``hook_v``).
+    """
 
     def zero(x: torch.Tensor, hook: HookPoint) -> torch.Tensor:  # [batch, pos, head, d_head]
         if not 0 <= head < x.shape[-2]:

@@ -98,7 +98,21 @@ def run(lm: Any, inputs: Any, *, hooks: Mapping[str, HookFn | Iterable[HookFn]] 
 
     ``grad``: False runs under inference mode, True with gradients, None in the caller's mode.
     ``encoder_only=True`` runs the encoder alone (its ``last_hidden_state``; no output head's cost).
-    ``model_kwargs`` go to the model (e.g. ``inputs_embeds``)."""
+    ``model_kwargs`` go to the model (e.g. ``inputs_embeds``).
+
+    Args:
+        lm: the model.
+        inputs: a text, a list of texts, or a feed of tensors (``input_ids``, …).
+        hooks: {hook name: fn or [fns]} live for this pass (``core.hook_points``' names).
+        grad: False (inference mode), True (with gradients), None (the caller's mode).
+        attentions: return the attention weights.
+        hidden_states: return the hidden states.
+        encoder_only: run the encoder alone.
+        **model_kwargs: passed to the model.
+
+    Returns:
+        The Hugging Face output of the pass.
+    """
     feed = feed_of(lm, inputs) if inputs is not None else {}
     active = _hooks(lm, hooks)
     reads_weights = isinstance(active, Hooks) and active.needs_weights
@@ -152,7 +166,18 @@ def run_with_cache(lm: Any, inputs: Any, names: Iterable[str] | Callable[[str], 
                    hooks: Mapping[str, HookFn | Iterable[HookFn]] | None = None, **kwargs: Any
                    ) -> tuple[Any, ActivationCache]:
     """(the pass's output, the activations named in ``names`` — a list, or a filter on names).
-    With ``hooks`` too, the cache holds what flowed on after them."""
+    With ``hooks`` too, the cache holds what flowed on after them.
+
+    Args:
+        lm: the model.
+        inputs: a text, a list of texts, or a feed of tensors.
+        names: hook names to keep, or a filter on names.
+        hooks: hooks that run in the same pass.
+        **kwargs: as ``run``.
+
+    Returns:
+        (the pass's output, an ``ActivationCache``: {hook name: tensor}).
+    """
     cache = ActivationCache()
     return run(lm, inputs, hooks=merged(hooks, caching_hooks(lm.model, names, cache)), **kwargs), cache
 
@@ -160,7 +185,18 @@ def run_with_cache(lm: Any, inputs: Any, names: Iterable[str] | Callable[[str], 
 def run_block(lm: Any, layer: int, hidden: torch.Tensor, *,
               hooks: Mapping[str, HookFn | Iterable[HookFn]] | None = None, grad: bool | None = False) -> torch.Tensor:
     """Block ``layer`` alone on ``hidden`` ([batch, pos, d_model], no padding): its output, with the
-    hook points of that block live (Value Zeroing runs one block on its captured input)."""
+    hook points of that block live (Value Zeroing runs one block on its captured input).
+
+    Args:
+        lm: the model.
+        layer: the block, from 0.
+        hidden: [batch, pos, d_model] the block's input.
+        hooks: hooks live in this block.
+        grad: as ``run``.
+
+    Returns:
+        [batch, pos, d_model] the block's output.
+    """
     block = blocks(lm.model)[layer]
     active = _hooks(lm, hooks)
     with turn(lm), _grad_mode(grad), active, calling_block(layer):

@@ -219,7 +219,18 @@ def _load_weights(
 
 
 def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load ``name`` (preset, hub id, local folder or "bundled") ready for inspection."""
+    """Load ``name`` (preset, hub id, local folder or "bundled") ready for inspection.
+
+    Args:
+        name: a preset ("bert-base-uncased", …), a hub id, a local folder, or a bundled model ("bundled",
+            "bundled-mlm", "bundled-multilingual", "bundled-sentiment", "bundled-upos").
+        device: "auto" (cuda, then mps, then cpu), "cpu", "cuda" or "mps".
+        dtype: "auto" (float32), "float16" or "bfloat16" (on a GPU).
+
+    Returns:
+        A ``LoadedModel``: the model, its tokenizer, its family's record and what it outputs; one shared per process
+        and name.
+    """
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     source, local_only = resolve_source(name)

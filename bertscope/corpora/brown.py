@@ -344,7 +344,15 @@ _CORPORA: dict[str, BrownCorpus] = {}  # folder -> the whole corpus, read once p
 
 def read_brown(folder: Path | str | None = None, genres: Iterable[str] | None = None) -> BrownCorpus:
     """The corpus in ``folder`` (default: where ``install_brown`` puts it), optionally only some
-    genres; the files are read once per process."""
+    genres; the files are read once per process.
+
+    Args:
+        folder: the corpus's folder (default: where ``install_brown`` puts it).
+        genres: the genres read (default all 15).
+
+    Returns:
+        A ``BrownCorpus``: its documents (each with its genre), their sentences and tags.
+    """
     folder = Path(folder) if folder is not None else brown_dir()
     if str(folder) not in _CORPORA:
         if not (folder / "cats.txt").is_file():

@@ -161,7 +161,15 @@ def read_jsonl_task(text: str, name: str = "custom") -> ProbeTask:
 
 
 def read_task(text: str, filename: str) -> ProbeTask:
-    """By extension: .conllu, .csv, .jsonl / .json."""
+    """By extension: .conllu, .csv, .jsonl / .json.
+
+    Args:
+        text: the file's text.
+        filename: its name (the extension says the format).
+
+    Returns:
+        A ``ProbeTask`` (one line for a file that is not one).
+    """
     suffix = Path(filename).suffix.lower()
     name = Path(filename).stem or "custom"
     if suffix == ".conllu":

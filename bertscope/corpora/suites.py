@@ -48,7 +48,15 @@ def sense_task() -> ProbeTask:
 
 def shipped_task(name: str, size: int | None = None) -> ProbeTask:
     """A shipped suite, or a Brown suite (``brown-pos``, ``brown-tags``, ``brown-genre``) of
-    ``size`` sentences (default: the quick sample; 0 = the whole corpus)."""
+    ``size`` sentences (default: the quick sample; 0 = the whole corpus).
+
+    Args:
+        name: a shipped suite (``pos``, ``sense``, ``tense``, …) or a Brown suite.
+        size: a Brown suite's sentences (None: the quick sample; 0: the whole corpus).
+
+    Returns:
+        A ``ProbeTask``: training and test sides, labels, the level (token or sentence).
+    """
     if name in BROWN_TASKS:
         return brown_task(name, DEFAULT_SENTENCES if size is None else size)
     if name == "pos":

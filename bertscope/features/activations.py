@@ -96,7 +96,21 @@ def layer_activations(lm: LoadedModel, texts: Sequence[str], layer: int, max_tok
                       progress: Callable[[int, int], None] | None = None, positions: str = "pieces") -> ActivationSet:
     """Layer ``layer``'s output at every word piece of ``texts`` (in order, up to ``max_tokens``; ``positions``
     "cls": at each sentence's first token): from disk, or run now and kept. ``progress(done, total)`` counts
-    sentences."""
+    sentences.
+
+    Args:
+        lm: the model.
+        texts: the sentences.
+        layer: the block whose output is read, from 0.
+        max_tokens: word pieces kept at most.
+        root: where activations are kept on disk (default: the user cache).
+        batch_size: sentences a batch.
+        progress: called with (done, total) sentences.
+        positions: "pieces" (every word piece) or "cls" (each sentence's first token).
+
+    Returns:
+        An ``ActivationSet``: [piece, d_model] on disk, with each row's sentence and token.
+    """
     return layers_activations(lm, texts, [layer], max_tokens, root, batch_size, progress, positions)[int(layer)]
 
 
@@ -105,7 +119,21 @@ def layers_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
                        progress: Callable[[int, int], None] | None = None,
                        positions: str = "pieces") -> dict[int, ActivationSet]:
     """``layer_activations`` of several layers, the ones not on disk read in one pass (each layer its own folder,
-    the same as one layer read alone)."""
+    the same as one layer read alone).
+
+    Args:
+        lm: the model.
+        texts: the sentences.
+        layers: the blocks read.
+        max_tokens: word pieces kept at most.
+        root: where activations are kept on disk.
+        batch_size: sentences a batch.
+        progress: called with (done, total) sentences.
+        positions: "pieces" or "cls".
+
+    Returns:
+        {layer: ``ActivationSet``}.
+    """
     if positions not in POSITIONS:
         raise BertScopeError(f"Positions {positions!r}: read {' or '.join(POSITIONS)}.")
     layers = [check_layer(lm, layer) for layer in dict.fromkeys(int(x) for x in layers)]

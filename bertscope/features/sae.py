@@ -190,7 +190,16 @@ def sae_config(sae: TopKSAE) -> dict[str, Any]:
 
 def save_sae(sae: TopKSAE, folder: str | Path, dtype: torch.dtype = torch.float32) -> Path:
     """Write ``cfg.json`` and ``sae_weights.safetensors`` into ``folder`` (each file written whole,
-    then renamed into place; fp16 halves the size)."""
+    then renamed into place; fp16 halves the size).
+
+    Args:
+        sae: the SAE.
+        folder: where it goes.
+        dtype: float32, or float16 (half the size).
+
+    Returns:
+        The folder.
+    """
     folder = Path(folder)
     tensors = {"W_enc": sae.W_enc, "b_enc": sae.b_enc, "W_dec": sae.W_dec, "b_dec": sae.b_dec}
     if sae.architecture == "jumprelu":
@@ -212,7 +221,15 @@ def write_dictionary(folder: Path, tensors: dict[str, torch.Tensor], cfg: dict, 
 
 
 def load_sae(folder: str | Path, device: str | torch.device = "cpu") -> TopKSAE:
-    """An SAE from a SAELens-format folder (float32 on ``device``); one line for a folder that is not one."""
+    """An SAE from a SAELens-format folder (float32 on ``device``); one line for a folder that is not one.
+
+    Args:
+        folder: ``cfg.json`` and ``sae_weights.safetensors`` (SAELens's format).
+        device: where the weights go.
+
+    Returns:
+        A ``TopKSAE``.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 

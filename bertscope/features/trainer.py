@@ -110,7 +110,21 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
               resume: bool = True, progress: Callable[[int, int, dict], None] | None = None,
               stop: Callable[[], bool] | None = None) -> tuple[TopKSAE, SaeTrainState]:
     """Train on ``acts`` into ``out`` (the SAE in SAELens's format at ``out``, the checkpoint in
-    ``out/checkpoint``); ``resume`` goes on from a checkpoint made with the same settings."""
+    ``out/checkpoint``); ``resume`` goes on from a checkpoint made with the same settings.
+
+    Args:
+        acts: the activations trained on (``layer_activations``).
+        cfg: the SAE's width, k, steps and rates (``SaeTrainConfig``).
+        out: the SAE's folder.
+        info: what the SAE reads (the model, the hook point), written into its ``cfg.json``.
+        device: where it trains.
+        resume: go on from a checkpoint made with the same settings.
+        progress: called with (step, total steps, info).
+        stop: asked between steps.
+
+    Returns:
+        (the ``TopKSAE``, its training state: steps, losses, dead features).
+    """
     out = Path(out)
     rows = acts.rows
     d_in = rows.shape[1]

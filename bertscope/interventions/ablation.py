@@ -184,7 +184,23 @@ def ablate_heads(lm: LoadedModel, text: str, heads: Sequence[tuple[int, int]], m
                  reference: Sequence[str] | None = None, means: MeanContexts | None = None,
                  progress: Callable[[int, int], None] | None = None) -> AblationResult:
     """The decision on ``text`` with every model weight in place, then with ``heads`` removed.
-    Mean mode averages over ``reference`` (default: Brown), unless ``means`` are given."""
+    Mean mode averages over ``reference`` (default: Brown), unless ``means`` are given.
+
+    Args:
+        lm: the model.
+        text: the text (a masked LM: with [MASK]).
+        heads: (layer, head) pairs to remove, from 0.
+        mode: "zero", or "mean" (each head's average context over ``reference``).
+        pair: segment B, when a sentence-pair head is watched.
+        target: the decision watched (default: the masked LM's predictions).
+        top_k: predictions kept before and after.
+        reference: texts the mean contexts come from.
+        means: mean contexts computed already.
+        progress: called with (done, total).
+
+    Returns:
+        ``AblationResult``: the predictions (or decision) before and after.
+    """
     if mode not in MODES:
         raise BertScopeError(f"Unknown mode {mode!r}: use zero or mean.")
     chosen = check_heads(lm, heads)

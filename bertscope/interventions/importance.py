@@ -129,7 +129,19 @@ def head_importance(lm: LoadedModel, texts: Sequence[str], batch_size: int = 16,
                     progress: Callable[[int, int], None] | None = None, engine: Engine | None = None
                     ) -> HeadImportance:
     """Every head's importance for the masked-LM loss over ``texts``; with an ``engine``
-    (``runtime.engine``) its workers take the gradients of the batches drawn here."""
+    (``runtime.engine``) its workers take the gradients of the batches drawn here.
+
+    Args:
+        lm: a model with a masked-LM head.
+        texts: the sentences masked (BERT's 15 %, seeded).
+        batch_size: sentences a batch.
+        seed: the masking's seed.
+        progress: called with (done, total) sentences.
+        engine: who takes the gradients (``runtime.engine``).
+
+    Returns:
+        ``HeadImportance``: [layer, head] importance (each layer normalised) and the raw gradients.
+    """
     require_mlm(lm)
     if not texts:
         raise BertScopeError("Head importance needs at least one sentence.")
@@ -243,7 +255,20 @@ def pruning_curve(lm: LoadedModel, importance: HeadImportance, held_out: Sequenc
                   orders: int = RANDOM_ORDERS, seed: int = 0,
                   progress: Callable[[int, int], None] | None = None) -> PruningCurve:
     """Held-out masked-LM top-1 as heads go, 10% of them at a time: least important first, and in
-    ``orders`` random orders (seeded)."""
+    ``orders`` random orders (seeded).
+
+    Args:
+        lm: the model.
+        importance: the heads' importance (``head_importance``).
+        held_out: sentences scored.
+        batch_size: sentences a batch.
+        orders: random orders beside the importance order.
+        seed: the orders' and the masking's seed.
+        progress: called with (done, total) steps.
+
+    Returns:
+        ``PruningCurve``: top-1 at each fraction removed, in the importance order and the random ones.
+    """
     require_mlm(lm)
     if not held_out:
         raise BertScopeError("The pruning curve needs held-out sentences to score.")

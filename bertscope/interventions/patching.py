@@ -277,7 +277,22 @@ def patch(lm: LoadedModel, clean: str, corrupt: str, candidates: Sequence[str], 
           progress: Callable[[int, int], None] | None = None, context: str = "") -> PatchResult:
     """The recovered fraction for every (hidden state, position) or every (layer, head).
     ``positions`` (hidden only): patch these positions, not all (the rest of the grid is NaN).
-    ``context``: a question-answering model's passage (``clean``/``corrupt`` are two questions of it)."""
+    ``context``: a question-answering model's passage (``clean``/``corrupt`` are two questions of it).
+
+    Args:
+        lm: the model.
+        clean: the text whose run is put back piece by piece.
+        corrupt: the text run (as many tokens as ``clean``).
+        candidates: (A, B): the metric is logit(A) − logit(B) at the mask (a classifier: its labels).
+        what: "hidden" (hidden state × position) or "heads" (layer × head).
+        positions: hidden only: the positions patched.
+        max_batch_bytes: about how many bytes a batch of cells may hold.
+        progress: called with (done, total) cells.
+        context: a question-answering model's passage.
+
+    Returns:
+        ``PatchResult``: the recovered fraction of every cell, the clean and corrupted metrics.
+    """
     if what not in WHATS:
         raise BertScopeError(f"Unknown patching target {what!r}: use hidden or heads.")
     setup = prepare(lm, clean, corrupt, candidates, context)

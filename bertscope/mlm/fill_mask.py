@@ -132,7 +132,16 @@ def _mask_positions(lm: LoadedModel, r: Inspection) -> list[int]:
 
 
 def fill_mask(lm: LoadedModel, text: str, top_k: int = 5) -> FillMaskResult:
-    """Independent top-k predictions at every mask of ``text``."""
+    """Independent top-k predictions at every mask of ``text``.
+
+    Args:
+        lm: a model with a masked-LM head.
+        text: the text, with up to ``MAX_MASKS`` masks written as the model's mask token (or [MASK]).
+        top_k: predictions kept at each mask.
+
+    Returns:
+        A ``FillMaskResult``: the predictions at each mask, their positions, the inspection.
+    """
     require_mlm(lm)
     _check_top_k(top_k)
     if not isinstance(text, str) or not text.strip():

@@ -116,7 +116,17 @@ def _cache_file(lm: LoadedModel, corpus: Corpus, kind: str | None) -> Path:
 
 def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], None] | None = None,
                 cache: bool = True) -> Index:
-    """The corpus embedded as the model embeds what it searches (read back from the cache when kept)."""
+    """The corpus embedded as the model embeds what it searches (read back from the cache when kept).
+
+    Args:
+        lm: an embedding model (its own pooling and normalisation, ``retrieval.embedding``).
+        corpus: the documents (``documents``).
+        progress: called with (done, total) documents.
+        cache: keep the vectors on disk and read them back.
+
+    Returns:
+        An ``Index``: [document, dim] vectors, exact search.
+    """
     kind = passage_kind(lm)
     file = _cache_file(lm, corpus, kind)
     if cache and file.is_file():
@@ -173,7 +183,17 @@ def ranked(lm: LoadedModel, index: Index, queries: list[str], top_k: int) -> tup
 
 
 def search(lm: LoadedModel, index: Index, query: str, top_k: int = 10) -> list[Hit]:
-    """The ``top_k`` documents nearest the query, best first."""
+    """The ``top_k`` documents nearest the query, best first.
+
+    Args:
+        lm: the model that built ``index``.
+        index: the corpus embedded (``build_index``).
+        query: the query (its prompt added where the model declares one).
+        top_k: hits returned.
+
+    Returns:
+        A ``Hit`` a document: rank, score, text.
+    """
     if not query.strip():
         raise BertScopeError("The query is empty: type what to search for.")
     rows, scores = ranked(lm, index, [query], top_k)

@@ -79,6 +79,9 @@ def default_model() -> tuple[str, str | None]:
     ``BERTSCOPE_MODEL`` wins; then bert-base-uncased if cached or the hub answers; else
     ``bundled-mlm``: the bundled encoder with the masked-LM head BertScope trained, so that every
     page (fill-mask, the recipe, the logit lens, why-this-prediction) works offline.
+
+    Returns:
+        (the model's name, the notice to show when BertScope fell back to the bundled one, or None).
     """
     chosen = os.environ.get("BERTSCOPE_MODEL", "").strip()
     if chosen:

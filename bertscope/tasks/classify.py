@@ -66,7 +66,18 @@ class ClassScores:
 
 def classify(lm: LoadedModel, texts: Sequence[str], pairs: Sequence[str | None] | None = None,
              batch_size: int = 32, progress: Callable[[int, int], None] | None = None) -> list[ClassScores]:
-    """Every label's score for each text (and its pair), in the order given."""
+    """Every label's score for each text (and its pair), in the order given.
+
+    Args:
+        lm: a sequence classifier.
+        texts: the inputs.
+        pairs: second segments, for sentence pairs.
+        batch_size: texts a batch.
+        progress: called with (done, total).
+
+    Returns:
+        A ``ClassScores`` a text.
+    """
     texts = task_inputs(lm, SEQUENCE, texts, "classify")
     if pairs is not None and len(pairs) != len(texts):
         raise BertScopeError(f"{len(texts)} texts but {len(pairs)} second segments.")

@@ -100,7 +100,21 @@ def predict(lm: LoadedModel, texts: Sequence[str], pairs: Sequence[str | None] |
             progress: Callable[[int, int], None] | None = None, questions: Sequence[str] | None = None) -> dict:
     """The model's decisions on ``texts`` as JSON (``predict``'s output), with an evaluation when
     ``gold`` labels are given (classification). Question answering: ``texts`` are the contexts of
-    ``questions``; ``top_k`` answers (default 1)."""
+    ``questions``; ``top_k`` answers (default 1).
+
+    Args:
+        lm: a task model (a classifier, a tagger, a question answerer) or a masked LM.
+        texts: the inputs (question answering: the contexts).
+        pairs: second segments, for sentence pairs.
+        top_k: labels (or answers) kept a text.
+        gold: labels to evaluate against (classification).
+        batch_size: texts a batch.
+        progress: called with (done, total).
+        questions: question answering: the questions, one a context.
+
+    Returns:
+        The decisions as JSON (a dict), with the evaluation when ``gold`` is given.
+    """
     if lm.task is None:
         raise BertScopeError(f"{lm.name} has no task head (not a fine-tuned checkpoint): predict reads a "
                              "classifier, a tagger or a question-answering model.")

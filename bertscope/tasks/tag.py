@@ -66,7 +66,17 @@ class Tagging:
 
 def tag(lm: LoadedModel, texts: Sequence[str], batch_size: int = 32,
         progress: Callable[[int, int], None] | None = None) -> list[Tagging]:
-    """Each text's pieces, words and entities, in the order given."""
+    """Each text's pieces, words and entities, in the order given.
+
+    Args:
+        lm: a token classifier.
+        texts: the inputs.
+        batch_size: texts a batch.
+        progress: called with (done, total).
+
+    Returns:
+        A ``Tagging`` a text: its pieces, words, tags and entities.
+    """
     from transformers.pipelines.token_classification import AggregationStrategy
 
     texts = task_inputs(lm, TOKEN, texts, "tag")

@@ -84,7 +84,21 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
              stop: Callable[[], bool] | None = None, memory_bytes: int | None = None) -> RunState:
     """Run (or resume) the second stage on ``data``; writes the run folder (module docstring).
     ``progress(step, total, info)`` after each step; ``stop()`` between steps ends the run at
-    its last finished epoch (kept in the checkpoint)."""
+    its last finished epoch (kept in the checkpoint).
+
+    Args:
+        model_name: the encoder fine-tuned.
+        data: the task's sides (``load_task_data``).
+        out: the run folder.
+        cfg: the settings (``FinetuneConfig``).
+        device: as ``load_model``.
+        progress: called with (step, total steps, info).
+        stop: asked between steps; True ends the run at its last finished epoch.
+        memory_bytes: the bound on a step's activations.
+
+    Returns:
+        The ``RunState``: the steps done, the losses and held-out scores, the folder.
+    """
     cfg.check()
     if data.task != cfg.task:
         raise BertScopeError(f"The data is for {data.task}, the run for {cfg.task}.")

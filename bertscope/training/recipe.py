@@ -142,7 +142,23 @@ def train(
     and ends the run early at the last finished epoch (a cancel button). ``cloze_texts``
     (each with a [MASK]) are predicted before and after, for metrics.json and the page.
     ``memory_bytes`` bounds a step's activations (default ``training_budget``): a batch that
-    would take more runs as micro-batches whose gradients add up to the whole batch's."""
+    would take more runs as micro-batches whose gradients add up to the whole batch's.
+
+    Args:
+        model_name: the model trained (a preset, a folder, a bundled model).
+        train_documents: documents, each a list of sentences.
+        held_out_documents: documents scored, never trained on.
+        out: the run folder.
+        cfg: the recipe's settings (``RecipeConfig``).
+        device: as ``load_model``.
+        progress: called with (step, total steps, info).
+        stop: asked between steps; True ends the run at its last finished epoch.
+        cloze_texts: texts with a [MASK], predicted before and after.
+        memory_bytes: the bound on a step's activations.
+
+    Returns:
+        The ``RunState``: the steps done, the losses, the folder.
+    """
     cfg.check()
     cloze_texts = check_cloze(cloze_texts)
     workers = Processes.join(device)  # one process, or this one's place under `accelerate launch`

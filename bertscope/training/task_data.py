@@ -162,7 +162,20 @@ def _held_out_tagged(data: Tagged, held_out: float, seed: int) -> tuple[Tagged, 
 
 def load_task_data(task: str, data: str, text_column: str = "text", label_column: str = "label",
                    pair_column: str | None = None, held_out: float = 0.1, seed: int = 0) -> TaskData:
-    """The sides of ``data`` (a shipped name or a file) for ``task``."""
+    """The sides of ``data`` (a shipped name or a file) for ``task``.
+
+    Args:
+        task: "classify", "pairs" (sentence pairs), "tag" or "span" (``TASKS``).
+        data: a shipped data set's name or a file.
+        text_column: a CSV's text column.
+        label_column: a CSV's label column.
+        pair_column: a CSV's second-segment column, for sentence pairs.
+        held_out: the share held out when the data has no split.
+        seed: the split's seed.
+
+    Returns:
+        ``TaskData``: the training and held-out sides and the labels.
+    """
     if task not in TASKS:
         raise BertScopeError(f"Unknown task {task!r}: use {', '.join(TASKS)}.")
     if data in SHIPPED:
