@@ -38,7 +38,7 @@ def test_the_package_pins_what_the_requirements_files_pin():
         declared.update(_pins(extra))
     files = {}
     for name in ("requirements.txt", "requirements-test.txt", "requirements-cluster.txt", "requirements-peers.txt",
-                 "requirements-saelens.txt"):
+                 "requirements-saelens.txt", "requirements-pyvene.txt", "requirements-tunedlens.txt"):
         files.update(_pins((ROOT / name).read_text().splitlines()))
     assert declared == {k: v for k, v in files.items() if k in declared}  # the same version wherever both pin it
     assert set(_pins(project["dependencies"])) | set(_pins(project["optional-dependencies"]["app"])) | \
