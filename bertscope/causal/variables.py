@@ -32,7 +32,7 @@ from typing import Any
 
 from bertscope.circuits.pairs import CLASS, MASK, TAG
 from bertscope.circuits.tasks import brown_nouns
-from bertscope.corpora.records import csv_records
+from bertscope.corpora.records import csv_records, source_text
 from bertscope.errors import BertScopeError
 
 Setting = dict[str, Any]
@@ -150,17 +150,7 @@ def read_counterfactuals(source: str | Path | bytes, name: str = "") -> list[Cou
     Returns:
         A ``Counterfactual`` a row.
     """
-    if isinstance(source, bytes):
-        data, name = source, name or "upload"
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise BertScopeError(f"No pairs file at {path}: give a CSV with base, source, answer and foil.")
-        data, name = path.read_bytes(), path.name
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise BertScopeError(f"{name} is not UTF-8 (byte {err.start}): save it as UTF-8.") from None
+    text, name = source_text(source, name, f"No pairs file at {source}: give a CSV with base, source, answer and foil.")
     header, rows = csv_records(text, name)
     records = [row for _, row in rows]
     missing = {"base", "source", "answer", "foil"} - set(header)

@@ -29,7 +29,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.passes import wide
 from bertscope.core.task_head import SEQUENCE, SPANS, TOKEN
 from bertscope.corpora.labelled import read_jsonl
-from bertscope.corpora.records import csv_records
+from bertscope.corpora.records import csv_records, source_text
 from bertscope.errors import BertScopeError
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.logit_lens import mlm_head
@@ -212,17 +212,7 @@ def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
     Returns:
         A ``Pair`` a row.
     """
-    if isinstance(source, bytes):
-        data, name = source, name or "upload"
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise BertScopeError(f"No pairs file at {path}.")
-        data, name = path.read_bytes(), path.name
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise BertScopeError(f"{name} is not UTF-8 (byte {err.start}): save it as UTF-8.") from None
+    text, name = source_text(source, name, f"No pairs file at {source}.")
     rows = read_jsonl(text, name) if name.lower().endswith((".jsonl", ".json")) else \
         [row for _, row in csv_records(text, name)[1]]
     if not rows:

@@ -8,8 +8,25 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 from bertscope.errors import BertScopeError
+
+
+def source_text(source: str | Path | bytes, name: str, missing: str) -> tuple[str, str]:
+    """(the text, the file's name) of a path or of a file's bytes (``name``: an upload's name), UTF-8 with or
+    without its byte-order mark; ``missing``: the one line said when a path names no file."""
+    if isinstance(source, bytes):
+        data, name = source, name or "upload"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise BertScopeError(missing)
+        data, name = path.read_bytes(), path.name
+    try:
+        return data.decode("utf-8-sig"), name
+    except UnicodeDecodeError as err:
+        raise BertScopeError(f"{name} is not UTF-8 (byte {err.start}): save it as UTF-8.") from None
 
 
 def csv_records(text: str, name: str, delimiter: str = ",") -> tuple[list[str], Iterator[tuple[int, dict]]]:
