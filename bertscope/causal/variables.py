@@ -150,7 +150,7 @@ def read_counterfactuals(source: str | Path | bytes, name: str = "") -> list[Cou
     Returns:
         A ``Counterfactual`` a row.
     """
-    text, name = source_text(source, name, f"No pairs file at {source}: give a CSV with base, source, answer and foil.")
+    text, name = source_text(source, name, "No pairs file at {path}: give a CSV with base, source, answer and foil.")
     header, rows = csv_records(text, name)
     records = [row for _, row in rows]
     missing = {"base", "source", "answer", "foil"} - set(header)

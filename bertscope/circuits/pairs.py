@@ -212,7 +212,7 @@ def read_pairs(source: str | Path | bytes, name: str = "") -> list[Pair]:
     Returns:
         A ``Pair`` a row.
     """
-    text, name = source_text(source, name, f"No pairs file at {source}.")
+    text, name = source_text(source, name, "No pairs file at {path}.")
     rows = read_jsonl(text, name) if name.lower().endswith((".jsonl", ".json")) else \
         [row for _, row in csv_records(text, name)[1]]
     if not rows:

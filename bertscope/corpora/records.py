@@ -15,13 +15,14 @@ from bertscope.errors import BertScopeError
 
 def source_text(source: str | Path | bytes, name: str, missing: str) -> tuple[str, str]:
     """(the text, the file's name) of a path or of a file's bytes (``name``: an upload's name), UTF-8 with or
-    without its byte-order mark; ``missing``: the one line said when a path names no file."""
+    without its byte-order mark; ``missing``: the one line said when a path names no file (``{path}`` in it is
+    filled in)."""
     if isinstance(source, bytes):
         data, name = source, name or "upload"
     else:
         path = Path(source)
         if not path.is_file():
-            raise BertScopeError(missing)
+            raise BertScopeError(missing.format(path=path))
         data, name = path.read_bytes(), path.name
     try:
         return data.decode("utf-8-sig"), name
