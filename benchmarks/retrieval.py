@@ -14,6 +14,11 @@ beside integrated gradients, search latency, and retrieval quality on SQuAD dev.
 - ``--faithfulness N``: the deletion test on N held-out pairs (SQuAD dev questions beside their own passage's first
   sentence: pairs the model should find similar, none seen in training): each method's mean fall of the score as
   b's top tokens go, beside a random order, and its seconds per explanation;
+- ``--index N``: N random vectors (384 wide; iid Gaussian, and a mixture of 2,000 Gaussian clusters shaped as
+  embeddings are) through FAISS's HNSW graph: build time, a query's time, recall@10 against exact search on 1,000
+  queries, beside exact search's time (``retrieval.vector_index``);
+- ``--rerank MODEL [--questions N]``: the model's top 20 reordered by the reranker on SQuAD dev's first N questions
+  (default 2,000), MRR@10 and recall@1/10 beside the model alone on the same questions;
 - ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` at 512 tokens: the pair attribution's
   time and peak memory (bounded by ``similarity.ROW_BYTES``).
 """
@@ -137,6 +142,47 @@ def faithfulness(lm, pairs_n: int, steps: int) -> None:
               f"{np.mean(seconds[m]):.2f} s per explanation")
 
 
+def index(n: int, dim: int = 384, queries: int = 1000) -> None:
+    from bertscope.retrieval.vector_index import Hnsw, exact, recall_at_k
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(2000, dim)).astype(np.float32)
+    for name, make in (("iid Gaussian", lambda m: rng.normal(size=(m, dim)).astype(np.float32)),
+                       ("2,000 clusters", lambda m: centres[rng.integers(0, 2000, m)]
+                        + 0.7 * rng.normal(size=(m, dim)).astype(np.float32))):
+        docs, q = make(n), make(queries)
+        t = time.perf_counter()
+        truth, _ = exact(docs, "cosine").search(q, 10)
+        exact_s = (time.perf_counter() - t) / queries
+        t = time.perf_counter()
+        built = Hnsw(docs, "cosine")
+        build_s = time.perf_counter() - t
+        t = time.perf_counter()
+        found, _ = built.search(q, 10)
+        query_s = (time.perf_counter() - t) / queries
+        print(f"{n:,} vectors x {dim} ({name}): HNSW built in {build_s:.0f} s ({built.size_bytes / 2**20:.0f} MiB), "
+              f"a query {query_s * 1000:.2f} ms against exact {exact_s * 1000:.1f} ms; recall@10 "
+              f"{recall_at_k(found, truth):.4f} over {queries:,} queries")
+        del built, docs
+
+
+def rerank_quality(lm, reranker_name: str, questions: int) -> None:
+    from bertscope.core.models import load_model
+    from bertscope.retrieval.rerank import evaluate_rerank
+    from bertscope.retrieval.search import evaluate_squad
+
+    reranker = load_model(reranker_name, device=str(lm.device))
+    t = time.perf_counter()
+    reranked = evaluate_rerank(lm, reranker, questions, 20)
+    seconds = time.perf_counter() - t
+    alone = evaluate_squad(lm, questions)
+    print(f"SQuAD v1.1 dev, the first {questions:,} questions against {alone.passages:,} passages; the reranker "
+          f"reorders the top 20 ({seconds / questions * 1000:.0f} ms a question)")
+    print(f"  {'system':<36}{'MRR@10':>8}{'R@1':>8}{'R@10':>8}")
+    for r in (alone, reranked):
+        print(f"  {r.system:<36}{r.mrr_at_10:8.4f}{r.recall_at_1:8.4f}{r.recall_at_10:8.4f}")
+
+
 def full_size(device: str, steps: int) -> None:
     import tempfile
 
@@ -170,10 +216,20 @@ def main() -> None:
     parser.add_argument("--quality", action="store_true")
     parser.add_argument("--faithfulness", type=int, default=0, help="pairs for the deletion test (0: none)")
     parser.add_argument("--full-size", action="store_true")
+    parser.add_argument("--index", type=int, default=0, help="random vectors through the HNSW index (0: none)")
+    parser.add_argument("--rerank", help="a reranker reordering the model's top 20 on SQuAD dev")
+    parser.add_argument("--questions", type=int, default=2000)
+    parser.add_argument("--only", action="store_true", help="only the parts asked for (--index, --rerank, ...)")
     args = parser.parse_args()
     from bertscope.core.models import load_model
 
+    if args.index:
+        index(args.index)
     lm = load_model(args.model, device=args.device)
+    if args.rerank:
+        rerank_quality(lm, args.rerank, args.questions)
+    if args.only:
+        return
     embedding(lm, passages(args.texts), args.batch, args.rounds)
     pairs(lm, args.steps, args.rounds)
     search_latency(lm)

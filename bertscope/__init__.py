@@ -35,6 +35,7 @@ from the floors below it:
     interventions  change the model and watch the output: head ablation, head importance, patching, erasure
     features     dictionary features: SAEs, crosscoders, the feature browser, switching features off
     circuits     which edges carry a decision: EAP, EAP-IG, faithfulness as MIB scores it
+    graphs       attribution graphs: one decision as transcoder features, error nodes and embeddings
     engines      where corpus-scale passes run beyond one process (Ray)
     figures      plotly and bertviz builders
     cli          every command

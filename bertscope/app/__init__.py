@@ -6,6 +6,6 @@
 links, errors as one line), ``launch`` (``bertscope app``: a launch folder in the user cache and
 ``streamlit run`` on it). Needs the ``app`` extra (``pip install 'bertscope[app]'``).
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``tasks``, ``analysis``,
-``attribution``, ``retrieval``, ``causal``, ``lenses``, ``training``, ``interventions``, ``circuits``, ``features``, ``engines``, ``figures``,
+``attribution``, ``retrieval``, ``causal``, ``lenses``, ``training``, ``interventions``, ``circuits``, ``graphs``, ``features``, ``engines``, ``figures``,
 ``cli``.
 """

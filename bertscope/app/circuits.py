@@ -16,7 +16,7 @@ from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.pages import page as page_record
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import from_url, to_url
+from bertscope.app.kit.url import from_url, tab_from_url, to_url
 from bertscope.circuits.edges import ABLATIONS, METHODS
 from bertscope.circuits.find import find_circuit
 from bertscope.circuits.pairs import SPAN, read_pairs, reads
@@ -24,6 +24,7 @@ from bertscope.circuits.runs import supports
 from bertscope.circuits.tasks import TASKS, task_pairs, tasks_for
 from bertscope.figures.circuits import DRAWN, MAX_DRAWN, circuit_figure, faithfulness_figure, node_xy
 
+TABS = ["Edge circuits", "Attribution graph"]
 UPLOAD = "Your own pairs…"
 SIZES = [8, 16, 32, 64]
 DEMO_SIZE = 32  # pairs a hosted run takes at most: every pair is a few passes of the model
@@ -167,9 +168,8 @@ def downloads(result) -> None:
     download("Every edge's score (CSV)", every_edge, "edge-scores.csv", "text/csv", key="circ_csv", where=c2)
 
 
-def page() -> None:
-    st.title("Circuits")
-    lm = require_model()
+def eap_tab(lm) -> None:
+    """Edge circuits: EAP / EAP-IG over heads and feed-forwards, scored as MIB scores them."""
     key = model_key()
     st.caption("Which paths through the model carry a decision? The graph is EAP-IG's (Hanna, Pezzelle & Belinkov "
                "2024): the embeddings, every head (with separate query, key and value inputs) and every feed-forward, "
@@ -210,6 +210,21 @@ def page() -> None:
         show_circuit(lm, result)
         heads_section(result)
         downloads(result)
+
+
+def page() -> None:
+    st.title("Circuits")
+    lm = require_model()
+    tab_from_url("circuit_tab", TABS)
+    edges, graph = st.tabs(TABS, key="circuit_tab", on_change="rerun")
+    with edges:
+        if edges.open:
+            eap_tab(lm)
+    with graph:
+        if graph.open:
+            from bertscope.app.sections.graph_tab import graph_tab
+
+            graph_tab(lm)
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing

@@ -13,14 +13,8 @@ from bertscope.sources.bundled import BUNDLED_MODELS
 from bertscope.sources.presets import PRESETS
 
 
-def page() -> None:
-    st.title("BertScope")
-    st.markdown("Look inside BERT-family encoders on real checkpoints and real text. Start with a page:")
-
-    notice = fallback_notice()
-    if notice:
-        st.warning(notice)
-
+def page_list() -> None:
+    """Each page: its link, what it shows, what to try first and what it needs (from its record)."""
     for entry in PAGES:
         if entry.default:
             continue  # this page
@@ -30,6 +24,9 @@ def page() -> None:
         needs = f" *({words[0].upper()}{words[1:]}.)*" if words else ""  # from the page's record
         right.markdown(f"{entry.shows} **Try:** {entry.try_first}{needs}")
 
+
+def models_here() -> None:
+    """The presets, those that load here now first."""
     st.subheader("Models you can use right now")
     rows = []
     for name in model_options():
@@ -41,11 +38,14 @@ def page() -> None:
                      "pretraining outputs": outputs_text(list(preset.outputs)), "what it is": preset.description, "_usable": usable})
     rows.sort(key=lambda row: not row.pop("_usable"))  # the ones that work here first; the order of the list otherwise
     st.table(rows, hide_index=True)  # every row and every word shown: no inner scroll, no cut-off column
-    st.caption(f"Offline, the {len(BUNDLED_MODELS)} bundled models always work (two of them fine-tuned here: "
-               "bundled-sentiment and bundled-upos); any other Hugging Face encoder works once it "
+    st.caption(f"Offline, the {len(BUNDLED_MODELS)} bundled models always work (three of them fine-tuned here: "
+               "bundled-sentiment, bundled-upos and bundled-reranker); any other Hugging Face encoder works once it "
                "is in the local cache (`hf download bert-base-uncased`) or the hub can be reached. "
                "Pick one in the sidebar, or type a hub id or a local folder.")
 
+
+def headless() -> None:
+    """The commands, for a local user (a hosted demo's visitors have no shell on it)."""
     if not demo():
         st.subheader("Headless")
         st.markdown("Everything on these pages runs from a shell too (docs/commands.md lists them all): "
@@ -58,7 +58,9 @@ def page() -> None:
         st.code('bertscope attribute bundled-mlm "The bank of the [MASK] was muddy." --method ig --target 5:river',
                 language="bash")
 
-    lm = require_model()
+
+def model_card_view(lm) -> None:
+    """The loaded model's card: where it came from, its size, its outputs and head, its notes."""
     card = model_card(lm)
 
     st.header(plain(f"Model: {card['model']}"))
@@ -93,6 +95,18 @@ def page() -> None:
     )
     for note in card["notes"]:
         st.info(plain(note))
+
+
+def page() -> None:
+    st.title("BertScope")
+    st.markdown("Look inside BERT-family encoders on real checkpoints and real text. Start with a page:")
+    notice = fallback_notice()
+    if notice:
+        st.warning(notice)
+    page_list()
+    models_here()
+    headless()
+    model_card_view(require_model())
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing

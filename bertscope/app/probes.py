@@ -1,6 +1,7 @@
 """Linear probes per layer on cached hidden states, with control tasks."""
 
 import json
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -44,8 +45,24 @@ def brown_size() -> int:
 TAB_NAMES = ["Labels", "Syntax", "Does the model use it?", "Concepts (TCAV)"]
 
 
-def labels_tab(lm, key) -> None:
-    """A linear probe per layer on a task's labels (a shipped suite or an upload), beside its control task."""
+@dataclass(frozen=True)
+class ProbeForm:
+    """What the probe form asked for."""
+
+    suite: str
+    pooling: str
+    kind: str
+    uploaded: object
+    test_upload: object
+    submitted: bool
+
+
+def read_upload(upload) -> ProbeTask:
+    return read_task(uploaded_text(upload), upload.name)
+
+
+def probe_form(lm) -> ProbeForm:
+    """The task (shipped or uploaded), the vector, the probe, an optional test file; the URL kept in step."""
     from_url("task", "probe_task", str, lambda v: v in TASKS and v != UPLOAD)
     from_url("vec", "probe_pooling", str, lambda v: v in ("mean", "first"))
     from_url("probe", "probe_kind", str, lambda v: v in ("logreg", "mlp"))
@@ -67,65 +84,65 @@ def labels_tab(lm, key) -> None:
 
     to_url(task=suite if suite != UPLOAD else None, vec=pooling if pooling != "mean" else None,
            probe=kind if kind != "logreg" else None)
-    def read_upload(upload) -> ProbeTask:
-        return read_task(uploaded_text(upload), upload.name)
+    return ProbeForm(suite, pooling, kind, uploaded, test_upload, submitted)
 
 
-    if submitted:
-        with page_errors(stop=False):
-            if suite == UPLOAD:
-                if uploaded is None:
-                    raise BertScopeError("Choose a file to upload, or a shipped task.")
-                task = read_upload(uploaded)
-            else:
-                # Brown suites: the quick sample, within the demo's corpus cap; split by document
-                task = shipped_task(suite, size=brown_size() if suite in BROWN_TASKS else None)
-            if len(task.words) > Limits.corpus_lines:
-                raise BertScopeError(f"{len(task.words):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
-            chosen = pooling if task.level == "token" or pooling == "mean" else "cls"
-            other = read_upload(test_upload) if test_upload is not None else None  # train here, test there
+def run_probes(lm, key, form: ProbeForm) -> None:
+    """The task read and checked, its hidden states extracted and every layer probed as a charged job; the run
+    joins the session's runs (and the plot)."""
+    suite, pooling, kind, uploaded, test_upload = form.suite, form.pooling, form.kind, form.uploaded, form.test_upload
+    with page_errors(stop=False):
+        if suite == UPLOAD:
+            if uploaded is None:
+                raise BertScopeError("Choose a file to upload, or a shipped task.")
+            task = read_upload(uploaded)
+        else:
+            # Brown suites: the quick sample, within the demo's corpus cap; split by document
+            task = shipped_task(suite, size=brown_size() if suite in BROWN_TASKS else None)
+        if len(task.words) > Limits.corpus_lines:
+            raise BertScopeError(f"{len(task.words):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+        chosen = pooling if task.level == "token" or pooling == "mean" else "cls"
+        other = read_upload(test_upload) if test_upload is not None else None  # train here, test there
+        if other is not None:
+            if other.level != task.level:
+                raise BertScopeError(f"The test file is a {other.level}-level task; {task.name} is {task.level}-level.")
+            if len(other.words) > Limits.corpus_lines:
+                raise BertScopeError(f"The test file has {len(other.words):,} sentences; this app takes up to "
+                                     f"{Limits.corpus_lines:,}.")
+            check_external_labels(task.classes, other.classes)
+        store = result_store("probes")
+        run_key = (key, task.digest(), chosen, kind, other.digest() if other is not None else None)
+        # checked before the job starts: once it starts it is charged (a hosted demo's budget)
+        size = task_size(lm, task)
+        size.check_labels()
+        other_size = task_size(lm, other) if other is not None else None
+        check_pieces(size.pieces + (other_size.pieces if other_size else 0), "this probe run")
+
+        def run(progress):
+            states = hidden_states(lm, task, chosen, HiddenStateCache(), progress=progress, size=size)
+            external = None
             if other is not None:
-                if other.level != task.level:
-                    raise BertScopeError(f"The test file is a {other.level}-level task; {task.name} is {task.level}-level.")
-                if len(other.words) > Limits.corpus_lines:
-                    raise BertScopeError(f"The test file has {len(other.words):,} sentences; this app takes up to "
-                                         f"{Limits.corpus_lines:,}.")
-                check_external_labels(task.classes, other.classes)
-            store = result_store("probes")
-            run_key = (key, task.digest(), chosen, kind, other.digest() if other is not None else None)
-            # checked before the job starts: once it starts it is charged (a hosted demo's budget)
-            size = task_size(lm, task)
-            size.check_labels()
-            other_size = task_size(lm, other) if other is not None else None
-            check_pieces(size.pieces + (other_size.pieces if other_size else 0), "this probe run")
+                external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: progress(
+                    d, t, "Hidden states of the test file, word pieces"), size=other_size)
+            result = probe_layers(states, task.name, chosen, kind, external=external,
+                                  progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits"))
+            return (result, states.hit, states.size_bytes, str(states.folder),
+                    example_texts(states, task, result.test_examples))
 
-            def run(progress):
-                states = hidden_states(lm, task, chosen, HiddenStateCache(), progress=progress, size=size)
-                external = None
-                if other is not None:
-                    external = hidden_states(lm, other, chosen, HiddenStateCache(), progress=lambda d, t: progress(
-                        d, t, "Hidden states of the test file, word pieces"), size=other_size)
-                result = probe_layers(states, task.name, chosen, kind, external=external,
-                                      progress=lambda d, t: progress(d, t, "Probes (task, then control, per layer), fits"))
-                return (result, states.hit, states.size_bytes, str(states.folder),
-                        example_texts(states, task, result.test_examples))
+        # asked: the button was pressed
+        found = store.compute(run_key, run, "Hidden states, word pieces", asked=True, costly="probe run",
+                              measure=(lm.name, len(task.words)) if suite in BROWN_TASKS else None)
+        result = found[0]
+        runs = st.session_state.setdefault(RUNS, {})
+        runs[run_name(result)] = found
+        st.session_state["probe_latest"] = run_name(result)
+        shown = [n for n in st.session_state.get("probe_compare", []) if n != run_name(result)]
+        st.session_state["probe_compare"] = [*shown, run_name(result)][-3:]  # the new run joins the plot
 
-            # asked: the button was pressed
-            found = store.compute(run_key, run, "Hidden states, word pieces", asked=True, costly="probe run",
-                                  measure=(lm.name, len(task.words)) if suite in BROWN_TASKS else None)
-            result = found[0]
-            runs = st.session_state.setdefault(RUNS, {})
-            runs[run_name(result)] = found
-            st.session_state["probe_latest"] = run_name(result)
-            shown = [n for n in st.session_state.get("probe_compare", []) if n != run_name(result)]
-            st.session_state["probe_compare"] = [*shown, run_name(result)][-3:]  # the new run joins the plot
 
-    runs: dict = st.session_state.get(RUNS, {})
-    if not runs:
-        st.info("Choose a task and press the button: the hidden states are extracted once per model, task and "
-                "pooling, cached on disk, and every layer is probed.")
-        st.stop()
 
+def run_summary(runs: dict):
+    """The latest run's cache, best layer, control and baseline; returns (result, its examples' texts)."""
     latest = st.session_state.get("probe_latest") or next(reversed(runs))
     result, hit, size, folder, described = runs[latest]
     where = "" if demo() else f" in {folder}"
@@ -143,6 +160,11 @@ def labels_tab(lm, key) -> None:
         st.caption(f"Your test file: {best.external_accuracy:.1%} at the best layer ({best.name}); "
                    f"{min(scores):.1%}–{max(scores):.1%} over the layers (column external_accuracy below).")
 
+    return result, described
+
+
+def layer_plot(runs: dict, result) -> None:
+    """Accuracy by layer for the runs chosen, their table and downloads."""
     names = list(runs)
     compare = st.multiselect("Runs on the plot (two models or two poolings side by side)", names, key="probe_compare")
     selected: list[ProbeResult] = [runs[n][0] for n in compare] or [result]
@@ -158,6 +180,11 @@ def labels_tab(lm, key) -> None:
     download("Download results (JSON)", json.dumps([r.to_json() for r in selected], indent=1),
              "probes.json", "application/json", key="probe_dl_json", where=d1)
     download("Download results (CSV)", frame.to_csv(index=False), "probes.csv", "text/csv", key="probe_dl_csv", where=d2)
+
+
+def example_table(result, described) -> None:
+    """Single test examples at a layer, right and wrong, and the confusion matrix (as LIT shows them)."""
+    best = result.best
     st.subheader("Single test examples and the confusion matrix")
     st.caption("What a score hides: look at the examples themselves, right and wrong, as LIT does.")
     e1, e2 = st.columns([1, 1])
@@ -196,6 +223,21 @@ def labels_tab(lm, key) -> None:
             st.caption(f"{len(result.classes)} classes: too many for a readable confusion matrix; "
                        "filter the table to errors instead.")
 
+
+
+def labels_tab(lm, key) -> None:
+    """A linear probe per layer on a task's labels (a shipped suite or an upload), beside its control task."""
+    form = probe_form(lm)
+    if form.submitted:
+        run_probes(lm, key, form)
+    runs: dict = st.session_state.get(RUNS, {})
+    if not runs:
+        st.info("Choose a task and press the button: the hidden states are extracted once per model, task and "
+                "pooling, cached on disk, and every layer is probed.")
+        st.stop()
+    result, described = run_summary(runs)
+    layer_plot(runs, result)
+    example_table(result, described)
     st.caption("Headless: `bertscope probe NAME --task pos --out results/` writes the same figures, and "
                "`bertscope probe-sweep --models A,B --tasks pos,negation` compares several models or tasks.")
 

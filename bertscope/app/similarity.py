@@ -1,5 +1,6 @@
 """Similarity & search: why an embedding model finds two texts as similar as it does, token pair by token pair
-(integrated Jacobians), with the model's own embedding settings stated. A short script over named functions."""
+(integrated Jacobians), with the model's own embedding settings stated; a corpus searched; a reranker's order
+explained. A short script over named functions."""
 
 import json
 
@@ -11,7 +12,7 @@ from bertscope.app.kit.estimates import expected
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import from_url, to_url
+from bertscope.app.kit.url import from_url, tab_from_url, to_url
 from bertscope.figures.similarity import deletion_figure, pair_map, totals
 from bertscope.retrieval.embedding import settings_of
 from bertscope.retrieval.faithful import deletion_curves
@@ -20,6 +21,7 @@ from bertscope.retrieval.similarity import DEFAULT_STEPS, METHODS, explain_pair
 
 A, B = "How do I open a bank account?", "Steps to create a new account at your bank"
 STEPS = [10, 20, 50, 100]
+TABS = ["Two texts", "Search a corpus", "Rerank"]
 
 
 def pair_form(lm, settings) -> tuple[str, str, tuple, str, int, bool, bool]:
@@ -156,7 +158,8 @@ def page() -> None:
     lm = require_model()
     settings = settings_of(lm)
     st.info(plain(settings.note))
-    pairs, searching = st.tabs(["Two texts", "Search a corpus"], key="sim_tab", on_change="rerun")
+    tab_from_url("sim_tab", TABS)
+    pairs, searching, reranking = st.tabs(TABS, key="sim_tab", on_change="rerun")
     with pairs:
         if pairs.open:
             pair_tab(lm, settings)
@@ -164,6 +167,11 @@ def page() -> None:
         if searching.open:
             with page_errors(stop=False):
                 search_section(lm, settings)
+    with reranking:
+        if reranking.open:
+            from bertscope.app.sections.rerank_tab import rerank_tab
+
+            rerank_tab()
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing

@@ -9,7 +9,7 @@ Bad input prints one line, ``bertscope: error: <what to do>``, on stderr and exi
 command's module imports what it needs when it runs, so ``--help`` and a typo answer at once.
 Nothing imports it but ``__main__`` and the home page (which lists ``COMMANDS``). May import:
 ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
-``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``, ``circuits``, ``retrieval``,
+``training``, ``interventions``, ``tasks``, ``features``, ``figures``, ``engines``, ``circuits``, ``graphs``, ``retrieval``,
 ``causal``, ``lenses``.
 """
 
@@ -40,6 +40,7 @@ from bertscope.cli import (
     syntax,
     tasks,
     training,
+    transcoders,
 )
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, OneLineParser, model_arguments, one_line
 from bertscope.errors import BertScopeError
@@ -47,7 +48,7 @@ from bertscope.errors import BertScopeError
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, causal, lenses, compare, interventions, erasure, circuits,
                              retrieval, training,
-                             sae, crosscoder, features, setup) for c in module.COMMANDS
+                             sae, transcoders, crosscoder, features, setup) for c in module.COMMANDS
 }
 
 

@@ -1,6 +1,7 @@
 """Embedding models from a shell: ``similarity`` (why two texts are as similar as the model says, token pair by token
-pair: integrated Jacobians) and ``embed`` (the model's own sentence embedding, as sentence-transformers computes
-it)."""
+pair: integrated Jacobians), ``embed`` (the model's own sentence embedding, as sentence-transformers computes
+it), ``search`` and ``retrieval-eval`` (a corpus searched, SQuAD dev scored, a reranker beside), ``rerank`` (a
+cross-encoder's order, explained)."""
 
 from __future__ import annotations
 
@@ -79,10 +80,19 @@ def cmd_search(args: argparse.Namespace) -> Any:
     corpus = documents(args.data or args.corpus, args.limit)
     lm = load(args)
     with progress_bar(f"{lm.name}: embedding {corpus.name}", "document") as progress:
-        index = build_index(lm, corpus, progress)
+        index = build_index(lm, corpus, progress, index=args.index)
     hits = search(lm, index, args.query, args.top_k)
     out = {"model": lm.name, "corpus": corpus.name, "documents": len(corpus.texts), "truncated": index.truncated,
-           "results": [h.to_json() for h in hits]}
+           "index": index.searcher.kind, "results": [h.to_json() for h in hits]}
+    if args.rerank:
+        from bertscope.core.models import load_model
+        from bertscope.retrieval.rerank import rerank
+
+        reranker = load_model(args.rerank, args.device)
+        order = rerank(reranker, args.query, [h.text for h in hits], [h.id for h in hits])
+        out["reranker"] = reranker.name
+        out["results"] = [h.to_json() for h in order]
+        hits = order
     if args.explain:
         from bertscope.retrieval.search import passage_kind, query_kind
         from bertscope.retrieval.similarity import explain_pair, token_contributions
@@ -106,6 +116,7 @@ def cmd_search(args: argparse.Namespace) -> Any:
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.retrieval.search import CORPORA
+    from bertscope.retrieval.vector_index import KINDS
 
     p.add_argument("--corpus", default="squad", help=f"what to search: {', '.join(CORPORA)} (default squad)")
     p.add_argument("--data", help="or a text file of your own, one document a line")
@@ -119,6 +130,10 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
                         "Jacobians over --steps: exact to the error, a token and step a pass: minutes a long passage "
                         "on a CPU)")
     p.add_argument("--steps", type=int, default=20, help="ij's integration steps (default 20)")
+    p.add_argument("--index", choices=list(KINDS), default="auto",
+                   help="; ".join(f"{k}: {v}" for k, v in KINDS.items()) + " (default auto)")
+    p.add_argument("--rerank", metavar="MODEL", help="reorder the top hits with a reranker (a cross-encoder: "
+                                                     "bundled-reranker)")
 
 
 def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
@@ -134,11 +149,18 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
     with progress_bar(f"{lm.name}: embedding SQuAD dev's passages", "passage") as progress:
         scores = evaluate_squad(lm, args.limit, progress)
     out = scores.to_json()
+    if args.rerank:
+        from bertscope.core.models import load_model
+        from bertscope.retrieval.rerank import evaluate_rerank
+
+        reranker = load_model(args.rerank, args.device)
+        with progress_bar(f"{reranker.name}: reranking the top {args.depth}", "question") as progress:
+            out["reranked"] = evaluate_rerank(lm, reranker, args.limit, args.depth, progress).to_json()
     if args.bm25:
         out["bm25"] = bm25_squad(args.limit).to_json()
     if args.json:
         return out
-    rows = [scores.to_json(), *([out["bm25"]] if args.bm25 else [])]
+    rows = [scores.to_json(), *([out["reranked"]] if args.rerank else []), *([out["bm25"]] if args.bm25 else [])]
     lines = [f"SQuAD v1.1 dev: {scores.questions:,} questions against {scores.passages:,} passages",
              f"{'system':<24}{'MRR@10':>8}{'R@1':>8}{'R@10':>8}"]
     lines += [f"{r['system']:<24}{r['mrr@10']:8.4f}{r['recall@1']:8.4f}{r['recall@10']:8.4f}" for r in rows]
@@ -149,6 +171,42 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default="squad", help="squad: SQuAD v1.1 dev's questions against its passages")
     p.add_argument("--limit", type=int, help="the first N questions only")
     p.add_argument("--bm25", action="store_true", help="BM25 (bm25s) on the same questions and passages beside it")
+    p.add_argument("--rerank", metavar="MODEL", help="a reranker (cross-encoder: bundled-reranker) reordering the "
+                                                     "model's top --depth passages, scored beside it")
+    p.add_argument("--depth", type=int, default=20, help="passages a question the reranker reorders (default 20)")
+
+
+def cmd_rerank(args: argparse.Namespace) -> Any:
+    from bertscope.retrieval.rerank import explain_relevance, interactions, rerank
+
+    lm = load(args)
+    hits = rerank(lm, args.query, args.passages)
+    out: dict[str, Any] = {"model": lm.name, "query": args.query, "results": [h.to_json() for h in hits]}
+    if args.explain:
+        best = hits[0].text
+        ig = explain_relevance(lm, args.query, best, args.steps)
+        pairs = interactions(lm, args.query, best)
+        out["why"] = {"passage": best, "ig": {"tokens": list(ig.tokens), "scores": ig.scores.round(6).tolist(),
+                                              "completeness_error": ig.completeness_error},
+                      "interactions": pairs.to_json()}
+    if args.json:
+        return out
+    lines = [f"{h.rank:>3}. {h.score:+.4f}  {h.text[:100]}" for h in hits]
+    if args.explain:
+        lines.append(f"why the first (integrated gradients, {args.steps} steps; completeness error "
+                     f"{ig.completeness_error:.2e}):")
+        lines.append("  " + " ".join(f"{t}({v:+.3f})" for t, v in zip(ig.tokens, ig.scores)))
+        lines.append("strongest query-passage word interactions (ArchDetect):")
+        lines += [f"  {a:>15} ~ {b:<15} {v:+.4f}" for a, b, v in pairs.strongest(10)]
+    return "\n".join(lines)
+
+
+def _rerank_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--query", required=True, help="the query")
+    p.add_argument("--passages", nargs="+", required=True, help="the passages to order (two or more, say)")
+    p.add_argument("--explain", action="store_true", help="why the first passage ranks first: integrated gradients "
+                                                          "and the query-passage word interactions")
+    p.add_argument("--steps", type=int, default=50, help="integrated gradients' steps (default 50)")
 
 
 COMMANDS = [
@@ -156,6 +214,8 @@ COMMANDS = [
             "explained against the query with --explain", cmd_search, _search_arguments),
     Command("retrieval-eval", "an embedding model's MRR@10 and recall@1/10 on SQuAD dev's questions against its "
             "passages (with --bm25, BM25 beside it)", cmd_retrieval_eval, _eval_arguments),
+    Command("rerank", "order passages by a reranker's relevance to a query (a cross-encoder: bundled-reranker), "
+            "the first explained with --explain", cmd_rerank, _rerank_arguments),
     Command("similarity", "why two texts are as similar as an embedding model says: every token pair's share of the "
             "score (integrated Jacobians, Moeller et al. 2023), each text's tokens' totals", cmd_similarity,
             _similarity_arguments),

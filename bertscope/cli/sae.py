@@ -43,6 +43,25 @@ def texts_for(corpus: str, tokens: int, held_out: int, seed: int):
     return mixed_texts(per_source, held_out=False, seed=seed), mixed_texts(held_out, held_out=True, seed=seed)
 
 
+def dictionary_run(args: argparse.Namespace, what: str):
+    """What ``train-sae`` and ``train-transcoders`` share before any pass: the arguments checked, the model, its
+    layers, the trainer's settings, the folder, the mixture's two sides and its name."""
+    from bertscope.features.trainer import SaeTrainConfig
+
+    if args.tokens < 1 or args.held_out < 1:
+        raise BertScopeError("--tokens and --held-out must be at least 1.")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise BertScopeError(f"--out {args.out} is a file: give a folder for the {what}.")
+    lm = load(args)
+    layers = parse_layers(args.layers, lm.num_layers)
+    cfg = SaeTrainConfig(expansion=args.expansion, k=args.k, epochs=args.epochs, batch_tokens=args.batch_tokens,
+                         seed=args.seed)
+    cfg.check(lm.hidden_size, cfg.batch_tokens)  # the settings alone, before any pass
+    train, held = texts_for(args.corpus, args.tokens, args.held_out, args.seed)
+    corpus = "brown (training documents)" if args.corpus == "brown" else f"mixture of {', '.join(train.counts())}"
+    return lm, layers, cfg, Path(args.out), train, held, corpus
+
+
 def cmd_train_sae(args: argparse.Namespace) -> Any:
     import numpy as np
     import torch
@@ -50,20 +69,9 @@ def cmd_train_sae(args: argparse.Namespace) -> Any:
     from bertscope.features.activations import layers_activations, resid_post, row_mean
     from bertscope.features.quality import domain_qualities, sae_quality
     from bertscope.features.sae import SaeInfo, load_sae, save_sae
-    from bertscope.features.trainer import SaeTrainConfig, train_sae
+    from bertscope.features.trainer import train_sae
 
-    if args.tokens < 1 or args.held_out < 1:
-        raise BertScopeError("--tokens and --held-out must be at least 1.")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise BertScopeError(f"--out {args.out} is a file: give a folder for the SAEs.")
-    lm = load(args)
-    layers = parse_layers(args.layers, lm.num_layers)
-    cfg = SaeTrainConfig(expansion=args.expansion, k=args.k, epochs=args.epochs, batch_tokens=args.batch_tokens,
-                         seed=args.seed)
-    cfg.check(lm.hidden_size, cfg.batch_tokens)  # the settings alone, before any pass
-    out = Path(args.out)
-    train, held = texts_for(args.corpus, args.tokens, args.held_out, args.seed)
-    corpus = "brown (training documents)" if args.corpus == "brown" else f"mixture of {', '.join(train.counts())}"
+    lm, layers, cfg, out, train, held, corpus = dictionary_run(args, "SAEs")
     report = {"model": lm.name, "out": str(out), "corpus": corpus, "missing_sources": list(train.missing),
               "config": vars(cfg) | {"lr": cfg.rate(cfg.expansion * lm.hidden_size)}, "layers": []}
     with progress_bar(f"{lm.name}: activations of layers {', '.join(map(str, layers))}", "sentence") as progress:

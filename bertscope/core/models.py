@@ -223,7 +223,7 @@ def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
 
     Args:
         name: a preset ("bert-base-uncased", …), a hub id, a local folder, or a bundled model ("bundled",
-            "bundled-mlm", "bundled-multilingual", "bundled-sentiment", "bundled-upos").
+            "bundled-mlm", "bundled-multilingual", "bundled-sentiment", "bundled-upos", "bundled-reranker").
         device: "auto" (cuda, then mps, then cpu), "cpu", "cuda" or "mps".
         dtype: "auto" (float32), "float16" or "bfloat16" (on a GPU).
 

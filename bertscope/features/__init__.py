@@ -53,6 +53,13 @@ _EXPORTS = {
     "FeatureEdit": "features.edits",
     "edit_features": "features.edits",
     "tag_effect": "features.causal",
+    "points_activations": "features.activations",
+    "Transcoder": "features.transcoder",
+    "load_transcoder": "features.transcoder",
+    "save_transcoder": "features.transcoder",
+    "train_transcoder": "features.transcoder_training",
+    "replacement_quality": "features.transcoder_training",
+    "transcoder_set": "features.shipped",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -60,6 +67,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
     from bertscope.features.activations import layer_activations as layer_activations
     from bertscope.features.activations import layers_activations as layers_activations
+    from bertscope.features.activations import points_activations as points_activations
     from bertscope.features.active import active_features as active_features
     from bertscope.features.causal import tag_effect as tag_effect
     from bertscope.features.contexts import feature_contexts as feature_contexts
@@ -82,5 +90,11 @@ if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): 
     from bertscope.features.sae import save_sae as save_sae
     from bertscope.features.shipped import shipped_crosscoders as shipped_crosscoders
     from bertscope.features.shipped import shipped_saes as shipped_saes
+    from bertscope.features.shipped import transcoder_set as transcoder_set
     from bertscope.features.statistics import feature_statistics as feature_statistics
     from bertscope.features.trainer import train_sae as train_sae
+    from bertscope.features.transcoder import Transcoder as Transcoder
+    from bertscope.features.transcoder import load_transcoder as load_transcoder
+    from bertscope.features.transcoder import save_transcoder as save_transcoder
+    from bertscope.features.transcoder_training import replacement_quality as replacement_quality
+    from bertscope.features.transcoder_training import train_transcoder as train_transcoder

@@ -9,6 +9,10 @@ into place, so a folder is whole or absent.
 
 ``positions="cls"`` keeps instead each sentence's first token alone ([CLS], ``<s>``): what a sequence
 classifier's head reads at the last layer, one row a sentence (the cap then counts sentences).
+
+``point`` reads another per-layer hook point instead of the layer's output (``POINTS``: a transcoder reads
+``hook_resid_mid``, the feed-forward's input, and ``hook_mlp_out``, its output); every point of one pass keeps the
+same rows in the same order (sentence, then position), so two points' sets pair row by row.
 """
 
 from __future__ import annotations
@@ -34,11 +38,19 @@ from bertscope.runtime.user_cache import user_cache_dir
 
 FORMAT_VERSION = 1
 POSITIONS = ("pieces", "cls")  # every word piece but the special tokens, or each sentence's first token
+POINTS = ("hook_resid_post", "hook_resid_mid", "hook_mlp_out")  # per-layer hook points kept (blocks.{l}.POINT)
 
 
 def resid_post(layer: int) -> str:
     """The hook name of layer ``layer``'s output (hidden state ``layer + 1``)."""
     return f"blocks.{layer}.hook_resid_post"
+
+
+def point_name(layer: int, point: str = "hook_resid_post") -> str:
+    """The hook name of ``point`` (``POINTS``) in layer ``layer``."""
+    if point not in POINTS:
+        raise BertScopeError(f"No kept hook point {point!r}: read {', '.join(POINTS)}.")
+    return f"blocks.{layer}.{point}"
 
 
 @dataclass(frozen=True)
@@ -84,16 +96,21 @@ def check_layer(lm: LoadedModel, layer: int) -> int:
 
 
 def _folder(lm: LoadedModel, texts: Sequence[str], layer: int, max_tokens: int, root: Path | None,
-            positions: str = "pieces") -> Path:
+            positions: str = "pieces", point: str = "hook_resid_post") -> Path:
     parts: tuple = (FORMAT_VERSION, weights_fingerprint(lm), tokenizer_fingerprint(lm), lm.max_length, layer, max_tokens,
                     hashlib.sha256("\n".join(texts).encode()).hexdigest())
-    key = repr(parts if positions == "pieces" else (*parts, positions))  # word pieces' folders keep their names
+    if positions != "pieces":  # word pieces' folders of the layer's output keep their names
+        parts = (*parts, positions)
+    if point != "hook_resid_post":
+        parts = (*parts, point)
+    key = repr(parts)
     return (root or user_cache_dir() / "features" / "activations") / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def layer_activations(lm: LoadedModel, texts: Sequence[str], layer: int, max_tokens: int = 200_000,
                       root: Path | None = None, batch_size: int = 32,
-                      progress: Callable[[int, int], None] | None = None, positions: str = "pieces") -> ActivationSet:
+                      progress: Callable[[int, int], None] | None = None, positions: str = "pieces",
+                      point: str = "hook_resid_post") -> ActivationSet:
     """Layer ``layer``'s output at every word piece of ``texts`` (in order, up to ``max_tokens``; ``positions``
     "cls": at each sentence's first token): from disk, or run now and kept. ``progress(done, total)`` counts
     sentences.
@@ -107,11 +124,13 @@ def layer_activations(lm: LoadedModel, texts: Sequence[str], layer: int, max_tok
         batch_size: sentences a batch.
         progress: called with (done, total) sentences.
         positions: "pieces" (every word piece) or "cls" (each sentence's first token).
+        point: the hook point read in the layer (``POINTS``; default its output).
 
     Returns:
         An ``ActivationSet``: [piece, d_model] on disk, with each row's sentence and token.
     """
-    return layers_activations(lm, texts, [layer], max_tokens, root, batch_size, progress, positions)[int(layer)]
+    return points_activations(lm, texts, [layer], (point,), max_tokens, root, batch_size, progress,
+                              positions)[(int(layer), point)]
 
 
 def layers_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[int], max_tokens: int = 200_000,
@@ -134,17 +153,31 @@ def layers_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
     Returns:
         {layer: ``ActivationSet``}.
     """
+    found = points_activations(lm, texts, layers, ("hook_resid_post",), max_tokens, root, batch_size, progress,
+                               positions)
+    return {layer: found[(layer, "hook_resid_post")] for layer, _ in found}
+
+
+def points_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[int], points: Sequence[str],
+                       max_tokens: int = 200_000, root: Path | None = None, batch_size: int = 32,
+                       progress: Callable[[int, int], None] | None = None,
+                       positions: str = "pieces") -> dict[tuple[int, str], ActivationSet]:
+    """Every ``point`` (``POINTS``) of every layer, those not on disk read in one pass: {(layer, point): set}. The
+    sets of one layer pair row by row (the same tokens in the same order)."""
     if positions not in POSITIONS:
         raise BertScopeError(f"Positions {positions!r}: read {' or '.join(POSITIONS)}.")
     layers = [check_layer(lm, layer) for layer in dict.fromkeys(int(x) for x in layers)]
+    keys = [(layer, point) for layer in layers for point in dict.fromkeys(points)]
+    for _, point in keys:
+        point_name(0, point)
     texts = tuple(texts)
     if not texts:
         raise BertScopeError("No sentences to read activations from.")
-    folders = {layer: _folder(lm, texts, layer, max_tokens, root, positions) for layer in layers}
-    missing = [layer for layer in layers if not (folders[layer] / "meta.json").is_file()]
+    folders = {key: _folder(lm, texts, key[0], max_tokens, root, positions, key[1]) for key in keys}
+    missing = [key for key in keys if not (folders[key] / "meta.json").is_file()]
     if missing:
-        _write(lm, texts, {layer: folders[layer] for layer in missing}, max_tokens, batch_size, progress, positions)
-    return {layer: _read(folders[layer], layer, texts) for layer in layers}
+        _write(lm, texts, {key: folders[key] for key in missing}, max_tokens, batch_size, progress, positions)
+    return {key: _read(folders[key], key[0], texts) for key in keys}
 
 
 def read_positions(attention_mask: torch.Tensor, added: torch.Tensor, positions: str = "pieces") -> torch.Tensor:
@@ -159,7 +192,8 @@ def read_positions(attention_mask: torch.Tensor, added: torch.Tensor, positions:
     return first
 
 
-def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], max_tokens: int, batch_size: int,
+def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[tuple[int, str], Path], max_tokens: int,
+           batch_size: int,
            progress: Callable[[int, int], None] | None, positions: str = "pieces") -> None:
     # the first sentences that hold max_tokens word pieces (a pass runs shortest first: choosing after it
     # would favour short sentences)
@@ -175,22 +209,22 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], ma
     make_room(len(folders) * space * lm.hidden_size * 2, "keeping these activations")  # float16 rows
     tmps = {}
     try:
-        for layer, folder in folders.items():
-            tmps[layer] = temporary_folder(folder)
-        rows = {layer: np.lib.format.open_memmap(tmp / "rows.npy", "w+", np.float16, (space, lm.hidden_size))
-                for layer, tmp in tmps.items()}
+        for key, folder in folders.items():
+            tmps[key] = temporary_folder(folder)
+        rows = {key: np.lib.format.open_memmap(tmp / "rows.npy", "w+", np.float16, (space, lm.hidden_size))
+                for key, tmp in tmps.items()}
         where = np.zeros((space, 2), np.int32)
         filled, done = 0, 0
-        names = {layer: resid_post(layer) for layer in folders}
+        names = {key: point_name(*key) for key in folders}
         for chosen, padded, feed in batches(lm, used, batch_size):
             _, cache = lm.run_with_cache(feed, list(names.values()), encoder_only=True)
             read = read_positions(padded.feed["attention_mask"], torch.from_numpy(padded.special), positions).numpy()
             b, t = np.nonzero(read)  # read [batch, token]
             n = min(len(b), space - filled)
-            for layer, name in names.items():
+            for key, name in names.items():
                 keep = torch.from_numpy(read).to(cache[name].device)  # [batch, token]: the rows kept
                 hidden = cache[name][keep].to(torch.float16).cpu().numpy()  # [kept, d_model], reduced on the device
-                rows[layer][filled:filled + n] = hidden[:n]
+                rows[key][filled:filled + n] = hidden[:n]
             where[filled:filled + n] = np.stack([np.asarray(chosen)[b[:n]], t[:n]], axis=1)
             filled += n
             done += len(chosen)
@@ -199,21 +233,21 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[int, Path], ma
         order = np.lexsort((where[:filled, 1], where[:filled, 0]))  # by sentence, then position
         if filled > max_tokens:
             order = order[:max_tokens]
-        for layer, tmp in tmps.items():
-            rows[layer].flush()
-            del rows[layer]
+        for key, tmp in tmps.items():
+            rows[key].flush()
+            del rows[key]
             full = np.load(tmp / "rows.npy", mmap_mode="r")
             _save_in_order(full, order, tmp / "sorted.npy")  # the text's order, at most the cap
             del full
             os.replace(tmp / "sorted.npy", tmp / "rows.npy")
             np.save(tmp / "where.npy", where[order])
             (tmp / "meta.json").write_text(json.dumps({
-                "model": lm.name, "hook_name": resid_post(layer), "layer": layer, "tokens": len(order),
+                "model": lm.name, "hook_name": point_name(*key), "layer": key[0], "tokens": len(order),
                 "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION,
                 "positions": positions}))
             (tmp / "texts.json").write_text(json.dumps(list(texts)))
             fsync_tree(tmp)
-            publish(tmp, folders[layer], replace=False)  # another process finished first: theirs is kept
+            publish(tmp, folders[key], replace=False)  # another process finished first: theirs is kept
     finally:
         for tmp in tmps.values():
             if tmp.exists():

@@ -126,6 +126,13 @@ class TopKSAE(nn.Module):
         return F.embedding_bag(indices, self.W_dec, per_sample_weights=values.to(self.W_dec.dtype),
                                mode="sum") + self.b_dec
 
+    def reconstruct_topk(self, x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """The reconstruction given the active latents (the trainer's one call for an SAE and a transcoder)."""
+        return self.decode_topk(values, indices)
+
+    def parameter_names(self) -> list[str]:
+        return ["W_enc", "b_enc", "W_dec", "b_dec"]
+
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Dense latents [..., d_sae] -> [..., d_in]."""
         return latents.to(self.W_dec.dtype) @ self.W_dec + self.b_dec

@@ -2,8 +2,8 @@
 SAELens's format, as ``train-sae --out`` writes them), or a folder of the user's; and the crosscoders shipped
 for a base and a model fine-tuned from it (``layer_LL/`` folders as ``train-crosscoder --out`` writes them).
 
-The only lists of shipped dictionaries are ``SHIPPED`` and ``SHIPPED_CROSSCODERS``: pages, commands and tests
-read them.
+The only lists of shipped dictionaries are ``SHIPPED``, ``SHIPPED_CROSSCODERS`` and ``SHIPPED_TRANSCODERS``: pages,
+commands and tests read them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ SHIPPED = {"bundled-mlm": DATA / "bundled_mlm_saes"}  # model -> its SAEs, one l
 SHIPPED_CROSSCODERS = {  # (base, fine-tuned) -> its crosscoders, one layer_LL folder a layer (float16)
     ("bundled", "bundled-sentiment"): DATA / "crosscoders" / "bundled_sentiment",
     ("bundled", "bundled-upos"): DATA / "crosscoders" / "bundled_upos",
+}
+SHIPPED_TRANSCODERS = {  # model -> its transcoder set (layer_{l}.safetensors, circuit-tracer's format, float16)
+    "bundled-mlm": DATA / "bundled_mlm_transcoders",
 }
 CFG_FILE = "cfg.json"
 
@@ -63,3 +66,28 @@ def shipped_crosscoders(base: str, tuned: str) -> Path | None:
     """The folder of the crosscoders shipped for ``base`` and ``tuned`` (their ``layer_LL`` folders), if any."""
     folder = SHIPPED_CROSSCODERS.get((base, tuned))
     return folder if folder is not None and sae_layers(folder) else None
+
+
+def transcoder_set(lm, folder: Path | str | None = None, device=None) -> dict:
+    """{layer: Transcoder} for every layer of ``lm``: from ``folder``, else the set shipped for it; one line naming
+    the command that trains them when there is none.
+
+    Args:
+        lm: the model the transcoders replace the feed-forwards of.
+        folder: a ``train-transcoders --out`` folder (default: the shipped set).
+        device: where the weights go (default the model's).
+
+    Returns:
+        {layer: ``features.transcoder.Transcoder``}.
+    """
+    from bertscope.features.transcoder import load_transcoder
+
+    chosen = Path(folder) if folder is not None else SHIPPED_TRANSCODERS.get(lm.name)
+    if chosen is None or not chosen.is_dir():
+        where = f"{folder} is not a folder" if folder is not None else f"No transcoders are shipped for {lm.name}"
+        raise BertScopeError(f"{where}: train them with `bertscope train-transcoders {lm.name} --out FOLDER` and "
+                             "give --transcoders FOLDER.")
+    out = {layer: load_transcoder(chosen, layer, device or lm.device).eval() for layer in range(lm.num_layers)}
+    for tc in out.values():
+        tc.check_for(lm)
+    return out

@@ -77,11 +77,14 @@ def geometric_median(x: torch.Tensor, iterations: int = 32) -> torch.Tensor:
     return median
 
 
-def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator):
-    """[rows, d] float32 blocks in a shuffled order, each block's rows shuffled."""
+def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator, targets: np.ndarray | None = None):
+    """[rows, d] float32 blocks in a shuffled order, each block's rows shuffled; with ``targets`` (the same rows of
+    another point, a transcoder's output), each row is [d + d_target]: the input then its target."""
     starts = np.arange(0, len(rows), block_rows)
     for start in generator.permutation(starts):
         block = np.asarray(rows[start:start + block_rows], np.float32)
+        if targets is not None:
+            block = np.concatenate([block, np.asarray(targets[start:start + block_rows], np.float32)], axis=1)
         yield block[generator.permutation(len(block))]
 
 
@@ -126,46 +129,65 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
         (the ``TopKSAE``, its training state: steps, losses, dead features).
     """
     out = Path(out)
-    rows = acts.rows
-    d_in = rows.shape[1]
-    cfg.check(d_in, len(rows))
-    d_sae = cfg.expansion * d_in
-    device = torch.device(device)
+    d_in = acts.rows.shape[1]
+    cfg.check(d_in, len(acts.rows))
     torch.manual_seed(cfg.seed)
-    sae = TopKSAE(d_in, d_sae, cfg.k, info=info, seed=cfg.seed).to(device)
-    names = ["W_enc", "b_enc", "W_dec", "b_dec"]
-    params = [getattr(sae, n) for n in names]
+    sae = TopKSAE(d_in, cfg.expansion * d_in, cfg.k, info=info, seed=cfg.seed)
+    identity = {"model": info.model_name, "hook": info.hook_name, "d_in": d_in, "tokens": len(acts.rows),
+                "activations": acts.folder.name}  # what the run reads: a checkpoint of other data is refused
+    sae, state = train_dictionary(sae, acts.rows, None, cfg, out, identity, lambda m, f: save_sae(m, f),
+                                  lambda f, d: load_sae(f, d), device, resume, progress, stop)
+    if stop is not None and state.epoch < cfg.epochs:
+        return sae, state
+    sae.info.extra.update({"trained_tokens": int(len(acts.rows)), "epochs": cfg.epochs, "k": cfg.k,
+                           "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history})
+    save_sae(sae, out)
+    return sae, state
+
+
+def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: SaeTrainConfig, out: Path,
+                     identity: dict, save: Callable, load: Callable, device: str = "cpu", resume: bool = True,
+                     progress: Callable[[int, int, dict], None] | None = None,
+                     stop: Callable[[], bool] | None = None) -> tuple:
+    """The training loop of a TopK dictionary (an SAE: ``targets`` None, it rebuilds its input; a transcoder: the
+    same rows of its output point), the module docstring's recipe, checkpointed into ``out/checkpoint`` after every
+    epoch (``save(model, folder)`` / ``load(folder, device)``). Returns (the model, its ``SaeTrainState``)."""
+    d_in, d_sae = rows.shape[1], model.d_sae
+    device = torch.device(device)
+    model = model.to(device)
+    names = model.parameter_names()
+    params = [getattr(model, n) for n in names]
     optimizer = torch.optim.Adam(params, lr=cfg.rate(d_sae), betas=(0.9, 0.999), eps=6.25e-10)
     state, since_fired = SaeTrainState(), torch.zeros(d_sae, dtype=torch.long, device=device)
     checkpoint = out / "checkpoint"
-    sample = torch.from_numpy(np.asarray(rows[np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)],
-                                         np.float32)).to(device)  # [sample, d_in]
+    chosen = np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)
+    sample = torch.from_numpy(np.asarray((rows if targets is None else targets)[chosen], np.float32)).to(device)
     variance = float((sample - sample.mean(0)).pow(2).sum(1).mean())  # the normalised MSE's denominator
-    identity = {"model": info.model_name, "hook": info.hook_name, "d_in": d_in, "tokens": len(rows),
-                "activations": acts.folder.name}  # what the run reads: a checkpoint of other data is refused
     found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",), identity) if resume else None
     if found is not None:
-        sae.load_state_dict(load_sae(found[2] / "sae", device).state_dict())
+        model.load_state_dict(load(found[2] / "sae", device).state_dict())
         state, since_fired = SaeTrainState(**found[0]), found[1]["since_fired"].to(device)
     else:
         with torch.no_grad():
-            sae.b_dec.copy_(geometric_median(sample))
-    block_rows = max(cfg.batch_tokens, cfg.block_bytes // (d_in * 4))
+            model.b_dec.copy_(geometric_median(sample))  # [d_out]: where the reconstruction starts
+    width = d_in + (0 if targets is None else targets.shape[1])
+    block_rows = max(cfg.batch_tokens, cfg.block_bytes // (width * 4))
     steps_per_epoch = len(rows) // cfg.batch_tokens
     total = steps_per_epoch * cfg.epochs
-    k_aux = d_in // 2
+    k_aux = model.W_dec.shape[1] // 2
     for epoch in range(state.epoch, cfg.epochs):
         generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
         sums = {"loss": 0.0, "nmse": 0.0, "aux": 0.0}
         started, steps = time.perf_counter(), 0
-        for x in batches_of(blocks_of(rows, block_rows, generator), cfg.batch_tokens, device):  # [batch, d_in]
+        for both in batches_of(blocks_of(rows, block_rows, generator, targets), cfg.batch_tokens, device):
             if stop is not None and stop():
-                return sae, state
-            pre = sae.pre_activations(x)  # [batch, d_sae]
+                return model, state
+            x, y = (both, both) if targets is None else (both[:, :d_in], both[:, d_in:])  # [batch, d_in], [batch, d_out]
+            pre = model.pre_activations(x)  # [batch, d_sae]
             top = pre.topk(cfg.k, dim=-1, sorted=False)
             values = torch.relu(top.values)
-            recon = sae.decode_topk(values, top.indices)
-            error = x - recon
+            recon = model.reconstruct_topk(x, values, top.indices)
+            error = y - recon
             nmse = error.pow(2).sum(1).mean() / variance
             fired = torch.zeros(d_sae, dtype=torch.bool, device=device)
             fired[top.indices[values > 0]] = True
@@ -177,16 +199,16 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
             if n_dead:
                 take = min(k_aux, n_dead)
                 dead_pre = pre.masked_fill(~dead[None, :], float("-inf")).topk(take, dim=-1, sorted=False)
-                aux_recon = torch.nn.functional.embedding_bag(dead_pre.indices, sae.W_dec, mode="sum",
+                aux_recon = torch.nn.functional.embedding_bag(dead_pre.indices, model.W_dec, mode="sum",
                                                               per_sample_weights=torch.relu(dead_pre.values))
                 aux = (error.detach() - aux_recon).pow(2).sum(1).mean() / variance * min(n_dead / k_aux, 1.0)
             loss = nmse + cfg.aux_coef * aux
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            sae.remove_parallel_gradient()
+            model.remove_parallel_gradient()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
-            sae.normalise_decoder()
+            model.normalise_decoder()
             state.step += 1
             steps += 1
             for key, value in (("loss", loss), ("nmse", nmse), ("aux", aux)):
@@ -198,9 +220,6 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
                               "dead_share": float((since_fired > cfg.dead_tokens).float().mean()),
                               "seconds": time.perf_counter() - started,
                               "tokens_per_s": steps * cfg.batch_tokens / max(time.perf_counter() - started, 1e-9)})
-        save_checkpoint(checkpoint, lambda tmp: save_sae(sae, tmp / "sae"), optimizer, names, state,
+        save_checkpoint(checkpoint, lambda tmp: save(model, tmp / "sae"), optimizer, names, state,
                         {"since_fired": since_fired}, cfg, identity)
-    sae.info.extra.update({"trained_tokens": int(len(rows)), "epochs": cfg.epochs, "k": cfg.k,
-                           "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history})
-    save_sae(sae, out)
-    return sae, state
+    return model, state

@@ -1,7 +1,8 @@
 """Embedding models explained: the model's own sentence embedding as sentence-transformers declares it
 (``settings``: modules.json, pooling, dense layers, normalisation, prompts; ``embedding``: computed as
-``SentenceTransformer.encode`` does), and why two texts are similar, token pair by token pair (``similarity``:
-integrated Jacobians, Moeller, Nikolaev & Padó 2023). May import: ``errors``, ``runtime``, ``sources``,
+``SentenceTransformer.encode`` does), why two texts are similar, token pair by token pair (``similarity``:
+integrated Jacobians, Moeller, Nikolaev & Padó 2023), search over a corpus (``search``, exact or FAISS's HNSW graph:
+``vector_index``) and rerankers explained (``rerank``). May import: ``errors``, ``runtime``, ``sources``,
 ``corpora``, ``core``, ``analysis``, ``attribution``.
 """
 
@@ -18,6 +19,13 @@ _EXPORTS = {
     "explain_pair": "retrieval.similarity",
     "token_contributions": "retrieval.similarity",
     "PairExplanation": "retrieval.similarity",
+    "documents": "retrieval.search",
+    "build_index": "retrieval.search",
+    "evaluate_squad": "retrieval.search",
+    "explain_relevance": "retrieval.rerank",
+    "interactions": "retrieval.rerank",
+    "evaluate_rerank": "retrieval.rerank",
+    "vector_searcher": "retrieval.vector_index",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -26,8 +34,15 @@ if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): 
     from bertscope.retrieval.embedding import Embeddings as Embeddings
     from bertscope.retrieval.embedding import embed as embed
     from bertscope.retrieval.embedding import settings_of as settings_of
+    from bertscope.retrieval.rerank import evaluate_rerank as evaluate_rerank
+    from bertscope.retrieval.rerank import explain_relevance as explain_relevance
+    from bertscope.retrieval.rerank import interactions as interactions
+    from bertscope.retrieval.search import build_index as build_index
+    from bertscope.retrieval.search import documents as documents
+    from bertscope.retrieval.search import evaluate_squad as evaluate_squad
     from bertscope.retrieval.settings import EmbeddingSettings as EmbeddingSettings
     from bertscope.retrieval.settings import read_settings as read_settings
     from bertscope.retrieval.similarity import PairExplanation as PairExplanation
     from bertscope.retrieval.similarity import explain_pair as explain_pair
     from bertscope.retrieval.similarity import token_contributions as token_contributions
+    from bertscope.retrieval.vector_index import vector_searcher as vector_searcher

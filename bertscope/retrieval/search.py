@@ -7,8 +7,8 @@
 Passages are embedded as the model declares its passages ("passage: " for E5), queries as its queries, in
 length-sorted batches bounded by bytes; the vectors are kept in the user cache (``retrieval/``, within a hosted
 demo's disk quota), keyed by the model's weights and tokenizer and the corpus's digest. Search is exact (every
-passage scored, numpy, the model's own cosine or dot product): a query over SQuAD dev's 2,067 passages takes
-milliseconds (``benchmarks/retrieval.py``).
+passage scored, numpy, the model's own cosine or dot product) up to ``vector_index.EXACT_MAX`` documents: a query
+over SQuAD dev's 2,067 passages takes milliseconds (``benchmarks/retrieval.py``); past it FAISS's HNSW graph.
 
 SQuAD as retrieval: each dev question's gold passage is the paragraph it was asked on; MRR@10 is the mean of 1/rank
 of that passage among the top 10 (0 beyond), recall@k the share found in the top k. BM25 (Robertson & Zaragoza 2009,
@@ -30,6 +30,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.corpora.sentences import read_lines_file
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.embedding import embed, settings_of
+from bertscope.retrieval.vector_index import Searcher, check_index, vector_searcher
 from bertscope.runtime.atomic import write_file
 from bertscope.runtime.disk_quota import make_room, touch
 from bertscope.runtime.user_cache import user_cache_dir
@@ -86,7 +87,8 @@ def documents(name: str, limit: int | None = None) -> Corpus:
 
 @dataclass(frozen=True)
 class Index:
-    """A corpus embedded by a model: [document, dim] vectors, exact search."""
+    """A corpus embedded by a model: [document, dim] vectors, and what searches them (exact, or an HNSW graph past
+    ``vector_index.EXACT_MAX`` documents)."""
 
     model: str
     corpus: Corpus
@@ -94,6 +96,7 @@ class Index:
     kind: str | None  # the prompt the documents were embedded with
     truncated: int  # documents longer than the model reads (cut)
     hit: bool  # read from the cache
+    searcher: Searcher
 
     @property
     def size_bytes(self) -> int:
@@ -115,7 +118,7 @@ def _cache_file(lm: LoadedModel, corpus: Corpus, kind: str | None) -> Path:
 
 
 def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], None] | None = None,
-                cache: bool = True) -> Index:
+                cache: bool = True, index: str = "auto") -> Index:
     """The corpus embedded as the model embeds what it searches (read back from the cache when kept).
 
     Args:
@@ -123,10 +126,13 @@ def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], 
         corpus: the documents (``documents``).
         progress: called with (done, total) documents.
         cache: keep the vectors on disk and read them back.
+        index: "auto", "exact" or "hnsw" (``vector_index.KINDS``): checked before any embedding.
 
     Returns:
-        An ``Index``: [document, dim] vectors, exact search.
+        An ``Index``: [document, dim] vectors and their searcher.
     """
+    similarity = settings_of(lm).similarity
+    check_index(index, len(corpus.texts))
     kind = passage_kind(lm)
     file = _cache_file(lm, corpus, kind)
     if cache and file.is_file():
@@ -136,7 +142,7 @@ def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], 
             touch(file)
             if progress:
                 progress(1, 1)
-            return Index(lm.name, corpus, vectors, kind, truncated, hit=True)
+            return Index(lm.name, corpus, vectors, kind, truncated, True, vector_searcher(vectors, similarity, index))
         except (OSError, ValueError, KeyError):
             file.unlink(missing_ok=True)
     out = embed(lm, list(corpus.texts), kind, progress=progress)
@@ -146,7 +152,8 @@ def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], 
             write_file(file, lambda tmp: np.savez(tmp, vectors=out.vectors, truncated=np.int64(out.truncated.sum())))
         except (OSError, BertScopeError):
             pass  # a cache that cannot be written: the index is still returned
-    return Index(lm.name, corpus, out.vectors, kind, int(out.truncated.sum()), hit=False)
+    return Index(lm.name, corpus, out.vectors, kind, int(out.truncated.sum()), False,
+                 vector_searcher(out.vectors, similarity, index))
 
 
 @dataclass(frozen=True)
@@ -161,25 +168,11 @@ class Hit:
 
 
 def ranked(lm: LoadedModel, index: Index, queries: list[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
-    """([query, k] document rows, [query, k] scores), best first, every document scored."""
+    """([query, k] document rows, [query, k] scores), best first (exact, or the index's approximation)."""
     if top_k < 1:
         raise BertScopeError("--top-k must be at least 1.")
-    settings = settings_of(lm)
-    q = embed(lm, queries, query_kind(lm), settings).vectors.astype(np.float32)  # [query, dim]
-    d = index.vectors
-    if settings.similarity == "cosine":
-        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-        d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
-    k = min(top_k, len(d))
-    rows, scores = [], []
-    for start in range(0, len(q), 256):  # [256, document] scores at a time
-        s = q[start:start + 256] @ d.T
-        top = np.argpartition(-s, k - 1, axis=1)[:, :k]
-        order = np.argsort(-np.take_along_axis(s, top, axis=1), axis=1)
-        top = np.take_along_axis(top, order, axis=1)
-        rows.append(top)
-        scores.append(np.take_along_axis(s, top, axis=1))
-    return np.concatenate(rows), np.concatenate(scores)
+    q = embed(lm, queries, query_kind(lm)).vectors  # [query, dim]
+    return index.searcher.search(q, top_k)
 
 
 def search(lm: LoadedModel, index: Index, query: str, top_k: int = 10) -> list[Hit]:

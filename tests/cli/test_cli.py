@@ -218,7 +218,34 @@ def test_similarity_search_and_embed_from_the_command_line(tiny_bert_dir, tmp_pa
     for argv, said in ((["similarity", str(tiny_bert_dir), "--a", " ", "--b", "x"], "Text 1 is empty"),
                        (["search", str(tiny_bert_dir), "--corpus", "nowhere", "--query", "x"], "No corpus 'nowhere'"),
                        (["search", str(tiny_bert_dir), "--query", " "], "--query is empty"),
-                       (["retrieval-eval", str(tiny_bert_dir), "--corpus", "brown"], "reads SQuAD")):
+                       (["retrieval-eval", str(tiny_bert_dir), "--corpus", "brown"], "reads SQuAD"),
+                       (["search", str(tiny_bert_dir), "--data", str(docs), "--query", "x", "--index", "hnsw"],
+                        "buys nothing"),
+                       (["rerank", str(tiny_bert_dir), "--query", "x", "--passages", "y"], "is not a reranker")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1
+
+
+def test_rerank_from_the_command_line(capsys, tmp_path):
+    from bertscope.cli import main
+
+    assert main(["rerank", "bundled-reranker", "--query", "Where was Super Bowl 50 played?", "--passages",
+                 "The Broncos won the game 24-10.", "Super Bowl 50 was played at Levi's Stadium in Santa Clara.",
+                 "--explain", "--steps", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["results"][0]["text"].startswith("Super Bowl 50 was played") and out["results"][0]["rank"] == 1
+    why = out["why"]
+    assert len(why["ig"]["tokens"]) == len(why["ig"]["scores"]) and why["interactions"]["method"] == "archdetect"
+    assert main(["search", "bundled", "--data", str(_docs(tmp_path)), "--query", "Where was Super Bowl 50 played?",
+                 "--rerank", "bundled-reranker", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["reranker"] == "bundled-reranker" and found["index"] == "exact"
+    assert found["results"][0]["text"].startswith("Super Bowl 50 was played")
+
+
+def _docs(tmp_path):
+    file = tmp_path / "games.txt"
+    file.write_text("The Broncos won the game 24-10.\nSuper Bowl 50 was played at Levi's Stadium in Santa Clara.\n"
+                    "The halftime show featured Coldplay.\n")
+    return file

@@ -138,3 +138,21 @@ def test_patch_features_json(capsys, tiny_mlm_dir, tiny_saes_dir):
     assert code == 0 and "patched one at a time" in stdout.splitlines()[0]
     code, _, err = run_cli(capsys, *base, "--features", 1, "--what", "heads")
     assert code == 2 and "leave out --what" in err
+
+
+def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
+    out = tmp_path / "tcs"
+    code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--tokens", 600, "--held-out", 6,
+                                "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out", out, "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert [q["layer"] for q in report["layers"]] == [0, 1] and report["skip"] is True
+    for q in report["layers"]:
+        assert q["trained_tokens"] == 600 and q["l0"] <= 4 and 0 <= q["dead_share"] <= 1 and q["fve"] <= 1
+        assert list(q["domains"]) == ["brown", "ewt", "tweets", "bbc", "squad"]
+    r = report["replacement"]
+    assert r["positions"] > 0 and 0 <= r["top1_agreement"] <= 1 and r["kl"] >= 0
+    assert (out / "layer_0.safetensors").is_file() and (out / "layer_1.safetensors").is_file()
+    assert json.loads((out / "quality.json").read_text())["replacement"] == r
+    code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--layers", "7", "--out", out)
+    assert code == 2 and "Layer 7 does not exist" in err and err.count("\n") == 1

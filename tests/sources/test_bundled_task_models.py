@@ -29,6 +29,18 @@ def test_bundled_sentiment_decides_plain_cases():
     assert [r.predicted for r in out] == ["positive", "negative", "neutral"]
 
 
+def test_bundled_reranker_ranks_the_answering_passage_first():
+    from bertscope.retrieval.rerank import rerank
+
+    lm = load_model("bundled-reranker")
+    assert lm.task.kind == "sequence-classification" and lm.task.labels == ("irrelevant", "relevant")
+    passages = ["The Denver Broncos defeated the Carolina Panthers 24-10 to earn their third Super Bowl title.",
+                "Super Bowl 50 was played at Levi's Stadium in Santa Clara, California.",
+                "Photosynthesis turns light into chemical energy in plants."]
+    assert [h.id for h in rerank(lm, "Where was Super Bowl 50 played?", passages)] == ["1", "0", "2"]
+    assert rerank(lm, "What do plants turn light into?", passages)[0].id == "2"
+
+
 @pytest.mark.slow
 def test_the_shipped_figures_are_reproduced():
     from bertscope.training.task_data import load_task_data

@@ -101,7 +101,7 @@ PAGES: tuple[Page, ...] = (
     Page("similarity.py", "Similarity & search", ":material/join_inner:",
          "why an embedding model finds two texts similar: every token pair's share of the score (integrated "
          "Jacobians), each text's tokens' totals, and the model's own embedding settings (pooling, normalisation, "
-         "prompts) read from its folder.",
+         "prompts) read from its folder; a corpus searched, each hit explained; a reranker's order explained.",
          "bundled (the genuine all-MiniLM-L6-v2) with the page's query and passage: *bank* ~ *bank* and *account* ~ "
          "*account* carry most of it, *open* ~ *create* and *new* follow."),
     Page("params.py", "Parameters", ":material/calculate:",
@@ -123,7 +123,7 @@ PAGES: tuple[Page, ...] = (
     Page("circuits.py", "Circuits", ":material/account_tree:",
          "which paths through the model carry a decision: every edge between heads, feed-forwards and the decision "
          "scored by EAP or EAP-IG, the circuit drawn layer by layer, and its faithfulness curve beside random "
-         "circuits (MIB's CPR and CMD) on held-out pairs.",
+         "circuits (MIB's CPR and CMD) on held-out pairs; or one decision's attribution graph of transcoder features.",
          "*gender* on bundled-mlm with EAP-IG: about 1% of the edges carry 80% of the decision, head 5.8 writing "
          "*she*/*he* into the mask; random circuits of the same size carry nothing.", needs=("a-decision",)),
     Page("features.py", "Features", ":material/scatter_plot:",

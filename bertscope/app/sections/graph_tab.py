@@ -1,0 +1,128 @@
+"""The Circuits page's tab *Attribution graph*: one decision of a BERT masked LM (a token at [MASK]) or classifier
+(a class) as a graph of transcoder features, error nodes and input embeddings, pruned by influence; a feature
+switched off in the real model beside the graph's prediction; features grouped into named supernodes; JSON."""
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.limits import Limits, check_text
+from bertscope.app.kit.model_picker import model_key, offer_models
+from bertscope.app.kit.results import result_store
+from bertscope.errors import BertScopeError
+from bertscope.features.shipped import SHIPPED_TRANSCODERS, transcoder_set
+from bertscope.figures.graph import graph_figure
+from bertscope.graphs.build import attribution_graph
+from bertscope.graphs.interventions import switch_off, total_effects
+
+EXAMPLE = "The bank of the [MASK] was muddy after the storm."
+MAX_GRAPH_TOKENS = 64  # a graph's rows grow with the tokens times the active features: the page's cap
+
+
+def graph_form(lm) -> tuple[str, str | None, str | None, float, bool]:
+    with st.form("graph_form"):
+        text = st.text_input("Text (with [MASK] for a masked LM)" if lm.task is None else "Text", EXAMPLE
+                             if lm.task is None else "The service was wonderful.", key="graph_text",
+                             max_chars=Limits.input_chars)
+        c1, c2, c3 = st.columns(3)
+        target = c1.text_input("Target (default: the model's choice)", key="graph_target") or None
+        contrast = c2.text_input("Contrast (default: the mean logit)", key="graph_contrast") or None
+        keep = c3.select_slider("Influence kept", [0.5, 0.6, 0.7, 0.8, 0.9, 0.95], 0.8, key="graph_keep")
+        asked = st.form_submit_button("Trace the graph", type="primary")
+    return text, target, contrast, float(keep), asked
+
+
+def switch_section(lm, graph, pruned: dict, transcoders) -> None:
+    """A kept feature switched off in the real model (its error kept), beside the graph's prediction."""
+    features = [n for n in pruned["nodes"] if n["kind"] == "feature"]
+    if not features:
+        return
+    features.sort(key=lambda n: -n["influence"])
+    pick = st.selectbox("Switch a feature off in the real model", range(len(features)), key="graph_off",
+                        format_func=lambda i: f"{features[i]['id']} (layer {features[i]['layer']}, "
+                                              f"{graph.tokens[features[i]['position']]!r}, influence "
+                                              f"{features[i]['influence']:.3f})")
+    node = features[pick]
+    index = next(i for i, n in enumerate(graph.nodes) if n.id == node["id"])
+    effects = result_store("graph_effects").get_or_compute((model_key(), graph.text, str(graph.target)),
+                                                           lambda: total_effects(graph))
+    measured = result_store("graph_switch").compute(
+        (model_key(), graph.text, str(graph.target), node["id"]),
+        lambda progress: switch_off(lm, graph, transcoders, [(node["layer"], node["position"], node["feature"])])
+        - graph.value, "Switching the feature off", True, costly=None)
+    c1, c2 = st.columns(2)
+    c1.metric("The graph predicts", f"{-effects[index]:+.4f}", help="Minus the feature's total effect on the target "
+              "through every path of the graph (first order).")
+    c2.metric("The model gives", f"{measured:+.4f}", help="The real model with every feed-forward its transcoder plus "
+              "the real run's error, this feature clamped to 0 at its position.")
+
+
+def supernodes(pruned: dict) -> None:
+    """Kept features grouped under names the user gives: each group's summed influence."""
+    features = [n["id"] for n in pruned["nodes"] if n["kind"] == "feature"]
+    with st.expander("Group features into supernodes"):
+        groups = st.session_state.setdefault("graph_groups", {})
+        c1, c2 = st.columns([1, 3])
+        name = c1.text_input("Name", key="graph_group_name", max_chars=60)
+        members = c2.multiselect("Features", features, key="graph_group_members")
+        if st.button("Add the group", key="graph_group_add") and name.strip() and members:
+            groups[name.strip()] = members
+        influence = {n["id"]: n["influence"] for n in pruned["nodes"]}
+        rows = [{"supernode": g, "features": len(m), "influence": sum(influence.get(i, 0.0) for i in m)}
+                for g, m in groups.items()]
+        if rows:
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+def graph_tab(lm) -> None:
+    st.caption("Each feed-forward replaced by its transcoder; with attention patterns and LayerNorm scales frozen "
+               "from the real run, every node's direct effect on every later node is linear, so the decision splits "
+               "into a graph of features, error nodes (what the transcoders miss) and the input embeddings "
+               "(Ameisen et al. 2025, circuit-tracer's pruning and scores). Headless: `bertscope attribution-graph "
+               "MODEL TEXT --json`.")
+    if lm.name not in SHIPPED_TRANSCODERS:
+        st.warning(plain(f"No transcoders are shipped for {lm.name}: they are for "
+                         f"{', '.join(SHIPPED_TRANSCODERS)}; train a set with `bertscope train-transcoders "
+                         f"{lm.name} --out FOLDER` and use the command."))
+        offer_models(list(SHIPPED_TRANSCODERS), "graph_need")
+        return
+    text, target, contrast, keep, asked = graph_form(lm)
+    with page_errors(stop=False):
+        check_text(text, "text")
+        if len(lm.tokenizer(text)["input_ids"]) > MAX_GRAPH_TOKENS:
+            raise BertScopeError(f"At most {MAX_GRAPH_TOKENS} tokens here: a graph's rows grow with the tokens times the "
+                             "active features (the command takes more).")
+        transcoders = transcoder_set(lm)
+        graph = result_store("graph").compute(
+            (model_key(), text, target, contrast),
+            lambda progress: attribution_graph(lm, text, transcoders, target, contrast, progress=progress),
+            "Tracing the graph, rows", asked, costly="attribution graph",
+            wait="Press *Trace the graph*: a pass carried back from every active feature and the target (seconds "
+                 "for a sentence on bundled-mlm).")
+        if graph is None:
+            return
+        pruned = graph.to_json(keep)
+        t = pruned["target"]
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("Target", f"{t.get('token') or t.get('label')}", help=f"Against {t['contrast'] or 'the mean logit'}")
+        c2.metric("Its value", f"{pruned['logit']:+.3f}")
+        c3.metric("Replacement score", f"{pruned['replacement_score']:.3f}",
+                  help="How much of the influence reaching the target starts at the embeddings rather than at error "
+                       "nodes (circuit-tracer's compute_graph_scores).")
+        c4.metric("Completeness score", f"{pruned['completeness_score']:.3f}",
+                  help="How much of each node's input comes from features and embeddings rather than errors, "
+                       "weighted by influence.")
+        fig = graph_figure(pruned, lm.num_layers)
+        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="graph_plot")
+        figure_downloads(fig, "attribution-graph")
+        st.caption(plain(f"{pruned['unpruned']['features']:,} active features; kept {len(pruned['nodes']):,} nodes "
+                         f"and {len(pruned['edges']):,} edges carrying {keep:.0%} of the influence, traced in "
+                         f"{pruned['seconds']:.1f} s."))
+        for note in pruned["notes"]:
+            st.caption(plain(note))
+        switch_section(lm, graph, pruned, transcoders)
+        supernodes(pruned)
+        download("Download the graph (JSON)", json.dumps(pruned), "attribution-graph.json", "application/json",
+                 key="graph_json")

@@ -1,0 +1,160 @@
+"""``train-transcoders``: a TopK transcoder (or skip transcoder) for each layer's feed-forward, trained on its input →
+output over the corpus mixture (the SAE trainer's loop), scored per layer and per source on held-out text, and the
+replacement model (every feed-forward replaced at once) against the real one; saved as a circuit-tracer transcoder
+set (``features.transcoder``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.sae import dictionary_run
+from bertscope.errors import BertScopeError
+from bertscope.runtime.atomic import write_text
+
+
+def cmd_train_transcoders(args: argparse.Namespace) -> Any:
+    import torch
+
+    from bertscope.features.activations import points_activations
+    from bertscope.features.transcoder import (
+        INPUT_POINT,
+        OUTPUT_POINT,
+        TranscoderInfo,
+        load_transcoder,
+        save_transcoder,
+    )
+    from bertscope.features.transcoder_training import replacement_quality, train_transcoder, transcoder_figures
+
+    lm, layers, cfg, out, train, held, corpus = dictionary_run(args, "transcoders")
+    points = (INPUT_POINT, OUTPUT_POINT)
+    report: dict[str, Any] = {"model": lm.name, "out": str(out), "corpus": corpus, "skip": args.skip,
+                              "missing_sources": list(train.missing), "layers": [],
+                              "config": vars(cfg) | {"lr": cfg.rate(cfg.expansion * lm.hidden_size)}}
+    with progress_bar(f"{lm.name}: feed-forward inputs and outputs of layers {', '.join(map(str, layers))}",
+                      "sentence") as progress:
+        every = points_activations(lm, train.texts, layers, points, args.tokens, progress=progress)
+        every_held = points_activations(lm, held.texts, layers, points, max_tokens=10**9, progress=progress)
+    transcoders = {}
+    for layer in layers:
+        x, y = every.pop((layer, INPUT_POINT)), every.pop((layer, OUTPUT_POINT))
+        hx, hy = every_held.pop((layer, INPUT_POINT)), every_held.pop((layer, OUTPUT_POINT))
+        info = TranscoderInfo(lm.name, layer, {"corpus": corpus, "seed": args.seed, "batch_tokens": cfg.batch_tokens})
+        with progress_bar(f"{lm.name} layer {layer}: {'skip ' if args.skip else ''}transcoder", "step") as progress:
+            tc, state = train_transcoder(x, y, cfg, out, info, args.skip, str(lm.device),
+                                         progress=lambda done, total, _: progress(done, total))
+        if args.weights == "float16":  # half the bytes; the figures below are of the weights as saved
+            save_transcoder(tc, out, torch.float16)
+            tc = load_transcoder(out, layer, lm.device)
+        transcoders[layer] = tc.to(lm.device).eval()
+        quality = transcoder_figures(transcoders[layer], hx, hy).to_json()
+        quality["domains"] = {}
+        for source in held.counts():
+            chosen = [i for i, s in enumerate(held.sources) if s == source]
+            quality["domains"][source] = transcoder_figures(transcoders[layer], hx.of_sentences(chosen),
+                                                            hy.of_sentences(chosen)).to_json()
+        quality.update({"trained_tokens": x.tokens, "train_seconds": sum(h["seconds"] for h in state.history),
+                        "held_out": f"{len(held.texts):,} held-out texts of the {corpus}"})
+        report["layers"].append(quality)
+    if sorted(transcoders) == list(range(lm.num_layers)) and "mlm" in lm.outputs:
+        with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
+            report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed,
+                                                        progress=progress)
+    write_text(out / "quality.json", json.dumps(report, indent=1))
+    return report if args.json else table(report)
+
+
+def table(report: dict) -> str:
+    kind = "skip transcoders" if report["skip"] else "transcoders"
+    lines = [f"TopK {kind} on {report['model']} ({report['config']['expansion']}x, k={report['config']['k']}), in "
+             f"{report['out']}; trained on the {report['corpus']}, scored on its held-out side and each source's",
+             f"{'layer':<10}{'held-out':>9}{'FVE':>8}{'L0':>7}{'dead':>7}{'dense':>7}{'ReLU cut':>10}"]
+    for q in report["layers"]:
+        for name, row in [(str(q["layer"]), q), *((f"  {s}", d) for s, d in q["domains"].items())]:
+            lines.append(f"{name:<10}{row['tokens']:>9,}{row['fve']:>8.3f}{row['l0']:>7.1f}{row['dead_share']:>7.1%}"
+                         f"{row['dense_share']:>7.1%}{row['negative_share']:>10.2%}")
+        lines.append(f"  trained on {q['trained_tokens']:,} word pieces in {q['train_seconds']:.0f} s")
+    r = report.get("replacement")
+    if r:
+        lines.append(f"replacement model (every feed-forward replaced), {r['positions']:,} held-out masked positions: "
+                     f"top-1 agreement {r['top1_agreement']:.3f}, KL {r['kl']:.3f} nats, masked-LM loss "
+                     f"{r['loss_real']:.3f} -> {r['loss_replacement']:.3f}")
+    return "\n".join(lines)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layers", help="layers from 0 (default every layer; the replacement model needs them all)")
+    p.add_argument("--skip", action="store_true", help="skip transcoders: a linear path beside the sparse one "
+                                                        "(Paulo et al. 2025)")
+    p.add_argument("--expansion", type=int, default=8, help="features = expansion x the model's width (default 8)")
+    p.add_argument("--k", type=int, default=32, help="active features a token (default 32)")
+    p.add_argument("--corpus", choices=("mixture", "brown"), default="mixture",
+                   help="mixture: every installed corpus, interleaved; brown: Brown's training documents alone")
+    p.add_argument("--tokens", type=int, default=200_000, help="training word pieces a layer (default 200,000)")
+    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+    p.add_argument("--epochs", type=int, default=4, help="passes over the training word pieces (default 4)")
+    p.add_argument("--batch-tokens", type=int, default=2048, help="word pieces a training step (default 2,048)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weights", choices=("float32", "float16"), default="float32",
+                   help="the saved weights' dtype (float16: half the bytes, as the shipped sets)")
+    p.add_argument("--out", required=True, help="a folder: layer_L.safetensors per layer (circuit-tracer's format) "
+                                                "and config.yaml, quality.json; a stopped run resumes from its "
+                                                "checkpoints")
+
+
+def cmd_attribution_graph(args: argparse.Namespace) -> Any:
+    from bertscope.cli.common import progress_bar
+    from bertscope.features.shipped import transcoder_set
+    from bertscope.graphs.build import MAX_GRAPH_BYTES, attribution_graph
+
+    if not 0 < args.keep <= 1:
+        raise BertScopeError(f"--keep {args.keep}: give a share of the influence between 0 and 1 (0.8 keeps the nodes "
+                             "that carry 80 %).")
+    lm = load(args)
+    transcoders = transcoder_set(lm, args.transcoders)
+    with progress_bar(f"{lm.name}: the attribution graph", "row") as progress:
+        graph = attribution_graph(lm, args.text, transcoders, args.target, args.contrast,
+                                  max_bytes=args.max_mb * 2**20 if args.max_mb else MAX_GRAPH_BYTES, progress=progress)
+    out = graph.to_json(args.keep)
+    if args.json:
+        return out
+    target = out["target"]
+    what = target.get("token") or target.get("label")
+    lines = [f"{lm.name}: {what!r} at token {target['position']}"
+             + (f" against {target['contrast']!r}" if target["contrast"] else " against the mean logit")
+             + f", value {out['logit']:+.4f}; {out['unpruned']['features']:,} active features, "
+               f"{out['unpruned']['nodes']:,} nodes in {out['seconds']:.1f} s",
+             f"replacement score {out['replacement_score']:.3f}, completeness score {out['completeness_score']:.3f}; "
+             f"kept {len(out['nodes']):,} nodes and {len(out['edges']):,} edges carrying {args.keep:.0%} of the "
+             "influence", "strongest nodes (influence on the target):"]
+    ranked = sorted((n for n in out["nodes"] if n["kind"] != "target"), key=lambda n: -n["influence"])[:15]
+    for n in ranked:
+        where = f"layer {n['layer']} " if n["layer"] is not None else ""
+        token = graph.tokens[n["position"]] if n["position"] is not None else ""
+        lines.append(f"  {n['id']:<14} {n['kind']:<9} {where}at {token!r:<12} influence {n['influence']:.4f}"
+                     + (f", activation {n['activation']:.3f}" if n["kind"] == "feature" else ""))
+    return "\n".join([*lines, *out["notes"]])
+
+
+def _graph_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", help="the input: with [MASK] for a masked LM (the first explained), any text for a classifier")
+    p.add_argument("--target", help="the token (masked LM) or class to explain (default the model's own choice)")
+    p.add_argument("--contrast", help="a second token or class: explain logit[target] − logit[contrast] (default: "
+                                      "against the mean logit)")
+    p.add_argument("--keep", type=float, default=0.8, help="the share of the influence the pruned graph keeps "
+                                                            "(default 0.8, circuit-tracer's node threshold)")
+    p.add_argument("--transcoders", help="a train-transcoders --out folder (default: the set shipped for the model)")
+    p.add_argument("--max-mb", type=int, help="the adjacency matrix's budget in MiB (default 512): past it the least "
+                                              "influential features merge into their error nodes")
+
+
+COMMANDS = [
+    Command("train-transcoders", "TopK transcoders (or --skip transcoders) replacing each layer's feed-forward, "
+            "trained on the corpus mixture; FVE, L0, dead features per layer and source, and the replacement model's "
+            "top-1 agreement and KL against the real one", cmd_train_transcoders, _arguments),
+    Command("attribution-graph", "the attribution graph of one decision (a token at [MASK], a class): transcoder "
+            "features, error nodes and input embeddings, edges as direct effects in the frozen replacement pass, "
+            "pruned by influence; replacement and completeness scores", cmd_attribution_graph, _graph_arguments),
+]

@@ -1,0 +1,374 @@
+"""The attribution graph of one decision of an encoder (Ameisen et al. 2025's method, for BERT): nodes are the input
+positions' embeddings, the transcoders' active features at (layer, position), an error node per (layer, position)
+(what the transcoder misses there) and the target; an edge is a source's direct effect on a target node's input in
+the frozen linear replacement pass (``graphs.frozen``): a row per target node, computed by carrying its input's
+direction down the transposed pass, dotted with each source's write.
+
+    graph = attribution_graph(lm, "The bank of the [MASK] was muddy.", transcoders, target="river")
+    graph.value, graph.replacement_score, graph.completeness_score
+    graph.to_json(keep=0.8)                       # the pruned graph: nodes, edges, scores
+
+How an encoder differs from circuit-tracer's decoders, and what is done about it:
+
+- attention is bidirectional: a feature at any position reaches the target at [MASK] through any later layer; the
+  rows carry every position (no causal mask) and a feature node's input may come from later positions;
+- BERT is post-LayerNorm: every write passes through the LayerNorms after it, each frozen at its real scale with
+  its centring live (circuit-tracer's decoders are pre-LayerNorm: one frozen norm before each read);
+- the embeddings: an embedding node is the embedding layer's output at a position (token, position and segment
+  embeddings, normalised), the value of hidden state 0 (circuit-tracer's token node is the token's row of W_E);
+- the decision: a token at [MASK] (the masked-LM head, its GELU frozen as a ratio), or a class at [CLS] (the
+  pooler's tanh frozen so); its value is logit[target] − logit[contrast], or minus the mean logit (circuit-tracer's
+  demeaned logit) when no contrast is given; a one-label head: its logit;
+- [CLS] and [SEP]: the transcoders never saw them (trained on word pieces), so their feed-forwards are error nodes.
+
+Identities held by the tests (float64): the pass with the real values gives the real decision; each node's input
+equals the sum of its incoming edges plus its bias (the biases' share, computed by the same pass with every source
+at zero); the target's value equals the sum of its edges plus its bias.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
+from bertscope.features.transcoder import Transcoder
+from bertscope.graphs.frozen import FrozenModel, check_graph_model, class_head, freeze, mlm_head
+from bertscope.graphs.influence import graph_scores, prune_graph
+
+MAX_GRAPH_BYTES = 512 * 2**20  # the adjacency matrix, float32, at most
+ROWS_AT_ONCE = 128  # target rows carried down the pass together
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    kind: str  # "feature", "error", "embedding", "target"
+    layer: int | None
+    position: int | None
+    feature: int | None
+    activation: float | None  # a feature's activation; the target's value
+
+    def to_json(self, influence: float) -> dict:
+        return {"id": self.id, "kind": self.kind, "layer": self.layer, "position": self.position,
+                "feature": self.feature, "activation": self.activation, "influence": influence}
+
+
+@dataclass
+class AttributionGraph:
+    """One decision's graph: nodes in circuit-tracer's order (features by layer, position, feature; errors
+    layer-major; embeddings; the target), ``adjacency`` [N, N] rows = targets, columns = sources."""
+
+    model: str
+    text: str
+    tokens: list[str]
+    target: dict  # kind, position, token or label, contrast
+    value: float  # the decision's value in the real model
+    nodes: list[Node]
+    adjacency: np.ndarray  # [N, N] float32 (float64 when built in float64)
+    inputs: np.ndarray  # [N] each node's input in the replacement pass (feature: pre-activation; target: value)
+    bias: np.ndarray  # [N] the biases' share of each input
+    n_features: int
+    n_errors: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    dropped_features: int = 0  # active features past the byte budget, merged into their error nodes
+
+    @property
+    def scores(self) -> tuple[float, float]:
+        return graph_scores(self.adjacency, self.n_features, self.n_errors)
+
+    @property
+    def replacement_score(self) -> float:
+        return self.scores[0]
+
+    @property
+    def completeness_score(self) -> float:
+        return self.scores[1]
+
+    def to_json(self, keep: float = 0.8, edge_keep: float = 0.98) -> dict:
+        """The graph pruned to the nodes carrying ``keep`` of the influence (circuit-tracer's ``prune_graph``)."""
+        if not 0 < keep <= 1 or not 0 < edge_keep <= 1:
+            raise BertScopeError(f"--keep {keep}: give a share of the influence between 0 and 1 (0.8 keeps the nodes "
+                                 "that carry 80 %).")
+        pruned = prune_graph(self.adjacency, self.n_features, self.n_errors, keep, edge_keep)
+        kept = np.flatnonzero(pruned.node_mask)
+        rows, cols = np.nonzero(pruned.edge_mask)
+        replacement, completeness = self.scores
+        return {"model": self.model, "text": self.text, "tokens": self.tokens, "target": self.target,
+                "logit": self.value, "keep": keep,
+                "nodes": [self.nodes[i].to_json(float(pruned.influence[i])) for i in kept],
+                "edges": [{"source": self.nodes[c].id, "target": self.nodes[r].id, "weight": float(self.adjacency[r, c])}
+                          for r, c in zip(rows, cols)],
+                "replacement_score": replacement, "completeness_score": completeness,
+                "unpruned": {"nodes": len(self.nodes), "features": self.n_features, "edges": int((self.adjacency != 0).sum())},
+                "dropped_features": self.dropped_features, "seconds": self.seconds, "notes": self.notes}
+
+
+@dataclass
+class _Active:
+    layer: np.ndarray  # [F]
+    position: np.ndarray
+    feature: np.ndarray
+    value: np.ndarray  # [F] activation
+
+
+def _decision(lm: LoadedModel, text: str, target: str | None, contrast: str | None, ids: list[int], logits_at: Callable
+              ) -> tuple[str, int, int, int | None, list[str]]:
+    """(kind, position, target id, contrast id, notes) of the decision asked for."""
+    from bertscope.attribution.gradients import token_id
+
+    notes: list[str] = []
+    if lm.task is not None:
+        if lm.task.kind != "sequence-classification":
+            raise BertScopeError(f"{lm.name} is a {lm.task.kind.replace('-', ' ')} model: attribution graphs explain a "
+                                 "masked token or a sequence classifier's class.")
+        labels = list(lm.task.labels)
+        logits = logits_at(0)
+        chosen = labels[int(np.argmax(logits))] if target is None else target
+        for name, what in ((chosen, "target"), (contrast, "contrast")):
+            if name is not None and name not in labels:
+                raise BertScopeError(f"No class {name!r} (--{what}): {lm.name}'s classes are {', '.join(labels)}.")
+        if contrast is not None and len(labels) == 1:
+            raise BertScopeError(f"{lm.name} has one output (a score): its decision has no contrast to give.")
+        return "class", 0, labels.index(chosen), None if contrast is None else labels.index(contrast), notes
+    if "mlm" not in lm.outputs:
+        raise BertScopeError(f"{lm.name} has neither a masked-LM head nor a classifier: an attribution graph explains "
+                             "one decision (try bundled-mlm or bundled-sentiment).")
+    masks = [i for i, t in enumerate(ids) if t == lm.tokenizer.mask_token_id]
+    if not masks:
+        raise BertScopeError(f"No {lm.tokenizer.mask_token} in the text: put one where the prediction to explain is.")
+    if len(masks) > 1:
+        notes.append(f"{len(masks)} masks: the first (token {masks[0]}) is explained.")
+    position = masks[0]
+    logits = logits_at(position)
+    top = [lm.tokenizer.convert_ids_to_tokens(int(i)) for i in np.argsort(-logits)[:5]]
+
+    def vocabulary_id(word: str, what: str) -> int:
+        try:
+            return token_id(lm, word)
+        except BertScopeError as err:
+            raise BertScopeError(f"{str(err).rstrip('.')} (--{what}); the model's top predictions here: "
+                                 f"{', '.join(top)}.") from None
+
+    target_id = int(np.argmax(logits)) if target is None else vocabulary_id(target, "target")
+    return "token", position, target_id, None if contrast is None else vocabulary_id(contrast, "contrast"), notes
+
+
+def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Transcoder], target: str | None = None,
+                      contrast: str | None = None, dtype: torch.dtype = torch.float32,
+                      max_bytes: int = MAX_GRAPH_BYTES,
+                      progress: Callable[[int, int], None] | None = None) -> AttributionGraph:
+    """The attribution graph of the decision on ``text`` (the module docstring).
+
+    Args:
+        lm: a BERT masked LM (the first [MASK] explained) or sequence classifier.
+        text: the input.
+        transcoders: {layer: Transcoder} for every layer (``features.transcoder.load_transcoder``).
+        target: the token (masked LM) or class to explain; default the model's own top choice.
+        contrast: a second token or class: the value is logit[target] − logit[contrast].
+        dtype: float32, or float64 for exact identities.
+        max_bytes: the adjacency matrix's budget: past it the least influential features are merged into their
+            (layer, position)'s error node, and the graph says how many.
+        progress: called with (rows done, rows).
+
+    Returns:
+        An ``AttributionGraph``.
+    """
+    started = time.perf_counter()
+    check_graph_model(lm)
+    missing = sorted(set(range(lm.num_layers)) - set(transcoders))
+    if missing:
+        raise BertScopeError(f"No transcoder for layer{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                             f"of {lm.name}: train them with `bertscope train-transcoders {lm.name} --out FOLDER`.")
+    for tc in transcoders.values():
+        tc.check_for(lm)
+    if not text or not text.strip():
+        raise BertScopeError("The text is empty: type a sentence (with [MASK] for a masked LM).")
+    enc = lm.tokenizer(text, return_tensors="pt", truncation=True, max_length=lm.max_length)
+    ids = enc["input_ids"][0].tolist()
+    names = [f"blocks.{ly}.{p}" for ly in range(lm.num_layers)
+             for p in ("attn.hook_pattern", "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out")]
+    feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
+    out, cache = lm.run_with_cache(feed, [*names, "embed", f"blocks.{lm.num_layers - 1}.hook_resid_post"])
+    real_logits = out.logits[0].float().cpu().numpy()  # [P, V] or [label]
+    kind, position, target_id, contrast_id, notes = _decision(
+        lm, text, target, contrast, ids, lambda p: real_logits if lm.task is not None else real_logits[p])
+    final = cache[f"blocks.{lm.num_layers - 1}.hook_resid_post"][0]
+    head = (mlm_head(lm, final, position, target_id, contrast_id, dtype) if kind == "token"
+            else class_head(lm, final, target_id, contrast_id, dtype))
+    frozen = freeze(lm, cache, dict(transcoders), head, dtype)
+    special = np.isin(ids, [i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
+                                        lm.tokenizer.pad_token_id) if i is not None])
+    active, writes, errors = _sources(frozen, cache, transcoders, special, dtype)
+    embed = cache["embed"][0].detach().to("cpu", dtype)  # [P, d]
+    mids, value = frozen.forward(embed[None], [w[None] for w in writes])
+    assert value is not None  # the whole pass
+    real_value = _real_value(real_logits, kind, position, target_id, contrast_id, lm)
+    if abs(float(value[0]) - real_value) > 1e-3 * max(1.0, abs(real_value)):
+        notes.append(f"The frozen pass gives {float(value[0]):.5f} where the model gives {real_value:.5f}.")
+    b_dec = [tc.b_dec.detach().to(dtype).expand(frozen.n_pos, -1)[None] for _, tc in sorted(transcoders.items())]
+    bias_mids, bias_value = frozen.forward(torch.zeros_like(embed)[None], b_dec)
+    assert bias_value is not None
+    tcs = [transcoders[ly] for ly in range(lm.num_layers)]
+    n_feat, n_pos, n_layers = len(active.value), frozen.n_pos, lm.num_layers
+    budget_nodes = int(np.sqrt(max_bytes / 4))
+    keep_features = n_feat if n_feat + n_layers * n_pos + n_pos + 1 <= budget_nodes else \
+        max(0, budget_nodes - n_layers * n_pos - n_pos - 1)
+    order = _feature_order(frozen, active, writes, errors, embed, tcs, keep_features, dtype)
+    chosen = np.sort(order[:keep_features])  # the features kept, in (layer, position, feature) order
+    dropped = n_feat - len(chosen)
+    if dropped:
+        notes.append(f"{dropped:,} of {n_feat:,} active features past the {max_bytes / 2**20:.0f} MiB budget are "
+                     "merged into their error nodes (lower the tokens or raise the budget to keep them).")
+        errors = _merge(errors, active, np.setdiff1d(np.arange(n_feat), chosen), tcs, dtype)
+    sub = _Active(active.layer[chosen], active.position[chosen], active.feature[chosen], active.value[chosen])
+    sub_writes = _writes_by_position(sub, tcs, dtype)
+    n = len(chosen) + n_layers * n_pos + n_pos + 1
+    adjacency = np.zeros((n, n), np.float64 if dtype == torch.float64 else np.float32)
+    inputs, bias = np.zeros(n), np.zeros(n)
+    rows_total = len(chosen) + 1
+    done = 0
+    for start in range(0, rows_total, ROWS_AT_ONCE):
+        rows = list(range(start, min(start + ROWS_AT_ONCE, rows_total)))  # row r < F: feature r; r == F: the target
+        adjacency[[r if r < len(chosen) else n - 1 for r in rows]] = _rows(frozen, rows, sub, errors, embed, tcs,
+                                                                            sub_writes, dtype)
+        done += len(rows)
+        if progress:
+            progress(done, rows_total)
+    for r in range(len(chosen)):
+        ly, p, f = int(sub.layer[r]), int(sub.position[r]), int(sub.feature[r])
+        w_enc, b_enc = tcs[ly].W_enc[:, f].detach().to(dtype), float(tcs[ly].b_enc[f].detach())
+        inputs[r] = float(mids[ly][0, p] @ w_enc) + b_enc
+        bias[r] = float(bias_mids[ly][0, p] @ w_enc) + b_enc
+    inputs[-1], bias[-1] = float(value[0]), float(bias_value[0])
+    nodes = _nodes(sub, n_layers, n_pos, lm.tokenizer.convert_ids_to_tokens(ids), float(value[0]))
+    target_info = {"kind": kind, "position": position,
+                   ("token" if kind == "token" else "label"): _name(lm, kind, target_id),
+                   "contrast": None if contrast_id is None else _name(lm, kind, contrast_id)}
+    return AttributionGraph(lm.name, text, lm.tokenizer.convert_ids_to_tokens(ids), target_info, real_value, nodes,
+                            adjacency, inputs, bias, len(chosen), n_layers * n_pos, time.perf_counter() - started,
+                            notes, dropped)
+
+
+def _name(lm: LoadedModel, kind: str, index: int) -> str:
+    return lm.tokenizer.convert_ids_to_tokens(index) if kind == "token" else lm.task.labels[index]  # type: ignore[union-attr]
+
+
+def _real_value(logits: np.ndarray, kind: str, position: int, target: int, contrast: int | None,
+                lm: LoadedModel) -> float:
+    row = logits[position] if kind == "token" else logits
+    if kind == "class" and len(row) == 1:
+        return float(row[0])
+    return float(row[target] - (row[contrast] if contrast is not None else row.mean()))
+
+
+@torch.no_grad()
+def _sources(frozen: FrozenModel, cache: dict, transcoders: Mapping[int, Transcoder], special: np.ndarray,
+             dtype: torch.dtype) -> tuple[_Active, list[torch.Tensor], list[torch.Tensor]]:
+    """(the active features at ordinary positions, each layer's write [P, d] less its skip path, each layer's error
+    [P, d])."""
+    layers, positions, features, values, writes, errors = [], [], [], [], [], []
+    ordinary = torch.from_numpy(~special)
+    for ly in range(len(frozen.layers)):
+        tc = transcoders[ly]
+        mid = cache[f"blocks.{ly}.hook_resid_mid"][0].float().cpu()
+        mlp = cache[f"blocks.{ly}.hook_mlp_out"][0].to("cpu", dtype)
+        vals, idx = tc.encode_topk(mid.to(tc.W_enc.device))  # [P, k]
+        vals, idx = vals.cpu() * ordinary[:, None], idx.cpu()  # no features at [CLS], [SEP]
+        p, j = torch.nonzero(vals > 0, as_tuple=True)
+        order = np.lexsort((idx[p, j].numpy(), p.numpy()))
+        p, j = p[order], j[order]
+        layers.append(np.full(len(p), ly))
+        positions.append(p.numpy())
+        features.append(idx[p, j].cpu().numpy())
+        values.append(vals[p, j].numpy())
+        sparse = torch.zeros(mid.shape[0], tc.d_sae, dtype=dtype)
+        sparse[p, idx[p, j]] = vals[p, j].to(dtype)
+        feature_write = sparse @ tc.W_dec.detach().cpu().to(dtype)  # [P, d]
+        skip = mid.to(dtype) @ tc.W_skip.detach().cpu().to(dtype).T if tc.W_skip is not None else 0
+        write = mlp - skip  # everything but the skip path: features + b_dec + error
+        writes.append(write)
+        errors.append(write - feature_write - tc.b_dec.detach().cpu().to(dtype))
+    active = _Active(np.concatenate(layers), np.concatenate(positions), np.concatenate(features),
+                     np.concatenate(values))
+    return active, writes, errors
+
+
+def _merge(errors: list[torch.Tensor], active: _Active, rows: np.ndarray, tcs: list[Transcoder],
+           dtype: torch.dtype) -> list[torch.Tensor]:
+    out = [e.clone() for e in errors]
+    for r in rows:
+        ly, p, f = int(active.layer[r]), int(active.position[r]), int(active.feature[r])
+        out[ly][p] += float(active.value[r]) * tcs[ly].W_dec[f].detach().cpu().to(dtype)
+    return out
+
+
+@torch.no_grad()
+def _writes_by_position(active: _Active, tcs: list[Transcoder], dtype: torch.dtype) -> list[list[tuple]]:
+    """For each layer, for each position with active features: (position, their columns, [n, d] their writes
+    a·W_dec[f]): a row's feature edges are then one small product a position, not [B, P, d_sae]."""
+    out: list[list[tuple]] = []
+    for ly, tc in enumerate(tcs):
+        groups = []
+        on = np.flatnonzero(active.layer == ly)
+        for p in np.unique(active.position[on]):
+            cols = on[active.position[on] == p]
+            w_dec = tc.W_dec.detach().cpu().to(dtype)[torch.from_numpy(active.feature[cols])]  # [n, d]
+            groups.append((int(p), cols, w_dec * torch.from_numpy(active.value[cols]).to(dtype)[:, None]))
+        out.append(groups)
+    return out
+
+
+@torch.no_grad()
+def _rows(frozen: FrozenModel, rows: list[int], active: _Active, errors: list[torch.Tensor], embed: torch.Tensor,
+          tcs: list[Transcoder], writes: list[list[tuple]], dtype: torch.dtype) -> np.ndarray:
+    """[len(rows), N] the direct effects on each row's input: row r < F the feature r, else the target."""
+    n_feat, n_layers, n_pos = len(active.value), len(frozen.layers), frozen.n_pos
+    B = len(rows)
+    seeds: dict[int, torch.Tensor] = {}
+    head_seed = torch.zeros(B, dtype=dtype)
+    for b, r in enumerate(rows):
+        if r < n_feat:
+            ly, p, f = int(active.layer[r]), int(active.position[r]), int(active.feature[r])
+            seeds.setdefault(ly, torch.zeros(B, n_pos, frozen.d, dtype=dtype))[b, p] = tcs[ly].W_enc[:, f].detach().cpu().to(dtype)
+        else:
+            head_seed[b] = 1.0
+    g_embed, g_writes = frozen.backward(seeds, head_seed if head_seed.any() else None)
+    out = np.zeros((B, n_feat + n_layers * n_pos + n_pos + 1), np.float64 if dtype == torch.float64 else np.float32)
+    for ly in range(n_layers):
+        for p, cols, w in writes[ly]:
+            out[:, cols] = (g_writes[ly][:, p] @ w.T).numpy()  # [B, n]
+        out[:, n_feat + ly * n_pos:n_feat + (ly + 1) * n_pos] = (g_writes[ly] * errors[ly][None]).sum(-1).numpy()
+    out[:, n_feat + n_layers * n_pos:n_feat + n_layers * n_pos + n_pos] = (g_embed * embed[None]).sum(-1).numpy()
+    for b, r in enumerate(rows):  # a node has no edge from itself or from what comes after it
+        if r < n_feat:
+            ly = int(active.layer[r])
+            out[b, :n_feat][active.layer >= ly] = 0
+            out[b, n_feat + ly * n_pos:n_feat + n_layers * n_pos] = 0
+    return out
+
+
+def _feature_order(frozen: FrozenModel, active: _Active, writes: list[torch.Tensor], errors: list[torch.Tensor],
+                   embed: torch.Tensor, tcs: list[Transcoder], keep: int, dtype: torch.dtype) -> np.ndarray:
+    """Every active feature in (layer, position, feature) order where all fit the budget; else ranked by the size of
+    their direct effect on the target (one row; circuit-tracer ranks by partial influence over rounds of rows)."""
+    n_feat = len(active.value)
+    if keep >= n_feat:
+        return np.arange(n_feat)
+    direct = _rows(frozen, [n_feat], active, errors, embed, tcs, _writes_by_position(active, tcs, dtype), dtype)[0, :n_feat]
+    return np.argsort(-np.abs(direct), kind="stable")
+
+
+def _nodes(active: _Active, n_layers: int, n_pos: int, tokens: list[str], value: float) -> list[Node]:
+    nodes = [Node(f"F{int(ly)}.{int(p)}.{int(f)}", "feature", int(ly), int(p), int(f), float(a))
+             for ly, p, f, a in zip(active.layer, active.position, active.feature, active.value)]
+    nodes += [Node(f"E{ly}.{p}", "error", ly, p, None, None) for ly in range(n_layers) for p in range(n_pos)]
+    nodes += [Node(f"T{p}", "embedding", None, p, None, None) for p in range(n_pos)]
+    nodes.append(Node("target", "target", None, None, None, value))
+    return nodes

@@ -1,0 +1,223 @@
+"""The linearised replacement model of one prompt: BERT with its attention patterns, LayerNorm scales and head
+nonlinearities frozen from the real run, each feed-forward replaced by its transcoder's write (features and error
+held as given) plus the transcoder's skip path, so that everything from the nodes to every node's input is affine.
+
+What is frozen, and why the identities hold:
+
+- attention: each head's softmax pattern [head, query, key] from the real run; values stay live (x W_V + b_V), so
+  a write at position k reaches position q through the pattern and W_O (circuit-tracer detaches ``hook_pattern``);
+- LayerNorm (BERT's two a block, post-residual, and the head's): the centring stays live, the scale 1/σ is the
+  real run's (circuit-tracer detaches ``hook_scale``): (y − mean(y)) / σ_real · γ + β;
+- the feed-forward: the transcoder's features and the error node are sources (their writes given), the skip path
+  W_skip stays live (circuit-tracer's ``skip + (acts − skip).detach()``);
+- the head's own nonlinearity (the masked-LM transform's GELU, the pooler's tanh) as its ratio to its input at the
+  real run, f(u) = u · (f(u)/u)_real: exact at the real input, linear in it.
+
+With the real embeddings and the real writes the pass gives the real logits to float precision (tested in
+float64): the error nodes take up what the transcoders miss. The adjoint (``backward``) is written out: a row
+vector at any node input is carried down through the transposed maps without a forward pass (the map is linear),
+which is half the cost of autograd and needs no activations.
+
+Shapes: P positions, d the width, H heads of d_h; B rows of targets handled at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bertscope.core.block_modules import block_parts, reads_blocks
+from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
+from bertscope.features.transcoder import Transcoder
+
+
+def _center(x: torch.Tensor) -> torch.Tensor:
+    return x - x.mean(-1, keepdim=True)
+
+
+@dataclass
+class LayerParts:
+    W_V: torch.Tensor  # [d, d] (out, in) as nn.Linear
+    b_V: torch.Tensor
+    W_O: torch.Tensor
+    b_O: torch.Tensor
+    g1: torch.Tensor  # LayerNorm after attention: γ, β [d]
+    b1: torch.Tensor
+    g2: torch.Tensor  # LayerNorm after the feed-forward
+    b2: torch.Tensor
+    pattern: torch.Tensor  # [H, P, P] frozen
+    sigma1: torch.Tensor  # [P, 1] frozen
+    sigma2: torch.Tensor  # [P, 1]
+    W_skip: torch.Tensor | None  # [d, d] (out, in), the transcoder's skip path
+
+
+@dataclass
+class Head:
+    """The decision read at one position, linearised: value = (r · n) + c with n the frozen-LayerNorm /
+    frozen-ratio image of the final hidden state there."""
+
+    kind: str  # "token" (masked LM) or "class" (sequence classifier)
+    position: int
+    W1: torch.Tensor  # [d, d]: the transform's dense (mlm) or the pooler's (class)
+    b1: torch.Tensor
+    ratio: torch.Tensor  # [d]: f(u)/u at the real run
+    gamma: torch.Tensor | None  # the transform's LayerNorm (mlm), None for the pooler
+    beta: torch.Tensor | None
+    sigma: torch.Tensor | None  # [1]
+    readout: torch.Tensor  # [d]: W[target] − W[contrast] (or − the mean row)
+    offset: float  # b[target] − b[contrast] (or − the mean bias)
+
+
+@dataclass
+class FrozenModel:
+    """A prompt's frozen linear replacement pass (``freeze``)."""
+
+    layers: list[LayerParts]
+    head: Head
+    heads: int
+    n_pos: int
+    d: int
+    dtype: torch.dtype
+
+    # -- the forward pass --------------------------------------------------------------------------
+    def forward(self, embed: torch.Tensor, writes: list[torch.Tensor], upto: int | None = None
+                ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """(every layer's feed-forward input ``mid`` [B, P, d], the head's value [B] or None when ``upto`` stops
+        before the end) for embeddings ``embed`` [B, P, d] and each layer's write ``writes[l]`` [B, P, d] (its
+        features, b_dec and error: everything but the skip path)."""
+        x, mids = embed, []
+        last = len(self.layers) if upto is None else upto
+        for layer in self.layers[:last]:
+            b, p, d = x.shape
+            v = (x @ layer.W_V.T + layer.b_V).view(b, p, self.heads, d // self.heads)  # [B, P, H, d_h]
+            z = torch.einsum("hqk,bkhd->bqhd", layer.pattern, v).reshape(b, p, d)
+            y = x + z @ layer.W_O.T + layer.b_O
+            mid = _center(y) / layer.sigma1 * layer.g1 + layer.b1
+            mids.append(mid)
+            out = writes[len(mids) - 1] + (mid @ layer.W_skip.T if layer.W_skip is not None else 0)
+            x = _center(mid + out) / layer.sigma2 * layer.g2 + layer.b2
+        if upto is not None:
+            return mids, None
+        return mids, self.head_value(x[:, self.head.position])
+
+    def head_value(self, h: torch.Tensor) -> torch.Tensor:
+        """[B] the decision's value from the final hidden state at its position ([B, d])."""
+        hd = self.head
+        n = (h @ hd.W1.T + hd.b1) * hd.ratio
+        if hd.gamma is not None and hd.sigma is not None and hd.beta is not None:  # the masked-LM transform's norm
+            n = _center(n) / hd.sigma * hd.gamma + hd.beta
+        return n @ hd.readout + hd.offset
+
+    # -- the adjoint -------------------------------------------------------------------------------
+    def backward(self, seeds: dict[int, torch.Tensor], head_seed: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(∂/∂embed [B, P, d], [∂/∂writes[l] [B, P, d] for each layer]) of Σ_l ⟨seeds[l], mid_l⟩ + head_seed · value,
+        row by row: ``seeds[l]`` [B, P, d] at layer l's feed-forward input, ``head_seed`` [B] on the decision."""
+        B = next(iter(seeds.values())).shape[0] if seeds else len(head_seed)  # type: ignore[arg-type]
+        g = torch.zeros(B, self.n_pos, self.d, dtype=self.dtype, device=self.layers[0].W_V.device)
+        if head_seed is not None:
+            hd = self.head
+            gn = head_seed[:, None] * hd.readout  # [B, d]
+            if hd.gamma is not None and hd.sigma is not None:
+                gn = _center(gn * hd.gamma / hd.sigma)
+            g[:, hd.position] = (gn * hd.ratio) @ hd.W1
+        top = max(seeds) + 1 if head_seed is None else len(self.layers)
+        grads_w: list[torch.Tensor] = [torch.zeros_like(g) for _ in self.layers]
+        for index in range(top - 1, -1, -1):
+            layer = self.layers[index]
+            gy2 = _center(g * layer.g2 / layer.sigma2)  # [B, P, d] at mid + out
+            grads_w[index] = gy2
+            gmid = gy2 + (gy2 @ layer.W_skip if layer.W_skip is not None else 0)
+            if index in seeds:
+                gmid = gmid + seeds[index]
+            gy = _center(gmid * layer.g1 / layer.sigma1)  # at x + attn
+            b, p, d = gy.shape
+            gz = (gy @ layer.W_O).view(b, p, self.heads, d // self.heads)  # [B, P, H, d_h]
+            gv = torch.einsum("hqk,bqhd->bkhd", layer.pattern, gz).reshape(b, p, d)
+            g = gy + gv @ layer.W_V
+        return g, grads_w
+
+
+def _ratio(fn: Any, u: torch.Tensor) -> torch.Tensor:
+    """f(u)/u, with f'(0) where u is ~0 (numerically)."""
+    small = u.abs() < 1e-6
+    safe = torch.where(small, torch.ones_like(u), u)
+    at_zero = torch.func.grad(lambda t: fn(t).sum())(torch.zeros_like(u))
+    return torch.where(small, at_zero, fn(safe) / safe)
+
+
+def check_graph_model(lm: LoadedModel) -> None:
+    if not reads_blocks(lm) or lm.model_type not in ("bert",):
+        raise BertScopeError(f"Attribution graphs read BERT's post-LayerNorm blocks (bundled-mlm, bundled-sentiment, "
+                             f"bert-base-*); {lm.name} is {lm.model_type}.")
+
+
+def freeze(lm: LoadedModel, cache: dict[str, torch.Tensor], transcoders: dict[int, Transcoder], head: Head,
+           dtype: torch.dtype = torch.float32) -> FrozenModel:
+    """The frozen pass from a real run's ``cache`` (batch of one: blocks.{l}.attn.hook_pattern, hook_resid_pre,
+    hook_attn_out, hook_resid_mid, hook_mlp_out) and the transcoders' skip paths."""
+    check_graph_model(lm)
+    parts = block_parts(lm)
+    layers = []
+
+    def t(x: torch.Tensor) -> torch.Tensor:  # the graph is built on the CPU, in ``dtype``
+        return x.detach().to("cpu", dtype)
+
+    for index, part in enumerate(parts):
+        pre, attn = cache[f"blocks.{index}.hook_resid_pre"][0], cache[f"blocks.{index}.hook_attn_out"][0]
+        mid, mlp = cache[f"blocks.{index}.hook_resid_mid"][0], cache[f"blocks.{index}.hook_mlp_out"][0]
+        norm1 = part.norm
+        norm2 = lm.model.bert.encoder.layer[index].output.LayerNorm
+        y1, y2 = t(pre) + t(attn), t(mid) + t(mlp)
+        sigma1 = (y1.var(-1, unbiased=False, keepdim=True) + norm1.eps).sqrt()  # [P, 1]
+        sigma2 = (y2.var(-1, unbiased=False, keepdim=True) + norm2.eps).sqrt()
+        tc = transcoders.get(index)
+        layers.append(LayerParts(t(part.value.weight), t(part.value.bias), t(part.output.weight), t(part.output.bias),
+                                 t(norm1.weight), t(norm1.bias), t(norm2.weight), t(norm2.bias),
+                                 t(cache[f"blocks.{index}.attn.hook_pattern"][0]), sigma1, sigma2,
+                                 None if tc is None or tc.W_skip is None else t(tc.W_skip)))
+    n_pos = layers[0].pattern.shape[-1]
+    return FrozenModel(layers, head, lm.model.config.num_attention_heads, n_pos, lm.hidden_size, dtype)
+
+
+def mlm_head(lm: LoadedModel, final: torch.Tensor, position: int, target: int, contrast: int | None,
+             dtype: torch.dtype) -> Head:
+    """The masked-LM head at ``position``, its value logit[target] − logit[contrast] (or − the mean logit), frozen
+    at the real final hidden state ``final`` [P, d]."""
+    head = lm.model.cls.predictions
+    dense, norm, decoder = head.transform.dense, head.transform.LayerNorm, head.decoder
+    with torch.no_grad():
+        h = final[position].to("cpu", dtype)
+        w1, b1 = dense.weight.detach().to("cpu", dtype), dense.bias.detach().to("cpu", dtype)
+        u = h @ w1.T + b1
+        ratio = _ratio(head.transform.transform_act_fn, u.float()).to(dtype)
+        g = u * ratio
+        sigma = (g.var(unbiased=False) + norm.eps).sqrt()
+        weight = decoder.weight.detach().to("cpu", dtype)  # [V, d]
+        bias = (decoder.bias if decoder.bias is not None else head.bias).detach().to("cpu", dtype)
+        base_w = weight[contrast] if contrast is not None else weight.mean(0)
+        base_b = bias[contrast] if contrast is not None else bias.mean()
+    return Head("token", position, w1, b1, ratio, norm.weight.detach().to("cpu", dtype),
+                norm.bias.detach().to("cpu", dtype), sigma.reshape(1), weight[target] - base_w,
+                float(bias[target] - base_b))
+
+
+def class_head(lm: LoadedModel, final: torch.Tensor, target: int, contrast: int | None, dtype: torch.dtype) -> Head:
+    """A BERT sequence classifier's decision at [CLS]: the pooler (dense, tanh frozen as a ratio), then the
+    classifier; value logit[target] − logit[contrast] (or − the mean logit)."""
+    pooler, classifier = lm.model.bert.pooler.dense, lm.model.classifier
+    with torch.no_grad():
+        h = final[0].to("cpu", dtype)
+        w1, b1 = pooler.weight.detach().to("cpu", dtype), pooler.bias.detach().to("cpu", dtype)
+        u = h @ w1.T + b1
+        ratio = _ratio(torch.tanh, u.float()).to(dtype)
+        weight, bias = classifier.weight.detach().to("cpu", dtype), classifier.bias.detach().to("cpu", dtype)
+        if len(weight) == 1:  # one output (a score): its logit, no contrast
+            readout, offset = weight[0], float(bias[0])
+        else:
+            readout = weight[target] - (weight[contrast] if contrast is not None else weight.mean(0))
+            offset = float(bias[target] - (bias[contrast] if contrast is not None else bias.mean()))
+    return Head("class", 0, w1, b1, ratio, None, None, None, readout, offset)

@@ -1,0 +1,130 @@
+"""Is the graph right about the real model? Switch a feature off in the model and compare the decision's change with
+what the graph predicts (Ameisen et al. 2025, §"Validating" by intervention; circuit-tracer's
+``ReplacementModel.feature_intervention``).
+
+- **In the model**: every layer's feed-forward output becomes its transcoder's output on the layer's live input plus
+  the error of the real run at that position, frozen (so with nothing switched off the model is the real one, to
+  float precision); the chosen feature's activation at its position is clamped to 0 there. Attention, LayerNorms and
+  every later feature are live: the real model's nonlinear answer.
+- **In the graph**: the total effect of the feature on the target through every path, each feature's activation
+  moving one for one with its input (active features sit on the ReLU's linear side):
+  ``total = A[target, F] (I − D A[F, F])⁻¹`` with D the inverse activations; switching the feature off changes the
+  target by ``−total[f]`` (first order; the model's answer includes what the graph linearises away).
+
+``agreement`` runs it for the strongest nodes of a graph (by influence) and for as many random active features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bertscope.core.models import LoadedModel
+from bertscope.errors import BertScopeError
+from bertscope.features.transcoder import Transcoder
+from bertscope.graphs.build import AttributionGraph
+from bertscope.graphs.influence import prune_graph
+
+
+def total_effects(graph: AttributionGraph) -> np.ndarray:
+    """[F] each feature's total effect on the target's value per its whole activation (signed), through every path
+    of the graph."""
+    f = graph.n_features
+    a = graph.adjacency.astype(np.float64)
+    acts = np.array([n.activation for n in graph.nodes[:f]], np.float64)
+    inner = a[:f, :f] / acts[:, None]  # [target feature m, source s]: m's activation moves with its input
+    return np.linalg.solve((np.eye(f) - inner).T, a[-1, :f])  # total = A_TF (I − D A_FF)⁻¹
+
+
+@dataclass(frozen=True)
+class Intervention:
+    node: str
+    predicted: float  # the graph's change of the target's value
+    measured: float  # the model's
+
+    @property
+    def agrees(self) -> bool:
+        return bool(np.sign(self.predicted) == np.sign(self.measured))
+
+
+def _decision_value(graph: AttributionGraph, lm: LoadedModel, logits: torch.Tensor) -> float:
+    target = graph.target
+    vocab = lm.tokenizer if target["kind"] == "token" else None
+    row = logits[0, target["position"]] if target["kind"] == "token" else logits[0]
+    row = row.double()
+    index = vocab.convert_tokens_to_ids(target["token"]) if vocab is not None else lm.task.labels.index(target["label"])  # type: ignore[union-attr]
+    if target["kind"] == "class" and len(row) == 1:
+        return float(row[0])
+    contrast = target["contrast"]
+    if contrast is None:
+        return float(row[index] - row.mean())
+    other = vocab.convert_tokens_to_ids(contrast) if vocab is not None else lm.task.labels.index(contrast)  # type: ignore[union-attr]
+    return float(row[index] - row[other])
+
+
+@torch.no_grad()
+def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder],
+               off: list[tuple[int, int, int]]) -> float:
+    """The decision's value in the model with the features ``off`` [(layer, position, feature)] clamped to 0 and
+    every feed-forward its transcoder plus the real run's error (the module docstring)."""
+    feed = {k: v.to(lm.device) for k, v in lm.tokenizer(graph.text, return_tensors="pt", truncation=True,
+                                                         max_length=lm.max_length).items()
+            if k in lm.tokenizer.model_input_names}
+    ids = feed["input_ids"][0]
+    ordinary = ~torch.isin(ids, torch.tensor([i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
+                                                           lm.tokenizer.pad_token_id) if i is not None],
+                                              device=ids.device))  # [P]
+
+    def written(layer: int, mid: torch.Tensor, clamp: list[tuple[int, int]]) -> torch.Tensor:
+        tc = transcoders[layer]
+        values, indices = tc.encode_topk(mid[0].float())  # [P, k]
+        values = values * ordinary[:, None]
+        for position, feature in clamp:
+            values[position][indices[position] == feature] = 0
+        return tc.reconstruct_topk(mid[0].float(), values, indices)[None]  # [1, P, d]
+
+    names = [f"blocks.{ly}.{p}" for ly in transcoders for p in ("hook_resid_mid", "hook_mlp_out")]
+    _, cache = lm.run_with_cache(feed, names)
+    errors = {ly: cache[f"blocks.{ly}.hook_mlp_out"].float() - written(ly, cache[f"blocks.{ly}.hook_resid_mid"], [])
+              for ly in transcoders}
+    seen: dict[int, torch.Tensor] = {}
+    hooks = {}
+    for ly in transcoders:
+        clamp = [(p, f) for layer, p, f in off if layer == ly]
+
+        def read(x, _, ly=ly):
+            seen[ly] = x
+
+        def write(y, _, ly=ly, clamp=clamp):
+            return (written(ly, seen.pop(ly), clamp) + errors[ly]).to(y.dtype)
+
+        hooks[f"blocks.{ly}.hook_resid_mid"] = read
+        hooks[f"blocks.{ly}.hook_mlp_out"] = write
+    return _decision_value(graph, lm, lm.run(feed, hooks=hooks).logits)
+
+
+def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder], top: int = 5,
+              seed: int = 0) -> tuple[list[Intervention], list[Intervention]]:
+    """(the ``top`` features of the graph by influence, as many random active features), each switched off alone in
+    the model beside the graph's prediction."""
+    if graph.n_features == 0:
+        raise BertScopeError("The graph has no active features to switch off.")
+    effects = total_effects(graph)
+    influence = prune_graph(graph.adjacency, graph.n_features, graph.n_errors).influence[:graph.n_features]
+    strongest = np.argsort(-influence, kind="stable")[:top]
+    rest = np.setdiff1d(np.arange(graph.n_features), strongest)
+    drawn = np.random.default_rng(seed).choice(rest, min(top, len(rest)), replace=False)
+    base = switch_off(lm, graph, transcoders, [])
+
+    def run(rows) -> list[Intervention]:
+        out = []
+        for r in rows:
+            node = graph.nodes[int(r)]
+            measured = switch_off(lm, graph, transcoders, [(node.layer, node.position, node.feature)]) - base  # type: ignore[list-item]
+            out.append(Intervention(node.id, float(-effects[r]), measured))
+        return out
+
+    return run(strongest), run(drawn)

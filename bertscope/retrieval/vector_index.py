@@ -1,0 +1,136 @@
+"""Nearest vectors: exact (numpy, every document scored) up to ``EXACT_MAX`` documents, FAISS's HNSW graph beyond.
+
+    searcher = vector_searcher(vectors, "cosine")          # exact below EXACT_MAX documents, HNSW at or above it
+    rows, scores = searcher.search(queries, k=10)          # [query, k] document rows and scores, best first
+    recall_at_k(rows, exact(vectors, "cosine").search(queries, 10)[0])   # the index against exact search
+
+Why FAISS (``faiss-cpu``, Meta's library; pinned): the field's reference for vector search, a CPU wheel with no
+service to run, its HNSW (Malkov & Yashunin 2018) builds without training (no clusters to fit, unlike IVF) and
+answers in milliseconds at a million vectors; its files are its own format (no pickle). Below ``EXACT_MAX``
+documents exact search answers a query in tens of milliseconds (2,067 SQuAD passages: 39 ms, most of it the
+query's embedding) and is exact, so an index there buys nothing: asked for, it is refused with a line saying so.
+The model's similarity is kept: cosine searches unit vectors by inner product, a dot-product model its raw
+vectors (FAISS's inner-product metric either way). ``benchmarks/retrieval.py --index`` measures recall@10 against
+exact search at a million vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from bertscope.errors import BertScopeError
+
+EXACT_MAX = 100_000  # documents: exact search below, an HNSW index from here on
+KINDS = {"auto": f"exact below {EXACT_MAX:,} documents, HNSW at or above",
+         "exact": "every document scored (numpy)",
+         "hnsw": "FAISS's HNSW graph (approximate; for large corpora)"}
+HNSW_NEIGHBOURS = 32  # M: links a node keeps (FAISS's default is 32)
+HNSW_BUILD_EF = 80  # candidates kept while linking a new vector
+HNSW_SEARCH_EF = 256  # candidates kept while searching: recall against speed
+QUERY_BLOCK = 256  # exact search scores [256, document] at a time
+
+
+class Searcher(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def _prepared(x: np.ndarray, similarity: str) -> np.ndarray:
+    return _unit(x) if similarity == "cosine" else np.ascontiguousarray(x, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Exact:
+    """Every document scored: [document, dim] vectors as the similarity reads them."""
+
+    vectors: np.ndarray
+    similarity: str
+    kind: str = "exact"
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """([query, k] rows, [query, k] scores), best first."""
+        q, d = _prepared(queries, self.similarity), self.vectors
+        k = min(k, len(d))
+        rows, scores = [], []
+        for start in range(0, len(q), QUERY_BLOCK):
+            s = q[start:start + QUERY_BLOCK] @ d.T  # [block, document]
+            top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+            order = np.argsort(-np.take_along_axis(s, top, axis=1), axis=1, kind="stable")
+            top = np.take_along_axis(top, order, axis=1)
+            rows.append(top)
+            scores.append(np.take_along_axis(s, top, axis=1))
+        return np.concatenate(rows), np.concatenate(scores)
+
+
+def exact(vectors: np.ndarray, similarity: str) -> Exact:
+    return Exact(_prepared(vectors, similarity), similarity)
+
+
+class Hnsw:
+    """FAISS's ``IndexHNSWFlat`` over the vectors (inner product; unit vectors for a cosine model)."""
+
+    kind = "hnsw"
+
+    def __init__(self, vectors: np.ndarray, similarity: str, neighbours: int = HNSW_NEIGHBOURS,
+                 build_ef: int = HNSW_BUILD_EF, search_ef: int = HNSW_SEARCH_EF):
+        import faiss
+
+        x = _prepared(vectors, similarity)
+        self.similarity, self.size, self.neighbours = similarity, len(x), neighbours
+        self.index = faiss.IndexHNSWFlat(x.shape[1], neighbours, faiss.METRIC_INNER_PRODUCT)
+        self.index.hnsw.efConstruction = build_ef
+        self.index.hnsw.efSearch = search_ef
+        self.index.add(x)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.size * (4 * self.index.d + 4 * 2 * self.neighbours)  # the vectors and the bottom layer's links (upper layers: ~1/M more)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """([query, k] rows, [query, k] scores), best first; a row of -1 where the graph found fewer than k."""
+        scores, rows = self.index.search(_prepared(queries, self.similarity), min(k, self.size))
+        return rows.astype(np.int64), scores
+
+
+def check_index(kind: str, documents: int) -> int:
+    """``documents``, or a one-line error where ``kind`` is unknown or an index would buy nothing."""
+    if kind not in KINDS:
+        raise BertScopeError(f"No index {kind!r}: give {', '.join(KINDS)}.")
+    if kind == "hnsw" and documents < EXACT_MAX:
+        raise BertScopeError(f"An HNSW index for {documents:,} documents buys nothing: exact search is exact and "
+                             f"answers in milliseconds below {EXACT_MAX:,}; leave the index at auto (or exact).")
+    return documents
+
+
+def vector_searcher(vectors: np.ndarray, similarity: str, kind: str = "auto") -> Searcher:
+    """Exact search or an HNSW index over ``vectors`` [document, dim], as ``kind`` (``KINDS``) asks.
+
+    Args:
+        vectors: the documents' embeddings.
+        similarity: "cosine" or "dot", as the model declares.
+        kind: "auto", "exact" or "hnsw".
+
+    Returns:
+        An object whose ``search(queries, k)`` gives ([query, k] rows, [query, k] scores), best first.
+    """
+    n = check_index(kind, len(vectors))
+    if kind == "exact" or (kind == "auto" and n < EXACT_MAX):
+        return exact(vectors, similarity)
+    return Hnsw(vectors, similarity)
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
+    """The share of the true top k ([query, k] rows, exact search) that ``found`` [query, k] holds."""
+    k = truth.shape[1]
+    hits = [len(set(f[:k].tolist()) & set(t.tolist())) for f, t in zip(found, truth)]
+    return float(np.sum(hits) / truth.size)

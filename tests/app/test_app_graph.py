@@ -1,0 +1,40 @@
+"""Streamlit AppTest of the Circuits page's *Attribution graph* tab: nothing costly on arrival, the graph traced
+behind its button on bundled-mlm's shipped transcoders (value, scores, the drawing, a feature switched off in the
+real model beside the graph's prediction, JSON), bad input in one line; a model without transcoders is told so."""
+
+from __future__ import annotations
+
+from tests.app.kit import start_with_url, texts
+
+PAGE = "bertscope/app/circuits.py"
+
+
+def test_the_graph_behind_its_button(monkeypatch):
+    at = start_with_url(monkeypatch, "bundled-mlm", PAGE, circuit_tab="Attribution graph")
+    assert not at.exception and not at.error
+    assert any(i.startswith("Press *Trace the graph*") for i in texts(at.info))
+    at.text_input(key="graph_target").input("river")
+    next(b for b in at.button if b.label == "Trace the graph").click()
+    at.run(timeout=600)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    labels = {m.label for m in at.metric}
+    assert {"Target", "Its value", "Replacement score", "Completeness score", "The graph predicts",
+            "The model gives"} <= labels
+    assert next(m for m in at.metric if m.label == "Target").value == "river"
+    assert any("Attribution graph:" in c.proto.spec for c in at.get("plotly_chart"))
+    assert any(b.label == "Download the graph (JSON)" for b in at.get("download_button"))
+
+
+def test_no_mask_is_one_line(monkeypatch):
+    at = start_with_url(monkeypatch, "bundled-mlm", PAGE, circuit_tab="Attribution graph")
+    at.text_input(key="graph_text").input("The bank of the river was muddy.")
+    next(b for b in at.button if b.label == "Trace the graph").click()
+    at.run(timeout=600)
+    assert not at.exception and texts(at.error) == ["No [MASK] in the text: put one where the prediction to explain "
+                                                    "is."]
+
+
+def test_a_model_without_transcoders_is_told_so(monkeypatch):
+    at = start_with_url(monkeypatch, "bundled", PAGE, circuit_tab="Attribution graph")
+    assert not at.exception and not at.error
+    assert any("No transcoders are shipped for bundled" in w for w in texts(at.warning))

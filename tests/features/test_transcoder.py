@@ -1,0 +1,138 @@
+"""Transcoders (``features.transcoder``, ``features.transcoder_training``): the pass is its definition, the file is
+circuit-tracer's layout, training finds a synthetic feed-forward's sparse code (skip path included) and resumes,
+the feed-forward's input and output are read row for row, and the replacement model replaces what it says."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from bertscope.core.models import load_model
+from bertscope.errors import BertScopeError
+from bertscope.features.activations import ActivationSet, points_activations
+from bertscope.features.trainer import SaeTrainConfig
+from bertscope.features.transcoder import Transcoder, TranscoderInfo, layer_file, load_transcoder, save_transcoder
+from bertscope.features.transcoder_training import (
+    replacement_hooks,
+    replacement_quality,
+    train_transcoder,
+    transcoder_figures,
+)
+
+
+def _random(skip: bool, seed: int = 0) -> Transcoder:
+    tc = Transcoder(8, 6, 32, 4, skip, TranscoderInfo("m", 1), seed=seed)
+    with torch.no_grad():
+        for p in tc.parameters():
+            p.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed + p.numel()))
+    return tc
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_the_pass_is_the_definition(skip):
+    tc = _random(skip)
+    x = torch.randn(5, 8)
+    pre = x @ tc.W_enc + tc.b_enc
+    top = pre.topk(4, dim=-1)
+    z = torch.zeros_like(pre).scatter_(-1, top.indices, torch.relu(top.values))
+    want = z @ tc.W_dec + tc.b_dec + (x @ tc.W_skip.T if skip else 0)
+    torch.testing.assert_close(tc(x), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tc.encode(x), z)
+
+
+def test_circuit_tracers_file_layout_round_trips(tmp_path):
+    tc = _random(True)
+    tc.info.extra["corpus"] = "x"
+    save_transcoder(tc, tmp_path)
+    with safe_open(str(layer_file(tmp_path, 1)), "pt") as f:
+        shapes = {k: tuple(f.get_tensor(k).shape) for k in f.keys()}  # noqa: SIM118
+    assert shapes == {"W_enc": (32, 8), "W_dec": (32, 6), "b_enc": (32,), "b_dec": (6,), "W_skip": (6, 8), "k": ()}
+    config = (tmp_path / "config.yaml").read_text()
+    assert "feature_input_hook: hook_resid_mid" in config and "feature_output_hook: hook_mlp_out" in config
+    assert "activation: topk" in config and "k: 4" in config
+    back = load_transcoder(tmp_path, 1)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(back(x), tc(x))
+    assert back.info.model_name == "m" and back.info.layer == 1 and back.info.extra["corpus"] == "x"
+    with pytest.raises(BertScopeError, match="no transcoder for layer 0.*train-transcoders"):
+        load_transcoder(tmp_path, 0)
+
+
+def _synthetic_ffn(n: int = 12_000, seed: int = 0):
+    """x [n, 16]; y = a sparse ReLU code of x through 48 atoms (each fires on ~2 % of rows) plus a linear part (what a
+    skip path should take)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 16)).astype(np.float32)
+    w = rng.normal(size=(16, 48)).astype(np.float32)
+    w /= np.linalg.norm(w, axis=0, keepdims=True)
+    z = np.maximum(x @ w - 2.0, 0)  # [n, 48]
+    y = z @ rng.normal(size=(48, 16)).astype(np.float32) + 0.2 * x @ rng.normal(size=(16, 16)).astype(np.float32)
+    return x.astype(np.float16), y.astype(np.float16)
+
+
+def _sets(x, y, tmp_path):
+    where = np.stack([np.arange(len(x)), np.zeros(len(x))], 1).astype(np.int32)
+    return ActivationSet(tmp_path / "x", 0, x, where, ()), ActivationSet(tmp_path / "y", 0, y, where, ())
+
+
+def test_training_finds_the_code_the_skip_path_takes_the_linear_part_and_resumes(tmp_path):
+    inputs, outputs = _sets(*_synthetic_ffn(), tmp_path)
+    cfg = SaeTrainConfig(expansion=4, k=6, epochs=10, batch_tokens=256, dead_tokens=3_000, block_bytes=64 * 1024,
+                         lr=1e-2)
+    plain, _ = train_transcoder(inputs, outputs, cfg, tmp_path / "plain", TranscoderInfo("m", 0))
+    skip, state = train_transcoder(inputs, outputs, cfg, tmp_path / "skip", TranscoderInfo("m", 0), skip=True)
+    fve_plain, fve_skip = transcoder_figures(plain, inputs, outputs).fve, transcoder_figures(skip, inputs, outputs).fve
+    assert fve_skip > 0.85 and fve_skip > fve_plain + 0.05, (fve_plain, fve_skip)
+    assert state.history[-1]["nmse"] < state.history[0]["nmse"]
+    assert load_transcoder(tmp_path / "skip", 0).info.extra["epochs"] == 10
+    steps = iter(range(10_000))
+    per_epoch = inputs.tokens // cfg.batch_tokens
+    train_transcoder(inputs, outputs, cfg, tmp_path / "cut", TranscoderInfo("m", 0), skip=True,
+                     stop=lambda: next(steps) >= per_epoch + 3)
+    resumed, _ = train_transcoder(inputs, outputs, cfg, tmp_path / "cut", TranscoderInfo("m", 0), skip=True)
+    for name in ("W_enc", "W_dec", "b_enc", "b_dec", "W_skip"):
+        torch.testing.assert_close(getattr(resumed, name), getattr(skip, name))
+    shifted = ActivationSet(outputs.folder, 0, outputs.rows, outputs.where[::-1].copy(), ())
+    with pytest.raises(BertScopeError, match="different tokens"):
+        train_transcoder(inputs, shifted, cfg, tmp_path / "bad", TranscoderInfo("m", 0))
+
+
+TEXTS = ["the bank of the river was muddy .", "she put her money in the bank .", "a man is eating food ."] * 4
+
+
+def test_a_layers_input_and_output_are_read_row_for_row(tmp_path, tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    got = points_activations(lm, TEXTS, [1], ("hook_resid_mid", "hook_mlp_out"), root=tmp_path)
+    x, y = got[(1, "hook_resid_mid")], got[(1, "hook_mlp_out")]
+    assert np.array_equal(x.where, y.where) and x.tokens == y.tokens > 0
+    _, cache = lm.run_with_cache(dict(lm.tokenizer(TEXTS[:1], return_tensors="pt")),
+                                 ["blocks.1.hook_resid_mid", "blocks.1.hook_mlp_out"], encoder_only=True)
+    n = int((x.where[:, 0] == 0).sum())  # the first text's word pieces, [CLS] and [SEP] left out
+    np.testing.assert_allclose(x.rows[:n], cache["blocks.1.hook_resid_mid"][0, 1:n + 1].numpy(), atol=2e-3)
+    np.testing.assert_allclose(y.rows[:n], cache["blocks.1.hook_mlp_out"][0, 1:n + 1].numpy(), atol=2e-3)
+    meta = json.loads((y.folder / "meta.json").read_text())
+    assert meta["hook_name"] == "blocks.1.hook_mlp_out" and meta["layer"] == 1
+
+
+def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    d = lm.hidden_size
+    tcs = {layer: Transcoder(d, d, 4 * d, 8, True, TranscoderInfo(lm.name, layer), seed=layer) for layer in (0, 1)}
+    feed = dict(lm.tokenizer(TEXTS[:2], padding=True, return_tensors="pt"))
+    # the last layer alone: its input is the real one, so its output is the transcoder of the real input
+    _, cache = lm.run_with_cache(feed, ["blocks.1.hook_resid_mid"], encoder_only=True)
+    with torch.no_grad():
+        made = tcs[1](cache["blocks.1.hook_resid_mid"])
+    want = lm.run(feed, hooks={"blocks.1.hook_mlp_out": lambda y, _: made}).logits
+    got = lm.run(feed, hooks=replacement_hooks(lm, {1: tcs[1]})).logits
+    torch.testing.assert_close(got, want)
+    nowhere = torch.zeros(feed["input_ids"].shape, dtype=torch.bool)
+    torch.testing.assert_close(lm.run(feed, hooks=replacement_hooks(lm, tcs, nowhere)).logits, lm.run(feed).logits)
+    q = replacement_quality(lm, tcs, TEXTS)
+    assert q["positions"] > 0 and 0 <= q["top1_agreement"] <= 1 and q["kl"] >= 0
+    with pytest.raises(BertScopeError, match="missing: 1"):
+        replacement_quality(lm, {0: tcs[0]}, TEXTS)

@@ -1,0 +1,199 @@
+"""Attribution graphs (``bertscope.graphs``) on a tiny BERT with random transcoders, in float64: the frozen pass
+gives the model's decision, its written-out adjoint is autograd's, every node's input is the sum of its incoming
+edges plus its bias, the target's value too; pruning and the scores are circuit-tracer's formulas; a budget merges
+features into error nodes without breaking a sum; bad input is one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertscope.core.models import load_model
+from bertscope.errors import BertScopeError
+from bertscope.features.transcoder import Transcoder, TranscoderInfo
+from bertscope.graphs.build import attribution_graph
+from bertscope.graphs.influence import compute_influence, graph_scores, normalize_matrix, prune_graph
+from tests.conftest import labels, task_checkpoint
+
+TEXT = "the bank of the [MASK] was muddy ."
+
+
+def _transcoders(lm, skip: bool) -> dict[int, Transcoder]:
+    d = lm.hidden_size
+    out = {}
+    for layer in range(lm.num_layers):
+        tc = Transcoder(d, d, 4 * d, 6, skip, TranscoderInfo(lm.name, layer), seed=layer)
+        with torch.no_grad():
+            tc.b_enc.normal_(0, 0.5, generator=torch.Generator().manual_seed(layer))
+            if skip:
+                tc.W_skip.normal_(0, 0.05, generator=torch.Generator().manual_seed(10 + layer))
+        out[layer] = tc.eval()
+    return out
+
+
+@pytest.fixture(scope="module")
+def mlm(tiny_mlm_dir):
+    return load_model(str(tiny_mlm_dir))
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_every_input_is_its_edges_plus_its_bias(mlm, skip):
+    g = attribution_graph(mlm, TEXT, _transcoders(mlm, skip), target="the", dtype=torch.float64)
+    assert g.n_features > 0 and g.adjacency.shape == (len(g.nodes), len(g.nodes)) and not g.notes
+    np.testing.assert_allclose(g.adjacency.sum(1)[:g.n_features] + g.bias[:g.n_features], g.inputs[:g.n_features],
+                               atol=1e-9)
+    assert g.adjacency[-1].sum() + g.bias[-1] == pytest.approx(g.inputs[-1], abs=1e-9)
+    assert g.inputs[-1] == pytest.approx(g.value, abs=1e-4)  # the frozen pass gives the model's decision
+    with torch.no_grad():
+        logits = mlm.run(dict(mlm.tokenizer(TEXT, return_tensors="pt"))).logits[0, 5].double()
+    assert g.value == pytest.approx(float(logits[mlm.tokenizer.convert_tokens_to_ids("the")] - logits.mean()), abs=1e-4)
+    # a feature's input is its real pre-activation, and it fires
+    first = g.nodes[0]
+    assert first.kind == "feature" and g.inputs[0] == pytest.approx(first.activation, abs=1e-4)
+    # no edge from a node to itself or from a later layer's feature
+    layers = np.array([n.layer for n in g.nodes[:g.n_features]])
+    for r in range(g.n_features):
+        assert not g.adjacency[r, :g.n_features][layers >= layers[r]].any()
+    assert g.nodes[-1].kind == "target" and [n.kind for n in g.nodes[g.n_features:g.n_features + 2]] == ["error"] * 2
+
+
+def test_the_written_adjoint_is_autograds(mlm):
+    from bertscope.graphs import build, frozen
+
+    captured = {}
+    real_freeze = frozen.freeze
+
+    def keep(*args, **kwargs):
+        captured["m"] = real_freeze(*args, **kwargs)
+        return captured["m"]
+
+    build.freeze = keep
+    try:
+        attribution_graph(mlm, TEXT, _transcoders(mlm, True), dtype=torch.float64)
+    finally:
+        build.freeze = real_freeze
+    m = captured["m"]
+    gen = torch.Generator().manual_seed(0)
+    embed = torch.randn(2, m.n_pos, m.d, generator=gen, dtype=torch.float64, requires_grad=True)
+    writes = [torch.randn(2, m.n_pos, m.d, generator=gen, dtype=torch.float64, requires_grad=True) for _ in m.layers]
+    seeds = {0: torch.randn(2, m.n_pos, m.d, generator=gen, dtype=torch.float64),
+             1: torch.randn(2, m.n_pos, m.d, generator=gen, dtype=torch.float64)}
+    head_seed = torch.tensor([1.0, -0.5], dtype=torch.float64)
+    mids, value = m.forward(embed, writes)
+    total = sum((seeds[ly] * mids[ly]).sum() for ly in seeds) + (head_seed * value).sum()
+    want = torch.autograd.grad(total, [embed, *writes])
+    got_embed, got_writes = m.backward(seeds, head_seed)
+    torch.testing.assert_close(got_embed, want[0])
+    for got, expected in zip(got_writes, want[1:]):
+        torch.testing.assert_close(got, expected)
+
+
+def test_a_budget_merges_features_into_errors_and_the_sums_hold(mlm):
+    full = attribution_graph(mlm, TEXT, _transcoders(mlm, False), dtype=torch.float64)
+    n_other = len(full.nodes) - full.n_features
+    small = attribution_graph(mlm, TEXT, _transcoders(mlm, False), dtype=torch.float64,
+                              max_bytes=(n_other + 5) ** 2 * 4)
+    assert small.n_features == 5 and small.dropped_features == full.n_features - 5 and "merged" in small.notes[0]
+    np.testing.assert_allclose(small.adjacency.sum(1) + small.bias, small.inputs, atol=1e-9)
+    assert small.inputs[-1] == pytest.approx(full.inputs[-1], abs=1e-9)
+
+
+def test_pruning_keeps_the_target_and_embeddings_and_the_json_is_the_issues(mlm):
+    g = attribution_graph(mlm, TEXT, _transcoders(mlm, False), target="the", contrast="a")
+    out = g.to_json(keep=0.5)
+    assert {"model", "target", "logit", "nodes", "edges", "replacement_score", "completeness_score"} <= set(out)
+    kinds = [n["kind"] for n in out["nodes"]]
+    assert kinds.count("target") == 1 and kinds.count("embedding") == len(g.tokens)
+    assert set(out["nodes"][0]) == {"id", "kind", "layer", "position", "feature", "activation", "influence"}
+    ids = {n["id"] for n in out["nodes"]}
+    assert all(e["source"] in ids and e["target"] in ids for e in out["edges"])
+    assert out["target"] == {"kind": "token", "position": 5, "token": "the", "contrast": "a"}
+    assert 0 <= out["replacement_score"] <= 1 and 0 <= out["completeness_score"] <= 1
+    assert len(g.to_json(keep=0.95)["nodes"]) >= len(out["nodes"])
+
+
+def test_the_scores_are_circuit_tracers_formulas():
+    # nodes: f0, f1 (features), e0 (error), t0 (embedding), target
+    a = np.zeros((5, 5))
+    a[4, 0], a[4, 1], a[4, 2] = 2.0, -1.0, 1.0  # the target reads f0, f1 and the error
+    a[0, 3], a[1, 3], a[1, 2] = 1.0, 1.0, 3.0  # f0 reads the embedding; f1 the embedding and the error
+    a_hat = normalize_matrix(a)
+    w = np.array([0, 0, 0, 0, 1.0])
+    influence = compute_influence(a_hat, w)
+    np.testing.assert_allclose(influence, [0.5, 0.25, 0.25 + 0.25 * 0.75, 0.5 + 0.25 * 0.25, 0])
+    replacement, completeness = graph_scores(a, 2, 1)
+    assert replacement == pytest.approx(influence[3] / (influence[3] + influence[2]))
+    output = influence + w
+    non_error = 1 - a_hat[:, 2]
+    assert completeness == pytest.approx((non_error * output).sum() / output.sum())
+    pruned = prune_graph(a, 2, 1, node_threshold=0.5)
+    assert pruned.node_mask[[3, 4]].all()
+
+
+def test_a_classifiers_class(tiny_bert_dir, tmp_path):
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "clf", "AutoModelForSequenceClassification", 2, num_labels=3,
+                             **labels(["neg", "neu", "pos"]))
+    lm = load_model(str(folder))
+    g = attribution_graph(lm, "the bank of the river was muddy .", _transcoders(lm, True), target="pos",
+                          contrast="neg", dtype=torch.float64)
+    np.testing.assert_allclose(g.adjacency.sum(1) + g.bias, g.inputs, atol=1e-9)
+    assert g.inputs[-1] == pytest.approx(g.value, abs=1e-4) and g.target["label"] == "pos"
+    with pytest.raises(BertScopeError, match="No class 'maybe'"):
+        attribution_graph(lm, "a b", _transcoders(lm, False), target="maybe")
+
+
+def test_bad_input_is_one_line(mlm):
+    tcs = _transcoders(mlm, False)
+    with pytest.raises(BertScopeError, match=r"No \[MASK\] in the text"):
+        attribution_graph(mlm, "the bank of the river", tcs)
+    with pytest.raises(BertScopeError, match="top predictions here"):
+        attribution_graph(mlm, TEXT, tcs, target="zzzzqqqq")
+    with pytest.raises(BertScopeError, match="No transcoder for layer 1.*train-transcoders"):
+        attribution_graph(mlm, TEXT, {0: tcs[0]})
+    with pytest.raises(BertScopeError, match="--keep"):
+        attribution_graph(mlm, TEXT, tcs).to_json(keep=0)
+    two = attribution_graph(mlm, "the [MASK] of the [MASK] .", tcs)
+    assert "the first (token 2) is explained" in two.notes[0]
+
+
+def test_the_command(mlm, tiny_mlm_dir, tmp_path, capsys):
+    import json
+
+    from bertscope.cli import main
+    from bertscope.features.transcoder import save_transcoder
+
+    for tc in _transcoders(mlm, True).values():
+        save_transcoder(tc, tmp_path / "tcs")
+    assert main(["attribution-graph", str(tiny_mlm_dir), TEXT, "--transcoders", str(tmp_path / "tcs"), "--target",
+                 "the", "--keep", "0.6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"model", "target", "logit", "nodes", "edges", "replacement_score", "completeness_score"} <= set(out)
+    assert main(["attribution-graph", str(tiny_mlm_dir), TEXT, "--transcoders", str(tmp_path / "tcs")]) == 0
+    assert "replacement score" in capsys.readouterr().out
+    for argv, said in ((["attribution-graph", str(tiny_mlm_dir), TEXT], "train-transcoders"),
+                       (["attribution-graph", str(tiny_mlm_dir), "no mask here", "--transcoders",
+                         str(tmp_path / "tcs")], "No [MASK]"),
+                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--keep", "2"], "--keep 2")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+
+
+def test_switching_a_feature_off_in_the_model_moves_the_target_as_the_graph_says(mlm):
+    from bertscope.graphs.interventions import agreement, switch_off, total_effects
+
+    tcs = _transcoders(mlm, True)
+    g = attribution_graph(mlm, TEXT, tcs, target="the", dtype=torch.float64)
+    assert switch_off(mlm, g, tcs, []) == pytest.approx(g.value, abs=1e-4)  # nothing off: the real model
+    effects = total_effects(g)
+    last = [i for i, n in enumerate(g.nodes[:g.n_features]) if n.layer == 1 and n.position == 5]
+    first = [i for i, n in enumerate(g.nodes[:g.n_features]) if n.layer == 0]
+    np.testing.assert_allclose(effects[last], g.adjacency[-1, last])  # nothing after the last layer but the head
+    assert not np.allclose(effects[first], g.adjacency[-1, first])  # layer 1's features read layer 0's
+    for i in last[:3]:  # the last layer at the target: one frozen LayerNorm and the head between it and the value
+        node = g.nodes[i]
+        measured = switch_off(mlm, g, tcs, [(node.layer, node.position, node.feature)]) - g.value
+        assert measured == pytest.approx(-effects[i], rel=0.2, abs=0.02)
+    strongest, drawn = agreement(mlm, g, tcs, top=4)
+    assert len(strongest) == len(drawn) == 4 and all(isinstance(x.agrees, bool) for x in strongest)

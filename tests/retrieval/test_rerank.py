@@ -1,0 +1,123 @@
+"""Rerankers (``retrieval.rerank``): the relevance is the cross-encoder's own score of the pair (two labels: the
+relevant one's log-probability; one label: its logit), the order follows it, integrated gradients explain it to
+their completeness error, ArchDetect's interactions are the mixed differences they say, and SQuAD reranked is the
+retriever's top passages reordered."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from bertscope.core.models import load_model
+from bertscope.errors import BertScopeError
+from bertscope.retrieval.rerank import (
+    MAX_PAIRS,
+    evaluate_rerank,
+    explain_relevance,
+    interactions,
+    relevance,
+    relevant_label,
+    rerank,
+)
+from tests.conftest import labels, task_checkpoint
+
+QUERY = "where was the bank ?"
+PASSAGES = ["the bank of the river was muddy .", "she ate bread .", "the money is in the bank near the river ."]
+
+
+@pytest.fixture(scope="module")
+def two_labels(tiny_bert_dir, tmp_path_factory):
+    return str(task_checkpoint(tiny_bert_dir, tmp_path_factory.mktemp("rr2"), "AutoModelForSequenceClassification", 3,
+                               num_labels=2, **labels(["irrelevant", "relevant"])))
+
+
+@pytest.fixture(scope="module")
+def one_label(tiny_bert_dir, tmp_path_factory):
+    return str(task_checkpoint(tiny_bert_dir, tmp_path_factory.mktemp("rr1"), "AutoModelForSequenceClassification", 4,
+                               num_labels=1))
+
+
+def _reference(folder: str, query: str, passages: list[str]) -> torch.Tensor:
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        return model(**tok([query] * len(passages), passages, padding=True, return_tensors="pt")).logits
+
+
+def test_relevance_is_the_cross_encoders_own_score(two_labels, one_label):
+    lm = load_model(two_labels)
+    assert relevant_label(lm) == 1
+    np.testing.assert_allclose(relevance(lm, QUERY, PASSAGES),
+                               torch.log_softmax(_reference(two_labels, QUERY, PASSAGES), -1)[:, 1], atol=1e-5)
+    single = load_model(one_label)
+    np.testing.assert_allclose(relevance(single, QUERY, PASSAGES), _reference(one_label, QUERY, PASSAGES)[:, 0],
+                               atol=1e-5)
+    hits = rerank(single, QUERY, PASSAGES, ids=["a", "b", "c"])
+    scores = _reference(one_label, QUERY, PASSAGES)[:, 0].numpy()
+    assert [h.id for h in hits] == [["a", "b", "c"][i] for i in np.argsort(-scores)]
+    assert [h.rank for h in hits] == [1, 2, 3]
+
+
+def test_integrated_gradients_explain_the_relevance(two_labels):
+    lm = load_model(two_labels)
+    ig = explain_relevance(lm, QUERY, PASSAGES[0], steps=64)
+    assert ig.attribution.target.label == "relevant" and ig.completeness_error < 0.01
+    assert ig.attribution.f_input == pytest.approx(float(relevance(lm, QUERY, PASSAGES[:1])[0]), abs=1e-5)
+    assert ig.tokens[0] == "[CLS]" and "muddy" in ig.tokens
+
+
+def test_interactions_are_the_mixed_differences(two_labels):
+    lm = load_model(two_labels)
+    x = interactions(lm, QUERY, PASSAGES[2])
+    assert x.query_words == ("where", "was", "the", "bank", "?")
+    assert x.passage_words[:3] == ("the", "money", "is") and x.pairs.shape == (5, len(x.passage_words))
+    assert x.passes == 1 + 5 + len(x.passage_words) + x.pairs.size
+    tok = lm.tokenizer
+    enc = tok(QUERY, PASSAGES[2], return_tensors="pt")
+    ids = enc["input_ids"][0]
+    q_bank = 4  # [CLS] where was the bank
+    p_bank = ids.tolist().index(tok.convert_tokens_to_ids("bank"), q_bank + 1)
+    j = x.passage_words.index("bank")
+    rows = ids.repeat(4, 1)
+    rows[1, q_bank] = rows[3, q_bank] = tok.pad_token_id
+    rows[2, p_bank] = rows[3, p_bank] = tok.pad_token_id
+    model = AutoModelForSequenceClassification.from_pretrained(two_labels).eval()
+    with torch.no_grad():
+        f = torch.log_softmax(model(input_ids=rows, token_type_ids=enc["token_type_ids"].expand(4, -1)).logits, -1)[:, 1]
+    assert x.score == pytest.approx(float(f[0]), abs=1e-5)
+    assert x.pairs[3, j] == pytest.approx(float(f[0] - f[1] - f[2] + f[3]), abs=1e-5)
+    assert x.query_alone[3] == pytest.approx(float(f[0] - f[1]), abs=1e-5)
+    assert len(x.strongest(3)) == 3 and x.to_json()["method"] == "archdetect"
+
+
+def test_a_reranker_reorders_the_retrievers_top_passages(tiny_bert_dir, two_labels):
+    from bertscope.retrieval.search import build_index, rank_scores, ranked, squad_retrieval
+
+    retriever, reranker = load_model(str(tiny_bert_dir)), load_model(two_labels)
+    got = evaluate_rerank(retriever, reranker, limit=6, depth=10)
+    corpus, questions, gold = squad_retrieval(6)
+    top, _ = ranked(retriever, build_index(retriever, corpus), questions, 10)
+    order = np.array([rows[np.argsort(-relevance(reranker, q, [corpus.texts[i] for i in rows]), kind="stable")]
+                      for q, rows in zip(questions, top)])
+    assert got == rank_scores(got.system, gold, order, len(corpus.texts))
+    assert got.system == f"{retriever.name} + {reranker.name}" and got.questions == 6
+
+
+def test_bad_inputs_are_one_line(tiny_bert_dir, two_labels, monkeypatch):
+    lm = load_model(two_labels)
+    with pytest.raises(BertScopeError, match="is not a reranker.*no task head"):
+        relevance(load_model(str(tiny_bert_dir)), QUERY, PASSAGES)
+    with pytest.raises(BertScopeError, match="The query is empty"):
+        relevance(lm, " ", PASSAGES)
+    with pytest.raises(BertScopeError, match="No passages"):
+        relevance(lm, QUERY, [])
+    with pytest.raises(BertScopeError, match="passage is empty"):
+        explain_relevance(lm, QUERY, "")
+    with pytest.raises(BertScopeError, match="--depth 5"):
+        evaluate_rerank(lm, lm, 2, depth=5)
+    monkeypatch.setattr("bertscope.retrieval.rerank.MAX_PAIRS", 10)
+    with pytest.raises(BertScopeError, match="Shorten the passage"):
+        interactions(lm, QUERY, PASSAGES[2])
+    assert MAX_PAIRS >= 4096
