@@ -35,6 +35,6 @@ def test_no_mask_is_one_line(monkeypatch):
 
 
 def test_a_model_without_transcoders_is_told_so(monkeypatch):
-    at = start_with_url(monkeypatch, "bundled", PAGE, circuit_tab="Attribution graph")
+    at = start_with_url(monkeypatch, "bundled-sentiment", PAGE, circuit_tab="Attribution graph")
     assert not at.exception and not at.error
-    assert any("No transcoders are shipped for bundled" in w for w in texts(at.warning))
+    assert any("No transcoders are shipped for bundled-sentiment" in w for w in texts(at.warning))

@@ -102,6 +102,7 @@ def _compute_calls() -> list[tuple[str, int, ast.Call]]:
 CHEAP = {
     "bertscope/app/shift.py": "the word's vectors in the sentences given (a few short passes) and a PCA map",
     "bertscope/app/align.py": "a PCA map of vectors already computed",
+    "bertscope/app/sections/graph_tab.py": "one feature of a traced graph switched off: two passes of a sentence",
 }
 
 

@@ -27,8 +27,10 @@ def graph_form(lm) -> tuple[str, str | None, str | None, float, bool]:
                              if lm.task is None else "The service was wonderful.", key="graph_text",
                              max_chars=Limits.input_chars)
         c1, c2, c3 = st.columns(3)
-        target = c1.text_input("Target (default: the model's choice)", key="graph_target") or None
-        contrast = c2.text_input("Contrast (default: the mean logit)", key="graph_contrast") or None
+        target = c1.text_input("Target (default: the model's choice)", key="graph_target",
+                               max_chars=Limits.input_chars) or None
+        contrast = c2.text_input("Contrast (default: the mean logit)", key="graph_contrast",
+                                 max_chars=Limits.input_chars) or None
         keep = c3.select_slider("Influence kept", [0.5, 0.6, 0.7, 0.8, 0.9, 0.95], 0.8, key="graph_keep")
         asked = st.form_submit_button("Trace the graph", type="primary")
     return text, target, contrast, float(keep), asked
@@ -65,7 +67,7 @@ def supernodes(pruned: dict) -> None:
     with st.expander("Group features into supernodes"):
         groups = st.session_state.setdefault("graph_groups", {})
         c1, c2 = st.columns([1, 3])
-        name = c1.text_input("Name", key="graph_group_name", max_chars=60)
+        name = c1.text_input("Name", key="graph_group_name", max_chars=Limits.input_chars)
         members = c2.multiselect("Features", features, key="graph_group_members")
         if st.button("Add the group", key="graph_group_add") and name.strip() and members:
             groups[name.strip()] = members

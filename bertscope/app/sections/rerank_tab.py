@@ -17,7 +17,7 @@ from bertscope.figures.similarity import pair_map
 from bertscope.retrieval.rerank import MAX_PASSAGES, explain_relevance, interactions, rerank
 from bertscope.sources.presets import BUNDLED_RERANKER
 
-QUERY = "Who won Super Bowl 50?"
+QUERY = "Where was Super Bowl 50 played?"
 PASSAGES = ("The Denver Broncos defeated the Carolina Panthers 24-10 to earn their third Super Bowl title.\n"
             "Super Bowl 50 was played at Levi's Stadium in Santa Clara, California.\n"
             "The Broncos' defense ranked first in the NFL that season.")
