@@ -14,10 +14,10 @@ import pytest
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("[0-9][0-9]_*.py"))
 
 
-def test_there_are_eight_examples_and_each_is_a_notebook():
+def test_there_are_nine_examples_and_each_is_a_notebook():
     import jupytext
 
-    assert len(EXAMPLES) == 8
+    assert len(EXAMPLES) == 9
     for path in EXAMPLES:
         notebook = jupytext.read(path)
         kinds = [cell.cell_type for cell in notebook.cells]

@@ -61,7 +61,7 @@ def graph_figure(graph: dict, n_layers: int, height: int = 640) -> go.Figure:
                                  text=hover, hovertemplate="%{text}<extra></extra>", customdata=[n["id"] for n in chosen]))
     fig.update_layout(title=f"Attribution graph: {len(graph['nodes'])} nodes, {len(graph['edges'])} edges "
                             f"(the strongest {min(len(graph['edges']), MAX_EDGES)} drawn)",
-                      height=height, hovermode="closest", legend=dict(orientation="h", y=-0.12),
+                      height=height, hovermode="closest", legend=dict(orientation="h", y=-0.2),
                       xaxis=dict(tickvals=list(range(len(graph["tokens"]))), ticktext=graph["tokens"], tickangle=-45,
                                  title="position"),
                       yaxis=dict(tickvals=list(range(n_layers + 2)),
