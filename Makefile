@@ -7,13 +7,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast test-peers bench-peers lint docs docs-screens bench brown corpora bertviz-assets npm chromium gcc clean
+.PHONY: run test test-all test-fast test-peers bench-peers lint docs docs-screens bench brown corpora bertviz-assets npm chromium gcc clean
 
 run: $(VENV)/.app-installed brown corpora bertviz-assets
 	$(BIN)/python -m streamlit run app.py --browser.serverAddress localhost
 
 test: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets lint docs
 	$(BIN)/python -m pytest --durations=25
+
+# the same and the extended tests (a second look at what a default test covers, or a minute for a rare path)
+test-all: $(VENV)/.test-installed chromium gcc brown corpora bertviz-assets lint docs
+	$(BIN)/python -m pytest -m "" --durations=25
 
 # ruff (lint) and mypy (strict for core, runtime and sources; elsewhere a baseline that only shrinks)
 lint: $(VENV)/.test-installed
@@ -26,7 +30,7 @@ docs: $(VENV)/.test-installed
 
 # the pages' screenshots the site shows, from the browser test that takes them
 docs-screens: $(VENV)/.test-installed chromium
-	$(BIN)/python -m pytest -q tests/browser/test_browser.py -k "every_page_for_the_docs or erasure_tab or circuits_page"
+	$(BIN)/python -m pytest -q tests/browser/test_browser.py -k "every_page_for_the_docs or erasure_tab or circuits_page or similarity_page"
 	mkdir -p docs/assets/screens && cp test-output/pages/*.png docs/assets/screens/
 
 # The library's unit tests while working (tiny models, no browser, no cluster, no processes): ~2 min here.
@@ -42,6 +46,7 @@ PEERS := .venv-peers
 SAELENS := .venv-saelens
 PYVENE := .venv-pyvene
 TUNEDLENS := .venv-tunedlens
+PYLATE := .venv-pylate
 
 $(PEERS)/.installed: pyproject.toml requirements.txt requirements-peers.txt
 	$(PYTHON) -m venv $(PEERS)
@@ -67,12 +72,23 @@ $(TUNEDLENS)/.installed: pyproject.toml requirements.txt requirements-tunedlens.
 	$(TUNEDLENS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-tunedlens.txt -e .
 	touch $@
 
-test-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed $(TUNEDLENS)/.installed brown
+# PyLate's stack alone (its pins are not the app's): the test asks the app's environment for BertScope's side
+$(PYLATE)/.installed: requirements-pylate.txt
+	$(PYTHON) -m venv $(PYLATE)
+	$(PYLATE)/bin/python -m pip install --quiet --upgrade pip
+	$(PYLATE)/bin/python -m pip install --quiet -r requirements-pylate.txt
+	$(PYLATE)/bin/python -m pip install --quiet --no-deps pylate==1.6.0  # its index back-ends are not needed
+	touch $@
+
+test-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed $(TUNEDLENS)/.installed \
+		$(PYLATE)/.installed $(VENV)/.app-installed brown
 	$(PEERS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers --ignore=peers/test_saelens.py \
-		--ignore=peers/test_pyvene.py --ignore=peers/test_tuned_lens.py
+		--ignore=peers/test_pyvene.py --ignore=peers/test_tuned_lens.py --ignore=peers/test_pylate.py
 	$(SAELENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_saelens.py
 	$(PYVENE)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_pyvene.py
 	$(TUNEDLENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_tuned_lens.py
+	BERTSCOPE_PYTHON=$(abspath $(BIN)/python) $(PYLATE)/bin/python -m pytest -p no:cacheprovider \
+		-W ignore::UserWarning peers/test_pylate.py
 
 # the speed table of docs/peers.md: ratios in one run, interleaved (add ARGS="--model random:bert-base-uncased")
 bench-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed

@@ -14,9 +14,10 @@ beside integrated gradients, search latency, and retrieval quality on SQuAD dev.
 - ``--faithfulness N``: the deletion test on N held-out pairs (SQuAD dev questions beside their own passage's first
   sentence: pairs the model should find similar, none seen in training): each method's mean fall of the score as
   b's top tokens go, beside a random order, and its seconds per explanation;
-- ``--index N``: N random vectors (384 wide; iid Gaussian, and a mixture of 2,000 Gaussian clusters shaped as
-  embeddings are) through FAISS's HNSW graph: build time, a query's time, recall@10 against exact search on 1,000
-  queries, beside exact search's time (``retrieval.vector_index``);
+- ``--index N [--index-sets shaped,iid]``: N random vectors through FAISS's HNSW graph: Gaussian with the mean and
+  covariance of the model's own embeddings of SQuAD's passages (shaped), and iid Gaussian (no neighbourhoods for
+  any index to follow: the worst case); build time, a query's time and recall@10 against exact search on 1,000
+  queries at three efSearch settings, beside exact search's time (``retrieval.vector_index``);
 - ``--rerank MODEL [--questions N]``: the model's top 20 reordered by the reranker on SQuAD dev's first N questions
   (default 2,000), MRR@10 and recall@1/10 beside the model alone on the same questions;
 - ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` at 512 tokens: the pair attribution's
@@ -142,14 +143,31 @@ def faithfulness(lm, pairs_n: int, steps: int) -> None:
               f"{np.mean(seconds[m]):.2f} s per explanation")
 
 
-def index(n: int, dim: int = 384, queries: int = 1000) -> None:
-    from bertscope.retrieval.vector_index import Hnsw, exact, recall_at_k
+def shaped_like_embeddings(lm, rng: np.random.Generator):
+    """A sampler of Gaussian vectors with the mean and covariance of the model's own embeddings of SQuAD dev's
+    passages (their spectrum: ~86 effective dimensions of bundled's 384, where iid Gaussian vectors use all)."""
+    from bertscope.retrieval.embedding import embed
+
+    real = embed(lm, passages(2067)).vectors.astype(np.float64)  # [passage, dim]
+    mean, cov = real.mean(0), np.cov(real.T)
+    values, vectors = np.linalg.eigh(cov)
+    scale = vectors * np.sqrt(np.clip(values, 0, None))  # [dim, dim]: x = mean + scale @ z
+    ratio = values.sum() ** 2 / (values ** 2).sum()
+    print(f"{lm.name}'s embeddings of {len(real):,} SQuAD passages: participation ratio {ratio:.1f} of {len(mean)} "
+          "dimensions")
+    return lambda m: (mean + rng.normal(size=(m, len(mean))) @ scale.T).astype(np.float32)
+
+
+def index(lm, n: int, sets: list[str], queries: int = 1000) -> None:
+    from bertscope.retrieval.vector_index import CALIBRATION_QUERIES, HNSW_SEARCH_EF, Hnsw, exact, recall_at_k
 
     rng = np.random.default_rng(0)
-    centres = rng.normal(size=(2000, dim)).astype(np.float32)
-    for name, make in (("iid Gaussian", lambda m: rng.normal(size=(m, dim)).astype(np.float32)),
-                       ("2,000 clusters", lambda m: centres[rng.integers(0, 2000, m)]
-                        + 0.7 * rng.normal(size=(m, dim)).astype(np.float32))):
+    makers = {"iid Gaussian": lambda m: rng.normal(size=(m, lm.hidden_size)).astype(np.float32)}
+    if "shaped" in sets:
+        makers[f"shaped as {lm.name}'s embeddings"] = shaped_like_embeddings(lm, rng)
+    for name, make in makers.items():
+        if name == "iid Gaussian" and "iid" not in sets:
+            continue
         docs, q = make(n), make(queries)
         t = time.perf_counter()
         truth, _ = exact(docs, "cosine").search(q, 10)
@@ -157,12 +175,18 @@ def index(n: int, dim: int = 384, queries: int = 1000) -> None:
         t = time.perf_counter()
         built = Hnsw(docs, "cosine")
         build_s = time.perf_counter() - t
-        t = time.perf_counter()
-        found, _ = built.search(q, 10)
-        query_s = (time.perf_counter() - t) / queries
-        print(f"{n:,} vectors x {dim} ({name}): HNSW built in {build_s:.0f} s ({built.size_bytes / 2**20:.0f} MiB), "
-              f"a query {query_s * 1000:.2f} ms against exact {exact_s * 1000:.1f} ms; recall@10 "
-              f"{recall_at_k(found, truth):.4f} over {queries:,} queries")
+        chosen = built.search_ef
+        print(f"{n:,} vectors x {docs.shape[1]} ({name}): HNSW built in {build_s:.0f} s "
+              f"({built.size_bytes / 2**20:.0f} MiB), its search breadth calibrated to efSearch {chosen} (recall@10 "
+              f"{built.recall:.4f} on {CALIBRATION_QUERIES} of its documents); exact search {exact_s * 1000:.1f} ms "
+              "a query")
+        for ef in sorted({128, HNSW_SEARCH_EF, 512, chosen}):
+            built.index.hnsw.efSearch = ef
+            t = time.perf_counter()
+            found, _ = built.search(q, 10)
+            query_s = (time.perf_counter() - t) / queries
+            print(f"  efSearch {ef}{' (calibrated)' if ef == chosen else ''}: a query {query_s * 1000:.2f} ms, "
+                  f"recall@10 {recall_at_k(found, truth):.4f} over {queries:,} new queries", flush=True)
         del built, docs
 
 
@@ -217,15 +241,17 @@ def main() -> None:
     parser.add_argument("--faithfulness", type=int, default=0, help="pairs for the deletion test (0: none)")
     parser.add_argument("--full-size", action="store_true")
     parser.add_argument("--index", type=int, default=0, help="random vectors through the HNSW index (0: none)")
+    parser.add_argument("--index-sets", default="shaped", help="which random vectors: shaped (as the model's "
+                                                                "embeddings), iid, or shaped,iid")
     parser.add_argument("--rerank", help="a reranker reordering the model's top 20 on SQuAD dev")
     parser.add_argument("--questions", type=int, default=2000)
     parser.add_argument("--only", action="store_true", help="only the parts asked for (--index, --rerank, ...)")
     args = parser.parse_args()
     from bertscope.core.models import load_model
 
-    if args.index:
-        index(args.index)
     lm = load_model(args.model, device=args.device)
+    if args.index:
+        index(lm, args.index, args.index_sets.split(","))
     if args.rerank:
         rerank_quality(lm, args.rerank, args.questions)
     if args.only:

@@ -1,6 +1,7 @@
 """The peers lane: BertScope held to the tools a user would otherwise pick, each in its own environment
 (``make test-peers``): TransformerLens 4.3's bridge, captum and nnsight 0.8 in ``.venv-peers``; SAELens 6.54
-in ``.venv-saelens`` (it requires transformer-lens<4). Not part of ``make test``: the peers' stacks never touch
+in ``.venv-saelens`` (it requires transformer-lens<4); PyLate 1.6 in ``.venv-pylate`` (its sentence-transformers
+and transformers pins are not the app's: that test asks the app's environment for BertScope's side). Not part of ``make test``: the peers' stacks never touch
 the app's environment."""
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import warnings
 
 import pytest
 
-from bertscope import load_model
-
 warnings.filterwarnings("ignore")
 SENTENCES = ["The bank of the river was muddy after the rain.", "She deposited the money at the bank.",
              "The keys to the cabinet are on the table.", "A dog slept under the old oak tree."]
@@ -18,6 +17,8 @@ SENTENCES = ["The bank of the river was muddy after the rain.", "She deposited t
 
 @pytest.fixture(scope="session")
 def mlm():
+    from bertscope import load_model  # here, not at the top: .venv-pylate holds PyLate's stack, not BertScope
+
     return load_model("bundled-mlm", device="cpu")
 
 

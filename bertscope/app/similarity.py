@@ -13,6 +13,7 @@ from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
+from bertscope.errors import BertScopeError
 from bertscope.figures.similarity import deletion_figure, pair_map, totals
 from bertscope.retrieval.embedding import settings_of
 from bertscope.retrieval.faithful import deletion_curves
@@ -21,7 +22,7 @@ from bertscope.retrieval.similarity import DEFAULT_STEPS, METHODS, explain_pair
 
 A, B = "How do I open a bank account?", "Steps to create a new account at your bank"
 STEPS = [10, 20, 50, 100]
-TABS = ["Two texts", "Search a corpus", "Rerank"]
+TABS = ["Two texts", "Search a corpus", "Rerank", "Terms & matches"]
 
 
 def pair_form(lm, settings) -> tuple[str, str, tuple, str, int, bool, bool]:
@@ -149,6 +150,18 @@ def pair_tab(lm, settings) -> None:
             deletion_section(lm, a, b, kinds, steps)
 
 
+def model_settings(lm):
+    """The model's embedding settings, stated; None (and the line saying why) for a sparse or ColBERT checkpoint,
+    which has no one vector a text: its reading is the Terms & matches tab."""
+    try:
+        settings = settings_of(lm)
+    except BertScopeError as err:
+        st.warning(plain(str(err)))
+        return None
+    st.info(plain(settings.note))
+    return settings
+
+
 def page() -> None:
     st.title("Similarity & search")
     st.caption("Why two texts are as similar as an embedding model says: integrated Jacobians (Moeller, Nikolaev & "
@@ -156,15 +169,14 @@ def page() -> None:
                "score less what the texts' references account for. Headless: `bertscope similarity MODEL --a … --b "
                "…` and `bertscope search MODEL --query …`.")
     lm = require_model()
-    settings = settings_of(lm)
-    st.info(plain(settings.note))
+    settings = model_settings(lm)
     tab_from_url("sim_tab", TABS)
-    pairs, searching, reranking = st.tabs(TABS, key="sim_tab", on_change="rerun")
+    pairs, searching, reranking, terms = st.tabs(TABS, key="sim_tab", on_change="rerun")
     with pairs:
-        if pairs.open:
+        if pairs.open and settings is not None:
             pair_tab(lm, settings)
     with searching:
-        if searching.open:
+        if searching.open and settings is not None:
             with page_errors(stop=False):
                 search_section(lm, settings)
     with reranking:
@@ -172,6 +184,11 @@ def page() -> None:
             from bertscope.app.sections.rerank_tab import rerank_tab
 
             rerank_tab()
+    with terms:
+        if terms.open:
+            from bertscope.app.sections.terms_tab import terms_tab
+
+            terms_tab(lm)
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing

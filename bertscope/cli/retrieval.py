@@ -1,7 +1,8 @@
 """Embedding models from a shell: ``similarity`` (why two texts are as similar as the model says, token pair by token
 pair: integrated Jacobians), ``embed`` (the model's own sentence embedding, as sentence-transformers computes
 it), ``search`` and ``retrieval-eval`` (a corpus searched, SQuAD dev scored, a reranker beside), ``rerank`` (a
-cross-encoder's order, explained)."""
+cross-encoder's order, explained), ``sparse`` (a SPLADE score split over shared vocabulary terms) and ``maxsim``
+(ColBERT's late interaction as a match map)."""
 
 from __future__ import annotations
 
@@ -146,8 +147,14 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
         raise BertScopeError(f"--corpus {args.corpus}: the retrieval evaluation reads SQuAD (questions and their "
                              "passages).")
     lm = load(args)
+    sparse = args.sparse or _is_splade(lm)
     with progress_bar(f"{lm.name}: embedding SQuAD dev's passages", "passage") as progress:
-        scores = evaluate_squad(lm, args.limit, progress)
+        if sparse:
+            from bertscope.retrieval.sparse import evaluate_sparse_squad
+
+            scores = evaluate_sparse_squad(lm, args.limit, progress)
+        else:
+            scores = evaluate_squad(lm, args.limit, progress)
     out = scores.to_json()
     if args.rerank:
         from bertscope.core.models import load_model
@@ -167,6 +174,13 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
     return "\n".join(lines)
 
 
+def _is_splade(lm) -> bool:
+    from bertscope.retrieval.embedding import model_folder
+    from bertscope.retrieval.sparse import read_splade
+
+    return read_splade(model_folder(lm)) is not None
+
+
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default="squad", help="squad: SQuAD v1.1 dev's questions against its passages")
     p.add_argument("--limit", type=int, help="the first N questions only")
@@ -174,6 +188,9 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerank", metavar="MODEL", help="a reranker (cross-encoder: bundled-reranker) reordering the "
                                                      "model's top --depth passages, scored beside it")
     p.add_argument("--depth", type=int, default=20, help="passages a question the reranker reorders (default 20)")
+    p.add_argument("--sparse", action="store_true", help="score with the sparse view (SPLADE: term weights through "
+                                                         "the masked-LM head; a SPLADE checkpoint is read so "
+                                                         "without it)")
 
 
 def cmd_rerank(args: argparse.Namespace) -> Any:
@@ -209,6 +226,46 @@ def _rerank_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=50, help="integrated gradients' steps (default 50)")
 
 
+def cmd_sparse(args: argparse.Namespace) -> Any:
+    from bertscope.retrieval.sparse import explain_sparse
+
+    x = explain_sparse(load(args), args.a, args.b, top=args.top)
+    if args.json:
+        return x.to_json()
+    lines = [x.settings.note, f"score {x.score:.4f} over {len(x.terms):,} shared terms (a: {x.a_active:,} active "
+                              f"terms, b: {x.b_active:,}); the shares sum to it (error {x.error:.1e})",
+             "strongest shared terms (* a term the text does not contain: the head's expansion):"]
+    lines += [f"  {t.term:<16}{t.share:9.4f} = {t.a_weight:.3f}{'*' if not t.in_a else ' '} x "
+              f"{t.b_weight:.3f}{'*' if not t.in_b else ' '}  ({x.a_tokens[t.a_token]} ~ {x.b_tokens[t.b_token]})"
+              for t in x.terms[:args.top]]
+    for name, top in (("a", x.a_top), ("b", x.b_top)):
+        lines.append(f"{name}'s terms: " + " ".join(f"{t}{'*' if not held else ''}({w:.2f})" for t, w, held in top))
+    return "\n".join(lines)
+
+
+def _sparse_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--a", required=True, help="the first text (a query, say)")
+    p.add_argument("--b", required=True, help="the second text (a passage, say)")
+    p.add_argument("--top", type=int, default=15, help="terms listed (default 15)")
+
+
+def cmd_maxsim(args: argparse.Namespace) -> Any:
+    from bertscope.retrieval.late_interaction import explain_maxsim
+
+    m = explain_maxsim(load(args), args.query, args.passage)
+    if args.json:
+        return m.to_json()
+    lines = [m.note, f"MaxSim {m.score:.4f}: each query token's best match, summed"]
+    lines += [f"  {q:>15} -> {d:<15} {v:.4f}" for q, d, v in m.matches(args.top)]
+    return "\n".join(lines)
+
+
+def _maxsim_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--query", required=True, help="the query")
+    p.add_argument("--passage", required=True, help="the passage")
+    p.add_argument("--top", type=int, default=15, help="matches listed (default 15)")
+
+
 COMMANDS = [
     Command("search", "search a corpus with an embedding model (its own embedding, exact search), each hit "
             "explained against the query with --explain", cmd_search, _search_arguments),
@@ -219,6 +276,11 @@ COMMANDS = [
     Command("similarity", "why two texts are as similar as an embedding model says: every token pair's share of the "
             "score (integrated Jacobians, Moeller et al. 2023), each text's tokens' totals", cmd_similarity,
             _similarity_arguments),
+    Command("sparse", "a sparse encoder's score (SPLADE: vocabulary terms through the masked-LM head) split exactly "
+            "over the two texts' shared terms, and each text's expansion terms", cmd_sparse, _sparse_arguments),
+    Command("maxsim", "ColBERT's late interaction (a PyLate checkpoint; any other encoder: its token vectors) as a "
+            "match map: each query token's best passage token and its share of the score", cmd_maxsim,
+            _maxsim_arguments),
     Command("embed", "the model's own sentence embedding (its sentence-transformers settings: pooling, dense layers, "
             "normalisation, prompts), as SentenceTransformer.encode computes it", cmd_embed, _embed_arguments),
 ]

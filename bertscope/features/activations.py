@@ -162,8 +162,22 @@ def points_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
                        max_tokens: int = 200_000, root: Path | None = None, batch_size: int = 32,
                        progress: Callable[[int, int], None] | None = None,
                        positions: str = "pieces") -> dict[tuple[int, str], ActivationSet]:
-    """Every ``point`` (``POINTS``) of every layer, those not on disk read in one pass: {(layer, point): set}. The
-    sets of one layer pair row by row (the same tokens in the same order)."""
+    """Every ``point`` (``POINTS``) of every layer, those not on disk read in one pass.
+
+    Args:
+        lm: the model.
+        texts: the texts read.
+        layers: layers from 0.
+        points: hook names of a block (``POINTS``: ``hook_resid_mid``, ``hook_mlp_out``, ...).
+        max_tokens: word pieces read, at most.
+        root: the folder the sets are kept in (default: the user cache).
+        batch_size: texts a pass.
+        progress: called with (done, total) texts.
+        positions: which positions are kept (``POSITIONS``).
+
+    Returns:
+        {(layer, point): ``ActivationSet``}; the sets of one layer pair row by row (the same tokens in order).
+    """
     if positions not in POSITIONS:
         raise BertScopeError(f"Positions {positions!r}: read {' or '.join(POSITIONS)}.")
     layers = [check_layer(lm, layer) for layer in dict.fromkeys(int(x) for x in layers)]

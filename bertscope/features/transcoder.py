@@ -182,7 +182,16 @@ def save_transcoder(tc: Transcoder, folder: str | Path, dtype: torch.dtype = tor
 
 
 def load_transcoder(folder: str | Path, layer: int, device: str | torch.device = "cpu") -> Transcoder:
-    """Layer ``layer``'s transcoder from a set's folder (float32 on ``device``); one line for what is not one."""
+    """Layer ``layer``'s transcoder from a set's folder; one line for what is not one.
+
+    Args:
+        folder: a set's folder (circuit-tracer's layout: ``layer_{l}.safetensors``).
+        layer: the layer, from 0.
+        device: where its float32 weights go.
+
+    Returns:
+        The ``Transcoder``.
+    """
     from safetensors import SafetensorError, safe_open
 
     path = layer_file(folder, layer)

@@ -150,8 +150,20 @@ def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], ke
 def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str],
                         batch_size: int = 16, seed: int = 0,
                         progress: Callable[[int, int], None] | None = None) -> dict:
-    """Every feed-forward replaced by its transcoder at once, at BERT's 15 % positions of ``texts``: top-1
-    agreement with the real model, mean KL(real ‖ replacement) in nats, both masked-LM losses, positions."""
+    """Every feed-forward replaced by its transcoder at once, scored at BERT's 15 % positions of ``texts``.
+
+    Args:
+        lm: a masked LM.
+        transcoders: {layer: transcoder} for every layer.
+        texts: held-out texts.
+        batch_size: texts a pass.
+        seed: which positions are masked.
+        progress: called with (done, total) batches.
+
+    Returns:
+        {"positions", "top1_agreement": with the real model, "kl": mean KL(real ‖ replacement) in nats,
+        "loss_real", "loss_replacement": both masked-LM losses}.
+    """
     from bertscope.interventions.importance import chosen_logits, masked_batches
 
     if "mlm" not in lm.outputs:

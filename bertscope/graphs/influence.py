@@ -59,7 +59,18 @@ class Pruned:
 
 def prune_graph(a: np.ndarray, n_features: int, n_errors: int, node_threshold: float = 0.8,
                 edge_threshold: float = 0.98) -> Pruned:
-    """circuit-tracer's ``prune_graph`` on ``a`` [N, N] (features, errors, embeddings, the target last)."""
+    """circuit-tracer's ``prune_graph`` on ``a`` [N, N] (features, errors, embeddings, the target last).
+
+    Args:
+        a: [target node, source node] direct effects.
+        n_features: the feature nodes, first.
+        n_errors: the error nodes, after them.
+        node_threshold: the share of the target's influence the kept nodes explain.
+        edge_threshold: the share of the kept nodes' influence the kept edges explain.
+
+    Returns:
+        ``Pruned``: the node and edge masks and every node's influence on the target.
+    """
     n = len(a)
     w = np.zeros(n)
     w[-1] = 1.0
@@ -86,7 +97,17 @@ def prune_graph(a: np.ndarray, n_features: int, n_errors: int, node_threshold: f
 
 
 def graph_scores(a: np.ndarray, n_features: int, n_errors: int) -> tuple[float, float]:
-    """(replacement score, completeness score) of the unpruned graph (circuit-tracer's ``compute_graph_scores``)."""
+    """circuit-tracer's ``compute_graph_scores`` of the unpruned graph.
+
+    Args:
+        a: [target node, source node] direct effects (features, errors, embeddings, the target last).
+        n_features: the feature nodes.
+        n_errors: the error nodes.
+
+    Returns:
+        (replacement score, completeness score): the share of the target's influence that reaches it from the
+        embeddings through features alone, and the share of every node's input that is not error.
+    """
     n = len(a)
     w = np.zeros(n)
     w[-1] = 1.0

@@ -49,18 +49,31 @@ class Embeddings:
                 "tokens": self.tokens.tolist(), "truncated": self.truncated.tolist(), "settings": self.settings.note}
 
 
-def settings_of(lm: LoadedModel) -> EmbeddingSettings:
-    """The loaded model's settings: from its folder, or from its files in the local Hugging Face cache."""
+def model_folder(lm: LoadedModel) -> Path | None:
+    """The loaded model's files on disk: its folder, or its snapshot in the local Hugging Face cache (None: none)."""
     folder = Path(lm.source)
     if folder.is_dir():
-        return read_settings(folder)
+        return folder
     try:
         from huggingface_hub import snapshot_download
 
-        return read_settings(snapshot_download(lm.source, revision=lm.revision, local_files_only=True,
-                                               allow_patterns=["*.json", "*/config.json", "*/model.safetensors"]))
-    except Exception:  # noqa: BLE001 - no local copy of its folder: the stated default
-        return read_settings(None)
+        return Path(snapshot_download(lm.source, revision=lm.revision, local_files_only=True,
+                                      allow_patterns=["*.json", "*/config.json", "*/model.safetensors"]))
+    except Exception:  # noqa: BLE001 - no local copy of its folder
+        return None
+
+
+def settings_of(lm: LoadedModel) -> EmbeddingSettings:
+    """The loaded model's settings: from its folder, or from its files in the local Hugging Face cache.
+
+    Args:
+        lm: the model.
+
+    Returns:
+        ``EmbeddingSettings`` (``declared`` False: the stated default); a one-line error for a sparse or ColBERT
+        checkpoint, which has no one vector a text.
+    """
+    return read_settings(model_folder(lm))
 
 
 def max_tokens(lm: LoadedModel, settings: EmbeddingSettings) -> int:
@@ -69,7 +82,7 @@ def max_tokens(lm: LoadedModel, settings: EmbeddingSettings) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _dense_weights(folder: Path, device: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+def dense_weights(folder: Path, device: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     from safetensors.torch import load_file
 
     tensors = load_file(str(folder / "model.safetensors"))
@@ -103,7 +116,7 @@ def finish(pooled: torch.Tensor, settings: EmbeddingSettings) -> torch.Tensor:
     """The modules after the pooling: dense layers, then the normalisation (both differentiable)."""
     out = pooled
     for layer in settings.dense:
-        weight, bias = _dense_weights(layer.folder, str(out.device))
+        weight, bias = dense_weights(layer.folder, str(out.device))
         out = torch.nn.functional.linear(out, weight, bias)
         out = {"tanh": torch.tanh, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
                "identity": lambda x: x}[layer.activation](out)
@@ -141,9 +154,19 @@ def prompt_tokens(lm: LoadedModel, prompt: str) -> int:
 @torch.no_grad()
 def embed(lm: LoadedModel, texts: list[str], kind: str | None = None, settings: EmbeddingSettings | None = None,
           batch_size: int = 32, progress: Any = None) -> Embeddings:
-    """Every text's embedding, as the model's settings (``settings_of``) compute it. ``kind``: the prompt to put
-    before each text ("query", "passage"; None: the model's default prompt, if any). ``progress(done, total)``
-    counts texts."""
+    """Every text's embedding, as the model's settings (``settings_of``) compute it.
+
+    Args:
+        lm: an embedding model (or any encoder: the stated default settings).
+        texts: the texts (each stripped; empty ones refused).
+        kind: the prompt to put before each text ("query", "passage"; None: the model's default prompt, if any).
+        settings: ``settings_of(lm)`` when None.
+        batch_size: texts a batch at most (fewer where a batch's bytes would pass ``BATCH_BYTES``).
+        progress: called with (done, total) texts.
+
+    Returns:
+        ``Embeddings``: [text, dim] vectors, the tokens read and which texts were cut.
+    """
     settings = settings or settings_of(lm)
     given = list(texts)
     inputs = prepared(lm, given, kind, settings)

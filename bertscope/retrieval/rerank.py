@@ -124,8 +124,19 @@ def rerank(lm: LoadedModel, query: str, passages: Sequence[str], ids: Sequence[s
 
 def explain_relevance(lm: LoadedModel, query: str, passage: str, steps: int = 50,
                       progress: Callable[[int, int], None] | None = None):
-    """Integrated gradients of the relevance over the pair's tokens (``attribution.TokenScores``: the query's
-    tokens, then the passage's; their sum is the relevance less the baseline's, to the stated error)."""
+    """Integrated gradients of the relevance over the pair's tokens.
+
+    Args:
+        lm: a reranker (a cross-encoder with its head).
+        query: the query.
+        passage: the passage.
+        steps: integration steps.
+        progress: called with (done, total) steps.
+
+    Returns:
+        ``attribution.TokenScores``: the query's tokens, then the passage's; their sum is the relevance less the
+        baseline's, to the stated completeness error.
+    """
     from bertscope.attribution.methods import attribute
 
     check_reranker(lm)
@@ -174,7 +185,17 @@ def _words(enc, text: str, sequence: int) -> tuple[list[str], list[list[int]]]:
 def interactions(lm: LoadedModel, query: str, passage: str,
                  progress: Callable[[int, int], None] | None = None) -> Interactions:
     """Every (query word, passage word) interaction in the reranker's relevance (ArchDetect's mixed difference;
-    the module's docstring). One pass a pair, in batches; at most ``MAX_PAIRS`` pairs."""
+    the module's docstring). One pass a pair, in batches; at most ``MAX_PAIRS`` pairs.
+
+    Args:
+        lm: a reranker.
+        query: the query.
+        passage: the passage.
+        progress: called with (done, total) passes.
+
+    Returns:
+        ``Interactions``: [query word, passage word] mixed differences and the words.
+    """
     check_reranker(lm)
     if not query.strip() or not passage.strip():
         raise BertScopeError("A reranker reads a query and a passage: give both, neither empty.")
@@ -213,8 +234,18 @@ def interactions(lm: LoadedModel, query: str, passage: str,
 
 def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | None = None, depth: int = 20,
                     progress: Callable[[int, int], None] | None = None):
-    """SQuAD dev as retrieval, the retriever's top ``depth`` passages reordered by the reranker
-    (``search.RetrievalScores``; a gold passage outside the top ``depth`` stays missed)."""
+    """SQuAD dev as retrieval, the retriever's top ``depth`` passages reordered by the reranker.
+
+    Args:
+        retriever: the embedding model that ranks every passage first.
+        reranker: the cross-encoder that reorders its top ``depth``.
+        limit: the first questions only.
+        depth: passages a question reordered (a gold passage outside them stays missed).
+        progress: called with (done, total) questions.
+
+    Returns:
+        ``search.RetrievalScores`` of the reordered lists.
+    """
     from bertscope.retrieval.search import build_index, rank_scores, ranked, squad_retrieval
 
     check_reranker(reranker)

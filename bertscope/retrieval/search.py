@@ -57,7 +57,15 @@ class Corpus:
 
 
 def documents(name: str, limit: int | None = None) -> Corpus:
-    """An installed corpus's documents (``CORPORA``), or a file's lines (a path): one document a line."""
+    """An installed corpus's documents (``CORPORA``), or a file's lines (a path): one document a line.
+
+    Args:
+        name: a name of ``CORPORA`` or a text file's path.
+        limit: the first documents only.
+
+    Returns:
+        A ``Corpus``: ids and texts.
+    """
     if name == "squad":
         from bertscope.corpora.squad import read_squad
 
@@ -233,8 +241,16 @@ def squad_retrieval(limit: int | None = None) -> tuple[Corpus, list[str], np.nda
 
 def evaluate_squad(lm: LoadedModel, limit: int | None = None,
                    progress: Callable[[int, int], None] | None = None) -> RetrievalScores:
-    """The model's MRR@10 and recall@1/10 on SQuAD dev's questions against its passages (``limit``: the first
-    questions only)."""
+    """The model's MRR@10 and recall@1/10 on SQuAD dev's questions against its passages.
+
+    Args:
+        lm: an embedding model (its own embedding, its query and passage prompts).
+        limit: the first questions only.
+        progress: called with (done, total) passages embedded.
+
+    Returns:
+        ``RetrievalScores``.
+    """
     corpus, questions, gold = squad_retrieval(limit)
     index = build_index(lm, corpus, progress)
     top, _ = ranked(lm, index, questions, 10)

@@ -103,15 +103,37 @@ def _pooling(config: dict) -> str:
     return chosen[0]
 
 
+def _not_single_vector(root: Path, modules: list) -> None:
+    """One line where the checkpoint is a sparse encoder or a ColBERT model: neither has one vector a text."""
+    kinds = {str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)}
+    if kinds & {"SpladePooling", "MLMTransformer"}:
+        raise BertScopeError(f"{root.name} is a sparse encoder (SPLADE): it scores texts by shared vocabulary terms, "
+                             "not one vector a text; explain it with `bertscope sparse` (the Similarity page's Terms "
+                             "& matches tab).")
+    st_file = root / "config_sentence_transformers.json"
+    st = _json(st_file) if st_file.is_file() else {}
+    if str(st.get("similarity_fn_name", "")).lower() == "maxsim" or "query_prefix" in st:
+        raise BertScopeError(f"{root.name} is a ColBERT model (late interaction): it scores a vector a token, not one "
+                             "a text; explain it with `bertscope maxsim` (the Similarity page's Terms & matches tab).")
+
+
 def read_settings(folder: str | Path | None) -> EmbeddingSettings:
-    """The settings of the checkpoint in ``folder`` (a model's local folder; None or a folder without
-    ``modules.json``: the stated default)."""
+    """The settings of the checkpoint in ``folder``.
+
+    Args:
+        folder: a model's local folder; None or a folder without ``modules.json`` gives the stated default.
+
+    Returns:
+        ``EmbeddingSettings``; a one-line error for modules BertScope does not compute, pickled weights, or a sparse
+        or ColBERT checkpoint.
+    """
     root = Path(folder) if folder is not None else None
     if root is None or not (root / "modules.json").is_file():
         return EmbeddingSettings()
     modules = json.loads((root / "modules.json").read_text(encoding="utf-8")) if root else []
     if not isinstance(modules, list):
         raise BertScopeError(f"{root / 'modules.json'} is not a list of modules.")
+    _not_single_vector(root, modules)
     pooling, normalize, dense, include_prompt = "mean", False, [], True
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]

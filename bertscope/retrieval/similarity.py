@@ -163,7 +163,19 @@ def _state(lm: LoadedModel, ids: torch.Tensor, at: int) -> torch.Tensor:
 def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, steps: int = DEFAULT_STEPS,
                         at: int = 0, settings: EmbeddingSettings | None = None) -> TokenContributions:
     """One text's ``M`` [dim, token] (see the module's docstring): its tokens' integrated Jacobians times their
-    change from the reference, at hidden state ``at``, over ``steps`` steps (1: the first-order estimate)."""
+    change from the reference.
+
+    Args:
+        lm: an embedding model.
+        text: the text.
+        kind: its prompt ("query", "passage"; None: the default).
+        steps: integration steps (1: the first-order estimate).
+        at: the hidden state integrated from (0: the embeddings' output).
+        settings: ``settings_of(lm)`` when None.
+
+    Returns:
+        ``TokenContributions``.
+    """
     settings = settings or settings_of(lm)
     if not 0 <= at < lm.num_layers + 1:
         raise BertScopeError(f"Hidden state {at} does not exist: embeddings (0) to layer {lm.num_layers - 1}'s output "
@@ -242,9 +254,21 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
                  kinds: tuple[str | None, str | None] = (None, None),
                  contributions: tuple[TokenContributions | None, TokenContributions | None] = (None, None)
                  ) -> PairExplanation:
-    """Why ``a`` and ``b`` are as similar as ``lm`` says (see the module's docstring). ``kinds``: each text's prompt
-    ("query", "passage"); ``contributions``: a side's ``token_contributions`` computed already (a query explained
-    against many hits)."""
+    """Why ``a`` and ``b`` are as similar as ``lm`` says (see the module's docstring).
+
+    Args:
+        lm: an embedding model.
+        a: the first text (a query, say).
+        b: the second (a passage).
+        method: "ij" (integrated Jacobians), "first-order" or "ig" (``METHODS``).
+        steps: integration steps.
+        at: the hidden state integrated from (0: the embeddings' output).
+        kinds: each text's prompt ("query", "passage").
+        contributions: a side's ``token_contributions`` computed already (a query explained against many hits).
+
+    Returns:
+        A ``PairExplanation``: the pairs sum to ``score - baseline_score``, to ``error``.
+    """
     if method not in METHODS:
         raise BertScopeError(f"Unknown method {method!r}: {', '.join(METHODS)}.")
     settings = settings_of(lm)

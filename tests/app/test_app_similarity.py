@@ -65,3 +65,42 @@ def test_a_reranker_without_passages_is_one_line(monkeypatch):
     at.run()
     assert not at.exception and texts(at.error) == ["Give at least one passage (one a line): a reranker scores a "
                                                     "query against each."]
+
+
+def test_terms_and_matches_read_a_masked_lm_by_terms_and_any_encoder_by_token_matches(monkeypatch, tiny_mlm_dir):
+    from tests.app.kit import start_with_url
+
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, sim_tab="Terms & matches")
+    assert not at.exception and not at.error
+    assert any(i.startswith("Press *Explain the match*") for i in texts(at.info))
+    at.text_input(key="terms_a").input("the dog ate")
+    at.text_area(key="terms_b").input("a dog ate the bread .")
+    next(b for b in at.button if b.label == "Explain the match").click()
+    at.run()
+    assert not at.exception and not at.error
+    assert {"score (dot product of term weights)", "shared terms", "active terms (a / b)"} <= {m.label for m in at.metric}
+    assert list(at.dataframe[0].value.columns) == ["term", "share", "a weight", "b weight", "from a", "from b"]
+    assert any("terms it produced" in c.proto.spec for c in at.get("plotly_chart"))
+    at.radio(key="terms_view").set_value("maxsim")
+    next(b for b in at.button if b.label == "Explain the match").click()
+    at.run()
+    assert not at.exception and not at.error
+    assert any("BERTScore" in c for c in texts(at.caption))  # not a ColBERT checkpoint: its token vectors, said so
+    table = next(d.value for d in at.dataframe if "best passage token" in d.value.columns)
+    assert list(table["query token"]) and set(table["best passage token"]) <= {"a", "dog", "ate", "the", "bread"}
+
+
+def test_a_sparse_checkpoint_says_where_its_reading_is_and_empty_text_is_one_line(monkeypatch, tiny_mlm_dir,
+                                                                                  tmp_path):
+    from tests.app.kit import start_with_url
+    from tests.retrieval.test_sparse import _splade_folder
+
+    folder = _splade_folder(tiny_mlm_dir, tmp_path / "splade", "max", "relu")
+    at = start_with_url(monkeypatch, str(folder), PAGE)
+    assert not at.exception and not at.error
+    assert any("is a sparse encoder" in w for w in texts(at.warning))
+    at = start_with_url(monkeypatch, str(folder), PAGE, sim_tab="Terms & matches")
+    at.text_area(key="terms_b").input("  ")
+    next(b for b in at.button if b.label == "Explain the match").click()
+    at.run()
+    assert not at.exception and texts(at.error) == ["The passage is empty: type at least one word."]

@@ -991,6 +991,7 @@ def _fits(page, path: str) -> None:
     assert not cut, (path, cut)
 
 
+@pytest.mark.extended  # every page at two widths (107 s); the docs' screenshots check one
 def test_every_page_fits_the_window_at_1280_and_1400_px(browser, app_url, artifacts):
     """Each page as a first visitor opens it at 1400 px, then the window narrowed to 1280 (the layout is the
     browser's: narrowing reruns nothing): nothing wider than the window (no sideways scroll), no error box, no
@@ -1201,6 +1202,29 @@ def test_similarity_page_reranks_and_explains(browser, app_url, artifacts, serve
     page.screenshot(path=str(artifacts / "pages" / "similarity-rerank.png"), full_page=True)
     body = page.inner_text("body")
     assert "log-probability of its label relevant" in body and "Positive: the pair counts for more together" in body
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()
+
+
+def test_similarity_page_terms_and_matches(browser, app_url, artifacts, server_log):
+    """The Terms & matches tab on bundled: the sparse reading falls back to bundled-mlm (bundled has no masked-LM
+    head) and lists the shared terms; then the token matches of bundled's own vectors."""
+    page, problems = open_page(browser, f"{app_url}/similarity?model=bundled&sim_tab=Terms+%26+matches", height=2400)
+    page.get_by_role("button", name="Explain the match").wait_for(timeout=120_000)
+    page.get_by_role("button", name="Explain the match").click()
+    page.get_by_text("strongest terms", exact=False).first.wait_for(timeout=240_000)
+    wait_until_idle(page, 120)
+    (artifacts / "pages").mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "pages" / "similarity-terms.png"), full_page=True)
+    body = page.inner_text("body")
+    assert "has no masked-LM head: the sparse view reads bundled-mlm" in body and "##iad" in body  # the map's axis
+    page.get_by_text("Token matches (late interaction", exact=False).click()
+    page.get_by_role("button", name="Explain the match").click()
+    page.get_by_text("MaxSim (sum of each query token's best match)", exact=False).wait_for(timeout=240_000)
+    wait_until_idle(page, 60)
+    assert "BERTScore" in page.inner_text("body")
     assert not page.locator(".stException").count()
     assert not problems, problems
     assert "Traceback" not in server_log(), server_log()[-3000:]

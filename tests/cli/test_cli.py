@@ -227,6 +227,27 @@ def test_similarity_search_and_embed_from_the_command_line(tiny_bert_dir, tmp_pa
         assert said in err and err.count("\n") == 1
 
 
+def test_sparse_and_maxsim_from_the_command_line(tiny_mlm_dir, tiny_encoder_dir, capsys):
+    from bertscope.cli import main
+
+    assert main(["sparse", str(tiny_mlm_dir), "--a", "the dog ate", "--b", "a dog ate the bread .", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"model", "method", "score", "terms", "a_top", "b_top", "pairs", "a_tokens", "b_tokens", "error"} <= set(out)
+    assert sum(t["share"] for t in out["terms"]) == pytest.approx(out["score"], rel=1e-9)
+    assert main(["sparse", str(tiny_mlm_dir), "--a", "the dog ate", "--b", "a dog", "--top", "3"]) == 0
+    said = capsys.readouterr().out
+    assert "strongest shared terms" in said and "not trained for retrieval" in said
+    assert main(["maxsim", str(tiny_encoder_dir), "--query", "the dog ate", "--passage", "a dog ate .", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "token vectors" and out["score"] == pytest.approx(sum(out["contributions"]))
+    for argv, said in ((["sparse", str(tiny_encoder_dir), "--a", "x", "--b", "y"], "has no masked-LM head"),
+                       (["sparse", str(tiny_mlm_dir), "--a", "x", "--b", " "], "text b is empty"),
+                       (["maxsim", str(tiny_encoder_dir), "--query", "the", "--passage", ". ,"], "skiplist")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1
+
+
 def test_rerank_from_the_command_line(capsys, tmp_path):
     from bertscope.cli import main
 

@@ -40,6 +40,20 @@ def test_hnsw_finds_the_exact_neighbours(similarity):
     assert index.size_bytes > docs.nbytes
 
 
+def test_the_search_breadth_is_raised_until_the_recall_target_is_measured():
+    """iid Gaussian vectors have no neighbourhoods to follow: a narrow search misses most true neighbours, so the
+    calibration doubles efSearch until the sampled recall reaches the target, and that recall holds on new queries."""
+    rng = np.random.default_rng(5)
+    docs, queries = rng.normal(size=(4000, 64)).astype(np.float32), rng.normal(size=(100, 64)).astype(np.float32)
+    narrow = Hnsw(docs, "cosine", neighbours=8, build_ef=16, search_ef=16, target=None)
+    assert narrow.recall is None and narrow.search_ef == 16
+    truth, _ = exact(docs, "cosine").search(queries, 10)
+    assert recall_at_k(narrow.search(queries, 10)[0], truth) < 0.9
+    tuned = Hnsw(docs, "cosine", neighbours=8, build_ef=16, search_ef=16, target=0.95)
+    assert tuned.recall >= 0.95 and tuned.search_ef in (32, 64, 128, 256, 512, 1024, 2048, 4096)
+    assert recall_at_k(tuned.search(queries, 10)[0], truth) >= 0.9  # new queries: near the sampled recall
+
+
 def test_recall_counts_the_true_neighbours_found():
     truth = np.array([[1, 2, 3], [4, 5, 6]])
     assert recall_at_k(np.array([[3, 2, 9], [6, 5, 4]]), truth) == pytest.approx(5 / 6)

@@ -132,7 +132,9 @@ def _kill_rank_one_when_training(process: subprocess.Popen, out: Path, how: sign
     ranks[0].send_signal(how)
 
 
-@pytest.mark.parametrize("how, timeout", [(signal.SIGKILL, "600"), (signal.SIGSTOP, "5")], ids=["killed", "hung"])
+@pytest.mark.parametrize("how, timeout", [(signal.SIGKILL, "600"),
+                                          pytest.param(signal.SIGSTOP, "5", marks=pytest.mark.extended)],
+                         ids=["killed", "hung"])  # hung: 46 s of waiting for the all-reduce to give up
 def test_a_failed_process_ends_the_run_with_one_line(setup, tmp_path, how, timeout):
     """Killed: the launcher stops the other at once. Hung (stopped): the other's all-reduce gives
     up after BERTSCOPE_DIST_TIMEOUT seconds, and the launcher then ends both."""
