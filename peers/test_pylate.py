@@ -25,7 +25,8 @@ pylate = pytest.importorskip("pylate")
 WORDS = ["the", "dog", "ate", "bread", "bank", "river", "money", "who", "wrote", "homer", "iliad", "a", "of", "in",
          "was", "muddy", "deposited", "she", "he", "poem", ".", ",", "?", "!"]
 QUERY = "who wrote the iliad ?"
-PASSAGES = ["homer wrote the iliad , a poem .", "the dog ate the bread in the bank of the river !"]
+PASSAGES = ["homer wrote the iliad , a poem .", "the dog ate the bread in the bank of the river !",
+            "she deposited the money in the bank , the dog ate the bread , homer wrote the iliad , a poem ."]  # cut
 
 
 def _tiny_bert(folder: Path) -> Path:

@@ -148,6 +148,11 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
                              "passages).")
     lm = load(args)
     sparse = args.sparse or _is_splade(lm)
+    if sparse and args.rerank:
+        from bertscope.errors import BertScopeError
+
+        raise BertScopeError("--rerank reorders an embedding model's top passages; the sparse reading's are not "
+                             "handed to a reranker yet: run the two apart.")
     with progress_bar(f"{lm.name}: embedding SQuAD dev's passages", "passage") as progress:
         if sparse:
             from bertscope.retrieval.sparse import evaluate_sparse_squad
@@ -229,6 +234,7 @@ def _rerank_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_sparse(args: argparse.Namespace) -> Any:
     from bertscope.retrieval.sparse import explain_sparse
 
+    _check_top(args.top)
     x = explain_sparse(load(args), args.a, args.b, top=args.top)
     if args.json:
         return x.to_json()
@@ -240,7 +246,16 @@ def cmd_sparse(args: argparse.Namespace) -> Any:
               for t in x.terms[:args.top]]
     for name, top in (("a", x.a_top), ("b", x.b_top)):
         lines.append(f"{name}'s terms: " + " ".join(f"{t}{'*' if not held else ''}({w:.2f})" for t, w, held in top))
+    lines += [f"text {name} was cut at the model's length: the reading covers its start only."
+              for name, cut in zip("ab", x.truncated) if cut]
     return "\n".join(lines)
+
+
+def _check_top(top: int) -> None:
+    if top < 1:
+        from bertscope.errors import BertScopeError
+
+        raise BertScopeError(f"--top {top}: give how many to list (1 or more).")
 
 
 def _sparse_arguments(p: argparse.ArgumentParser) -> None:
@@ -252,11 +267,14 @@ def _sparse_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_maxsim(args: argparse.Namespace) -> Any:
     from bertscope.retrieval.late_interaction import explain_maxsim
 
+    _check_top(args.top)
     m = explain_maxsim(load(args), args.query, args.passage)
     if args.json:
         return m.to_json()
     lines = [m.note, f"MaxSim {m.score:.4f}: each query token's best match, summed"]
     lines += [f"  {q:>15} -> {d:<15} {v:.4f}" for q, d, v in m.matches(args.top)]
+    lines += [f"the {name} was cut at the model's length: the map covers its start only."
+              for name, cut in zip(("query", "passage"), m.truncated) if cut]
     return "\n".join(lines)
 
 

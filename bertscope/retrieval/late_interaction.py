@@ -42,7 +42,7 @@ from bertscope.core.hooked_pass import check_text, run
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.embedding import dense_weights, model_folder
-from bertscope.retrieval.settings import ACTIVATIONS, DenseLayer
+from bertscope.retrieval.settings import ACTIVATIONS, DenseLayer, read_json
 
 
 @dataclass(frozen=True)
@@ -66,19 +66,23 @@ class ColbertSettings:
     @property
     def note(self) -> str:
         if self.declared:
-            return (f"A ColBERT checkpoint (PyLate's settings in its folder): queries padded to {self.query_length} "
-                    f"tokens with [MASK] (expansion), passages cut at {self.document_length}, punctuation skipped, "
-                    f"{self.dense[-1].out_features if self.dense else '?'}-wide normalised token vectors, MaxSim.")
-        return ("Not a ColBERT checkpoint: its last hidden states, normalised, matched greedily (BERTScore's matching): "
-                "what its token vectors share, not a model trained for late interaction.")
+            query = f"queries padded to {self.query_length} tokens with [MASK] (expansion)" if self.query_expansion \
+                else f"queries cut at {self.query_length} tokens"
+            skipped = "punctuation skipped" if set(self.skiplist_words) == set(string.punctuation) else \
+                f"{len(self.skiplist_words)} skiplist words skipped"
+            return (f"A ColBERT checkpoint (PyLate's settings in its folder): {query}, passages cut at "
+                    f"{self.document_length}, {skipped}, {self.dense[-1].out_features if self.dense else '?'}-wide "
+                    "normalised token vectors, MaxSim (the sum of each query token's best match).")
+        return ("Not a ColBERT checkpoint: its last hidden states, normalised, each query token matched to its most "
+                "similar passage token (BERTScore's greedy matching, summed rather than averaged; special tokens and "
+                "punctuation left out): what its token vectors share, not a model trained for late interaction.")
 
 
-def _read(path: Path) -> dict:
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise BertScopeError(f"{path} cannot be read ({err}).") from None
-    return found if isinstance(found, dict) else {}
+def _prefix(value: object, default: str) -> str | None:
+    """PyLate 1.6's reading of a prefix: missing or null is its default, an empty string is no prefix."""
+    if value is None:
+        return default
+    return str(value) or None
 
 
 def read_colbert(folder: str | Path | None) -> ColbertSettings | None:
@@ -87,33 +91,40 @@ def read_colbert(folder: str | Path | None) -> ColbertSettings | None:
     if root is None or not (root / "config_sentence_transformers.json").is_file() or \
             not (root / "modules.json").is_file():
         return None
-    st = _read(root / "config_sentence_transformers.json")
+    st = read_json(root / "config_sentence_transformers.json")
     if str(st.get("similarity_fn_name", "")).lower() != "maxsim" and "query_prefix" not in st:
         return None
-    modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], m) for m in modules]
+    except (OSError, ValueError, AttributeError, TypeError) as err:
+        raise BertScopeError(f"{root / 'modules.json'} is not a list of modules ({err}).") from None
     dense = []
-    for module in modules:
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+    for kind, module in kinds:
         if kind == "Transformer":
             continue
         if kind != "Dense":
             raise BertScopeError(f"{root}: a ColBERT module {module.get('type')!r}: BertScope reads a Transformer "
                                  "then Dense projections.")
         path = root / str(module.get("path", ""))
-        config = _read(path / "config.json")
+        config = read_json(path / "config.json")
         if not (path / "model.safetensors").is_file():
             raise BertScopeError(f"{path} holds no model.safetensors: BertScope never opens pickled weights.")
         activation = ACTIVATIONS.get(str(config.get("activation_function", "torch.nn.modules.linear.Identity")))
         if activation is None or config.get("use_residual"):
             raise BertScopeError(f"{path}: a projection BertScope does not compute ({config.get('activation_function')}"
                                  f"{', residual' if config.get('use_residual') else ''}).")
-        dense.append(DenseLayer(path, int(config["in_features"]), int(config["out_features"]),
-                                bool(config.get("bias", False)), activation))
+        try:
+            dense.append(DenseLayer(path, int(config["in_features"]), int(config["out_features"]),
+                                    bool(config.get("bias", False)), activation))
+        except (KeyError, TypeError, ValueError):
+            raise BertScopeError(f"{path / 'config.json'} does not give the projection's in_features and "
+                                 "out_features.") from None
     if not dense:
         raise BertScopeError(f"{root}: a ColBERT checkpoint without its projection (PyLate's 1_Dense).")
     expansion = st.get("do_query_expansion")
     expansion = True if expansion is None else bool(expansion)
-    return ColbertSettings(st.get("query_prefix", "[Q] ") or None, st.get("document_prefix", "[D] ") or None,
+    return ColbertSettings(_prefix(st.get("query_prefix"), "[Q] "), _prefix(st.get("document_prefix"), "[D] "),
                            int(st.get("query_length") or 32), int(st.get("document_length") or 180),
                            expansion and bool(st.get("attend_to_expansion_tokens", False)), expansion,
                            tuple(st.get("skiplist_words") or string.punctuation), tuple(dense), declared=True)
@@ -130,7 +141,21 @@ def _prefix_id(lm: LoadedModel, prefix: str | None) -> int | None:
     if prefix is None:
         return None
     found = lm.tokenizer.convert_tokens_to_ids(prefix)
-    return int(found) if found is not None else int(lm.tokenizer.unk_token_id)
+    if found is None:
+        found = lm.tokenizer.unk_token_id
+    if found is None:
+        raise BertScopeError(f"{lm.name}'s tokenizer has no token {prefix!r} (the checkpoint's prefix) and no unknown "
+                             "token to stand for it.")
+    return int(found)
+
+
+def _pad_id(lm: LoadedModel) -> int:
+    """What PyLate pads a query with: the mask token, else the end-of-sequence token, else the padding token."""
+    tok = lm.tokenizer
+    for found in (tok.mask_token_id, tok.eos_token_id, tok.pad_token_id):
+        if found is not None:
+            return int(found)
+    raise BertScopeError(f"{lm.name}'s tokenizer has no mask, end or padding token to expand a query with.")
 
 
 @dataclass(frozen=True)
@@ -167,7 +192,7 @@ def token_vectors(lm: LoadedModel, text: str, is_query: bool, settings: ColbertS
     attend = [1] * len(ids)
     if is_query and settings.query_expansion and len(ids) < room:  # query augmentation: padded with the mask token
         pad = room - len(ids)
-        ids, expansion = ids + [tok.mask_token_id] * pad, expansion + [True] * pad
+        ids, expansion = ids + [_pad_id(lm)] * pad, expansion + [True] * pad
         attend += [1 if settings.attend_to_expansion_tokens else 0] * pad
     if prefix is not None:
         ids, expansion, attend = ids[:1] + [prefix] + ids[1:], [False] + expansion, [1] + attend
@@ -205,6 +230,7 @@ class MaxSimMap:
     contributions: np.ndarray  # [query token] its maximum: its part of the score
     expansion: list[bool]  # [query token] a [MASK] pad (query augmentation)
     score: float  # sum of the contributions
+    truncated: tuple[bool, bool] = (False, False)  # (query, passage) cut at the model's lengths
 
     def matches(self, n: int = 10) -> list[tuple[str, str, float]]:
         """The ``n`` strongest (query token, passage token, similarity) matches."""
@@ -215,7 +241,8 @@ class MaxSimMap:
         return {"model": self.model, "method": "maxsim", "kind": self.kind, "note": self.note, "score": self.score,
                 "query_tokens": self.query_tokens, "passage_tokens": self.passage_tokens,
                 "similarities": self.similarities.round(7).tolist(), "best": self.best.tolist(),
-                "contributions": self.contributions.round(7).tolist(), "expansion": self.expansion}
+                "contributions": self.contributions.round(7).tolist(), "expansion": self.expansion,
+                "truncated": {"query": self.truncated[0], "passage": self.truncated[1]}}
 
 
 def explain_maxsim(lm: LoadedModel, query: str, passage: str, settings: ColbertSettings | None = None) -> MaxSimMap:
@@ -233,10 +260,13 @@ def explain_maxsim(lm: LoadedModel, query: str, passage: str, settings: ColbertS
     settings = settings or colbert_settings(lm)
     q = token_vectors(lm, query, True, settings)
     d = token_vectors(lm, passage, False, settings)
+    if not len(q.tokens):
+        raise BertScopeError("The query has no token to match (special tokens only): give it some words.")
     if not len(d.tokens):
-        raise BertScopeError("Every token of the passage is in the skiplist (punctuation): give it some words.")
+        raise BertScopeError("Every token of the passage is left out (punctuation, special or unknown tokens): give "
+                             "it some words.")
     sims = q.vectors @ d.vectors.T  # [query token, passage token]
     best = sims.argmax(1)
     contributions = sims[np.arange(len(best)), best]
     return MaxSimMap(lm.name, settings.kind, settings.note, q.tokens, d.tokens, sims, best, contributions,
-                     q.expansion, float(contributions.sum()))
+                     q.expansion, float(contributions.sum()), (q.truncated, d.truncated))

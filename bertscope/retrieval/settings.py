@@ -80,7 +80,8 @@ class EmbeddingSettings:
         return self.prompts[name]
 
 
-def _json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A JSON object from a checkpoint's file; one line for what cannot be read as one."""
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
@@ -111,7 +112,7 @@ def _not_single_vector(root: Path, modules: list) -> None:
                              "not one vector a text; explain it with `bertscope sparse` (the Similarity page's Terms "
                              "& matches tab).")
     st_file = root / "config_sentence_transformers.json"
-    st = _json(st_file) if st_file.is_file() else {}
+    st = read_json(st_file) if st_file.is_file() else {}
     if str(st.get("similarity_fn_name", "")).lower() == "maxsim" or "query_prefix" in st:
         raise BertScopeError(f"{root.name} is a ColBERT model (late interaction): it scores a vector a token, not one "
                              "a text; explain it with `bertscope maxsim` (the Similarity page's Terms & matches tab).")
@@ -141,10 +142,10 @@ def read_settings(folder: str | Path | None) -> EmbeddingSettings:
         if kind == "Transformer":
             continue
         if kind == "Pooling":
-            config = _json(path / "config.json")
+            config = read_json(path / "config.json")
             pooling, include_prompt = _pooling(config), bool(config.get("include_prompt", True))
         elif kind == "Dense":
-            config = _json(path / "config.json")
+            config = read_json(path / "config.json")
             if not (path / "model.safetensors").is_file():
                 raise BertScopeError(f"{path} holds no model.safetensors: BertScope never opens pickled weights.")
             activation = ACTIVATIONS.get(str(config.get("activation_function", "")))
@@ -158,8 +159,8 @@ def read_settings(folder: str | Path | None) -> EmbeddingSettings:
         else:
             raise BertScopeError(f"{root}: the module {module.get('type')!r} is not one BertScope computes (Transformer, "
                                  "Pooling, Dense, Normalize).")
-    bert = _json(root / "sentence_bert_config.json") if (root / "sentence_bert_config.json").is_file() else {}
-    st = _json(root / "config_sentence_transformers.json") if (root / "config_sentence_transformers.json").is_file() \
+    bert = read_json(root / "sentence_bert_config.json") if (root / "sentence_bert_config.json").is_file() else {}
+    st = read_json(root / "config_sentence_transformers.json") if (root / "config_sentence_transformers.json").is_file() \
         else {}
     similarity = str(st.get("similarity_fn_name") or "cosine")
     if similarity == "dot_product":

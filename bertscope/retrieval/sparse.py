@@ -39,6 +39,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.embedding import model_folder
 from bertscope.retrieval.search import RetrievalScores
+from bertscope.retrieval.settings import read_json
 
 POOLINGS = ("max", "sum")
 ACTIVATIONS = ("relu", "log1p_relu")
@@ -68,6 +69,11 @@ class SpladeSettings:
         return f"A masked LM read as SPLADE reads one (SPLADE v2's defaults; not trained for retrieval): {how}."
 
 
+def _json(path: Path) -> dict:
+    """A JSON object from ``path`` ({} when there is no file); one line for what cannot be read as one."""
+    return read_json(path) if path.is_file() else {}
+
+
 def read_splade(folder: str | Path | None) -> SpladeSettings | None:
     """The settings of a sentence-transformers sparse encoder in ``folder`` (``modules.json`` naming
     ``SpladePooling``); None for any other folder."""
@@ -86,14 +92,20 @@ def read_splade(folder: str | Path | None) -> SpladeSettings | None:
         raise BertScopeError(f"{root}: a sparse encoder with {', '.join(other)}: BertScope reads a masked LM followed "
                              "by SpladePooling only.")
     path = next(m for m in modules if str(m.get("type", "")).endswith("SpladePooling")).get("path", "")
-    config_file = root / str(path) / "config.json"
-    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    config = _json(root / str(path) / "config.json")
     pooling, activation = str(config.get("pooling_strategy", "max")), str(config.get("activation_function", "relu"))
     if pooling not in POOLINGS or activation not in ACTIVATIONS:
         raise BertScopeError(f"{root}: SpladePooling {pooling!r}/{activation!r}: BertScope computes pooling "
                              f"{' or '.join(POOLINGS)} with activation {' or '.join(ACTIVATIONS)}.")
-    bert_file = root / "sentence_bert_config.json"
-    bert = json.loads(bert_file.read_text(encoding="utf-8")) if bert_file.is_file() else {}
+    bert = _json(root / "sentence_bert_config.json")
+    st = _json(root / "config_sentence_transformers.json")
+    unread = [k for k, bad in (("max_active_dims", st.get("max_active_dims") is not None),
+                               ("similarity_fn_name", str(st.get("similarity_fn_name") or "dot") not in ("dot",
+                                                                                                        "dot_product")),
+                               ("prompts", any(v for v in (st.get("prompts") or {}).values()))) if bad]
+    if unread:
+        raise BertScopeError(f"{root}: a sparse encoder with {', '.join(unread)} set: BertScope reads SPLADE's plain "
+                             "dot product of every active term, with no prompts, and would not equal its scores.")
     return SpladeSettings(pooling, activation, int(bert["max_seq_length"]) if bert.get("max_seq_length") else None,
                           declared=True)
 
@@ -228,6 +240,7 @@ class SparseMatch:
     a_active: int  # a's active terms
     b_active: int
     error: float  # |sum of the shares - score|: float rounding only
+    truncated: tuple[bool, bool] = (False, False)  # (a, b) cut at the model's length
 
     def to_json(self) -> dict:
         return {"model": self.model, "method": "splade", "score": self.score, "settings": self.settings.note,
@@ -239,16 +252,20 @@ class SparseMatch:
                 "b_top": [{"term": t, "weight": w, "expansion": not held} for t, w, held in self.b_top],
                 "pairs": self.pairs.round(7).tolist(), "a_scores": self.pairs.sum(1).round(7).tolist(),
                 "b_scores": self.pairs.sum(0).round(7).tolist(), "a_active": self.a_active,
-                "b_active": self.b_active, "error": self.error}
+                "b_active": self.b_active, "error": self.error,
+                "truncated": {"a": self.truncated[0], "b": self.truncated[1]}}
 
 
-def _side(lm: LoadedModel, text: str, settings: SpladeSettings, what: str) -> tuple[list[str], torch.Tensor, set[int]]:
-    """(tokens, [token, vocab] f(z) in float64, the text's own vocabulary ids)."""
+def _side(lm: LoadedModel, text: str, settings: SpladeSettings, what: str
+          ) -> tuple[list[str], torch.Tensor, set[int], bool]:
+    """(tokens, [token, vocab] f(z) in float64, the text's own vocabulary ids, cut at the model's length). At most
+    ``_cut`` tokens: 512 x a 250,000-term vocabulary is the largest, 1 GiB in float64."""
     feed = _feed(lm, [check_text(text, what)], settings)
     with torch.no_grad():
         f = term_activations(_logits(run(lm, feed, grad=False)), feed["attention_mask"], settings)[0].double()
     ids = feed["input_ids"][0].tolist()
-    return lm.tokenizer.convert_ids_to_tokens(ids), f.cpu(), set(ids)
+    whole = len(lm.tokenizer(text.strip(), truncation=False, verbose=False)["input_ids"])
+    return lm.tokenizer.convert_ids_to_tokens(ids), f.cpu(), set(ids), whole > _cut(lm, settings)
 
 
 def _term(tokenizer, i: int) -> str:
@@ -277,9 +294,11 @@ def explain_sparse(lm: LoadedModel, a: str, b: str, settings: SpladeSettings | N
     Returns:
         A ``SparseMatch``.
     """
+    if top < 0:
+        raise BertScopeError(f"top {top}: give the number of terms to list (0 or more).")
     settings = settings or splade_settings(lm)
-    a_tokens, fa, held_a = _side(lm, a, settings, "text a")  # [ta, vocab]
-    b_tokens, fb, held_b = _side(lm, b, settings, "text b")  # [tb, vocab]
+    a_tokens, fa, held_a, cut_a = _side(lm, a, settings, "text a")  # [ta, vocab]
+    b_tokens, fb, held_b, cut_b = _side(lm, b, settings, "text b")  # [tb, vocab]
     wa, wb = pooled(fa[None], settings)[0], pooled(fb[None], settings)[0]  # [vocab]
     share = wa * wb  # [vocab]
     shared = torch.nonzero(share > 0).flatten()
@@ -296,7 +315,7 @@ def explain_sparse(lm: LoadedModel, a: str, b: str, settings: SpladeSettings | N
     score = float(share.sum())
     return SparseMatch(lm.name, settings, a_tokens, b_tokens, score, terms, _top(wa, held_a, lm.tokenizer, top),
                        _top(wb, held_b, lm.tokenizer, top), pairs.numpy(), int((wa > 0).sum()), int((wb > 0).sum()),
-                       abs(float(pairs.sum()) - score))
+                       abs(float(pairs.sum()) - score), (cut_a, cut_b))
 
 
 def evaluate_sparse_squad(lm: LoadedModel, limit: int | None = None,

@@ -242,7 +242,7 @@ def test_sparse_and_maxsim_from_the_command_line(tiny_mlm_dir, tiny_encoder_dir,
     assert out["kind"] == "token vectors" and out["score"] == pytest.approx(sum(out["contributions"]))
     for argv, said in ((["sparse", str(tiny_encoder_dir), "--a", "x", "--b", "y"], "has no masked-LM head"),
                        (["sparse", str(tiny_mlm_dir), "--a", "x", "--b", " "], "text b is empty"),
-                       (["maxsim", str(tiny_encoder_dir), "--query", "the", "--passage", ". ,"], "skiplist")):
+                       (["maxsim", str(tiny_encoder_dir), "--query", "the", "--passage", ". ,"], "is left out")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1

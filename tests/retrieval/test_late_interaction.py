@@ -46,6 +46,14 @@ def _colbert_folder(tiny_encoder_dir, folder, attend: bool = False, expansion: b
     return folder
 
 
+def _variant(folder, to, **settings):
+    """A copy of the checkpoint with only its PyLate settings changed: the same weights."""
+    shutil.copytree(folder, to)
+    config = json.loads((to / "config_sentence_transformers.json").read_text())
+    (to / "config_sentence_transformers.json").write_text(json.dumps({**config, **settings}))
+    return to
+
+
 def test_a_colbert_checkpoint_is_read_as_pylate_reads_it(tiny_encoder_dir, tmp_path):
     lm = load_model(str(_colbert_folder(tiny_encoder_dir, tmp_path / "colbert")))
     settings = colbert_settings(lm)
@@ -56,21 +64,28 @@ def test_a_colbert_checkpoint_is_read_as_pylate_reads_it(tiny_encoder_dir, tmp_p
     assert q.tokens[-1] == "[MASK]" and q.expansion.count(True) == 10 - 6 and q.vectors.shape == (10, 8)
     np.testing.assert_allclose(np.linalg.norm(q.vectors, axis=1), 1.0, atol=1e-12)
     d = token_vectors(lm, "the dog , ate the bread . and the cat ate the fish .", False)
-    assert [t.lower() for t in d.tokens[:2]] == ["[cls]", "[d] "] and "," not in d.tokens and "." not in d.tokens and d.truncated
-    assert len(d.tokens) <= 12
+    # cut at document_length - 1 = 11 pieces, the prefix inserted (12), then "," and "." dropped
+    assert [t.lower() for t in d.tokens] == ["[cls]", "[d] ", "the", "dog", "ate", "the", "bread", "and", "the", "[sep]"]
+    assert d.truncated
     m = explain_maxsim(lm, "the dog ate", "the dog , ate the bread .")
+    assert m.truncated == (False, False) and "padded to 10 tokens with [MASK]" in m.note
     assert m.score == pytest.approx(float(m.contributions.sum()), abs=1e-12)
     np.testing.assert_allclose(m.contributions, m.similarities.max(1), atol=1e-12)
     assert m.similarities.shape == (len(m.query_tokens), len(m.passage_tokens))
     assert m.matches(3)[0][2] == pytest.approx(m.contributions.max())
     json.dumps(m.to_json())
     unattended = m.similarities
-    attended = explain_maxsim(load_model(str(_colbert_folder(tiny_encoder_dir, tmp_path / "attend", attend=True))),
-                              "the dog ate", "the dog , ate the bread .").similarities
-    assert not np.allclose(unattended, attended)  # attending to the [MASK] pads changes the query's vectors
-    plain = token_vectors(load_model(str(_colbert_folder(tiny_encoder_dir, tmp_path / "plain", expansion=False))),
+    attend = _variant(tmp_path / "colbert", tmp_path / "attend", attend_to_expansion_tokens=True)
+    attended = explain_maxsim(load_model(str(attend)), "the dog ate", "the dog , ate the bread .")
+    assert not np.allclose(unattended, attended.similarities)  # the same weights: the pads attended to change it
+    assert attended.similarities.shape == unattended.shape
+    plain = token_vectors(load_model(str(_variant(tmp_path / "colbert", tmp_path / "plain", do_query_expansion=False))),
                           "the dog ate", True)
     assert len(plain.tokens) == 6 and not any(plain.expansion)  # no query expansion: no pads
+    bare = token_vectors(load_model(str(_variant(tmp_path / "colbert", tmp_path / "bare", query_prefix="",
+                                                 document_prefix=None))), "the dog ate", True)
+    assert [t.lower() for t in bare.tokens[:2]] == ["[cls]", "the"]  # an empty prefix is no prefix
+    assert read_colbert(tmp_path / "bare").document_prefix == "[D] "  # null: PyLate's default
 
 
 def test_any_other_encoder_is_matched_greedily_without_special_tokens(tiny_encoder_dir):
@@ -86,12 +101,18 @@ def test_bad_inputs_are_one_line(tiny_encoder_dir, tmp_path):
     lm = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="empty"):
         explain_maxsim(lm, "", "a dog")
-    with pytest.raises(BertScopeError, match="in the skiplist"):
+    with pytest.raises(BertScopeError, match="Every token of the passage is left out"):
         explain_maxsim(lm, "the dog", ". , !")
     folder = _colbert_folder(tiny_encoder_dir, tmp_path / "colbert")
     with pytest.raises(BertScopeError, match="is a ColBERT model .*bertscope maxsim"):
         read_settings(folder)
+    (folder / "1_Dense" / "config.json").write_text(json.dumps({"out_features": 8}))
+    with pytest.raises(BertScopeError, match="does not give the projection's in_features"):
+        read_colbert(folder)
     shutil.rmtree(folder / "1_Dense")
     (folder / "modules.json").write_text(json.dumps([{"type": "sentence_transformers.models.Transformer"}]))
     with pytest.raises(BertScopeError, match="without its projection"):
+        read_colbert(folder)
+    (folder / "modules.json").write_text("[{")
+    with pytest.raises(BertScopeError, match="is not a list of modules"):
         read_colbert(folder)

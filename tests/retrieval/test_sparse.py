@@ -13,7 +13,14 @@ import pytest
 from bertscope.core.models import load_model
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.settings import read_settings
-from bertscope.retrieval.sparse import evaluate_sparse_squad, explain_sparse, read_splade, sparse_embed, splade_settings
+from bertscope.retrieval.sparse import (
+    evaluate_sparse_squad,
+    explain_sparse,
+    read_splade,
+    sparse_embed,
+    sparse_scores,
+    splade_settings,
+)
 
 TEXTS = ["the dog ate the bread .", "she deposited the money in the bank .", "a man rode a horse",
          "the bank of the river was muddy and steep ." * 3]
@@ -79,9 +86,13 @@ def test_the_evaluation_scores_squad_as_the_dense_one_does(tiny_mlm_dir, monkeyp
     passages = ("the dog ate the bread .", "she deposited the money in the bank .", "a man rode a horse")
     monkeypatch.setattr(search, "squad_retrieval", lambda limit=None: (
         search.Corpus("squad", ("0", "1", "2"), passages), list(passages), np.array([0, 1, 2])))
-    scores = evaluate_sparse_squad(load_model(str(tiny_mlm_dir)))
+    lm = load_model(str(tiny_mlm_dir))
+    scores = evaluate_sparse_squad(lm)
     assert scores.questions == 3 and scores.passages == 3 and "untrained head" in scores.system
-    assert 0 < scores.mrr_at_10 <= 1 and scores.recall_at_10 == 1.0  # three passages: all in the top 10
+    vectors = sparse_embed(lm, list(passages))
+    first = np.argmax(sparse_scores(vectors, vectors), axis=1)  # each question's best passage by the dot product
+    assert scores.recall_at_1 == pytest.approx(float(np.mean(first == np.arange(3))))
+    assert scores.mrr_at_10 >= scores.recall_at_1 and scores.recall_at_10 == 1.0
 
 
 def test_bad_inputs_are_one_line(tiny_encoder_dir, tiny_mlm_dir, tmp_path):
@@ -98,3 +109,16 @@ def test_bad_inputs_are_one_line(tiny_encoder_dir, tiny_mlm_dir, tmp_path):
     (folder / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "mean"}))
     with pytest.raises(BertScopeError, match="pooling max or sum"):
         read_splade(folder)
+    (folder / "1_SpladePooling" / "config.json").write_text("{")
+    with pytest.raises(BertScopeError, match="cannot be read"):
+        read_splade(folder)
+    (folder / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "max"}))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"max_active_dims": 64,
+                                                                          "prompts": {"query": "q: "}}))
+    with pytest.raises(BertScopeError, match="max_active_dims, prompts set"):
+        read_splade(folder)
+    with pytest.raises(BertScopeError, match="list"):
+        explain_sparse(lm, "the dog", "a dog", top=-1)
+    long = explain_sparse(load_model(str(_splade_folder(tiny_mlm_dir, tmp_path / "cut", "max", "relu"))), "the dog",
+                          "the bank of the river was muddy and steep ." * 4)
+    assert long.truncated == (False, True)  # max_seq_length 20

@@ -41,7 +41,14 @@ def sparse_model(lm):
     return cached_model(BUNDLED_MLM, "auto", "auto")
 
 
+def cut_note(names: tuple[str, str], truncated: tuple[bool, bool]) -> None:
+    for name, cut in zip(names, truncated):
+        if cut:
+            st.warning(f"The {name} was cut at the model's length: the reading covers its start only.")
+
+
 def show_sparse(x) -> None:
+    cut_note(("query", "passage"), x.truncated)
     c1, c2, c3 = st.columns(3)
     c1.metric("score (dot product of term weights)", f"{x.score:.4f}")
     c2.metric("shared terms", f"{len(x.terms):,}")
@@ -67,6 +74,7 @@ def show_sparse(x) -> None:
 
 
 def show_maxsim(m) -> None:
+    cut_note(("query", "passage"), m.truncated)
     c1, c2 = st.columns(2)
     c1.metric("MaxSim (sum of each query token's best match)", f"{m.score:.4f}")
     c2.metric("query tokens (expansion [MASK]s)", f"{len(m.query_tokens)} ({sum(m.expansion)})")
@@ -88,16 +96,18 @@ def show_maxsim(m) -> None:
 def terms_tab(lm) -> None:
     """A query and a passage read by shared terms or by token matches."""
     st.caption("Two readings whose explanations are exact by construction. Headless: `bertscope sparse MODEL --a … "
-               "--b …` and `bertscope maxsim MODEL --query … --passage …`. " + plain(colbert_settings(lm).note))
+               "--b …` and `bertscope maxsim MODEL --query … --passage …`.")
     query, passage, view, asked = terms_form()
     with page_errors(stop=False):
+        st.caption(plain(colbert_settings(lm).note))
         for text, what in ((query, "query"), (passage, "passage")):
             check_text(text, what)
             check_words(text, what)
         if view == "sparse":
             model = sparse_model(lm)
             x = result_store("sparse").compute(
-                (model.name, query, passage), lambda progress: explain_sparse(model, query, passage),
+                (model_key() if model is lm else model.name, query, passage),
+                lambda progress: explain_sparse(model, query, passage),
                 "Reading the terms", asked, costly="sparse explanation",
                 wait="Press *Explain the match*: one pass of each text through the masked-LM head.")
             if x is not None:
