@@ -26,7 +26,7 @@ import torch
 from bertscope.core.hooked_pass import run
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
-from bertscope.retrieval.settings import EmbeddingSettings, read_settings
+from bertscope.retrieval.settings import DenseLayer, EmbeddingSettings, read_settings
 
 BATCH_BYTES = 256 * 2**20  # one batch's last hidden states and attention scores, at most
 
@@ -112,14 +112,20 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, settings: EmbeddingSettings) 
     return summed / counts.sqrt() if mode == "mean_sqrt_len" else summed / counts
 
 
+def apply_dense(x: torch.Tensor, layers: tuple[DenseLayer, ...]) -> torch.Tensor:
+    """``x`` [..., in] through sentence-transformers' ``Dense`` layers (``activation(x @ W.T + b)``), in x's dtype:
+    a sentence embedding's after its pooling, a ColBERT checkpoint's projection of every token."""
+    for layer in layers:
+        weight, bias = dense_weights(layer.folder, str(x.device))
+        x = torch.nn.functional.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
+        x = {"tanh": torch.tanh, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+             "identity": lambda v: v}[layer.activation](x)
+    return x
+
+
 def finish(pooled: torch.Tensor, settings: EmbeddingSettings) -> torch.Tensor:
     """The modules after the pooling: dense layers, then the normalisation (both differentiable)."""
-    out = pooled
-    for layer in settings.dense:
-        weight, bias = dense_weights(layer.folder, str(out.device))
-        out = torch.nn.functional.linear(out, weight, bias)
-        out = {"tanh": torch.tanh, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
-               "identity": lambda x: x}[layer.activation](out)
+    out = apply_dense(pooled, settings.dense)
     return torch.nn.functional.normalize(out, p=2, dim=1) if settings.normalize else out
 
 

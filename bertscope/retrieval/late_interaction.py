@@ -41,7 +41,7 @@ import torch
 from bertscope.core.hooked_pass import check_text, run
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
-from bertscope.retrieval.embedding import dense_weights, model_folder
+from bertscope.retrieval.embedding import apply_dense, model_folder
 from bertscope.retrieval.settings import ACTIVATIONS, DenseLayer, read_json
 
 
@@ -202,11 +202,7 @@ def token_vectors(lm: LoadedModel, text: str, is_query: bool, settings: ColbertS
         feed["token_type_ids"] = torch.zeros_like(feed["input_ids"])
     with torch.no_grad():
         hidden = run(lm, feed, encoder_only=True, grad=False).last_hidden_state[0].double()  # [token, dim]
-        for layer in settings.dense:
-            weight, bias = dense_weights(layer.folder, str(hidden.device))
-            hidden = torch.nn.functional.linear(hidden, weight.double(), None if bias is None else bias.double())
-            hidden = {"tanh": torch.tanh, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
-                      "identity": lambda x: x}[layer.activation](hidden)
+        hidden = apply_dense(hidden, settings.dense)  # [token, out]
     skip = {tok.convert_tokens_to_ids(w) for w in settings.skiplist_words} if not is_query else set()
     if not settings.declared:  # BERTScore's matching leaves the special tokens out (its idf weighs them 0)
         skip |= set(tok.all_special_ids)

@@ -104,15 +104,13 @@ def _pooling(config: dict) -> str:
     return chosen[0]
 
 
-def _not_single_vector(root: Path, modules: list) -> None:
+def _not_single_vector(root: Path, modules: list, st: dict) -> None:
     """One line where the checkpoint is a sparse encoder or a ColBERT model: neither has one vector a text."""
     kinds = {str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)}
     if kinds & {"SpladePooling", "MLMTransformer"}:
         raise BertScopeError(f"{root.name} is a sparse encoder (SPLADE): it scores texts by shared vocabulary terms, "
                              "not one vector a text; explain it with `bertscope sparse` (the Similarity page's Terms "
                              "& matches tab).")
-    st_file = root / "config_sentence_transformers.json"
-    st = read_json(st_file) if st_file.is_file() else {}
     if str(st.get("similarity_fn_name", "")).lower() == "maxsim" or "query_prefix" in st:
         raise BertScopeError(f"{root.name} is a ColBERT model (late interaction): it scores a vector a token, not one "
                              "a text; explain it with `bertscope maxsim` (the Similarity page's Terms & matches tab).")
@@ -134,7 +132,9 @@ def read_settings(folder: str | Path | None) -> EmbeddingSettings:
     modules = json.loads((root / "modules.json").read_text(encoding="utf-8")) if root else []
     if not isinstance(modules, list):
         raise BertScopeError(f"{root / 'modules.json'} is not a list of modules.")
-    _not_single_vector(root, modules)
+    st_file = root / "config_sentence_transformers.json"
+    st = read_json(st_file) if st_file.is_file() else {}  # read once: both checks and the settings below use it
+    _not_single_vector(root, modules, st)
     pooling, normalize, dense, include_prompt = "mean", False, [], True
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
@@ -160,8 +160,6 @@ def read_settings(folder: str | Path | None) -> EmbeddingSettings:
             raise BertScopeError(f"{root}: the module {module.get('type')!r} is not one BertScope computes (Transformer, "
                                  "Pooling, Dense, Normalize).")
     bert = read_json(root / "sentence_bert_config.json") if (root / "sentence_bert_config.json").is_file() else {}
-    st = read_json(root / "config_sentence_transformers.json") if (root / "config_sentence_transformers.json").is_file() \
-        else {}
     similarity = str(st.get("similarity_fn_name") or "cosine")
     if similarity == "dot_product":
         similarity = "dot"
