@@ -818,14 +818,17 @@ def test_interventions_page_on_bundled_mlm(browser, app_url, artifacts):
     subject-verb example and see both grids."""
     page, problems = open_page(browser, f"{app_url}/interventions", height=1400)
     panel = page.get_by_role("tabpanel", name="Ablate heads")
-    area = panel.locator(".nsewdrag").first
-    area.wait_for(timeout=120_000)
     layers, heads = 6, 12
-    for layer, head in ((3, 1), (4, 3)):
+    for layer, head, picked in ((3, 1, "1 head(s) removed (zero): 3:1"), (4, 3, "2 head(s) removed (zero): 3:1, 4:3")):
+        # each click redraws the grid under a new key: click only the grid of a finished run, found afresh
+        area = panel.locator(".nsewdrag").first
+        area.wait_for(timeout=120_000)
+        wait_until_idle(page, 120)
         box = area.bounding_box()
         page.mouse.click(box["x"] + (head + 0.5) / heads * box["width"], box["y"] + (layer + 0.5) / layers * box["height"])
         page.wait_for_url(f"**{layer}%3A{head}**", timeout=30_000)
-    panel.get_by_text("2 head(s) removed (zero): 3:1, 4:3").wait_for(timeout=60_000)
+        wait_until_idle(page, 120)
+        assert panel.get_by_text(picked).count(), (page.url, picked)
     panel.get_by_text("Mask at token 6").wait_for(timeout=60_000)  # drawn just after the line above
     page.screenshot(path=str(artifacts / "interventions-ablate.png"), full_page=True)
     page.get_by_role("tab", name="Patching").click()
