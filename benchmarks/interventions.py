@@ -74,9 +74,9 @@ def patching(lm, tokens: int, states: int | None, repeats: int) -> None:
 
 
 def importance(lm, sentences: int, repeats: int) -> object:
+    from bertscope.core.passes import mlm_logits
     from bertscope.corpora.brown_tasks import brown_split_texts
     from bertscope.interventions.importance import head_importance, masked_batches
-    from bertscope.training.model import mlm_logits
 
     texts = brown_split_texts(sentences, held_out=False)
     batches = list(masked_batches(lm, texts, 16, seed=0))

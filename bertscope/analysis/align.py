@@ -128,7 +128,23 @@ def embed_parallel(
     kept on disk as ``.npz`` (no pickle), written atomically, and read back by a later call
     with the same weights, tokenizer, data, pooling and context. ``progress(done, total)`` counts word
     pieces (special tokens included): the cells run shortest first, so a count of cells promised too
-    little time left (issue 54: about 30 s said at 192 of 780, 77 s taken)."""
+    little time left (issue 54: about 30 s said at 192 of 780, 77 s taken).
+
+    Args:
+        lm: the model.
+        data: the translations (``corpora.parallel``): only rows with every language present are read.
+        pooling: "mean" of a sentence's non-special tokens, or "cls": its first token ([CLS] / <s>). A word is
+            always the mean of its pieces.
+        context: words only: "alone" (the word is the whole text) or "carrier" (inside its language's carrier
+            sentence, ``CARRIERS``; only the word's own pieces pooled).
+        batch_size: texts a batch, at most.
+        progress: called with (done, total) word pieces.
+        cache: False: nothing kept; True: the user cache's ``align`` folder; a folder: kept there.
+
+    Returns:
+        ``AlignmentVectors``: ``vectors`` [language, item, state, dim] float32 (state 0 the embeddings, state l + 1
+            layer l's output), and how many inputs were truncated or had no token to pool (left at zero).
+    """
     if pooling not in ("mean", "cls"):
         raise BertScopeError("Pooling must be 'mean' or 'cls'.")
     if context not in ("alone", "carrier"):
@@ -252,6 +268,16 @@ class RetrievalResult:
 
 
 def retrieval(av: AlignmentVectors) -> RetrievalResult:
+    """P@1 of translation retrieval at every hidden state, for every ordered pair of languages, raw and after
+    per-language mean-centring (Libovický et al. 2020, §3.1).
+
+    Args:
+        av: the vectors (``embed_parallel``).
+
+    Returns:
+        ``RetrievalResult``: ``raw`` and ``centred`` [state, source, target] P@1 (state 0 the embeddings; NaN where
+            source and target are one language), the languages and the number of items (chance: 1 / items).
+    """
     return RetrievalResult(av.languages, av.data.n_items, retrieval_accuracy(av.vectors),
                            retrieval_accuracy(centre(av.vectors)))
 

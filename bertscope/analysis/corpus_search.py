@@ -75,7 +75,19 @@ def index_on_disk(lm: LoadedModel, sentences: int = DEFAULT_SENTENCES, cache: Hi
 def build_index(lm: LoadedModel, sentences: int = DEFAULT_SENTENCES, cache: HiddenStateCache | None = None,
                 progress: Callable[[int, int], None] | None = None, engine=None) -> CorpusIndex:
     """The Brown sample's word vectors at every layer (extracted once, then read from disk;
-    ``engine``: who runs the passes, as ``hidden_states`` takes)."""
+    ``engine``: who runs the passes, as ``hidden_states`` takes).
+
+    Args:
+        lm: the model.
+        sentences: Brown sentences sampled, every genre (``brown_task("brown-pos", sentences)``; 0: all of them).
+        cache: where the hidden states are kept (default: the user cache, shared with the Probes page).
+        progress: called with (done, total) sentences while the states are extracted.
+        engine (Engine | None): who extracts the states (``runtime.engine``; None: this process).
+
+    Returns:
+        A ``CorpusIndex``: one vector per tagged word at every hidden state (the mean of its pieces), with its
+            universal tag, genre, sentence and character span.
+    """
     task = brown_task("brown-pos", sentences)
     states = hidden_states(lm, task, "mean", cache or HiddenStateCache(), progress=progress, engine=engine)
     documents = read_brown().documents
@@ -121,7 +133,21 @@ def query_vector(lm: LoadedModel, text: str, word: int, layer: int) -> tuple[np.
 
 
 def search(lm: LoadedModel, index: CorpusIndex, text: str, word: int, layer: int, k: int = 20) -> SearchResult:
-    """The ``k`` Brown words nearest (cosine) to word ``word`` of ``text`` at ``layer``."""
+    """The ``k`` Brown words nearest (cosine) to word ``word`` of ``text`` at ``layer``.
+
+    Args:
+        lm: the model the index was built with.
+        index: the Brown words' vectors (``build_index``).
+        text: the sentence holding the query word.
+        word: the query word's index among the tokenizer's words of ``text``, from 0 (its pieces averaged).
+        layer: the hidden state searched: 0 = the embeddings, l = layer l - 1's output (not a block number).
+        k: matches returned, 1 to ``MAX_K`` (200).
+
+    Returns:
+        A ``SearchResult``: the word as written, ``layer``, the ``matches`` best first (word, universal tag, genre,
+            sentence, cosine, character span), the tags among them (``tag_counts``) and each tag's share of the whole
+            index (``corpus_tag_share``) to compare with.
+    """
     if index.model != lm.name:
         raise BertScopeError(f"This index holds {index.model}'s vectors, not {lm.name}'s: build it for this model.")
     if not 1 <= k <= MAX_K:

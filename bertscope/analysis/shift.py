@@ -107,7 +107,23 @@ def collect(
     batch_size: int = 32,
     progress: Callable[[int, int], None] | None = None,
 ) -> ShiftResult:
-    """Run every sentence once and keep the word's vector at every layer."""
+    """Run every sentence once and keep the word's vector at every layer.
+
+    Args:
+        lm: the model.
+        word: one word (no spaces), matched whole and in any case.
+        rows: (sentence, sense label or None) pairs, at most ``MAX_ROWS`` (2,000).
+        pooling: "mean" of the word's pieces, or the "first" piece (every word of the sentence is pooled alike).
+        occurrences: "all" matches of the word in a sentence, or only the "first".
+        batch_size: sentences a batch, at most.
+        progress: called with (done, total) sentences that contain the word.
+
+    Returns:
+        A ``ShiftResult``: one ``Occurrence`` per match (its row from 1, sentence, label, token positions),
+            ``vectors`` [occurrence, state, dim] float32 (state 0 the embeddings, state l + 1 layer l's output),
+            the rows without the word (from 1; a match cut off by truncation counts as none), and the vectors of
+            every word of each sentence kept (for the intra-sentence similarity).
+    """
     pattern = word_pattern(word)
     if pooling not in ("mean", "first"):
         raise BertScopeError("Pooling must be 'mean' or 'first'.")
@@ -292,6 +308,19 @@ class LayerMetrics:
 
 
 def layer_metrics(result: ShiftResult, baseline: np.ndarray) -> list[LayerMetrics]:
+    """Ethayarajh's (2019) measures and the sense separation of the word's vectors at every hidden state.
+
+    Args:
+        result: the word's vectors (``collect``).
+        baseline: [state] the anisotropy baseline (``anisotropy_baseline``): the mean cosine of random words in random
+            contexts, subtracted for the adjusted values.
+
+    Returns:
+        One ``LayerMetrics`` a hidden state, in order: ``layer`` is the state's index (0 = the embeddings, l = layer
+            l - 1's output; ``to_json`` names it); mean cosine within a sense, across senses and their gap (rows without
+            a label form one sense), leave-one-out nearest-centroid accuracy (NaN under two senses), self-similarity,
+            intra-sentence similarity and the baseline.
+    """
     out = []
     for layer in range(result.n_layers):
         sim = cosine_matrix(result.vectors[:, layer])

@@ -132,6 +132,71 @@ def sample_indices(n: int, limit: int | None, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(n, limit, replace=False).tolist())
 
 
+def _sample_splits(max_train: int | None, max_test: int | None, seed: int) -> tuple[dict, dict, dict]:
+    """EWT's three sides sampled (sentences of at least ``MIN_WORDS`` words; dev in proportion to the training
+    sample: a small run reads a small dev side): (sentences, their own tasks, every row kept) by side."""
+    splits = {split: read_ewt(split) for split in ("train", "dev", "test")}
+    keep = {split: [i for i, s in enumerate(sents) if len(s) >= MIN_WORDS] for split, sents in splits.items()}
+    usable_train = len(keep["train"])
+    keep["train"] = [keep["train"][i] for i in sample_indices(len(keep["train"]), max_train, seed)]
+    keep["test"] = [keep["test"][i] for i in sample_indices(len(keep["test"]), max_test, seed)]
+    dev_size = None if max_train is None else max(MIN_DEV, round(len(keep["dev"]) * len(keep["train"]) / usable_train))
+    keep["dev"] = [keep["dev"][i] for i in sample_indices(len(keep["dev"]), dev_size, seed)]
+    # only the sentences used are read: their own task, so the states cached are theirs alone
+    tasks = {split: subset_task(ewt_task(split), keep[split]) for split in splits}
+    splits = {split: [splits[split][i] for i in keep[split]] for split in splits}
+    return splits, tasks, {split: list(range(len(splits[split]))) for split in splits}
+
+
+def _checked_layers(lm: LoadedModel, layers: Sequence[int] | None, whats: tuple[str, ...],
+                    tree_state: int | None) -> list[int]:
+    chosen = list(range(lm.num_layers + 1)) if layers is None else sorted(set(layers))
+    if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
+        raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
+    if tree_state is not None and tree_state not in chosen:
+        raise BertScopeError(f"The trees' layer {hidden_label(tree_state)} is not among the layers probed.")
+    if tree_state is not None and "distance" not in whats:
+        raise BertScopeError("Trees come from the distance probe: leave out --what depth.")
+    return chosen
+
+
+def _read_whole(states: dict, splits: dict, keep: dict) -> int:
+    """Leaves out of ``keep`` the sentences the model could not read whole (longer than it takes); how many."""
+    dropped = 0
+    for split in splits:
+        whole = sentence_rows(states[split], splits[split])
+        dropped += sum(whole[i] is None for i in keep[split])
+        keep[split] = [i for i in keep[split] if whole[i] is not None]
+    return dropped
+
+
+def _probe(sents: dict, whats: tuple[str, ...], rank: int | None, seed: int,
+           epochs: Callable | None = None) -> tuple[dict, dict]:
+    """Each probe trained on ``sents["train"]`` (early stopping on dev) and scored on test: (the scores, {probe:
+    (the predicted trees' edges or None, the trained probe)})."""
+    scores: dict = {}
+    fitted = {}
+    for w in whats:
+        trained = train_structural_probe(sents["train"], sents["dev"], w, rank, seed, progress=epochs)
+        predicted = [trained.predict(s) for s in sents["test"]]
+        report = distance_report(predicted, sents["test"]) if w == "distance" else \
+            depth_report(predicted, sents["test"])
+        fitted[w] = (report.pop("edges", None), trained)
+        scores.update(report)
+        scores[f"{w}_epochs"] = trained.epochs
+    return scores, fitted
+
+
+def _trees(edges: list | None, splits: dict, keep: dict) -> list[dict]:
+    """The test sentences' gold heads and predicted edges (words numbered from 1)."""
+    trees = []
+    for i, s in zip(keep["test"], edges or []):
+        sentence = splits["test"][i]
+        trees.append({"sentence_id": sentence.id, "words": sentence.tokens, "gold_heads": sentence.heads,
+                      "predicted_edges": [[a + 1, b + 1] for a, b in s]})
+    return trees
+
+
 def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank: int | None = None,
                       what: str = "both", max_train: int | None = None, max_test: int | None = None,
                       seed: int = 0, random_model: LoadedModel | None = None,
@@ -143,25 +208,8 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
     whats = WHATS if what == "both" else (what,)
     if any(w not in WHATS for w in whats):
         raise BertScopeError(f"Unknown probe {what!r}: use distance, depth or both.")
-    splits = {split: read_ewt(split) for split in ("train", "dev", "test")}
-    keep = {split: [i for i, s in enumerate(sents) if len(s) >= MIN_WORDS] for split, sents in splits.items()}
-    usable_train = len(keep["train"])
-    keep["train"] = [keep["train"][i] for i in sample_indices(len(keep["train"]), max_train, seed)]
-    keep["test"] = [keep["test"][i] for i in sample_indices(len(keep["test"]), max_test, seed)]
-    # dev (early stopping) in proportion to the training sample: a small run reads a small dev side
-    dev_size = None if max_train is None else max(MIN_DEV, round(len(keep["dev"]) * len(keep["train"]) / usable_train))
-    keep["dev"] = [keep["dev"][i] for i in sample_indices(len(keep["dev"]), dev_size, seed)]
-    # only the sentences used are read: their own task, so the states cached are theirs alone
-    tasks = {split: subset_task(ewt_task(split), keep[split]) for split in splits}
-    splits = {split: [splits[split][i] for i in keep[split]] for split in splits}
-    keep = {split: list(range(len(splits[split]))) for split in splits}
-    chosen = list(range(lm.num_layers + 1)) if layers is None else sorted(set(layers))
-    if not chosen or not all(0 <= s <= lm.num_layers for s in chosen):
-        raise BertScopeError(f"Hidden states are 0 (the embeddings) to {lm.num_layers}.")
-    if tree_state is not None and tree_state not in chosen:
-        raise BertScopeError(f"The trees' layer {hidden_label(tree_state)} is not among the layers probed.")
-    if tree_state is not None and "distance" not in whats:
-        raise BertScopeError("Trees come from the distance probe: leave out --what depth.")
+    splits, tasks, keep = _sample_splits(max_train, max_test, seed)
+    chosen = _checked_layers(lm, layers, whats, tree_state)
 
     def states_of(model: LoadedModel) -> dict:
         out = {}
@@ -173,62 +221,38 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
         return out
 
     states = states_of(lm)
-    dropped = 0
-    for split in splits:  # sentences the model could not read whole (longer than it takes) are left out
-        whole = sentence_rows(states[split], splits[split])
-        dropped += sum(whole[i] is None for i in keep[split])
-        keep[split] = [i for i in keep[split] if whole[i] is not None]
+    dropped = _read_whole(states, splits, keep)
     if not keep["train"] or not keep["dev"] or not keep["test"]:
         raise BertScopeError(f"{lm.name} reads no EWT sentence whole (its limit is {lm.max_length} tokens).")
     rows, fitted = [], {}
     for n, state in enumerate(chosen):
         sents = {split: probe_sentences(states[split], splits[split], state, keep[split]) for split in splits}
-        row = {"layer": hidden_label(state)}
-        for w in whats:
-            # each epoch reports (the bar's text moves, and a Stop is heard within an epoch, not a layer)
-            epochs = None if progress is None else (lambda *_, n=n: progress(n, len(chosen), TRAINING))
-            trained = train_structural_probe(sents["train"], sents["dev"], w, rank, seed, progress=epochs)
-            predicted = [trained.predict(s) for s in sents["test"]]
-            report = distance_report(predicted, sents["test"]) if w == "distance" else \
-                depth_report(predicted, sents["test"])
-            fitted[(state, w)] = (report.pop("edges", None), trained)
-            row.update(report)
-            row[f"{w}_epochs"] = trained.epochs
-        rows.append(row)
+        # each epoch reports (the bar's text moves, and a Stop is heard within an epoch, not a layer)
+        epochs = None if progress is None else (lambda *_, n=n: progress(n, len(chosen), TRAINING))
+        scores, by_probe = _probe(sents, whats, rank, seed, epochs)
+        rows.append({"layer": hidden_label(state), **scores})
+        fitted.update({(state, w): found for w, found in by_probe.items()})
         if progress:
             progress(n + 1, len(chosen), TRAINING)
     key = "uuas" if "distance" in whats else "root_accuracy"
     best = int(np.argmax([r[key] if r[key] is not None else -1 for r in rows]))
-    test_sents = probe_sentences(states["test"], splits["test"], chosen[best], keep["test"])
-    baselines = {"chain": chain_report(test_sents)}
+    best_sents = probe_sentences(states["test"], splits["test"], chosen[best], keep["test"])
+    baselines: dict = {"chain": chain_report(best_sents)}
     if random_model is not None:
         other = states_of(random_model)
         sents = {split: probe_sentences(other[split], splits[split], chosen[best], keep[split]) for split in splits}
-        report = {"layer": rows[best]["layer"], "model": random_model.name}
-        for w in whats:
-            trained = train_structural_probe(sents["train"], sents["dev"], w, rank, seed)
-            predicted = [trained.predict(s) for s in sents["test"]]
-            out = distance_report(predicted, sents["test"]) if w == "distance" else \
-                depth_report(predicted, sents["test"])
-            out.pop("edges", None)
-            report.update(out)
-        baselines["random_model"] = report
+        baselines["random_model"] = {"layer": rows[best]["layer"], "model": random_model.name,
+                                     **{k: v for k, v in _probe(sents, whats, rank, seed)[0].items()
+                                        if not k.endswith("_epochs")}}
     shown = best if tree_state is None else chosen.index(tree_state)
-    if shown != best:
-        test_sents = probe_sentences(states["test"], splits["test"], chosen[shown], keep["test"])
-    trees = []
-    edges = fitted.get((chosen[shown], "distance"), (None, None))[0]
-    if edges is not None:
-        for i, s in zip(keep["test"], edges):
-            sentence = splits["test"][i]
-            trees.append({"sentence_id": sentence.id, "words": sentence.tokens, "gold_heads": sentence.heads,
-                          "predicted_edges": [[a + 1, b + 1] for a, b in s]})  # words numbered from 1
+    test_sents = best_sents if shown == best else probe_sentences(states["test"], splits["test"], chosen[shown],
+                                                                  keep["test"])
+    edges, kept_probe = fitted.get((chosen[shown], "distance"), (None, None))
     counts = {"train_sentences": len(keep["train"]), "dev_sentences": len(keep["dev"]),
               "test_sentences": len(keep["test"]), "left_out_sentences": dropped, "pooling": "mean of a word's pieces",
               "rank": rank or int(states["train"].layer(0).shape[1])}
-    kept_probe = fitted.get((chosen[shown], "distance"), (None, None))[1]
-    return StructuralResult(lm.name, rows, baselines, best, trees, counts, kept_probe, test_sents,
-                            None if tree_state is None else shown)
+    return StructuralResult(lm.name, rows, baselines, best, _trees(edges, splits, keep), counts, kept_probe,
+                            test_sents, None if tree_state is None else shown)
 
 
 def random_twin(lm: LoadedModel, seed: int = 0) -> LoadedModel:

@@ -155,7 +155,6 @@ def page() -> None:
     lm = require_model()
     key = model_key()
     presets = sense_presets()
-
     from_url("word", "shift_choice", str, lambda v: v in presets)
     c1, c2 = st.columns([1, 2])
     choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
@@ -165,28 +164,8 @@ def page() -> None:
         return
     uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload",
                                 max_upload_size=Limits.upload_mb)
-
-    with page_errors():
-        if uploaded is not None:
-            rows = read_labelled_csv(uploaded_text(uploaded))
-            source = pd.DataFrame(rows, columns=["sentence", "label"])
-        else:
-            source = pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
-
-    from_url("pool", "shift_pooling", str, lambda v: v in ("mean", "first"))
-    from_url("occ", "shift_occurrences", str, lambda v: v in ("all", "first"))
-    with st.form("shift_form"):
-        table = st.data_editor(source, num_rows="dynamic", width="stretch", key=f"shift_rows_{choice}_{uploaded is not None}",
-                               column_config={"sentence": st.column_config.TextColumn(width="large")})
-        o1, o2 = st.columns(2)
-        pooling = o1.radio("Word vector", ["mean", "first"], horizontal=True, key="shift_pooling",
-                           format_func={"mean": "mean of its pieces", "first": "first piece"}.get)
-        occurrences = o2.radio("In each sentence", ["all", "first"], horizontal=True, key="shift_occurrences",
-                               format_func={"all": "every occurrence", "first": "first occurrence"}.get)
-        asked = st.form_submit_button("Compare", type="primary")
-
-    rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
-            for s, lab in zip(table["sentence"], table["label"])]
+    rows, pooling, occurrences, asked = _sentences_form(_source_table(presets, choice, uploaded), choice,
+                                                        uploaded is not None)
     with page_errors():
         if len(rows) > Limits.corpus_lines:
             raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
@@ -196,31 +175,12 @@ def page() -> None:
                       "you like), or upload a CSV, then press Compare."))
         return
     digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
-    store = result_store("shift")
-    with page_errors():
-        def run(progress):
-            found = collect(lm, word, rows, pooling, occurrences, progress=progress)
-            progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
-            return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
-
-        result, metrics = store.compute((key, digest), run, "Sentences", asked=asked, costly=None)  # a few passes
-
-    if result.skipped:
-        st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
-    st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "
-                     f"sense label(s); the embeddings (before any context is mixed in), then layers 0–"
-                     f"{result.n_layers - 2}, the output of each encoder block."))
-
-    from_url_layer("shift_layer", result.n_layers - 1)
-    if st.session_state.get("shift_layer", 0) >= result.n_layers:  # a smaller model than the last one
-        st.session_state["shift_layer"] = result.n_layers - 1
-    layer = st.select_slider("Layer", list(range(result.n_layers)), result.n_layers - 1, format_func=hidden_name,
-                             key="shift_layer", help="The embeddings, then the output of each encoder block (from 0).")
+    result, metrics = _shifts(lm, key, word, rows, pooling, occurrences, digest, asked)
+    layer = _layer_slider(result)
     to_url(word=choice if choice != OWN else None, **layer_in_url(layer), pool=pooling if pooling != "mean" else None,
            occ=occurrences if occurrences != "all" else None)
     tab_from_url("shift_tab", TABS)
-    tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(TABS,
-        key="shift_tab", on_change="rerun")
+    tab_sim, tab_layers, tab_map, tab_vocab, tab_brown = st.tabs(TABS, key="shift_tab", on_change="rerun")
     with tab_sim:
         sim_tab(result, layer)
     with tab_layers:
@@ -231,6 +191,59 @@ def page() -> None:
         vocab_tab(lm, result, layer, rows)
     with tab_brown:
         brown_tab(lm, key, word, layer, rows, tab_brown.open)
+
+
+def _source_table(presets: dict, choice: str, uploaded) -> pd.DataFrame:
+    """The sentences the table starts from: an uploaded CSV's, or the preset word's."""
+    with page_errors():
+        if uploaded is not None:
+            return pd.DataFrame(read_labelled_csv(uploaded_text(uploaded)), columns=["sentence", "label"])
+    return pd.DataFrame(presets.get(choice, [("", "")]), columns=["sentence", "label"])
+
+
+def _sentences_form(source: pd.DataFrame, choice: str, uploaded: bool
+                    ) -> tuple[list[tuple[str, str | None]], str, str, bool]:
+    """The editable table and the pooling choices: ((sentence, label or None) rows, pooling, occurrences, asked)."""
+    from_url("pool", "shift_pooling", str, lambda v: v in ("mean", "first"))
+    from_url("occ", "shift_occurrences", str, lambda v: v in ("all", "first"))
+    with st.form("shift_form"):
+        table = st.data_editor(source, num_rows="dynamic", width="stretch", key=f"shift_rows_{choice}_{uploaded}",
+                               column_config={"sentence": st.column_config.TextColumn(width="large")})
+        o1, o2 = st.columns(2)
+        pooling = o1.radio("Word vector", ["mean", "first"], horizontal=True, key="shift_pooling",
+                           format_func={"mean": "mean of its pieces", "first": "first piece"}.get)
+        occurrences = o2.radio("In each sentence", ["all", "first"], horizontal=True, key="shift_occurrences",
+                               format_func={"all": "every occurrence", "first": "first occurrence"}.get)
+        asked = st.form_submit_button("Compare", type="primary")
+    rows = [(str(s or ""), (str(lab).strip() or None) if lab is not None and str(lab) != "nan" else None)
+            for s, lab in zip(table["sentence"], table["label"])]
+    return rows, pooling, occurrences, asked
+
+
+def _shifts(lm, key, word: str, rows, pooling: str, occurrences: str, digest: str, asked: bool):
+    """(the word's vectors at every layer, their metrics), computed once per input, and what was left out."""
+    with page_errors():
+        def run(progress):
+            found = collect(lm, word, rows, pooling, occurrences, progress=progress)
+            progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
+            return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
+
+        result, metrics = result_store("shift").compute((key, digest), run, "Sentences", asked=asked,
+                                                        costly=None)  # a few passes
+    if result.skipped:
+        st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
+    st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "
+                     f"sense label(s); the embeddings (before any context is mixed in), then layers 0–"
+                     f"{result.n_layers - 2}, the output of each encoder block."))
+    return result, metrics
+
+
+def _layer_slider(result) -> int:
+    from_url_layer("shift_layer", result.n_layers - 1)
+    if st.session_state.get("shift_layer", 0) >= result.n_layers:  # a smaller model than the last one
+        st.session_state["shift_layer"] = result.n_layers - 1
+    return st.select_slider("Layer", list(range(result.n_layers)), result.n_layers - 1, format_func=hidden_name,
+                            key="shift_layer", help="The embeddings, then the output of each encoder block (from 0).")
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing

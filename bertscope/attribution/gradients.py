@@ -39,6 +39,7 @@ from bertscope.core.hooked_pass import turn
 from bertscope.core.inspection import Inspection
 from bertscope.core.layers import hidden_index
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.mlm.logit_lens import mlm_head
 from bertscope.runtime.devices import to_device
@@ -77,11 +78,6 @@ def token_id(lm: LoadedModel, token: str) -> int:
                          f"{' '.join(pieces)}): choose a single piece.")
 
 
-def _logits(out) -> torch.Tensor:
-    logits = getattr(out, "prediction_logits", None)
-    return out.logits if logits is None else logits
-
-
 def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Callable, Target]:
     """(f: [batch, token, emb] input embeddings -> [batch] log-probability, the resolved target)."""
     n = ins.n_tokens
@@ -113,7 +109,7 @@ def score_function(lm: LoadedModel, ins: Inspection, target: Target) -> tuple[Ca
         except BertScopeError:  # a head the record's modules do not make (DeBERTa's non-legacy head)
             head = None
         if head is None:  # the whole model's logits, read at ``pos``
-            return (lambda e: torch.log_softmax(_logits(run(e))[:, pos].float(), -1)[:, item]), target
+            return (lambda e: torch.log_softmax(mlm_logits(run(e))[:, pos].float(), -1)[:, item]), target
 
         def token_score(e):  # the encoder, then the masked-LM head at ``pos`` alone: [b, vocab], not [b, token, vocab]
             hidden = run(e, encoder_only=True).last_hidden_state[:, pos]  # [b, dim]

@@ -216,7 +216,17 @@ def faithfulness_defaults(lm: Any = None) -> tuple[str, ...]:
 
 def find_method(name: str, among: tuple[str, ...] | None = None) -> Method:
     """The record of ``name`` (one of ``among``, by default every attribution method), or one line that
-    lists them."""
+    lists them.
+
+    Args:
+        name: a method's name, as the CLI's ``--method`` says it ("rollout", "alti", ...).
+        among: the names allowed (default: ``attribution_methods()``, every matrix and score method, not the
+            random floor).
+
+    Returns:
+        Its ``Method``: name, title, kind ("matrix", "scores" or "floor"), the function that computes it, what it
+            cites and needs.
+    """
     among = attribution_methods() if among is None else among
     if name not in among:
         raise BertScopeError(f"Unknown method {name!r}: use one of {', '.join(among)}.")

@@ -30,18 +30,21 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
 
     lm, layers, cfg, out, train, held, corpus = dictionary_run(args, "transcoders")
     points = (INPUT_POINT, OUTPUT_POINT)
+    masking = args.seed if args.masked else None
     report: dict[str, Any] = {"model": lm.name, "out": str(out), "corpus": corpus, "skip": args.skip,
+                              "masked": args.masked,
                               "missing_sources": list(train.missing), "layers": [],
                               "config": vars(cfg) | {"lr": cfg.rate(cfg.expansion * lm.hidden_size)}}
     with progress_bar(f"{lm.name}: feed-forward inputs and outputs of layers {', '.join(map(str, layers))}",
                       "sentence") as progress:
-        every = points_activations(lm, train.texts, layers, points, args.tokens, progress=progress)
+        every = points_activations(lm, train.texts, layers, points, args.tokens, progress=progress, masking=masking)
         every_held = points_activations(lm, held.texts, layers, points, max_tokens=10**9, progress=progress)
     transcoders = {}
     for layer in layers:
         x, y = every.pop((layer, INPUT_POINT)), every.pop((layer, OUTPUT_POINT))
         hx, hy = every_held.pop((layer, INPUT_POINT)), every_held.pop((layer, OUTPUT_POINT))
-        info = TranscoderInfo(lm.name, layer, {"corpus": corpus, "seed": args.seed, "batch_tokens": cfg.batch_tokens})
+        info = TranscoderInfo(lm.name, layer, {"corpus": corpus, "seed": args.seed, "batch_tokens": cfg.batch_tokens,
+                                               "masked": args.masked})
         with progress_bar(f"{lm.name} layer {layer}: {'skip ' if args.skip else ''}transcoder", "step") as progress:
             tc, state = train_transcoder(x, y, cfg, out, info, args.skip, str(lm.device),
                                          progress=lambda done, total, _: progress(done, total))
@@ -68,8 +71,10 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
 
 def table(report: dict) -> str:
     kind = "skip transcoders" if report["skip"] else "transcoders"
+    masked = " with BERT's masking" if report.get("masked") else ""
     lines = [f"TopK {kind} on {report['model']} ({report['config']['expansion']}x, k={report['config']['k']}), in "
-             f"{report['out']}; trained on the {report['corpus']}, scored on its held-out side and each source's",
+             f"{report['out']}; trained on the {report['corpus']}{masked}, scored on its held-out side and each "
+             "source's",
              f"{'layer':<10}{'held-out':>9}{'FVE':>8}{'L0':>7}{'dead':>7}{'dense':>7}{'ReLU cut':>10}"]
     for q in report["layers"]:
         for name, row in [(str(q["layer"]), q), *((f"  {s}", d) for s, d in q["domains"].items())]:
@@ -88,6 +93,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", help="layers from 0 (default every layer; the replacement model needs them all)")
     p.add_argument("--skip", action="store_true", help="skip transcoders: a linear path beside the sparse one "
                                                         "(Paulo et al. 2025)")
+    p.add_argument("--masked", action="store_true", help="train on the texts as BERT's pretraining read them (the "
+                                                          "seeded 80/10/10 corruption: 15 %% of the word pieces [MASK], "
+                                                          "random or kept), where the replacement model is read")
     p.add_argument("--expansion", type=int, default=8, help="features = expansion x the model's width (default 8)")
     p.add_argument("--k", type=int, default=32, help="active features a token (default 32)")
     p.add_argument("--corpus", choices=("mixture", "brown"), default="mixture",

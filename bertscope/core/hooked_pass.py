@@ -52,7 +52,19 @@ def _held() -> dict[int, str]:
 @contextlib.contextmanager
 def turn(lm: Any, eager: bool = False) -> Iterator[None]:
     """This thread's turn on the shared model: its guard and one attention kernel (eager when
-    attention weights are read). Reentrant: inside a turn, passes and nested turns go straight on."""
+    attention weights are read). Reentrant: inside a turn, passes and nested turns go straight on.
+
+    Args:
+        lm: the model (a ``LoadedModel``).
+        eager: hold the eager attention kernel, which returns attention weights (default: the model's fastest). A
+            nested turn that asks for it inside a turn on the fast kernel is refused in one line.
+
+    Returns:
+        A context manager: the turn is held while inside it.
+
+    Yields:
+        None, once the guard is taken and the kernel set (at once inside a turn already held).
+    """
     held = _held()
     key = id(lm.model)
     if key in held:

@@ -5,6 +5,7 @@ device, batches bounded by bytes like every other stream (``core.forward``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -45,6 +46,13 @@ def repeat_feed(feed: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Ten
 
 def rows_within_budget(lm: LoadedModel, tokens: int, max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> int:
     return max(1, max_batch_bytes // max(1, pass_bytes(lm, tokens)))
+
+
+def mlm_logits(out: Any) -> torch.Tensor:
+    """The masked-LM logits of a ``*ForMaskedLM`` (``logits``) or ``*ForPreTraining`` output (``prediction_logits``):
+    [batch, token, vocab]."""
+    logits = getattr(out, "prediction_logits", None)
+    return cast(torch.Tensor, out.logits if logits is None else logits)
 
 
 def wide(t: torch.Tensor) -> torch.Tensor:

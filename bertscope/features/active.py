@@ -47,7 +47,19 @@ def layer_output(lm: LoadedModel, feed: dict, layer: int) -> torch.Tensor:
 @torch.no_grad()
 def active_features(lm: LoadedModel, sae: TopKSAE, text: str, layer: int, folder: str | Path | None = None) -> dict:
     """``{"sae": {path, hook, d_in, d_sae, k}, "tokens": [{token, features: [{feature, activation}]}]}``,
-    each token's firing features strongest first."""
+    each token's firing features strongest first.
+
+    Args:
+        lm: the model the SAE was made for.
+        sae: the SAE of layer ``layer``'s output (``blocks.{layer}.hook_resid_post``).
+        text: the text, cut at the model's maximum length.
+        layer: the layer, from 0 (the embeddings are not a layer here).
+        folder: where the SAE was read from, reported as ``path`` (None: null).
+
+    Returns:
+        The dict above: the SAE's hook, widths and k (null for an SAE that is not TopK); one entry per token,
+            [CLS] and [SEP] included, each with the features that fire on it (index from 0, activation to 6 decimals).
+    """
     layer = check_layer(lm, layer)
     name = resid_post(layer)
     sae.check_for(lm, name)

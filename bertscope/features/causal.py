@@ -66,6 +66,22 @@ class TagEffect:
         return {k: round(v, 6) if isinstance(v, float) else list(v) if isinstance(v, tuple) else v
                 for k, v in asdict(self).items()}
 
+    @property
+    def removed_name(self) -> str:
+        """The removal's column name: "feature off" or "features off"."""
+        return "features off" if len(self.features) > 1 else "feature off"
+
+    def rows(self) -> list[dict]:
+        """The check as a table: each measure intact, with the features off, with the controls off (None where a
+        measure has no control)."""
+        off = self.removed_name
+        return [{"measure": f"probe for {self.tag} (balanced accuracy, {self.held_out_words:,} held-out words)",
+                 "intact": self.probe_intact, off: self.probe_removed, "controls off": self.probe_control},
+                {"measure": f"masked-LM top-1 on {self.masked_words} {self.tag} words", "intact": self.mlm_intact,
+                 off: self.mlm_removed, "controls off": self.mlm_control},
+                {"measure": f"masked-LM top-1 on {self.other_words} words of other tags",
+                 "intact": self.other_intact, off: self.other_removed, "controls off": None}]
+
 
 def _word_states(lm: LoadedModel, corpus: TaggedSentences, layer: int, tagset: str, tag: str,
                  progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -134,7 +150,26 @@ def tag_effect(lm: LoadedModel, sae: TopKSAE, layer: int, features: int | Sequen
                progress: Callable[[int, int], None] | None = None) -> TagEffect:
     """What switching ``features`` off (one, or several together: a tag is often spread over a few) does
     to the probe for ``tag`` and to masked-token accuracy on its words, beside as many control features
-    of the same firing counts (module docstring)."""
+    of the same firing counts (module docstring).
+
+    Args:
+        lm: a model with a masked-LM head, the one the SAE was made for.
+        sae: the SAE of layer ``layer``'s output.
+        layer: the layer, from 0.
+        features: a feature index or up to ``MAX_EDITS`` (64) of them, from 0, switched off together.
+        tag: a tag of ``tagset`` ("NOUN", "VERB", ...).
+        tagset: "universal" (Brown's 12 universal tags) or "brown" (its own fine tags).
+        train_sentences: Brown sentences of the training documents the probe is fitted on (0: all of them).
+        held_sentences: Brown sentences of the held-out documents everything is scored on (0: all of them).
+        seed: the document split, the sentence samples, the probe and the masked words sampled.
+        progress: called with (done, total): sentences read, then four scoring steps.
+
+    Returns:
+        A ``TagEffect``: the features and their controls; the held-out words and those with the tag; the share of the
+            tag's words any feature fires on; the probe's balanced accuracy intact, features removed, controls removed;
+            masked-LM top-1 on the tag's one-piece words (at most 300) the same three ways, and on as many words of
+            other tags intact and with the features removed.
+    """
     layer = check_layer(lm, layer)
     sae.check_for(lm, resid_post(layer))
     chosen = tuple(dict.fromkeys(sae.check_feature(f) for f in ([features] if isinstance(features, int)

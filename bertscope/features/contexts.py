@@ -39,11 +39,30 @@ class Context:
 @torch.no_grad()
 def feature_contexts(lm: LoadedModel, sae: TopKSAE, stats: FeatureStatistics, corpus: TaggedSentences,
                      feature: int, layer: int, top: int = 10) -> list[Context]:
+    """A feature's top sentences from the corpus statistics, run again through the layer: every word piece with the
+    feature's activation on it and the gold tags of its word.
+
+    Args:
+        lm: the model the SAE was made for.
+        sae: the SAE of layer ``layer``'s output.
+        stats: that SAE's statistics over ``corpus`` (``feature_statistics``), which rank the sentences.
+        corpus: the tagged sample the statistics were computed on.
+        feature: the feature, from 0.
+        layer: the layer, from 0.
+        top: sentences, at most (the statistics keep ``TOP``, 20, a feature).
+
+    Returns:
+        One ``Context`` a sentence, strongest first: its index in the sample, source ("ca01 (news)"), text, peak
+            activation and ``pieces`` ({"token", "activation", "tags": {tagset: tag}}, [CLS] and [SEP] left out; tags
+            empty for a piece outside every word). Empty when the feature never fired.
+    """
     feature = stats.check_feature(sae.check_feature(feature))
     layer = check_layer(lm, layer)
     sae.check_for(lm, resid_post(layer))
     if stats.corpus != corpus.name or stats.sentences != len(corpus):
         raise BertScopeError(f"These statistics are of {stats.corpus}, not {corpus.name}.")
+    if stats.hook != resid_post(layer):
+        raise BertScopeError(f"These statistics are of {stats.hook}, not {resid_post(layer)}: index this layer first.")
     chosen = [s for s, _ in stats.contexts(feature)[:top]]
     if not chosen:
         return []

@@ -122,7 +122,16 @@ def crosscoder_config(cc: BatchTopKCrosscoder) -> dict[str, Any]:
 
 def save_crosscoder(cc: BatchTopKCrosscoder, folder: str | Path, dtype: torch.dtype = torch.float32) -> Path:
     """``cfg.json`` and ``crosscoder.safetensors`` (W_enc [2, d_in, d_sae], b_enc, W_dec [2, d_sae, d_in], b_dec
-    [2, d_in], threshold) into ``folder``, each written whole then renamed into place."""
+    [2, d_in], threshold) into ``folder``, each written whole then renamed into place.
+
+    Args:
+        cc: the crosscoder.
+        folder: where it goes (made when missing).
+        dtype: the weights' type on disk (``torch.float16`` halves the size); the threshold stays float32.
+
+    Returns:
+        ``folder``.
+    """
     from bertscope.features.sae import write_dictionary
 
     folder = Path(folder)
@@ -137,7 +146,16 @@ def save_crosscoder(cc: BatchTopKCrosscoder, folder: str | Path, dtype: torch.dt
 
 
 def load_crosscoder(folder: str | Path, device: str | torch.device = "cpu") -> BatchTopKCrosscoder:
-    """A crosscoder from ``folder`` (float32 on ``device``); one line for a folder that is not one."""
+    """A crosscoder from ``folder`` (float32 on ``device``); one line for a folder that is not one.
+
+    Args:
+        folder: a folder with ``cfg.json`` and ``crosscoder.safetensors`` (``save_crosscoder``), one layer's.
+        device: where its weights go.
+
+    Returns:
+        The ``BatchTopKCrosscoder``, its ``info`` read from the metadata: the two models (base, fine-tuned), the hook
+            point it reads and how it was trained.
+    """
     from safetensors.torch import load_file
 
     folder = Path(folder)

@@ -150,7 +150,23 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
                      progress: Callable[[int, int, dict], None] | None = None,
                      stop: Callable[[], bool] | None = None) -> tuple[BatchTopKCrosscoder, CrosscoderTrainState]:
     """Train on the two caches (rows aligned: ``paired``) and save the crosscoder at ``out``; ``resume`` goes on from
-    ``out/checkpoint`` when it was made with the same settings (one line when with others)."""
+    ``out/checkpoint`` when it was made with the same settings (one line when with others).
+
+    Args:
+        base: the base model's activations at the hook point (``layer_activations``).
+        tuned: the fine-tuned model's at the same point, on the same word pieces, row for row.
+        cfg: width (expansion), k, epochs, batch, rates and the warm-up share.
+        out: the crosscoder's folder (``cfg.json``, ``crosscoder.safetensors``; the checkpoint in ``out/checkpoint``).
+        info: the two models (base, fine-tuned) and the hook point it reads.
+        device: where it trains.
+        resume: go on from ``out/checkpoint`` (written after every epoch).
+        progress: called with (step, total steps, {"epoch", "reconstruction", "dead"}) after every step.
+        stop: asked before every step; once it says True, the crosscoder so far gets its threshold and is saved.
+
+    Returns:
+        (the ``BatchTopKCrosscoder``, its threshold set, its training state: epochs and steps done, each epoch's mean
+            losses, dead share and speed).
+    """
     paired(base, tuned)
     d_in = base.rows.shape[1]
     cfg.check(d_in, base.tokens)

@@ -210,14 +210,27 @@ class _Top:
         self.seen += n
 
 
-@torch.no_grad()
-def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int,
-                latents: Sequence[int], delta: np.ndarray, examples: int = 500, seed: int = 0,
-                progress: Callable[[int, int], None] | None = None, found: TaskSide | None = None) -> DiffEffect:
-    """The causal check (module docstring) of switching ``latents`` off in ``tuned`` at ``layer``; ``delta``:
-    each latent's relative decoder norm (``ModelDiff.delta``), from which the controls are drawn; ``found``:
-    ``task_side(tuned, layer, examples, seed)`` when the caller has it already."""
-    layer = check_layer(tuned, layer)
+class _Tally:
+    """The predictions scored per edit: right answers, agreement with the base model's read, confusion matrices."""
+
+    def __init__(self, n_labels: int) -> None:
+        self.confusion = {name: np.zeros((n_labels, n_labels), np.int64) for name in ("intact", "removed", "control")}
+        self.right = dict.fromkeys(EDITS, 0)
+        self.agree = dict.fromkeys(("intact", "removed", "control"), 0)
+
+    def score(self, name: str, batch: _Batch, predicted: torch.Tensor, base_read: torch.Tensor | None) -> int:
+        """Counts ``predicted`` ([batch] or [batch, token]) under the edit ``name``; returns the scored positions."""
+        keep = batch.gold != IGNORE  # [batch] or [batch, token]
+        gold, pred = batch.gold[keep], predicted[keep]
+        self.right[name] += int((gold == pred).sum())
+        if name in self.confusion:
+            np.add.at(self.confusion[name], (gold.cpu().numpy(), pred.cpu().numpy()), 1)
+        if name in self.agree and base_read is not None:
+            self.agree[name] += int((base_read[keep] == pred).sum())
+        return int(keep.sum())
+
+
+def _checked_latents(cc: BatchTopKCrosscoder, latents: Sequence[int], delta: np.ndarray) -> tuple[int, ...]:
     chosen = tuple(dict.fromkeys(int(j) for j in latents))
     if not chosen or len(chosen) > MAX_LATENTS:
         raise BertScopeError(f"Give between 1 and {MAX_LATENTS} latents to switch off.")
@@ -225,58 +238,45 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
         raise BertScopeError(f"The crosscoder has latents 0 to {cc.d_sae - 1}.")
     if len(delta) != cc.d_sae:
         raise BertScopeError(f"{len(delta)} relative norms given for {cc.d_sae} latents.")
-    positions = cc.info.positions
-    found = found or task_side(tuned, layer, examples, seed, positions=positions)
-    task, side, labels = found.task, found.side, found.labels
-    device = tuned.device
-    if cc.W_dec.device != device:  # a copy: the caller's crosscoder stays where it is
-        cc = copy.deepcopy(cc).to(device)
-    w_ft = cc.W_dec[1].detach().float()  # [d_sae, d_model]
-    norms_ft = w_ft.norm(dim=-1)  # [d_sae]
+    return chosen
 
-    def codes_of(batch: _Batch, x: torch.Tensor) -> torch.Tensor:  # x [piece, d_model]: the fine-tuned side
-        return cc.encode(torch.stack([batch.base, x], dim=1), use_threshold=True).float()  # [piece, d_sae]
 
-    encoded = encode(tuned.tokenizer, task, side, labels, tuned.max_length)
-    order = sorted(range(len(encoded.ids)), key=lambda r: len(encoded.ids[r]))  # little padding
-    starts = range(0, len(order), BATCH)
-    steps, done = 3 * len(starts), 0
-
-    def tick() -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(done, steps)
-
+def _base_batches(base: LoadedModel, tuned: LoadedModel, encoded, task: str, layer: int, positions: str,
+                  tick: Callable[[], None]) -> list[_Batch]:
+    """The held-out side in batches (shortest first: little padding), each with the base model's output at its
+    pieces, read once."""
+    order = sorted(range(len(encoded.ids)), key=lambda r: len(encoded.ids[r]))
     kept: list[_Batch] = []
-    for start in starts:  # the base's outputs, once
+    for start in range(0, len(order), BATCH):
         rows = order[start:start + BATCH]
-        feed, gold = pad(encoded, rows, tuned.tokenizer.pad_token_id, task == TAG).part(slice(None), device)
+        feed, gold = pad(encoded, rows, tuned.tokenizer.pad_token_id, task == TAG).part(slice(None), tuned.device)
         feed = {k: v for k, v in feed.items() if k in tuned.tokenizer.model_input_names}
         pieces = _word_pieces(tuned, feed, positions)
         kept.append(_Batch(feed, gold, pieces, layer_output(base, feed, layer)[pieces].float(), rows))
         tick()
-    n_labels = len(labels)
-    confusion = {name: np.zeros((n_labels, n_labels), np.int64) for name in ("intact", "removed", "control")}
-    right = dict.fromkeys(EDITS, 0)
-    agree = dict.fromkeys(("intact", "removed", "control"), 0)
-    scored = 0
-    fires = torch.zeros(cc.d_sae, dtype=torch.long, device=device)
-    mass = torch.zeros(cc.d_sae, dtype=torch.float64, device=device)  # Σ f ‖W_dec[ft]‖ over the pieces
-    top = _Top(cc.d_sae, n_labels, device)
+    return kept
 
-    def score(name: str, batch: _Batch, predicted: torch.Tensor, base_read: torch.Tensor | None) -> int:
-        keep = batch.gold != IGNORE  # [batch] or [batch, token]
-        gold, pred = batch.gold[keep], predicted[keep]
-        right[name] += int((gold == pred).sum())
-        if name in confusion:
-            np.add.at(confusion[name], (gold.cpu().numpy(), pred.cpu().numpy()), 1)
-        if name in agree and base_read is not None:
-            agree[name] += int((base_read[keep] == pred).sum())
-        return int(keep.sum())
 
-    base_reads = []
-    for batch in kept:  # first sweep: intact (its codes read on the way), spliced, the base read
+@dataclass
+class _Reading:
+    """The first sweep's findings: how often each latent fires, its mass Σ f ‖W_dec[ft]‖, its top examples,
+    the base model's read of every batch, the positions scored."""
+
+    fires: torch.Tensor  # [d_sae]
+    mass: torch.Tensor  # [d_sae]
+    top: _Top
+    base_reads: list[torch.Tensor] = field(default_factory=list)
+    scored: int = 0
+
+
+def _first_sweep(tuned: LoadedModel, cc: BatchTopKCrosscoder, kept: list[_Batch], task: str, layer: int,
+                 n_labels: int, codes_of: Callable, norms_ft: torch.Tensor, tally: _Tally,
+                 tick: Callable[[], None]) -> _Reading:
+    """Intact (its codes read on the way), spliced and the base read, batch by batch."""
+    device = tuned.device
+    found = _Reading(torch.zeros(cc.d_sae, dtype=torch.long, device=device),
+                     torch.zeros(cc.d_sae, dtype=torch.float64, device=device), _Top(cc.d_sae, n_labels, device))
+    for batch in kept:
         intact: list[torch.Tensor] = []
 
         def reading(x: torch.Tensor, _into=intact) -> torch.Tensor:
@@ -285,35 +285,91 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
 
         predicted = _predictions(tuned, batch, reading, layer)  # an identity edit that keeps the pieces' output
         codes = codes_of(batch, intact[0])  # [piece, d_sae]
-        fires += (codes > 0).sum(0)
-        mass += (codes.sum(0) * norms_ft).double()
+        found.fires += (codes > 0).sum(0)
+        found.mass += (codes.sum(0) * norms_ft).double()
         where = torch.nonzero(batch.pieces)  # [piece, 2]: (batch row, token)
         gold = batch.gold[where[:, 0], where[:, 1]] if task == TAG else batch.gold[where[:, 0]]  # [piece]
         example = torch.tensor(batch.rows, device=where.device)[where[:, 0]]  # [piece] its example's row
-        top.add(codes, torch.stack([example, where[:, 1]], dim=1), gold)
+        found.top.add(codes, torch.stack([example, where[:, 1]], dim=1), gold)
         del codes
         base_read = _predictions(tuned, batch, _put(batch.base), layer)
-        base_reads.append(base_read)
-        scored += score("intact", batch, predicted, base_read)
-        spliced = _predictions(tuned, batch, _spliced(cc, batch, codes_of), layer)
-        score("spliced", batch, spliced, None)
-        score("base read", batch, base_read, None)
+        found.base_reads.append(base_read)
+        found.scored += tally.score("intact", batch, predicted, base_read)
+        tally.score("spliced", batch, _predictions(tuned, batch, _spliced(cc, batch, codes_of), layer), None)
+        tally.score("base read", batch, base_read, None)
         tick()
-    fires_np, mass_np = fires.cpu().numpy(), mass.cpu().numpy()
+    return found
+
+
+@torch.no_grad()
+def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int,
+                latents: Sequence[int], delta: np.ndarray, examples: int = 500, seed: int = 0,
+                progress: Callable[[int, int], None] | None = None, found: TaskSide | None = None) -> DiffEffect:
+    """The causal check (module docstring) of switching ``latents`` off in ``tuned`` at ``layer``; ``delta``:
+    each latent's relative decoder norm (``ModelDiff.delta``), from which the controls are drawn; ``found``:
+    ``task_side(tuned, layer, examples, seed)`` when the caller has it already.
+
+    Args:
+        base: the base model (model 0 of the crosscoder): its layer output is encoded beside the fine-tuned one, and
+            put in its place for the base read.
+        tuned: the fine-tuned task model (a classifier or a tagger), model 1 of the crosscoder.
+        cc: the crosscoder of both models' layer ``layer`` output.
+        layer: the layer, from 0 (not compared with the crosscoder's own hook point).
+        latents: 1 to ``MAX_LATENTS`` (64) latents, from 0, switched off together.
+        delta: [d_sae] each latent's relative decoder norm (0 base-only, 1 fine-tuned-only).
+        examples: held-out examples scored, 1 to ``MAX_EXAMPLES`` (2,000), a sample when the side has more.
+        seed: which examples are sampled.
+        progress: called with (done, total) steps, three a batch of 32 examples.
+        found: the held-out side already drawn (``task_side``); then ``examples`` and ``seed`` are not read.
+
+    Returns:
+        A ``DiffEffect``: the latents and their controls, the task, the side read, its labels, the examples and the
+            texts or words scored; each latent's and control's firing count and amount removed; the head's accuracy
+            under each edit (``EDITS``: intact, spliced, removed, control, base read); how often the intact, removed
+            and control predictions agree with the base read; [gold, predicted] confusion counts; and every latent's
+            top contexts and gold labels.
+    """
+    layer = check_layer(tuned, layer)
+    chosen = _checked_latents(cc, latents, delta)
+    positions = cc.info.positions
+    found = found or task_side(tuned, layer, examples, seed, positions=positions)
+    task, side, labels = found.task, found.side, found.labels
+    if cc.W_dec.device != tuned.device:  # a copy: the caller's crosscoder stays where it is
+        cc = copy.deepcopy(cc).to(tuned.device)
+    w_ft = cc.W_dec[1].detach().float()  # [d_sae, d_model]
+
+    def codes_of(batch: _Batch, x: torch.Tensor) -> torch.Tensor:  # x [piece, d_model]: the fine-tuned side
+        return cc.encode(torch.stack([batch.base, x], dim=1), use_threshold=True).float()  # [piece, d_sae]
+
+    encoded = encode(tuned.tokenizer, task, side, labels, tuned.max_length)
+    steps, done = 3 * len(range(0, len(encoded.ids), BATCH)), 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, steps)
+
+    kept = _base_batches(base, tuned, encoded, task, layer, positions, tick)
+    tally = _Tally(len(labels))
+    reading = _first_sweep(tuned, cc, kept, task, layer, len(labels), codes_of, w_ft.norm(dim=-1), tally, tick)
+    fires_np, mass_np = reading.fires.cpu().numpy(), reading.mass.cpu().numpy()
     controls = _controls(chosen, mass_np, delta)
-    for batch, base_read in zip(kept, base_reads):  # second sweep: the chosen latents off, then the controls
+    for batch, base_read in zip(kept, reading.base_reads):  # second sweep: the chosen latents off, then the controls
         for name, group in (("removed", chosen), ("control", controls)):
             edited = _predictions(tuned, batch, _removal(batch, list(group), w_ft, codes_of), layer)
-            score(name, batch, edited, base_read)
+            tally.score(name, batch, edited, base_read)
         tick()
+    scored = reading.scored
     if not scored:
         raise BertScopeError("No held-out word or text could be scored.")
-    contexts, gold_counts = _contexts(tuned, top, fires_np, encoded, side, task, labels)
+    contexts, gold_counts = _contexts(tuned, reading.top, fires_np, encoded, side, task, labels)
     return DiffEffect(layer, task, f"{found.source}, held-out side", tuple(labels), len(side), scored, chosen,
                       controls, {j: int(fires_np[j]) for j in chosen + controls},
                       {j: float(mass_np[j]) for j in chosen + controls},
-                      {name: right[name] / scored for name in EDITS},
-                      {name: agree[name] / scored for name in agree}, confusion, contexts, gold_counts)
+                      {name: tally.right[name] / scored for name in EDITS},
+                      {name: tally.agree[name] / scored for name in tally.agree}, tally.confusion, contexts,
+                      gold_counts)
 
 
 Edit = Callable[[torch.Tensor], torch.Tensor]  # the fine-tuned model's output at the pieces -> what replaces it

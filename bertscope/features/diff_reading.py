@@ -158,7 +158,31 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
     """The crosscoder's latents on ``held_out`` texts of each installed corpus (the mixture's held-out side as the
     crosscoder's training split it), then the causal check of the fine-tuned-only latents (or ``latents``) on
     ``examples`` held-out task examples (a sample drawn with ``seed``; ``data``: the task data, as
-    ``diff_causal.task_side`` takes it); ``note`` says why no check ran."""
+    ``diff_causal.task_side`` takes it); ``note`` says why no check ran.
+
+    Args:
+        base: the base model.
+        tuned: the fine-tuned task model.
+        cc: the crosscoder of both models' layer ``layer`` output (``crosscoder_for``).
+        path: where the crosscoder was read from, reported as it is.
+        layer: the layer, from 0 (not compared with the crosscoder's own hook point).
+        held_out: texts from each installed corpus, at least 1; the mixture is split with the seed the crosscoder
+            was trained with.
+        examples: held-out task examples of the causal check, 1 to ``MAX_EXAMPLES`` (2,000).
+        latents: the latents to switch off, 1 to ``MAX_LATENTS`` (64), from 0 (None: the fine-tuned-only ones).
+        max_latents: with ``latents`` None, the fine-tuned-only latents that fire most on the held-out text, at most
+            (the real ones by Latent Scaling when there are any).
+        seed: the task examples' sample (0 or more).
+        progress: called with (done, total, "what, unit") for each stage: both models' activations, the check.
+        data: the task data, a shipped corpus or a file (None: what the shipped task models were trained on).
+
+    Returns:
+        A ``DiffReading``: the models, path, layer, width and k; the ``ModelDiff`` on the held-out text (norms,
+            classes, Latent Scaling, FVE, L0); the texts read from each corpus; the ``DiffEffect`` of the check, or
+            None and the ``note`` saying why; for a tagger read at its last layer, ``head_weights`` [d_sae, label]:
+            what each latent's fine-tuned direction adds to each label's logit (else None); what the crosscoder reads
+            (``positions``: "pieces" or "cls").
+    """
     from bertscope.corpora.mixture import mixed_texts
 
     if held_out < 1 or not 1 <= examples <= MAX_EXAMPLES or not 1 <= max_latents <= MAX_LATENTS or seed < 0:

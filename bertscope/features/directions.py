@@ -39,6 +39,21 @@ class LogitWeights:
 @torch.no_grad()
 def logit_weights(lm: LoadedModel, sae: TopKSAE, feature: int, scale: float | None = None,
                   top: int = 10) -> LogitWeights:
+    """The tokens a feature's decoder direction promotes and suppresses through the masked-LM head (module docstring):
+    the head read at b_dec + ``scale`` W_dec[feature], minus the head read at b_dec.
+
+    Args:
+        lm: a model with a masked-LM head, the one the SAE was made for.
+        sae: the SAE.
+        feature: the feature, from 0.
+        scale: how far along the decoder row the head reads (None: ‖b_dec‖, a typical hidden state's size). The
+            row is taken as it is stored: unit length for a TopK SAE trained here.
+        top: tokens kept each way.
+
+    Returns:
+        ``LogitWeights``: the feature, the scale used, ``promoted`` [(token, logit change)] largest first and
+            ``suppressed`` most negative first, changes rounded to 6 decimals.
+    """
     feature = sae.check_feature(feature)
     sae.check_for(lm)
     if "mlm" not in lm.outputs:
@@ -59,7 +74,16 @@ def logit_weights(lm: LoadedModel, sae: TopKSAE, feature: int, scale: float | No
 
 @torch.no_grad()
 def nearest_features(sae: TopKSAE, feature: int, top: int = 10) -> list[tuple[int, float]]:
-    """(feature, cosine) of the ``top`` decoder directions closest to ``feature``'s, itself left out."""
+    """(feature, cosine) of the ``top`` decoder directions closest to ``feature``'s, itself left out.
+
+    Args:
+        sae: the SAE.
+        feature: the feature, from 0.
+        top: features returned (at most every other feature).
+
+    Returns:
+        [(feature, cosine of the decoder rows)], the closest first, cosines rounded to 6 decimals.
+    """
     feature = sae.check_feature(feature)
     rows = sae.W_dec / sae.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)  # [d_sae, d_in]
     cosine = rows @ rows[feature]  # [d_sae]
@@ -73,7 +97,20 @@ def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20,
                        chunk: int = 256) -> list[tuple[int, float]]:
     """(feature, logit change) of the features whose direction raises ``token``'s logit most (the
     same reading as ``logit_weights``, for every feature, one vocabulary column kept). ``token`` is a
-    word the tokenizer keeps whole."""
+    word the tokenizer keeps whole.
+
+    Args:
+        lm: a model with a masked-LM head, the one the SAE was made for.
+        sae: the SAE.
+        token: one word piece of the vocabulary (surrounding spaces stripped); a word split into pieces, or read as
+            the unknown token, is refused.
+        top: features returned.
+        scale: how far along each decoder row from b_dec the head reads (None: ‖b_dec‖).
+        chunk: decoder rows read by the head at once.
+
+    Returns:
+        [(feature, logit change)], the largest change first, changes rounded to 6 decimals.
+    """
     sae.check_for(lm)
     if "mlm" not in lm.outputs:
         raise BertScopeError(f"{lm.name} has no masked-LM head: searching features by the token they promote needs "

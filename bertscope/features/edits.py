@@ -152,7 +152,22 @@ class FeatureEditResult:
 @torch.no_grad()
 def edit_features(lm: LoadedModel, text: str, saes: dict[int, TopKSAE], edits: Sequence[FeatureEdit],
                   pair: str | None = None, target: Target | None = None, top_k: int = 5) -> FeatureEditResult:
-    """The decision on ``text`` intact, then with ``edits`` applied (the same reading as head ablation)."""
+    """The decision on ``text`` intact, then with ``edits`` applied (the same reading as head ablation).
+
+    Args:
+        lm: the model the SAEs were made for.
+        text: the text (a masked LM: with [MASK]; steering at the masks needs one).
+        saes: {layer: the SAE of that layer's output}, every layer an edit names.
+        edits: up to ``MAX_EDITS`` (64) ``FeatureEdit``: (layer, feature, "remove" or "steer", strength, where),
+            layers and features from 0.
+        pair: segment B, when a sentence-pair head is watched.
+        target: the decision watched (default: the masked LM's predictions at every mask).
+        top_k: predictions kept before and after, 1 to 100.
+
+    Returns:
+        A ``FeatureEditResult``: the edits, the tokens, and each mask's top-k before and after (with a
+            ``POSITION:TOKEN`` target's probability), or the watched decision's probability before and after.
+    """
     edits = check_edits(lm, saes, edits)
     places = _places(lm, text, pair)
     if any(e.mode == "steer" and e.at == "masks" for e in edits) and not bool(places["masks"].any()):

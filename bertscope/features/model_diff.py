@@ -88,7 +88,20 @@ class ModelDiff:
 @torch.no_grad()
 def diff_models(cc: BatchTopKCrosscoder, base: ActivationSet, tuned: ActivationSet, max_tokens: int = 200_000,
                batch_tokens: int = 4096) -> ModelDiff:
-    """Norms, classes, Latent Scaling and quality of ``cc`` on the two caches (held-out text, rows aligned)."""
+    """Norms, classes, Latent Scaling and quality of ``cc`` on the two caches (held-out text, rows aligned).
+
+    Args:
+        cc: the crosscoder (its threshold set: codes are read in threshold mode).
+        base: the base model's activations at the crosscoder's hook point.
+        tuned: the fine-tuned model's, on the same word pieces, row for row.
+        max_tokens: rows read, at most, from the start of the caches.
+        batch_tokens: rows a batch.
+
+    Returns:
+        A ``ModelDiff``: [2, d_sae] decoder norms (base, fine-tuned); [d_sae] relative norm, cosine of the two decoder
+            rows, firing count and class (``CLASSES``); [2, d_sae] β of the error and the reconstruction targets (NaN
+            where a latent never fires); each side's FVE; L0; the tokens read.
+    """
     paired(base, tuned)
     if base.rows.shape[1] != cc.d_in:
         raise BertScopeError(f"The activations are {base.rows.shape[1]} wide; the crosscoder reads {cc.d_in}.")

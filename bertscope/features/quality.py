@@ -110,7 +110,21 @@ def spliced_losses(lm: LoadedModel, sae: TopKSAE, layer: int, texts: Sequence[st
 def sae_quality(lm: LoadedModel, sae: TopKSAE, held_out: ActivationSet, texts: Sequence[str],
                 mean: np.ndarray, seed: int = 0) -> SaeQuality:
     """Every figure above for the SAE of layer ``held_out.layer``; ``mean`` [d_model]: the training
-    tokens' mean output, the mean-ablation reference."""
+    tokens' mean output, the mean-ablation reference.
+
+    Args:
+        lm: a model with a masked-LM head, the one the SAE was made for.
+        sae: the SAE of layer ``held_out.layer``'s output.
+        held_out: that layer's outputs on held-out text (``layer_activations``): FVE, L0, dead and dense shares.
+        texts: held-out sentences the masked-LM losses are read on (usually ``held_out.texts``).
+        mean: [d_model] the training tokens' mean output, spliced in for the mean-ablated loss.
+        seed: which positions BERT's corruption chooses.
+
+    Returns:
+        A ``SaeQuality``: the layer, tokens, FVE, L0, dead and dense shares, the masked-LM loss intact, with the
+            reconstruction spliced in everywhere and in the context only, mean-ablated, and the positions scored;
+            ``recovered`` and ``recovered_context`` follow from them.
+    """
     sae.check_for(lm, resid_post(held_out.layer))
     fve, l0, dead, dense = reconstruction_figures(sae, held_out)
     intact, spliced, context, ablated, positions = spliced_losses(
@@ -124,7 +138,20 @@ def domain_qualities(lm: LoadedModel, sae: TopKSAE, held_out: ActivationSet, hel
     """``sae_quality`` on each source's held-out texts alone (``held``: the mixture's held-out side;
     ``held_out``: its activations, ``layer_activations`` of ``held.texts``, each source's rows taken from them),
     the FVE against that source's own variance: an SAE that knows only 1961 prose shows it here.
-    ``progress(done, total)`` counts sentences scored."""
+    ``progress(done, total)`` counts sentences scored.
+
+    Args:
+        lm: a model with a masked-LM head, the one the SAE was made for.
+        sae: the SAE of layer ``held_out.layer``'s output.
+        held_out: the layer's outputs on every text of ``held``, none cut off by a token cap.
+        held: the mixture's held-out side (``mixed_texts(..., held_out=True)``): texts and their sources.
+        mean: [d_model] the training tokens' mean output (mean ablation).
+        seed: which positions BERT's corruption chooses.
+        progress: called with (done, total) sentences.
+
+    Returns:
+        {source: ``SaeQuality``}, one entry per corpus of the mixture.
+    """
     if held_out.texts != tuple(held.texts):
         raise BertScopeError("The held-out activations were read from other texts than the mixture's held-out side.")
     if len(np.unique(held_out.where[:, 0])) != len(held.texts):

@@ -29,6 +29,14 @@ def layer_folder(out: Path, layer: int) -> Path:
 
 
 def shipped_saes(model_name: str) -> Path | None:
+    """The folder of the SAEs shipped for a model (one ``layer_LL`` folder a layer), if any.
+
+    Args:
+        model_name: the model's name as ``load_model`` takes it ("bundled-mlm").
+
+    Returns:
+        The folder (``SHIPPED``), or None when none is shipped for the model or the folder holds none.
+    """
     folder = SHIPPED.get(model_name)
     return folder if folder is not None and sae_layers(folder) else None
 
@@ -63,7 +71,15 @@ def sae_folder(folder: Path | str, layer: int) -> Path:
 
 
 def shipped_crosscoders(base: str, tuned: str) -> Path | None:
-    """The folder of the crosscoders shipped for ``base`` and ``tuned`` (their ``layer_LL`` folders), if any."""
+    """The folder of the crosscoders shipped for ``base`` and ``tuned`` (their ``layer_LL`` folders), if any.
+
+    Args:
+        base: the base model's name ("bundled").
+        tuned: the fine-tuned model's name ("bundled-sentiment", "bundled-upos").
+
+    Returns:
+        The folder (``SHIPPED_CROSSCODERS``), or None when none is shipped for the pair or the folder holds none.
+    """
     folder = SHIPPED_CROSSCODERS.get((base, tuned))
     return folder if folder is not None and sae_layers(folder) else None
 

@@ -208,12 +208,102 @@ def statistics_on_disk(lm: LoadedModel, saes: dict[int, TopKSAE], corpus: Tagged
     return found
 
 
+class _Tallies:
+    """One layer's running statistics over the pass: firings, activation sums, the log histogram, each feature's top
+    sentences, and the words (and their tags) it fires on, on the device."""
+
+    def __init__(self, d: int, tag_lists: dict[str, list[str]], dev: torch.device) -> None:
+        self.d = d
+        self.top_values = torch.zeros(d, TOP, device=dev)
+        self.top_sentences = torch.full((d, TOP), -1, device=dev)
+        self.fires = torch.zeros(d, dtype=torch.int64, device=dev)
+        self.activation_sum = torch.zeros(d, dtype=torch.float64, device=dev)
+        self.histogram = torch.zeros(d * BINS, dtype=torch.int64, device=dev)
+        self.fired_words = torch.zeros(d, dtype=torch.int64, device=dev)
+        self.tag_fires = {ts: torch.zeros(d, len(tags), dtype=torch.int64, device=dev) for ts, tags in tag_lists.items()}
+        self.log_edges = torch.linspace(LOW, HIGH, BINS + 1, device=dev)[1:-1]  # inner edges, log10
+
+    def add(self, piece: torch.Tensor, feat: torch.Tensor, value: torch.Tensor, words: _BatchWords) -> None:
+        """One batch's firings (``piece``, ``feat``, ``value`` [firing] each, sparse)."""
+        d = self.d
+        self.fires += torch.bincount(feat, minlength=d)
+        self.activation_sum += torch.bincount(feat, weights=value.double(), minlength=d)
+        bins = torch.bucketize(value.log10(), self.log_edges)  # [firing] 0..BINS-1
+        self.histogram += torch.bincount(feat * BINS + bins, minlength=d * BINS)
+        # top sentences: each sentence's strongest piece, merged with the table so far
+        n_rows = len(words.sentence_ids)
+        best = torch.zeros(n_rows * d, device=value.device).scatter_reduce_(  # [batch x d_sae]
+            0, words.row_of[piece] * d + feat, value, "amax").view(n_rows, d)
+        values = torch.cat([self.top_values, best.t()], 1)  # [d_sae, TOP + batch]
+        ids = torch.cat([self.top_sentences, words.sentence_ids.expand(d, -1)], 1)
+        keep = values.topk(TOP, dim=1)
+        self.top_values, self.top_sentences = keep.values, ids.gather(1, keep.indices)
+        # words: fired when any piece fires; each (word, feature) pair counted once
+        mine = words.in_word[piece]
+        pairs = torch.unique(words.owner[piece[mine]] * d + feat[mine])  # [pair] word x d_sae + feature
+        word, feature = pairs // d, pairs % d
+        self.fired_words += torch.bincount(feature, minlength=d)
+        for ts, fires in self.tag_fires.items():
+            n_tags = fires.shape[1]
+            fires += torch.bincount(feature * n_tags + words.tags[ts][word], minlength=d * n_tags).view(d, n_tags)
+
+    def finish(self, lm: LoadedModel, layer: int, corpus: TaggedSentences, pieces: int, words: int,
+               tag_lists: dict[str, list[str]], tag_words: dict[str, np.ndarray]) -> FeatureStatistics:
+        values = self.top_values.cpu().numpy()
+        sentences = np.where(values > 0, self.top_sentences.cpu().numpy(), -1).astype(np.int32)
+        return FeatureStatistics(
+            lm.name, resid_post(layer), corpus.name, len(corpus), pieces, words, values.astype(np.float32), sentences,
+            self.fires.cpu().numpy(), self.activation_sum.cpu().numpy(),
+            self.histogram.view(self.d, BINS).cpu().numpy(), tag_lists, tag_words,
+            {ts: fires.cpu().numpy() for ts, fires in self.tag_fires.items()}, self.fired_words.cpu().numpy())
+
+
+@dataclass
+class _BatchWords:
+    """A batch's word pieces and the words they belong to, on the device."""
+
+    row_of: torch.Tensor  # [piece] its row in the batch
+    owner: torch.Tensor  # [piece] its batch word, -1 none
+    in_word: torch.Tensor  # [piece] bool
+    tags: dict[str, torch.Tensor]  # tagset -> [batch word] tag index
+    seen: torch.Tensor  # [batch word] bool: words that kept a piece
+    sentence_ids: torch.Tensor  # [batch]
+    real: torch.Tensor  # [batch, token] bool: the word pieces
+
+
+def _batch_words(padded, rows: list[int], corpus: TaggedSentences, tag_index: dict[str, dict[str, int]],
+                 dev: torch.device) -> _BatchWords:
+    owners, word_row = batch_word_owners(padded, [corpus.spans[s] for s in rows])
+    real = torch.from_numpy(~padded.special).to(dev)  # [batch, token]
+    owner = torch.from_numpy(owners).to(dev)[real]  # [piece]
+    in_word = owner >= 0
+    tags = {ts: torch.tensor([tag_index[ts][t] for s in rows for t in corpus.tags[ts][s]],
+                             dtype=torch.int64, device=dev) for ts in corpus.tagsets}  # [batch word]
+    seen = torch.zeros(len(word_row), dtype=torch.bool, device=dev)
+    seen[owner[in_word]] = True
+    return _BatchWords(real.nonzero()[:, 0], owner, in_word, tags, seen,
+                       torch.tensor(rows, dtype=torch.int64, device=dev), real)
+
+
 @torch.no_grad()
 def feature_statistics(lm: LoadedModel, saes: dict[int, TopKSAE], corpus: TaggedSentences,
                        root: Path | None = None, batch_size: int = 32,
                        progress: Callable[[int, int], None] | None = None) -> dict[int, FeatureStatistics]:
     """``{layer: statistics}`` for each layer's SAE over ``corpus``: from disk, or one pass now for
-    the layers missing (kept). ``progress(done, total)`` counts sentences."""
+    the layers missing (kept). ``progress(done, total)`` counts sentences.
+
+    Args:
+        lm: the model the SAEs were made for.
+        saes: {layer: the SAE of that layer's output}, layers from 0.
+        corpus: the tagged sample read (``brown_tagged``, ``ewt_tagged``).
+        root: the folder the statistics are kept in (default: the user cache's ``features/statistics``).
+        batch_size: sentences a pass.
+        progress: called with (done, total) sentences.
+
+    Returns:
+        {layer: ``FeatureStatistics``}: per feature its ``TOP`` (20) strongest sentences, firing count, activation
+            sum and histogram over word pieces, and the words it fires on by gold tag (its labels).
+    """
     if not saes:
         raise BertScopeError("No SAE given.")
     if not len(corpus):
@@ -225,78 +315,25 @@ def feature_statistics(lm: LoadedModel, saes: dict[int, TopKSAE], corpus: Tagged
     if not missing:
         return found
     dev = lm.device
-    tagsets = corpus.tagsets
-    tag_lists = {ts: sorted({t for sent in corpus.tags[ts] for t in sent}) for ts in tagsets}
-    tag_index = {ts: {t: i for i, t in enumerate(tag_lists[ts])} for ts in tagsets}
-    acc = {}
-    for layer, sae in missing.items():
-        d = sae.d_sae
-        acc[layer] = {
-            "top_values": torch.zeros(d, TOP, device=dev), "top_sentences": torch.full((d, TOP), -1, device=dev),
-            "fires": torch.zeros(d, dtype=torch.int64, device=dev),
-            "activation_sum": torch.zeros(d, dtype=torch.float64, device=dev),
-            "histogram": torch.zeros(d * BINS, dtype=torch.int64, device=dev),
-            "fired_words": torch.zeros(d, dtype=torch.int64, device=dev),
-            "tag_fires": {ts: torch.zeros(d, len(tag_lists[ts]), dtype=torch.int64, device=dev) for ts in tagsets},
-        }
-    tag_words = {ts: np.zeros(len(tag_lists[ts]), np.int64) for ts in tagsets}
-    pieces = words = 0
-    done = 0
-    log_edges = torch.linspace(LOW, HIGH, BINS + 1, device=dev)[1:-1]  # inner edges, log10
+    tag_lists = {ts: sorted({t for sent in corpus.tags[ts] for t in sent}) for ts in corpus.tagsets}
+    tag_index = {ts: {t: i for i, t in enumerate(tags)} for ts, tags in tag_lists.items()}
+    tallies = {layer: _Tallies(sae.d_sae, tag_lists, dev) for layer, sae in missing.items()}
+    tag_words = {ts: np.zeros(len(tags), np.int64) for ts, tags in tag_lists.items()}
+    pieces = words = done = 0
     for rows, padded, feed in batches(lm, list(corpus.texts), batch_size):
         outputs = layer_outputs(lm, feed, missing)
-        owners, word_row = batch_word_owners(padded, [corpus.spans[s] for s in rows])
-        word_sentence = [rows[b] for b in word_row]
-        real = torch.from_numpy(~padded.special).to(dev)  # [batch, token]
-        row_of = real.nonzero()[:, 0]  # [piece] its row in the batch
-        owner = torch.from_numpy(owners).to(dev)[real]  # [piece] its batch word, -1 none
-        in_word = owner >= 0
-        n_words = len(word_sentence)
-        word_tags = {ts: torch.tensor([tag_index[ts][t] for s in rows for t in corpus.tags[ts][s]],
-                                      dtype=torch.int64, device=dev) for ts in tagsets}  # [batch word]
-        seen = torch.zeros(n_words, dtype=torch.bool, device=dev)  # words that kept a piece
-        seen[owner[in_word]] = True
-        for ts in tagsets:
-            tag_words[ts] += torch.bincount(word_tags[ts][seen], minlength=len(tag_lists[ts])).cpu().numpy()
-        words += int(seen.sum())
-        pieces += int(real.sum())
-        sentence_ids = torch.tensor(rows, dtype=torch.int64, device=dev)  # [batch]
+        batch = _batch_words(padded, rows, corpus, tag_index, dev)
+        for ts, tags in tag_lists.items():
+            tag_words[ts] += torch.bincount(batch.tags[ts][batch.seen], minlength=len(tags)).cpu().numpy()
+        words += int(batch.seen.sum())
+        pieces += int(batch.real.sum())
         for layer, sae in missing.items():
-            a, d = acc[layer], sae.d_sae
-            piece, feat, value = sae.firings(outputs[layer][real].float())  # [firing] each, sparse
-            a["fires"] += torch.bincount(feat, minlength=d)
-            a["activation_sum"] += torch.bincount(feat, weights=value.double(), minlength=d)
-            bins = torch.bucketize(value.log10(), log_edges)  # [firing] 0..BINS-1
-            a["histogram"] += torch.bincount(feat * BINS + bins, minlength=d * BINS)
-            # top sentences: each sentence's strongest piece, merged with the table so far
-            best = torch.zeros(len(rows) * d, device=dev).scatter_reduce_(  # [batch x d_sae]
-                0, row_of[piece] * d + feat, value, "amax").view(len(rows), d)
-            values = torch.cat([a["top_values"], best.t()], 1)  # [d_sae, TOP + batch]
-            ids = torch.cat([a["top_sentences"], sentence_ids.expand(d, -1)], 1)
-            keep = values.topk(TOP, dim=1)
-            a["top_values"], a["top_sentences"] = keep.values, ids.gather(1, keep.indices)
-            # words: fired when any piece fires; each (word, feature) pair counted once
-            mine = in_word[piece]
-            pairs = torch.unique(owner[piece[mine]] * d + feat[mine])  # [pair] word x d_sae + feature
-            word, feature = pairs // d, pairs % d
-            a["fired_words"] += torch.bincount(feature, minlength=d)
-            for ts in tagsets:
-                n_tags = len(tag_lists[ts])
-                a["tag_fires"][ts] += torch.bincount(feature * n_tags + word_tags[ts][word],
-                                                     minlength=d * n_tags).view(d, n_tags)
+            tallies[layer].add(*sae.firings(outputs[layer][batch.real].float()), batch)  # [firing] each, sparse
         done += len(rows)
         if progress:
             progress(done, len(corpus))
     results = dict(found)
     for layer, sae in missing.items():
-        a = acc[layer]
-        values = a["top_values"].cpu().numpy()
-        sentences = np.where(values > 0, a["top_sentences"].cpu().numpy(), -1).astype(np.int32)
-        stats = FeatureStatistics(
-            lm.name, resid_post(layer), corpus.name, len(corpus), pieces, words, values.astype(np.float32), sentences,
-            a["fires"].cpu().numpy(), a["activation_sum"].cpu().numpy(),
-            a["histogram"].view(sae.d_sae, BINS).cpu().numpy(), tag_lists, tag_words,
-            {ts: a["tag_fires"][ts].cpu().numpy() for ts in tagsets}, a["fired_words"].cpu().numpy())
-        stats.save(statistics_path(lm, sae, corpus, layer, root))
-        results[layer] = stats
+        results[layer] = tallies[layer].finish(lm, layer, corpus, pieces, words, tag_lists, tag_words)
+        results[layer].save(statistics_path(lm, sae, corpus, layer, root))
     return results

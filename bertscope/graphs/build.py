@@ -181,22 +181,8 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
         An ``AttributionGraph``.
     """
     started = time.perf_counter()
-    check_graph_model(lm)
-    missing = sorted(set(range(lm.num_layers)) - set(transcoders))
-    if missing:
-        raise BertScopeError(f"No transcoder for layer{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
-                             f"of {lm.name}: train them with `bertscope train-transcoders {lm.name} --out FOLDER`.")
-    for tc in transcoders.values():
-        tc.check_for(lm)
-    if not text or not text.strip():
-        raise BertScopeError("The text is empty: type a sentence (with [MASK] for a masked LM).")
-    enc = lm.tokenizer(text, return_tensors="pt", truncation=True, max_length=lm.max_length)
-    ids = enc["input_ids"][0].tolist()
-    names = [f"blocks.{ly}.{p}" for ly in range(lm.num_layers)
-             for p in ("attn.hook_pattern", "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out")]
-    feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
-    out, cache = lm.run_with_cache(feed, [*names, "embed", f"blocks.{lm.num_layers - 1}.hook_resid_post"])
-    real_logits = out.logits[0].float().cpu().numpy()  # [P, V] or [label]
+    _check_inputs(lm, text, transcoders)
+    ids, real_logits, cache = _real_run(lm, text)
     kind, position, target_id, contrast_id, notes = _decision(
         lm, text, target, contrast, ids, lambda p: real_logits if lm.task is not None else real_logits[p])
     final = cache[f"blocks.{lm.num_layers - 1}.hook_resid_post"][0]
@@ -212,14 +198,50 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
     real_value = _real_value(real_logits, kind, position, target_id, contrast_id, lm)
     if abs(float(value[0]) - real_value) > 1e-3 * max(1.0, abs(real_value)):
         notes.append(f"The frozen pass gives {float(value[0]):.5f} where the model gives {real_value:.5f}.")
-    b_dec = [tc.b_dec.detach().to(dtype).expand(frozen.n_pos, -1)[None] for _, tc in sorted(transcoders.items())]
-    bias_mids, bias_value = frozen.forward(torch.zeros_like(embed)[None], b_dec)
-    assert bias_value is not None
     tcs = [transcoders[ly] for ly in range(lm.num_layers)]
-    n_feat, n_pos, n_layers = len(active.value), frozen.n_pos, lm.num_layers
+    sub, errors, dropped = _within_budget(frozen, active, writes, errors, embed, tcs, max_bytes, notes, dtype)
+    adjacency = _adjacency(frozen, sub, errors, embed, tcs, dtype, progress)
+    inputs, bias = _node_inputs(frozen, sub, tcs, embed, mids, value, dtype, len(adjacency))
+    nodes = _nodes(sub, lm.num_layers, frozen.n_pos, lm.tokenizer.convert_ids_to_tokens(ids), float(value[0]))
+    target_info = {"kind": kind, "position": position,
+                   ("token" if kind == "token" else "label"): _name(lm, kind, target_id),
+                   "contrast": None if contrast_id is None else _name(lm, kind, contrast_id)}
+    return AttributionGraph(lm.name, text, lm.tokenizer.convert_ids_to_tokens(ids), target_info, real_value, nodes,
+                            adjacency, inputs, bias, len(sub.value), lm.num_layers * frozen.n_pos,
+                            time.perf_counter() - started, notes, dropped)
+
+
+def _check_inputs(lm: LoadedModel, text: str, transcoders: Mapping[int, Transcoder]) -> None:
+    """One line when the model, its transcoders or the text cannot make a graph."""
+    check_graph_model(lm)
+    missing = sorted(set(range(lm.num_layers)) - set(transcoders))
+    if missing:
+        raise BertScopeError(f"No transcoder for layer{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                             f"of {lm.name}: train them with `bertscope train-transcoders {lm.name} --out FOLDER`.")
+    for tc in transcoders.values():
+        tc.check_for(lm)
+    if not text or not text.strip():
+        raise BertScopeError("The text is empty: type a sentence (with [MASK] for a masked LM).")
+
+
+def _real_run(lm: LoadedModel, text: str) -> tuple[list[int], np.ndarray, dict]:
+    """(the ids, the real logits [P, V] or [label], the cache of every point the frozen pass reads)."""
+    enc = lm.tokenizer(text, return_tensors="pt", truncation=True, max_length=lm.max_length)
+    names = [f"blocks.{ly}.{p}" for ly in range(lm.num_layers)
+             for p in ("attn.hook_pattern", "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out")]
+    feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
+    out, cache = lm.run_with_cache(feed, [*names, "embed", f"blocks.{lm.num_layers - 1}.hook_resid_post"])
+    return enc["input_ids"][0].tolist(), out.logits[0].float().cpu().numpy(), cache
+
+
+def _within_budget(frozen: FrozenModel, active: _Active, writes: list[torch.Tensor], errors: list[torch.Tensor],
+                   embed: torch.Tensor, tcs: list[Transcoder], max_bytes: int, notes: list[str], dtype: torch.dtype
+                   ) -> tuple[_Active, list[torch.Tensor], int]:
+    """The features the adjacency matrix's budget holds (the most influential first), the error nodes with the
+    others merged in, and how many were merged (said in ``notes``)."""
+    n_feat, fixed = len(active.value), len(tcs) * frozen.n_pos + frozen.n_pos + 1  # errors, embeddings, target
     budget_nodes = int(np.sqrt(max_bytes / 4))
-    keep_features = n_feat if n_feat + n_layers * n_pos + n_pos + 1 <= budget_nodes else \
-        max(0, budget_nodes - n_layers * n_pos - n_pos - 1)
+    keep_features = n_feat if n_feat + fixed <= budget_nodes else max(0, budget_nodes - fixed)
     order = _feature_order(frozen, active, writes, errors, embed, tcs, keep_features, dtype)
     chosen = np.sort(order[:keep_features])  # the features kept, in (layer, position, feature) order
     dropped = n_feat - len(chosen)
@@ -228,32 +250,43 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
                      "merged into their error nodes (lower the tokens or raise the budget to keep them).")
         errors = _merge(errors, active, np.setdiff1d(np.arange(n_feat), chosen), tcs, dtype)
     sub = _Active(active.layer[chosen], active.position[chosen], active.feature[chosen], active.value[chosen])
-    sub_writes = _writes_by_position(sub, tcs, dtype)
-    n = len(chosen) + n_layers * n_pos + n_pos + 1
+    return sub, errors, dropped
+
+
+def _adjacency(frozen: FrozenModel, sub: _Active, errors: list[torch.Tensor], embed: torch.Tensor,
+               tcs: list[Transcoder], dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> np.ndarray:
+    """[N, N] the direct effects: a row per feature and the target (the rest, error and embedding nodes, have no
+    inputs), ``ROWS_AT_ONCE`` rows a backward pass."""
+    n_feat = len(sub.value)
+    n = n_feat + len(tcs) * frozen.n_pos + frozen.n_pos + 1
     adjacency = np.zeros((n, n), np.float64 if dtype == torch.float64 else np.float32)
-    inputs, bias = np.zeros(n), np.zeros(n)
-    rows_total = len(chosen) + 1
-    done = 0
+    sub_writes = _writes_by_position(sub, tcs, dtype)
+    rows_total, done = n_feat + 1, 0
     for start in range(0, rows_total, ROWS_AT_ONCE):
         rows = list(range(start, min(start + ROWS_AT_ONCE, rows_total)))  # row r < F: feature r; r == F: the target
-        adjacency[[r if r < len(chosen) else n - 1 for r in rows]] = _rows(frozen, rows, sub, errors, embed, tcs,
-                                                                            sub_writes, dtype)
+        adjacency[[r if r < n_feat else n - 1 for r in rows]] = _rows(frozen, rows, sub, errors, embed, tcs,
+                                                                       sub_writes, dtype)
         done += len(rows)
         if progress:
             progress(done, rows_total)
-    for r in range(len(chosen)):
+    return adjacency
+
+
+def _node_inputs(frozen: FrozenModel, sub: _Active, tcs: list[Transcoder], embed: torch.Tensor, mids: list[torch.Tensor],
+                 value: torch.Tensor, dtype: torch.dtype, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """([N] each node's input in the frozen pass: a feature's pre-activation, the target's value; [N] the part of it
+    that is bias: the same pass from zero embeddings with the transcoders writing b_dec alone)."""
+    b_dec = [tc.b_dec.detach().to(dtype).expand(frozen.n_pos, -1)[None] for tc in tcs]
+    bias_mids, bias_value = frozen.forward(torch.zeros_like(embed)[None], b_dec)  # [1, P, d] zeros
+    assert bias_value is not None
+    inputs, bias = np.zeros(n), np.zeros(n)
+    for r in range(len(sub.value)):
         ly, p, f = int(sub.layer[r]), int(sub.position[r]), int(sub.feature[r])
         w_enc, b_enc = tcs[ly].W_enc[:, f].detach().to(dtype), float(tcs[ly].b_enc[f].detach())
         inputs[r] = float(mids[ly][0, p] @ w_enc) + b_enc
         bias[r] = float(bias_mids[ly][0, p] @ w_enc) + b_enc
     inputs[-1], bias[-1] = float(value[0]), float(bias_value[0])
-    nodes = _nodes(sub, n_layers, n_pos, lm.tokenizer.convert_ids_to_tokens(ids), float(value[0]))
-    target_info = {"kind": kind, "position": position,
-                   ("token" if kind == "token" else "label"): _name(lm, kind, target_id),
-                   "contrast": None if contrast_id is None else _name(lm, kind, contrast_id)}
-    return AttributionGraph(lm.name, text, lm.tokenizer.convert_ids_to_tokens(ids), target_info, real_value, nodes,
-                            adjacency, inputs, bias, len(chosen), n_layers * n_pos, time.perf_counter() - started,
-                            notes, dropped)
+    return inputs, bias
 
 
 def _name(lm: LoadedModel, kind: str, index: int) -> str:

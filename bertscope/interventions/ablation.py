@@ -93,7 +93,19 @@ class MeanContexts:
 def mean_head_contexts(lm: LoadedModel, texts: Sequence[str] | None = None, batch_size: int = 32,
                        progress: Callable[[int, int], None] | None = None) -> MeanContexts:
     """Each head's context averaged over every real token of ``texts`` (default: 200 Brown
-    sentences from the training documents), accumulated on the model's device in float32."""
+    sentences from the training documents), accumulated on the model's device in float32.
+
+    Args:
+        lm: the model.
+        texts: the reference sentences (None: 200 Brown sentences of the training documents, or the shipped sample
+            when Brown is not installed).
+        batch_size: sentences a pass.
+        progress: called with (done, total) sentences.
+
+    Returns:
+        ``MeanContexts``: ``means`` [layer, head, d_head] float32 (layers and heads from 0), what was averaged over,
+            in words, and the tokens counted ([CLS] and [SEP] included, padding not).
+    """
     if texts is None:
         texts, where = reference_texts()
     else:

@@ -130,7 +130,19 @@ def _checked(concept: Concept) -> Concept:
 def load_concept(name: str, size: int | None = DEFAULT_SIZE, test_size: int | None = DEFAULT_TEST,
                  seed: int = 0) -> Concept:
     """A named concept (``CONCEPTS``) or a file; ``size`` / ``test_size``: sentences sampled from
-    each side (None: all)."""
+    each side (None: all).
+
+    Args:
+        name: "ewt-upos", "ewt-deprel", "brown-pos", "sentiment", or the path of a .conllu, .csv or .jsonl file
+            (its sentences split 75 / 25 by ``seed``).
+        size: training sentences, at least 1 (None: every one).
+        test_size: test sentences, at least 1 (None: every one).
+        seed: the samples (and a file's split).
+
+    Returns:
+        A ``Concept``: its name, level ("token" or "sentence"), the training and test sides as probe tasks, and for
+            the EWT concepts each side's gold trees.
+    """
     for what, value in (("training", size), ("test", test_size)):
         if value is not None and value < 1:
             raise BertScopeError(f"The number of {what} sentences must be at least 1.")

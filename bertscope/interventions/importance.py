@@ -26,17 +26,17 @@ import torch.nn.functional as F
 from bertscope.core.hook_points import UNEMBED_IN, every_layer
 from bertscope.core.hooked_pass import merged, turn
 from bertscope.core.models import LoadedModel
-from bertscope.core.passes import batches, wide
+from bertscope.core.passes import batches, mlm_logits, wide
 from bertscope.corpora.brown_tasks import brown_split_texts
 from bertscope.corpora.sentences import shipped_corpus
 from bertscope.errors import BertScopeError
-from bertscope.interventions.ablation import head_edit
+from bertscope.interventions.ablation import check_heads, head_edit
 from bertscope.mlm.fill_mask import require_mlm
 from bertscope.mlm.masking import IGNORE_INDEX, replacement_ids
 from bertscope.runtime.engine import Engine
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
-from bertscope.training.model import mlm_logits, vocabulary_layer
+from bertscope.training.model import vocabulary_layer
 
 FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))  # share of all heads removed: 0, 10%, ..., 100%
 RANDOM_ORDERS = 3
@@ -242,8 +242,22 @@ class HeldOutAccuracy:
 
 def held_out_accuracy(lm: LoadedModel, texts: Sequence[str], removed: Sequence[tuple[int, int]],
                       batch_size: int = 32, seed: int = 0) -> HeldOutAccuracy:
-    """Masked-LM top-1 on ``texts`` (BERT's corruption, seeded) with and without ``removed``."""
+    """Masked-LM top-1 on ``texts`` (BERT's corruption, seeded) with and without ``removed``.
+
+    Args:
+        lm: a model with a masked-LM head.
+        texts: held-out sentences.
+        removed: (layer, head) pairs zeroed, both from 0.
+        batch_size: sentences a pass.
+        seed: the corruption, drawn with ``seed`` + 1,000,003 (not the draw ``head_importance`` makes with the same
+            seed).
+
+    Returns:
+        ``HeldOutAccuracy``: top-1 intact and with the heads removed, over the same positions; the positions scored
+            and the sentences.
+    """
     require_mlm(lm)
+    removed = check_heads(lm, removed)  # each head the model has, or one line
     if not texts:
         raise BertScopeError("The held-out accuracy needs sentences to score.")
     held = _held_out_batches(lm, texts, batch_size, seed)

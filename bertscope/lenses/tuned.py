@@ -114,7 +114,17 @@ def lens_kind(lm: LoadedModel) -> str:
 
 
 def load_lens(folder: str | Path, lm: LoadedModel) -> TunedLens:
-    """The translators in ``folder``, checked against ``lm`` (its name, width and depth)."""
+    """The translators in ``folder``, checked against ``lm``'s width and depth (a lens of another model of the same
+    shape loads: ``meta.model`` names the one it was trained on).
+
+    Args:
+        folder: a folder with ``lens.safetensors`` and ``lens.json`` (``TunedLens.save``).
+        lm: the model the lens is read on: its width and number of layers must match the lens's.
+
+    Returns:
+        A ``TunedLens``: its record (model, kind, training) and float32 ``weight`` [state, d, d] and ``bias``
+            [state, d], one translator for the embeddings and each layer but the last.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -242,7 +252,21 @@ def training_batches(texts: Sequence[str], size: int, steps: int, seed: int) -> 
 def train_tuned_lens(lm: LoadedModel, texts: Sequence[str], steps: int = DEFAULT_STEPS, batch_size: int = DEFAULT_BATCH,
                      seed: int = 0, trained_on: str = "", progress: Callable[[int, int], None] | None = None
                      ) -> TunedLens:
-    """Translators for every state of ``lm`` but the last, trained on ``texts`` (the package's recipe above)."""
+    """Translators for every state of ``lm`` but the last, trained on ``texts`` (the package's recipe above).
+
+    Args:
+        lm: a masked LM, or a sequence classifier with classes.
+        texts: training sentences (blank ones dropped), at least ``batch_size``; each cut at 128 tokens.
+        steps: optimiser steps, 1 to ``MAX_STEPS`` (20,000); the learning rate decays to zero over them.
+        batch_size: sentences a step, 1 to 512.
+        seed: the sentences' order and, for a masked LM, the positions masked.
+        trained_on: what the texts are, recorded in the lens's ``lens.json``.
+        progress: called with (done, total) steps.
+
+    Returns:
+        A ``TunedLens``: ``weight`` [state, d, d] and ``bias`` [state, d] on the CPU (states: the embeddings and
+            layers 0 to L - 2), and its record: model, kind, steps, sentences, positions read, seed, each step's loss.
+    """
     kind = lens_kind(lm)
     if not 1 <= steps <= MAX_STEPS:
         raise BertScopeError(f"Give 1 to {MAX_STEPS:,} steps ({steps} given).")
@@ -312,7 +336,21 @@ class LensQuality:
 def lens_quality(lm: LoadedModel, lens: TunedLens, texts: Sequence[str], batch_size: int = DEFAULT_BATCH,
                  seed: int = 1, progress: Callable[[int, int], None] | None = None) -> LensQuality:
     """KL to the final layer, bias and calibration of the tuned lens and the logit lens at every state,
-    on ``texts`` (held out from the lens's training)."""
+    on ``texts`` (held out from the lens's training).
+
+    Args:
+        lm: the model the lens was trained on.
+        lens: the tuned lens (``load_lens`` or ``train_tuned_lens``).
+        texts: held-out sentences, each cut at 128 tokens.
+        batch_size: sentences a batch.
+        seed: the positions masked (a masked LM); 1 by default, unlike training's 0.
+        progress: called with (done, total) batches.
+
+    Returns:
+        A ``LensQuality``: the states ("embeddings", 0, ...) and, for "tuned" and "logit", each state's mean
+            KL(p_final ‖ p_lens) in nats, bias (KL between the mean distributions), calibration error of the top-1
+            (10 bins) and agreement with the final top-1; the positions read and what calibration is scored against.
+    """
     from bertscope.core.layers import hidden_labels
 
     kind = lens_kind(lm)

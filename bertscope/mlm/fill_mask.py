@@ -198,6 +198,14 @@ def iterative_fill(lm: LoadedModel, start: FillMaskResult) -> IterativeFill:
     """Fill the most confident mask, run again, repeat; the joint probability multiplies up.
 
     Special tokens ([MASK], [SEP], ...) are never filled in.
+
+    Args:
+        lm: the model ``start`` was read with.
+        start: a ``fill_mask`` (or ``fill_mask_words``) result: its pass with every mask in place.
+
+    Returns:
+        An ``IterativeFill``: the masks in the order filled (position, token, step from 0), the product of each
+            chosen token's probability when it was chosen, and the text with every mask filled.
     """
     ids = start.inspection.input_ids.tolist()
     remaining = list(start.mask_positions)

@@ -48,7 +48,18 @@ def mlm_head(lm: LoadedModel) -> Callable[[torch.Tensor], torch.Tensor]:
 
 def layerwise_predictions(lm: LoadedModel, result: FillMaskResult, mask_index: int = 0,
                           top_k: int = 5) -> list[LayerReading]:
-    """Top tokens per layer at one mask, and where the final answer ranks at each layer."""
+    """Top tokens per layer at one mask, and where the final answer ranks at each layer.
+
+    Args:
+        lm: the model ``result`` was read with.
+        result: a ``fill_mask`` result (its pass keeps every hidden state).
+        mask_index: which mask, from 0 in text order.
+        top_k: tokens kept at each hidden state.
+
+    Returns:
+        One ``LayerReading`` a hidden state: ``layer`` (0 = the embeddings, l = layer l - 1's output), its top-k
+            tokens by the masked-LM head, and the rank (1 = top) there of the last layer's best token.
+    """
     if not 0 <= mask_index < len(result.mask_positions):
         raise BertScopeError(f"Mask {mask_index + 1} does not exist: the text has "
                              f"{len(result.mask_positions)} mask(s).")

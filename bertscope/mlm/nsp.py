@@ -28,6 +28,16 @@ class NextSentence:
 
 
 def next_sentence(lm: LoadedModel, text_a: str, text_b: str) -> NextSentence:
+    """BERT's next-sentence head on the pair (A, B): does B follow A?
+
+    Args:
+        lm: a BERT pretraining checkpoint with the NSP head.
+        text_a: segment A.
+        text_b: segment B (not empty).
+
+    Returns:
+        ``NextSentence``: the probabilities of IsNext (B follows A) and NotNext, summing to 1.
+    """
     if "nsp" not in lm.outputs:
         with_head = ", ".join(n for n, p in PRESETS.items() if "nsp" in p.outputs)
         raise BertScopeError(
@@ -56,7 +66,17 @@ class SentenceOrder:
 
 
 def sentence_order(lm: LoadedModel, text_a: str, text_b: str) -> SentenceOrder:
-    """ALBERT's SOP head on the pair (A, B): class 0 = the original order (A then B)."""
+    """ALBERT's SOP head on the pair (A, B): class 0 = the original order (A then B).
+
+    Args:
+        lm: an ALBERT pretraining checkpoint with the sentence-order head.
+        text_a: segment A.
+        text_b: segment B (not empty).
+
+    Returns:
+        ``SentenceOrder``: the probabilities that A then B is the original order (``in_order``) and that it is
+            swapped, summing to 1.
+    """
     if "sop" not in lm.outputs:
         raise BertScopeError(f"{lm.name} has no sentence-order head: choose an ALBERT pretraining checkpoint "
                              "that carries it (AlbertForPreTraining).")

@@ -36,6 +36,7 @@ import torch
 
 from bertscope.core.hooked_pass import check_text, run
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.embedding import model_folder
 from bertscope.retrieval.search import RetrievalScores
@@ -123,11 +124,6 @@ def _cut(lm: LoadedModel, settings: SpladeSettings) -> int:
     return min(settings.max_seq_length or lm.max_length, lm.max_length)
 
 
-def _logits(out) -> torch.Tensor:
-    logits = getattr(out, "prediction_logits", None)
-    return out.logits if logits is None else logits
-
-
 def term_activations(logits: torch.Tensor, mask: torch.Tensor, settings: SpladeSettings) -> torch.Tensor:
     """[batch, token, vocab] f(z) of ``logits`` [batch, token, vocab] with ``mask`` [batch, token] (0: padding), as
     ``SpladePooling`` computes it before pooling."""
@@ -190,7 +186,7 @@ def sparse_embed(lm: LoadedModel, texts: list[str], settings: SpladeSettings | N
         per_row = longest * lm.vocab_size * 4 * 3  # logits, their transform, the maximum's work
         chosen = order[start:start + max(1, min(64, BATCH_BYTES // max(1, per_row)))]
         feed = _feed(lm, [texts[i] for i in chosen], settings)
-        logits = _logits(run(lm, feed, grad=False))  # [batch, token, vocab]
+        logits = mlm_logits(run(lm, feed, grad=False))  # [batch, token, vocab]
         weights = pooled(term_activations(logits, feed["attention_mask"], settings), settings).cpu().numpy()
         for i, w in zip(chosen, weights):
             rows[i] = sparse.csr_matrix(w.astype(np.float32))
@@ -262,7 +258,7 @@ def _side(lm: LoadedModel, text: str, settings: SpladeSettings, what: str
     ``_cut`` tokens: 512 x a 250,000-term vocabulary is the largest, 1 GiB in float64."""
     feed = _feed(lm, [check_text(text, what)], settings)
     with torch.no_grad():
-        f = term_activations(_logits(run(lm, feed, grad=False)), feed["attention_mask"], settings)[0].double()
+        f = term_activations(mlm_logits(run(lm, feed, grad=False)), feed["attention_mask"], settings)[0].double()
     ids = feed["input_ids"][0].tolist()
     whole = len(lm.tokenizer(text.strip(), truncation=False, verbose=False)["input_ids"])
     return lm.tokenizer.convert_ids_to_tokens(ids), f.cpu(), set(ids), whole > _cut(lm, settings)

@@ -80,6 +80,8 @@ def default_model() -> tuple[str, str | None]:
     ``bundled-mlm``: the bundled encoder with the masked-LM head BertScope trained, so that every
     page (fill-mask, the recipe, the logit lens, why-this-prediction) works offline.
 
+    Args: none; the environment variable ``BERTSCOPE_MODEL``, when set, names the model.
+
     Returns:
         (the model's name, the notice to show when BertScope fell back to the bundled one, or None).
     """

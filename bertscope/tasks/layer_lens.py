@@ -60,7 +60,19 @@ class LayerDecisions:
 
 def layer_decisions(lm: LoadedModel, text: str, pair: str | None = None,
                     max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> LayerDecisions:
-    """The classifier's head applied to every hidden state of ``text`` (and its pair)."""
+    """The classifier's head applied to every hidden state of ``text`` (and its pair).
+
+    Args:
+        lm: a sequence classifier.
+        text: segment A (not empty).
+        pair: segment B, for a sentence-pair classifier.
+        max_batch_bytes: about how many bytes of outputs one batch of readings may hold.
+
+    Returns:
+        ``LayerDecisions``: the states ("embeddings", "0", ...), the labels, the scores [state, label] as the head
+            scores them (probabilities, or a regression's value), the scoring and the logits [state, label]; the last
+            row is the model's own decision.
+    """
     require_task(lm, SEQUENCE)
     if not isinstance(text, str) or not text.strip():
         raise BertScopeError("The text is empty: type at least one word.")

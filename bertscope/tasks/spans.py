@@ -207,7 +207,26 @@ def answer(lm: LoadedModel, questions: Sequence[str], contexts: Sequence[str], t
     """The ``top_k`` best answer spans of each question in its context, in the order given. Settings
     left out are the model's own (``run_settings``: a model fine-tuned here answers as it was scored),
     else the reference pipeline's (15 tokens at most, windows of min(384, the model's length)
-    overlapping by min(half, 128), no "no answer")."""
+    overlapping by min(half, 128), no "no answer").
+
+    Args:
+        lm: an extractive question-answering model.
+        questions: the questions.
+        contexts: each question's context, as many.
+        top_k: answers kept a question, from 1.
+        max_answer_len: the longest answer, in tokens.
+        max_seq_len: a window's length in tokens, question included.
+        doc_stride: the tokens two windows of a long context overlap by.
+        handle_impossible_answer: add "no answer" (an empty span at 0) as a candidate.
+        batch_size: windows a pass, at most.
+        max_batch_bytes: about how many bytes of outputs one pass may hold.
+        progress: called with (done, total) windows.
+
+    Returns:
+        One ``Answers`` a question: the question, its context, the answers best first ({"answer", "start", "end":
+            characters in the context, "score"}; the same text found again, in any case, adds its score) and how
+            many windows the context was cut into.
+    """
     require_task(lm, SPANS)
     own = run_settings(lm)
     max_answer_len = own.get("max_answer_len", 15) if max_answer_len is None else max_answer_len

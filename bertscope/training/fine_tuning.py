@@ -105,13 +105,7 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     data.check()
     workers = Processes.join(device)
     torch_device = workers.device
-    source, local_only = resolve_source(model_name)
-    config = load_hf_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
-    tokenizer = task_tokenizer(model_name, source, local_only, cfg.task)
-    longest = max_input_length(config, tokenizer)
-    if cfg.seq_len > longest:
-        raise BertScopeError(f"--seq-len {cfg.seq_len} is longer than {model_name} takes ({longest}): use at most "
-                             f"{longest}.")
+    source, local_only, config, tokenizer = _tokenizer_for(model_name, cfg)
     labels = data.labels
     train_side = _sample(data.train, cfg.max_examples, cfg.seed)
     held_side = _sample(data.held_out, cfg.max_held_out, cfg.seed)
@@ -134,14 +128,7 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     state = load_checkpoint(out / "checkpoint", model, optimizer, cfg) or RunState()
     runner = workers.wrap(model)
     context, scaler = autocast_context(torch_device)
-    if cfg.task == SPAN:  # "no answer" competes when the data has unanswerable questions (decided once)
-        objective = SpanObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
-                                  no_answer=data.train.unanswerable + data.held_out.unanswerable > 0,
-                                  by_length=cfg.group_by_length)
-    else:
-        objective = TaskObjective(cfg.task, labels, train, held, tokenizer.pad_token_id, torch_device,
-                                  class_weights(train, labels, cfg.task == TAG) if cfg.class_weights else None,
-                                  by_length=cfg.group_by_length)
+    objective = _objective(cfg, data, train, held, tokenizer.pad_token_id, torch_device)
     budget = memory_bytes if memory_bytes is not None else workers.memory_share(training_budget(torch_device))
     widest = max(range(len(train)), key=lambda r: len(train.ids[r]))
 
@@ -161,28 +148,65 @@ def finetune(model_name: str, data: TaskData, out: str | Path, cfg: FinetuneConf
     if not finished:
         return state
     if workers.main:
-        test = None
-        if data.test is not None:
-            encoded = encode(tokenizer, cfg.task, data.test, labels, cfg.seq_len)
-            loss_sum, count, confusion, _ = objective.predictions(model, encoded, eval_rows)
-            test = {"name": data.test.name, "loss": loss_sum / max(1, count), **scores(confusion, labels),
-                    ("words" if cfg.task == TAG else "examples"): count, "unscored_words": encoded.unscored_words,
-                    "truncated": encoded.truncated}
-        worst = objective.worst(model, eval_rows, WORST) if cfg.task == SPAN else \
+        test = _test_scores(objective, model, tokenizer, data, cfg, eval_rows)
+        worst = objective.worst(model, eval_rows, WORST) if isinstance(objective, SpanObjective) else \
             worst_examples(objective, model, held_side, eval_rows, labels)
-        task = {"auto": auto_class(cfg.task), "id2label": dict(enumerate(labels)), "task": cfg.task}
-        if cfg.task == SPAN:  # the page answers as the run was scored
-            params = {SPANS: scoring_settings(cfg.seq_len, objective.no_answer)}
-            (model.get_base_model() if hasattr(model, "get_base_model") else model).config.task_specific_params = params
-            task["task_specific_params"] = params
-        task_file = json.dumps(task, indent=1)
-        export_run(model, tokenizer, out, cfg, model_name, adapter_files={"task.json": task_file})
+        export_run(model, tokenizer, out, cfg, model_name,
+                   adapter_files={"task.json": _task_file(model, cfg, labels, objective)})
         write_task_metrics(out, model_name, data, cfg, state, train, held, n_trainable, test, worst, torch_device,
                            {"rows_per_pass": micro, "activation_bytes_per_row": row_bytes, "budget_bytes": budget,
                             "processes": workers.world})
     workers.barrier()
     workers.end()
     return state
+
+
+def _tokenizer_for(model_name: str, cfg: FinetuneConfig) -> tuple[str, bool, Any, Any]:
+    """(the source, local only, its config, the task's tokenizer), or one line: a decoder, remote code, an unknown
+    id, rows longer than the model takes."""
+    source, local_only = resolve_source(model_name)
+    config = load_hf_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
+    tokenizer = task_tokenizer(model_name, source, local_only, cfg.task)
+    longest = max_input_length(config, tokenizer)
+    if cfg.seq_len > longest:
+        raise BertScopeError(f"--seq-len {cfg.seq_len} is longer than {model_name} takes ({longest}): use at most "
+                             f"{longest}.")
+    return source, local_only, config, tokenizer
+
+
+def _objective(cfg: FinetuneConfig, data: TaskData, train, held, pad_id: int, device) -> TaskObjective:
+    """The task's loss and scoring: spans (where "no answer" competes when the data has unanswerable questions,
+    decided once), or classes and tags (class-weighted when asked)."""
+    if cfg.task == SPAN:
+        return SpanObjective(cfg.task, data.labels, train, held, pad_id, device,
+                             no_answer=data.train.unanswerable + data.held_out.unanswerable > 0,
+                             by_length=cfg.group_by_length)
+    return TaskObjective(cfg.task, data.labels, train, held, pad_id, device,
+                         class_weights(train, data.labels, cfg.task == TAG) if cfg.class_weights else None,
+                         by_length=cfg.group_by_length)
+
+
+def _test_scores(objective: TaskObjective, model, tokenizer, data: TaskData, cfg: FinetuneConfig,
+                 eval_rows: int) -> dict | None:
+    """The test side's loss and scores, when the data has one."""
+    if data.test is None:
+        return None
+    encoded = encode(tokenizer, cfg.task, data.test, data.labels, cfg.seq_len)
+    loss_sum, count, confusion, _ = objective.predictions(model, encoded, eval_rows)
+    return {"name": data.test.name, "loss": loss_sum / max(1, count), **scores(confusion, data.labels),
+            ("words" if cfg.task == TAG else "examples"): count, "unscored_words": encoded.unscored_words,
+            "truncated": encoded.truncated}
+
+
+def _task_file(model, cfg: FinetuneConfig, labels: list[str], objective: TaskObjective | SpanObjective) -> str:
+    """task.json: the auto class and labels; for spans the scoring settings, set on the model's config too (the
+    page answers as the run was scored)."""
+    task: dict[str, Any] = {"auto": auto_class(cfg.task), "id2label": dict(enumerate(labels)), "task": cfg.task}
+    if isinstance(objective, SpanObjective):
+        params = {SPANS: scoring_settings(cfg.seq_len, objective.no_answer)}
+        (model.get_base_model() if hasattr(model, "get_base_model") else model).config.task_specific_params = params
+        task["task_specific_params"] = params
+    return json.dumps(task, indent=1)
 
 
 def worst_examples(objective: TaskObjective, model, side, rows: int, labels: list[str]) -> list[dict]:

@@ -92,7 +92,3 @@ def logits_only_at(model: Any, chosen: torch.Tensor):
         yield True
 
 
-def mlm_logits(out: Any) -> torch.Tensor:
-    """The masked-LM logits of a ``*ForMaskedLM`` (``logits``) or ``*ForPreTraining`` output."""
-    logits = getattr(out, "prediction_logits", None)
-    return out.logits if logits is None else logits

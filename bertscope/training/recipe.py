@@ -160,37 +160,13 @@ def train(
         The ``RunState``: the steps done, the losses, the folder.
     """
     cfg.check()
-    cloze_texts = check_cloze(cloze_texts)
+    source, local_only, tokenizer, cloze_texts = _checked_inputs(model_name, cfg, cloze_texts)
     workers = Processes.join(device)  # one process, or this one's place under `accelerate launch`
     torch_device = workers.device
-    source, local_only = resolve_source(model_name)
-    config = load_hf_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
-    tokenizer = load_hf_tokenizer(model_name, source, local_only)
-    longest = max_input_length(config, tokenizer)
-    if cfg.seq_len > longest:
-        raise BertScopeError(f"Chunks of {cfg.seq_len} tokens are longer than {model_name} takes ({longest}): "
-                             f"use at most {longest}.")
-    if tokenizer.mask_token_id is None:
-        raise BertScopeError(f"{model_name}'s tokenizer has no mask token: it cannot learn masked-LM.")
-    cloze_texts = [t.replace("[MASK]", tokenizer.mask_token) for t in cloze_texts]
-    for text in cloze_texts:
-        if len(tokenizer(text)["input_ids"]) > longest:
-            raise BertScopeError(f"{text[:40]!r}… is longer than {model_name} takes ({longest} tokens).")
-    if cfg.pair_task != "none":
-        check_pair_task(model_name, config.model_type, cfg.pair_task)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    # pairs are drawn once per run (as BERT's create_pretraining_data); masks every step when dynamic
-    train_chunks = build_chunks(tokenizer, train_documents, cfg, seed=cfg.seed)  # rows [chunk, seq_len]
-    held_chunks = build_chunks(tokenizer, held_out_documents, cfg, seed=cfg.seed + 1_000_003)
-    held_budget = cfg.held_out_budget(len(train_chunks), len(held_chunks))  # before the training side is cut
-    if cfg.max_chunks is not None:
-        keep = torch.randperm(len(train_chunks), generator=torch.Generator().manual_seed(cfg.seed))[:cfg.max_chunks]
-        train_chunks = train_chunks.take(keep.sort().values)
-    if held_budget is not None and held_budget < len(held_chunks):  # scoring in proportion to the training budget
-        keep = torch.randperm(len(held_chunks), generator=torch.Generator().manual_seed(cfg.seed + 1))[:held_budget]
-        held_chunks = held_chunks.take(keep.sort().values)
+    train_chunks, held_chunks = _chunks(tokenizer, train_documents, held_out_documents, cfg)
     model = build_model(source, local_only, cfg).to(torch_device)
     params = trainable(model)
     optimizer = adamw(params, cfg.lr, cfg.weight_decay)
@@ -230,3 +206,42 @@ def train(
     workers.barrier()
     workers.end()
     return state
+
+
+def _checked_inputs(model_name: str, cfg: RecipeConfig, cloze_texts: Sequence[str]
+                    ) -> tuple[str, bool, Any, list[str]]:
+    """(the source, local only, the tokenizer, the cloze texts with its mask token), or one line on what cannot
+    be trained: a decoder, remote code, chunks longer than the model takes, no mask token, a pair task it lacks."""
+    cloze_texts = check_cloze(cloze_texts)
+    source, local_only = resolve_source(model_name)
+    config = load_hf_config(model_name, source, local_only)  # refuses decoders, remote code, unknown ids
+    tokenizer = load_hf_tokenizer(model_name, source, local_only)
+    longest = max_input_length(config, tokenizer)
+    if cfg.seq_len > longest:
+        raise BertScopeError(f"Chunks of {cfg.seq_len} tokens are longer than {model_name} takes ({longest}): "
+                             f"use at most {longest}.")
+    if tokenizer.mask_token_id is None:
+        raise BertScopeError(f"{model_name}'s tokenizer has no mask token: it cannot learn masked-LM.")
+    cloze_texts = [t.replace("[MASK]", tokenizer.mask_token) for t in cloze_texts]
+    for text in cloze_texts:
+        if len(tokenizer(text)["input_ids"]) > longest:
+            raise BertScopeError(f"{text[:40]!r}… is longer than {model_name} takes ({longest} tokens).")
+    if cfg.pair_task != "none":
+        check_pair_task(model_name, config.model_type, cfg.pair_task)
+    return source, local_only, tokenizer, cloze_texts
+
+
+def _chunks(tokenizer: Any, train_documents: Sequence[Sequence[str]], held_out_documents: Sequence[Sequence[str]],
+            cfg: RecipeConfig) -> tuple[Any, Any]:
+    """The training and held-out chunks ([chunk, seq_len] rows), each cut to its budget (seeded). Pairs are drawn
+    once per run (as BERT's create_pretraining_data); masks every step when dynamic."""
+    train_chunks = build_chunks(tokenizer, train_documents, cfg, seed=cfg.seed)
+    held_chunks = build_chunks(tokenizer, held_out_documents, cfg, seed=cfg.seed + 1_000_003)
+    held_budget = cfg.held_out_budget(len(train_chunks), len(held_chunks))  # before the training side is cut
+    if cfg.max_chunks is not None:
+        keep = torch.randperm(len(train_chunks), generator=torch.Generator().manual_seed(cfg.seed))[:cfg.max_chunks]
+        train_chunks = train_chunks.take(keep.sort().values)
+    if held_budget is not None and held_budget < len(held_chunks):  # scoring in proportion to the training budget
+        keep = torch.randperm(len(held_chunks), generator=torch.Generator().manual_seed(cfg.seed + 1))[:held_budget]
+        held_chunks = held_chunks.take(keep.sort().values)
+    return train_chunks, held_chunks

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.mlm.masking import IGNORE_INDEX, replacement_ids
 from bertscope.runtime.devices import to_device
@@ -19,7 +20,7 @@ from bertscope.runtime.result_cache import return_freed_memory
 from bertscope.training.batches import mask_tokens, special_mask
 from bertscope.training.config import RecipeConfig
 from bertscope.training.instances import Chunks
-from bertscope.training.model import logits_only_at, mlm_logits, vocabulary_layer
+from bertscope.training.model import logits_only_at, vocabulary_layer
 from bertscope.training.processes import Processes, unwrap
 
 ONE = Processes()  # a run on one process

@@ -118,6 +118,33 @@ def test_a_layers_input_and_output_are_read_row_for_row(tmp_path, tiny_mlm_dir):
     assert meta["hook_name"] == "blocks.1.hook_mlp_out" and meta["layer"] == 1
 
 
+def test_masked_reading_is_bert_s_corruption_row_for_row(tmp_path, tiny_mlm_dir):
+    """``masking``: the rows are the pass over the seeded 80/10/10 corruption of the texts (the replacement model's
+    own inputs), kept apart from the plain reading, and the same seed reads the same rows."""
+    from bertscope.interventions.importance import masked_batches
+
+    lm = load_model(str(tiny_mlm_dir))
+    texts = TEXTS * 3  # enough word pieces that some are chosen
+    point = ("hook_resid_mid",)
+    plain = points_activations(lm, texts, [1], point, root=tmp_path)[(1, point[0])]
+    masked = points_activations(lm, texts, [1], point, root=tmp_path, masking=3)[(1, point[0])]
+    again = points_activations(lm, texts, [1], point, root=tmp_path / "again", masking=3)[(1, point[0])]
+    assert masked.folder != plain.folder and np.array_equal(masked.where, plain.where)
+    assert json.loads((masked.folder / "meta.json").read_text())["masking"] == 3
+    np.testing.assert_array_equal(np.asarray(masked.rows), np.asarray(again.rows))
+    want = {}
+    for rows, feed, chosen, _ in masked_batches(lm, texts, 32, 3):
+        _, cache = lm.run_with_cache(feed, ["blocks.1.hook_resid_mid"], encoder_only=True)
+        for i, row in enumerate(rows):
+            want[row] = (cache["blocks.1.hook_resid_mid"][i].numpy(), chosen[i].numpy())
+    expected = np.stack([want[s][0][t] for s, t in masked.where])
+    np.testing.assert_allclose(np.asarray(masked.rows, np.float32), expected, atol=2e-3)
+    changed = np.array([want[s][1][t] for s, t in masked.where])
+    assert 0 < changed.mean() < 0.5
+    differs = np.abs(np.asarray(masked.rows, np.float32) - np.asarray(plain.rows, np.float32)).max(axis=1) > 1e-2
+    assert differs[changed].mean() > 0.5  # the chosen positions read another input
+
+
 def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir):
     lm = load_model(str(tiny_mlm_dir))
     d = lm.hidden_size

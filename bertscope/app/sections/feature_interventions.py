@@ -89,65 +89,78 @@ def features_tab(lm, key) -> None:
         folder = sae_folder(source, layer)
         sae = result_store("sae").get_or_compute((str(folder.resolve()), key[1]), lambda: load_sae(folder, lm.device))
         sae.check_feature(feature)
-        edit = FeatureEdit(layer, int(feature), mode, float(strength) if mode == "steer" else 0.0, at)
-        result = edit_features(lm, text, {layer: sae}, [edit], top_k=10)
-        did = "feature switched off" if mode == "remove" else f"feature steered by {strength:g}"
-        show_mask_changes(result.masks, did)
-        download("Download (JSON)", json.dumps(result.to_json()), "feature-edit.json", "application/json",
-                 key="int_feat_json")
-        st.page_link(page("features.py").path, label=f"Feature {feature} on the Features page",
-                     icon=":material/open_in_new:",
-                     query_params={"layer": layer, "feature": feature, "feat_tab": "Feature"}
-                     | ({"sae": typed.strip()} if typed.strip() else {}))
+        _edit_section(lm, sae, layer, int(feature), mode, float(strength), at, text, typed)
+        _causal_section(lm, key, sae, folder, layer, int(feature))
 
-        st.markdown("**Does it carry its tag?** Switch it off and measure, on held-out Brown documents, a probe for "
-                    "the tag and masked-token accuracy on the tag's words, beside a control feature of the same "
-                    "firing count.")
-        stats = _kept_statistics(lm, sae, layer)
-        label = stats.label(int(feature), "universal") if stats is not None else None
-        c1, c2 = st.columns([1, 2])
-        default = label.tag if label is not None else "VERB"
-        tag = c1.selectbox("Tag (Brown POS)", UNIVERSAL, index=UNIVERSAL.index(default) if default in UNIVERSAL
-                           else 0, key=f"int_feat_tag_{layer}_{feature}")
-        group = [int(feature)]
-        if label is not None:
-            c2.caption(plain(f"Its label from the Features page's statistics: {TAGSET_NAMES[label.tagset]} "
-                             f"{label.tag}, precision {label.precision:.2f}, recall {label.recall:.2f}."))
-        if stats is not None:
-            strong = [f for f in strong_features(stats, tag) if f != int(feature)]
-            if strong and c2.checkbox(f"With it, the {len(strong)} other feature(s) labelled {tag} (precision ≥ "
-                                      f"{STRONG[0]}, recall ≥ {STRONG[1]}): {', '.join(map(str, strong[:12]))}",
-                                      key=f"int_feat_group_{layer}_{feature}_{tag}"):
-                group += strong[:MAX_EDITS - 1]  # the check switches off at most MAX_EDITS at once
-        else:
-            c2.caption("Index Brown on the Features page (this layer) to see the feature's label and switch off every "
-                       "feature of a tag together.")
-        asked = st.button("Run the causal check", key="int_feat_causal")
-        effect = result_store("feature_causal").compute(
-            (key, str(folder.resolve()), layer, tuple(group), tag),
-            lambda progress: tag_effect(lm, sae, layer, group, tag, progress=progress),
-            "Probe and masked words, steps", asked, costly="feature causal check",
-            wait="Press *Run the causal check*: 1,000 training and 300 held-out Brown sentences through the "
-                 "model to the layer, a probe, then up to 300 masked words of the tag read three times (intact, "
-                 "features off, controls off) and as many other words twice (about 40 s on 2 CPU cores).")
-        if effect is not None:
-            off = "features off" if len(effect.features) > 1 else "feature off"
-            rows = [{"measure": f"probe for {tag} (balanced accuracy, {effect.held_out_words:,} held-out words)",
-                     "intact": effect.probe_intact, off: effect.probe_removed, "controls off": effect.probe_control},
-                    {"measure": f"masked-LM top-1 on {effect.masked_words} {tag} words", "intact": effect.mlm_intact,
-                     off: effect.mlm_removed, "controls off": effect.mlm_control},
-                    {"measure": f"masked-LM top-1 on {effect.other_words} words of other tags",
-                     "intact": effect.other_intact, off: effect.other_removed, "controls off": None}]
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
-                c: st.column_config.NumberColumn(format="%.3f") for c in rows[0] if c != "measure"})
-            names = ", ".join(map(str, effect.features))
-            st.caption(plain(f"Feature(s) {names} fire on {effect.fires_on_tag:.0%} of the held-out {tag} words; the "
-                             f"controls ({', '.join(map(str, effect.controls))}) fire on as many words each but on the "
-                             f"tag least. A masked word's own features are gone with it (its input is [MASK]): the "
-                             "masked-LM rows measure what the features do at the other words. Features that carry "
-                             "the tag move the rows more than their controls do."))
-            download("Download the check (JSON)", json.dumps(effect.to_json()), "feature-tag-effect.json",
-                     "application/json", key="int_feat_causal_json")
+
+def _edit_section(lm, sae, layer: int, feature: int, mode: str, strength: float, at: str, text: str,
+                  typed: str) -> None:
+    """The feature switched off or steered: the masked-token predictions before and after, a link to it."""
+    edit = FeatureEdit(layer, feature, mode, strength if mode == "steer" else 0.0, at)
+    result = edit_features(lm, text, {layer: sae}, [edit], top_k=10)
+    did = "feature switched off" if mode == "remove" else f"feature steered by {strength:g}"
+    show_mask_changes(result.masks, did)
+    download("Download (JSON)", json.dumps(result.to_json()), "feature-edit.json", "application/json",
+             key="int_feat_json")
+    st.page_link(page("features.py").path, label=f"Feature {feature} on the Features page",
+                 icon=":material/open_in_new:",
+                 query_params={"layer": layer, "feature": feature, "feat_tab": "Feature"}
+                 | ({"sae": typed.strip()} if typed.strip() else {}))
+
+
+def _causal_section(lm, key, sae, folder: Path, layer: int, feature: int) -> None:
+    """Does it carry its tag: the feature (with the others of its tag, if asked) off against a control, on a
+    probe and on masked words."""
+    st.markdown("**Does it carry its tag?** Switch it off and measure, on held-out Brown documents, a probe for "
+                "the tag and masked-token accuracy on the tag's words, beside a control feature of the same "
+                "firing count.")
+    tag, group = _tag_and_group(lm, sae, layer, feature)
+    asked = st.button("Run the causal check", key="int_feat_causal")
+    effect = result_store("feature_causal").compute(
+        (key, str(folder.resolve()), layer, tuple(group), tag),
+        lambda progress: tag_effect(lm, sae, layer, group, tag, progress=progress),
+        "Probe and masked words, steps", asked, costly="feature causal check",
+        wait="Press *Run the causal check*: 1,000 training and 300 held-out Brown sentences through the "
+             "model to the layer, a probe, then up to 300 masked words of the tag read three times (intact, "
+             "features off, controls off) and as many other words twice (about 40 s on 2 CPU cores).")
+    if effect is None:
+        return
+    rows = effect.rows()
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+        c: st.column_config.NumberColumn(format="%.3f") for c in rows[0] if c != "measure"})
+    names = ", ".join(map(str, effect.features))
+    st.caption(plain(f"Feature(s) {names} fire on {effect.fires_on_tag:.0%} of the held-out {tag} words; the "
+                     f"controls ({', '.join(map(str, effect.controls))}) fire on as many words each but on the "
+                     f"tag least. A masked word's own features are gone with it (its input is [MASK]): the "
+                     "masked-LM rows measure what the features do at the other words. Features that carry "
+                     "the tag move the rows more than their controls do."))
+    download("Download the check (JSON)", json.dumps(effect.to_json()), "feature-tag-effect.json",
+             "application/json", key="int_feat_causal_json")
+
+
+def _tag_and_group(lm, sae, layer: int, feature: int) -> tuple[str, list[int]]:
+    """The tag checked (the feature's own label by default) and the features switched off: it, and the others
+    labelled with the tag when the user asks (at most ``MAX_EDITS`` together)."""
+    stats = _kept_statistics(lm, sae, layer)
+    label = stats.label(feature, "universal") if stats is not None else None
+    c1, c2 = st.columns([1, 2])
+    default = label.tag if label is not None else "VERB"
+    tag = c1.selectbox("Tag (Brown POS)", UNIVERSAL, index=UNIVERSAL.index(default) if default in UNIVERSAL
+                       else 0, key=f"int_feat_tag_{layer}_{feature}")
+    group = [feature]
+    if label is not None:
+        c2.caption(plain(f"Its label from the Features page's statistics: {TAGSET_NAMES[label.tagset]} "
+                         f"{label.tag}, precision {label.precision:.2f}, recall {label.recall:.2f}."))
+    if stats is not None:
+        strong = [f for f in strong_features(stats, tag) if f != feature]
+        if strong and c2.checkbox(f"With it, the {len(strong)} other feature(s) labelled {tag} (precision ≥ "
+                                  f"{STRONG[0]}, recall ≥ {STRONG[1]}): {', '.join(map(str, strong[:12]))}",
+                                  key=f"int_feat_group_{layer}_{feature}_{tag}"):
+            group += strong[:MAX_EDITS - 1]  # the check switches off at most MAX_EDITS at once
+    else:
+        c2.caption("Index Brown on the Features page (this layer) to see the feature's label and switch off every "
+                   "feature of a tag together.")
+    return tag, group
 
 
 def sae_source(lm) -> Path | None:
