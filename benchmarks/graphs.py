@@ -79,6 +79,7 @@ def measure(lm, texts: list[str], transcoders, name: str) -> None:
 
 
 def full_size() -> None:
+    import resource
     import tempfile
 
     import psutil
@@ -100,17 +101,18 @@ def full_size() -> None:
         t = time.perf_counter()
         graph = attribution_graph(lm, " ".join(words), tcs)
         seconds = time.perf_counter() - t
-        peak = psutil.Process().memory_info().rss
+        after = psutil.Process().memory_info().rss
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         print(f"BERT-base size, {len(graph.tokens)} tokens, random transcoders (8x, k=32): {seconds:.1f} s; "
               f"{graph.n_features + graph.dropped_features:,} active features, {graph.n_features:,} kept within "
               f"{MAX_GRAPH_BYTES / 2**20:.0f} MiB ({graph.adjacency.nbytes / 2**20:.0f} MiB adjacency); resident "
-              f"memory {before / 2**20:.0f} -> {peak / 2**20:.0f} MiB")
+              f"memory {before / 2**20:.0f} -> {after / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bundled-mlm")
-    parser.add_argument("--prompts", type=int, default=50)
+    parser.add_argument("--prompts", type=int, default=50, help="held-out prompts (0: the full-size run alone)")
     parser.add_argument("--transcoders", help="a train-transcoders folder (default: the shipped set)")
     parser.add_argument("--skip-transcoders", help="a folder of skip transcoders to measure beside them")
     parser.add_argument("--full-size", action="store_true")
@@ -118,11 +120,12 @@ def main() -> None:
     from bertscope.core.models import load_model
     from bertscope.features.shipped import transcoder_set
 
-    lm = load_model(args.model)
-    texts = prompts(lm, args.prompts)
-    measure(lm, texts, transcoder_set(lm, args.transcoders), "transcoders")
-    if args.skip_transcoders:
-        measure(lm, texts, transcoder_set(lm, args.skip_transcoders), "skip transcoders")
+    if args.prompts > 0:
+        lm = load_model(args.model)
+        texts = prompts(lm, args.prompts)
+        measure(lm, texts, transcoder_set(lm, args.transcoders), "transcoders")
+        if args.skip_transcoders:
+            measure(lm, texts, transcoder_set(lm, args.skip_transcoders), "skip transcoders")
     if args.full_size:
         full_size()
 

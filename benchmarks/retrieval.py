@@ -208,6 +208,7 @@ def rerank_quality(lm, reranker_name: str, questions: int) -> None:
 
 
 def full_size(device: str, steps: int) -> None:
+    import resource
     import tempfile
 
     import psutil
@@ -224,9 +225,11 @@ def full_size(device: str, steps: int) -> None:
         t = time.perf_counter()
         x = explain_pair(lm, QUERY, long, "ij", steps)
         seconds = time.perf_counter() - t
-        peak = psutil.Process().memory_info().rss
+        after = psutil.Process().memory_info().rss
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         print(f"BERT-base size, {len(x.a.tokens)} x {len(x.b.tokens)} tokens, {steps} steps: {seconds:.1f} s; "
-              f"resident memory {before / 2**20:.0f} -> {peak / 2**20:.0f} MiB; completeness error {x.error:.2e}")
+              f"resident memory {before / 2**20:.0f} -> {after / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB; "
+              f"completeness error {x.error:.2e}")
 
 
 def main() -> None:
@@ -255,6 +258,8 @@ def main() -> None:
     if args.rerank:
         rerank_quality(lm, args.rerank, args.questions)
     if args.only:
+        if args.full_size:
+            full_size(args.device, 10)
         return
     embedding(lm, passages(args.texts), args.batch, args.rounds)
     pairs(lm, args.steps, args.rounds)

@@ -11,6 +11,7 @@ from typing import Any
 
 from bertscope.cli.common import Command, load, progress_bar
 from bertscope.cli.sae import dictionary_run
+from bertscope.core.task_head import SEQUENCE
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
 
@@ -61,7 +62,8 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
         quality.update({"trained_tokens": x.tokens, "train_seconds": sum(h["seconds"] for h in state.history),
                         "held_out": f"{len(held.texts):,} held-out texts of the {corpus}"})
         report["layers"].append(quality)
-    if sorted(transcoders) == list(range(lm.num_layers)) and "mlm" in lm.outputs:
+    scored = "mlm" in lm.outputs or (lm.task is not None and lm.task.kind == SEQUENCE)
+    if sorted(transcoders) == list(range(lm.num_layers)) and scored:
         with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
             report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed,
                                                         progress=progress)
@@ -82,7 +84,10 @@ def table(report: dict) -> str:
                          f"{row['dense_share']:>7.1%}{row['negative_share']:>10.2%}")
         lines.append(f"  trained on {q['trained_tokens']:,} word pieces in {q['train_seconds']:.0f} s")
     r = report.get("replacement")
-    if r:
+    if r and "examples" in r:
+        lines.append(f"replacement model (every feed-forward replaced), {r['examples']:,} held-out texts: the same "
+                     f"class {r['top1_agreement']:.3f} of the time, KL {r['kl']:.3f} nats")
+    elif r:
         lines.append(f"replacement model (every feed-forward replaced), {r['positions']:,} held-out masked positions: "
                      f"top-1 agreement {r['top1_agreement']:.3f}, KL {r['kl']:.3f} nats, masked-LM loss "
                      f"{r['loss_real']:.3f} -> {r['loss_replacement']:.3f}")

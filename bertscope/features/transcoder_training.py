@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from bertscope.core.models import LoadedModel
-from bertscope.core.passes import wide
+from bertscope.core.passes import batches, wide
+from bertscope.core.task_head import SEQUENCE
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import ActivationSet, row_mean
 from bertscope.features.trainer import SaeTrainConfig, SaeTrainState, train_dictionary
@@ -146,35 +147,49 @@ def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], ke
     return hooks
 
 
+def _specials(lm: LoadedModel) -> torch.Tensor:
+    return torch.tensor([i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
+                                     lm.tokenizer.pad_token_id) if i is not None], device=lm.device)
+
+
 @torch.no_grad()
 def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str],
                         batch_size: int = 16, seed: int = 0,
                         progress: Callable[[int, int], None] | None = None) -> dict:
-    """Every feed-forward replaced by its transcoder at once, scored at BERT's 15 % positions of ``texts``.
+    """Every feed-forward replaced by its transcoder at once (at every word piece; [CLS], [SEP] and padding keep
+    their real feed-forward), scored against the real model: a masked LM at BERT's 15 % positions of ``texts``, a
+    sequence classifier on its decision for each text.
 
     Args:
-        lm: a masked LM.
+        lm: a masked LM or a sequence classifier.
         transcoders: {layer: transcoder} for every layer.
         texts: held-out texts.
         batch_size: texts a pass.
-        seed: which positions are masked.
+        seed: which positions are masked (a masked LM).
         progress: called with (done, total) batches.
 
     Returns:
-        {"positions", "top1_agreement": with the real model, "kl": mean KL(real ‖ replacement) in nats,
-        "loss_real", "loss_replacement": both masked-LM losses}.
+        A masked LM: {"positions", "top1_agreement": with the real model, "kl": mean KL(real ‖ replacement) in
+        nats, "loss_real", "loss_replacement": both masked-LM losses}. A classifier: {"examples", "top1_agreement":
+        the same class as the real model, "kl": mean KL(real ‖ replacement) over the classes}.
     """
-    from bertscope.interventions.importance import chosen_logits, masked_batches
-
-    if "mlm" not in lm.outputs:
-        raise BertScopeError(f"{lm.name} has no masked-LM head: the replacement model is scored on masked tokens "
-                             "(try bundled-mlm).")
     if sorted(transcoders) != list(range(lm.num_layers)):
         missing = sorted(set(range(lm.num_layers)) - set(transcoders))
         raise BertScopeError(f"The replacement model needs a transcoder for every layer; missing: "
                              f"{', '.join(map(str, missing))}.")
-    specials = torch.tensor([i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
-                                         lm.tokenizer.pad_token_id) if i is not None], device=lm.device)
+    if "mlm" in lm.outputs:
+        return _masked_quality(lm, transcoders, texts, batch_size, seed, progress)
+    if lm.task is not None and lm.task.kind == SEQUENCE:
+        return _class_quality(lm, transcoders, texts, batch_size, progress)
+    raise BertScopeError(f"{lm.name} has neither a masked-LM head nor a sequence classifier's: the replacement model "
+                         "is scored on masked tokens or on a class (try bundled-mlm or bundled-sentiment).")
+
+
+def _masked_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str], batch_size: int,
+                    seed: int, progress: Callable[[int, int], None] | None) -> dict:
+    from bertscope.interventions.importance import chosen_logits, masked_batches
+
+    specials = _specials(lm)
     agree = kl = loss_real = loss_replaced = 0.0
     positions = done = 0
     for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
@@ -192,3 +207,21 @@ def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], 
     n = max(positions, 1)
     return {"positions": positions, "top1_agreement": agree / n, "kl": kl / n, "loss_real": loss_real / n,
             "loss_replacement": loss_replaced / n}
+
+
+def _class_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str], batch_size: int,
+                   progress: Callable[[int, int], None] | None) -> dict:
+    specials = _specials(lm)
+    agree = kl = 0.0
+    done = 0
+    for rows, _, feed in batches(lm, texts, batch_size):
+        keep = feed["attention_mask"].bool() & ~torch.isin(feed["input_ids"], specials)  # [batch, token]
+        real = wide(lm.run(feed).logits).log_softmax(-1)  # [batch, label]
+        made = wide(lm.run(feed, hooks=replacement_hooks(lm, transcoders, keep)).logits).log_softmax(-1)
+        agree += float((real.argmax(-1) == made.argmax(-1)).sum())
+        kl += float((real.exp() * (real - made)).sum())
+        done += len(rows)
+        if progress:
+            progress(done, len(texts))
+    n = max(done, 1)
+    return {"examples": done, "top1_agreement": agree / n, "kl": kl / n}

@@ -4,6 +4,9 @@ target, an edge's colour its sign (red raises the target, blue lowers it); the s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from html import escape
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -25,8 +28,27 @@ def _place(node: dict, n_layers: int, offsets: dict) -> tuple[float, float]:
     return node["position"] + (shift if node["kind"] == "feature" else -0.12), node["layer"] + 1.0
 
 
-def graph_figure(graph: dict, n_layers: int, height: int = 640) -> go.Figure:
-    """The pruned graph (``AttributionGraph.to_json``) as a layered plot."""
+def _hover(node: dict, kind: str, tokens: list[str], examples: Callable[[int, int], list] | None) -> str:
+    """A node's hover: what it is, where, its activation and influence, and for a feature where it fires most
+    (``examples(layer, feature)``: ``graphs.contexts.FeatureExample``s). Text from the input or a corpus is escaped:
+    plotly reads hover text as HTML."""
+    text = f"{node['id']} ({kind})" + (f"<br>layer {node['layer']}" if node["layer"] is not None else "")
+    if node["position"] is not None:
+        text += f", token {node['position']}: {escape(tokens[node['position']])}"
+    if node["activation"] is not None:
+        text += f"<br>activation {node['activation']:.3f}"
+    text += f"<br>influence {node['influence']:.4f}"
+    if kind == "feature" and examples is not None:
+        found = examples(node["layer"], node["feature"])
+        if found:
+            text += "<br>fires most on:" + "".join(f"<br>  {escape(e.snippet)} ({e.activation:.2f})" for e in found)
+    return text
+
+
+def graph_figure(graph: dict, n_layers: int, height: int = 640,
+                 examples: Callable[[int, int], list] | None = None) -> go.Figure:
+    """The pruned graph (``AttributionGraph.to_json``) as a layered plot; ``examples(layer, feature)``: where each
+    feature fires most, shown on hover (``graphs.contexts.FeatureExamples.of``)."""
     offsets: dict = {}
     target_position = graph["target"]["position"]
     where = {}
@@ -51,10 +73,7 @@ def graph_figure(graph: dict, n_layers: int, height: int = 640) -> go.Figure:
         if not chosen:
             continue
         sizes = [8 + 28 * np.sqrt(max(n["influence"], 0) / largest) if kind != "target" else 22 for n in chosen]
-        hover = [f"{n['id']} ({kind})" + (f"<br>layer {n['layer']}" if n["layer"] is not None else "")
-                 + (f", token {n['position']}: {graph['tokens'][n['position']]}" if n["position"] is not None else "")
-                 + (f"<br>activation {n['activation']:.3f}" if n["activation"] is not None else "")
-                 + f"<br>influence {n['influence']:.4f}" for n in chosen]
+        hover = [_hover(n, kind, graph["tokens"], examples) for n in chosen]
         fig.add_trace(go.Scatter(x=[where[n["id"]][0] for n in chosen], y=[where[n["id"]][1] for n in chosen],
                                  mode="markers", name=kind, marker=dict(size=sizes, color=colour,
                                                                          line=dict(width=0.5, color="#333")),
@@ -62,7 +81,8 @@ def graph_figure(graph: dict, n_layers: int, height: int = 640) -> go.Figure:
     fig.update_layout(title=f"Attribution graph: {len(graph['nodes'])} nodes, {len(graph['edges'])} edges "
                             f"(the strongest {min(len(graph['edges']), MAX_EDGES)} drawn)",
                       height=height, hovermode="closest", legend=dict(orientation="h", y=-0.2),
-                      xaxis=dict(tickvals=list(range(len(graph["tokens"]))), ticktext=graph["tokens"], tickangle=-45,
+                      xaxis=dict(tickvals=list(range(len(graph["tokens"]))), ticktext=[escape(t) for t in graph["tokens"]],
+                                 tickangle=-45,
                                  title="position"),
                       yaxis=dict(tickvals=list(range(n_layers + 2)),
                                  ticktext=["embeddings", *[f"layer {i}" for i in range(n_layers)], "target"]))

@@ -353,6 +353,8 @@ def lens_quality(lm: LoadedModel, lens: TunedLens, texts: Sequence[str], batch_s
     """
     from bertscope.core.layers import hidden_labels
 
+    if not texts:
+        raise BertScopeError("The lens's quality needs held-out sentences to score.")
     kind = lens_kind(lm)
     logit = TunedLens.identity(lm)
     rng = np.random.default_rng(seed)

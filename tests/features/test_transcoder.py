@@ -163,3 +163,21 @@ def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir):
     assert q["positions"] > 0 and 0 <= q["top1_agreement"] <= 1 and q["kl"] >= 0
     with pytest.raises(BertScopeError, match="missing: 1"):
         replacement_quality(lm, {0: tcs[0]}, TEXTS)
+
+
+def test_a_classifiers_replacement_model_is_scored_on_its_class(tmp_path, tiny_bert_dir, monkeypatch):
+    """A sequence classifier's replacement model: the same class as the real one over the texts, and the KL of the
+    class distributions; with nothing replaced (hooks that change nothing) agreement 1 and KL 0."""
+    from bertscope.features import transcoder_training
+    from tests.conftest import task_checkpoint
+
+    folder = task_checkpoint(tiny_bert_dir, tmp_path / "clf", "AutoModelForSequenceClassification", 2, num_labels=3)
+    lm = load_model(str(folder))
+    d = lm.hidden_size
+    tcs = {layer: Transcoder(d, d, 4 * d, 8, True, TranscoderInfo(lm.name, layer), seed=layer)
+           for layer in range(lm.num_layers)}
+    q = replacement_quality(lm, tcs, TEXTS)
+    assert q["examples"] == len(TEXTS) and 0 <= q["top1_agreement"] <= 1 and q["kl"] > 0
+    monkeypatch.setattr(transcoder_training, "replacement_hooks", lambda *_: {})
+    same = replacement_quality(lm, tcs, TEXTS)
+    assert same["top1_agreement"] == 1 and same["kl"] == pytest.approx(0, abs=1e-6)

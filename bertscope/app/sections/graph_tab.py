@@ -15,10 +15,13 @@ from bertscope.errors import BertScopeError
 from bertscope.features.shipped import SHIPPED_TRANSCODERS, transcoder_set
 from bertscope.figures.graph import graph_figure
 from bertscope.graphs.build import attribution_graph
+from bertscope.graphs.contexts import feature_examples
 from bertscope.graphs.interventions import switch_off, total_effects
+from bertscope.interventions.importance import held_out_texts
 
 EXAMPLE = "The bank of the [MASK] was muddy after the storm."
 MAX_GRAPH_TOKENS = 64  # a graph's rows grow with the tokens times the active features: the page's cap
+EXAMPLE_SENTENCES = 500  # where the features fire most, read once a model
 
 
 def graph_form(lm) -> tuple[str, str | None, str | None, float, bool]:
@@ -59,6 +62,16 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
               "through every path of the graph (first order).")
     c2.metric("The model gives", f"{measured:+.4f}", help="The real model with every feed-forward its transcoder plus "
               "the real run's error, this feature clamped to 0 at its position.")
+
+
+def examples_of(lm, transcoders):
+    """Where each transcoder feature fires most over held-out sentences, read once a model through the budget:
+    (``FeatureExamples.of`` or None when stopped, what was read)."""
+    texts, where = held_out_texts(EXAMPLE_SENTENCES)
+    found = result_store("graph_examples").compute(
+        (model_key(), tuple(texts)), lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
+        "Where the features fire, sentences", True, costly="feature examples")
+    return (None if found is None else found.of), where
 
 
 def supernodes(pruned: dict) -> None:
@@ -116,12 +129,13 @@ def graph_tab(lm) -> None:
         c4.metric("Completeness score", f"{pruned['completeness_score']:.3f}",
                   help="How much of each node's input comes from features and embeddings rather than errors, "
                        "weighted by influence.")
-        fig = graph_figure(pruned, lm.num_layers)
+        examples, where = examples_of(lm, transcoders)
+        fig = graph_figure(pruned, lm.num_layers, examples=examples)
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="graph_plot")
         figure_downloads(fig, "attribution-graph")
         st.caption(plain(f"{pruned['unpruned']['features']:,} active features; kept {len(pruned['nodes']):,} nodes "
                          f"and {len(pruned['edges']):,} edges carrying {keep:.0%} of the influence, traced in "
-                         f"{pruned['seconds']:.1f} s."))
+                         f"{pruned['seconds']:.1f} s. Hover a feature: where it fires most over {where}."))
         for note in pruned["notes"]:
             st.caption(plain(note))
         switch_section(lm, graph, pruned, transcoders)
