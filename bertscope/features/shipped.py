@@ -20,6 +20,7 @@ SHIPPED_CROSSCODERS = {  # (base, fine-tuned) -> its crosscoders, one layer_LL f
 }
 SHIPPED_TRANSCODERS = {  # model -> its transcoder set (layer_{l}.safetensors, circuit-tracer's format, float16)
     "bundled-mlm": DATA / "bundled_mlm_transcoders",
+    "bundled-sentiment": DATA / "bundled_sentiment_transcoders",
 }
 CFG_FILE = "cfg.json"
 

@@ -35,6 +35,18 @@ def test_no_mask_is_one_line(monkeypatch):
 
 
 def test_a_model_without_transcoders_is_told_so(monkeypatch):
+    at = start_with_url(monkeypatch, "bundled-upos", PAGE, circuit_tab="Attribution graph")
+    assert not at.exception and not at.error
+    assert any("No transcoders are shipped for bundled-upos" in w for w in texts(at.warning))
+
+
+def test_a_classifiers_decision_on_its_shipped_transcoders(monkeypatch):
+    """bundled-sentiment's class at [CLS], against the other class: the graph on its own shipped skip transcoders."""
     at = start_with_url(monkeypatch, "bundled-sentiment", PAGE, circuit_tab="Attribution graph")
     assert not at.exception and not at.error
-    assert any("No transcoders are shipped for bundled-sentiment" in w for w in texts(at.warning))
+    at.text_input(key="graph_contrast").input("negative")
+    next(b for b in at.button if b.label == "Trace the graph").click()
+    at.run(timeout=600)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert next(m for m in at.metric if m.label == "Target").value == "positive"
+    assert any("Attribution graph:" in c.proto.spec for c in at.get("plotly_chart"))
