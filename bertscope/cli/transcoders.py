@@ -62,7 +62,7 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
         quality.update({"trained_tokens": x.tokens, "train_seconds": sum(h["seconds"] for h in state.history),
                         "held_out": f"{len(held.texts):,} held-out texts of the {corpus}"})
         report["layers"].append(quality)
-    scored = "mlm" in lm.outputs or (lm.task is not None and lm.task.kind == SEQUENCE)
+    scored = "mlm" in lm.outputs or (lm.task is not None and lm.task.kind == SEQUENCE and lm.task.scoring == "softmax")
     if sorted(transcoders) == list(range(lm.num_layers)) and scored:
         with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
             report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed,
@@ -76,7 +76,7 @@ def table(report: dict) -> str:
     masked = " with BERT's masking" if report.get("masked") else ""
     lines = [f"TopK {kind} on {report['model']} ({report['config']['expansion']}x, k={report['config']['k']}), in "
              f"{report['out']}; trained on the {report['corpus']}{masked}, scored on its held-out side and each "
-             "source's",
+             "source's (read as written)",
              f"{'layer':<10}{'held-out':>9}{'FVE':>8}{'L0':>7}{'dead':>7}{'dense':>7}{'ReLU cut':>10}"]
     for q in report["layers"]:
         for name, row in [(str(q["layer"]), q), *((f"  {s}", d) for s, d in q["domains"].items())]:

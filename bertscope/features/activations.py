@@ -195,8 +195,16 @@ def points_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
     texts = tuple(texts)
     if not texts:
         raise BertScopeError("No sentences to read activations from.")
+    if masking is not None and lm.tokenizer.mask_token_id is None:
+        raise BertScopeError(f"{lm.name}'s tokenizer has no mask token: its text cannot be read as BERT's pretraining "
+                             "read it (leave out --masked).")
     folders = {key: _folder(lm, texts, key[0], max_tokens, root, positions, key[1], masking) for key in keys}
     missing = [key for key in keys if not (folders[key] / "meta.json").is_file()]
+    if missing and masking is not None:  # one draw of the corruption for every point: a set kept alone is read again
+        for key in keys:
+            if key not in missing:
+                shutil.rmtree(folders[key], ignore_errors=True)
+        missing = keys
     if missing:
         _write(lm, texts, {key: folders[key] for key in missing}, max_tokens, batch_size, progress, positions, masking)
     return {key: _read(folders[key], key[0], texts) for key in keys}

@@ -21,7 +21,8 @@ circuit-tracer's format, not SAELens's: SAELens 6 has ``transcoder`` (ReLU), ``s
 ``jumprelu_transcoder`` but no TopK transcoder. One difference, said: circuit-tracer's TopK keeps the k largest
 pre-activations as they are, BertScope's (as Gao et al.'s and SAELens's TopK SAEs) puts them through a ReLU; how
 often a chosen pre-activation is below zero is measured per layer (``negative_share`` in ``quality.json``: under
-0.2 % for plain transcoders, 1-28 % for the shipped skip transcoders, whose linear path takes part of the output).
+0.2 % for plain transcoders, 0.3-5 % for the shipped skip transcoders, up to 28 % for skip transcoders trained with
+a quarter of their steps).
 """
 
 from __future__ import annotations

@@ -180,6 +180,9 @@ def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], 
     if "mlm" in lm.outputs:
         return _masked_quality(lm, transcoders, texts, batch_size, seed, progress)
     if lm.task is not None and lm.task.kind == SEQUENCE:
+        if lm.task.scoring != "softmax":
+            raise BertScopeError(f"{lm.name} scores its labels by {lm.task.scoring}, not one class a text: the "
+                                 "replacement model is scored on a single-label classifier's class.")
         return _class_quality(lm, transcoders, texts, batch_size, progress)
     raise BertScopeError(f"{lm.name} has neither a masked-LM head nor a sequence classifier's: the replacement model "
                          "is scored on masked tokens or on a class (try bundled-mlm or bundled-sentiment).")

@@ -34,14 +34,14 @@ def _hover(node: dict, kind: str, tokens: list[str], examples: Callable[[int, in
     plotly reads hover text as HTML."""
     text = f"{node['id']} ({kind})" + (f"<br>layer {node['layer']}" if node["layer"] is not None else "")
     if node["position"] is not None:
-        text += f", token {node['position']}: {escape(tokens[node['position']])}"
+        text += f", token {node['position']}: {escape(tokens[node['position']], quote=False)}"
     if node["activation"] is not None:
         text += f"<br>activation {node['activation']:.3f}"
     text += f"<br>influence {node['influence']:.4f}"
     if kind == "feature" and examples is not None:
         found = examples(node["layer"], node["feature"])
         if found:
-            text += "<br>fires most on:" + "".join(f"<br>  {escape(e.snippet)} ({e.activation:.2f})" for e in found)
+            text += "<br>fires most on:" + "".join(f"<br>  {escape(e.snippet, quote=False)} ({e.activation:.2f})" for e in found)
     return text
 
 
@@ -81,7 +81,7 @@ def graph_figure(graph: dict, n_layers: int, height: int = 640,
     fig.update_layout(title=f"Attribution graph: {len(graph['nodes'])} nodes, {len(graph['edges'])} edges "
                             f"(the strongest {min(len(graph['edges']), MAX_EDGES)} drawn)",
                       height=height, hovermode="closest", legend=dict(orientation="h", y=-0.2),
-                      xaxis=dict(tickvals=list(range(len(graph["tokens"]))), ticktext=[escape(t) for t in graph["tokens"]],
+                      xaxis=dict(tickvals=list(range(len(graph["tokens"]))), ticktext=[escape(t, quote=False) for t in graph["tokens"]],
                                  tickangle=-45,
                                  title="position"),
                       yaxis=dict(tickvals=list(range(n_layers + 2)),

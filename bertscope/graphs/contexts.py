@@ -17,7 +17,7 @@ from bertscope.core.passes import batches
 from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
 
-KEPT = 8  # strongest pieces kept a feature (several may share a sentence)
+KEPT = 16  # strongest pieces kept a feature (several may share a sentence, or repeat one)
 SHOWN = 3  # distinct sentences shown
 WINDOW = 6  # word pieces either side of the peak in a snippet
 

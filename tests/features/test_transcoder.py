@@ -143,6 +143,14 @@ def test_masked_reading_is_bert_s_corruption_row_for_row(tmp_path, tiny_mlm_dir)
     assert 0 < changed.mean() < 0.5
     differs = np.abs(np.asarray(masked.rows, np.float32) - np.asarray(plain.rows, np.float32)).max(axis=1) > 1e-2
     assert differs[changed].mean() > 0.5  # the chosen positions read another input
+    # under masking every point is read in one pass: a set whose partner is gone is read again with it
+    both = ("hook_resid_mid", "hook_mlp_out")
+    first = points_activations(lm, texts, [1], both, root=tmp_path / "pair", masking=3)
+    import shutil
+    shutil.rmtree(first[(1, "hook_mlp_out")].folder)
+    again_both = points_activations(lm, texts, [1], both, root=tmp_path / "pair", masking=3)
+    assert all((s.folder / "meta.json").is_file() for s in again_both.values())
+    np.testing.assert_array_equal(np.asarray(again_both[(1, "hook_resid_mid")].rows), np.asarray(masked.rows))
 
 
 def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir):
@@ -181,3 +189,7 @@ def test_a_classifiers_replacement_model_is_scored_on_its_class(tmp_path, tiny_b
     monkeypatch.setattr(transcoder_training, "replacement_hooks", lambda *_: {})
     same = replacement_quality(lm, tcs, TEXTS)
     assert same["top1_agreement"] == 1 and same["kl"] == pytest.approx(0, abs=1e-6)
+    multi = task_checkpoint(tiny_bert_dir, tmp_path / "multi", "AutoModelForSequenceClassification", 2, num_labels=3,
+                            problem_type="multi_label_classification")
+    with pytest.raises(BertScopeError, match="sigmoid, not one class"):
+        replacement_quality(load_model(str(multi)), tcs, TEXTS)

@@ -135,7 +135,8 @@ def graph_tab(lm) -> None:
         figure_downloads(fig, "attribution-graph")
         st.caption(plain(f"{pruned['unpruned']['features']:,} active features; kept {len(pruned['nodes']):,} nodes "
                          f"and {len(pruned['edges']):,} edges carrying {keep:.0%} of the influence, traced in "
-                         f"{pruned['seconds']:.1f} s. Hover a feature: where it fires most over {where}."))
+                         f"{pruned['seconds']:.1f} s."
+                         + (f" Hover a feature: where it fires most over {where}." if examples is not None else "")))
         for note in pruned["notes"]:
             st.caption(plain(note))
         switch_section(lm, graph, pruned, transcoders)
