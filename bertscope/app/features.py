@@ -227,7 +227,24 @@ def page() -> None:
                "2024). Layer L is block L's output, as everywhere; the features are numbered from 0.")
     lm = require_model()
     key = model_key()
+    typed, source, layers = sae_source(lm)
+    if not layers:
+        return
+    layer, folder, sae = sae_choice(lm, key, source, layers)
+    to_url(layer=layer, sae=typed.strip() or None)
+    tab_from_url("feat_tab", TABS)
+    tab_text, tab_feature, tab_search = st.tabs(TABS, key="feat_tab", on_change="rerun")
+    with tab_text:
+        text_tab(lm, key, layer, folder, sae, tab_text.open)
+    with tab_feature:
+        feature_tab(lm, key, layer, folder, sae, typed, tab_feature.open)
+    with tab_search:
+        search_tab(lm, key, layer, folder, sae, tab_search.open)
 
+
+def sae_source(lm) -> tuple[str, Path | None, list[int]]:
+    """The SAEs' folder (typed, or the model's shipped set) and its layers; with no SAE, what to do said and no
+    layers."""
     shipped = shipped_saes(lm.name)
     if not demo():
         from_url("sae", "feat_sae")
@@ -238,13 +255,16 @@ def page() -> None:
         st.info(plain(f"{lm.name} ships no SAEs. Train some with `python -m bertscope train-sae {lm.name} --out DIR` and "
                       "type DIR above; bundled-mlm ships one for each of its six layers."))
         offer_models((BUNDLED_MLM,), "feat_switch")
-        return
+        return typed, None, []
     with page_errors():
         layers = sae_layers(source)
     if not layers:
         st.error(plain(f"{source} holds no SAE (SAELens's cfg.json + sae_weights.safetensors, or layer_LL folders)."))
-        return
+    return typed, source, layers
 
+
+def sae_choice(lm, key, source: Path, layers: list[int]):
+    """The layer picked, its SAE's folder and the SAE (loaded once a model and folder), with what it is stated."""
     from_url("layer", "feat_layer", int, lambda v: v in layers)
     c1, c2 = st.columns([1, 3])
     layer = c1.selectbox("Layer", layers, index=min(2, len(layers) - 1), key="feat_layer",
@@ -255,27 +275,22 @@ def page() -> None:
         sae.check_for(lm, f"blocks.{layer}.hook_resid_post")
     shown = f"**{sae.d_sae:,} features** of {sae.d_in}-wide vectors, " + (
         f"k = {sae.k} active a word piece" if sae.architecture == "topk" else f"{sae.architecture} SAE")
-    try:  # train-sae's figures, when the folder has them
+    c2.markdown(shown + quality_line(folder))  # numbers, and the sources' names escaped: nothing a file could format
+    return layer, folder, sae
+
+
+def quality_line(folder: Path) -> str:
+    """train-sae's figures from the folder's quality.json, as a clause; empty when there are none (or another shape)."""
+    try:
         q = json.loads((folder / "quality.json").read_text())
         domains = {plain(str(s)): float(d["fve"]) for s, d in dict(q.get("domains") or {}).items()}
         where = f"held-out {', '.join(domains)}" if domains else "held-out Brown"
         lowest = f" (lowest {min(domains.values()):.0%}, {min(domains, key=domains.__getitem__)})" if len(domains) > 1 \
             else ""
-        shown += (f"; on {where}: {float(q['fve']):.0%} of the variance explained{lowest}, {float(q['recovered']):.0%} "
-                  "of the masked-LM loss recovered with the SAE spliced in")
+        return (f"; on {where}: {float(q['fve']):.0%} of the variance explained{lowest}, {float(q['recovered']):.0%} "
+                "of the masked-LM loss recovered with the SAE spliced in")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a file of another shape: no figures shown
-        pass
-    c2.markdown(shown)  # numbers, and the sources' names escaped: nothing a file could format
-    to_url(layer=layer, sae=typed.strip() or None)
-
-    tab_from_url("feat_tab", TABS)
-    tab_text, tab_feature, tab_search = st.tabs(TABS, key="feat_tab", on_change="rerun")
-    with tab_text:
-        text_tab(lm, key, layer, folder, sae, tab_text.open)
-    with tab_feature:
-        feature_tab(lm, key, layer, folder, sae, typed, tab_feature.open)
-    with tab_search:
-        search_tab(lm, key, layer, folder, sae, tab_search.open)
+        return ""
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing

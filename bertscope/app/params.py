@@ -106,36 +106,15 @@ def page() -> None:
         "Counted exactly from the config on PyTorch's meta device: no weights are downloaded. "
         "Presets' configs ship with BertScope, so this page works offline."
     )
-
     name = chosen_model_name()
-    from_url("count", "params_head", str, lambda v: v in ("none", "mlm", "pretraining"))
-    head = st.radio(
-        "Count", ["none", "mlm", "pretraining"], horizontal=True, key="params_head",
-        format_func={"none": "encoder + pooler", "mlm": "with MLM head",
-                     "pretraining": "with MLM + NSP heads"}.get,
-    )
-    to_url(count=head if head != "none" else None)
+    head = head_choice()
     if not name:
         st.info("Type a hub id (org/name) or a local model folder in the sidebar.")
         return
     with page_errors():
         b = count_parameters(name, head)
-
-    st.subheader(f"{plain(b.model)} — {b.architecture}")
-    cols = st.columns(len(b.group_totals()) + 1)
-    cols[0].metric("Total", compact(b.total), help=f"{b.total:,} parameters exactly")
-    for col, (group, total) in zip(cols[1:], b.group_totals().items()):
-        col.metric(group.replace("_", " "), compact(total),
-                   help=f"{total:,} parameters exactly: {100 * total / b.total:.1f}% of the total")
-    st.caption(plain("Exact: " + " · ".join([f"total {b.total:,}"] + [f"{g.replace('_', ' ')} {t:,}"
-                                                                       for g, t in b.group_totals().items()])))
-    for note in b.notes:
-        st.caption(plain(note))
-
-    rows = pd.DataFrame(
-        [{"group": c.group, "layer": c.layer, "component": c.name,
-          "count": c.count, "formula": c.formula} for c in b.components]
-    ).astype({"layer": "Int64"})
+    totals(b)
+    rows = components_table(b)
     tab_tree, tab_layers, tab_formulas, tab_memory, tab_flops, tab_compare = st.tabs(
         ["Treemap", "Per layer", "Formulas", "Memory", "FLOPs", "Compare"]
     )
@@ -151,6 +130,40 @@ def page() -> None:
         flops_tab(b)
     with tab_compare:
         compare_tab(head)
+
+
+def head_choice() -> str:
+    """Which heads are counted with the encoder (none, the MLM head, or MLM + NSP), kept in the URL."""
+    from_url("count", "params_head", str, lambda v: v in ("none", "mlm", "pretraining"))
+    head = st.radio(
+        "Count", ["none", "mlm", "pretraining"], horizontal=True, key="params_head",
+        format_func={"none": "encoder + pooler", "mlm": "with MLM head",
+                     "pretraining": "with MLM + NSP heads"}.get,
+    )
+    to_url(count=head if head != "none" else None)
+    return head
+
+
+def totals(b) -> None:
+    """The total and each group's as metric tiles, the exact counts in a caption, and the breakdown's notes."""
+    st.subheader(f"{plain(b.model)} — {b.architecture}")
+    cols = st.columns(len(b.group_totals()) + 1)
+    cols[0].metric("Total", compact(b.total), help=f"{b.total:,} parameters exactly")
+    for col, (group, total) in zip(cols[1:], b.group_totals().items()):
+        col.metric(group.replace("_", " "), compact(total),
+                   help=f"{total:,} parameters exactly: {100 * total / b.total:.1f}% of the total")
+    st.caption(plain("Exact: " + " · ".join([f"total {b.total:,}"] + [f"{g.replace('_', ' ')} {t:,}"
+                                                                       for g, t in b.group_totals().items()])))
+    for note in b.notes:
+        st.caption(plain(note))
+
+
+def components_table(b) -> pd.DataFrame:
+    """One row a component: group, layer (empty outside the layers), name, count and formula."""
+    return pd.DataFrame(
+        [{"group": c.group, "layer": c.layer, "component": c.name,
+          "count": c.count, "formula": c.formula} for c in b.components]
+    ).astype({"layer": "Int64"})
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; importing it (docs, doctests) runs nothing

@@ -166,13 +166,7 @@ def page() -> None:
                                 max_upload_size=Limits.upload_mb)
     rows, pooling, occurrences, asked = _sentences_form(_source_table(presets, choice, uploaded), choice,
                                                         uploaded is not None)
-    with page_errors():
-        if len(rows) > Limits.corpus_lines:
-            raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
-        pattern = word_pattern(word)
-    if not asked and not any(pattern.search(sentence) for sentence, _ in rows):  # nothing to compare yet: say what to do
-        st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, if "
-                      "you like), or upload a CSV, then press Compare."))
+    if not _ready(word, rows, asked):
         return
     digest = hashlib.sha256(repr((word, rows, pooling, occurrences)).encode()).hexdigest()
     result, metrics = _shifts(lm, key, word, rows, pooling, occurrences, digest, asked)
@@ -191,6 +185,20 @@ def page() -> None:
         vocab_tab(lm, result, layer, rows)
     with tab_brown:
         brown_tab(lm, key, word, layer, rows, tab_brown.open)
+
+
+def _ready(word: str, rows: list, asked: bool) -> bool:
+    """Whether there is something to compare: too many sentences refused in one line, and before Compare is pressed
+    a table with no sentence holding the word says what to do."""
+    with page_errors():
+        if len(rows) > Limits.corpus_lines:
+            raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+        pattern = word_pattern(word)
+    if not asked and not any(pattern.search(sentence) for sentence, _ in rows):
+        st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, if "
+                      "you like), or upload a CSV, then press Compare."))
+        return False
+    return True
 
 
 def _source_table(presets: dict, choice: str, uploaded) -> pd.DataFrame:

@@ -148,11 +148,6 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
                              "passages).")
     lm = load(args)
     sparse = args.sparse or _is_splade(lm)
-    if sparse and args.rerank:
-        from bertscope.errors import BertScopeError
-
-        raise BertScopeError("--rerank reorders an embedding model's top passages; the sparse reading's are not "
-                             "handed to a reranker yet: run the two apart.")
     with progress_bar(f"{lm.name}: embedding SQuAD dev's passages", "passage") as progress:
         if sparse:
             from bertscope.retrieval.sparse import evaluate_sparse_squad
@@ -167,7 +162,8 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
 
         reranker = load_model(args.rerank, args.device)
         with progress_bar(f"{reranker.name}: reranking the top {args.depth}", "question") as progress:
-            out["reranked"] = evaluate_rerank(lm, reranker, args.limit, args.depth, progress).to_json()
+            out["reranked"] = evaluate_rerank(lm, reranker, args.limit, args.depth, progress,
+                                             sparse).to_json()
     if args.bm25:
         out["bm25"] = bm25_squad(args.limit).to_json()
     if args.json:
@@ -191,7 +187,8 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, help="the first N questions only")
     p.add_argument("--bm25", action="store_true", help="BM25 (bm25s) on the same questions and passages beside it")
     p.add_argument("--rerank", metavar="MODEL", help="a reranker (cross-encoder: bundled-reranker) reordering the "
-                                                     "model's top --depth passages, scored beside it")
+                                                     "model's top --depth passages (dense, or with --sparse the "
+                                                     "sparse reading's), scored beside it")
     p.add_argument("--depth", type=int, default=20, help="passages a question the reranker reorders (default 20)")
     p.add_argument("--sparse", action="store_true", help="score with the sparse view (SPLADE: term weights through "
                                                          "the masked-LM head; a SPLADE checkpoint is read so "

@@ -233,7 +233,7 @@ def interactions(lm: LoadedModel, query: str, passage: str,
 
 
 def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | None = None, depth: int = 20,
-                    progress: Callable[[int, int], None] | None = None):
+                    progress: Callable[[int, int], None] | None = None, sparse: bool = False):
     """SQuAD dev as retrieval, the retriever's top ``depth`` passages reordered by the reranker.
 
     Args:
@@ -242,6 +242,8 @@ def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | 
         limit: the first questions only.
         depth: passages a question reordered (a gold passage outside them stays missed).
         progress: called with (done, total) questions.
+        sparse: the retriever read as a sparse encoder (``sparse.sparse_ranked``: a SPLADE checkpoint, or a masked
+            LM's head) rather than by its embedding.
 
     Returns:
         ``search.RetrievalScores`` of the reordered lists.
@@ -252,12 +254,17 @@ def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | 
     if not 10 <= depth <= MAX_PASSAGES:
         raise BertScopeError(f"--depth {depth}: rerank 10 to {MAX_PASSAGES:,} passages a question (MRR@10 reads 10).")
     corpus, questions, gold = squad_retrieval(limit)
-    index = build_index(retriever, corpus)
-    top, _ = ranked(retriever, index, questions, depth)  # [question, depth]
+    if sparse:
+        from bertscope.retrieval.sparse import sparse_name, sparse_ranked
+
+        top, name = sparse_ranked(retriever, corpus.texts, questions, depth), sparse_name(retriever)
+    else:
+        top, _ = ranked(retriever, build_index(retriever, corpus), questions, depth)  # [question, depth]
+        name = retriever.name
     order = np.zeros_like(top)
     for q, (question, rows) in enumerate(zip(questions, top)):
         scores = relevance(reranker, question, [corpus.texts[i] for i in rows])
         order[q] = rows[np.argsort(-scores, kind="stable")]
         if progress:
             progress(q + 1, len(questions))
-    return rank_scores(f"{retriever.name} + {reranker.name}", gold, order, len(corpus.texts))
+    return rank_scores(f"{name} + {reranker.name}", gold, order, len(corpus.texts))

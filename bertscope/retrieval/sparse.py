@@ -27,7 +27,7 @@ with its declared pooling and activation; any other masked LM (``bundled-mlm``) 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,11 +254,12 @@ class SparseMatch:
 
 def _side(lm: LoadedModel, text: str, settings: SpladeSettings, what: str
           ) -> tuple[list[str], torch.Tensor, set[int], bool]:
-    """(tokens, [token, vocab] f(z) in float64, the text's own vocabulary ids, cut at the model's length). At most
-    ``_cut`` tokens: 512 x a 250,000-term vocabulary is the largest, 1 GiB in float64."""
+    """(tokens, [token, vocab] f(z) in float32 as the model computes it, the text's own vocabulary ids, cut at the
+    model's length). At most ``_cut`` tokens: 512 x a 250,000-term vocabulary is the largest, 512 MB; only the
+    shared terms' columns are taken to float64."""
     feed = _feed(lm, [check_text(text, what)], settings)
     with torch.no_grad():
-        f = term_activations(mlm_logits(run(lm, feed, grad=False)), feed["attention_mask"], settings)[0].double()
+        f = term_activations(mlm_logits(run(lm, feed, grad=False)), feed["attention_mask"], settings)[0]
     ids = feed["input_ids"][0].tolist()
     whole = len(lm.tokenizer(text.strip(), truncation=False, verbose=False)["input_ids"])
     return lm.tokenizer.convert_ids_to_tokens(ids), f.cpu(), set(ids), whole > _cut(lm, settings)
@@ -295,23 +296,55 @@ def explain_sparse(lm: LoadedModel, a: str, b: str, settings: SpladeSettings | N
     settings = settings or splade_settings(lm)
     a_tokens, fa, held_a, cut_a = _side(lm, a, settings, "text a")  # [ta, vocab]
     b_tokens, fb, held_b, cut_b = _side(lm, b, settings, "text b")  # [tb, vocab]
-    wa, wb = pooled(fa[None], settings)[0], pooled(fb[None], settings)[0]  # [vocab]
-    share = wa * wb  # [vocab]
-    shared = torch.nonzero(share > 0).flatten()
-    ia, ib = fa[:, shared].argmax(0), fb[:, shared].argmax(0)  # [shared] the token each term came from
+    wa, wb = pooled(fa[None], settings)[0], pooled(fb[None], settings)[0]  # [vocab] float32
+    shared = torch.nonzero((wa > 0) & (wb > 0)).flatten()
+    sa, sb = fa[:, shared].double(), fb[:, shared].double()  # [ta, shared], [tb, shared]: the shared terms only
+    wa_s, wb_s = pooled(sa[None], settings)[0], pooled(sb[None], settings)[0]  # [shared] float64
+    share = wa_s * wb_s  # [shared]
+    ia, ib = sa.argmax(0), sb.argmax(0)  # [shared] the token each term came from
     if settings.pooling == "max":
         pairs = torch.zeros(len(a_tokens), len(b_tokens), dtype=torch.float64)
-        pairs.index_put_((ia, ib), share[shared], accumulate=True)
+        pairs.index_put_((ia, ib), share, accumulate=True)
     else:
-        pairs = fa[:, shared] @ fb[:, shared].T  # [ta, tb]: sum_j f(z_aij) f(z_bkj)
-    order = share[shared].argsort(descending=True)
-    terms = [SharedTerm(_term(lm.tokenizer, int(shared[k])), float(wa[shared[k]]),
-                        float(wb[shared[k]]), float(share[shared[k]]), int(ia[k]), int(ib[k]),
-                        int(shared[k]) in held_a, int(shared[k]) in held_b) for k in order.tolist()]
+        pairs = sa @ sb.T  # [ta, tb]: sum_j f(z_aij) f(z_bkj)
+    order = share.argsort(descending=True)
+    terms = [SharedTerm(_term(lm.tokenizer, int(shared[k])), float(wa_s[k]), float(wb_s[k]), float(share[k]),
+                        int(ia[k]), int(ib[k]), int(shared[k]) in held_a, int(shared[k]) in held_b)
+             for k in order.tolist()]
     score = float(share.sum())
     return SparseMatch(lm.name, settings, a_tokens, b_tokens, score, terms, _top(wa, held_a, lm.tokenizer, top),
                        _top(wb, held_b, lm.tokenizer, top), pairs.numpy(), int((wa > 0).sum()), int((wb > 0).sum()),
                        abs(float(pairs.sum()) - score), (cut_a, cut_b))
+
+
+def sparse_name(lm: LoadedModel, settings: SpladeSettings | None = None) -> str:
+    """The system's name in a retrieval table: the model, read sparse (and said so when its head is untrained)."""
+    settings = settings or splade_settings(lm)
+    return f"{lm.name} (sparse{'' if settings.declared else ', untrained head'})"
+
+
+def sparse_ranked(lm: LoadedModel, passages: Sequence[str], queries: Sequence[str], depth: int = 10,
+                  progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """[query, depth] the passages' rows, best first, by the exact dot product of term weights.
+
+    Args:
+        lm: a SPLADE checkpoint or a masked LM.
+        passages: the texts searched.
+        queries: the texts asked.
+        depth: passages kept a query.
+        progress: called with (done, total) passages.
+
+    Returns:
+        An integer array, each query's ``depth`` best passages in order (ties in the passages' order).
+    """
+    settings = splade_settings(lm)
+    docs = sparse_embed(lm, list(passages), settings, progress)
+    top = []
+    for start in range(0, len(queries), QUERY_BLOCK):
+        q = sparse_embed(lm, list(queries[start:start + QUERY_BLOCK]), settings)
+        s = sparse_scores(q, docs)  # [block, passage]
+        top.append(np.argsort(-s, axis=1, kind="stable")[:, :depth])
+    return np.concatenate(top) if top else np.zeros((0, depth), np.int64)
 
 
 def evaluate_sparse_squad(lm: LoadedModel, limit: int | None = None,
@@ -330,12 +363,5 @@ def evaluate_sparse_squad(lm: LoadedModel, limit: int | None = None,
     from bertscope.retrieval.search import rank_scores, squad_retrieval
 
     corpus, questions, gold = squad_retrieval(limit)
-    settings = splade_settings(lm)
-    passages = sparse_embed(lm, list(corpus.texts), settings, progress)
-    top = []
-    for start in range(0, len(questions), QUERY_BLOCK):
-        q = sparse_embed(lm, questions[start:start + QUERY_BLOCK], settings)
-        s = sparse_scores(q, passages)  # [block, passage]
-        top.append(np.argsort(-s, axis=1, kind="stable")[:, :10])
-    name = f"{lm.name} (sparse{'' if settings.declared else ', untrained head'})"
-    return rank_scores(name, gold, np.concatenate(top), len(corpus.texts))
+    top = sparse_ranked(lm, corpus.texts, questions, 10, progress)
+    return rank_scores(sparse_name(lm), gold, top, len(corpus.texts))

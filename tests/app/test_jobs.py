@@ -81,3 +81,33 @@ def test_the_cost_before_the_press_is_the_last_whole_runs_rate_scaled(monkeypatc
     assert expected("structural", "bundled", 1_300, "sentences") == \
         "about 89 s here (the last such run took 41 s for 600 sentences)"
     assert expected("structural", "bert-base-uncased", 600, "sentences").startswith("not measured")  # per model
+
+
+def _stopped_script(optional: bool) -> None:
+    import hashlib
+
+    import streamlit as st
+
+    from bertscope.app.kit.results import result_store
+
+    key = ("a stopped job", optional)
+    st.session_state.setdefault("_stopped_jobs", set()).add(
+        ("stopped_test", hashlib.sha256(repr(key).encode()).hexdigest()))
+
+    def work(progress):
+        raise AssertionError("a stopped job started again")
+
+    found = result_store("stopped_test").compute(key, work, "Reading, rows", costly=None, optional=optional)
+    st.write(f"after the job: {found}")
+
+
+@pytest.mark.parametrize("optional", [True, False])
+def test_a_stopped_job_stays_stopped_and_only_an_optional_one_lets_the_page_go_on(optional):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_stopped_script, args=(optional,)).run(timeout=30)
+    assert not at.exception
+    assert any("Stopped (reading)" in i.value for i in at.info)
+    assert [b.label for b in at.button] == ["Run it again"]
+    assert [m.value for m in at.markdown if m.value.startswith("after the job")] == (
+        ["after the job: None"] if optional else [])

@@ -34,3 +34,17 @@ def test_a_page_runs_only_as_main(entry):
     assert not _top_level_work(path), _top_level_work(path)
     module = importlib.import_module(f"bertscope.app.{path.stem}")  # imports without a running script: nothing drawn
     assert callable(module.page)
+
+
+PAGE_LINES = 40  # issue 68: a page's own code a short script; what it draws lives in named functions
+
+
+@pytest.mark.parametrize("entry", PAGES, ids=[p.script for p in PAGES])
+def test_a_page_is_a_short_script(entry):
+    """``page()`` runs at most ``PAGE_LINES`` lines, its docstring not counted."""
+    tree = ast.parse((APP_DIR / entry.script).read_text())
+    (page,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "page"]
+    body = page.body[1:] if isinstance(page.body[0], ast.Expr) and isinstance(page.body[0].value, ast.Constant) \
+        else page.body
+    lines = page.end_lineno - body[0].lineno + 1
+    assert lines <= PAGE_LINES, f"{entry.script}: page() runs {lines} lines; give its steps names"

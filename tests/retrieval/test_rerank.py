@@ -121,3 +121,19 @@ def test_bad_inputs_are_one_line(tiny_bert_dir, two_labels, monkeypatch):
     with pytest.raises(BertScopeError, match="Shorten the passage"):
         interactions(lm, QUERY, PASSAGES[2])
     assert MAX_PAIRS >= 4096
+
+
+def test_a_reranker_reorders_the_sparse_readings_top_passages(tiny_bert_dir, two_labels):
+    """``--sparse --rerank``: the passages the term weights rank first, reordered by the cross-encoder."""
+    from bertscope.retrieval.search import rank_scores, squad_retrieval
+    from bertscope.retrieval.sparse import sparse_ranked
+
+    retriever, reranker = load_model(str(tiny_bert_dir)), load_model(two_labels)
+    got = evaluate_rerank(retriever, reranker, limit=6, depth=10, sparse=True)
+    corpus, questions, gold = squad_retrieval(6)
+    top = sparse_ranked(retriever, corpus.texts, questions, 10)
+    assert top.shape == (6, 10)
+    order = np.array([rows[np.argsort(-relevance(reranker, q, [corpus.texts[i] for i in rows]), kind="stable")]
+                      for q, rows in zip(questions, top)])
+    assert got == rank_scores(got.system, gold, order, len(corpus.texts))
+    assert got.system == f"{retriever.name} (sparse, untrained head) + {reranker.name}"

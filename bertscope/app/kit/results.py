@@ -129,7 +129,8 @@ class ResultStore:
         return shared_results().get_or_compute((self.name, key), compute)
 
     def compute(self, key, work: Callable[..., T], what: str, asked: bool = False, *, costly: str | None,
-                charge_key=None, wait: str | None = None, measure: tuple[str, int] | None = None) -> T | None:
+                charge_key=None, wait: str | None = None, measure: tuple[str, int] | None = None,
+                optional: bool = False) -> T | None:
         """The stored result of ``key``, or ``work(progress)`` as a job (``kit.jobs``) watched under a progress bar
         that says ``what: done/total`` (removed when done); a job of several stages passes its own label,
         ``progress(done, total, "Probes, layers")``.
@@ -153,7 +154,10 @@ class ResultStore:
         press and what it will cost) and None is returned.
 
         ``measure``: (the model's name, the job's size in the unit its cost grows with): a job that runs to its end
-        records its rate (``kit.estimates``), which the next wait text of this kind states before the press."""
+        records its rate (``kit.estimates``), which the next wait text of this kind states before the press.
+
+        ``optional``: what the page can draw without (the graph's hover examples): once stopped, None is returned
+        below the line that says so, and the rest of the page is drawn, rather than the page ending there."""
         found = self.get(key)
         if found is not None:
             st.session_state[("_last_result", self.name)] = key
@@ -171,6 +175,8 @@ class ResultStore:
             if st.button("Run it again", key=f"again-{self.name}", icon=":material/replay:"):
                 stopped.discard(mark)
                 st.rerun()
+            if optional:
+                return None
             st.stop()
         if job is None:
             charge_of = (key, False) if charge_key is None else (charge_key, True)

@@ -2,6 +2,7 @@
 (a class) as a graph of transcoder features, error nodes and input embeddings, pruned by influence; a feature
 switched off in the real model beside the graph's prediction; features grouped into named supernodes; JSON."""
 
+import hashlib
 import json
 
 import pandas as pd
@@ -66,11 +67,11 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
 
 def examples_of(lm, transcoders):
     """Where each transcoder feature fires most over held-out sentences, read once a model through the budget:
-    (``FeatureExamples.of`` or None when stopped, what was read)."""
+    (``FeatureExamples.of`` or None when stopped: the graph is drawn without them, what was read)."""
     texts, where = held_out_texts(EXAMPLE_SENTENCES)
     found = result_store("graph_examples").compute(
-        (model_key(), tuple(texts)), lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
-        "Where the features fire, sentences", True, costly="feature examples")
+        (model_key(), hashlib.sha256("\n".join(texts).encode()).hexdigest()), lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
+        "Where the features fire, sentences", costly="feature examples", optional=True)
     return (None if found is None else found.of), where
 
 
