@@ -27,7 +27,7 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
         load_transcoder,
         save_transcoder,
     )
-    from bertscope.features.transcoder_training import replacement_quality, train_transcoder, transcoder_figures
+    from bertscope.features.transcoder_training import replacement_quality, train_transcoder
 
     lm, layers, cfg, out, train, held, corpus = dictionary_run(args, "transcoders")
     points = (INPUT_POINT, OUTPUT_POINT)
@@ -53,12 +53,7 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
             save_transcoder(tc, out, torch.float16)
             tc = load_transcoder(out, layer, lm.device)
         transcoders[layer] = tc.to(lm.device).eval()
-        quality = transcoder_figures(transcoders[layer], hx, hy).to_json()
-        quality["domains"] = {}
-        for source in held.counts():
-            chosen = [i for i, s in enumerate(held.sources) if s == source]
-            quality["domains"][source] = transcoder_figures(transcoders[layer], hx.of_sentences(chosen),
-                                                            hy.of_sentences(chosen)).to_json()
+        quality = layer_figures(transcoders[layer], hx, hy, held)
         quality.update({"trained_tokens": x.tokens, "train_seconds": sum(h["seconds"] for h in state.history),
                         "held_out": f"{len(held.texts):,} held-out texts of the {corpus}"})
         report["layers"].append(quality)
@@ -69,6 +64,108 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
                                                         progress=progress)
     write_text(out / "quality.json", json.dumps(report, indent=1))
     return report if args.json else table(report)
+
+
+def layer_figures(tc, inputs, outputs, held) -> dict:
+    """A transcoder's held-out figures (``transcoder_figures``), overall and for each source of ``held``."""
+    from bertscope.features.transcoder_training import transcoder_figures
+
+    quality = transcoder_figures(tc, inputs, outputs).to_json()
+    quality["domains"] = {}
+    for source in held.counts():
+        chosen = [i for i, s in enumerate(held.sources) if s == source]
+        quality["domains"][source] = transcoder_figures(tc, inputs.of_sentences(chosen),
+                                                        outputs.of_sentences(chosen)).to_json()
+    return quality
+
+
+def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
+    import torch
+
+    from bertscope.cli.sae import texts_for
+    from bertscope.features.activations import points_activations
+    from bertscope.features.shipped import transcoder_set
+    from bertscope.features.transcoder import INPUT_POINT, OUTPUT_POINT, load_transcoder, save_transcoder
+    from bertscope.features.transcoder_training import replacement_quality
+    from bertscope.features.transcoder_tuning import TuneConfig, tune_end_to_end
+
+    cfg = TuneConfig(args.steps, args.batch_size, args.lr, args.local, args.pieces, args.seed)
+    cfg.check()
+    out = _tuned_folder(args)
+    lm = load(args)
+    transcoders = transcoder_set(lm, args.transcoders)
+    train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
+    with progress_bar(f"{lm.name}: the replacement model before", "sentence") as progress:
+        before = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+    with progress_bar(f"{lm.name}: every transcoder tuned end to end", "step") as progress:
+        history = tune_end_to_end(lm, transcoders, train.texts, cfg, progress=progress)
+    dtype = torch.float16 if args.weights == "float16" else torch.float32
+    for layer, tc in transcoders.items():
+        tc.info.extra["end_to_end"] = vars(cfg) | {"texts": len(train.texts), "history": history}
+        save_transcoder(tc, out, dtype)
+        transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
+    layers = list(range(lm.num_layers))
+    with progress_bar(f"{lm.name}: held-out feed-forward inputs and outputs", "sentence") as progress:
+        every_held = points_activations(lm, held.texts, layers, (INPUT_POINT, OUTPUT_POINT), max_tokens=10**9,
+                                        progress=progress)
+    report: dict[str, Any] = {"model": lm.name, "from": str(args.transcoders or "the shipped set"), "out": str(out),
+                              "corpus": f"mixture of {', '.join(train.counts())}", "end_to_end": vars(cfg),
+                              "history": history, "replacement_before": before, "layers": []}
+    for layer in layers:
+        report["layers"].append(layer_figures(transcoders[layer], every_held.pop((layer, INPUT_POINT)),
+                                              every_held.pop((layer, OUTPUT_POINT)), held))
+    with progress_bar(f"{lm.name}: the replacement model after", "sentence") as progress:
+        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+    write_text(out / "quality.json", json.dumps(report, indent=1))
+    return report if args.json else tuned_table(report)
+
+
+def _tuned_folder(args: argparse.Namespace):
+    """The folder the tuned set goes to: a folder, and never the one it is read from."""
+    from pathlib import Path
+
+    if args.tokens < 1 or args.held_out < 1:
+        raise BertScopeError("--tokens and --held-out must be at least 1.")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BertScopeError(f"--out {args.out} is a file: give a folder for the tuned transcoders.")
+    if args.transcoders and out.exists() and out.resolve() == Path(args.transcoders).resolve():
+        raise BertScopeError("--out is the folder the transcoders are read from: give another one (the set it "
+                             "started from is kept).")
+    return out
+
+
+def tuned_table(report: dict) -> str:
+    before, after = report["replacement_before"], report["replacement"]
+    lines = [f"{report['model']}: transcoders from {report['from']} tuned end to end "
+             f"({report['end_to_end']['steps']:,} steps, local weight {report['end_to_end']['local']}), in "
+             f"{report['out']}",
+             f"{'layer':<10}{'held-out':>9}{'FVE':>8}{'L0':>7}{'dead':>7}"]
+    for q in report["layers"]:
+        lines.append(f"{q['layer']:<10}{q['tokens']:>9,}{q['fve']:>8.3f}{q['l0']:>7.1f}{q['dead_share']:>7.1%}")
+    lines.append(f"replacement model, {after['positions']:,} held-out masked positions: top-1 agreement "
+                 f"{before['top1_agreement']:.3f} -> {after['top1_agreement']:.3f}, KL {before['kl']:.3f} -> "
+                 f"{after['kl']:.3f} nats, masked-LM loss {after['loss_real']:.3f} (real) "
+                 f"{before['loss_replacement']:.3f} -> {after['loss_replacement']:.3f}")
+    return "\n".join(lines)
+
+
+def _tune_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--transcoders", help="a train-transcoders --out folder (default: the set shipped for the model)")
+    p.add_argument("--steps", type=int, default=600, help="optimiser steps (default 600)")
+    p.add_argument("--batch-size", type=int, default=16, help="texts a step (default 16)")
+    p.add_argument("--lr", type=float, default=5e-5, help="Adam's rate (default 5e-5)")
+    p.add_argument("--local", type=float, default=1.0, help="the weight of each layer's own reconstruction beside the "
+                                                            "KL (default 1)")
+    p.add_argument("--pieces", type=int, default=128, help="each training text cut to its first word pieces "
+                                                           "(default 128)")
+    p.add_argument("--tokens", type=int, default=400_000, help="training word pieces of the mixture (default 400,000)")
+    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weights", choices=("float32", "float16"), default="float32",
+                   help="the saved weights' dtype (float16: half the bytes, as the shipped sets)")
+    p.add_argument("--out", required=True, help="a folder for the tuned set (layer_L.safetensors, config.yaml, "
+                                                "quality.json)")
 
 
 def table(report: dict) -> str:
@@ -167,6 +264,9 @@ COMMANDS = [
     Command("train-transcoders", "TopK transcoders (or --skip transcoders) replacing each layer's feed-forward, "
             "trained on the corpus mixture; FVE, L0, dead features per layer and source, and the replacement model's "
             "top-1 agreement and KL against the real one", cmd_train_transcoders, _arguments),
+    Command("tune-transcoders", "a transcoder set tuned end to end: every feed-forward replaced at once, trained on "
+            "the real model's masked-token predictions (KL) beside each layer's own reconstruction; FVE per layer and "
+            "the replacement model before and after", cmd_tune_transcoders, _tune_arguments),
     Command("attribution-graph", "the attribution graph of one decision (a token at [MASK], a class): transcoder "
             "features, error nodes and input embeddings, edges as direct effects in the frozen replacement pass, "
             "pruned by influence; replacement and completeness scores", cmd_attribution_graph, _graph_arguments),

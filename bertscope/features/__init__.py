@@ -15,7 +15,10 @@ a tag-labelled feature carry its tag: a probe and masked-token accuracy with it 
 ``crosscoder_trainer`` (its trainer, the reference's loss), ``model_diff`` (what fine-tuning added, latent by
 latent: decoder norms in both models, shared / base-only / fine-tuned-only, Latent Scaling), ``diff_causal``
 (does the fine-tuned task model use its fine-tuned-only latents: its accuracy with them off, beside controls),
-``diff_reading`` (a crosscoder found, checked and read: the one pass of ``diff-features`` and the Latents tab).
+``diff_reading`` (a crosscoder found, checked and read: the one pass of ``diff-features`` and the Latents tab),
+``transcoder`` (TopK and skip transcoders replacing a feed-forward, in circuit-tracer's layout),
+``transcoder_training`` (trained layer by layer; the replacement model scored), ``transcoder_tuning`` (the set
+tuned end to end on the real model's masked-token predictions).
 Every pass goes through the model's hook points (``blocks.{l}.hook_resid_post``: layer l's output, as
 everywhere).
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
@@ -59,6 +62,8 @@ _EXPORTS = {
     "save_transcoder": "features.transcoder",
     "train_transcoder": "features.transcoder_training",
     "replacement_quality": "features.transcoder_training",
+    "TuneConfig": "features.transcoder_tuning",
+    "tune_end_to_end": "features.transcoder_tuning",
     "transcoder_set": "features.shipped",
 }
 __all__ = list(_EXPORTS)
@@ -98,3 +103,5 @@ if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): 
     from bertscope.features.transcoder import save_transcoder as save_transcoder
     from bertscope.features.transcoder_training import replacement_quality as replacement_quality
     from bertscope.features.transcoder_training import train_transcoder as train_transcoder
+    from bertscope.features.transcoder_tuning import TuneConfig as TuneConfig
+    from bertscope.features.transcoder_tuning import tune_end_to_end as tune_end_to_end

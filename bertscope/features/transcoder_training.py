@@ -147,9 +147,12 @@ def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], ke
     return hooks
 
 
-def _specials(lm: LoadedModel) -> torch.Tensor:
-    return torch.tensor([i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
-                                     lm.tokenizer.pad_token_id) if i is not None], device=lm.device)
+def replaced_positions(lm: LoadedModel, feed: dict) -> torch.Tensor:
+    """[batch, token] bool: where the replacement model replaces the feed-forward (every word piece; not [CLS],
+    [SEP] or padding, which the transcoders never saw)."""
+    specials = torch.tensor([i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
+                                         lm.tokenizer.pad_token_id) if i is not None], device=lm.device)
+    return feed["attention_mask"].bool() & ~torch.isin(feed["input_ids"], specials)
 
 
 @torch.no_grad()
@@ -192,11 +195,10 @@ def _masked_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
                     seed: int, progress: Callable[[int, int], None] | None) -> dict:
     from bertscope.interventions.importance import chosen_logits, masked_batches
 
-    specials = _specials(lm)
     agree = kl = loss_real = loss_replaced = 0.0
     positions = done = 0
     for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
-        keep = feed["attention_mask"].bool() & ~torch.isin(feed["input_ids"], specials)  # [batch, token]
+        keep = replaced_positions(lm, feed)  # [batch, token]
         real = wide(chosen_logits(lm, feed, chosen, None)).log_softmax(-1)  # [chosen, vocab]
         made = wide(chosen_logits(lm, feed, chosen, replacement_hooks(lm, transcoders, keep))).log_softmax(-1)
         agree += float((real.argmax(-1) == made.argmax(-1)).sum())
@@ -214,11 +216,10 @@ def _masked_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
 
 def _class_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str], batch_size: int,
                    progress: Callable[[int, int], None] | None) -> dict:
-    specials = _specials(lm)
     agree = kl = 0.0
     done = 0
     for rows, _, feed in batches(lm, texts, batch_size):
-        keep = feed["attention_mask"].bool() & ~torch.isin(feed["input_ids"], specials)  # [batch, token]
+        keep = replaced_positions(lm, feed)  # [batch, token]
         real = wide(lm.run(feed).logits).log_softmax(-1)  # [batch, label]
         made = wide(lm.run(feed, hooks=replacement_hooks(lm, transcoders, keep)).logits).log_softmax(-1)
         agree += float((real.argmax(-1) == made.argmax(-1)).sum())

@@ -156,3 +156,33 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     assert json.loads((out / "quality.json").read_text())["replacement"] == r
     code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--layers", "7", "--out", out)
     assert code == 2 and "Layer 7 does not exist" in err and err.count("\n") == 1
+
+
+def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
+    """A trained set tuned end to end into another folder: its figures before and after, and the set it started
+    from left as it was."""
+    trained, tuned = tmp_path / "tcs", tmp_path / "tuned"
+    code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--tokens", 600, "--held-out", 6,
+                           "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out", trained)
+    assert code == 0, err
+    first = (trained / "layer_0.safetensors").read_bytes()
+    code, stdout, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, "--steps", 20,
+                                "--batch-size", 4, "--lr", 1e-3, "--tokens", 600, "--held-out", 6, "--out", tuned,
+                                "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert [q["layer"] for q in report["layers"]] == [0, 1] and report["end_to_end"]["steps"] == 20
+    assert list(report["layers"][0]["domains"]) == ["brown", "ewt", "tweets", "bbc", "squad"]
+    assert report["history"][-1]["step"] == 20
+    assert report["replacement"]["kl"] < report["replacement_before"]["kl"]
+    assert report["replacement"]["positions"] == report["replacement_before"]["positions"] > 0
+    assert (trained / "layer_0.safetensors").read_bytes() == first  # the set it started from is kept
+    assert json.loads((tuned / "quality.json").read_text())["replacement"] == report["replacement"]
+    code, stdout, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, "--steps", 1,
+                                "--tokens", 600, "--held-out", 6, "--out", tuned)
+    assert code == 0 and "top-1 agreement" in stdout, err
+    for bad, message in ((("--out", trained), "the folder the transcoders are read from"),
+                         (("--steps", 0, "--out", tuned), "at least 1"),
+                         (("--out", trained / "layer_0.safetensors"), "is a file")):
+        code, _, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, *bad)
+        assert code == 2 and message in err and err.count("\n") == 1, err

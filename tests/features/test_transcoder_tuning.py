@@ -1,0 +1,77 @@
+"""The end-to-end tuning (``features.transcoder_tuning``): the replacement model's KL to the real model falls, the
+model's own weights do not move, the decoder rows stay unit, a Stop keeps the steps taken, and bad input is one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertscope.core.models import load_model
+from bertscope.errors import BertScopeError
+from bertscope.features.transcoder import Transcoder, TranscoderInfo
+from bertscope.features.transcoder_training import replacement_quality
+from bertscope.features.transcoder_tuning import TuneConfig, tune_end_to_end
+
+TEXTS = ["the bank of the river was muddy after the rain .", "she put all of her money in the old bank .",
+         "a man is eating his food at the table .", "the dog slept under the big oak tree all day ."] * 4
+
+
+def _set(lm) -> dict[int, Transcoder]:
+    d = lm.hidden_size
+    return {layer: Transcoder(d, d, 4 * d, 8, True, TranscoderInfo(lm.name, layer), seed=layer)
+            for layer in range(lm.num_layers)}
+
+
+def test_tuning_brings_the_replacement_model_to_the_real_one_and_leaves_the_model_alone(tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    tcs = _set(lm)
+    weights = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
+    before = replacement_quality(lm, tcs, TEXTS, seed=7)
+    steps = []
+    history = tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=60, batch_size=8, lr=3e-3, local=0.1),
+                              progress=lambda done, total: steps.append((done, total)))
+    after = replacement_quality(lm, tcs, TEXTS, seed=7)
+    assert after["kl"] < 0.5 * before["kl"], (before, after)
+    assert steps[-1] == (60, 60) and [h["step"] for h in history] == [50, 60]
+    assert all(torch.equal(p, weights[n]) for n, p in lm.model.named_parameters())
+    for tc in tcs.values():
+        assert not tc.training and not any(p.requires_grad for p in tc.parameters())
+        torch.testing.assert_close(tc.W_dec.norm(dim=1), torch.ones(tc.d_sae))
+
+
+def test_the_local_term_keeps_each_transcoder_a_replacement_of_its_own_layer(tiny_mlm_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    tcs = _set(lm)
+    history = tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=50, batch_size=8, lr=3e-3, local=10.0))
+    first = tune_end_to_end(lm, _set(lm), TEXTS, TuneConfig(steps=1, batch_size=8, lr=3e-3, local=10.0))
+    assert history[-1]["local_nmse"] < first[-1]["local_nmse"]  # trained down from where the random set starts
+
+
+def test_a_stop_keeps_the_steps_taken_and_bad_input_is_one_line(tiny_mlm_dir, tiny_encoder_dir):
+    lm = load_model(str(tiny_mlm_dir))
+    tcs = _set(lm)
+    start = tcs[0].W_enc.detach().clone()
+    history = tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=500, batch_size=8), stop=lambda: True)
+    assert history == [] and not torch.equal(tcs[0].W_enc, start)  # one step taken, then stopped
+    with pytest.raises(BertScopeError, match="every layer"):
+        tune_end_to_end(lm, {0: tcs[0]}, TEXTS)
+    with pytest.raises(BertScopeError, match="at least 1"):
+        tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=0))
+    with pytest.raises(BertScopeError, match="No training texts"):
+        tune_end_to_end(lm, tcs, [])
+    encoder = load_model(str(tiny_encoder_dir))
+    with pytest.raises(BertScopeError, match="no masked-LM head"):
+        tune_end_to_end(encoder, _set(encoder), TEXTS)
+
+
+def test_texts_are_cut_at_a_word_piece_and_the_settings_checked(tiny_mlm_dir):
+    from bertscope.features.transcoder_tuning import _cut
+
+    lm = load_model(str(tiny_mlm_dir))
+    cut = _cut(lm, ["the bank of the river was muddy", "dog", ""], 3)
+    assert cut == ["the bank of", "dog", ""]
+    assert all(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) <= 3 for t in cut)
+    for bad in (TuneConfig(pieces=4), TuneConfig(lr=float("nan")), TuneConfig(local=float("inf")),
+                TuneConfig(local=-1.0), TuneConfig(batch_size=0)):
+        with pytest.raises(BertScopeError, match="must be"):
+            bad.check()
