@@ -83,9 +83,8 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
     import torch
 
     from bertscope.cli.sae import texts_for
-    from bertscope.features.activations import points_activations
     from bertscope.features.shipped import transcoder_set
-    from bertscope.features.transcoder import INPUT_POINT, OUTPUT_POINT, load_transcoder, save_transcoder
+    from bertscope.features.transcoder import load_transcoder, save_transcoder
     from bertscope.features.transcoder_training import replacement_quality
     from bertscope.features.transcoder_tuning import TuneConfig, tune_end_to_end
 
@@ -104,20 +103,68 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
         tc.info.extra["end_to_end"] = vars(cfg) | {"texts": len(train.texts), "history": history}
         save_transcoder(tc, out, dtype)
         transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
-    layers = list(range(lm.num_layers))
-    with progress_bar(f"{lm.name}: held-out feed-forward inputs and outputs", "sentence") as progress:
-        every_held = points_activations(lm, held.texts, layers, (INPUT_POINT, OUTPUT_POINT), max_tokens=10**9,
-                                        progress=progress)
     report: dict[str, Any] = {"model": lm.name, "from": str(args.transcoders or "the shipped set"), "out": str(out),
                               "corpus": f"mixture of {', '.join(train.counts())}", "end_to_end": vars(cfg),
-                              "history": history, "replacement_before": before, "layers": []}
-    for layer in layers:
-        report["layers"].append(layer_figures(transcoders[layer], every_held.pop((layer, INPUT_POINT)),
-                                              every_held.pop((layer, OUTPUT_POINT)), held))
+                              "history": history, "replacement_before": before,
+                              "layers": held_out_figures(lm, transcoders, held)}
     with progress_bar(f"{lm.name}: the replacement model after", "sentence") as progress:
         report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
     write_text(out / "quality.json", json.dumps(report, indent=1))
     return report if args.json else tuned_table(report)
+
+
+def cmd_score_transcoders(args: argparse.Namespace) -> Any:
+    from bertscope.cli.sae import texts_for
+    from bertscope.features.shipped import transcoder_set
+    from bertscope.features.transcoder_training import replacement_quality
+
+    if args.held_out < 1:
+        raise BertScopeError("--held-out must be at least 1.")
+    lm = load(args)
+    transcoders = transcoder_set(lm, args.transcoders)
+    _, held = texts_for("mixture", 1, args.held_out, args.seed)
+    report: dict[str, Any] = {"model": lm.name, "transcoders": str(args.transcoders or "the shipped set"),
+                              "held_out": f"{len(held.texts):,} held-out texts of the mixture of "
+                                          f"{', '.join(held.counts())}",
+                              "layers": held_out_figures(lm, transcoders, held)}
+    with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
+        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+    if args.json:
+        return report
+    lines = [f"{lm.name}: transcoders from {report['transcoders']}, on {report['held_out']}", *_layer_lines(report)]
+    r = report["replacement"]
+    lines.append(f"replacement model, {r.get('positions', r.get('examples', 0)):,} held-out "
+                 f"{'masked positions' if 'positions' in r else 'texts'}: top-1 agreement {r['top1_agreement']:.3f}, "
+                 f"KL {r['kl']:.3f} nats")
+    return "\n".join(lines)
+
+
+def held_out_figures(lm, transcoders, held) -> list[dict]:
+    """Every layer's held-out figures (``layer_figures``), the feed-forwards' inputs and outputs read in one pass."""
+    from bertscope.features.activations import points_activations
+    from bertscope.features.transcoder import INPUT_POINT, OUTPUT_POINT
+
+    layers = sorted(transcoders)
+    with progress_bar(f"{lm.name}: held-out feed-forward inputs and outputs", "sentence") as progress:
+        every = points_activations(lm, held.texts, layers, (INPUT_POINT, OUTPUT_POINT), max_tokens=10**9,
+                                   progress=progress)
+    return [layer_figures(transcoders[layer], every.pop((layer, INPUT_POINT)), every.pop((layer, OUTPUT_POINT)), held)
+            for layer in layers]
+
+
+def _layer_lines(report: dict) -> list[str]:
+    lines = [f"{'layer':<10}{'held-out':>9}{'FVE':>8}{'L0':>7}{'dead':>7}"]
+    for q in report["layers"]:
+        for name, row in [(str(q["layer"]), q), *((f"  {s}", d) for s, d in q["domains"].items())]:
+            lines.append(f"{name:<10}{row['tokens']:>9,}{row['fve']:>8.3f}{row['l0']:>7.1f}{row['dead_share']:>7.1%}")
+    return lines
+
+
+def _score_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--transcoders", help="a train-transcoders or tune-transcoders --out folder (default: the set "
+                                         "shipped for the model)")
+    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+    p.add_argument("--seed", type=int, default=0, help="the held-out side's and the masked positions' seed")
 
 
 def _tuned_folder(args: argparse.Namespace):
@@ -140,9 +187,7 @@ def tuned_table(report: dict) -> str:
     lines = [f"{report['model']}: transcoders from {report['from']} tuned end to end "
              f"({report['end_to_end']['steps']:,} steps, local weight {report['end_to_end']['local']}), in "
              f"{report['out']}",
-             f"{'layer':<10}{'held-out':>9}{'FVE':>8}{'L0':>7}{'dead':>7}"]
-    for q in report["layers"]:
-        lines.append(f"{q['layer']:<10}{q['tokens']:>9,}{q['fve']:>8.3f}{q['l0']:>7.1f}{q['dead_share']:>7.1%}")
+             *_layer_lines(report)]
     lines.append(f"replacement model, {after['positions']:,} held-out masked positions: top-1 agreement "
                  f"{before['top1_agreement']:.3f} -> {after['top1_agreement']:.3f}, KL {before['kl']:.3f} -> "
                  f"{after['kl']:.3f} nats, masked-LM loss {after['loss_real']:.3f} (real) "
@@ -267,6 +312,8 @@ COMMANDS = [
     Command("tune-transcoders", "a transcoder set tuned end to end: every feed-forward replaced at once, trained on "
             "the real model's masked-token predictions (KL) beside each layer's own reconstruction; FVE per layer and "
             "the replacement model before and after", cmd_tune_transcoders, _tune_arguments),
+    Command("score-transcoders", "a transcoder set scored on held-out text: FVE, L0 and dead features per layer and "
+            "source, and the replacement model against the real one", cmd_score_transcoders, _score_arguments),
     Command("attribution-graph", "the attribution graph of one decision (a token at [MASK], a class): transcoder "
             "features, error nodes and input embeddings, edges as direct effects in the frozen replacement pass, "
             "pruned by influence; replacement and completeness scores", cmd_attribution_graph, _graph_arguments),

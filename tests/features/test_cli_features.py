@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from bertscope.cli import main
 
 
@@ -162,10 +164,22 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     """A trained set tuned end to end into another folder: its figures before and after, and the set it started
     from left as it was."""
     trained, tuned = tmp_path / "tcs", tmp_path / "tuned"
-    code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--tokens", 600, "--held-out", 6,
-                           "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out", trained)
+    code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--tokens", 600, "--held-out", 6,
+                                "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out", trained,
+                                "--json")
     assert code == 0, err
+    trained_report = json.loads(stdout)
     first = (trained / "layer_0.safetensors").read_bytes()
+    code, stdout, err = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--transcoders", trained, "--held-out", 6,
+                                "--json")
+    assert code == 0, err
+    scored = json.loads(stdout)  # the same held-out side and masked positions as the training run's own figures
+    assert scored["replacement"] == pytest.approx(trained_report["replacement"])
+    assert [q["fve"] for q in scored["layers"]] == pytest.approx([q["fve"] for q in trained_report["layers"]])
+    code, stdout, _ = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--transcoders", trained, "--held-out", 6)
+    assert code == 0 and "top-1 agreement" in stdout and "  squad" in stdout
+    code, _, err = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--held-out", 6)
+    assert code == 2 and "No transcoders are shipped" in err and err.count("\n") == 1
     code, stdout, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, "--steps", 20,
                                 "--batch-size", 4, "--lr", 1e-3, "--tokens", 600, "--held-out", 6, "--out", tuned,
                                 "--json")
