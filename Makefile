@@ -41,13 +41,15 @@ test-fast: $(VENV)/.test-installed brown corpora
 		tests/training tests/interventions tests/features tests/test_public_api.py tests/test_families.py --durations=10
 
 # The peers lane: BertScope's numbers and speed against TransformerLens 4.3, captum and nnsight 0.8 (.venv-peers),
-# SAELens 6.54 (.venv-saelens: it requires transformer-lens<4), pyvene 0.1.8 (.venv-pyvene) and tuned-lens 0.2.0
-# (.venv-tunedlens), each stack in its own environment, never the app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
+# SAELens 6.54 (.venv-saelens: it requires transformer-lens<4), pyvene 0.1.8 (.venv-pyvene), tuned-lens 0.2.0
+# (.venv-tunedlens), PyLate 1.6.0 (.venv-pylate) and circuit-tracer 0.5.0 (.venv-circuittracer: it pins
+# transformers<=4.57.3), each stack in its own environment, never the app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
 PEERS := .venv-peers
 SAELENS := .venv-saelens
 PYVENE := .venv-pyvene
 TUNEDLENS := .venv-tunedlens
 PYLATE := .venv-pylate
+CIRCUITTRACER := .venv-circuittracer
 
 # one peer's stack in its own environment: .venv-NAME from requirements-NAME.txt, pinned by the app's requirements.txt
 .venv-%/.installed: pyproject.toml requirements.txt requirements-%.txt
@@ -64,15 +66,26 @@ $(PYLATE)/.installed: requirements-pylate.txt
 	$(PYLATE)/bin/python -m pip install --quiet --no-deps pylate==1.6.0  # its index back-ends are not needed
 	touch $@
 
+# circuit-tracer's stack alone (transformers<=4.57.3, huggingface-hub<1: not the app's): the test asks the app's
+# environment for BertScope's side
+$(CIRCUITTRACER)/.installed: requirements-circuittracer.txt
+	$(PYTHON) -m venv $(CIRCUITTRACER)
+	$(CIRCUITTRACER)/bin/python -m pip install --quiet --upgrade pip
+	$(CIRCUITTRACER)/bin/python -m pip install --quiet -r requirements-circuittracer.txt
+	touch $@
+
 test-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed $(TUNEDLENS)/.installed \
-		$(PYLATE)/.installed $(VENV)/.app-installed brown
+		$(PYLATE)/.installed $(CIRCUITTRACER)/.installed $(VENV)/.app-installed brown
 	$(PEERS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers --ignore=peers/test_saelens.py \
-		--ignore=peers/test_pyvene.py --ignore=peers/test_tuned_lens.py --ignore=peers/test_pylate.py
+		--ignore=peers/test_pyvene.py --ignore=peers/test_tuned_lens.py --ignore=peers/test_pylate.py \
+		--ignore=peers/test_circuit_tracer.py
 	$(SAELENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_saelens.py
 	$(PYVENE)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_pyvene.py
 	$(TUNEDLENS)/bin/python -m pytest -p no:cacheprovider -W ignore::UserWarning peers/test_tuned_lens.py
 	BERTSCOPE_PYTHON=$(abspath $(BIN)/python) $(PYLATE)/bin/python -m pytest -p no:cacheprovider \
 		-W ignore::UserWarning peers/test_pylate.py
+	BERTSCOPE_PYTHON=$(abspath $(BIN)/python) $(CIRCUITTRACER)/bin/python -m pytest -p no:cacheprovider \
+		-W ignore::UserWarning peers/test_circuit_tracer.py
 
 # the speed table of docs/peers.md: ratios in one run, interleaved (add ARGS="--model random:bert-base-uncased")
 bench-peers: $(PEERS)/.installed $(SAELENS)/.installed $(PYVENE)/.installed
@@ -143,4 +156,4 @@ gcc:
 	@command -v gcc >/dev/null || { $(APT_INSTALL) gcc libc6-dev; }
 
 clean:
-	rm -rf $(VENV) $(PEERS) $(SAELENS) $(PYVENE) $(TUNEDLENS) $(PYLATE) test-output .pytest_cache
+	rm -rf $(VENV) $(PEERS) $(SAELENS) $(PYVENE) $(TUNEDLENS) $(PYLATE) $(CIRCUITTRACER) test-output .pytest_cache

@@ -1,8 +1,9 @@
 """The peers lane: BertScope held to the tools a user would otherwise pick, each in its own environment
 (``make test-peers``): TransformerLens 4.3's bridge, captum and nnsight 0.8 in ``.venv-peers``; SAELens 6.54
-in ``.venv-saelens`` (it requires transformer-lens<4); PyLate 1.6 in ``.venv-pylate`` (its sentence-transformers
-and transformers pins are not the app's: that test asks the app's environment for BertScope's side). Not part of ``make test``: the peers' stacks never touch
-the app's environment."""
+in ``.venv-saelens`` (it requires transformer-lens<4); pyvene 0.1.8 in ``.venv-pyvene``; tuned-lens 0.2.0 in
+``.venv-tunedlens``; PyLate 1.6 in ``.venv-pylate`` and circuit-tracer 0.5.0 in ``.venv-circuittracer`` (their
+transformers pins are not the app's: those tests ask the app's environment for BertScope's side and import no
+BertScope here). Not part of ``make test``: the peers' stacks never touch the app's environment."""
 
 from __future__ import annotations
 

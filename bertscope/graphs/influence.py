@@ -1,4 +1,4 @@
-"""Influence, pruning and the graph scores, as circuit-tracer computes them (``circuit_tracer/graph.py``, 0.4.1:
+"""Influence, pruning and the graph scores, as circuit-tracer computes them (``circuit_tracer/graph.py``, 0.5.0:
 ``normalize_matrix``, ``compute_influence``, ``compute_edge_influence``, ``find_threshold``, ``prune_graph``,
 ``compute_graph_scores``), on an adjacency matrix whose rows are targets and columns sources, in the node order
 features, errors, embeddings (circuit-tracer's tokens), target (circuit-tracer's logits; one here).
@@ -9,7 +9,8 @@ features, errors, embeddings (circuit-tracer's tokens), target (circuit-tracer's
     completeness score = Σ_n (1 − Σ_errors Â[n, ·]) (I_n + w_n) / Σ_n (I_n + w_n)
 
 Pruning keeps the nodes carrying ``node_threshold`` of the cumulative influence (embeddings and the target always),
-then the edges carrying ``edge_threshold`` of the edge influence Â[n, m] (I_n + w_n), then drops feature and error
+then the edges carrying ``edge_threshold`` of the edge influence Â'[n, m] (I'_n + w_n) of the graph cut to those nodes
+(Â' its rows normalised again over the kept sources, as circuit-tracer's ``compute_edge_influence`` does), then drops feature and error
 nodes left without an outgoing edge (and features without an incoming one), until nothing changes.
 """
 
@@ -78,7 +79,7 @@ def prune_graph(a: np.ndarray, n_features: int, n_errors: int, node_threshold: f
     influence = compute_influence(a_hat, w)
     node_mask = influence >= find_threshold(influence, node_threshold)
     node_mask[n_features + n_errors:] = True  # embeddings and the target stay
-    kept = a_hat * node_mask[:, None] * node_mask[None, :]
+    kept = normalize_matrix(a * node_mask[:, None] * node_mask[None, :])  # each kept row over its kept sources
     edge_scores = compute_edge_influence(kept, w)
     edge_mask = edge_scores >= find_threshold(edge_scores, edge_threshold)
     edge_mask &= kept > 0
