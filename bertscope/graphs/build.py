@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
 from bertscope.graphs.frozen import FrozenModel, check_graph_model, class_head, freeze, mlm_head
@@ -231,7 +232,7 @@ def _real_run(lm: LoadedModel, text: str) -> tuple[list[int], np.ndarray, dict]:
              for p in ("attn.hook_pattern", "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out")]
     feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
     out, cache = lm.run_with_cache(feed, [*names, "embed", f"blocks.{lm.num_layers - 1}.hook_resid_post"])
-    return enc["input_ids"][0].tolist(), out.logits[0].float().cpu().numpy(), cache
+    return enc["input_ids"][0].tolist(), mlm_logits(out)[0].float().cpu().numpy(), cache  # a classifier: its logits
 
 
 def _within_budget(frozen: FrozenModel, active: _Active, writes: list[torch.Tensor], errors: list[torch.Tensor],

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
 from bertscope.graphs.build import AttributionGraph
@@ -103,7 +104,7 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
 
         hooks[f"blocks.{ly}.hook_resid_mid"] = read
         hooks[f"blocks.{ly}.hook_mlp_out"] = write
-    return _decision_value(graph, lm, lm.run(feed, hooks=hooks).logits)
+    return _decision_value(graph, lm, mlm_logits(lm.run(feed, hooks=hooks)))  # a classifier: its logits
 
 
 def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder], top: int = 5,

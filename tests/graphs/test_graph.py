@@ -197,3 +197,17 @@ def test_switching_a_feature_off_in_the_model_moves_the_target_as_the_graph_says
         assert measured == pytest.approx(-effects[i], rel=0.2, abs=0.02)
     strongest, drawn = agreement(mlm, g, tcs, top=4)
     assert len(strongest) == len(drawn) == 4 and all(isinstance(x.agrees, bool) for x in strongest)
+
+
+def test_a_pretraining_checkpoints_masked_lm_head_makes_a_graph(tiny_bert_dir):
+    """A BertForPreTraining (masked-LM and next-sentence heads, as ``save_random_model``'s default) is read through its
+    prediction logits, in the graph and in the switch-off."""
+    from bertscope.graphs.interventions import switch_off
+
+    lm = load_model(str(tiny_bert_dir))
+    tcs = _transcoders(lm, True)
+    g = attribution_graph(lm, TEXT, tcs, target="the", dtype=torch.float64)
+    with torch.no_grad():
+        logits = lm.run(dict(lm.tokenizer(TEXT, return_tensors="pt"))).prediction_logits[0, 5].double()
+    assert g.value == pytest.approx(float(logits[lm.tokenizer.convert_tokens_to_ids("the")] - logits.mean()), abs=1e-4)
+    assert switch_off(lm, g, tcs, []) == pytest.approx(g.value, abs=1e-4)  # nothing off: the real model's value
