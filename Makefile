@@ -43,7 +43,8 @@ test-fast: $(VENV)/.test-installed brown corpora
 # The peers lane: BertScope's numbers and speed against TransformerLens 4.3, captum and nnsight 0.8 (.venv-peers),
 # SAELens 6.54 (.venv-saelens: it requires transformer-lens<4), pyvene 0.1.8 (.venv-pyvene), tuned-lens 0.2.0
 # (.venv-tunedlens), PyLate 1.6.0 (.venv-pylate) and circuit-tracer 0.5.0 (.venv-circuittracer: it pins
-# transformers<=4.57.3), each stack in its own environment, never the app's. Not part of `make test`. ~3 min here once both environments exist (each ~1 min to build).
+# transformers<=4.57.3), each stack in its own environment, never the app's. Not part of `make test`. ~4 min here once the
+# six environments exist (each ~1 min to build).
 PEERS := .venv-peers
 SAELENS := .venv-saelens
 PYVENE := .venv-pyvene

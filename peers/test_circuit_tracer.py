@@ -277,10 +277,14 @@ def test_three_logits_as_one_target(decoder):
 
 
 def test_pruning_equals_circuit_tracers_on_its_graph(decoder):
-    ours, theirs = decoder["ours"], decoder["theirs64"]
-    for t in range(len(THRESHOLDS)):
-        np.testing.assert_array_equal(ours[f"node_mask0_{t}"], theirs[f"node_mask{t}"], err_msg=f"nodes {THRESHOLDS[t]}")
-        np.testing.assert_array_equal(ours[f"edge_mask0_{t}"], theirs[f"edge_mask{t}"], err_msg=f"edges {THRESHOLDS[t]}")
+    """In float64 on both sides, and circuit-tracer's float32 against BertScope on the same float32 matrix."""
+    ours = decoder["ours"]
+    for i, theirs in ((0, decoder["theirs64"]), (1, decoder["theirs"])):
+        for t in range(len(THRESHOLDS)):
+            np.testing.assert_array_equal(ours[f"node_mask{i}_{t}"], theirs[f"node_mask{t}"],
+                                          err_msg=f"nodes {THRESHOLDS[t]}, run {i}")
+            np.testing.assert_array_equal(ours[f"edge_mask{i}_{t}"], theirs[f"edge_mask{t}"],
+                                          err_msg=f"edges {THRESHOLDS[t]}, run {i}")
 
 
 # ---- the other way: BertScope's graph as circuit-tracer's ---------------------------------------------------------

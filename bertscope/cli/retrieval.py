@@ -146,13 +146,18 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
 
         raise BertScopeError(f"--corpus {args.corpus}: the retrieval evaluation reads SQuAD (questions and their "
                              "passages).")
+    if args.rerank:
+        from bertscope.retrieval.rerank import check_depth
+
+        check_depth(args.depth)  # before any pass
     lm = load(args)
     sparse = args.sparse or _is_splade(lm)
     with progress_bar(f"{lm.name}: embedding SQuAD dev's passages", "passage") as progress:
-        if sparse:
-            from bertscope.retrieval.sparse import evaluate_sparse_squad
+        top = None
+        if sparse:  # its ranked lists kept for the reranker: the passages read once
+            from bertscope.retrieval.sparse import sparse_squad
 
-            scores = evaluate_sparse_squad(lm, args.limit, progress)
+            scores, top = sparse_squad(lm, args.limit, max(10, args.depth) if args.rerank else 10, progress)
         else:
             scores = evaluate_squad(lm, args.limit, progress)
     out = scores.to_json()
@@ -162,8 +167,8 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
 
         reranker = load_model(args.rerank, args.device)
         with progress_bar(f"{reranker.name}: reranking the top {args.depth}", "question") as progress:
-            out["reranked"] = evaluate_rerank(lm, reranker, args.limit, args.depth, progress,
-                                             sparse).to_json()
+            out["reranked"] = evaluate_rerank(lm, reranker, args.limit, args.depth, progress, sparse,
+                                             top).to_json()
     if args.bm25:
         out["bm25"] = bm25_squad(args.limit).to_json()
     if args.json:

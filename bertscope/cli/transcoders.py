@@ -83,17 +83,20 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
     import torch
 
     from bertscope.cli.sae import texts_for
-    from bertscope.features.shipped import transcoder_set
+    from bertscope.features.shipped import SHIPPED_TRANSCODERS, transcoder_set
     from bertscope.features.transcoder import load_transcoder, save_transcoder
     from bertscope.features.transcoder_training import replacement_quality
-    from bertscope.features.transcoder_tuning import TuneConfig, tune_end_to_end
+    from bertscope.features.transcoder_tuning import TuneConfig, check_tunable, tune_end_to_end
 
     cfg = TuneConfig(args.steps, args.batch_size, args.lr, args.local, args.pieces, args.seed)
     cfg.check()
-    out = _tuned_folder(args)
+    _tuned_folder(args, args.transcoders)
     lm = load(args)
+    out = _tuned_folder(args, args.transcoders or SHIPPED_TRANSCODERS.get(lm.name))
     transcoders = transcoder_set(lm, args.transcoders)
+    check_tunable(lm, transcoders)  # before any pass
     train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
+    layers_before = held_out_figures(lm, transcoders, held)
     with progress_bar(f"{lm.name}: the replacement model before", "sentence") as progress:
         before = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
     with progress_bar(f"{lm.name}: every transcoder tuned end to end", "step") as progress:
@@ -105,7 +108,7 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
         transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
     report: dict[str, Any] = {"model": lm.name, "from": str(args.transcoders or "the shipped set"), "out": str(out),
                               "corpus": f"mixture of {', '.join(train.counts())}", "end_to_end": vars(cfg),
-                              "history": history, "replacement_before": before,
+                              "history": history, "layers_before": layers_before, "replacement_before": before,
                               "layers": held_out_figures(lm, transcoders, held)}
     with progress_bar(f"{lm.name}: the replacement model after", "sentence") as progress:
         report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
@@ -167,8 +170,9 @@ def _score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="the held-out side's and the masked positions' seed")
 
 
-def _tuned_folder(args: argparse.Namespace):
-    """The folder the tuned set goes to: a folder, and never the one it is read from."""
+def _tuned_folder(args: argparse.Namespace, read_from):
+    """The folder the tuned set goes to: a folder, and never ``read_from``, the one the set is read from (given, or
+    the shipped set's)."""
     from pathlib import Path
 
     if args.tokens < 1 or args.held_out < 1:
@@ -176,7 +180,7 @@ def _tuned_folder(args: argparse.Namespace):
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise BertScopeError(f"--out {args.out} is a file: give a folder for the tuned transcoders.")
-    if args.transcoders and out.exists() and out.resolve() == Path(args.transcoders).resolve():
+    if read_from is not None and out.exists() and out.resolve() == Path(read_from).resolve():
         raise BertScopeError("--out is the folder the transcoders are read from: give another one (the set it "
                              "started from is kept).")
     return out
@@ -188,6 +192,8 @@ def tuned_table(report: dict) -> str:
              f"({report['end_to_end']['steps']:,} steps, local weight {report['end_to_end']['local']}), in "
              f"{report['out']}",
              *_layer_lines(report)]
+    if report.get("layers_before"):
+        lines.append("FVE before tuning: " + " / ".join(f"{q['fve']:.3f}" for q in report["layers_before"]))
     lines.append(f"replacement model, {after['positions']:,} held-out masked positions: top-1 agreement "
                  f"{before['top1_agreement']:.3f} -> {after['top1_agreement']:.3f}, KL {before['kl']:.3f} -> "
                  f"{after['kl']:.3f} nats, masked-LM loss {after['loss_real']:.3f} (real) "

@@ -232,8 +232,15 @@ def interactions(lm: LoadedModel, query: str, passage: str,
                         len(removals))
 
 
+def check_depth(depth: int) -> None:
+    """One line unless 10 ≤ ``depth`` ≤ ``MAX_PASSAGES`` (the passages a question a reranker reorders)."""
+    if not 10 <= depth <= MAX_PASSAGES:
+        raise BertScopeError(f"--depth {depth}: rerank 10 to {MAX_PASSAGES:,} passages a question (MRR@10 reads 10).")
+
+
 def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | None = None, depth: int = 20,
-                    progress: Callable[[int, int], None] | None = None, sparse: bool = False):
+                    progress: Callable[[int, int], None] | None = None, sparse: bool = False,
+                    top: np.ndarray | None = None):
     """SQuAD dev as retrieval, the retriever's top ``depth`` passages reordered by the reranker.
 
     Args:
@@ -244,6 +251,8 @@ def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | 
         progress: called with (done, total) questions.
         sparse: the retriever read as a sparse encoder (``sparse.sparse_ranked``: a SPLADE checkpoint, or a masked
             LM's head) rather than by its embedding.
+        top: [question, at least ``depth``] the retriever's passages, best first, when already ranked
+            (``sparse.sparse_squad``); None ranks them here.
 
     Returns:
         ``search.RetrievalScores`` of the reordered lists.
@@ -251,13 +260,18 @@ def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | 
     from bertscope.retrieval.search import build_index, rank_scores, ranked, squad_retrieval
 
     check_reranker(reranker)
-    if not 10 <= depth <= MAX_PASSAGES:
-        raise BertScopeError(f"--depth {depth}: rerank 10 to {MAX_PASSAGES:,} passages a question (MRR@10 reads 10).")
+    check_depth(depth)
     corpus, questions, gold = squad_retrieval(limit)
     if sparse:
         from bertscope.retrieval.sparse import sparse_name, sparse_ranked
 
-        top, name = sparse_ranked(retriever, corpus.texts, questions, depth), sparse_name(retriever)
+        name = sparse_name(retriever)
+        if top is None:
+            top = sparse_ranked(retriever, corpus.texts, questions, depth)
+        elif top.shape[0] != len(questions) or top.shape[1] < depth:
+            raise BertScopeError(f"{top.shape[0]} ranked lists of {top.shape[1]} for {len(questions)} questions "
+                                 f"reordered {depth} deep: rank them with the same --limit and at least --depth.")
+        top = top[:, :depth]
     else:
         top, _ = ranked(retriever, build_index(retriever, corpus), questions, depth)  # [question, depth]
         name = retriever.name

@@ -347,6 +347,27 @@ def sparse_ranked(lm: LoadedModel, passages: Sequence[str], queries: Sequence[st
     return np.concatenate(top) if top else np.zeros((0, depth), np.int64)
 
 
+def sparse_squad(lm: LoadedModel, limit: int | None = None, depth: int = 10,
+                 progress: Callable[[int, int], None] | None = None) -> tuple[RetrievalScores, np.ndarray]:
+    """The sparse view's scores on SQuAD dev (``evaluate_sparse_squad``) and each question's ``depth`` best passages,
+    for a reranker to reorder without embedding the passages again.
+
+    Args:
+        lm: a SPLADE checkpoint or a masked LM.
+        limit: the first questions only.
+        depth: passages kept a question (10 or more).
+        progress: called with (done, total) passages.
+
+    Returns:
+        (``RetrievalScores`` of the first 10, [question, depth] the passages' rows, best first).
+    """
+    from bertscope.retrieval.search import rank_scores, squad_retrieval
+
+    corpus, questions, gold = squad_retrieval(limit)
+    top = sparse_ranked(lm, corpus.texts, questions, max(10, depth), progress)
+    return rank_scores(sparse_name(lm), gold, top[:, :10], len(corpus.texts)), top
+
+
 def evaluate_sparse_squad(lm: LoadedModel, limit: int | None = None,
                           progress: Callable[[int, int], None] | None = None) -> RetrievalScores:
     """The sparse view's MRR@10 and recall@1/10 on SQuAD dev's questions against its passages (exact: every
@@ -360,8 +381,4 @@ def evaluate_sparse_squad(lm: LoadedModel, limit: int | None = None,
     Returns:
         ``RetrievalScores``.
     """
-    from bertscope.retrieval.search import rank_scores, squad_retrieval
-
-    corpus, questions, gold = squad_retrieval(limit)
-    top = sparse_ranked(lm, corpus.texts, questions, 10, progress)
-    return rank_scores(sparse_name(lm), gold, top, len(corpus.texts))
+    return sparse_squad(lm, limit, 10, progress)[0]

@@ -111,3 +111,30 @@ def test_a_stopped_job_stays_stopped_and_only_an_optional_one_lets_the_page_go_o
     assert [b.label for b in at.button] == ["Run it again"]
     assert [m.value for m in at.markdown if m.value.startswith("after the job")] == (
         ["after the job: None"] if optional else [])
+
+
+def _refused_script() -> None:
+    import streamlit as st
+
+    from bertscope.app.kit import results
+    from bertscope.app.kit.budget import BudgetRefused
+
+    def refuse(*_args, **_kwargs):
+        raise BudgetRefused("This demo runs 5 costly jobs per visitor in 10 minutes.")
+
+    kept, results.charge = results.charge, refuse
+    try:
+        found = results.result_store("refused_test").compute(
+            ("refused",), lambda progress: "ran", "Reading, rows", costly="feature examples", optional=True)
+    finally:
+        results.charge = kept
+    st.write(f"after the job: {found}")
+
+
+def test_an_optional_job_the_budget_refuses_is_one_line_and_the_page_goes_on():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_refused_script).run(timeout=30)
+    assert not at.exception
+    assert [e.value for e in at.error] == ["This demo runs 5 costly jobs per visitor in 10 minutes\\."]  # Markdown-escaped
+    assert [m.value for m in at.markdown if m.value.startswith("after the job")] == ["after the job: None"]

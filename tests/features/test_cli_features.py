@@ -160,7 +160,7 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     assert code == 2 and "Layer 7 does not exist" in err and err.count("\n") == 1
 
 
-def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
+def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypatch):
     """A trained set tuned end to end into another folder: its figures before and after, and the set it started
     from left as it was."""
     trained, tuned = tmp_path / "tcs", tmp_path / "tuned"
@@ -186,6 +186,7 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     assert code == 0, err
     report = json.loads(stdout)
     assert [q["layer"] for q in report["layers"]] == [0, 1] and report["end_to_end"]["steps"] == 20
+    assert [q["fve"] for q in report["layers_before"]] == pytest.approx([q["fve"] for q in scored["layers"]])
     assert list(report["layers"][0]["domains"]) == ["brown", "ewt", "tweets", "bbc", "squad"]
     assert report["history"][-1]["step"] == 20
     assert report["replacement"]["kl"] < report["replacement_before"]["kl"]
@@ -195,6 +196,12 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     code, stdout, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, "--steps", 1,
                                 "--tokens", 600, "--held-out", 6, "--out", tuned)
     assert code == 0 and "top-1 agreement" in stdout, err
+    from bertscope.core.models import load_model
+    from bertscope.features.shipped import SHIPPED_TRANSCODERS
+
+    monkeypatch.setitem(SHIPPED_TRANSCODERS, load_model(str(tiny_mlm_dir)).name, trained)  # as if shipped
+    code, _, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--out", trained)
+    assert code == 2 and "the folder the transcoders are read from" in err, err
     for bad, message in ((("--out", trained), "the folder the transcoders are read from"),
                          (("--steps", 0, "--out", tuned), "at least 1"),
                          (("--out", trained / "layer_0.safetensors"), "is a file")):

@@ -52,13 +52,19 @@ def test_a_stop_keeps_the_steps_taken_and_bad_input_is_one_line(tiny_mlm_dir, ti
     tcs = _set(lm)
     start = tcs[0].W_enc.detach().clone()
     history = tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=500, batch_size=8), stop=lambda: True)
-    assert history == [] and not torch.equal(tcs[0].W_enc, start)  # one step taken, then stopped
+    assert not torch.equal(tcs[0].W_enc, start)  # one step taken, then stopped: its row kept
+    assert [h["step"] for h in history] == [1] and history[0]["kl"] >= 0
     with pytest.raises(BertScopeError, match="every layer"):
         tune_end_to_end(lm, {0: tcs[0]}, TEXTS)
     with pytest.raises(BertScopeError, match="at least 1"):
         tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=0))
     with pytest.raises(BertScopeError, match="No training texts"):
         tune_end_to_end(lm, tcs, [])
+    unscaled = _set(lm)
+    with torch.no_grad():
+        unscaled[1].W_dec.mul_(2.0)
+    with pytest.raises(BertScopeError, match="Layer 1's transcoder has decoder rows of norm 2"):
+        tune_end_to_end(lm, unscaled, TEXTS)
     encoder = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="no masked-LM head"):
         tune_end_to_end(encoder, _set(encoder), TEXTS)

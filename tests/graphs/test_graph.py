@@ -211,3 +211,67 @@ def test_a_pretraining_checkpoints_masked_lm_head_makes_a_graph(tiny_bert_dir):
         logits = lm.run(dict(lm.tokenizer(TEXT, return_tensors="pt"))).prediction_logits[0, 5].double()
     assert g.value == pytest.approx(float(logits[lm.tokenizer.convert_tokens_to_ids("the")] - logits.mean()), abs=1e-4)
     assert switch_off(lm, g, tcs, []) == pytest.approx(g.value, abs=1e-4)  # nothing off: the real model's value
+
+
+def _circuit_tracers_prune(a: np.ndarray, n_features: int, n_tokens: int, node_threshold: float,
+                           edge_threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """circuit-tracer 0.5.0's ``prune_graph`` (``circuit_tracer/graph.py``) line for line in numpy, one logit of
+    weight 1: the reference the peers lane holds BertScope to, kept here so ``make test`` holds it too."""
+    def normalize(m):
+        m = np.abs(m)
+        return m / np.maximum(m.sum(axis=1, keepdims=True), 1e-10)
+
+    def influence(m, w):
+        current = w @ m
+        total = current.copy()
+        while current.any():
+            current = current @ m
+            total += current
+        return total
+
+    def threshold(scores, share):
+        ordered = np.sort(scores.ravel())[::-1]
+        cumulative = np.cumsum(ordered) / ordered.sum()
+        return ordered[min(int(np.searchsorted(cumulative, share)), len(ordered) - 1)]
+
+    w = np.zeros(len(a))
+    w[-1] = 1.0
+    node_influence = influence(normalize(a), w)
+    node_mask = node_influence >= threshold(node_influence, node_threshold)
+    node_mask[-1 - n_tokens:] = True
+    pruned = a.copy()
+    pruned[~node_mask] = 0
+    pruned[:, ~node_mask] = 0
+    normalized = normalize(pruned)
+    edge_scores = normalized * (influence(normalized, w) + w)[:, None]
+    edge_mask = edge_scores >= threshold(edge_scores, edge_threshold)
+    old = None
+    while old is None or not (node_mask == old).all():
+        old = node_mask.copy()
+        edge_mask[~node_mask] = False
+        edge_mask[:, ~node_mask] = False
+        node_mask[:-1 - n_tokens] &= edge_mask[:, :-1 - n_tokens].any(0)
+        node_mask[:n_features] &= edge_mask[:n_features].any(1)
+    edge_mask[~node_mask] = False
+    edge_mask[:, ~node_mask] = False
+    return node_mask, edge_mask
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pruning_is_circuit_tracers_on_random_graphs(seed):
+    """Random DAGs in BertScope's node order (features, errors, embeddings, the target): the same kept nodes and
+    edges as circuit-tracer's ``prune_graph``, whose edge scores read each kept row normalised again over the kept
+    sources."""
+    rng = np.random.default_rng(seed)
+    n_features, n_errors, n_tokens = 12, 4, 3
+    n = n_features + n_errors + n_tokens + 1
+    a = rng.normal(size=(n, n)) * (rng.random((n, n)) < 0.5)
+    a[:, :n_features] = np.tril(a[:, :n_features], -1)  # a feature feeds only later features (and the target)
+    a[n_features:-1] = 0  # errors and embeddings have no inputs
+    a[:, -1] = 0
+    for thresholds in ((0.8, 0.98), (0.5, 0.9), (0.95, 0.995)):
+        ours = prune_graph(a, n_features, n_errors, *thresholds)
+        nodes, edges = _circuit_tracers_prune(a, n_features, n_tokens, *thresholds)
+        np.testing.assert_array_equal(ours.node_mask, nodes, err_msg=str(thresholds))
+        np.testing.assert_array_equal(ours.edge_mask & ours.node_mask[:, None] & ours.node_mask[None, :],
+                                      edges & (a != 0), err_msg=str(thresholds))

@@ -5,6 +5,8 @@ retriever's top passages reordered."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -123,17 +125,39 @@ def test_bad_inputs_are_one_line(tiny_bert_dir, two_labels, monkeypatch):
     assert MAX_PAIRS >= 4096
 
 
-def test_a_reranker_reorders_the_sparse_readings_top_passages(tiny_bert_dir, two_labels):
-    """``--sparse --rerank``: the passages the term weights rank first, reordered by the cross-encoder."""
-    from bertscope.retrieval.search import rank_scores, squad_retrieval
-    from bertscope.retrieval.sparse import sparse_ranked
+def test_a_reranker_reorders_the_sparse_readings_top_passages(tiny_bert_dir, two_labels, monkeypatch, capsys):
+    """``--sparse --rerank``: the passages the term weights rank first (each pair's score as ``explain_sparse``
+    computes it alone), reordered by the cross-encoder; the command reads the passages once."""
+    from bertscope.cli import main
+    from bertscope.retrieval import search, sparse
 
+    passages = ("the dog ate the bread .", "she put the money in the bank .", "a man rode a horse .",
+                "the river bank was muddy .", "bread and money .", "a dog and a horse .", "the bank .",
+                "muddy bread .", "she rode .", "the man .", "a river .")
+    questions = ["where is the money ?", "who rode the horse ?", "what did the dog eat ?"]
+    monkeypatch.setattr(search, "squad_retrieval", lambda limit=None: (
+        search.Corpus("squad", tuple(map(str, range(len(passages)))), passages), questions, np.array([1, 2, 0])))
     retriever, reranker = load_model(str(tiny_bert_dir)), load_model(two_labels)
-    got = evaluate_rerank(retriever, reranker, limit=6, depth=10, sparse=True)
-    corpus, questions, gold = squad_retrieval(6)
-    top = sparse_ranked(retriever, corpus.texts, questions, 10)
-    assert top.shape == (6, 10)
-    order = np.array([rows[np.argsort(-relevance(reranker, q, [corpus.texts[i] for i in rows]), kind="stable")]
+    pair = np.array([[sparse.explain_sparse(retriever, q, p).score for p in passages] for q in questions])
+    top = sparse.sparse_ranked(retriever, passages, questions, 10)
+    for q in range(len(questions)):  # best first by each pair's own score (float rounding aside), the worst left out
+        assert np.all(np.diff(pair[q, top[q]]) <= 1e-6 * np.abs(pair).max())
+        assert set(top[q]) == set(range(len(passages))) - {int(np.argmin(pair[q]))}
+    got = evaluate_rerank(retriever, reranker, depth=10, sparse=True)
+    order = np.array([rows[np.argsort(-relevance(reranker, q, [passages[i] for i in rows]), kind="stable")]
                       for q, rows in zip(questions, top)])
-    assert got == rank_scores(got.system, gold, order, len(corpus.texts))
     assert got.system == f"{retriever.name} (sparse, untrained head) + {reranker.name}"
+    assert got == search.rank_scores(got.system, np.array([1, 2, 0]), order, len(passages))
+    assert evaluate_rerank(retriever, reranker, depth=10, sparse=True, top=top) == got  # handed in: the same
+    with pytest.raises(BertScopeError, match="at least --depth"):
+        evaluate_rerank(retriever, reranker, depth=10, sparse=True, top=top[:, :5])
+    calls = []
+    real = sparse.sparse_embed
+    monkeypatch.setattr(sparse, "sparse_embed", lambda lm, texts, *a, **k: calls.append(len(texts)) or real(lm, texts,
+                                                                                                          *a, **k))
+    code = main(["retrieval-eval", str(tiny_bert_dir), "--sparse", "--rerank", two_labels, "--depth", "10", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["reranked"]["mrr@10"] == pytest.approx(got.mrr_at_10)
+    assert calls.count(len(passages)) == 1  # the passages embedded once for both tables
+    code = main(["retrieval-eval", str(tiny_bert_dir), "--sparse", "--rerank", two_labels, "--depth", "5"])
+    assert code == 2 and "--depth 5" in capsys.readouterr().err

@@ -156,8 +156,9 @@ class ResultStore:
         ``measure``: (the model's name, the job's size in the unit its cost grows with): a job that runs to its end
         records its rate (``kit.estimates``), which the next wait text of this kind states before the press.
 
-        ``optional``: what the page can draw without (the graph's hover examples): once stopped, None is returned
-        below the line that says so, and the rest of the page is drawn, rather than the page ending there."""
+        ``optional``: what the page can draw without (the graph's hover examples): once stopped, or refused by the
+        budget, None is returned below the line that says so, and the rest of the page is drawn, rather than the page
+        ending there."""
         found = self.get(key)
         if found is not None:
             st.session_state[("_last_result", self.name)] = key
@@ -183,6 +184,9 @@ class ResultStore:
             try:
                 slot = charge(costly, *charge_of) if costly else None
             except BudgetRefused as refused:
+                if optional:  # the page goes on without it: one line
+                    show_error(refused)
+                    return None
                 return self._refused(refused, charge_of[0])
             job = running_jobs().start((self.name, key), what, work,
                                        lambda ended: self._ended(ended, key, slot, measure))

@@ -70,7 +70,8 @@ def examples_of(lm, transcoders):
     (``FeatureExamples.of`` or None when stopped: the graph is drawn without them, what was read)."""
     texts, where = held_out_texts(EXAMPLE_SENTENCES)
     found = result_store("graph_examples").compute(
-        (model_key(), hashlib.sha256("\n".join(texts).encode()).hexdigest()), lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
+        (model_key(), hashlib.sha256(json.dumps(texts).encode()).hexdigest()),
+        lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
         "Where the features fire, sentences", costly="feature examples", optional=True)
     return (None if found is None else found.of), where
 
