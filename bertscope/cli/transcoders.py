@@ -214,8 +214,7 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=400_000, help="training word pieces of the mixture (default 400,000)")
     p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--weights", choices=("float32", "float16"), default="float32",
-                   help="the saved weights' dtype (float16: half the bytes, as the shipped sets)")
+    _weights_argument(p)
     p.add_argument("--out", required=True, help="a folder for the tuned set (layer_L.safetensors, config.yaml, "
                                                 "quality.json)")
 
@@ -243,6 +242,11 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _weights_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", choices=("float32", "float16"), default="float32",
+                   help="the saved weights' dtype (float16: half the bytes, as the shipped sets)")
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", help="layers from 0 (default every layer; the replacement model needs them all)")
     p.add_argument("--skip", action="store_true", help="skip transcoders: a linear path beside the sparse one "
@@ -259,8 +263,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=4, help="passes over the training word pieces (default 4)")
     p.add_argument("--batch-tokens", type=int, default=2048, help="word pieces a training step (default 2,048)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--weights", choices=("float32", "float16"), default="float32",
-                   help="the saved weights' dtype (float16: half the bytes, as the shipped sets)")
+    _weights_argument(p)
     p.add_argument("--out", required=True, help="a folder: layer_L.safetensors per layer (circuit-tracer's format) "
                                                 "and config.yaml, quality.json; a stopped run resumes from its "
                                                 "checkpoints")
