@@ -20,8 +20,9 @@ beside integrated gradients, search latency, and retrieval quality on SQuAD dev.
   queries at three efSearch settings, beside exact search's time (``retrieval.vector_index``);
 - ``--rerank MODEL [--questions N]``: the model's top 20 reordered by the reranker on SQuAD dev's first N questions
   (default 2,000), MRR@10 and recall@1/10 beside the model alone on the same questions;
-- ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` at 512 tokens: the pair attribution's
-  time and peak memory (bounded by ``similarity.ROW_BYTES``).
+- ``--full-size [--steps N]``: a BERT-base-sized random model from ``bertscope/configs/`` at 512 tokens: the pair
+  attribution's time with ``--steps`` (default 50: hours on a CPU; 1: the first-order estimate, a pass a token; the
+  memory is the same for any number) and peak memory (bounded by ``similarity.ROW_BYTES``).
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def full_size(device: str, steps: int) -> None:
 
     from bertscope.core.models import load_model
     from bertscope.core.random_models import save_random_model
-    from bertscope.retrieval.similarity import explain_pair
+    from bertscope.retrieval.similarity import ROW_BYTES, explain_pair
 
     with tempfile.TemporaryDirectory() as folder:
         save_random_model("bert-base-uncased", folder)
@@ -227,9 +228,11 @@ def full_size(device: str, steps: int) -> None:
         seconds = time.perf_counter() - t
         after = psutil.Process().memory_info().rss
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-        print(f"BERT-base size, {len(x.a.tokens)} x {len(x.b.tokens)} tokens, {steps} steps: {seconds:.1f} s; "
-              f"resident memory {before / 2**20:.0f} -> {after / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB; "
-              f"completeness error {x.error:.2e}")
+        passes = (len(x.a.tokens) + len(x.b.tokens)) * steps  # one forward-mode pass a token and step
+        print(f"BERT-base size, {len(x.a.tokens)} x {len(x.b.tokens)} tokens, {steps} steps: {seconds:.1f} s, "
+              f"{passes:,} passes ({seconds / passes:.2f} s a pass); resident memory {before / 2**20:.0f} -> "
+              f"{after / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB (a batch of passes holds at most "
+              f"{ROW_BYTES / 2**20:.0f} MiB of activations, whatever the steps); completeness error {x.error:.2e}")
 
 
 def main() -> None:
@@ -259,7 +262,7 @@ def main() -> None:
         rerank_quality(lm, args.rerank, args.questions)
     if args.only:
         if args.full_size:
-            full_size(args.device, 10)
+            full_size(args.device, args.steps)
         return
     embedding(lm, passages(args.texts), args.batch, args.rounds)
     pairs(lm, args.steps, args.rounds)
@@ -269,7 +272,7 @@ def main() -> None:
     if args.faithfulness:
         faithfulness(lm, args.faithfulness, args.steps)
     if args.full_size:
-        full_size(args.device, 10)
+        full_size(args.device, args.steps)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load
+from bertscope.cli.common import Command, engine_argument, engine_of, load
 
 
 def cmd_similarity(args: argparse.Namespace) -> Any:
@@ -78,10 +78,11 @@ def cmd_search(args: argparse.Namespace) -> Any:
         from bertscope.errors import BertScopeError
 
         raise BertScopeError("--query is empty: type what to search for.")
+    engine = engine_of(args)  # a bad --engine refused before anything loads
     corpus = documents(args.data or args.corpus, args.limit)
     lm = load(args)
     with progress_bar(f"{lm.name}: embedding {corpus.name}", "document") as progress:
-        index = build_index(lm, corpus, progress, index=args.index)
+        index = build_index(lm, corpus, progress, index=args.index, engine=engine)
     hits = search(lm, index, args.query, args.top_k)
     out = {"model": lm.name, "corpus": corpus.name, "documents": len(corpus.texts), "truncated": index.truncated,
            "index": index.searcher.kind, "results": [h.to_json() for h in hits]}
@@ -135,11 +136,12 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
                    help="; ".join(f"{k}: {v}" for k, v in KINDS.items()) + " (default auto)")
     p.add_argument("--rerank", metavar="MODEL", help="reorder the top hits with a reranker (a cross-encoder: "
                                                      "bundled-reranker)")
+    engine_argument(p)
 
 
 def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
     from bertscope.cli.common import progress_bar
-    from bertscope.retrieval.search import bm25_squad, evaluate_squad
+    from bertscope.retrieval.search import bm25_squad, dense_squad
 
     if args.corpus != "squad":
         from bertscope.errors import BertScopeError
@@ -150,16 +152,19 @@ def cmd_retrieval_eval(args: argparse.Namespace) -> Any:
         from bertscope.retrieval.rerank import check_depth
 
         check_depth(args.depth)  # before any pass
+    engine = engine_of(args)
+    _sparse_here(args.sparse, engine)  # before the model loads, when asked for
     lm = load(args)
     sparse = args.sparse or _is_splade(lm)
+    _sparse_here(sparse, engine)
+    depth = max(10, args.depth) if args.rerank else 10
     with progress_bar(f"{lm.name}: embedding SQuAD dev's passages", "passage") as progress:
-        top = None
-        if sparse:  # its ranked lists kept for the reranker: the passages read once
+        if sparse:  # the ranked lists kept for the reranker: the passages and questions read once
             from bertscope.retrieval.sparse import sparse_squad
 
-            scores, top = sparse_squad(lm, args.limit, max(10, args.depth) if args.rerank else 10, progress)
+            scores, top = sparse_squad(lm, args.limit, depth, progress)
         else:
-            scores = evaluate_squad(lm, args.limit, progress)
+            scores, top = dense_squad(lm, args.limit, depth, progress, engine)
     out = scores.to_json()
     if args.rerank:
         from bertscope.core.models import load_model
@@ -187,6 +192,14 @@ def _is_splade(lm) -> bool:
     return read_splade(model_folder(lm)) is not None
 
 
+def _sparse_here(sparse: bool, engine) -> None:
+    if sparse and engine is not None:
+        from bertscope.errors import BertScopeError
+
+        raise BertScopeError("--engine runs the dense embedding; the sparse reading runs in this process: leave "
+                             "--engine out.")
+
+
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default="squad", help="squad: SQuAD v1.1 dev's questions against its passages")
     p.add_argument("--limit", type=int, help="the first N questions only")
@@ -198,6 +211,7 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sparse", action="store_true", help="score with the sparse view (SPLADE: term weights through "
                                                          "the masked-LM head; a SPLADE checkpoint is read so "
                                                          "without it)")
+    engine_argument(p)
 
 
 def cmd_rerank(args: argparse.Namespace) -> Any:

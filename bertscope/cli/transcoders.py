@@ -11,7 +11,6 @@ from typing import Any
 
 from bertscope.cli.common import Command, load, progress_bar
 from bertscope.cli.sae import dictionary_run
-from bertscope.core.task_head import SEQUENCE
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
 
@@ -27,7 +26,7 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
         load_transcoder,
         save_transcoder,
     )
-    from bertscope.features.transcoder_training import replacement_quality, train_transcoder
+    from bertscope.features.transcoder_training import check_replaceable, replacement_quality, train_transcoder
 
     lm, layers, cfg, out, train, held, corpus = dictionary_run(args, "transcoders")
     points = (INPUT_POINT, OUTPUT_POINT)
@@ -57,11 +56,15 @@ def cmd_train_transcoders(args: argparse.Namespace) -> Any:
         quality.update({"trained_tokens": x.tokens, "train_seconds": sum(h["seconds"] for h in state.history),
                         "held_out": f"{len(held.texts):,} held-out texts of the {corpus}"})
         report["layers"].append(quality)
-    scored = "mlm" in lm.outputs or (lm.task is not None and lm.task.kind == SEQUENCE and lm.task.scoring == "softmax")
-    if sorted(transcoders) == list(range(lm.num_layers)) and scored:
-        with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
-            report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed,
-                                                        progress=progress)
+    if sorted(transcoders) == list(range(lm.num_layers)):
+        try:
+            check_replaceable(lm, transcoders)
+        except BertScopeError as why:  # a multi-label classifier, a model with neither head: the layers stand
+            report["replacement_not_scored"] = str(why)
+        else:
+            with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
+                report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed,
+                                                            progress=progress)
     write_text(out / "quality.json", json.dumps(report, indent=1))
     return report if args.json else table(report)
 
@@ -103,7 +106,9 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
         history = tune_end_to_end(lm, transcoders, train.texts, cfg, progress=progress)
     dtype = torch.float16 if args.weights == "float16" else torch.float32
     for layer, tc in transcoders.items():
-        tc.info.extra["end_to_end"] = vars(cfg) | {"texts": len(train.texts), "history": history}
+        earlier = tc.info.extra.pop("end_to_end_runs", None) or (  # a tuned set tuned again keeps its earlier runs
+            [tc.info.extra.pop("end_to_end")] if "end_to_end" in tc.info.extra else [])  # (one run, as first written)
+        tc.info.extra["end_to_end_runs"] = [*earlier, vars(cfg) | {"texts": len(train.texts), "history": history}]
         save_transcoder(tc, out, dtype)
         transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
     report: dict[str, Any] = {"model": lm.name, "from": str(args.transcoders or "the shipped set"), "out": str(out),
@@ -119,12 +124,13 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
 def cmd_score_transcoders(args: argparse.Namespace) -> Any:
     from bertscope.cli.sae import texts_for
     from bertscope.features.shipped import transcoder_set
-    from bertscope.features.transcoder_training import replacement_quality
+    from bertscope.features.transcoder_training import check_replaceable, replacement_quality
 
     if args.held_out < 1:
         raise BertScopeError("--held-out must be at least 1.")
     lm = load(args)
     transcoders = transcoder_set(lm, args.transcoders)
+    check_replaceable(lm, transcoders)
     _, held = texts_for("mixture", 1, args.held_out, args.seed)
     report: dict[str, Any] = {"model": lm.name, "transcoders": str(args.transcoders or "the shipped set"),
                               "held_out": f"{len(held.texts):,} held-out texts of the mixture of "
@@ -132,13 +138,23 @@ def cmd_score_transcoders(args: argparse.Namespace) -> Any:
                               "layers": held_out_figures(lm, transcoders, held)}
     with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
         report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+    if args.each_layer:
+        report["each_layer"] = []
+        for layer in sorted(transcoders):
+            with progress_bar(f"{lm.name}: layer {layer} alone replaced", "sentence") as progress:
+                alone = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress,
+                                            layers=[layer])
+            report["each_layer"].append({"layer": layer, **alone})
     if args.json:
         return report
     lines = [f"{lm.name}: transcoders from {report['transcoders']}, on {report['held_out']}", *_layer_lines(report)]
     r = report["replacement"]
-    lines.append(f"replacement model, {r.get('positions', r.get('examples', 0)):,} held-out "
-                 f"{'masked positions' if 'positions' in r else 'texts'}: top-1 agreement {r['top1_agreement']:.3f}, "
-                 f"KL {r['kl']:.3f} nats")
+    unit = (f"{r.get('positions', r.get('examples', 0)):,} held-out "
+            f"{'masked positions' if 'positions' in r else 'texts'}")
+    lines.append(f"replacement model, {unit}: top-1 agreement {r['top1_agreement']:.3f}, KL {r['kl']:.3f} nats")
+    for alone in report.get("each_layer", []):
+        lines.append(f"  layer {alone['layer']} alone replaced: top-1 agreement {alone['top1_agreement']:.3f}, "
+                     f"KL {alone['kl']:.3f} nats")
     return "\n".join(lines)
 
 
@@ -166,8 +182,9 @@ def _layer_lines(report: dict) -> list[str]:
 def _score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transcoders", help="a train-transcoders or tune-transcoders --out folder (default: the set "
                                          "shipped for the model)")
-    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
-    p.add_argument("--seed", type=int, default=0, help="the held-out side's and the masked positions' seed")
+    p.add_argument("--each-layer", action="store_true", help="also each layer's transcoder alone in the real model "
+                                                             "(the others real): what each one costs the agreement")
+    _held_out_arguments(p)
 
 
 def _tuned_folder(args: argparse.Namespace, read_from):
@@ -212,8 +229,7 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pieces", type=int, default=128, help="each training text cut to its first word pieces "
                                                            "(default 128)")
     p.add_argument("--tokens", type=int, default=400_000, help="training word pieces of the mixture (default 400,000)")
-    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
-    p.add_argument("--seed", type=int, default=0)
+    _held_out_arguments(p)
     _weights_argument(p)
     p.add_argument("--out", required=True, help="a folder for the tuned set (layer_L.safetensors, config.yaml, "
                                                 "quality.json)")
@@ -232,6 +248,8 @@ def table(report: dict) -> str:
                          f"{row['dense_share']:>7.1%}{row['negative_share']:>10.2%}")
         lines.append(f"  trained on {q['trained_tokens']:,} word pieces in {q['train_seconds']:.0f} s")
     r = report.get("replacement")
+    if report.get("replacement_not_scored"):
+        lines.append(f"replacement model not scored: {report['replacement_not_scored']}")
     if r and "examples" in r:
         lines.append(f"replacement model (every feed-forward replaced), {r['examples']:,} held-out texts: the same "
                      f"class {r['top1_agreement']:.3f} of the time, KL {r['kl']:.3f} nats")
@@ -240,6 +258,12 @@ def table(report: dict) -> str:
                      f"top-1 agreement {r['top1_agreement']:.3f}, KL {r['kl']:.3f} nats, masked-LM loss "
                      f"{r['loss_real']:.3f} -> {r['loss_replacement']:.3f}")
     return "\n".join(lines)
+
+
+def _held_out_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the held-out side, of the masked positions and "
+                                                       "(train, tune) of the training text (default 0)")
 
 
 def _weights_argument(p: argparse.ArgumentParser) -> None:
@@ -259,10 +283,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", choices=("mixture", "brown"), default="mixture",
                    help="mixture: every installed corpus, interleaved; brown: Brown's training documents alone")
     p.add_argument("--tokens", type=int, default=200_000, help="training word pieces a layer (default 200,000)")
-    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
     p.add_argument("--epochs", type=int, default=4, help="passes over the training word pieces (default 4)")
     p.add_argument("--batch-tokens", type=int, default=2048, help="word pieces a training step (default 2,048)")
-    p.add_argument("--seed", type=int, default=0)
+    _held_out_arguments(p)
     _weights_argument(p)
     p.add_argument("--out", required=True, help="a folder: layer_L.safetensors per layer (circuit-tracer's format) "
                                                 "and config.yaml, quality.json; a stopped run resumes from its "

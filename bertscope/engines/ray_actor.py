@@ -27,8 +27,9 @@ def _load(name: str, dtype: str, fingerprint: str, on_gpu: bool):
 class ModelActor:
     """One Ray actor: the model loaded once, BertScope's own passes over the planned batches it is
     handed. ``job``: "heads" (statistics sums), "hidden" (pooled vectors and their rows),
-    "importance" (gate gradients), "faithfulness" (whole items) or "cka" (chunks of sentences
-    through this model and ``options["model_b"]``)."""
+    "importance" (gate gradients), "faithfulness" (whole items), "cka" (chunks of sentences
+    through this model and ``options["model_b"]``) or "embed" (sentence embeddings of planned
+    batches, ``options["kind"]`` their prompt)."""
 
     def __init__(self, name: str, dtype: str, fingerprint: str, job: str, on_gpu: bool,
                  table: WordTable | None = None, pooling: str = "mean", options: dict | None = None) -> None:
@@ -36,6 +37,8 @@ class ModelActor:
         self.job, self.table, self.pooling, self.options = job, table, pooling, dict(options or {})
         if job == "cka":
             self.lm_b = _load(self.options["model_b"], dtype, self.options["fingerprint_b"], on_gpu)
+        if job == "embed":
+            self.settings = _same_settings(self.lm, self.options["settings"])
 
     def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.job == "importance":
@@ -44,6 +47,8 @@ class ModelActor:
             return self._faithfulness(rows)
         if self.job == "cka":
             return self._cka(rows)
+        if self.job == "embed":
+            return self._embed(rows)
         parts = [np.asarray(i, np.int64) for i in rows["indices"]]  # per planned batch: [sentence] task numbering
         texts = [str(t) for part in rows["texts"] for t in part]
         ends = np.cumsum([len(p) for p in parts])
@@ -59,6 +64,16 @@ class ModelActor:
             out["vectors"].append(vectors.reshape(-1))  # [example x (layer + 1) x dim]
         return {"pieces": np.array(out["pieces"]), "rows": _ragged(out["rows"], np.int64),
                 "vectors": _ragged(out["vectors"], np.float32)}
+
+    def _embed(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each planned batch of prepared texts embedded as this process embeds it (``embed_batch``), one row back
+        a batch: its texts' places and their vectors."""
+        from bertscope.retrieval.embedding import embed_batch
+
+        vectors = [embed_batch(self.lm, [str(t) for t in part], self.settings, self.options.get("kind")).reshape(-1)
+                   for part in rows["texts"]]  # [batch x dim] each
+        return {"indices": _ragged([np.asarray(i, np.int64) for i in rows["indices"]], np.int64),
+                "vectors": _ragged(vectors, np.float32)}
 
     def _importance(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Σ|∂L/∂ξ| over the corrupted batches handed over (each row one batch, flattened)."""
@@ -107,6 +122,26 @@ class ModelActor:
         sums = [chunk_sums(self.lm, self.lm_b, chunk, o["pool"], o["minibatch"], o["seed"], int(i))
                 for i, chunk in zip(rows["index"], rows["chunk"])]
         return {"index": np.asarray(rows["index"], np.int64), "sums": _objects(sums)}
+
+
+def _same_settings(lm: Any, given: Any) -> Any:
+    """The embedding settings this actor's copy of the model declares, when they are the calling process's (the
+    dense layers' folders aside: each machine reads its own copy); else one line. A node that loaded a hub id
+    without the checkpoint's sentence-transformers files would otherwise pool another way, silently."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from bertscope.retrieval.embedding import settings_of
+
+    def shape(s: Any) -> Any:
+        return replace(s, dense=tuple(replace(d, folder=Path()) for d in s.dense))
+
+    own = settings_of(lm)
+    if shape(own) != shape(given):
+        raise BertScopeError(f"A Ray node reads other embedding settings for {lm.name} ({own.note}) than this machine "
+                             f"({given.note}): give every node the model's whole folder (modules.json and its "
+                             "modules), on shared storage.")
+    return own
 
 
 def _objects(values: list) -> np.ndarray:

@@ -1,25 +1,27 @@
 """Corpus-scale passes on a Ray cluster (Ray Data): head statistics, head importance (gate
 gradients summed over batches), the hidden states behind probes and corpus search, the
-faithfulness test (whole items) and the layer-by-layer comparison of two models (CKA's HSIC
-sums per chunk of sentences), with ``--engine ray`` (a cluster started on this machine) or
-``--engine ray:ADDRESS`` (an existing one: ``auto``, or ``HOST:PORT``).
+faithfulness test (whole items), the layer-by-layer comparison of two models (CKA's HSIC
+sums per chunk of sentences) and a corpus's sentence embeddings (a search index), with
+``--engine ray`` (a cluster started on this machine) or ``--engine ray:ADDRESS`` (an existing
+one: ``auto``, or ``HOST:PORT``).
 
     >>> stats = head_stats(lm, sentences, engine=RayEngine())                # doctest: +SKIP
     >>> states = hidden_states(lm, task, "mean", engine=RayEngine())         # doctest: +SKIP
 
 ``RayEngine`` is the library's ``runtime.engine.Engine``: the library's own ``head_stats``,
-``head_importance``, ``hidden_states``, ``faithfulness`` and ``compare_layers`` plan the work and
-merge what comes back; the methods here only run it on the cluster.
+``head_importance``, ``hidden_states``, ``faithfulness``, ``compare_layers`` and ``retrieval.embed``
+plan the work and merge what comes back; the methods here only run it on the cluster.
 
 How the work is split: this process tokenises the corpus once and plans its batches exactly as
-the single-process path does (``core.forward.corpus_plan``: sorted by length, bounded by rows
-and bytes); each planned batch becomes one row of a Ray dataset. An actor per GPU of the cluster
+the single-process path does (``core.batch_plan.corpus_plan``: sorted by length, bounded by rows
+and bytes; a sentence embedding's ``retrieval.embedding.embedding_plan``); each planned batch becomes one row of a Ray dataset. An actor per GPU of the cluster
 (or per CPU slot when it has none) loads the model once and runs BertScope's own batched pass
 on the batches it is handed, as they are. What comes back merges the way the single-process
 path adds it up: [statistic, layer, head] sums (float64) for statistics; for hidden states each
 batch's pooled vectors and the rows they go to, which this process writes into the cache's
 own layer files, so the cache entry (key, files, bytes) is the one the app and the
-single-process path read and write. The batches being the same, the arrays are the same bytes.
+single-process path read and write; for sentence embeddings each batch's vectors and their rows.
+The batches being the same, the arrays are the same bytes.
 Work that is not batches of one pass goes out whole: a faithfulness item (every method's scores
 and its deletion batch, ``item_result``) or a chunk of sentences through both compared models
 (``chunk_sums``); results come back in order, so the scoreboard and the CKA matrix are this
@@ -50,10 +52,11 @@ from bertscope.engines.ray_actor import FEED_KEYS, ModelActor
 from bertscope.engines.ray_cluster import ClusterSpec, actor_resources, ray_cluster, worker_env
 from bertscope.errors import BertScopeError
 
-if TYPE_CHECKING:  # the faithfulness test and CKA are imported by the commands that use them
+if TYPE_CHECKING:  # the faithfulness test, CKA and retrieval are imported by the commands that use them
     from bertscope.analysis.compare import ChunkSums
     from bertscope.attribution.faithfulness import ItemResult
     from bertscope.attribution.items import Item
+    from bertscope.retrieval.settings import EmbeddingSettings
 
 BATCHES_PER_CALL = 4  # planned batches an actor is handed at a time (a Ray Data batch of rows)
 
@@ -174,6 +177,19 @@ class RayEngine(ClusterSpec):
             for row in _run(ray, self, lm, texts, plan, "hidden", table=table, pooling=pooling):
                 vectors = np.asarray(row["vectors"], np.float32).reshape(-1, lm.num_layers + 1, lm.hidden_size)
                 yield int(row["pieces"]), np.asarray(row["rows"], np.int64), vectors
+
+    def embedding_rows(self, lm: LoadedModel, inputs: list[str], plan: list[list[int]], kind: str | None,
+                       settings: EmbeddingSettings) -> Iterator[tuple[list[int], np.ndarray]]:
+        """A corpus's sentence embeddings: the batches planned here (``retrieval.embedding.embedding_plan``,
+        longest first), each embedded by an actor as this process embeds it (``embed_batch``, with these
+        ``settings``: an actor that reads others from its copy of the model stops with one line), yielded as
+        they are done with their rows."""
+        with ray_cluster(self) as ray:
+            # _run hands the plan out last batch first: reversed here, the longest batches go out first
+            options = {"kind": kind, "settings": settings}
+            for row in _run(ray, self, lm, inputs, list(reversed(plan)), "embed", options=options):
+                rows = np.asarray(row["indices"], np.int64)
+                yield rows.tolist(), np.asarray(row["vectors"], np.float32).reshape(len(rows), -1)
 
     def item_results(self, lm: LoadedModel, items: Sequence[Item], methods: Sequence[str], removal: str,
                      steps: int, seed: int, progress: Callable[[int, int], None] | None = None) -> list[ItemResult]:

@@ -301,6 +301,14 @@ def _first_sweep(tuned: LoadedModel, cc: BatchTopKCrosscoder, kept: list[_Batch]
     return found
 
 
+def check_crosscoder_layer(cc: BatchTopKCrosscoder, layer: int) -> int:
+    """``layer``, or one line when the crosscoder's hook point names another layer."""
+    if cc.info.layer is not None and cc.info.layer != layer:
+        raise BertScopeError(f"This crosscoder reads layer {cc.info.layer} ({cc.info.hook_name}), not layer {layer}: "
+                             f"read it at layer {cc.info.layer}.")
+    return layer
+
+
 @torch.no_grad()
 def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int,
                 latents: Sequence[int], delta: np.ndarray, examples: int = 500, seed: int = 0,
@@ -314,7 +322,7 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
             put in its place for the base read.
         tuned: the fine-tuned task model (a classifier or a tagger), model 1 of the crosscoder.
         cc: the crosscoder of both models' layer ``layer`` output.
-        layer: the layer, from 0 (not compared with the crosscoder's own hook point).
+        layer: the layer, from 0: the one the crosscoder reads (its hook point names it), else one line.
         latents: 1 to ``MAX_LATENTS`` (64) latents, from 0, switched off together.
         delta: [d_sae] each latent's relative decoder norm (0 base-only, 1 fine-tuned-only).
         examples: held-out examples scored, 1 to ``MAX_EXAMPLES`` (2,000), a sample when the side has more.
@@ -329,7 +337,7 @@ def diff_effect(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, 
             and control predictions agree with the base read; [gold, predicted] confusion counts; and every latent's
             top contexts and gold labels.
     """
-    layer = check_layer(tuned, layer)
+    layer = check_crosscoder_layer(cc, check_layer(tuned, layer))
     chosen = _checked_latents(cc, latents, delta)
     positions = cc.info.positions
     found = found or task_side(tuned, layer, examples, seed, positions=positions)

@@ -22,7 +22,14 @@ from bertscope.core.task_head import TOKEN
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import layer_activations, resid_post
 from bertscope.features.crosscoder import BatchTopKCrosscoder, load_crosscoder
-from bertscope.features.diff_causal import MAX_EXAMPLES, MAX_LATENTS, DiffEffect, diff_effect, task_side
+from bertscope.features.diff_causal import (
+    MAX_EXAMPLES,
+    MAX_LATENTS,
+    DiffEffect,
+    check_crosscoder_layer,
+    diff_effect,
+    task_side,
+)
 from bertscope.features.model_diff import CLASSES, ModelDiff, diff_models
 from bertscope.features.sae import same_model
 from bertscope.features.shipped import CFG_FILE, layer_folder, sae_layers, shipped_crosscoders
@@ -165,7 +172,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
         tuned: the fine-tuned task model.
         cc: the crosscoder of both models' layer ``layer`` output (``crosscoder_for``).
         path: where the crosscoder was read from, reported as it is.
-        layer: the layer, from 0 (not compared with the crosscoder's own hook point).
+        layer: the layer, from 0: the one the crosscoder reads (its hook point names it), else one line.
         held_out: texts from each installed corpus, at least 1; the mixture is split with the seed the crosscoder
             was trained with.
         examples: held-out task examples of the causal check, 1 to ``MAX_EXAMPLES`` (2,000).
@@ -185,6 +192,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
     """
     from bertscope.corpora.mixture import mixed_texts
 
+    check_crosscoder_layer(cc, layer)
     if held_out < 1 or not 1 <= examples <= MAX_EXAMPLES or not 1 <= max_latents <= MAX_LATENTS or seed < 0:
         raise BertScopeError(f"Read at least one held-out text and 1 to {MAX_EXAMPLES:,} task examples, switch 1 to "
                              f"{MAX_LATENTS} latents off; the seed is a number from 0.")

@@ -46,8 +46,9 @@ def logit_weights(lm: LoadedModel, sae: TopKSAE, feature: int, scale: float | No
         lm: a model with a masked-LM head, the one the SAE was made for.
         sae: the SAE.
         feature: the feature, from 0.
-        scale: how far along the decoder row the head reads (None: ‖b_dec‖, a typical hidden state's size). The
-            row is taken as it is stored: unit length for a TopK SAE trained here.
+        scale: how far along the decoder row's direction the head reads (None: ‖b_dec‖, a typical hidden state's
+            size). The row is scaled to unit length first (a TopK SAE trained here stores it so; SAELens's files
+            need not), so ``scale`` means the same for every SAE.
         top: tokens kept each way.
 
     Returns:
@@ -61,7 +62,8 @@ def logit_weights(lm: LoadedModel, sae: TopKSAE, feature: int, scale: float | No
     head = mlm_head(lm)
     base = sae.b_dec.to(lm.device, torch.float32)  # [d_model]
     scale = float(base.norm()) if scale is None else float(scale)
-    direction = sae.W_dec[feature].to(lm.device, torch.float32)  # [d_model], unit norm
+    row = sae.W_dec[feature].to(lm.device, torch.float32)  # [d_model]
+    direction = row / row.norm().clamp_min(1e-12)  # [d_model], unit norm
     both = torch.stack([base, base + scale * direction]).to(lm.dtype)  # [2, d_model]
     logits = head(both).float()  # [2, vocab]
     change = (logits[1] - logits[0]).cpu().numpy()  # [vocab]
@@ -105,7 +107,8 @@ def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20,
         token: one word piece of the vocabulary (surrounding spaces stripped); a word split into pieces, or read as
             the unknown token, is refused.
         top: features returned.
-        scale: how far along each decoder row from b_dec the head reads (None: ‖b_dec‖).
+        scale: how far along each decoder row's direction (scaled to unit length) from b_dec the head reads
+            (None: ‖b_dec‖).
         chunk: decoder rows read by the head at once.
 
     Returns:
@@ -130,6 +133,7 @@ def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20,
     change = torch.empty(sae.d_sae)
     for start in range(0, sae.d_sae, chunk):
         rows = sae.W_dec[start:start + chunk].to(lm.device, torch.float32)  # [chunk, d_model]
+        rows = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)  # unit rows, as logit_weights reads them
         change[start:start + len(rows)] = (head((base + scale * rows).to(lm.dtype)).float()[:, ids[0]]
                                            - reference).cpu()
     values, order = change.topk(min(top, sae.d_sae))

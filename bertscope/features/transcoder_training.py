@@ -158,35 +158,65 @@ def replaced_positions(lm: LoadedModel, feed: dict) -> torch.Tensor:
 @torch.no_grad()
 def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str],
                         batch_size: int = 16, seed: int = 0,
-                        progress: Callable[[int, int], None] | None = None) -> dict:
+                        progress: Callable[[int, int], None] | None = None,
+                        layers: Sequence[int] | None = None) -> dict:
     """Every feed-forward replaced by its transcoder at once (at every word piece; [CLS], [SEP] and padding keep
     their real feed-forward), scored against the real model: a masked LM at BERT's 15 % positions of ``texts``, a
-    sequence classifier on its decision for each text.
+    sequence classifier on its decision for each text. With ``layers``, only those are replaced (the others keep
+    their real feed-forward): what each layer's transcoder alone costs.
 
     Args:
         lm: a masked LM or a sequence classifier.
-        transcoders: {layer: transcoder} for every layer.
+        transcoders: {layer: transcoder} for every layer (for ``layers``, when given).
         texts: held-out texts.
         batch_size: texts a pass.
         seed: which positions are masked (a masked LM).
         progress: called with (done, total) batches.
+        layers: the layers replaced, from 0 (None: every layer, the replacement model).
 
     Returns:
         A masked LM: {"positions", "top1_agreement": with the real model, "kl": mean KL(real ‖ replacement) in
         nats, "loss_real", "loss_replacement": both masked-LM losses}. A classifier: {"examples", "top1_agreement":
         the same class as the real model, "kl": mean KL(real ‖ replacement) over the classes}.
     """
-    if sorted(transcoders) != list(range(lm.num_layers)):
+    kind = check_replaceable(lm, transcoders, layers)
+    replaced = dict(transcoders) if layers is None else {layer: transcoders[layer] for layer in layers}
+    if kind == "masked":
+        return _masked_quality(lm, replaced, texts, batch_size, seed, progress)
+    return _class_quality(lm, replaced, texts, batch_size, progress)
+
+
+def check_replaceable(lm: LoadedModel, transcoders: Mapping[int, Transcoder],
+                      layers: Sequence[int] | None = None) -> str:
+    """How the replacement model of ``lm`` is scored, "masked" (masked tokens) or "class" (a single-label
+    classifier's class), or one line saying why it cannot be: a layer without its transcoder, a multi-label
+    classifier, a model with neither head. Asked before any pass.
+
+    Args:
+        lm: the model.
+        transcoders: {layer: transcoder}.
+        layers: the layers to be replaced (None: every layer).
+
+    Returns:
+        "masked" or "class".
+    """
+    if layers is not None:
+        if not layers or any(not 0 <= layer < lm.num_layers for layer in layers):
+            raise BertScopeError(f"Replace 1 or more of {lm.name}'s layers, 0 to {lm.num_layers - 1}.")
+        missing = sorted(set(layers) - set(transcoders))
+        if missing:
+            raise BertScopeError(f"No transcoder for layer {', '.join(map(str, missing))} in the set.")
+    elif sorted(transcoders) != list(range(lm.num_layers)):
         missing = sorted(set(range(lm.num_layers)) - set(transcoders))
         raise BertScopeError(f"The replacement model needs a transcoder for every layer; missing: "
                              f"{', '.join(map(str, missing))}.")
     if "mlm" in lm.outputs:
-        return _masked_quality(lm, transcoders, texts, batch_size, seed, progress)
+        return "masked"
     if lm.task is not None and lm.task.kind == SEQUENCE:
         if lm.task.scoring != "softmax":
             raise BertScopeError(f"{lm.name} scores its labels by {lm.task.scoring}, not one class a text: the "
                                  "replacement model is scored on a single-label classifier's class.")
-        return _class_quality(lm, transcoders, texts, batch_size, progress)
+        return "class"
     raise BertScopeError(f"{lm.name} has neither a masked-LM head nor a sequence classifier's: the replacement model "
                          "is scored on masked tokens or on a class (try bundled-mlm or bundled-sentiment).")
 

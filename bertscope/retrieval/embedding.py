@@ -157,9 +157,40 @@ def prompt_tokens(lm: LoadedModel, prompt: str) -> int:
     return len(lm.tokenizer(prompt, add_special_tokens=True)["input_ids"]) - 1  # less the closing special token
 
 
+def embedding_plan(lm: LoadedModel, inputs: list[str], settings: EmbeddingSettings, batch_size: int
+                   ) -> tuple[list[list[int]], list[int]]:
+    """The batches ``embed`` runs: the prepared ``inputs``' rows, longest first (as sentence-transformers batches),
+    each batch at most ``batch_size`` rows and ``BATCH_BYTES`` of hidden states and attention scores; and each
+    input's length in tokens before the cut."""
+    cut = max_tokens(lm, settings)
+    lengths = [len(ids) for ids in lm.tokenizer(inputs, add_special_tokens=True, truncation=False,
+                                                verbose=False)["input_ids"]]
+    order = np.argsort([-n for n in lengths], kind="stable")
+    plan, start = [], 0
+    while start < len(order):
+        longest = min(lengths[order[start]], cut)
+        per_row = longest * (lm.hidden_size * 4 * 3 + lm.model.config.num_attention_heads * longest * 4)
+        rows = max(1, min(batch_size, BATCH_BYTES // max(1, per_row)))
+        plan.append([int(i) for i in order[start:start + rows]])
+        start += rows
+    return plan, lengths
+
+
 @torch.no_grad()
+def embed_batch(lm: LoadedModel, inputs: list[str], settings: EmbeddingSettings, kind: str | None) -> np.ndarray:
+    """[batch, dim] float32: one planned batch of prepared ``inputs`` through the model, pooled and finished (the
+    prompt's tokens left out of the pooling where the settings say so)."""
+    skip = 0 if settings.include_prompt else prompt_tokens(lm, settings.prompt(kind))
+    feed = {k: v.to(lm.device) for k, v in feed_of(lm, inputs, settings).items()}
+    hidden = run(lm, feed, encoder_only=True, grad=False).last_hidden_state  # [batch, token, dim]
+    mask = feed["attention_mask"].clone()
+    if skip:
+        mask[:, :skip] = 0
+    return finish(pool(hidden, mask, settings), settings).float().cpu().numpy()
+
+
 def embed(lm: LoadedModel, texts: list[str], kind: str | None = None, settings: EmbeddingSettings | None = None,
-          batch_size: int = 32, progress: Any = None) -> Embeddings:
+          batch_size: int = 32, progress: Any = None, engine: Any = None) -> Embeddings:
     """Every text's embedding, as the model's settings (``settings_of``) compute it.
 
     Args:
@@ -169,6 +200,8 @@ def embed(lm: LoadedModel, texts: list[str], kind: str | None = None, settings: 
         settings: ``settings_of(lm)`` when None.
         batch_size: texts a batch at most (fewer where a batch's bytes would pass ``BATCH_BYTES``).
         progress: called with (done, total) texts.
+        engine: None (this process) or a ``runtime.engine.Engine`` (``engines.ray_engine.RayEngine``): the same
+            batches, planned here, embedded by its actors with these settings; the vectors are the same bytes.
 
     Returns:
         ``Embeddings``: [text, dim] vectors, the tokens read and which texts were cut.
@@ -177,29 +210,20 @@ def embed(lm: LoadedModel, texts: list[str], kind: str | None = None, settings: 
     given = list(texts)
     inputs = prepared(lm, given, kind, settings)
     cut = max_tokens(lm, settings)
-    lengths = [len(ids) for ids in lm.tokenizer(inputs, add_special_tokens=True, truncation=False,
-                                                verbose=False)["input_ids"]]
-    order = np.argsort([-n for n in lengths], kind="stable")  # longest first, as sentence-transformers batches
-    skip = 0 if settings.include_prompt else prompt_tokens(lm, settings.prompt(kind))
+    plan, lengths = embedding_plan(lm, inputs, settings, batch_size)
+    if engine is None:
+        done = ((rows, embed_batch(lm, [inputs[i] for i in rows], settings, kind)) for rows in plan)
+    else:
+        done = engine.embedding_rows(lm, inputs, plan, kind, settings)
     vectors: np.ndarray | None = None
-    start = 0
-    while start < len(order):
-        longest = min(lengths[order[start]], cut)
-        per_row = longest * (lm.hidden_size * 4 * 3 + lm.model.config.num_attention_heads * longest * 4)
-        rows = max(1, min(batch_size, BATCH_BYTES // max(1, per_row)))
-        chosen = order[start:start + rows]
-        feed = {k: v.to(lm.device) for k, v in feed_of(lm, [inputs[i] for i in chosen], settings).items()}
-        hidden = run(lm, feed, encoder_only=True, grad=False).last_hidden_state  # [batch, token, dim]
-        mask = feed["attention_mask"].clone()
-        if skip:
-            mask[:, :skip] = 0
-        out = finish(pool(hidden, mask, settings), settings).cpu().numpy()  # [batch, dim]
+    count = 0
+    for rows, out in done:  # rows: [batch] the texts' places; out: [batch, dim]
         if vectors is None:
             vectors = np.zeros((len(given), out.shape[1]), np.float32)
-        vectors[chosen] = out
-        start += len(chosen)
+        vectors[np.asarray(rows, np.int64)] = out
+        count += len(rows)
         if progress:
-            progress(start, len(order))
+            progress(count, len(given))
     assert vectors is not None
     return Embeddings(lm.name, tuple(given), kind, vectors, np.minimum(lengths, cut).astype(np.int64),
                       np.asarray(lengths) > cut, settings)

@@ -252,7 +252,7 @@ def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | 
         sparse: the retriever read as a sparse encoder (``sparse.sparse_ranked``: a SPLADE checkpoint, or a masked
             LM's head) rather than by its embedding.
         top: [question, at least ``depth``] the retriever's passages, best first, when already ranked
-            (``sparse.sparse_squad``); None ranks them here.
+            (``search.dense_squad``, ``sparse.sparse_squad``); None ranks them here.
 
     Returns:
         ``search.RetrievalScores`` of the reordered lists.
@@ -262,19 +262,20 @@ def evaluate_rerank(retriever: LoadedModel, reranker: LoadedModel, limit: int | 
     check_reranker(reranker)
     check_depth(depth)
     corpus, questions, gold = squad_retrieval(limit)
+    name = retriever.name
     if sparse:
         from bertscope.retrieval.sparse import sparse_name, sparse_ranked
 
         name = sparse_name(retriever)
-        if top is None:
-            top = sparse_ranked(retriever, corpus.texts, questions, depth)
-        elif top.shape[0] != len(questions) or top.shape[1] < depth:
+    if top is not None:
+        if top.shape[0] != len(questions) or top.shape[1] < depth:
             raise BertScopeError(f"{top.shape[0]} ranked lists of {top.shape[1]} for {len(questions)} questions "
                                  f"reordered {depth} deep: rank them with the same --limit and at least --depth.")
-        top = top[:, :depth]
+    elif sparse:
+        top = sparse_ranked(retriever, corpus.texts, questions, depth)
     else:
-        top, _ = ranked(retriever, build_index(retriever, corpus), questions, depth)  # [question, depth]
-        name = retriever.name
+        top, _ = ranked(retriever, build_index(retriever, corpus), questions, depth)
+    top = top[:, :depth]  # [question, depth]
     order = np.zeros_like(top)
     for q, (question, rows) in enumerate(zip(questions, top)):
         scores = relevance(reranker, question, [corpus.texts[i] for i in rows])

@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +127,7 @@ def _cache_file(lm: LoadedModel, corpus: Corpus, kind: str | None) -> Path:
 
 
 def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], None] | None = None,
-                cache: bool = True, index: str = "auto") -> Index:
+                cache: bool = True, index: str = "auto", engine: Any = None) -> Index:
     """The corpus embedded as the model embeds what it searches (read back from the cache when kept).
 
     Args:
@@ -135,6 +136,8 @@ def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], 
         progress: called with (done, total) documents.
         cache: keep the vectors on disk and read them back.
         index: "auto", "exact" or "hnsw" (``vector_index.KINDS``): checked before any embedding.
+        engine: None (this process) or a ``runtime.engine.Engine`` (a Ray cluster): the same batches embedded by
+            its actors, for a corpus past one machine (``retrieval.embed``).
 
     Returns:
         An ``Index``: [document, dim] vectors and their searcher.
@@ -153,7 +156,7 @@ def build_index(lm: LoadedModel, corpus: Corpus, progress: Callable[[int, int], 
             return Index(lm.name, corpus, vectors, kind, truncated, True, vector_searcher(vectors, similarity, index))
         except (OSError, ValueError, KeyError):
             file.unlink(missing_ok=True)
-    out = embed(lm, list(corpus.texts), kind, progress=progress)
+    out = embed(lm, list(corpus.texts), kind, progress=progress, engine=engine)
     if cache:
         try:
             make_room(out.vectors.nbytes, "keeping this index")
@@ -175,11 +178,13 @@ class Hit:
         return {"rank": self.rank, "id": self.id, "text": self.text, "score": self.score}
 
 
-def ranked(lm: LoadedModel, index: Index, queries: list[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
-    """([query, k] document rows, [query, k] scores), best first (exact, or the index's approximation)."""
+def ranked(lm: LoadedModel, index: Index, queries: list[str], top_k: int, engine: Any = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """([query, k] document rows, [query, k] scores), best first (exact, or the index's approximation); ``engine``:
+    where the queries are embedded (None: here)."""
     if top_k < 1:
         raise BertScopeError("--top-k must be at least 1.")
-    q = embed(lm, queries, query_kind(lm)).vectors  # [query, dim]
+    q = embed(lm, queries, query_kind(lm), engine=engine).vectors  # [query, dim]
     return index.searcher.search(q, top_k)
 
 
@@ -240,21 +245,41 @@ def squad_retrieval(limit: int | None = None) -> tuple[Corpus, list[str], np.nda
 
 
 def evaluate_squad(lm: LoadedModel, limit: int | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> RetrievalScores:
+                   progress: Callable[[int, int], None] | None = None, engine: Any = None) -> RetrievalScores:
     """The model's MRR@10 and recall@1/10 on SQuAD dev's questions against its passages.
 
     Args:
         lm: an embedding model (its own embedding, its query and passage prompts).
         limit: the first questions only.
         progress: called with (done, total) passages embedded.
+        engine: None (this process) or a ``runtime.engine.Engine``: where the passages and questions are embedded.
 
     Returns:
         ``RetrievalScores``.
     """
+    return dense_squad(lm, limit, 10, progress, engine)[0]
+
+
+def dense_squad(lm: LoadedModel, limit: int | None = None, depth: int = 10,
+                progress: Callable[[int, int], None] | None = None, engine: Any = None
+                ) -> tuple[RetrievalScores, np.ndarray]:
+    """The model's scores on SQuAD dev (``evaluate_squad``) and each question's ``depth`` best passages, for a
+    reranker to reorder without embedding the passages and questions again.
+
+    Args:
+        lm: an embedding model.
+        limit: the first questions only.
+        depth: passages kept a question (10 or more).
+        progress: called with (done, total) passages embedded.
+        engine: None (this process) or a ``runtime.engine.Engine``: where the passages and questions are embedded.
+
+    Returns:
+        (``RetrievalScores`` of the first 10, [question, depth] the passages' rows, best first).
+    """
     corpus, questions, gold = squad_retrieval(limit)
-    index = build_index(lm, corpus, progress)
-    top, _ = ranked(lm, index, questions, 10)
-    return rank_scores(lm.name, gold, top, len(corpus.texts))
+    index = build_index(lm, corpus, progress, engine=engine)
+    top, _ = ranked(lm, index, questions, max(10, depth), engine)
+    return rank_scores(lm.name, gold, top[:, :10], len(corpus.texts)), top
 
 
 def bm25_squad(limit: int | None = None) -> RetrievalScores:

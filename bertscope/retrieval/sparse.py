@@ -272,8 +272,14 @@ def _term(tokenizer, i: int) -> str:
     return found if isinstance(found, str) else f"<id {i}>"
 
 
-def _top(weights: torch.Tensor, held: set[int], tokenizer, n: int) -> list[tuple[str, float, bool]]:
-    values, ids = weights.topk(min(n, int((weights > 0).sum())))
+def _top(f: torch.Tensor, weights: torch.Tensor, held: set[int], tokenizer, n: int,
+         settings: SpladeSettings) -> list[tuple[str, float, bool]]:
+    """A text's ``n`` strongest terms, chosen on ``weights`` [vocab] (float32) and weighed again in float64 from
+    their columns of ``f`` [token, vocab], as the shared terms are (so a term's weight reads the same in both lists)."""
+    ids = weights.topk(min(n, int((weights > 0).sum()))).indices  # [n]
+    values = pooled(f[:, ids].double()[None], settings)[0]  # [n] float64
+    order = values.argsort(descending=True, stable=True)  # near-ties in float32 ordered by the float64 weight
+    ids, values = ids[order], values[order]
     return [(_term(tokenizer, int(i)), float(v), int(i) in held) for v, i in zip(values, ids)]
 
 
@@ -312,8 +318,9 @@ def explain_sparse(lm: LoadedModel, a: str, b: str, settings: SpladeSettings | N
                         int(ia[k]), int(ib[k]), int(shared[k]) in held_a, int(shared[k]) in held_b)
              for k in order.tolist()]
     score = float(share.sum())
-    return SparseMatch(lm.name, settings, a_tokens, b_tokens, score, terms, _top(wa, held_a, lm.tokenizer, top),
-                       _top(wb, held_b, lm.tokenizer, top), pairs.numpy(), int((wa > 0).sum()), int((wb > 0).sum()),
+    a_top, b_top = _top(fa, wa, held_a, lm.tokenizer, top, settings), _top(fb, wb, held_b, lm.tokenizer, top, settings)
+    return SparseMatch(lm.name, settings, a_tokens, b_tokens, score, terms, a_top, b_top, pairs.numpy(),
+                       int((wa > 0).sum()), int((wb > 0).sum()),
                        abs(float(pairs.sum()) - score), (cut_a, cut_b))
 
 

@@ -1,6 +1,7 @@
 """What runs a corpus-wide job's work beyond this process: the one ``engine=`` argument of the
-library's long jobs (``head_stats``, ``head_importance``, ``hidden_states`` and ``build_index``,
-``faithfulness``, ``compare_layers``). None runs everything here; ``engines.ray_engine.RayEngine``
+library's long jobs (``head_stats``, ``head_importance``, ``hidden_states`` and corpus search's
+``analysis.corpus_search.build_index``, ``faithfulness``, ``compare_layers``, and a corpus's
+sentence embeddings: ``retrieval.embed`` and ``retrieval.search.build_index``). None runs everything here; ``engines.ray_engine.RayEngine``
 hands the work to a Ray cluster's model actors. The library plans the work and merges what comes
 back exactly as it does alone (so results are the single process's); an engine only runs it.
 """
@@ -35,3 +36,8 @@ class Engine(Protocol):
     def chunk_sums(self, lm_a: Any, lm_b: Any, chunks: Sequence[Any], pool: str, minibatch: int, seed: int
                    ) -> Iterator[Any]:
         """Each chunk's CKA sums, in chunk order."""
+
+    def embedding_rows(self, lm: Any, inputs: list[str], plan: list[list[int]], kind: str | None, settings: Any
+                       ) -> Iterator[tuple[list[int], np.ndarray]]:
+        """Per planned batch of the prepared ``inputs`` (``retrieval.embedding.embedding_plan``), embedded with
+        ``settings`` as it is done: (its rows, their embeddings [batch, dim] float32)."""

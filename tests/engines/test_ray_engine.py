@@ -183,12 +183,53 @@ def test_faithfulness_and_compare_commands_take_the_ray_engine(cluster, tiny_mlm
     np.testing.assert_allclose(spread["cka"], local["cka"], atol=2e-6)  # JSON keeps 6 decimals
 
 
+def test_sentence_embeddings_through_ray_are_the_same_bytes(cluster, tmp_path, capsys, monkeypatch):
+    """A corpus embedded through the actors (the batches planned here, longest first, bounded by bytes): the same
+    vectors, byte for byte, as this process's, with e5's passage prompt; the search command takes the engine."""
+    from bertscope.retrieval import embedding
+    from bertscope.retrieval.embedding import embed, embedding_plan, prepared, settings_of
+
+    monkeypatch.setattr(embedding, "BATCH_BYTES", 4 * 2**20)  # the byte bound cuts the long batches short
+    lm = load_model("bundled-multilingual", device="cpu")  # a prompt a kind ("passage: "), mean pooling, normalised
+    texts = [" ".join([s] * (1 + i % 7)) for i, s in enumerate(shipped_corpus()[:90])]  # 1x-7x a sentence
+    plan, lengths = embedding_plan(lm, prepared(lm, texts, "passage", settings_of(lm)), settings_of(lm), 16)
+    sizes = {len(b) for b in plan}
+    assert len(plan) >= 7 and 16 in sizes and min(sizes) < 16 and max(lengths) > 100
+    local = embed(lm, texts, "passage", batch_size=16)
+    seen: list[tuple[int, int]] = []
+    spread = embed(lm, texts, "passage", batch_size=16, progress=lambda d, t: seen.append((d, t)), engine=RayEngine())
+    assert spread.vectors.tobytes() == local.vectors.tobytes()
+    assert spread.truncated.tolist() == local.truncated.tolist() and seen[-1] == (len(texts), len(texts))
+    data = tmp_path / "docs.txt"
+    data.write_text("\n".join(shipped_corpus()[:60]), encoding="utf-8")
+    command = ["search", "bundled", "--data", str(data), "--query", "a river bank", "--device", "cpu", "--json"]
+    assert main(command) == 0
+    here = json.loads(capsys.readouterr().out)
+    import shutil
+
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    shutil.rmtree(user_cache_dir() / "retrieval", ignore_errors=True)  # the tests' own cache: embedded again
+    calls = []
+    real = RayEngine.embedding_rows
+
+    def counted(self, *args):
+        calls.append(len(args[2]))  # the plan's batches
+        yield from real(self, *args)
+
+    monkeypatch.setattr(RayEngine, "embedding_rows", counted)
+    assert main([*command, "--engine", "ray"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"] == here["results"]
+    assert len(calls) == 1 and calls[0] >= 1  # the documents on Ray (the one query is embedded here)
+
+
 @pytest.mark.parametrize("spec", ["spark", "ray:", "rayon"])
 def test_an_unknown_engine_is_one_line_with_exit_2(spec, capsys):
     with pytest.raises(BertScopeError, match="Unknown engine"):
         parse_engine(spec)
     for command in (["head-stats", "bundled"], ["head-importance", "bundled-mlm"], ["probe", "bundled"],
-                    ["faithfulness", "bundled-mlm"], ["compare", "bundled", "bundled-mlm"]):
+                    ["faithfulness", "bundled-mlm"], ["compare", "bundled", "bundled-mlm"],
+                    ["search", "bundled", "--query", "x"], ["retrieval-eval", "bundled"]):
         assert main([*command, "--device", "cpu", "--engine", spec]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Unknown engine" in err

@@ -176,8 +176,10 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypat
     scored = json.loads(stdout)  # the same held-out side and masked positions as the training run's own figures
     assert scored["replacement"] == pytest.approx(trained_report["replacement"])
     assert [q["fve"] for q in scored["layers"]] == pytest.approx([q["fve"] for q in trained_report["layers"]])
-    code, stdout, _ = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--transcoders", trained, "--held-out", 6)
+    code, stdout, _ = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--transcoders", trained, "--held-out", 6,
+                              "--each-layer")
     assert code == 0 and "top-1 agreement" in stdout and "  squad" in stdout
+    assert "layer 0 alone replaced" in stdout and "layer 1 alone replaced" in stdout
     code, _, err = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--held-out", 6)
     assert code == 2 and "No transcoders are shipped" in err and err.count("\n") == 1
     code, stdout, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, "--steps", 20,
@@ -196,6 +198,13 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypat
     code, stdout, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, "--steps", 1,
                                 "--tokens", 600, "--held-out", 6, "--out", tuned)
     assert code == 0 and "top-1 agreement" in stdout, err
+    code, _, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", tuned, "--steps", 2,
+                           "--tokens", 600, "--held-out", 6, "--out", tmp_path / "tuned-again")
+    assert code == 0, err
+    from bertscope.features.transcoder import load_transcoder
+
+    runs = load_transcoder(tmp_path / "tuned-again", 1).info.extra["end_to_end_runs"]  # a tuned set tuned again
+    assert [r["steps"] for r in runs] == [1, 2] and all(r["history"] for r in runs)
     from bertscope.core.models import load_model
     from bertscope.features.shipped import SHIPPED_TRANSCODERS
 

@@ -128,7 +128,7 @@ def test_every_edit_is_the_same_edit_done_by_hand(request, base, kind):
 
 
 def test_controls_are_written_by_both_and_remove_about_as_much(base, tagger):
-    cc = _crosscoder()
+    cc = _crosscoder(1)
     delta = np.linspace(0, 1, 64, endpoint=False)  # latents 0-6 base-only, 58-63 fine-tuned-only
     chosen = [60, 61, SILENT]
     effect = diff_effect(base, tagger, cc, 1, chosen, delta, examples=30, seed=1)
@@ -165,8 +165,9 @@ def _removals(base, tuned, cc, layer, n, seed) -> np.ndarray:
 
 
 def test_bad_requests_are_refused_in_one_line(base, tagger, classifier):
-    cc, delta = _crosscoder(), np.full(64, 0.5)
-    cases = [((tagger, base, cc, 1, [3], delta), "no classification or tagging head"),
+    cc, delta = _crosscoder(1), np.full(64, 0.5)
+    cases = [((base, tagger, _crosscoder(0), 1, [3], delta), r"reads layer 0 \(blocks.0.hook_resid_post\), not layer 1"),
+             ((tagger, base, cc, 1, [3], delta), "no classification or tagging head"),
              ((base, tagger, _crosscoder(1, "cls"), 1, [3], delta), "tags words, which a crosscoder of \\[CLS\\] never"),
              ((base, classifier, cc, 1, [3], delta), r"classifies from \[CLS\] at its last layer"),
              ((base, tagger, cc, 1, [64], delta), "latents 0 to 63"),

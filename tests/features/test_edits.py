@@ -79,6 +79,11 @@ def test_features_promoting_a_word_agree_with_their_logit_weights(lm):
     weights = logit_weights(lm, sae, best, top=lm.tokenizer.vocab_size)
     by_token = dict(weights.promoted)
     assert by_token[word] == pytest.approx(change, abs=1e-4)
+    with torch.no_grad():  # rows stored at other lengths (a SAELens file may): both read the unit direction
+        sae.W_dec.mul_(torch.linspace(0.5, 3.0, sae.d_sae)[:, None])
+    again = features_promoting(lm, sae, word, top=3)
+    assert [f for f, _ in again] == [f for f, _ in found]
+    assert [v for _, v in again] == pytest.approx([v for _, v in found], abs=1e-5)
 
 
 def test_bad_input_is_one_line(lm):

@@ -352,6 +352,11 @@ def test_logit_weights_are_the_heads_reading_of_the_direction(tiny_mlm_dir, tiny
     assert weights.promoted[0][1] == pytest.approx(float(change.max()), abs=1e-5)
     assert weights.suppressed[0][1] == pytest.approx(float(change.min()), abs=1e-5)
     assert logit_weights(lm, sae, 7).scale == pytest.approx(float(sae.b_dec.detach().norm()))  # default: a typical step
+    with torch.no_grad():
+        sae.W_dec[7] *= 3.0  # a row stored longer than unit (a SAELens file may): the same reading
+    longer = logit_weights(lm, sae, 7, scale=2.0, top=5).promoted
+    assert [t for t, _ in longer] == best and [v for _, v in longer] == pytest.approx([v for _, v in weights.promoted],
+                                                                                     abs=1e-5)
     encoder = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="no masked-LM head"):
         logit_weights(encoder, TopKSAE(encoder.hidden_size, 64, 4), 0)

@@ -153,7 +153,7 @@ def test_masked_reading_is_bert_s_corruption_row_for_row(tmp_path, tiny_mlm_dir)
     np.testing.assert_array_equal(np.asarray(again_both[(1, "hook_resid_mid")].rows), np.asarray(masked.rows))
 
 
-def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir):
+def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir, monkeypatch):
     lm = load_model(str(tiny_mlm_dir))
     d = lm.hidden_size
     tcs = {layer: Transcoder(d, d, 4 * d, 8, True, TranscoderInfo(lm.name, layer), seed=layer) for layer in (0, 1)}
@@ -171,6 +171,24 @@ def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir):
     assert q["positions"] > 0 and 0 <= q["top1_agreement"] <= 1 and q["kl"] >= 0
     with pytest.raises(BertScopeError, match="missing: 1"):
         replacement_quality(lm, {0: tcs[0]}, TEXTS)
+    # one layer alone (the other real): as the hooks of that layer alone; every layer named: the replacement model
+    from bertscope.features import transcoder_training
+
+    seen = []
+    real_hooks = transcoder_training.replacement_hooks
+
+    def spy(lm_, replaced, keep=None):
+        seen.append(sorted(replaced))
+        return real_hooks(lm_, replaced, keep)
+
+    with monkeypatch.context() as m:
+        m.setattr(transcoder_training, "replacement_hooks", spy)
+        alone = replacement_quality(lm, {0: tcs[0]}, TEXTS, layers=[0])
+    assert seen and all(layers == [0] for layers in seen) and alone["positions"] == q["positions"]
+    assert replacement_quality(lm, tcs, TEXTS, layers=[0, 1]) == q
+    for layers, words in (([2], "layers, 0 to 1"), ([], "1 or more"), ([1], "No transcoder for layer 1")):
+        with pytest.raises(BertScopeError, match=words):
+            replacement_quality(lm, {0: tcs[0]}, TEXTS, layers=layers)
 
 
 def test_a_classifiers_replacement_model_is_scored_on_its_class(tmp_path, tiny_bert_dir, monkeypatch):

@@ -122,3 +122,36 @@ def test_bundled_multilingual_is_multilingual_e5_small_with_its_prefixes():
     for kind in ("query", "passage"):
         _, expected = _reference(lm.source, texts, kind)
         np.testing.assert_allclose(embed(lm, texts, kind).vectors, expected, atol=1e-5)
+
+
+def test_an_engine_runs_the_planned_batches_and_their_rows_land_where_they_belong(tiny_bert_dir):
+    """``embed(engine=...)`` hands the engine the batches planned here and puts what comes back, in any order, in
+    each text's row: the same bytes as this process's pass (the Ray engine's own test runs a cluster)."""
+    from bertscope.retrieval.embedding import embed_batch, embedding_plan, prepared
+
+    lm = load_model(str(tiny_bert_dir))
+    texts = [("the bank of the river was muddy . " * (1 + i % 5)).strip() for i in range(23)]
+    settings = settings_of(lm)
+    plan, lengths = embedding_plan(lm, prepared(lm, texts, None, settings), settings, 4)
+    assert sorted(i for batch in plan for i in batch) == list(range(23)) and all(len(b) <= 4 for b in plan)
+    assert [lengths[b[0]] for b in plan] == sorted((lengths[b[0]] for b in plan), reverse=True)  # longest first
+    handed = []
+
+    class Backwards:  # an engine that finishes the batches last first
+        def embedding_rows(self, lm_, inputs, plan_, kind, settings_):
+            handed.append((plan_, settings_))
+            for rows in reversed(plan_):
+                yield rows, embed_batch(lm_, [inputs[i] for i in rows], settings_, kind)
+
+    here = embed(lm, texts, batch_size=4)
+    there = embed(lm, texts, batch_size=4, engine=Backwards())
+    assert handed == [(plan, settings)] and there.vectors.tobytes() == here.vectors.tobytes()
+    # a Ray actor whose copy of the model declares other settings stops in one line instead of pooling otherwise
+    from dataclasses import replace
+
+    from bertscope.engines.ray_actor import _same_settings
+
+    assert _same_settings(lm, settings) == settings
+    with pytest.raises(BertScopeError, match="other embedding settings") as caught:
+        _same_settings(lm, replace(settings, pooling="cls", declared=True))
+    assert "\n" not in str(caught.value)

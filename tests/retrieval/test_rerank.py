@@ -105,6 +105,12 @@ def test_a_reranker_reorders_the_retrievers_top_passages(tiny_bert_dir, two_labe
                       for q, rows in zip(questions, top)])
     assert got == rank_scores(got.system, gold, order, len(corpus.texts))
     assert got.system == f"{retriever.name} + {reranker.name}" and got.questions == 6
+    from bertscope.retrieval.search import dense_squad, evaluate_squad
+
+    scores, kept = dense_squad(retriever, 6, 12)  # what retrieval-eval --rerank ranks once and hands over
+    assert scores == evaluate_squad(retriever, 6) and kept.shape == (6, 12)
+    np.testing.assert_array_equal(kept[:, :10], top)
+    assert evaluate_rerank(retriever, reranker, limit=6, depth=10, top=kept) == got
 
 
 def test_bad_inputs_are_one_line(tiny_bert_dir, two_labels, monkeypatch):

@@ -65,6 +65,9 @@ def test_sparse_vectors_equal_sentence_transformers_sparse_encoder(tiny_mlm_dir,
     if pooling == "max":  # each term's share sits at the pair of tokens it came from
         t = x.terms[0]
         assert x.pairs[t.a_token, t.b_token] >= t.share - 1e-12
+    listed = {term: weight for term, weight, _ in x.a_top}  # a term reads the same in both lists, to the last bit
+    both = [t for t in x.terms if t.term in listed]
+    assert both and all(listed[t.term] == t.a_weight for t in both)
     json.dumps(x.to_json())
 
 
