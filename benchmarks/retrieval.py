@@ -2,6 +2,7 @@
 beside integrated gradients, search latency, and retrieval quality on SQuAD dev.
 
     python benchmarks/retrieval.py [--model bundled] [--device cpu] [--quality] [--full-size]
+    python benchmarks/retrieval.py --only --pairs [--rounds 3] [--steps 50]     # the pair attribution alone
 
 - embedding: ``retrieval.embed`` against ``SentenceTransformer.encode`` on the same 2,067 SQuAD passages (or
   Brown sentences when SQuAD is missing), the same batch size, interleaved rounds: texts/s of each, their ratio,
@@ -251,7 +252,9 @@ def main() -> None:
                                                                 "embeddings), iid, or shaped,iid")
     parser.add_argument("--rerank", help="a reranker reordering the model's top 20 on SQuAD dev")
     parser.add_argument("--questions", type=int, default=2000)
-    parser.add_argument("--only", action="store_true", help="only the parts asked for (--index, --rerank, ...)")
+    parser.add_argument("--pairs", action="store_true", help="with --only: the pair attribution's time")
+    parser.add_argument("--only", action="store_true", help="only the parts asked for (--index, --rerank, --pairs, "
+                                                            "--full-size)")
     args = parser.parse_args()
     from bertscope.core.models import load_model
 
@@ -261,6 +264,8 @@ def main() -> None:
     if args.rerank:
         rerank_quality(lm, args.rerank, args.questions)
     if args.only:
+        if args.pairs:
+            pairs(lm, args.steps, args.rounds)
         if args.full_size:
             full_size(args.device, args.steps)
         return

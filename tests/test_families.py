@@ -164,3 +164,33 @@ def test_a_masked_predictions_score_is_the_models_own_log_probability(family):
         logits = getattr(out, "prediction_logits", None)
         expected = torch.log_softmax((out.logits if logits is None else logits)[0, pos].float(), -1)[item]
         torch.testing.assert_close(f(x)[0], expected, rtol=0, atol=1e-5)
+
+
+def test_integrated_jacobians_carry_every_tokens_tangent_on_one_pass(family):
+    """A pair's integrated Jacobians (``retrieval.similarity``: ``torch.func.jvp`` under ``vmap``, the pass at each
+    point run once for every token's tangent) equal one dual-number pass per (token, point), computed here apart,
+    on every family; and the pairs sum to the score less the references' share."""
+    import torch.autograd.forward_ad as forward_ad
+
+    from bertscope.retrieval.embedding import settings_of
+    from bertscope.retrieval.similarity import _encoder, _state, explain_pair, reference_ids, token_contributions
+
+    record, folder = family
+    lm = load_model(str(folder), device="cpu")
+    steps, text = 4, TEXT[2]
+    ours = token_contributions(lm, text, steps=steps)
+    ids = torch.tensor(lm.tokenizer(text)["input_ids"])
+    encode = _encoder(lm, settings_of(lm), ids, 0, 0)
+    x, r = _state(lm, ids, 0), _state(lm, reference_ids(lm, ids), 0)
+    expected = torch.zeros(ours.contributions.shape, dtype=torch.float64)
+    with torch.no_grad():
+        for i in range(len(ids)):
+            for k in range(1, steps + 1):
+                tangent = torch.zeros_like(x)[None]
+                tangent[0, i] = x[i] - r[i]
+                with forward_ad.dual_level():
+                    dual = forward_ad.make_dual((r + k / steps * (x - r))[None], tangent)
+                    expected[:, i] += forward_ad.unpack_dual(encode(dual)).tangent[0].double() / steps
+    torch.testing.assert_close(torch.from_numpy(ours.contributions), expected, rtol=0, atol=1e-5)
+    pair = explain_pair(lm, TEXT[2], TEXT[3], steps=steps)
+    assert abs(pair.pairs.sum() - (pair.score - pair.baseline_score)) == pytest.approx(pair.error)

@@ -125,11 +125,14 @@ def transcoder_figures(tc: Transcoder, inputs: ActivationSet, outputs: Activatio
                              negative / max(inputs.tokens * tc.k, 1))
 
 
-def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], keep: torch.Tensor | None = None
-                      ) -> dict:
+def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], keep: torch.Tensor | None = None,
+                      error_scale: float = 1.0) -> dict:
     """Hooks that replace each layer's feed-forward output by its transcoder's (reading the layer's
     ``hook_resid_mid`` in the same pass); ``keep`` [batch, token] bool: where to replace (elsewhere the real
-    output stays)."""
+    output stays). ``error_scale`` s < 1 writes y + s (ŷ - y) instead of ŷ: each transcoder's error, as it stands
+    in this pass, shrunk by s (a measurement of how far the transcoders are from a bar, not a replacement model)."""
+    if not 0 <= error_scale <= 1:
+        raise BertScopeError(f"The error's scale is between 0 and 1; got {error_scale}.")
     seen: dict[int, torch.Tensor] = {}
     hooks = {}
     for layer, tc in transcoders.items():
@@ -138,8 +141,10 @@ def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], ke
         def read(x, _, layer=layer):  # [batch, token, d_model]
             seen[layer] = x
 
-        def write(y, _, layer=layer, tc=tc):
+        def write(y, _, layer=layer, tc=tc):  # y: [batch, token, d_model], the real feed-forward on this pass's input
             made = tc(seen.pop(layer)).to(y.dtype)
+            if error_scale != 1:
+                made = y + error_scale * (made - y)
             return made if keep is None else torch.where(keep[..., None], made, y)
 
         hooks[tc.info.input_hook] = read
@@ -159,7 +164,7 @@ def replaced_positions(lm: LoadedModel, feed: dict) -> torch.Tensor:
 def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str],
                         batch_size: int = 16, seed: int = 0,
                         progress: Callable[[int, int], None] | None = None,
-                        layers: Sequence[int] | None = None) -> dict:
+                        layers: Sequence[int] | None = None, error_scale: float = 1.0) -> dict:
     """Every feed-forward replaced by its transcoder at once (at every word piece; [CLS], [SEP] and padding keep
     their real feed-forward), scored against the real model: a masked LM at BERT's 15 % positions of ``texts``, a
     sequence classifier on its decision for each text. With ``layers``, only those are replaced (the others keep
@@ -173,6 +178,8 @@ def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], 
         seed: which positions are masked (a masked LM).
         progress: called with (done, total) batches.
         layers: the layers replaced, from 0 (None: every layer, the replacement model).
+        error_scale: each transcoder's error shrunk by this factor (``replacement_hooks``): how much better the
+            transcoders would have to be for a bar (1: the replacement model itself).
 
     Returns:
         A masked LM: {"positions", "top1_agreement": with the real model, "kl": mean KL(real ‖ replacement) in
@@ -180,10 +187,16 @@ def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], 
         the same class as the real model, "kl": mean KL(real ‖ replacement) over the classes}.
     """
     kind = check_replaceable(lm, transcoders, layers)
+    if not 0 <= error_scale <= 1:
+        raise BertScopeError(f"The error's scale is between 0 and 1; got {error_scale}.")
     replaced = dict(transcoders) if layers is None else {layer: transcoders[layer] for layer in layers}
+
+    def hooks(feed: dict) -> dict:
+        return replacement_hooks(lm, replaced, replaced_positions(lm, feed), error_scale)
+
     if kind == "masked":
-        return _masked_quality(lm, replaced, texts, batch_size, seed, progress)
-    return _class_quality(lm, replaced, texts, batch_size, progress)
+        return _masked_quality(lm, hooks, texts, batch_size, seed, progress)
+    return _class_quality(lm, hooks, texts, batch_size, progress)
 
 
 def check_replaceable(lm: LoadedModel, transcoders: Mapping[int, Transcoder],
@@ -221,16 +234,15 @@ def check_replaceable(lm: LoadedModel, transcoders: Mapping[int, Transcoder],
                          "is scored on masked tokens or on a class (try bundled-mlm or bundled-sentiment).")
 
 
-def _masked_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str], batch_size: int,
+def _masked_quality(lm: LoadedModel, hooks: Callable[[dict], dict], texts: Sequence[str], batch_size: int,
                     seed: int, progress: Callable[[int, int], None] | None) -> dict:
     from bertscope.interventions.importance import chosen_logits, masked_batches
 
     agree = kl = loss_real = loss_replaced = 0.0
     positions = done = 0
     for rows, feed, chosen, gold in masked_batches(lm, texts, batch_size, seed):
-        keep = replaced_positions(lm, feed)  # [batch, token]
         real = wide(chosen_logits(lm, feed, chosen, None)).log_softmax(-1)  # [chosen, vocab]
-        made = wide(chosen_logits(lm, feed, chosen, replacement_hooks(lm, transcoders, keep))).log_softmax(-1)
+        made = wide(chosen_logits(lm, feed, chosen, hooks(feed))).log_softmax(-1)
         agree += float((real.argmax(-1) == made.argmax(-1)).sum())
         kl += float((real.exp() * (real - made)).sum())
         loss_real += float(F.nll_loss(real, gold, reduction="sum"))
@@ -244,14 +256,13 @@ def _masked_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
             "loss_replacement": loss_replaced / n}
 
 
-def _class_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str], batch_size: int,
+def _class_quality(lm: LoadedModel, hooks: Callable[[dict], dict], texts: Sequence[str], batch_size: int,
                    progress: Callable[[int, int], None] | None) -> dict:
     agree = kl = 0.0
     done = 0
     for rows, _, feed in batches(lm, texts, batch_size):
-        keep = replaced_positions(lm, feed)  # [batch, token]
         real = wide(lm.run(feed).logits).log_softmax(-1)  # [batch, label]
-        made = wide(lm.run(feed, hooks=replacement_hooks(lm, transcoders, keep)).logits).log_softmax(-1)
+        made = wide(lm.run(feed, hooks=hooks(feed)).logits).log_softmax(-1)
         agree += float((real.argmax(-1) == made.argmax(-1)).sum())
         kl += float((real.exp() * (real - made)).sum())
         done += len(rows)

@@ -16,9 +16,10 @@ e(r_a).e(r_b) is the part of the score the references account for; ``error`` is 
 sum's error, shrinking as 1/N). Unlike xsbert, the cosine's normalisation is inside e, so the identity is exact
 rather than scaled by the embeddings' norms held constant.
 
-M is computed in forward mode (``torch.autograd.forward_ad``: one directional derivative per token and step, batched
-under a byte budget) where xsbert loops backward passes over the output dimensions: a sentence has fewer tokens
-than the embedding has dimensions. A text's M depends on that text alone, so a search explains every hit against
+M is computed in forward mode where xsbert loops backward passes over the output dimensions (a sentence has fewer
+tokens than the embedding has dimensions): one directional derivative per token and step, the pass at each
+interpolation point run once and every token's tangent carried on it together (``torch.func.jvp`` under ``vmap``),
+batched under a byte budget. A text's M depends on that text alone, so a search explains every hit against
 the query's M computed once (``token_contributions``).
 
 ``first-order``: the same with one step at the input itself (M = J(x)(x - r)): N times cheaper, and its error
@@ -32,7 +33,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.autograd.forward_ad as forward_ad
 
 from bertscope.core.hook_points import state_hook
 from bertscope.core.hooked_pass import run, run_with_cache, turn
@@ -197,27 +197,40 @@ def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, ste
     x, r = _state(lm, ids, at), _state(lm, reference_ids(lm, ids), at)  # [token, dim] each
     delta = x - r
     moving = [i for i in range(len(ids)) if bool(delta[i].abs().max() > 0)]  # tokens the reference changes
-    alphas = torch.arange(1, steps + 1, dtype=torch.float64).div(steps).float().to(lm.device)  # k/N, xsbert's points
     with torch.no_grad():
         ends = encode(torch.stack([x, r]))  # [2, dim]: e(x), e(r)
-    dim = ends.shape[1]
-    contributions = torch.zeros(dim, len(ids), dtype=torch.float64)
     per_row = len(ids) * lm.hidden_size * 4 * (lm.num_layers * 16 + 8)  # a row's activations and their tangents
     chunk = max(1, ROW_BYTES // max(1, per_row))
-    work = [(i, k) for i in moving for k in range(steps)]  # (token, step)
-    with torch.no_grad():
-        for start in range(0, len(work), chunk):
-            part = work[start:start + chunk]
-            token = torch.tensor([i for i, _ in part], device=lm.device)
-            alpha = alphas[torch.tensor([k for _, k in part], device=lm.device)]
-            primal = r[None] + alpha[:, None, None] * delta[None]  # [row, token, dim]
-            tangent = torch.zeros_like(primal)
-            tangent[torch.arange(len(part), device=lm.device), token] = delta[token]  # each row moves one token
-            with forward_ad.dual_level():
-                out = forward_ad.unpack_dual(encode(forward_ad.make_dual(primal, tangent))).tangent  # [row, dim]
-            contributions.index_add_(1, token.cpu(), out.double().T.cpu() / steps)
+    contributions = _shared_primal(encode, x, r, moving, steps, chunk, ends.shape[1])  # every family: test_families
     return TokenContributions(tokens, words, contributions.numpy(), ends[0].double().cpu().numpy(),
                               ends[1].double().cpu().numpy(), truncated)
+
+
+def _shared_primal(encode, x: torch.Tensor, r: torch.Tensor, moving: list[int], steps: int, chunk: int,
+                   dim: int) -> torch.Tensor:
+    """M [dim, token] float64 by ``torch.func``: at each batch of interpolation points the pass runs once and the
+    tokens' directional derivatives ride on it together (``vmap`` over the tangents of ``jvp``), where one dual row a
+    (token, step) would run the pass again for each token. ``chunk`` bounds the rows (points x tangents) a batch
+    holds."""
+    from torch.func import jvp, vmap
+
+    contributions = torch.zeros(dim, x.shape[0], dtype=torch.float64)
+    delta = x - r  # [token, hidden]
+    per_batch = max(1, min(len(moving), chunk))  # tangents a batch
+    points = max(1, min(steps, chunk // per_batch))  # interpolation points a batch
+    alphas = torch.arange(1, steps + 1, dtype=torch.float64).div(steps).float().to(x.device)  # k/N, xsbert's points
+    with torch.no_grad():
+        for first in range(0, len(moving), per_batch):
+            token = torch.tensor(moving[first:first + per_batch], device=x.device)
+            tangent = torch.zeros(len(token), 1, *x.shape, device=x.device)  # [tangent, 1, token, hidden]
+            tangent[torch.arange(len(token), device=x.device), 0, token] = delta[token]  # each moves one token
+            for start in range(0, steps, points):
+                alpha = alphas[start:start + points]
+                primal = r[None] + alpha[:, None, None] * delta[None]  # [point, token, hidden]
+                moved = tangent.expand(-1, len(alpha), -1, -1)  # [tangent, point, token, hidden]
+                out = vmap(lambda t, primal=primal: jvp(encode, (primal,), (t,))[1])(moved)  # [tangent, point, dim]
+                contributions.index_add_(1, token.cpu(), out.sum(1).double().T.cpu() / steps)
+    return contributions
 
 
 def _integrated_gradients(lm: LoadedModel, text: str, kind: str | None, other: np.ndarray, steps: int, at: int,

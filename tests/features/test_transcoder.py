@@ -177,9 +177,9 @@ def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir, monkeypatch):
     seen = []
     real_hooks = transcoder_training.replacement_hooks
 
-    def spy(lm_, replaced, keep=None):
+    def spy(lm_, replaced, keep=None, error_scale=1.0):
         seen.append(sorted(replaced))
-        return real_hooks(lm_, replaced, keep)
+        return real_hooks(lm_, replaced, keep, error_scale)
 
     with monkeypatch.context() as m:
         m.setattr(transcoder_training, "replacement_hooks", spy)
@@ -189,6 +189,14 @@ def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir, monkeypatch):
     for layers, words in (([2], "layers, 0 to 1"), ([], "1 or more"), ([1], "No transcoder for layer 1")):
         with pytest.raises(BertScopeError, match=words):
             replacement_quality(lm, {0: tcs[0]}, TEXTS, layers=layers)
+    # each error shrunk: at 0 the real model (agreement 1, KL 0), at 1 the replacement model, outside refused
+    nothing = replacement_quality(lm, tcs, TEXTS, error_scale=0.0)
+    assert nothing["top1_agreement"] == 1 and nothing["kl"] == pytest.approx(0, abs=1e-6)
+    assert replacement_quality(lm, tcs, TEXTS, error_scale=1.0) == q
+    half = replacement_quality(lm, tcs, TEXTS, error_scale=0.5)
+    assert half["positions"] == q["positions"] and 0 < half["kl"] < q["kl"]
+    with pytest.raises(BertScopeError, match="between 0 and 1"):
+        replacement_quality(lm, tcs, TEXTS, error_scale=1.5)
 
 
 def test_a_classifiers_replacement_model_is_scored_on_its_class(tmp_path, tiny_bert_dir, monkeypatch):

@@ -68,6 +68,15 @@ def test_each_tokens_contribution_equals_xsberts_reverse_mode_computation(lm, at
     np.testing.assert_allclose(ours.contributions, _xsbert(lm, A, 7, at), atol=1e-5)
 
 
+def test_the_byte_budget_changes_the_batches_not_the_numbers(lm, monkeypatch):
+    """One tangent and one point a batch (the budget at its floor) or every one at once: the same matrix."""
+    from bertscope.retrieval import similarity
+
+    whole = token_contributions(lm, A, steps=5)
+    monkeypatch.setattr(similarity, "ROW_BYTES", 1)
+    np.testing.assert_allclose(token_contributions(lm, A, steps=5).contributions, whole.contributions, atol=1e-6)
+
+
 def test_words_are_the_sums_of_their_pieces_and_the_first_order_estimate_says_its_error(lm):
     x = explain_pair(lm, "the riverside was unbelievably playful .", B, steps=20)
     a_words, b_words, pairs, a_scores, _ = x.by_words()

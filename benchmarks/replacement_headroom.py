@@ -1,0 +1,71 @@
+"""How far a transcoder set is from the replacement model's bar, and which layers stand in the way.
+
+    python benchmarks/replacement_headroom.py [--model bundled-mlm] [--transcoders FOLDER] [--held-out 100]
+                                              [--scales 1,0.8,0.7,0.6,0.5,0.3] [--groups 0123,45] [--json]
+
+Two measurements on the mixture's held-out side (the texts ``score-transcoders`` reads, BERT's seeded masked
+positions):
+
+- **every error shrunk**: each transcoder writes y + s (ŷ - y) instead of ŷ, y being the real feed-forward on the
+  pass's own input (``replacement_quality(error_scale=s)``): the agreement the set would reach were every error s
+  times as large. s = 1 is the replacement model; the s where the bar is crossed says how much better every
+  transcoder must be (its unexplained variance times s²).
+- **groups replaced alone**: only a group's layers replaced, the others real (``replacement_quality(layers=)``):
+  a group whose errors cost most is where training time goes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="bundled-mlm")
+    p.add_argument("--transcoders", help="a train-transcoders --out folder (default: the shipped set)")
+    p.add_argument("--held-out", type=int, default=100, help="held-out texts from each source (default 100)")
+    p.add_argument("--scales", default="1,0.8,0.7,0.6,0.5,0.3", help="each error's scale, 0 to 1")
+    p.add_argument("--groups", default="0123,45", help="groups of layers replaced alone, as digits, comma-separated")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    from bertscope.cli.sae import texts_for
+    from bertscope.core.models import load_model
+    from bertscope.features.shipped import transcoder_set
+    from bertscope.features.transcoder_training import replacement_quality
+
+    lm = load_model(args.model)
+    transcoders = transcoder_set(lm, args.transcoders)
+    _, held = texts_for("mixture", 1, args.held_out, 0)
+    rows = []
+
+    def measure(label: str, **kwargs) -> None:
+        started = time.perf_counter()
+        q = replacement_quality(lm, transcoders, held.texts, **kwargs)
+        rows.append({"replaced": label, **kwargs, **q, "seconds": time.perf_counter() - started})
+        print(f"{label:<34}{q['top1_agreement']:>10.3f}{q['kl']:>9.3f}   ({time.perf_counter() - started:.0f} s)",
+              file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    unit = "masked positions" if "mlm" in lm.outputs else "texts"
+    print(f"{lm.name}, transcoders from {args.transcoders or 'the shipped set'}: {len(held.texts):,} held-out texts "
+          f"of the mixture ({unit})", file=sys.stderr if args.json else sys.stdout)
+    print(f"{'replaced':<34}{'top-1 agr.':>10}{'KL':>9}", file=sys.stderr if args.json else sys.stdout)
+    for scale in (float(s) for s in args.scales.split(",")):
+        measure(f"every layer, each error x {scale:g}", error_scale=scale)
+    for group in args.groups.split(","):
+        layers = [int(c) for c in group]
+        measure(f"layers {', '.join(map(str, layers))} alone (others real)", layers=layers)
+    if args.json:
+        print(json.dumps({"model": lm.name, "transcoders": args.transcoders or "shipped", "texts": len(held.texts),
+                          "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
