@@ -1,6 +1,6 @@
 """How far a transcoder set is from the replacement model's bar, and which layers stand in the way.
 
-    python benchmarks/replacement_headroom.py [--model bundled-mlm] [--transcoders FOLDER] [--held-out 100]
+    python benchmarks/replacement_headroom.py [--model bundled-mlm] [--device auto] [--transcoders FOLDER] [--held-out 100]
                                               [--scales 1,0.8,0.7,0.6,0.5,0.3] [--groups 0123,45] [--json]
 
 Two measurements on the mixture's held-out side (the texts ``score-transcoders`` reads, BERT's seeded masked
@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="bundled-mlm")
+    p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
     p.add_argument("--transcoders", help="a train-transcoders --out folder (default: the shipped set)")
     p.add_argument("--held-out", type=int, default=100, help="held-out texts from each source (default 100)")
     p.add_argument("--scales", default="1,0.8,0.7,0.6,0.5,0.3", help="each error's scale, 0 to 1")
@@ -40,22 +41,23 @@ def main(argv: list[str] | None = None) -> int:
     from bertscope.features.shipped import transcoder_set
     from bertscope.features.transcoder_training import replacement_quality
 
-    lm = load_model(args.model)
+    lm = load_model(args.model, device=args.device)
     transcoders = transcoder_set(lm, args.transcoders)
     _, held = texts_for("mixture", 1, args.held_out, 0)
     rows = []
+    out = sys.stderr if args.json else sys.stdout  # the table; --json prints the rows alone on stdout
 
     def measure(label: str, **kwargs) -> None:
         started = time.perf_counter()
         q = replacement_quality(lm, transcoders, held.texts, **kwargs)
         rows.append({"replaced": label, **kwargs, **q, "seconds": time.perf_counter() - started})
         print(f"{label:<34}{q['top1_agreement']:>10.3f}{q['kl']:>9.3f}   ({time.perf_counter() - started:.0f} s)",
-              file=sys.stderr if args.json else sys.stdout, flush=True)
+              file=out, flush=True)
 
     unit = "masked positions" if "mlm" in lm.outputs else "texts"
     print(f"{lm.name}, transcoders from {args.transcoders or 'the shipped set'}: {len(held.texts):,} held-out texts "
-          f"of the mixture ({unit})", file=sys.stderr if args.json else sys.stdout)
-    print(f"{'replaced':<34}{'top-1 agr.':>10}{'KL':>9}", file=sys.stderr if args.json else sys.stdout)
+          f"of the mixture ({unit})", file=out)
+    print(f"{'replaced':<34}{'top-1 agr.':>10}{'KL':>9}", file=out)
     for scale in (float(s) for s in args.scales.split(",")):
         measure(f"every layer, each error x {scale:g}", error_scale=scale)
     for group in args.groups.split(","):

@@ -125,14 +125,18 @@ def transcoder_figures(tc: Transcoder, inputs: ActivationSet, outputs: Activatio
                              negative / max(inputs.tokens * tc.k, 1))
 
 
+def _check_scale(error_scale: float) -> None:
+    if not 0 <= error_scale <= 1:
+        raise BertScopeError(f"The error's scale is between 0 and 1; got {error_scale}.")
+
+
 def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], keep: torch.Tensor | None = None,
                       error_scale: float = 1.0) -> dict:
     """Hooks that replace each layer's feed-forward output by its transcoder's (reading the layer's
     ``hook_resid_mid`` in the same pass); ``keep`` [batch, token] bool: where to replace (elsewhere the real
     output stays). ``error_scale`` s < 1 writes y + s (ŷ - y) instead of ŷ: each transcoder's error, as it stands
     in this pass, shrunk by s (a measurement of how far the transcoders are from a bar, not a replacement model)."""
-    if not 0 <= error_scale <= 1:
-        raise BertScopeError(f"The error's scale is between 0 and 1; got {error_scale}.")
+    _check_scale(error_scale)
     seen: dict[int, torch.Tensor] = {}
     hooks = {}
     for layer, tc in transcoders.items():
@@ -187,8 +191,7 @@ def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], 
         the same class as the real model, "kl": mean KL(real ‖ replacement) over the classes}.
     """
     kind = check_replaceable(lm, transcoders, layers)
-    if not 0 <= error_scale <= 1:
-        raise BertScopeError(f"The error's scale is between 0 and 1; got {error_scale}.")
+    _check_scale(error_scale)
     replaced = dict(transcoders) if layers is None else {layer: transcoders[layer] for layer in layers}
 
     def hooks(feed: dict) -> dict:

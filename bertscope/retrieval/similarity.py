@@ -199,11 +199,15 @@ def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, ste
     moving = [i for i in range(len(ids)) if bool(delta[i].abs().max() > 0)]  # tokens the reference changes
     with torch.no_grad():
         ends = encode(torch.stack([x, r]))  # [2, dim]: e(x), e(r)
-    per_row = len(ids) * lm.hidden_size * 4 * (lm.num_layers * 16 + 8)  # a row's activations and their tangents
-    chunk = max(1, ROW_BYTES // max(1, per_row))
-    contributions = _shared_primal(encode, x, r, moving, steps, chunk, ends.shape[1])  # every family: test_families
+    contributions = _shared_primal(encode, x, r, moving, steps, _rows_a_batch(lm, len(ids)), ends.shape[1])  # every family: test_families
     return TokenContributions(tokens, words, contributions.numpy(), ends[0].double().cpu().numpy(),
                               ends[1].double().cpu().numpy(), truncated)
+
+
+def _rows_a_batch(lm: LoadedModel, tokens: int) -> int:
+    """Interpolation rows of ``tokens`` a batch holds within ``ROW_BYTES``: a row's activations and their tangents
+    (or gradients) at every layer."""
+    return max(1, ROW_BYTES // max(1, tokens * lm.hidden_size * 4 * (lm.num_layers * 16 + 8)))
 
 
 def _shared_primal(encode, x: torch.Tensor, r: torch.Tensor, moving: list[int], steps: int, chunk: int,
@@ -245,7 +249,7 @@ def _integrated_gradients(lm: LoadedModel, text: str, kind: str | None, other: n
     x, r = _state(lm, ids, at), _state(lm, reference_ids(lm, ids), at)
     target = torch.tensor(other, dtype=torch.float32, device=lm.device)
     total = torch.zeros(len(ids), lm.hidden_size, dtype=torch.float64)
-    chunk = max(1, ROW_BYTES // max(1, len(ids) * lm.hidden_size * 4 * (lm.num_layers * 16 + 8)))
+    chunk = _rows_a_batch(lm, len(ids))
     for start in range(0, steps, chunk):
         alpha = (torch.arange(start + 1, min(steps, start + chunk) + 1, dtype=torch.float64) / steps).float()
         g = (r[None] + alpha.to(lm.device)[:, None, None] * (x - r)[None]).requires_grad_(True)
