@@ -1,7 +1,7 @@
 # %% [markdown]
 # # One prediction as a graph of features: attribution graphs for an encoder
 #
-# Each feed-forward of `bundled-mlm` is replaced by a **skip transcoder** (shipped: 32 of 3,072 features a token, and a
+# Each feed-forward of `bundled-mlm` is replaced by a **skip transcoder** (shipped: 48 of 3,072 features a token, and a
 # linear path). With the attention patterns and LayerNorm scales frozen from the real run, the prediction at
 # `[MASK]` splits into a graph: the transcoders' active features at (layer, position), error nodes (what the
 # transcoders miss) and the input embeddings, each edge a direct effect (Ameisen et al. 2025; circuit-tracer's

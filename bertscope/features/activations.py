@@ -16,7 +16,9 @@ same rows in the same order (sentence, then position), so two points' sets pair 
 
 ``masking`` (a seed) reads the texts as BERT's pretraining saw them: each batch's ids through the seeded 80/10/10
 corruption (``interventions.importance.bert_corruption``), so 15 % of the rows are [MASK], random or kept tokens
-the model is asked to predict. A replacement read at masked positions needs a dictionary that has seen them.
+the model is asked to predict. A replacement read at masked positions needs a dictionary that has seen them. Such a
+set also keeps which rows were chosen for prediction (``chosen.npy``, [token] bool): where the replacement model and a
+graph are read, and where a trainer may weigh the error more (``SaeTrainConfig.chosen_weight``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.passes import batches
 from bertscope.errors import BertScopeError
 from bertscope.interventions.importance import bert_corruption
+from bertscope.mlm.masking import IGNORE_INDEX
 from bertscope.runtime.atomic import fsync_tree, publish, temporary_folder
 from bertscope.runtime.disk_quota import make_room
 from bertscope.runtime.user_cache import user_cache_dir
@@ -65,6 +68,7 @@ class ActivationSet:
     rows: np.ndarray  # [token, d_model] float16, memory-mapped
     where: np.ndarray  # [token, 2] int32: (sentence, position in its word pieces)
     texts: tuple[str, ...]
+    chosen: np.ndarray | None = None  # [token] bool: the rows BERT's corruption chose for prediction (masking only)
 
     @property
     def tokens(self) -> int:
@@ -81,7 +85,7 @@ class ActivationSet:
         where = self.where[keep].copy()
         where[:, 0] = number[where[:, 0]]
         return ActivationSet(self.folder, self.layer, np.asarray(self.rows[keep]), where,
-                             tuple(self.texts[i] for i in ids))
+                             tuple(self.texts[i] for i in ids), None if self.chosen is None else self.chosen[keep])
 
 
 def row_mean(rows: np.ndarray, block: int = 65_536) -> np.ndarray:
@@ -199,11 +203,11 @@ def points_activations(lm: LoadedModel, texts: Sequence[str], layers: Sequence[i
         raise BertScopeError(f"{lm.name}'s tokenizer has no mask token: its text cannot be read as BERT's pretraining "
                              "read it (leave out --masked).")
     folders = {key: _folder(lm, texts, key[0], max_tokens, root, positions, key[1], masking) for key in keys}
-    missing = [key for key in keys if not (folders[key] / "meta.json").is_file()]
-    if missing and masking is not None:  # one draw of the corruption for every point: a set kept alone is read again
-        for key in keys:
-            if key not in missing:
-                shutil.rmtree(folders[key], ignore_errors=True)
+    missing = [key for key in keys if not (folders[key] / "meta.json").is_file()
+               or masking is not None and not (folders[key] / "chosen.npy").is_file()]  # kept before chosen.npy was
+    if missing and masking is not None:  # one draw of the corruption for every point: a set kept alone (or kept
+        for key in keys:                 # without its chosen rows) is read again
+            shutil.rmtree(folders[key], ignore_errors=True)
         missing = keys
     if missing:
         _write(lm, texts, {key: folders[key] for key in missing}, max_tokens, batch_size, progress, positions, masking)
@@ -245,12 +249,13 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[tuple[int, str
         rows = {key: np.lib.format.open_memmap(tmp / "rows.npy", "w+", np.float16, (space, lm.hidden_size))
                 for key, tmp in tmps.items()}
         where = np.zeros((space, 2), np.int32)
+        picked = np.zeros(space, bool)  # the rows chosen for prediction (masking)
         filled, done = 0, 0
         names = {key: point_name(*key) for key in folders}
         generator = torch.Generator().manual_seed(int(masking)) if masking is not None else None
         for chosen, padded, feed in batches(lm, used, batch_size):
             if generator is not None:  # the ids as pretraining saw them; the rows kept stay every word piece
-                corrupted, _ = bert_corruption(lm, padded.feed["input_ids"], generator)
+                corrupted, labels = bert_corruption(lm, padded.feed["input_ids"], generator)
                 feed = {**feed, "input_ids": corrupted.to(feed["input_ids"].device)}
             _, cache = lm.run_with_cache(feed, list(names.values()), encoder_only=True)
             read = read_positions(padded.feed["attention_mask"], torch.from_numpy(padded.special), positions).numpy()
@@ -261,6 +266,8 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[tuple[int, str
                 hidden = cache[name][keep].to(torch.float16).cpu().numpy()  # [kept, d_model], reduced on the device
                 rows[key][filled:filled + n] = hidden[:n]
             where[filled:filled + n] = np.stack([np.asarray(chosen)[b[:n]], t[:n]], axis=1)
+            if generator is not None:
+                picked[filled:filled + n] = (labels.numpy() != IGNORE_INDEX)[b[:n], t[:n]]
             filled += n
             done += len(chosen)
             if progress:
@@ -276,6 +283,8 @@ def _write(lm: LoadedModel, texts: tuple[str, ...], folders: dict[tuple[int, str
             del full
             os.replace(tmp / "sorted.npy", tmp / "rows.npy")
             np.save(tmp / "where.npy", where[order])
+            if masking is not None:
+                np.save(tmp / "chosen.npy", picked[order])
             (tmp / "meta.json").write_text(json.dumps({
                 "model": lm.name, "hook_name": point_name(*key), "layer": key[0], "tokens": len(order),
                 "sentences": len(texts), "max_tokens": max_tokens, "format_version": FORMAT_VERSION,
@@ -301,4 +310,5 @@ def _save_in_order(rows: np.ndarray, order: np.ndarray, path: Path, block: int =
 def _read(folder: Path, layer: int, texts: tuple[str, ...]) -> ActivationSet:
     rows = np.load(folder / "rows.npy", mmap_mode="r", allow_pickle=False)
     where = np.load(folder / "where.npy", allow_pickle=False)
-    return ActivationSet(folder, layer, rows, where, texts)
+    chosen = np.load(folder / "chosen.npy", allow_pickle=False) if (folder / "chosen.npy").is_file() else None
+    return ActivationSet(folder, layer, rows, where, texts, chosen)

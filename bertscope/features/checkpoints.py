@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,8 @@ def read_checkpoint(folder: Path, cfg: Any, optimizer: torch.optim.Optimizer, na
     if made[2] != json.loads(json.dumps(identity)):  # compared as JSON gives it back (tuples are lists there)
         raise BertScopeError(f"{folder} holds a run on other data ({made[2]}); give another --out, or remove it "
                              "to start again.")
-    if saved["config"] != asdict(cfg):
+    later = {f.name: f.default for f in fields(cfg) if f.default is not MISSING}  # settings added since: defaults
+    if {**later, **saved["config"]} != asdict(cfg):
         raise BertScopeError(f"{folder} was made with other settings ({saved['config']}); give another --out, or "
                              "the same settings to resume.")
     from safetensors import SafetensorError

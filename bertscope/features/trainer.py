@@ -10,6 +10,9 @@
   before the step, the norm reset after it: openai/sparse_autoencoder's train loop).
 - Adam (β 0.9 / 0.999, ε 6.25e-10), learning rate 2e-4 / sqrt(d_sae / 2^14) by default (the paper's
   scaling law for the rate), gradient norm clipped at 1.
+- ``chosen_weight`` w > 1 (a transcoder on text read as pretraining read it): the rows BERT's corruption chose
+  for prediction weigh w times the others in the reconstruction's error (the mean is taken over the weights), as
+  the replacement model and every graph are read there.
 - The rows are streamed from the memory-mapped file in shuffled blocks of at most ``block_bytes``
   (a block's rows shuffled again), so memory stays bounded by bytes whatever the corpus.
 - A checkpoint (the SAE, Adam's state, the epoch and the dead-latent counters) after every epoch;
@@ -44,6 +47,7 @@ class SaeTrainConfig:
     dead_tokens: int = 100_000  # a latent is dead when it has not fired in this many tokens
     block_bytes: int = 64 * 2**20  # rows read from disk at a time
     seed: int = 0
+    chosen_weight: float = 1.0  # the weight of the rows chosen for prediction (masked text) in the error
 
     def check(self, d_in: int, tokens: int) -> None:
         d_sae = self.expansion * d_in
@@ -53,6 +57,8 @@ class SaeTrainConfig:
             raise BertScopeError(f"k must be between 1 and {d_sae - 1} (the latents, {d_sae}, less one); got {self.k}.")
         if self.epochs < 1 or self.batch_tokens < 1:
             raise BertScopeError("Epochs and the batch size must be at least 1.")
+        if not 1 <= self.chosen_weight <= 1000:
+            raise BertScopeError(f"The chosen rows' weight is between 1 and 1,000; got {self.chosen_weight}.")
         if tokens < self.batch_tokens:
             raise BertScopeError(f"The corpus gave {tokens:,} tokens, fewer than one batch ({self.batch_tokens:,}): "
                                  "give it more sentences or a smaller batch.")
@@ -77,14 +83,19 @@ def geometric_median(x: torch.Tensor, iterations: int = 32) -> torch.Tensor:
     return median
 
 
-def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator, targets: np.ndarray | None = None):
+def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator, targets: np.ndarray | None = None,
+              weights: np.ndarray | None = None):
     """[rows, d] float32 blocks in a shuffled order, each block's rows shuffled; with ``targets`` (the same rows of
-    another point, a transcoder's output), each row is [d + d_target]: the input then its target."""
+    another point, a transcoder's output), each row is [d + d_target]: the input then its target; with ``weights``
+    ([rows], each row's weight in the error) one column more, last."""
     starts = np.arange(0, len(rows), block_rows)
     for start in generator.permutation(starts):
-        block = np.asarray(rows[start:start + block_rows], np.float32)
+        parts = [np.asarray(rows[start:start + block_rows], np.float32)]
         if targets is not None:
-            block = np.concatenate([block, np.asarray(targets[start:start + block_rows], np.float32)], axis=1)
+            parts.append(np.asarray(targets[start:start + block_rows], np.float32))
+        if weights is not None:
+            parts.append(np.asarray(weights[start:start + block_rows], np.float32)[:, None])
+        block = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         yield block[generator.permutation(len(block))]
 
 
@@ -148,10 +159,11 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
 def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: SaeTrainConfig, out: Path,
                      identity: dict, save: Callable, load: Callable, device: str = "cpu", resume: bool = True,
                      progress: Callable[[int, int, dict], None] | None = None,
-                     stop: Callable[[], bool] | None = None) -> tuple:
+                     stop: Callable[[], bool] | None = None, chosen: np.ndarray | None = None) -> tuple:
     """The training loop of a TopK dictionary (an SAE: ``targets`` None, it rebuilds its input; a transcoder: the
     same rows of its output point), the module docstring's recipe, checkpointed into ``out/checkpoint`` after every
-    epoch (``save(model, folder)`` / ``load(folder, device)``). Returns (the model, its ``SaeTrainState``)."""
+    epoch (``save(model, folder)`` / ``load(folder, device)``); ``chosen`` ([rows] bool) the rows weighed
+    ``cfg.chosen_weight`` times. Returns (the model, its ``SaeTrainState``)."""
     d_in, d_sae = rows.shape[1], model.d_sae
     device = torch.device(device)
     model = model.to(device)
@@ -160,8 +172,8 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
     optimizer = torch.optim.Adam(params, lr=cfg.rate(d_sae), betas=(0.9, 0.999), eps=6.25e-10)
     state, since_fired = SaeTrainState(), torch.zeros(d_sae, dtype=torch.long, device=device)
     checkpoint = out / "checkpoint"
-    chosen = np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)
-    sample = torch.from_numpy(np.asarray((rows if targets is None else targets)[chosen], np.float32)).to(device)
+    spread = np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)
+    sample = torch.from_numpy(np.asarray((rows if targets is None else targets)[spread], np.float32)).to(device)
     variance = float((sample - sample.mean(0)).pow(2).sum(1).mean())  # the normalised MSE's denominator
     found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",), identity) if resume else None
     if found is not None:
@@ -170,7 +182,10 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
     else:
         with torch.no_grad():
             model.b_dec.copy_(geometric_median(sample))  # [d_out]: where the reconstruction starts
-    width = d_in + (0 if targets is None else targets.shape[1])
+    weights = None if chosen is None or cfg.chosen_weight == 1 else \
+        np.where(chosen, np.float32(cfg.chosen_weight), np.float32(1))  # [rows]
+    weighed = weights is not None
+    width = d_in + (0 if targets is None else targets.shape[1]) + int(weighed)
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (width * 4))
     steps_per_epoch = len(rows) // cfg.batch_tokens
     total = steps_per_epoch * cfg.epochs
@@ -179,16 +194,19 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
         generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
         sums = {"loss": 0.0, "nmse": 0.0, "aux": 0.0}
         started, steps = time.perf_counter(), 0
-        for both in batches_of(blocks_of(rows, block_rows, generator, targets), cfg.batch_tokens, device):
+        for both in batches_of(blocks_of(rows, block_rows, generator, targets, weights), cfg.batch_tokens, device):
             if stop is not None and stop():
                 return model, state
+            w = both[:, -1] if weighed else None  # [batch]
+            both = both[:, :-1] if weighed else both
             x, y = (both, both) if targets is None else (both[:, :d_in], both[:, d_in:])  # [batch, d_in], [batch, d_out]
             pre = model.pre_activations(x)  # [batch, d_sae]
             top = pre.topk(cfg.k, dim=-1, sorted=False)
             values = torch.relu(top.values)
             recon = model.reconstruct_topk(x, values, top.indices)
             error = y - recon
-            nmse = error.pow(2).sum(1).mean() / variance
+            squared = error.pow(2).sum(1)  # [batch]
+            nmse = (squared.mean() if w is None else (w * squared).sum() / w.sum()) / variance
             fired = torch.zeros(d_sae, dtype=torch.bool, device=device)
             fired[top.indices[values > 0]] = True
             since_fired += len(x)

@@ -89,12 +89,16 @@ def train_transcoder(inputs: ActivationSet, outputs: ActivationSet, cfg: SaeTrai
     def load(folder: Path, where) -> Transcoder:
         return load_transcoder(folder, info.layer, where)
 
+    if cfg.chosen_weight != 1 and inputs.chosen is None:
+        raise BertScopeError("The chosen rows weigh more only in text read as pretraining read it (--masked): these "
+                             "activations were read as written.")
     tc, state = train_dictionary(tc, inputs.rows, outputs.rows, cfg, out / f"checkpoint_{info.layer}", identity,
-                                 save, load, device, resume, progress, stop)
+                                 save, load, device, resume, progress, stop, inputs.chosen)
     if stop is not None and state.epoch < cfg.epochs:
         return tc, state
     tc.info.extra.update({"trained_tokens": inputs.tokens, "epochs": cfg.epochs, "k": cfg.k,
-                          "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history})
+                          "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history,
+                          **({"chosen_weight": cfg.chosen_weight} if cfg.chosen_weight != 1 else {})})
     save_transcoder(tc, out)
     return tc, state
 

@@ -28,7 +28,7 @@ from bertscope.runtime.user_cache import user_cache_dir
 # installation's, bounded by what it ships)
 KEPT = ("hidden", "align", "retrieval", "training", "uploads", "features/activations", "features/statistics")
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # make_room asks is_pinned while it holds it
 _PINNED: dict[Path, int] = {}
 _SET: list[int | None] = [None]
 
@@ -38,7 +38,8 @@ def set_disk_quota(limit: int | None) -> None:
     _SET[0] = limit
 
 
-def _size(path: Path) -> int:
+def bytes_on_disk(path: Path) -> int:
+    """A file's or a folder's bytes on disk (blocks, not lengths; a link counts as itself)."""
     if path.is_symlink() or not path.is_dir():
         try:
             return path.lstat().st_blocks * 512
@@ -67,6 +68,25 @@ def touch(path: Path) -> None:
         os.utime(path)
     except OSError:
         pass
+
+
+def is_pinned(path: Path) -> bool:
+    """Whether a job of this process holds the entry at ``path`` (``pinned``)."""
+    with _LOCK:
+        return Path(path).resolve() in _PINNED
+
+
+def being_written(path: Path) -> bool:
+    """Whether the entry at ``path`` is a write under way (a temporary name, renamed into place when whole)."""
+    return TMP in path.name or path.name.startswith(".partial-")
+
+
+def remove_entry(path: Path) -> None:
+    """Remove an entry: a folder with everything in it, or a file or link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 class pinned:
@@ -104,12 +124,12 @@ class DiskQuota:
             if not folder.is_dir():
                 continue
             for path in folder.iterdir():
-                writing = TMP in path.name or path.name.startswith(".partial-")
+                writing = being_written(path)
                 try:
                     used = now if writing else path.lstat().st_mtime
                 except OSError:
                     continue
-                found.append(Entry(path, _size(path), used))
+                found.append(Entry(path, bytes_on_disk(path), used))
         return sorted(found, key=lambda e: e.used)
 
     def used(self) -> int:
@@ -130,12 +150,9 @@ class DiskQuota:
             for entry in entries:
                 if total + need <= self.limit:
                     break
-                if entry.path.resolve() in _PINNED or TMP in entry.path.name or entry.path.name.startswith(".partial-"):
+                if is_pinned(entry.path) or being_written(entry.path):
                     continue
-                if entry.path.is_dir() and not entry.path.is_symlink():
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    entry.path.unlink(missing_ok=True)
+                remove_entry(entry.path)
                 total -= entry.bytes
                 removed.append(entry.path)
             if total + need > self.limit:

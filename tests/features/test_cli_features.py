@@ -158,6 +158,19 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     assert json.loads((out / "quality.json").read_text())["replacement"] == r
     code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--layers", "7", "--out", out)
     assert code == 2 and "Layer 7 does not exist" in err and err.count("\n") == 1
+    weighed = tmp_path / "weighed"
+    code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--masked", "--chosen-weight", 5,
+                                "--layers", "1", "--tokens", 600, "--held-out", 6, "--expansion", 2, "--k", 4,
+                                "--epochs", 1, "--batch-tokens", 64, "--out", weighed, "--json")
+    assert code == 0, err
+    from bertscope.features.transcoder import load_transcoder
+    assert load_transcoder(weighed, 1).info.extra["chosen_weight"] == 5.0
+    for argv, said in ((["--chosen-weight", "5"], "it needs --masked"),
+                       (["--masked", "--chosen-weight", "0.5"], "between 1 and 1,000"),
+                       (["--masked", "--chosen-weight", "2000"], "between 1 and 1,000")):
+        code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, *argv, "--out", tmp_path / "no")
+        assert code == 2 and said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "no").exists()
 
 
 def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypatch):

@@ -141,6 +141,10 @@ def test_masked_reading_is_bert_s_corruption_row_for_row(tmp_path, tiny_mlm_dir)
     np.testing.assert_allclose(np.asarray(masked.rows, np.float32), expected, atol=2e-3)
     changed = np.array([want[s][1][t] for s, t in masked.where])
     assert 0 < changed.mean() < 0.5
+    np.testing.assert_array_equal(masked.chosen, changed)  # the rows chosen for prediction are kept with the set
+    assert plain.chosen is None
+    subset = masked.of_sentences([1, 4])
+    np.testing.assert_array_equal(subset.chosen, masked.chosen[np.isin(masked.where[:, 0], [1, 4])])
     differs = np.abs(np.asarray(masked.rows, np.float32) - np.asarray(plain.rows, np.float32)).max(axis=1) > 1e-2
     assert differs[changed].mean() > 0.5  # the chosen positions read another input
     # under masking every point is read in one pass: a set whose partner is gone is read again with it
@@ -151,6 +155,36 @@ def test_masked_reading_is_bert_s_corruption_row_for_row(tmp_path, tiny_mlm_dir)
     again_both = points_activations(lm, texts, [1], both, root=tmp_path / "pair", masking=3)
     assert all((s.folder / "meta.json").is_file() for s in again_both.values())
     np.testing.assert_array_equal(np.asarray(again_both[(1, "hook_resid_mid")].rows), np.asarray(masked.rows))
+    (masked.folder / "chosen.npy").unlink()  # a set kept before the chosen rows were: read again, with them
+    read_again = points_activations(lm, texts, [1], point, root=tmp_path, masking=3)[(1, point[0])]
+    np.testing.assert_array_equal(read_again.chosen, changed)
+
+
+def test_the_chosen_rows_weigh_more_in_the_error_when_asked(tmp_path):
+    """``chosen_weight``: rows chosen for prediction follow another map than the rest, from inputs alike; weighed 20
+    times, the transcoder's compromise moves toward them, and their error falls."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8_000, 16)).astype(np.float32)
+    chosen = rng.random(len(x)) < 0.1
+    a, b = rng.normal(size=(16, 16)).astype(np.float32), rng.normal(size=(16, 16)).astype(np.float32)
+    y = np.where(chosen[:, None], x @ b, x @ a).astype(np.float16)
+    where = np.stack([np.arange(len(x)), np.zeros(len(x))], 1).astype(np.int32)
+    inputs = ActivationSet(tmp_path / "x", 0, x.astype(np.float16), where, (), chosen)
+    outputs = ActivationSet(tmp_path / "y", 0, y, where, ())
+    errors = {}
+    for weight in (1.0, 20.0):
+        cfg = SaeTrainConfig(expansion=2, k=2, epochs=4, batch_tokens=256, lr=1e-2, chosen_weight=weight)
+        tc, _ = train_transcoder(inputs, outputs, cfg, tmp_path / f"w{weight:g}", TranscoderInfo("m", 0), skip=True)
+        with torch.no_grad():
+            made = tc(torch.from_numpy(x)).numpy()
+        errors[weight] = [float(((made - y)[rows] ** 2).sum(1).mean()) for rows in (chosen, ~chosen)]
+    assert errors[20.0][0] < 0.6 * errors[1.0][0] and errors[20.0][1] > errors[1.0][1], errors
+    assert load_transcoder(tmp_path / "w20", 0).info.extra["chosen_weight"] == 20.0
+    assert "chosen_weight" not in load_transcoder(tmp_path / "w1", 0).info.extra
+    with pytest.raises(BertScopeError, match="read as pretraining read it"):
+        train_transcoder(outputs, outputs, cfg, tmp_path / "bad", TranscoderInfo("m", 0))
+    with pytest.raises(BertScopeError, match="between 1 and 1,000"):
+        SaeTrainConfig(chosen_weight=0.5).check(16, 10_000)
 
 
 def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir, monkeypatch):
