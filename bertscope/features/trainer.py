@@ -120,6 +120,13 @@ def batches_of(blocks: Iterator[np.ndarray], batch: int, device: str) -> Iterato
         left = x[whole:].clone() if whole < len(x) else None  # a copy: the block goes
 
 
+def row_weights(chosen: np.ndarray | None, weight: float) -> np.ndarray | None:
+    """[rows] float32: ``weight`` at the ``chosen`` rows, 1 elsewhere (None when every row weighs the same)."""
+    if chosen is None or weight == 1:
+        return None
+    return np.where(chosen, np.float32(weight), np.float32(1))
+
+
 def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: SaeInfo, device: str = "cpu",
               resume: bool = True, progress: Callable[[int, int, dict], None] | None = None,
               stop: Callable[[], bool] | None = None) -> tuple[TopKSAE, SaeTrainState]:
@@ -182,8 +189,7 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
     else:
         with torch.no_grad():
             model.b_dec.copy_(geometric_median(sample))  # [d_out]: where the reconstruction starts
-    weights = None if chosen is None or cfg.chosen_weight == 1 else \
-        np.where(chosen, np.float32(cfg.chosen_weight), np.float32(1))  # [rows]
+    weights = row_weights(chosen, cfg.chosen_weight)  # [rows] or None
     weighed = weights is not None
     width = d_in + (0 if targets is None else targets.shape[1]) + int(weighed)
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (width * 4))
@@ -197,8 +203,7 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
         for both in batches_of(blocks_of(rows, block_rows, generator, targets, weights), cfg.batch_tokens, device):
             if stop is not None and stop():
                 return model, state
-            w = both[:, -1] if weighed else None  # [batch]
-            both = both[:, :-1] if weighed else both
+            w, both = (both[:, -1], both[:, :-1]) if weighed else (None, both)  # w [batch]: each row's weight
             x, y = (both, both) if targets is None else (both[:, :d_in], both[:, d_in:])  # [batch, d_in], [batch, d_out]
             pre = model.pre_activations(x)  # [batch, d_sae]
             top = pre.topk(cfg.k, dim=-1, sorted=False)
