@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertscope.errors import BertScopeError
-from bertscope.runtime.disk_quota import KEPT, Entry, being_written, bytes_on_disk, is_pinned, remove_entry
+from bertscope.runtime.disk_quota import (
+    KEPT,
+    Entry,
+    being_written,
+    bytes_on_disk,
+    folder_entries,
+    is_pinned,
+    remove_entry,
+)
 from bertscope.runtime.user_cache import user_cache_dir
 
 INSTALLED = ("models", "corpora")  # the installation's: listed, never removed here
@@ -59,23 +67,10 @@ class CacheUsage:
         return sum(k.bytes for k in self.kinds) + sum(b for _, b in self.installed)
 
 
-def _entries(folder: Path) -> tuple[Entry, ...]:
-    if not folder.is_dir():
-        return ()
-    found = []
-    for path in folder.iterdir():
-        try:
-            used = path.lstat().st_mtime
-        except OSError:
-            continue
-        found.append(Entry(path, bytes_on_disk(path), used))
-    return tuple(sorted(found, key=lambda e: e.used))
-
-
 def cache_usage(root: Path | None = None) -> CacheUsage:
     """Every kind's entries under ``root`` (default the user cache) with their bytes on disk and last use."""
     root = Path(root) if root is not None else user_cache_dir()
-    kinds = tuple(KindUsage(kind_of(kept), root / kept, _entries(root / kept)) for kept in KEPT)
+    kinds = tuple(KindUsage(kind_of(kept), root / kept, tuple(folder_entries(root / kept))) for kept in KEPT)
     installed = tuple((name, bytes_on_disk(root / name)) for name in INSTALLED if (root / name).exists())
     return CacheUsage(root, kinds, installed)
 

@@ -109,6 +109,21 @@ class pinned:
                 _PINNED.pop(self.path, None)
 
 
+def folder_entries(folder: Path) -> list[Entry]:
+    """The entries directly under ``folder`` (none when it is absent), each with its bytes on disk and its last use
+    (modification time), least recently used first."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        try:
+            used = path.lstat().st_mtime
+        except OSError:
+            continue
+        found.append(Entry(path, bytes_on_disk(path), used))
+    return sorted(found, key=lambda e: e.used)
+
+
 class DiskQuota:
     """The entries under ``root``'s kept folders, and the bytes they may take together."""
 
@@ -117,19 +132,9 @@ class DiskQuota:
 
     def entries(self) -> list[Entry]:
         """Every entry, least recently used first; temporary names (a write under way) count as used now."""
-        found = []
         now = time.time()
-        for kept in KEPT:
-            folder = self.root / kept
-            if not folder.is_dir():
-                continue
-            for path in folder.iterdir():
-                writing = being_written(path)
-                try:
-                    used = now if writing else path.lstat().st_mtime
-                except OSError:
-                    continue
-                found.append(Entry(path, bytes_on_disk(path), used))
+        found = [Entry(e.path, e.bytes, now) if being_written(e.path) else e
+                 for kept in KEPT for e in folder_entries(self.root / kept)]
         return sorted(found, key=lambda e: e.used)
 
     def used(self) -> int:
