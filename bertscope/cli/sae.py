@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.common import Command, finite_float, load, progress_bar
 from bertscope.errors import BertScopeError
 from bertscope.features.shipped import layer_folder
 from bertscope.runtime.atomic import write_text
@@ -55,7 +55,9 @@ def dictionary_run(args: argparse.Namespace, what: str):
     lm = load(args)
     layers = parse_layers(args.layers, lm.num_layers)
     cfg = SaeTrainConfig(expansion=args.expansion, k=args.k, epochs=args.epochs, batch_tokens=args.batch_tokens,
-                         seed=args.seed, chosen_weight=getattr(args, "chosen_weight", 1.0))
+                         seed=args.seed, chosen_weight=getattr(args, "chosen_weight", 1.0),
+                         lr_decay=args.lr_decay, resample_every=args.resample_every,
+                         standardise=getattr(args, "standardise", False))
     if cfg.chosen_weight != 1 and not getattr(args, "masked", False):
         raise BertScopeError("--chosen-weight weighs the positions BERT's corruption chose: it needs --masked.")
     cfg.check(lm.hidden_size, cfg.batch_tokens)  # the settings alone, before any pass
@@ -134,6 +136,15 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def schedule_arguments(p: argparse.ArgumentParser) -> None:
+    """The trainer's rate decay and dead-latent restarts, shared by ``train-sae`` and ``train-transcoders``."""
+    p.add_argument("--lr-decay", type=finite_float, default=0.0, metavar="SHARE",
+                   help="the share of the last steps over which the rate falls linearly to 0 (default 0: constant)")
+    p.add_argument("--resample-every", type=int, default=0, metavar="STEPS",
+                   help="restart the dead latents every STEPS steps in the first half of the run, each at a "
+                        "badly rebuilt row of the batch (Bricken et al. 2023; default 0: AuxK alone)")
+
+
 def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", help="layers from 0 (default every layer)")
     p.add_argument("--expansion", type=int, default=8, help="latents = expansion x the model's width (default 8)")
@@ -147,6 +158,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="held-out texts from each source (sentences for Brown) for the figures (default 300)")
     p.add_argument("--epochs", type=int, default=4, help="passes over the training word pieces (default 4)")
     p.add_argument("--batch-tokens", type=int, default=2048, help="word pieces a training step (default 2,048)")
+    schedule_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="the texts drawn, the SAE's start, its shuffle and the scoring's masks (default 0)")
     p.add_argument("--weights", choices=("float32", "float16"), default="float32",
                    help="the saved SAE's dtype (float16: half the bytes, as the shipped SAEs)")

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from bertscope.cli.common import Command, finite_float, load, progress_bar
-from bertscope.cli.sae import dictionary_run
+from bertscope.cli.sae import dictionary_run, schedule_arguments
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
 
@@ -288,6 +288,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=200_000, help="training word pieces a layer (default 200,000)")
     p.add_argument("--epochs", type=int, default=4, help="passes over the training word pieces (default 4)")
     p.add_argument("--batch-tokens", type=int, default=2048, help="word pieces a training step (default 2,048)")
+    schedule_arguments(p)
+    p.add_argument("--standardise", action="store_true",
+                   help="train the encoder and skip path on each input dimension centred, at unit variance (folded "
+                        "into the saved weights: the same map), where BERT's LayerNorm outputs carry a few large "
+                        "dimensions")
     _held_out_arguments(p)
     _weights_argument(p)
     p.add_argument("--out", required=True, help="a folder: layer_L.safetensors per layer (circuit-tracer's format) "

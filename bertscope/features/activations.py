@@ -309,6 +309,7 @@ def _save_in_order(rows: np.ndarray, order: np.ndarray, path: Path, block: int =
 
 def _read(folder: Path, layer: int, texts: tuple[str, ...]) -> ActivationSet:
     rows = np.load(folder / "rows.npy", mmap_mode="r", allow_pickle=False)
-    where = np.load(folder / "where.npy", allow_pickle=False)
-    chosen = np.load(folder / "chosen.npy", allow_pickle=False) if (folder / "chosen.npy").is_file() else None
+    where = np.load(folder / "where.npy", mmap_mode="r", allow_pickle=False)  # read where used: bounded by bytes
+    chosen = np.load(folder / "chosen.npy", mmap_mode="r", allow_pickle=False) if (folder / "chosen.npy").is_file() \
+        else None
     return ActivationSet(folder, layer, rows, where, texts, chosen)

@@ -10,6 +10,15 @@
   before the step, the norm reset after it: openai/sparse_autoencoder's train loop).
 - Adam (β 0.9 / 0.999, ε 6.25e-10), learning rate 2e-4 / sqrt(d_sae / 2^14) by default (the paper's
   scaling law for the rate), gradient norm clipped at 1.
+- ``lr_decay`` (0 by default): the rate falls linearly to 0 over that share of the last steps (SAELens's
+  ``lr_decay_steps``). ``resample_every`` N > 0: every N steps of the run's first half, the dead latents restart
+  (``restart_dead``: Bricken et al. 2023's resampling, a latent set to fire on a row the dictionary rebuilds badly
+  and to write that row's error), for the latents AuxK cannot reach: a dead latent whose pre-activations are below
+  zero on every row gets no gradient through AuxK's ReLU. ``standardise`` (transcoders): the encoder and the skip
+  path read each input dimension centred and at unit variance while training, folded into W_enc, b_enc, W_skip and
+  b_dec at the end (the same map): BERT's LayerNorm outputs carry a few dimensions of large mean and spread (layer
+  3 of all-MiniLM-L6-v2: one dimension's mean 8.6, the rest's spread 0.17-2.8), where Adam's equal steps move every
+  pre-activation at once; trained on the raw inputs, half the latents end below zero on every row.
 - ``chosen_weight`` w > 1 (a transcoder on text read as pretraining read it): the rows BERT's corruption chose
   for prediction weigh w times the others in the reconstruction's error (the mean is taken over the weights), as
   the replacement model and every graph are read there.
@@ -48,6 +57,9 @@ class SaeTrainConfig:
     block_bytes: int = 64 * 2**20  # rows read from disk at a time
     seed: int = 0
     chosen_weight: float = 1.0  # the weight of the rows chosen for prediction (masked text) in the error
+    lr_decay: float = 0.0  # the share of the last steps over which the rate falls linearly to 0 (SAELens's)
+    resample_every: int = 0  # steps between restarts of the dead latents (0: never), in the first half of the run
+    standardise: bool = False  # a transcoder reads each input dimension centred, at unit variance (folded when saved)
 
     def check(self, d_in: int, tokens: int) -> None:
         d_sae = self.expansion * d_in
@@ -57,6 +69,10 @@ class SaeTrainConfig:
             raise BertScopeError(f"k must be between 1 and {d_sae - 1} (the latents, {d_sae}, less one); got {self.k}.")
         if self.epochs < 1 or self.batch_tokens < 1:
             raise BertScopeError("Epochs and the batch size must be at least 1.")
+        if not 0 <= self.lr_decay <= 1:
+            raise BertScopeError(f"The rate's decay is a share of the steps, 0 to 1; got {self.lr_decay}.")
+        if self.resample_every < 0:
+            raise BertScopeError(f"Dead latents restart every N steps, N at least 1 (0: never); got {self.resample_every}.")
         if not 1 <= self.chosen_weight <= 1000:
             raise BertScopeError(f"The chosen rows' weight is between 1 and 1,000; got {self.chosen_weight}.")
         if tokens < self.batch_tokens:
@@ -65,6 +81,24 @@ class SaeTrainConfig:
 
     def rate(self, d_sae: int) -> float:
         return self.lr if self.lr is not None else 2e-4 / math.sqrt(d_sae / 2**14)
+
+    def departures(self) -> dict:
+        """The settings of the rows' weights, the rate's decay, the restarts and the standardised inputs that are not
+        their defaults (what a saved dictionary's facts name besides k, expansion and epochs)."""
+        return {name: getattr(self, name) for name, plain in
+                (("chosen_weight", 1.0), ("lr_decay", 0.0), ("resample_every", 0), ("standardise", False))
+                if getattr(self, name) != plain}
+
+    def rate_at(self, d_sae: int, step: int, total: int) -> float:
+        """The rate at ``step`` (from 0) of ``total``: constant, then falling linearly to 0 over the last
+        ``lr_decay`` share of the steps."""
+        decay = self.lr_decay * total
+        return self.rate(d_sae) * (1.0 if decay <= 0 else min(1.0, (total - step) / decay))
+
+    def resamples_at(self, step: int, total: int) -> bool:
+        """Whether the dead latents restart after ``step`` (from 1): every ``resample_every`` steps, in the
+        first half of the run (the second lets the restarted ones settle)."""
+        return self.resample_every > 0 and step % self.resample_every == 0 and step <= total // 2
 
 
 @dataclass
@@ -84,17 +118,19 @@ def geometric_median(x: torch.Tensor, iterations: int = 32) -> torch.Tensor:
 
 
 def blocks_of(rows: np.ndarray, block_rows: int, generator: np.random.Generator, targets: np.ndarray | None = None,
-              weights: np.ndarray | None = None):
+              chosen: np.ndarray | None = None, weight: float = 1.0):
     """[rows, d] float32 blocks in a shuffled order, each block's rows shuffled; with ``targets`` (the same rows of
-    another point, a transcoder's output), each row is [d + d_target]: the input then its target; with ``weights``
-    ([rows], each row's weight in the error) one column more, last."""
+    another point, a transcoder's output), each row is [d + d_target]: the input then its target; with ``chosen``
+    ([rows] bool, memory-mapped: read a block at a time) and a ``weight`` other than 1, one column more, last: each
+    row's weight in the error (``row_weights``)."""
     starts = np.arange(0, len(rows), block_rows)
     for start in generator.permutation(starts):
         parts = [np.asarray(rows[start:start + block_rows], np.float32)]
         if targets is not None:
             parts.append(np.asarray(targets[start:start + block_rows], np.float32))
+        weights = row_weights(None if chosen is None else chosen[start:start + block_rows], weight)
         if weights is not None:
-            parts.append(np.asarray(weights[start:start + block_rows], np.float32)[:, None])
+            parts.append(weights[:, None])
         block = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         yield block[generator.permutation(len(block))]
 
@@ -125,6 +161,86 @@ def row_weights(chosen: np.ndarray | None, weight: float) -> np.ndarray | None:
     if chosen is None or weight == 1:
         return None
     return np.where(chosen, np.float32(weight), np.float32(1))
+
+
+@torch.no_grad()
+def restart_dead(model, optimizer: torch.optim.Optimizer, dead: torch.Tensor, x: torch.Tensor, error: torch.Tensor,
+                 pre: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
+    """Bricken et al. 2023's resampling, for TopK: each ``dead`` latent ([d_sae] bool; at most one a row of the
+    batch) restarts at a row of ``x`` ([batch, d_in]) drawn by its squared ``error`` ([batch, d_out]): its decoder row
+    that row's error at unit norm, its encoder column the row less the batch's mean, scaled so that its
+    pre-activation is the row's k-th largest (of ``pre`` [batch, d_sae]) there and 0 at the mean; Adam's moments of
+    what restarts cleared; the draws from ``seed``. Returns the latents restarted ([n] long)."""
+    generator = torch.Generator(x.device).manual_seed(seed)
+    weight = error.pow(2).sum(1)  # [batch]
+    latents = dead.nonzero().squeeze(1)  # [dead]
+    n = min(len(latents), int((weight > 0).sum()))
+    if n == 0:
+        return latents[:0]
+    latents = latents[torch.randperm(len(latents), generator=generator, device=x.device)[:n]]  # [n]
+    rows = torch.multinomial(weight, n, replacement=False, generator=generator)  # [n]
+    centre = x.mean(0)  # [d_in]
+    direction = x[rows] - centre  # [n, d_in]
+    threshold = pre[rows].topk(k, dim=-1).values[:, -1].clamp_min(1e-3)  # [n]: the row's k-th largest
+    model.W_enc[:, latents] = (direction * (threshold / direction.pow(2).sum(1).clamp_min(1e-12))[:, None]).T
+    model.b_enc[latents] = 0.0
+    model.b_enc[latents] = -model.pre_activations(centre[None])[0, latents]
+    model.W_dec[latents] = error[rows] / error[rows].norm(dim=1, keepdim=True).clamp_min(1e-12)
+    for param, index in ((model.W_enc, (slice(None), latents)), (model.b_enc, latents), (model.W_dec, latents)):
+        for moment in ("exp_avg", "exp_avg_sq"):
+            if moment in optimizer.state.get(param, {}):
+                optimizer.state[param][moment][index] = 0.0
+    return latents
+
+
+def standardiser(sample: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(each input dimension's mean [d_in], its standard deviation [d_in], at least a thousandth of their mean) over
+    ``sample`` [n, d_in]."""
+    x = torch.from_numpy(np.asarray(sample, np.float32)).to(device)
+    std = x.std(0)
+    return x.mean(0), std.clamp_min(1e-3 * float(std.mean()) + 1e-12)
+
+
+@torch.no_grad()
+def fold_standardiser(model, shift: torch.Tensor | None, scale: torch.Tensor | None):
+    """A transcoder trained on (x - ``shift``) / ``scale`` made to read x itself, the same map: W_enc and W_skip
+    divided by the scale along the input, b_enc and b_dec less what the shift gives. Returns it (as is when
+    ``shift`` is None)."""
+    if shift is None or scale is None:
+        return model
+    model.W_enc.div_(scale[:, None])  # [d_in, d_sae]
+    model.b_enc.sub_(shift @ model.W_enc)
+    if getattr(model, "W_skip", None) is not None:
+        model.W_skip.div_(scale[None, :])  # [d_out, d_in]
+        model.b_dec.sub_(model.W_skip @ shift)
+    return model
+
+
+def batch_loss(model, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, cfg: SaeTrainConfig, variance: float,
+               since_fired: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batch's (normalised MSE, AuxK loss, pre-activations [batch, d_sae], error [batch, d_out], dead [d_sae]
+    bool) for ``x`` [batch, d_in] → ``y`` [batch, d_out], each row weighing ``w`` [batch] (None: alike); counts the
+    batch's tokens into ``since_fired`` [d_sae] (zero for the latents that fired) before the dead are read."""
+    pre = model.pre_activations(x)  # [batch, d_sae]
+    top = pre.topk(cfg.k, dim=-1, sorted=False)
+    values = torch.relu(top.values)
+    error = y - model.reconstruct_topk(x, values, top.indices)  # [batch, d_out]
+    squared = error.pow(2).sum(1)  # [batch]
+    nmse = (squared.mean() if w is None else (w * squared).sum() / w.sum()) / variance
+    fired = torch.zeros(len(since_fired), dtype=torch.bool, device=since_fired.device)
+    fired[top.indices[values > 0]] = True
+    since_fired += len(x)
+    since_fired[fired] = 0
+    dead = since_fired > cfg.dead_tokens  # [d_sae]
+    aux = torch.zeros((), device=x.device)
+    n_dead, k_aux = int(dead.sum()), model.W_dec.shape[1] // 2
+    if n_dead:
+        take = min(k_aux, n_dead)
+        dead_pre = pre.masked_fill(~dead[None, :], float("-inf")).topk(take, dim=-1, sorted=False)
+        aux_recon = torch.nn.functional.embedding_bag(dead_pre.indices, model.W_dec, mode="sum",
+                                                      per_sample_weights=torch.relu(dead_pre.values))
+        aux = (error.detach() - aux_recon).pow(2).sum(1).mean() / variance * min(n_dead / k_aux, 1.0)
+    return nmse, aux, pre, error, dead
 
 
 def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: SaeInfo, device: str = "cpu",
@@ -158,7 +274,8 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
     if stop is not None and state.epoch < cfg.epochs:
         return sae, state
     sae.info.extra.update({"trained_tokens": int(len(acts.rows)), "epochs": cfg.epochs, "k": cfg.k,
-                           "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history})
+                           "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history,
+                           **cfg.departures()})
     save_sae(sae, out)
     return sae, state
 
@@ -180,6 +297,7 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
     state, since_fired = SaeTrainState(), torch.zeros(d_sae, dtype=torch.long, device=device)
     checkpoint = out / "checkpoint"
     spread = np.linspace(0, len(rows) - 1, min(len(rows), 8192)).astype(int)
+    shift, scale = standardiser(rows[spread], device) if cfg.standardise and targets is not None else (None, None)
     sample = torch.from_numpy(np.asarray((rows if targets is None else targets)[spread], np.float32)).to(device)
     variance = float((sample - sample.mean(0)).pow(2).sum(1).mean())  # the normalised MSE's denominator
     found = read_checkpoint(checkpoint, cfg, optimizer, names, ("since_fired",), identity) if resume else None
@@ -189,50 +307,37 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
     else:
         with torch.no_grad():
             model.b_dec.copy_(geometric_median(sample))  # [d_out]: where the reconstruction starts
-    weights = row_weights(chosen, cfg.chosen_weight)  # [rows] or None
-    weighed = weights is not None
+    weighed = row_weights(None if chosen is None else chosen[:1], cfg.chosen_weight) is not None
     width = d_in + (0 if targets is None else targets.shape[1]) + int(weighed)
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (width * 4))
     steps_per_epoch = len(rows) // cfg.batch_tokens
     total = steps_per_epoch * cfg.epochs
-    k_aux = model.W_dec.shape[1] // 2
     for epoch in range(state.epoch, cfg.epochs):
         generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
         sums = {"loss": 0.0, "nmse": 0.0, "aux": 0.0}
         started, steps = time.perf_counter(), 0
-        for both in batches_of(blocks_of(rows, block_rows, generator, targets, weights), cfg.batch_tokens, device):
+        blocks = blocks_of(rows, block_rows, generator, targets, chosen, cfg.chosen_weight)
+        for both in batches_of(blocks, cfg.batch_tokens, device):
             if stop is not None and stop():
-                return model, state
+                return fold_standardiser(model, shift, scale), state
             w, both = (both[:, -1], both[:, :-1]) if weighed else (None, both)  # w [batch]: each row's weight
             x, y = (both, both) if targets is None else (both[:, :d_in], both[:, d_in:])  # [batch, d_in], [batch, d_out]
-            pre = model.pre_activations(x)  # [batch, d_sae]
-            top = pre.topk(cfg.k, dim=-1, sorted=False)
-            values = torch.relu(top.values)
-            recon = model.reconstruct_topk(x, values, top.indices)
-            error = y - recon
-            squared = error.pow(2).sum(1)  # [batch]
-            nmse = (squared.mean() if w is None else (w * squared).sum() / w.sum()) / variance
-            fired = torch.zeros(d_sae, dtype=torch.bool, device=device)
-            fired[top.indices[values > 0]] = True
-            since_fired += len(x)
-            since_fired[fired] = 0
-            dead = since_fired > cfg.dead_tokens
-            aux = torch.zeros((), device=device)
+            x = x if shift is None or scale is None else (x - shift) / scale
+            nmse, aux, pre, error, dead = batch_loss(model, x, y, w, cfg, variance, since_fired)
             n_dead = int(dead.sum())
-            if n_dead:
-                take = min(k_aux, n_dead)
-                dead_pre = pre.masked_fill(~dead[None, :], float("-inf")).topk(take, dim=-1, sorted=False)
-                aux_recon = torch.nn.functional.embedding_bag(dead_pre.indices, model.W_dec, mode="sum",
-                                                              per_sample_weights=torch.relu(dead_pre.values))
-                aux = (error.detach() - aux_recon).pow(2).sum(1).mean() / variance * min(n_dead / k_aux, 1.0)
             loss = nmse + cfg.aux_coef * aux
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             model.remove_parallel_gradient()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.rate_at(d_sae, state.step, total)
             optimizer.step()
             model.normalise_decoder()
             state.step += 1
+            if n_dead and cfg.resamples_at(state.step, total):
+                since_fired[restart_dead(model, optimizer, dead, x, error.detach(), pre.detach(), cfg.k,
+                                         cfg.seed * 1_000_003 + state.step)] = 0
             steps += 1
             for key, value in (("loss", loss), ("nmse", nmse), ("aux", aux)):
                 sums[key] += float(value.detach())
@@ -245,4 +350,4 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
                               "tokens_per_s": steps * cfg.batch_tokens / max(time.perf_counter() - started, 1e-9)})
         save_checkpoint(checkpoint, lambda tmp: save(model, tmp / "sae"), optimizer, names, state,
                         {"since_fired": since_fired}, cfg, identity)
-    return model, state
+    return fold_standardiser(model, shift, scale), state

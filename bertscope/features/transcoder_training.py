@@ -98,7 +98,7 @@ def train_transcoder(inputs: ActivationSet, outputs: ActivationSet, cfg: SaeTrai
         return tc, state
     tc.info.extra.update({"trained_tokens": inputs.tokens, "epochs": cfg.epochs, "k": cfg.k,
                           "expansion": cfg.expansion, "seed": cfg.seed, "history": state.history,
-                          **({"chosen_weight": cfg.chosen_weight} if cfg.chosen_weight != 1 else {})})
+                          **cfg.departures()})
     save_transcoder(tc, out)
     return tc, state
 

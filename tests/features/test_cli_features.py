@@ -16,7 +16,8 @@ def run_cli(capsys, *argv):
 def test_train_then_read_features(capsys, tmp_path, tiny_mlm_dir):
     out = tmp_path / "saes"
     code, stdout, err = run_cli(capsys, "train-sae", tiny_mlm_dir, "--layers", "1", "--tokens", 600, "--held-out", 12,
-                                "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out", out, "--json")
+                                "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--lr-decay", 0.1,
+                                "--out", out, "--json")
     assert code == 0, err
     report = json.loads(stdout)
     (layer,) = report["layers"]
@@ -31,8 +32,8 @@ def test_train_then_read_features(capsys, tmp_path, tiny_mlm_dir):
     assert sum(layer["tokens_by_source"].values()) == 600 and min(layer["tokens_by_source"].values()) > 0
     assert sum(d["tokens"] for d in layer["domains"].values()) == layer["tokens"]
     assert all(d["positions"] > 0 and d["l0"] <= 4 for d in layer["domains"].values())
-    assert json.loads((out / "layer_01" / "cfg.json").read_text())["metadata"]["bertscope"]["tokens_by_source"] == \
-        layer["tokens_by_source"]
+    facts = json.loads((out / "layer_01" / "cfg.json").read_text())["metadata"]["bertscope"]
+    assert facts["tokens_by_source"] == layer["tokens_by_source"] and facts["lr_decay"] == 0.1
     code, stdout, err = run_cli(capsys, "features", tiny_mlm_dir, "--sae", out, "--layer", 1, "--text",
                                 "the bank of the river", "--json")
     assert code == 0, err
@@ -161,13 +162,18 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     weighed = tmp_path / "weighed"
     code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--masked", "--chosen-weight", 5,
                                 "--layers", "1", "--tokens", 600, "--held-out", 6, "--expansion", 2, "--k", 4,
-                                "--epochs", 1, "--batch-tokens", 64, "--out", weighed, "--json")
+                                "--epochs", 1, "--batch-tokens", 64, "--lr-decay", 0.2, "--resample-every", 2,
+                                "--out", weighed, "--json")
     assert code == 0, err
     from bertscope.features.transcoder import load_transcoder
-    assert load_transcoder(weighed, 1).info.extra["chosen_weight"] == 5.0
+    extra = load_transcoder(weighed, 1).info.extra
+    assert (extra["chosen_weight"], extra["lr_decay"], extra["resample_every"]) == (5.0, 0.2, 2)
+    assert not {"lr_decay", "resample_every"} & set(load_transcoder(out, 1).info.extra)  # the defaults are not written
     for argv, said in ((["--chosen-weight", "5"], "it needs --masked"),
                        (["--masked", "--chosen-weight", "0.5"], "between 1 and 1,000"),
-                       (["--masked", "--chosen-weight", "2000"], "between 1 and 1,000")):
+                       (["--masked", "--chosen-weight", "2000"], "between 1 and 1,000"),
+                       (["--lr-decay", "2"], "a share of the steps"),
+                       (["--resample-every", "-3"], "restart every N steps")):
         code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, *argv, "--out", tmp_path / "no")
         assert code == 2 and said in err and err.count("\n") == 1, err
     assert not (tmp_path / "no").exists()

@@ -360,3 +360,110 @@ def test_logit_weights_are_the_heads_reading_of_the_direction(tiny_mlm_dir, tiny
     encoder = load_model(str(tiny_encoder_dir))
     with pytest.raises(BertScopeError, match="no masked-LM head"):
         logit_weights(encoder, TopKSAE(encoder.hidden_size, 64, 4), 0)
+
+
+def test_the_rate_is_constant_then_falls_linearly_to_zero_over_the_last_share():
+    cfg = SaeTrainConfig(lr=1e-3, lr_decay=0.25)
+    assert [cfg.rate_at(64, step, 100) for step in (0, 74, 75, 90, 99)] == pytest.approx([1e-3, 1e-3, 1e-3, 4e-4, 4e-5])
+    assert SaeTrainConfig(lr=1e-3).rate_at(64, 99, 100) == 1e-3  # no decay: constant to the end
+    assert [SaeTrainConfig(resample_every=10).resamples_at(s, 100) for s in (10, 15, 50, 60)] == [True, False, True,
+                                                                                                   False]
+    for bad in ({"lr_decay": 1.5}, {"resample_every": -1}):
+        with pytest.raises(BertScopeError, match="share of the steps|restart every"):
+            SaeTrainConfig(**bad).check(16, 10_000)
+
+
+def test_a_restarted_latent_fires_on_its_row_and_writes_its_error():
+    """``restart_dead``: the latent reads the drawn row at the row's k-th largest pre-activation and 0 at the batch's
+    mean, writes that row's error (unit norm), and Adam forgets what it knew of it; the other latents are untouched."""
+    from bertscope.features.trainer import restart_dead
+    from bertscope.features.transcoder import Transcoder
+
+    torch.manual_seed(0)
+    tc = Transcoder(8, 6, 32, 3)
+    optimizer = torch.optim.Adam(tc.parameters())
+    x, y = torch.randn(50, 8), torch.randn(50, 6)
+    (tc(x) - y).pow(2).sum().backward()
+    optimizer.step()
+    dead = torch.zeros(32, dtype=torch.bool)
+    dead[[3, 7, 30]] = True
+    before = tc.W_enc.detach().clone()
+    pre = tc.pre_activations(x).detach()
+    error = torch.zeros(50, 6)
+    error[[5, 9, 40]] = torch.randn(3, 6)  # only three rows are rebuilt badly: the three latents go to them
+    restarted = restart_dead(tc, optimizer, dead, x, error, pre, 3, seed=1)
+    assert sorted(restarted.tolist()) == [3, 7, 30]
+    after = tc.pre_activations(x).detach()
+    rows = {int(r) for r in (after[:, restarted] - pre.topk(3, dim=-1).values[:, -1:]).abs().argmin(0)}
+    assert rows == {5, 9, 40}
+    assert tc.pre_activations(x.mean(0, keepdim=True))[0, restarted].detach() == pytest.approx([0.0] * 3, abs=1e-5)
+    for latent in restarted.tolist():
+        row = int((after[:, latent] - pre.topk(3, dim=-1).values[:, -1]).abs().argmin())
+        assert after[row, latent] == pytest.approx(float(pre[row].topk(3).values[-1]), rel=1e-5)
+        assert torch.allclose(tc.W_dec[latent].detach(), error[row] / error[row].norm(), atol=1e-6)
+        assert optimizer.state[tc.W_dec]["exp_avg"][latent].abs().sum() == 0
+        assert optimizer.state[tc.W_enc]["exp_avg_sq"][:, latent].abs().sum() == 0
+    assert torch.equal(tc.W_enc.detach()[:, ~dead], before[:, ~dead])
+
+
+def test_restarts_revive_latents_auxk_cannot_reach(tmp_path):
+    """Half the latents start with an encoder bias of -1,000: they never fire and AuxK's ReLU gives them no gradient,
+    so they stay dead without restarts; restarted every 20 steps (of 170), they fire on held-out rows and the rebuild is
+    better."""
+    from bertscope.features.trainer import train_dictionary
+    from bertscope.features.transcoder import Transcoder
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24_000, 16)).astype(np.float32)
+    y = np.maximum(x @ rng.normal(size=(16, 16)), 0).astype(np.float32)
+    held_x, held_y = torch.from_numpy(x[-2_000:]), torch.from_numpy(y[-2_000:])
+    found = {}
+    for every in (0, 20):
+        tc = Transcoder(16, 16, 64, 4, seed=0)
+        with torch.no_grad():
+            tc.b_enc[32:] = -1e3
+        cfg = SaeTrainConfig(expansion=4, k=4, epochs=2, batch_tokens=256, lr=3e-3, dead_tokens=2_000,
+                             resample_every=every)
+        tc, _ = train_dictionary(tc, x[:-2_000], y[:-2_000], cfg, tmp_path / str(every), {}, lambda m, f: None,
+                                 None, resume=False)
+        with torch.no_grad():
+            values, indices = tc.encode_topk(held_x)
+            fired = set(indices[values > 0].tolist())
+            fve = 1 - float((held_y - tc(held_x)).pow(2).sum() / (held_y - held_y.mean(0)).pow(2).sum())
+        found[every] = (len(fired & set(range(32, 64))), fve)
+    assert found[0][0] == 0, found
+    assert found[20][0] >= 24 and found[20][1] > found[0][1] + 0.01, found
+
+
+def test_a_standardised_transcoder_is_folded_into_the_same_map_of_the_raw_input(tmp_path):
+    """``fold_standardiser``: what the transcoder wrote for (x - shift) / scale it writes for x once folded; trained
+    with ``standardise`` on inputs with one dimension far off zero, it saves that folded map (it rebuilds the raw
+    held-out rows as well as it did the standardised ones while training)."""
+    import copy
+
+    from bertscope.features.trainer import fold_standardiser, standardiser, train_dictionary
+    from bertscope.features.transcoder import Transcoder
+
+    torch.manual_seed(0)
+    tc = Transcoder(8, 6, 32, 3, skip=True)
+    with torch.no_grad():
+        tc.W_skip.normal_()
+        tc.b_enc.normal_()
+    x = torch.randn(40, 8) * 3 + 5
+    shift, scale = x.mean(0), x.std(0)
+    before = tc((x - shift) / scale)
+    assert torch.allclose(fold_standardiser(copy.deepcopy(tc), shift, scale)(x), before, atol=1e-5)
+    assert fold_standardiser(tc, None, None) is tc
+    rng = np.random.default_rng(0)
+    raw = rng.normal(size=(20_000, 16)).astype(np.float32)
+    raw[:, 3] = raw[:, 3] * 3 + 9  # a LayerNorm output's outlier dimension
+    y = np.maximum(raw @ rng.normal(size=(16, 16)) / 4, 0).astype(np.float32)
+    cfg = SaeTrainConfig(expansion=4, k=4, epochs=2, batch_tokens=256, lr=3e-3, standardise=True)
+    tc, state = train_dictionary(Transcoder(16, 16, 64, 4, skip=True), raw[:-2_000], y[:-2_000], cfg, tmp_path, {},
+                                 lambda m, f: None, None, resume=False)
+    held_x, held_y = torch.from_numpy(raw[-2_000:]), torch.from_numpy(y[-2_000:])
+    with torch.no_grad():
+        fve = 1 - float((held_y - tc(held_x)).pow(2).sum() / (held_y - held_y.mean(0)).pow(2).sum())
+    assert fve > 1 - 1.5 * state.history[-1]["nmse"] and fve > 0.6, (fve, state.history[-1])
+    shift, scale = standardiser(raw[:100], "cpu")
+    assert scale.shape == (16,) and float(shift[3]) == pytest.approx(9, abs=1) and float(scale[3]) == pytest.approx(3, abs=0.6)
