@@ -170,6 +170,9 @@ def train_crosscoder(base: ActivationSet, tuned: ActivationSet, cfg: CrosscoderT
     paired(base, tuned)
     d_in = base.rows.shape[1]
     cfg.check(d_in, base.tokens)
+    if cfg.departures():
+        raise BertScopeError(f"A crosscoder trains with its warm-up and a constant rate, every row alike: "
+                             f"{', '.join(cfg.departures())} are a transcoder's or an SAE's settings.")
     d_sae = cfg.expansion * d_in
     device_ = torch.device(device)
     torch.manual_seed(cfg.seed)

@@ -165,14 +165,15 @@ def row_weights(chosen: np.ndarray | None, weight: float) -> np.ndarray | None:
 
 @torch.no_grad()
 def restart_dead(model, optimizer: torch.optim.Optimizer, dead: torch.Tensor, x: torch.Tensor, error: torch.Tensor,
-                 pre: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
+                 pre: torch.Tensor, k: int, seed: int = 0, w: torch.Tensor | None = None) -> torch.Tensor:
     """Bricken et al. 2023's resampling, for TopK: each ``dead`` latent ([d_sae] bool; at most one a row of the
     batch) restarts at a row of ``x`` ([batch, d_in]) drawn by its squared ``error`` ([batch, d_out]): its decoder row
     that row's error at unit norm, its encoder column the row less the batch's mean, scaled so that its
     pre-activation is the row's k-th largest (of ``pre`` [batch, d_sae]) there and 0 at the mean; Adam's moments of
-    what restarts cleared; the draws from ``seed``. Returns the latents restarted ([n] long)."""
+    what restarts cleared; the draws from ``seed``, each row's squared error weighed by ``w`` [batch] (the loss's row
+    weights; None: alike). Returns the latents restarted ([n] long)."""
     generator = torch.Generator(x.device).manual_seed(seed)
-    weight = error.pow(2).sum(1)  # [batch]
+    weight = error.pow(2).sum(1) * (1 if w is None else w)  # [batch]
     latents = dead.nonzero().squeeze(1)  # [dead]
     n = min(len(latents), int((weight > 0).sum()))
     if n == 0:
@@ -265,6 +266,9 @@ def train_sae(acts: ActivationSet, cfg: SaeTrainConfig, out: str | Path, info: S
     out = Path(out)
     d_in = acts.rows.shape[1]
     cfg.check(d_in, len(acts.rows))
+    if cfg.standardise:
+        raise BertScopeError("An SAE rebuilds its own input, centred by its decoder bias: standardise is for "
+                             "transcoders.")
     torch.manual_seed(cfg.seed)
     sae = TopKSAE(d_in, cfg.expansion * d_in, cfg.k, info=info, seed=cfg.seed)
     identity = {"model": info.model_name, "hook": info.hook_name, "d_in": d_in, "tokens": len(acts.rows),
@@ -312,6 +316,9 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (width * 4))
     steps_per_epoch = len(rows) // cfg.batch_tokens
     total = steps_per_epoch * cfg.epochs
+    if 0 < total // 2 < cfg.resample_every:
+        raise BertScopeError(f"Dead latents restart in the run's first half ({total // 2:,} of {total:,} steps): "
+                             f"--resample-every {cfg.resample_every:,} would never restart one; give fewer steps.")
     for epoch in range(state.epoch, cfg.epochs):
         generator = np.random.default_rng(cfg.seed * 1_000 + epoch)
         sums = {"loss": 0.0, "nmse": 0.0, "aux": 0.0}
@@ -337,7 +344,7 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
             state.step += 1
             if n_dead and cfg.resamples_at(state.step, total):
                 since_fired[restart_dead(model, optimizer, dead, x, error.detach(), pre.detach(), cfg.k,
-                                         cfg.seed * 1_000_003 + state.step)] = 0
+                                         cfg.seed * 1_000_003 + state.step, w)] = 0
             steps += 1
             for key, value in (("loss", loss), ("nmse", nmse), ("aux", aux)):
                 sums[key] += float(value.detach())

@@ -163,17 +163,19 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--masked", "--chosen-weight", 5,
                                 "--layers", "1", "--tokens", 600, "--held-out", 6, "--expansion", 2, "--k", 4,
                                 "--epochs", 1, "--batch-tokens", 64, "--lr-decay", 0.2, "--resample-every", 2,
-                                "--out", weighed, "--json")
+                                "--standardise", "--out", weighed, "--json")
     assert code == 0, err
     from bertscope.features.transcoder import load_transcoder
     extra = load_transcoder(weighed, 1).info.extra
-    assert (extra["chosen_weight"], extra["lr_decay"], extra["resample_every"]) == (5.0, 0.2, 2)
-    assert not {"lr_decay", "resample_every"} & set(load_transcoder(out, 1).info.extra)  # the defaults are not written
+    assert (extra["chosen_weight"], extra["lr_decay"], extra["resample_every"], extra["standardise"]) == (5.0, 0.2, 2,
+                                                                                                         True)
+    assert not {"lr_decay", "resample_every", "standardise"} & set(load_transcoder(out, 1).info.extra)  # defaults
     for argv, said in ((["--chosen-weight", "5"], "it needs --masked"),
                        (["--masked", "--chosen-weight", "0.5"], "between 1 and 1,000"),
                        (["--masked", "--chosen-weight", "2000"], "between 1 and 1,000"),
                        (["--lr-decay", "2"], "a share of the steps"),
-                       (["--resample-every", "-3"], "restart every N steps")):
+                       (["--resample-every", "-3"], "restart every N steps"),
+                       (["--resample-every", "900", "--tokens", "600", "--batch-tokens", "64"], "never restart one")):
         code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, *argv, "--out", tmp_path / "no")
         assert code == 2 and said in err and err.count("\n") == 1, err
     assert not (tmp_path / "no").exists()

@@ -388,6 +388,9 @@ def test_a_restarted_latent_fires_on_its_row_and_writes_its_error():
     dead = torch.zeros(32, dtype=torch.bool)
     dead[[3, 7, 30]] = True
     before = tc.W_enc.detach().clone()
+    kept = {"b_enc": tc.b_enc.detach().clone(), "W_dec": tc.W_dec.detach().clone()}
+    moments = {(p, m): optimizer.state[p][m].clone() for p in (tc.W_enc, tc.b_enc, tc.W_dec)
+               for m in ("exp_avg", "exp_avg_sq")}
     pre = tc.pre_activations(x).detach()
     error = torch.zeros(50, 6)
     error[[5, 9, 40]] = torch.randn(3, 6)  # only three rows are rebuilt badly: the three latents go to them
@@ -404,6 +407,15 @@ def test_a_restarted_latent_fires_on_its_row_and_writes_its_error():
         assert optimizer.state[tc.W_dec]["exp_avg"][latent].abs().sum() == 0
         assert optimizer.state[tc.W_enc]["exp_avg_sq"][:, latent].abs().sum() == 0
     assert torch.equal(tc.W_enc.detach()[:, ~dead], before[:, ~dead])
+    assert torch.equal(tc.b_enc.detach()[~dead], kept["b_enc"][~dead])
+    assert torch.equal(tc.W_dec.detach()[~dead], kept["W_dec"][~dead])
+    for param in (tc.W_enc, tc.b_enc, tc.W_dec):
+        for moment in ("exp_avg", "exp_avg_sq"):
+            state = optimizer.state[param][moment]
+            restarted_part, other_part = (state[:, dead], state[:, ~dead]) if param is tc.W_enc else (state[dead],
+                                                                                                       state[~dead])
+            assert restarted_part.abs().sum() == 0 and torch.equal(other_part, moments[param, moment][
+                (slice(None), ~dead) if param is tc.W_enc else ~dead])
 
 
 def test_restarts_revive_latents_auxk_cannot_reach(tmp_path):
@@ -467,3 +479,43 @@ def test_a_standardised_transcoder_is_folded_into_the_same_map_of_the_raw_input(
     assert fve > 1 - 1.5 * state.history[-1]["nmse"] and fve > 0.6, (fve, state.history[-1])
     shift, scale = standardiser(raw[:100], "cpu")
     assert scale.shape == (16,) and float(shift[3]) == pytest.approx(9, abs=1) and float(scale[3]) == pytest.approx(3, abs=0.6)
+
+
+def test_a_stopped_standardised_run_resumes_to_the_same_transcoder(tmp_path):
+    """Stopped after its first epoch and resumed (the checkpoint unfolded, the standardiser read again), a run with
+    every new setting ends on the weights of the run that was never stopped; settings that cannot apply are one
+    line."""
+    from bertscope.features.crosscoder_trainer import CrosscoderTrainConfig
+    from bertscope.features.trainer import train_dictionary
+    from bertscope.features.transcoder import Transcoder, load_transcoder, save_transcoder
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6_000, 8)).astype(np.float32) + np.float32(4)
+    y = np.maximum(x @ rng.normal(size=(8, 8)), 0).astype(np.float32)
+    cfg = SaeTrainConfig(expansion=4, k=3, epochs=2, batch_tokens=200, lr=3e-3, dead_tokens=400, lr_decay=0.3,
+                         resample_every=5, standardise=True)
+
+    def run(folder, stop=None):
+        return train_dictionary(Transcoder(8, 8, 32, 3, skip=True), x, y, cfg, folder, {"data": 1},
+                                lambda m, f: save_transcoder(m, f), lambda f, d: load_transcoder(f, 0, d),
+                                stop=stop)[0]
+
+    whole = run(tmp_path / "whole")
+    calls = iter(range(10**6))
+    run(tmp_path / "stopped", stop=lambda: next(calls) == 30)  # the first batch of the second epoch (30 a epoch)
+    resumed = run(tmp_path / "stopped")
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip"):
+        assert torch.allclose(getattr(resumed, name), getattr(whole, name), atol=1e-6), name
+    with pytest.raises(BertScopeError, match="never restart one"):
+        train_dictionary(Transcoder(8, 8, 32, 3), x, y, replace(cfg, resample_every=40), tmp_path / "never", {},
+                         lambda m, f: None, None, resume=False)
+    acts = ActivationSet(tmp_path, 0, x, np.zeros((len(x), 2), np.int32), ())
+    with pytest.raises(BertScopeError, match="standardise is for transcoders"):
+        train_sae(acts, SaeTrainConfig(expansion=2, k=2, batch_tokens=200, standardise=True), tmp_path / "sae",
+                  SaeInfo("m", "blocks.0.hook_resid_post"))
+    with pytest.raises(BertScopeError, match="lr_decay are a transcoder's"):
+        from bertscope.features.crosscoder import CrosscoderInfo
+        from bertscope.features.crosscoder_trainer import train_crosscoder
+
+        train_crosscoder(acts, acts, CrosscoderTrainConfig(expansion=2, k=2, batch_tokens=200, lr_decay=0.2),
+                         tmp_path / "cc", CrosscoderInfo(("a", "b"), "blocks.0.hook_resid_post"))
