@@ -311,7 +311,7 @@ def train_dictionary(model, rows: np.ndarray, targets: np.ndarray | None, cfg: S
     else:
         with torch.no_grad():
             model.b_dec.copy_(geometric_median(sample))  # [d_out]: where the reconstruction starts
-    weighed = row_weights(None if chosen is None else chosen[:1], cfg.chosen_weight) is not None
+    weighed = chosen is not None and cfg.chosen_weight != 1  # as row_weights decides
     width = d_in + (0 if targets is None else targets.shape[1]) + int(weighed)
     block_rows = max(cfg.batch_tokens, cfg.block_bytes // (width * 4))
     steps_per_epoch = len(rows) // cfg.batch_tokens
