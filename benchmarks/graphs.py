@@ -8,7 +8,8 @@
   pieces around it; the target is the model's own top prediction, against the mean logit;
 - per set of transcoders: seconds a graph, the replacement and completeness scores (mean ± sd), the active features,
   and the intervention test: each prompt's 5 most influential features switched off one at a time in the real model
-  (errors kept), the sign of the change against the graph's prediction; beside 5 random active features;
+  (errors kept), the sign of the change against the graph's prediction; beside 5 random active features; under
+  each protocol of ``graphs.interventions.switch_off`` (``PROTOCOLS``: circuit-tracer's default first);
 - ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` with random transcoders at 128 tokens:
   the graph's time and peak memory within the adjacency's byte budget.
 """
@@ -51,12 +52,16 @@ def prompts(lm, n: int, seed: int = 0, tokens: int = 32) -> list[str]:
     return out
 
 
+PROTOCOLS = (("model", "frozen"), ("model", "live"), ("replacement", "live"))  # (downstream, attention)
+
+
 def measure(lm, texts: list[str], transcoders, name: str) -> None:
     from bertscope.graphs.build import attribution_graph
     from bertscope.graphs.interventions import agreement
 
     seconds, replacement, completeness, features, lengths = [], [], [], [], []
-    top_agree, random_agree = [], []
+    top_agree: dict = {p: [] for p in PROTOCOLS}
+    random_agree: dict = {p: [] for p in PROTOCOLS}
     for text in texts:
         t = time.perf_counter()
         graph = attribution_graph(lm, text, transcoders)
@@ -66,16 +71,20 @@ def measure(lm, texts: list[str], transcoders, name: str) -> None:
         completeness.append(c)
         features.append(graph.n_features)
         lengths.append(len(graph.tokens))
-        strongest, drawn = agreement(lm, graph, transcoders, top=5)
-        top_agree += [x.agrees for x in strongest]
-        random_agree += [x.agrees for x in drawn]
+        for downstream, attention in PROTOCOLS:
+            strongest, drawn = agreement(lm, graph, transcoders, 5, 0, downstream, attention)
+            top_agree[downstream, attention] += [x.agrees for x in strongest]
+            random_agree[downstream, attention] += [x.agrees for x in drawn]
     print(f"{name}: {len(texts)} held-out prompts ({np.mean(lengths):.1f} tokens on average, at most "
           f"{max(lengths)}), {np.mean(features):,.0f} active features a graph")
     print(f"  a graph: {np.mean(seconds):.2f} s mean, {np.max(seconds):.2f} s at most")
     print(f"  replacement score {np.mean(replacement):.3f} ± {np.std(replacement):.3f}; completeness score "
           f"{np.mean(completeness):.3f} ± {np.std(completeness):.3f}")
-    print(f"  intervention sign agreement: top-5 nodes {np.mean(top_agree):.3f} ({sum(top_agree)}/{len(top_agree)}); "
-          f"5 random active features {np.mean(random_agree):.3f} ({sum(random_agree)}/{len(random_agree)})")
+    for (downstream, attention), top in top_agree.items():
+        drawn = random_agree[downstream, attention]
+        print(f"  intervention sign agreement, downstream {downstream}, attention {attention}: top-5 nodes "
+              f"{np.mean(top):.3f} ({sum(top)}/{len(top)}); 5 random active features {np.mean(drawn):.3f} "
+              f"({sum(drawn)}/{len(drawn)})")
 
 
 def full_size() -> None:
@@ -115,6 +124,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=50, help="held-out prompts (0: the full-size run alone)")
     parser.add_argument("--transcoders", help="a train-transcoders folder (default: the shipped set)")
     parser.add_argument("--skip-transcoders", help="a folder of skip transcoders to measure beside them")
+    parser.add_argument("--seed", type=int, default=0, help="the held-out prompts' draw (default 0)")
     parser.add_argument("--full-size", action="store_true")
     args = parser.parse_args()
     from bertscope.core.models import load_model
@@ -122,7 +132,7 @@ def main() -> None:
 
     if args.prompts > 0:
         lm = load_model(args.model)
-        texts = prompts(lm, args.prompts)
+        texts = prompts(lm, args.prompts, args.seed)
         measure(lm, texts, transcoder_set(lm, args.transcoders), "transcoders")
         if args.skip_transcoders:
             measure(lm, texts, transcoder_set(lm, args.skip_transcoders), "skip transcoders")

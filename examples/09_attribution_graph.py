@@ -44,8 +44,9 @@ for n in strongest:
 
 # %% [markdown]
 # ## Does the model agree? Switch the strongest features off
-# The model runs with every feed-forward its transcoder plus the real run's error (nothing switched off: the real
-# model); one feature clamped to 0 at its position. The graph predicts minus the feature's total effect.
+# The real model runs as circuit-tracer's `feature_intervention` runs it: the feature's write leaves its layer's
+# feed-forward output at its position (what the transcoder misses stays in), attention patterns held at the real
+# run's. The graph predicts minus the feature's total effect.
 
 # %%
 from bertscope.graphs.interventions import agreement  # noqa: E402

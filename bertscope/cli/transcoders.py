@@ -91,13 +91,13 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
     from bertscope.features.transcoder_training import replacement_quality
     from bertscope.features.transcoder_tuning import TuneConfig, check_tunable, tune_end_to_end
 
-    cfg = TuneConfig(args.steps, args.batch_size, args.lr, args.local, args.pieces, args.seed)
+    cfg = TuneConfig(args.steps, args.batch_size, args.lr, args.local, args.pieces, args.seed, args.parts)
     cfg.check()
     _tuned_folder(args, args.transcoders)
     lm = load(args)
     out = _tuned_folder(args, args.transcoders or SHIPPED_TRANSCODERS.get(lm.name))
     transcoders = transcoder_set(lm, args.transcoders)
-    check_tunable(lm, transcoders)  # before any pass
+    check_tunable(lm, transcoders, cfg.parts)  # before any pass
     train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
     layers_before = held_out_figures(lm, transcoders, held)
     with progress_bar(f"{lm.name}: the replacement model before", "sentence") as progress:
@@ -229,6 +229,9 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pieces", type=int, default=128, help="each training text cut to its first word pieces "
                                                            "(default 128)")
     p.add_argument("--tokens", type=int, default=400_000, help="training word pieces of the mixture (default 400,000)")
+    p.add_argument("--parts", default="all", help="what moves: all (default), or skip: the skip path and the "
+                                                  "output bias alone, every feature's encoder and decoder as trained "
+                                                  "(skip transcoders)")
     _held_out_arguments(p)
     _weights_argument(p)
     p.add_argument("--out", required=True, help="a folder for the tuned set (layer_L.safetensors, config.yaml, "

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -85,9 +85,9 @@ class SaeTrainConfig:
     def departures(self) -> dict:
         """The settings of the rows' weights, the rate's decay, the restarts and the standardised inputs that are not
         their defaults (what a saved dictionary's facts name besides k, expansion and epochs)."""
-        return {name: getattr(self, name) for name, plain in
-                (("chosen_weight", 1.0), ("lr_decay", 0.0), ("resample_every", 0), ("standardise", False))
-                if getattr(self, name) != plain}
+        plain = {f.name: f.default for f in fields(self)}
+        return {name: getattr(self, name) for name in ("chosen_weight", "lr_decay", "resample_every", "standardise")
+                if getattr(self, name) != plain[name]}
 
     def rate_at(self, d_sae: int, step: int, total: int) -> float:
         """The rate at ``step`` (from 0) of ``total``: constant, then falling linearly to 0 over the last

@@ -36,6 +36,9 @@ from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
 from bertscope.features.transcoder_training import replaced_positions, replacement_hooks
 
+PARTS = {"all": ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip"),
+         "skip": ("b_dec", "W_skip")}  # the features' encoder and decoder rows stay: a graph's features mean the same
+
 
 @dataclass(frozen=True)
 class TuneConfig:
@@ -47,23 +50,30 @@ class TuneConfig:
     local: float = 1.0  # λ: the layers' own reconstruction beside the KL
     pieces: int = 128  # each text cut to its first word pieces (a step's cost grows with them)
     seed: int = 0
+    parts: str = "all"  # what moves: "all", or "skip" (the skip path and b_dec: every feature as trained)
 
     def check(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.pieces < 8:
             raise BertScopeError("--steps and --batch-size must be at least 1, --pieces at least 8.")
+        if self.parts not in PARTS:
+            raise BertScopeError(f"--parts is one of {', '.join(PARTS)}, not {self.parts!r}.")
         if not (self.lr > 0 and math.isfinite(self.lr) and 0 <= self.local < math.inf):
             raise BertScopeError("--lr must be a number above 0 and --local a number, 0 or more.")
 
 
-def check_tunable(lm: LoadedModel, transcoders: Mapping[int, Transcoder]) -> None:
+def check_tunable(lm: LoadedModel, transcoders: Mapping[int, Transcoder], parts: str = "all") -> None:
     """One line when a set cannot be tuned end to end on ``lm``: no masked-LM head, a layer without its transcoder,
-    or decoder rows not of unit norm (the tuning keeps them unit, as the layer-wise trainer does; another tool's set
-    would be rescaled at its first step).
+    decoder rows not of unit norm (the tuning keeps them unit, as the layer-wise trainer does; another tool's set
+    would be rescaled at its first step), or ``parts="skip"`` on transcoders without a skip path.
 
     Args:
         lm: the model the set replaces the feed-forwards of.
         transcoders: {layer: transcoder}.
+        parts: what the tuning moves (``PARTS``).
     """
+    if parts == "skip" and not all(tc.skip for tc in transcoders.values()):
+        raise BertScopeError("--parts skip tunes the skip path: these transcoders have none (train them with --skip), "
+                             "or tune --parts all.")
     if "mlm" not in lm.outputs:
         raise BertScopeError(f"{lm.name} has no masked-LM head: the end-to-end tuning follows masked-token "
                              "predictions (bundled-mlm).")
@@ -124,7 +134,7 @@ def tune_end_to_end(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
         lm: a masked LM (its weights stay as they are).
         transcoders: {layer: transcoder} for every layer, trained layer by layer first.
         texts: training texts (never the held-out ones the replacement model is scored on).
-        cfg: steps, texts a step, rate, the local term's weight, seed.
+        cfg: steps, texts a step, rate, the local term's weight, seed, what moves (``parts``).
         progress: called with (step, steps).
         stop: asked between steps; the transcoders keep the steps taken.
 
@@ -133,12 +143,14 @@ def tune_end_to_end(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
         "local_nmse", "agreement"}, each the mean since the row before.
     """
     cfg.check()
-    check_tunable(lm, transcoders)
+    check_tunable(lm, transcoders, cfg.parts)
     if not texts:
         raise BertScopeError("No training texts for the end-to-end tuning.")
-    params = [p for tc in transcoders.values() for p in tc.parameters()]
+    params = [p for tc in transcoders.values() for name, p in tc.named_parameters() if name in PARTS[cfg.parts]]
     for tc in transcoders.values():
-        tc.train().requires_grad_(True)
+        tc.train()
+        for name, p in tc.named_parameters():
+            p.requires_grad_(name in PARTS[cfg.parts])
     optimiser = torch.optim.Adam(params, lr=cfg.lr)
     history: list[dict] = []
     sums = [0.0, 0.0, 0.0, 0]
@@ -152,7 +164,8 @@ def tune_end_to_end(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
                 tc.remove_parallel_gradient()
             optimiser.step()
             for tc in transcoders.values():
-                tc.normalise_decoder()  # unit decoder rows, as the layer-wise trainer keeps them
+                if tc.W_dec.requires_grad:
+                    tc.normalise_decoder()  # unit decoder rows, as the layer-wise trainer keeps them
             step += 1
             sums = [sums[0] + kl, sums[1] + local, sums[2] + agree, sums[3] + 1]
             if step % 50 == 0 or step == cfg.steps:

@@ -2,10 +2,13 @@
 what the graph predicts (Ameisen et al. 2025, §"Validating" by intervention; circuit-tracer's
 ``ReplacementModel.feature_intervention``).
 
-- **In the model**: every layer's feed-forward output becomes its transcoder's output on the layer's live input plus
-  the error of the real run at that position, frozen (so with nothing switched off the model is the real one, to
-  float precision); the chosen feature's activation at its position is clamped to 0 there. Attention, LayerNorms and
-  every later feature are live: the real model's nonlinear answer.
+- **In the model** (``switch_off``), as circuit-tracer 0.5's ``feature_intervention`` at its defaults: the model's
+  own feed-forwards compute every layer; at the feature's layer the feed-forward's output loses the feature's write
+  on the layer's live input, so what the transcoder misses there stays in (the error kept); each head's softmax
+  pattern is held at the real run's (``freeze_attention=True``), its values live; LayerNorms live. Two other
+  protocols for comparison: ``attention="live"`` lets the patterns move; ``downstream="replacement"`` makes every
+  feed-forward its transcoder on the live input plus the real run's error there, frozen, so every later feature is
+  chosen again by its TopK (BertScope's first protocol).
 - **In the graph**: the total effect of the feature on the target through every path, each feature's activation
   moving one for one with its input (active features sit on the ReLU's linear side):
   ``total = A[target, F] (I − D A[F, F])⁻¹`` with D the inverse activations; switching the feature off changes the
@@ -66,18 +69,58 @@ def _decision_value(graph: AttributionGraph, lm: LoadedModel, logits: torch.Tens
     return float(row[index] - row[other])
 
 
+DOWNSTREAM = ("model", "replacement")  # what computes the layers after a switched-off feature
+ATTENTION = ("frozen", "live")
+
+
+def _feed(lm: LoadedModel, text: str) -> dict[str, torch.Tensor]:
+    return {k: v.to(lm.device) for k, v in lm.tokenizer(text, return_tensors="pt", truncation=True,
+                                                        max_length=lm.max_length).items()
+            if k in lm.tokenizer.model_input_names}
+
+
+def _ordinary(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
+    """[P] the positions that carry features (not [CLS], [SEP] or padding: the graph has none there)."""
+    special = [i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id, lm.tokenizer.pad_token_id)
+               if i is not None]
+    return ~torch.isin(ids, torch.tensor(special, device=ids.device))
+
+
+def _frozen_attention(cache: Mapping[str, torch.Tensor], layers) -> dict:
+    """Hooks that hold each head's softmax pattern at the real run's while its values stay live: each head's
+    context is the frozen pattern times the live values (circuit-tracer's ``freeze_attention``)."""
+    values: dict[int, torch.Tensor] = {}
+    hooks = {}
+    for ly in layers:
+        pattern = cache[f"blocks.{ly}.attn.hook_pattern"]  # [1, H, P, P]
+
+        def keep(v, _, ly=ly):  # [1, P, H, d_h]
+            values[ly] = v
+
+        def context(z, _, ly=ly, pattern=pattern):
+            return torch.einsum("bhqk,bkhd->bqhd", pattern.to(z.dtype), values.pop(ly)).to(z.dtype)
+
+        hooks[f"blocks.{ly}.attn.hook_v"] = keep
+        hooks[f"blocks.{ly}.attn.hook_z"] = context
+    return hooks
+
+
 @torch.no_grad()
 def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder],
-               off: list[tuple[int, int, int]]) -> float:
-    """The decision's value in the model with the features ``off`` [(layer, position, feature)] clamped to 0 and
-    every feed-forward its transcoder plus the real run's error (the module docstring)."""
-    feed = {k: v.to(lm.device) for k, v in lm.tokenizer(graph.text, return_tensors="pt", truncation=True,
-                                                         max_length=lm.max_length).items()
-            if k in lm.tokenizer.model_input_names}
-    ids = feed["input_ids"][0]
-    ordinary = ~torch.isin(ids, torch.tensor([i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
-                                                           lm.tokenizer.pad_token_id) if i is not None],
-                                              device=ids.device))  # [P]
+               off: list[tuple[int, int, int]], downstream: str = "model", attention: str = "frozen") -> float:
+    """The decision's value in the model with the features ``off`` [(layer, position, feature)] clamped to 0.
+
+    ``downstream``: ``"model"`` (circuit-tracer's ``feature_intervention``): every feed-forward is the model's own,
+    and a layer with a feature switched off writes its output less that feature's write on the layer's live input
+    (what the transcoder misses stays in); ``"replacement"``: every feed-forward is its transcoder on the live input
+    plus the real run's error at that position, frozen, so later features are chosen again by their TopK.
+    ``attention``: ``"frozen"`` (circuit-tracer's default) holds each head's pattern at the real run's, values live;
+    ``"live"`` lets the patterns move. LayerNorms are live either way. Nothing off: the real model's value."""
+    if downstream not in DOWNSTREAM or attention not in ATTENTION:
+        raise BertScopeError(f"downstream is one of {', '.join(DOWNSTREAM)} and attention one of "
+                             f"{', '.join(ATTENTION)}, not {downstream!r} and {attention!r}.")
+    feed = _feed(lm, graph.text)
+    ordinary = _ordinary(lm, feed["input_ids"][0])  # [P]
 
     def written(layer: int, mid: torch.Tensor, clamp: list[tuple[int, int]]) -> torch.Tensor:
         tc = transcoders[layer]
@@ -87,20 +130,27 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
             values[position][indices[position] == feature] = 0
         return tc.reconstruct_topk(mid[0].float(), values, indices)[None]  # [1, P, d]
 
-    names = [f"blocks.{ly}.{p}" for ly in transcoders for p in ("hook_resid_mid", "hook_mlp_out")]
-    _, cache = lm.run_with_cache(feed, names)
+    replaced = list(transcoders) if downstream == "replacement" else sorted({layer for layer, _, _ in off})
+    names = [f"blocks.{ly}.{p}" for ly in transcoders for p in ("hook_resid_mid", "hook_mlp_out")
+             if downstream == "replacement"]
+    if attention == "frozen":
+        names += [f"blocks.{ly}.attn.hook_pattern" for ly in range(lm.num_layers)]
+    cache = lm.run_with_cache(feed, names)[1] if names else {}
     errors = {ly: cache[f"blocks.{ly}.hook_mlp_out"].float() - written(ly, cache[f"blocks.{ly}.hook_resid_mid"], [])
-              for ly in transcoders}
+              for ly in replaced if downstream == "replacement"}
     seen: dict[int, torch.Tensor] = {}
-    hooks = {}
-    for ly in transcoders:
+    hooks = _frozen_attention(cache, range(lm.num_layers)) if attention == "frozen" else {}
+    for ly in replaced:
         clamp = [(p, f) for layer, p, f in off if layer == ly]
 
         def read(x, _, ly=ly):
             seen[ly] = x
 
         def write(y, _, ly=ly, clamp=clamp):
-            return (written(ly, seen.pop(ly), clamp) + errors[ly]).to(y.dtype)
+            mid = seen.pop(ly)
+            if ly in errors:
+                return (written(ly, mid, clamp) + errors[ly]).to(y.dtype)
+            return (y.float() + written(ly, mid, clamp) - written(ly, mid, [])).to(y.dtype)  # less the feature's write
 
         hooks[f"blocks.{ly}.hook_resid_mid"] = read
         hooks[f"blocks.{ly}.hook_mlp_out"] = write
@@ -108,9 +158,10 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
 
 
 def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder], top: int = 5,
-              seed: int = 0) -> tuple[list[Intervention], list[Intervention]]:
+              seed: int = 0, downstream: str = "model", attention: str = "frozen"
+              ) -> tuple[list[Intervention], list[Intervention]]:
     """(the ``top`` features of the graph by influence, as many random active features), each switched off alone in
-    the model beside the graph's prediction."""
+    the model (``switch_off``'s ``downstream`` and ``attention``) beside the graph's prediction."""
     if graph.n_features == 0:
         raise BertScopeError("The graph has no active features to switch off.")
     effects = total_effects(graph)
@@ -118,13 +169,14 @@ def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int
     strongest = np.argsort(-influence, kind="stable")[:top]
     rest = np.setdiff1d(np.arange(graph.n_features), strongest)
     drawn = np.random.default_rng(seed).choice(rest, min(top, len(rest)), replace=False)
-    base = switch_off(lm, graph, transcoders, [])
+    base = switch_off(lm, graph, transcoders, [], downstream, attention)
 
     def run(rows) -> list[Intervention]:
         out = []
         for r in rows:
             node = graph.nodes[int(r)]
-            measured = switch_off(lm, graph, transcoders, [(node.layer, node.position, node.feature)]) - base  # type: ignore[list-item]
+            measured = switch_off(lm, graph, transcoders, [(node.layer, node.position, node.feature)],  # type: ignore[list-item]
+                                  downstream, attention) - base
             out.append(Intervention(node.id, float(-effects[r]), measured))
         return out
 

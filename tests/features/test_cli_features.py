@@ -220,12 +220,13 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypat
                                 "--tokens", 600, "--held-out", 6, "--out", tuned)
     assert code == 0 and "top-1 agreement" in stdout, err
     code, _, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", tuned, "--steps", 2,
-                           "--tokens", 600, "--held-out", 6, "--out", tmp_path / "tuned-again")
+                           "--tokens", 600, "--held-out", 6, "--parts", "skip", "--out", tmp_path / "tuned-again")
     assert code == 0, err
     from bertscope.features.transcoder import load_transcoder
 
     runs = load_transcoder(tmp_path / "tuned-again", 1).info.extra["end_to_end_runs"]  # a tuned set tuned again
     assert [r["steps"] for r in runs] == [1, 2] and all(r["history"] for r in runs)
+    assert [r["parts"] for r in runs] == ["all", "skip"]
     from bertscope.core.models import load_model
     from bertscope.features.shipped import SHIPPED_TRANSCODERS
 
@@ -234,6 +235,7 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypat
     assert code == 2 and "the folder the transcoders are read from" in err, err
     for bad, message in ((("--out", trained), "the folder the transcoders are read from"),
                          (("--steps", 0, "--out", tuned), "at least 1"),
+                         (("--parts", "decoders", "--out", tuned), "--parts is one of all, skip"),
                          (("--out", trained / "layer_0.safetensors"), "is a file")):
         code, _, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, *bad)
         assert code == 2 and message in err and err.count("\n") == 1, err

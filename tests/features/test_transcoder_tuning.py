@@ -47,6 +47,26 @@ def test_the_local_term_keeps_each_transcoder_a_replacement_of_its_own_layer(tin
     assert history[-1]["local_nmse"] < first[-1]["local_nmse"]  # trained down from where the random set starts
 
 
+def test_parts_skip_moves_the_skip_path_alone_and_still_brings_the_kl_down(tiny_mlm_dir):
+    """``parts="skip"``: every feature's encoder and decoder stay as trained (a graph's features keep their meaning),
+    the skip path and output bias move, and the replacement model still comes nearer the real one."""
+    lm = load_model(str(tiny_mlm_dir))
+    tcs = _set(lm)
+    kept = {(layer, n): p.detach().clone() for layer, tc in tcs.items() for n, p in tc.named_parameters()}
+    before = replacement_quality(lm, tcs, TEXTS, seed=7)
+    tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=40, batch_size=8, lr=3e-3, local=0.1, parts="skip"))
+    after = replacement_quality(lm, tcs, TEXTS, seed=7)
+    assert after["kl"] < 0.8 * before["kl"], (before, after)
+    for (layer, name), start in kept.items():
+        moved = not torch.equal(dict(tcs[layer].named_parameters())[name], start)
+        assert moved == (name in ("W_skip", "b_dec")), (layer, name)
+    plain = {layer: Transcoder(tc.d_in, tc.d_out, tc.d_sae, tc.k, False, tc.info) for layer, tc in _set(lm).items()}
+    with pytest.raises(BertScopeError, match="--parts skip tunes the skip path"):
+        tune_end_to_end(lm, plain, TEXTS, TuneConfig(parts="skip"))
+    with pytest.raises(BertScopeError, match="--parts is one of all, skip"):
+        tune_end_to_end(lm, tcs, TEXTS, TuneConfig(parts="decoders"))
+
+
 def test_a_stop_keeps_the_steps_taken_and_bad_input_is_one_line(tiny_mlm_dir, tiny_encoder_dir):
     lm = load_model(str(tiny_mlm_dir))
     tcs = _set(lm)

@@ -199,6 +199,63 @@ def test_switching_a_feature_off_in_the_model_moves_the_target_as_the_graph_says
     assert len(strongest) == len(drawn) == 4 and all(isinstance(x.agrees, bool) for x in strongest)
 
 
+def test_the_three_protocols_of_a_switch_off(mlm):
+    """Nothing off gives the real model under every protocol; ``downstream="model"`` is the real model with the
+    feature's write taken out of its layer's feed-forward output and nothing else changed (checked against a hook
+    written here); frozen attention changes nothing after the last attention and moves what comes before it."""
+    from bertscope.graphs.interventions import switch_off
+
+    tcs = _transcoders(mlm, True)
+    g = attribution_graph(mlm, TEXT, tcs, target="the", dtype=torch.float64)
+    for downstream in ("model", "replacement"):
+        for attention in ("frozen", "live"):
+            assert switch_off(mlm, g, tcs, [], downstream, attention) == pytest.approx(g.value, abs=1e-4)
+    first = next(n for n in g.nodes[:g.n_features] if n.layer == 0 and n.position == 5)
+    last = next(n for n in g.nodes[:g.n_features] if n.layer == mlm.num_layers - 1 and n.position == 5)
+
+    def by_hand(node) -> float:  # the real model, the feature's activation times its decoder row taken out
+        feed = dict(mlm.tokenizer(TEXT, return_tensors="pt"))
+        tc = tcs[node.layer]
+
+        def write(y, _):
+            y = y.clone()
+            y[0, node.position] -= node.activation * tc.W_dec[node.feature].to(y.dtype)
+            return y
+
+        with torch.no_grad():
+            logits = mlm.run(feed, hooks={f"blocks.{node.layer}.hook_mlp_out": write}).logits[0, 5].double()
+        return float(logits[mlm.tokenizer.convert_tokens_to_ids("the")] - logits.mean())
+
+    for node in (first, last):
+        off = [(node.layer, node.position, node.feature)]
+        assert switch_off(mlm, g, tcs, off, "model", "live") == pytest.approx(by_hand(node), abs=1e-4)
+    off = [(last.layer, last.position, last.feature)]
+    assert switch_off(mlm, g, tcs, off, "model", "frozen") == pytest.approx(
+        switch_off(mlm, g, tcs, off, "model", "live"), abs=1e-6)  # no attention after the last feed-forward
+    off = [(first.layer, first.position, first.feature)]
+    changes = {(d, a): switch_off(mlm, g, tcs, off, d, a) - g.value
+               for d in ("model", "replacement") for a in ("frozen", "live")}
+    assert abs(changes["model", "frozen"] - changes["replacement", "frozen"]) > 1e-6  # later layers differ
+    with pytest.raises(BertScopeError, match="downstream is one of"):
+        switch_off(mlm, g, tcs, off, "transcoders")
+
+
+def test_frozen_attention_holds_the_patterns_it_is_given(mlm):
+    """The heads' contexts are the given patterns times the live values: the real run's patterns give the real
+    logits, each position attending to itself alone another answer."""
+    from bertscope.graphs.interventions import _frozen_attention
+
+    feed = dict(mlm.tokenizer(TEXT, return_tensors="pt"))
+    layers = range(mlm.num_layers)
+    with torch.no_grad():
+        real, cache = mlm.run_with_cache(feed, [f"blocks.{ly}.attn.hook_pattern" for ly in layers])
+        held = mlm.run(feed, hooks=_frozen_attention(cache, layers)).logits
+        itself = {k: torch.eye(v.shape[-1]).expand_as(v) for k, v in cache.items()}
+        flat = mlm.run(feed, hooks=_frozen_attention(itself, layers)).logits
+    torch.testing.assert_close(held, real.logits, atol=1e-5, rtol=0)
+    assert (flat - real.logits).abs().max() > 1e-3
+
+
 def test_a_pretraining_checkpoints_masked_lm_head_makes_a_graph(tiny_bert_dir):
     """A BertForPreTraining (masked-LM and next-sentence heads, as ``save_random_model``'s default) is read through its
     prediction logits, in the graph and in the switch-off."""

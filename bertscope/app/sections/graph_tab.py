@@ -61,8 +61,9 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
     c1, c2 = st.columns(2)
     c1.metric("The graph predicts", f"{-effects[index]:+.4f}", help="Minus the feature's total effect on the target "
               "through every path of the graph (first order).")
-    c2.metric("The model gives", f"{measured:+.4f}", help="The real model with every feed-forward its transcoder plus "
-              "the real run's error, this feature clamped to 0 at its position.")
+    c2.metric("The model gives", f"{measured:+.4f}", help="The real model with this feature's write taken out of its "
+              "layer's feed-forward output at its position (what the transcoder misses stays in), attention patterns "
+              "held at the real run's: circuit-tracer's feature_intervention.")
 
 
 def examples_of(lm, transcoders):
