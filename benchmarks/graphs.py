@@ -57,7 +57,7 @@ PROTOCOLS = (("model", "frozen"), ("model", "live"), ("replacement", "live"))  #
 
 def measure(lm, texts: list[str], transcoders, name: str) -> None:
     from bertscope.graphs.build import attribution_graph
-    from bertscope.graphs.interventions import agreement
+    from bertscope.graphs.interventions import agreement, total_effects
 
     seconds, replacement, completeness, features, lengths = [], [], [], [], []
     top_agree: dict = {p: [] for p in PROTOCOLS}
@@ -71,8 +71,9 @@ def measure(lm, texts: list[str], transcoders, name: str) -> None:
         completeness.append(c)
         features.append(graph.n_features)
         lengths.append(len(graph.tokens))
+        effects = total_effects(graph)  # solved once for every protocol
         for downstream, attention in PROTOCOLS:
-            strongest, drawn = agreement(lm, graph, transcoders, 5, 0, downstream, attention)
+            strongest, drawn = agreement(lm, graph, transcoders, 5, 0, downstream, attention, effects)
             top_agree[downstream, attention] += [x.agrees for x in strongest]
             random_agree[downstream, attention] += [x.agrees for x in drawn]
     print(f"{name}: {len(texts)} held-out prompts ({np.mean(lengths):.1f} tokens on average, at most "

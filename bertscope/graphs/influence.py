@@ -58,6 +58,14 @@ class Pruned:
     influence: np.ndarray  # [N] each node's influence on the target (unpruned graph)
 
 
+def node_influence(a: np.ndarray) -> np.ndarray:
+    """[N] every node's influence on the target (the last node) in the unpruned graph ``a`` [target, source]:
+    circuit-tracer's ``compute_node_influence`` of one logit of weight 1."""
+    w = np.zeros(len(a))
+    w[-1] = 1.0
+    return compute_influence(normalize_matrix(a), w)
+
+
 def prune_graph(a: np.ndarray, n_features: int, n_errors: int, node_threshold: float = 0.8,
                 edge_threshold: float = 0.98) -> Pruned:
     """circuit-tracer's ``prune_graph`` on ``a`` [N, N] (features, errors, embeddings, the target last).
@@ -75,8 +83,7 @@ def prune_graph(a: np.ndarray, n_features: int, n_errors: int, node_threshold: f
     n = len(a)
     w = np.zeros(n)
     w[-1] = 1.0
-    a_hat = normalize_matrix(a)
-    influence = compute_influence(a_hat, w)
+    influence = node_influence(a)
     node_mask = influence >= find_threshold(influence, node_threshold)
     node_mask[n_features + n_errors:] = True  # embeddings and the target stay
     kept = normalize_matrix(a * node_mask[:, None] * node_mask[None, :])  # each kept row over its kept sources

@@ -30,7 +30,7 @@ from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
 from bertscope.graphs.build import AttributionGraph
-from bertscope.graphs.influence import prune_graph
+from bertscope.graphs.influence import node_influence
 
 
 def total_effects(graph: AttributionGraph) -> np.ndarray:
@@ -158,14 +158,15 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
 
 
 def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder], top: int = 5,
-              seed: int = 0, downstream: str = "model", attention: str = "frozen"
-              ) -> tuple[list[Intervention], list[Intervention]]:
+              seed: int = 0, downstream: str = "model", attention: str = "frozen",
+              effects: np.ndarray | None = None) -> tuple[list[Intervention], list[Intervention]]:
     """(the ``top`` features of the graph by influence, as many random active features), each switched off alone in
-    the model (``switch_off``'s ``downstream`` and ``attention``) beside the graph's prediction."""
+    the model (``switch_off``'s ``downstream`` and ``attention``) beside the graph's prediction; ``effects``: the
+    graph's ``total_effects`` when already solved (one solve of the features' system, the slow part of a big graph)."""
     if graph.n_features == 0:
         raise BertScopeError("The graph has no active features to switch off.")
-    effects = total_effects(graph)
-    influence = prune_graph(graph.adjacency, graph.n_features, graph.n_errors).influence[:graph.n_features]
+    effects = total_effects(graph) if effects is None else effects
+    influence = node_influence(graph.adjacency)[:graph.n_features]
     strongest = np.argsort(-influence, kind="stable")[:top]
     rest = np.setdiff1d(np.arange(graph.n_features), strongest)
     drawn = np.random.default_rng(seed).choice(rest, min(top, len(rest)), replace=False)
