@@ -11,7 +11,9 @@ model picks the real model's token at only 0.70 of the masked positions. Tuning 
 
 (NMSE_l: layer l's transcoder on the *real* run's feed-forward input, against its real output, over the output's
 variance: what the graph's error nodes are) moves each transcoder toward what the layers after it need, while the
-local term keeps it a replacement of its own feed-forward. The model's weights stay frozen; the gradient reaches
+local term keeps it a replacement of its own feed-forward. ``TuneConfig.parts="skip"`` moves each skip
+transcoder's skip path and output bias alone: every feature's encoder and decoder stay as trained, so a graph's
+features and their top contexts keep their meaning. The model's weights stay frozen; the gradient reaches
 the transcoders through the replacement run's later layers. The masked positions are BERT's seeded 80/10/10
 corruption of the training texts (``interventions.importance.masked_batches``), a new seed each batch.
 
@@ -63,8 +65,9 @@ class TuneConfig:
 
 def check_tunable(lm: LoadedModel, transcoders: Mapping[int, Transcoder], parts: str = "all") -> None:
     """One line when a set cannot be tuned end to end on ``lm``: no masked-LM head, a layer without its transcoder,
-    decoder rows not of unit norm (the tuning keeps them unit, as the layer-wise trainer does; another tool's set
-    would be rescaled at its first step), or ``parts="skip"`` on transcoders without a skip path.
+    decoder rows not of unit norm when the decoders move (the tuning keeps them unit, as the layer-wise trainer does;
+    another tool's set would be rescaled at its first step), or ``parts="skip"`` on transcoders without a skip
+    path.
 
     Args:
         lm: the model the set replaces the feed-forwards of.
@@ -81,6 +84,8 @@ def check_tunable(lm: LoadedModel, transcoders: Mapping[int, Transcoder], parts:
         raise BertScopeError("The end-to-end tuning replaces every feed-forward at once: give a transcoder for every "
                              "layer.")
     for layer, tc in transcoders.items():
+        if parts != "all":
+            break  # the decoder rows stay as they are
         norms = tc.W_dec.detach().float().norm(dim=1)  # [d_sae]
         if not bool(((norms - 1).abs() < 1e-2).all()):
             raise BertScopeError(f"Layer {layer}'s transcoder has decoder rows of norm {float(norms.min()):.3g} to "

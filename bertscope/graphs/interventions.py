@@ -86,6 +86,11 @@ def _ordinary(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     return ~torch.isin(ids, torch.tensor(special, device=ids.device))
 
 
+def real_patterns(lm: LoadedModel, text: str) -> dict[str, torch.Tensor]:
+    """{``blocks.{l}.attn.hook_pattern``: [1, H, P, P]} of the real run on ``text``: what frozen attention holds."""
+    return lm.run_with_cache(_feed(lm, text), [f"blocks.{ly}.attn.hook_pattern" for ly in range(lm.num_layers)])[1]
+
+
 def _frozen_attention(cache: Mapping[str, torch.Tensor], layers) -> dict:
     """Hooks that hold each head's softmax pattern at the real run's while its values stay live: each head's
     context is the frozen pattern times the live values (circuit-tracer's ``freeze_attention``)."""
@@ -107,7 +112,8 @@ def _frozen_attention(cache: Mapping[str, torch.Tensor], layers) -> dict:
 
 @torch.no_grad()
 def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder],
-               off: list[tuple[int, int, int]], downstream: str = "model", attention: str = "frozen") -> float:
+               off: list[tuple[int, int, int]], downstream: str = "model", attention: str = "frozen",
+               patterns: Mapping[str, torch.Tensor] | None = None) -> float:
     """The decision's value in the model with the features ``off`` [(layer, position, feature)] clamped to 0.
 
     ``downstream``: ``"model"`` (circuit-tracer's ``feature_intervention``): every feed-forward is the model's own,
@@ -115,10 +121,14 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
     (what the transcoder misses stays in); ``"replacement"``: every feed-forward is its transcoder on the live input
     plus the real run's error at that position, frozen, so later features are chosen again by their TopK.
     ``attention``: ``"frozen"`` (circuit-tracer's default) holds each head's pattern at the real run's, values live;
-    ``"live"`` lets the patterns move. LayerNorms are live either way. Nothing off: the real model's value."""
+    ``"live"`` lets the patterns move; ``patterns``: ``real_patterns`` of the text when already read (``agreement``
+    reads them once). LayerNorms are live either way. Nothing off: the real model's value."""
     if downstream not in DOWNSTREAM or attention not in ATTENTION:
         raise BertScopeError(f"downstream is one of {', '.join(DOWNSTREAM)} and attention one of "
                              f"{', '.join(ATTENTION)}, not {downstream!r} and {attention!r}.")
+    missing = sorted({layer for layer, _, _ in off} - set(transcoders))
+    if missing:
+        raise BertScopeError(f"No transcoder for layer {missing[0]}: a feature is switched off in its transcoder.")
     feed = _feed(lm, graph.text)
     ordinary = _ordinary(lm, feed["input_ids"][0])  # [P]
 
@@ -133,9 +143,10 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
     replaced = list(transcoders) if downstream == "replacement" else sorted({layer for layer, _, _ in off})
     names = [f"blocks.{ly}.{p}" for ly in transcoders for p in ("hook_resid_mid", "hook_mlp_out")
              if downstream == "replacement"]
-    if attention == "frozen":
+    if attention == "frozen" and patterns is None:
         names += [f"blocks.{ly}.attn.hook_pattern" for ly in range(lm.num_layers)]
-    cache = lm.run_with_cache(feed, names)[1] if names else {}
+    cache = dict(lm.run_with_cache(feed, names)[1]) if names else {}
+    cache.update(patterns or {})
     errors = {ly: cache[f"blocks.{ly}.hook_mlp_out"].float() - written(ly, cache[f"blocks.{ly}.hook_resid_mid"], [])
               for ly in replaced if downstream == "replacement"}
     seen: dict[int, torch.Tensor] = {}
@@ -166,18 +177,21 @@ def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int
     if graph.n_features == 0:
         raise BertScopeError("The graph has no active features to switch off.")
     effects = total_effects(graph) if effects is None else effects
+    if len(effects) != graph.n_features:
+        raise BertScopeError(f"effects holds {len(effects)} values for a graph of {graph.n_features} features.")
     influence = node_influence(graph.adjacency)[:graph.n_features]
     strongest = np.argsort(-influence, kind="stable")[:top]
     rest = np.setdiff1d(np.arange(graph.n_features), strongest)
     drawn = np.random.default_rng(seed).choice(rest, min(top, len(rest)), replace=False)
-    base = switch_off(lm, graph, transcoders, [], downstream, attention)
+    patterns = real_patterns(lm, graph.text) if attention == "frozen" else None  # read once for every switch-off
+    base = switch_off(lm, graph, transcoders, [], downstream, attention, patterns)
 
     def run(rows) -> list[Intervention]:
         out = []
         for r in rows:
             node = graph.nodes[int(r)]
             measured = switch_off(lm, graph, transcoders, [(node.layer, node.position, node.feature)],  # type: ignore[list-item]
-                                  downstream, attention) - base
+                                  downstream, attention, patterns) - base
             out.append(Intervention(node.id, float(-effects[r]), measured))
         return out
 

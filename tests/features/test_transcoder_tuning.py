@@ -60,6 +60,11 @@ def test_parts_skip_moves_the_skip_path_alone_and_still_brings_the_kl_down(tiny_
     for (layer, name), start in kept.items():
         moved = not torch.equal(dict(tcs[layer].named_parameters())[name], start)
         assert moved == (name in ("W_skip", "b_dec")), (layer, name)
+    assert not any(p.requires_grad for tc in tcs.values() for p in tc.parameters())
+    unscaled = _set(lm)
+    with torch.no_grad():
+        unscaled[1].W_dec.mul_(2.0)  # the decoders stay: their norm is not the tuning's to keep
+    tune_end_to_end(lm, unscaled, TEXTS, TuneConfig(steps=1, batch_size=8, parts="skip"))
     plain = {layer: Transcoder(tc.d_in, tc.d_out, tc.d_sae, tc.k, False, tc.info) for layer, tc in _set(lm).items()}
     with pytest.raises(BertScopeError, match="--parts skip tunes the skip path"):
         tune_end_to_end(lm, plain, TEXTS, TuneConfig(parts="skip"))

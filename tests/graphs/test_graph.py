@@ -203,7 +203,7 @@ def test_the_three_protocols_of_a_switch_off(mlm):
     """Nothing off gives the real model under every protocol; ``downstream="model"`` is the real model with the
     feature's write taken out of its layer's feed-forward output and nothing else changed (checked against a hook
     written here); frozen attention changes nothing after the last attention and moves what comes before it."""
-    from bertscope.graphs.interventions import switch_off
+    from bertscope.graphs.interventions import _frozen_attention, real_patterns, switch_off
 
     tcs = _transcoders(mlm, True)
     g = attribution_graph(mlm, TEXT, tcs, target="the", dtype=torch.float64)
@@ -213,8 +213,10 @@ def test_the_three_protocols_of_a_switch_off(mlm):
     first = next(n for n in g.nodes[:g.n_features] if n.layer == 0 and n.position == 5)
     last = next(n for n in g.nodes[:g.n_features] if n.layer == mlm.num_layers - 1 and n.position == 5)
 
-    def by_hand(node) -> float:  # the real model, the feature's activation times its decoder row taken out
-        feed = dict(mlm.tokenizer(TEXT, return_tensors="pt"))
+    feed = dict(mlm.tokenizer(TEXT, return_tensors="pt"))
+    patterns = real_patterns(mlm, TEXT)
+
+    def by_hand(node, frozen: bool) -> float:  # the real model, the feature's activation times its decoder row out
         tc = tcs[node.layer]
 
         def write(y, _):
@@ -222,22 +224,28 @@ def test_the_three_protocols_of_a_switch_off(mlm):
             y[0, node.position] -= node.activation * tc.W_dec[node.feature].to(y.dtype)
             return y
 
+        hooks = _frozen_attention(patterns, range(mlm.num_layers)) if frozen else {}
         with torch.no_grad():
-            logits = mlm.run(feed, hooks={f"blocks.{node.layer}.hook_mlp_out": write}).logits[0, 5].double()
+            logits = mlm.run(feed, hooks=hooks | {f"blocks.{node.layer}.hook_mlp_out": write}).logits[0, 5].double()
         return float(logits[mlm.tokenizer.convert_tokens_to_ids("the")] - logits.mean())
 
     for node in (first, last):
         off = [(node.layer, node.position, node.feature)]
-        assert switch_off(mlm, g, tcs, off, "model", "live") == pytest.approx(by_hand(node), abs=1e-4)
+        assert switch_off(mlm, g, tcs, off, "model", "live") == pytest.approx(by_hand(node, False), abs=1e-4)
+        assert switch_off(mlm, g, tcs, off, "model", "frozen") == pytest.approx(by_hand(node, True), abs=1e-4)
+        assert switch_off(mlm, g, tcs, off, "model", "frozen", patterns) == pytest.approx(
+            switch_off(mlm, g, tcs, off, "model", "frozen"), abs=1e-6)  # the patterns given or read: the same
     off = [(last.layer, last.position, last.feature)]
     assert switch_off(mlm, g, tcs, off, "model", "frozen") == pytest.approx(
-        switch_off(mlm, g, tcs, off, "model", "live"), abs=1e-6)  # no attention after the last feed-forward
+        switch_off(mlm, g, tcs, off, "model", "live"), abs=1e-5)  # no attention after the last feed-forward
     off = [(first.layer, first.position, first.feature)]
     changes = {(d, a): switch_off(mlm, g, tcs, off, d, a) - g.value
                for d in ("model", "replacement") for a in ("frozen", "live")}
     assert abs(changes["model", "frozen"] - changes["replacement", "frozen"]) > 1e-6  # later layers differ
     with pytest.raises(BertScopeError, match="downstream is one of"):
         switch_off(mlm, g, tcs, off, "transcoders")
+    with pytest.raises(BertScopeError, match="No transcoder for layer 0"):
+        switch_off(mlm, g, {1: tcs[1]}, off)
 
 
 def test_frozen_attention_holds_the_patterns_it_is_given(mlm):

@@ -57,7 +57,7 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
     measured = result_store("graph_switch").compute(
         (model_key(), graph.text, str(graph.target), node["id"]),
         lambda progress: switch_off(lm, graph, transcoders, [(node["layer"], node["position"], node["feature"])])
-        - graph.value, "Switching the feature off", True, costly=None)
+        - switch_off(lm, graph, transcoders, []), "Switching the feature off", True, costly=None)  # one protocol
     c1, c2 = st.columns(2)
     c1.metric("The graph predicts", f"{-effects[index]:+.4f}", help="Minus the feature's total effect on the target "
               "through every path of the graph (first order).")
