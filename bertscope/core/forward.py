@@ -23,12 +23,11 @@ import numpy as np
 import torch
 
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES, Padded, Tokenized, output_bytes, pad, plan_rows, tokenize
-from bertscope.core.hooked_pass import check_text
+from bertscope.core.hooked_pass import check_text, model_inputs
 from bertscope.core.inspection import BatchInspection, Inspection
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import readable_tokens
 from bertscope.errors import BertScopeError
-from bertscope.runtime.devices import to_device
 
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16}
 LogitPositions = Sequence[int] | Literal["masks"] | None
@@ -70,7 +69,7 @@ def device_pass(lm: LoadedModel, enc: Any, with_attentions: bool, with_hidden_st
                  with_logits: bool = True) -> Any:
     """The one forward pass; its outputs stay on the model's device. Without logits only the
     encoder runs: the MLM head's [token, vocab] product is a quarter of BERT-base's work."""
-    feed = {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
+    feed = model_inputs(lm, enc)
     # through the owner: bounded concurrent passes per shared model; eager only when weights are returned
     return lm.run(feed, attentions=with_attentions, hidden_states=with_hidden_states, encoder_only=not with_logits)
 

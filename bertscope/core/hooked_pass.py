@@ -87,6 +87,12 @@ def _grad_mode(grad: bool | None) -> contextlib.AbstractContextManager[Any]:
     return torch.enable_grad() if grad else torch.inference_mode()
 
 
+def model_inputs(lm: Any, enc: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors of a tokenizer's encoding ``enc`` the model takes (``model_input_names``: not the special-tokens
+    mask or the offsets a call asked for), on its device."""
+    return {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
+
+
 def feed_of(lm: Any, inputs: Any) -> dict[str, torch.Tensor]:
     """The model's inputs on its device: a text, a (text, pair) tuple, or a dict of tensors."""
     if isinstance(inputs, Mapping):
@@ -95,8 +101,7 @@ def feed_of(lm: Any, inputs: Any) -> dict[str, torch.Tensor]:
     check_text(text)
     if pair is not None:
         check_text(pair, "pair")
-    enc = lm.tokenizer(text, pair, return_tensors="pt", truncation=True, max_length=lm.max_length)
-    return {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
+    return model_inputs(lm, lm.tokenizer(text, pair, return_tensors="pt", truncation=True, max_length=lm.max_length))
 
 
 def _hooks(lm: Any, hooks: Mapping[str, HookFn | Iterable[HookFn]] | None) -> Any:

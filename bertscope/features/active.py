@@ -7,12 +7,11 @@ from pathlib import Path
 
 import torch
 
-from bertscope.core.hooked_pass import check_text
+from bertscope.core.hooked_pass import check_text, model_inputs
 from bertscope.core.models import LoadedModel
 from bertscope.core.tokens import readable_tokens
 from bertscope.features.activations import check_layer, resid_post
 from bertscope.features.sae import TopKSAE
-from bertscope.runtime.devices import to_device
 
 
 class _Reached(Exception):
@@ -67,7 +66,7 @@ def active_features(lm: LoadedModel, sae: TopKSAE, text: str, layer: int, folder
     ids = enc["input_ids"][0].tolist()
     special = lm.tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True)
     tokens = readable_tokens(lm.tokenizer, ids, enc.word_ids(0), [bool(s) for s in special])
-    feed = {k: to_device(enc[k], lm.device) for k in lm.tokenizer.model_input_names if k in enc}
+    feed = model_inputs(lm, enc)
     latents = sae.encode(layer_output(lm, feed, layer)[0].float())  # [token, d_sae]
     out = []
     for t, row in enumerate(latents):

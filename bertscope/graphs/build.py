@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertscope.core.hooked_pass import model_inputs
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
@@ -230,7 +231,7 @@ def _real_run(lm: LoadedModel, text: str) -> tuple[list[int], np.ndarray, dict]:
     enc = lm.tokenizer(text, return_tensors="pt", truncation=True, max_length=lm.max_length)
     names = [f"blocks.{ly}.{p}" for ly in range(lm.num_layers)
              for p in ("attn.hook_pattern", "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out")]
-    feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
+    feed = model_inputs(lm, enc)
     out, cache = lm.run_with_cache(feed, [*names, "embed", f"blocks.{lm.num_layers - 1}.hook_resid_post"])
     return enc["input_ids"][0].tolist(), mlm_logits(out)[0].float().cpu().numpy(), cache  # a classifier: its logits
 

@@ -23,6 +23,7 @@ Shapes: P positions, d the width, H heads of d_h; B rows of targets handled at o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,11 +84,14 @@ class FrozenModel:
     dtype: torch.dtype
 
     # -- the forward pass --------------------------------------------------------------------------
-    def forward(self, embed: torch.Tensor, writes: list[torch.Tensor], upto: int | None = None
+    def forward(self, embed: torch.Tensor, writes: list[torch.Tensor], upto: int | None = None,
+                feed_forward: Callable[[int, torch.Tensor], torch.Tensor] | None = None
                 ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """(every layer's feed-forward input ``mid`` [B, P, d], the head's value [B] or None when ``upto`` stops
         before the end) for embeddings ``embed`` [B, P, d] and each layer's write ``writes[l]`` [B, P, d] (its
-        features, b_dec and error: everything but the skip path)."""
+        features, b_dec and error: everything but the skip path). ``feed_forward(layer, mid)`` [B, P, d], when given,
+        stands for the skip path (the model's own feed-forward, to see where the graph's linear response parts from
+        the model's: ``writes`` then hold what is added to it)."""
         x, mids = embed, []
         last = len(self.layers) if upto is None else upto
         for layer in self.layers[:last]:
@@ -97,7 +101,10 @@ class FrozenModel:
             y = x + z @ layer.W_O.T + layer.b_O
             mid = _center(y) / layer.sigma1 * layer.g1 + layer.b1
             mids.append(mid)
-            out = writes[len(mids) - 1] + (mid @ layer.W_skip.T if layer.W_skip is not None else 0)
+            if feed_forward is not None:
+                out = writes[len(mids) - 1] + feed_forward(len(mids) - 1, mid)
+            else:
+                out = writes[len(mids) - 1] + (mid @ layer.W_skip.T if layer.W_skip is not None else 0)
             x = _center(mid + out) / layer.sigma2 * layer.g2 + layer.b2
         if upto is not None:
             return mids, None

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertscope.core.hooked_pass import model_inputs
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
@@ -74,9 +75,7 @@ ATTENTION = ("frozen", "live")
 
 
 def _feed(lm: LoadedModel, text: str) -> dict[str, torch.Tensor]:
-    return {k: v.to(lm.device) for k, v in lm.tokenizer(text, return_tensors="pt", truncation=True,
-                                                        max_length=lm.max_length).items()
-            if k in lm.tokenizer.model_input_names}
+    return model_inputs(lm, lm.tokenizer(text, return_tensors="pt", truncation=True, max_length=lm.max_length))
 
 
 def _ordinary(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
@@ -113,8 +112,9 @@ def _frozen_attention(cache: Mapping[str, torch.Tensor], layers) -> dict:
 @torch.no_grad()
 def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder],
                off: list[tuple[int, int, int]], downstream: str = "model", attention: str = "frozen",
-               patterns: Mapping[str, torch.Tensor] | None = None) -> float:
-    """The decision's value in the model with the features ``off`` [(layer, position, feature)] clamped to 0.
+               patterns: Mapping[str, torch.Tensor] | None = None, scale: float = 0.0) -> float:
+    """The decision's value in the model with the features ``off`` [(layer, position, feature)] clamped to 0 (or
+    each activation times ``scale``: 0.9 takes a tenth of it away, 2 doubles it: steering).
 
     ``downstream``: ``"model"`` (circuit-tracer's ``feature_intervention``): every feed-forward is the model's own,
     and a layer with a feature switched off writes its output less that feature's write on the layer's live input
@@ -137,7 +137,7 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
         values, indices = tc.encode_topk(mid[0].float())  # [P, k]
         values = values * ordinary[:, None]
         for position, feature in clamp:
-            values[position][indices[position] == feature] = 0
+            values[position][indices[position] == feature] *= scale
         return tc.reconstruct_topk(mid[0].float(), values, indices)[None]  # [1, P, d]
 
     replaced = list(transcoders) if downstream == "replacement" else sorted({layer for layer, _, _ in off})

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertscope.core.hooked_pass import check_text, turn
+from bertscope.core.hooked_pass import check_text, model_inputs, turn
 from bertscope.core.layers import hidden_labels
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
@@ -56,7 +56,7 @@ def lens_readings(lm: LoadedModel, lens: TunedLens, text: str, mask_index: int =
     if kind == "mlm":
         text = text.replace("[MASK]", lm.tokenizer.mask_token)
     enc = lm.tokenizer(text, pair, return_tensors="pt", truncation=True, max_length=lm.max_length)
-    feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
+    feed = model_inputs(lm, enc)
     tokens = lm.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
     logit = TunedLens.identity(lm)
     with turn(lm), torch.inference_mode():

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertscope.core.hooked_pass import turn
+from bertscope.core.hooked_pass import model_inputs, turn
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.mlm.logit_lens import mlm_head
@@ -195,7 +195,7 @@ def make_batch(lm: LoadedModel, texts: Sequence[str], kind: str, rng: np.random.
     enc = lm.tokenizer(list(texts), return_tensors="pt", padding=True, truncation=True, max_length=min(lm.max_length, 128),
                        return_special_tokens_mask=True)
     special = enc.pop("special_tokens_mask").bool() | ~enc["attention_mask"].bool()  # [batch, token]
-    feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
+    feed = model_inputs(lm, enc)
     where = gold = None
     if kind == "mlm":
         ids = feed["input_ids"].clone()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertscope.core.hooked_pass import model_inputs
 from bertscope.core.models import LoadedModel
 from bertscope.core.task_head import SEQUENCE
 from bertscope.errors import BertScopeError
@@ -211,7 +212,7 @@ def interactions(lm: LoadedModel, query: str, passage: str,
     base = enc["input_ids"][0]
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.unk_token_id
     removals: list[list[int]] = [[]] + q_pos + p_pos + [a + b for a in q_pos for b in p_pos]
-    feed = {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
+    feed = model_inputs(lm, enc)
     values = np.zeros(len(removals))
     for start in range(0, len(removals), BATCH_ROWS):
         chunk = removals[start:start + BATCH_ROWS]

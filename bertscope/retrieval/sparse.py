@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertscope.core.hooked_pass import check_text, run
+from bertscope.core.hooked_pass import check_text, model_inputs, run
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
@@ -139,7 +139,7 @@ def pooled(f: torch.Tensor, settings: SpladeSettings) -> torch.Tensor:
 def _feed(lm: LoadedModel, texts: list[str], settings: SpladeSettings) -> dict[str, torch.Tensor]:
     enc = lm.tokenizer([t.strip() for t in texts], padding=True, truncation="longest_first",
                        max_length=_cut(lm, settings), return_tensors="pt")
-    return {k: v.to(lm.device) for k, v in enc.items() if k in lm.tokenizer.model_input_names}
+    return model_inputs(lm, enc)
 
 
 @dataclass(frozen=True)

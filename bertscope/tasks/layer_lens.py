@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
+from bertscope.core.hooked_pass import model_inputs
 from bertscope.core.layers import hidden_names
 from bertscope.core.models import LoadedModel
 from bertscope.core.passes import repeat_feed, rows_within_budget, wide
@@ -76,8 +77,7 @@ def layer_decisions(lm: LoadedModel, text: str, pair: str | None = None,
     require_task(lm, SEQUENCE)
     if not isinstance(text, str) or not text.strip():
         raise BertScopeError("The text is empty: type at least one word.")
-    feed = {k: v for k, v in lm.tokenizer(text, pair, return_tensors="pt", truncation=True,
-                                          max_length=lm.max_length).items() if k in lm.tokenizer.model_input_names}
+    feed = model_inputs(lm, lm.tokenizer(text, pair, return_tensors="pt", truncation=True, max_length=lm.max_length))
     names = ["embed"] + [f"blocks.{layer}.hook_resid_post" for layer in range(lm.num_layers)]
     _, cache = lm.run_with_cache(feed, names, encoder_only=True)
     states = torch.cat([cache[name] for name in names])  # [state, token, dim]

@@ -1,6 +1,7 @@
 """Streamlit AppTest of the Circuits page's *Attribution graph* tab: nothing costly on arrival, the graph traced
 behind its button on bundled-mlm's shipped transcoders (value, scores, the drawing, a feature switched off in the
-real model beside the graph's prediction, JSON), bad input in one line; a model without transcoders is told so."""
+real model, and doubled, beside the graph's prediction, JSON), bad input in one line; a model without transcoders
+is told so."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def test_the_graph_behind_its_button(monkeypatch):
     assert next(m for m in at.metric if m.label == "Target").value == "river"
     assert any("Attribution graph:" in c.proto.spec for c in at.get("plotly_chart"))
     assert any(b.label == "Download the graph (JSON)" for b in at.get("download_button"))
+    off = float(next(m for m in at.metric if m.label == "The graph predicts").value)
+    at.selectbox(key="graph_steer").select("doubled (× 2)").run(timeout=600)  # steered: minus the switch-off's
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert float(next(m for m in at.metric if m.label == "The graph predicts").value) == -off
 
 
 def test_no_mask_is_one_line(monkeypatch):

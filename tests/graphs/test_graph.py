@@ -216,12 +216,12 @@ def test_the_three_protocols_of_a_switch_off(mlm):
     feed = dict(mlm.tokenizer(TEXT, return_tensors="pt"))
     patterns = real_patterns(mlm, TEXT)
 
-    def by_hand(node, frozen: bool) -> float:  # the real model, the feature's activation times its decoder row out
-        tc = tcs[node.layer]
+    def by_hand(node, frozen: bool, share: float = 1.0) -> float:  # the real model, that share of the feature's
+        tc = tcs[node.layer]  # activation times its decoder row taken out
 
         def write(y, _):
             y = y.clone()
-            y[0, node.position] -= node.activation * tc.W_dec[node.feature].to(y.dtype)
+            y[0, node.position] -= share * node.activation * tc.W_dec[node.feature].to(y.dtype)
             return y
 
         hooks = _frozen_attention(patterns, range(mlm.num_layers)) if frozen else {}
@@ -235,6 +235,9 @@ def test_the_three_protocols_of_a_switch_off(mlm):
         assert switch_off(mlm, g, tcs, off, "model", "frozen") == pytest.approx(by_hand(node, True), abs=1e-4)
         assert switch_off(mlm, g, tcs, off, "model", "frozen", patterns) == pytest.approx(
             switch_off(mlm, g, tcs, off, "model", "frozen"), abs=1e-6)  # the patterns given or read: the same
+        for scale, share in ((0.9, 0.1), (2.0, -1.0), (1.0, 0.0)):  # a tenth away, doubled (steering), as it is
+            assert switch_off(mlm, g, tcs, off, "model", "frozen", patterns, scale=scale) == pytest.approx(
+                by_hand(node, True, share), abs=1e-4)
     off = [(last.layer, last.position, last.feature)]
     assert switch_off(mlm, g, tcs, off, "model", "frozen") == pytest.approx(
         switch_off(mlm, g, tcs, off, "model", "live"), abs=1e-5)  # no attention after the last feed-forward
@@ -246,6 +249,32 @@ def test_the_three_protocols_of_a_switch_off(mlm):
         switch_off(mlm, g, tcs, off, "transcoders")
     with pytest.raises(BertScopeError, match="No transcoder for layer 0"):
         switch_off(mlm, g, {1: tcs[1]}, off)
+
+
+def test_the_frozen_pass_with_the_models_own_feed_forwards(mlm):
+    """``FrozenModel.forward(feed_forward=...)`` with the model's feed-forwards and nothing written gives the real
+    value (what ``benchmarks/graph_gap.py`` measures a switch-off in); the transcoders' skip paths alone do not."""
+    from bertscope.graphs.build import _real_run
+    from bertscope.graphs.frozen import freeze, mlm_head
+
+    tcs = _transcoders(mlm, True)
+    ids, logits, cache = _real_run(mlm, TEXT)
+    target = mlm.tokenizer.convert_tokens_to_ids("the")
+    head = mlm_head(mlm, cache[f"blocks.{mlm.num_layers - 1}.hook_resid_post"][0], 5, target, None, torch.float64)
+    frozen = freeze(mlm, cache, tcs, head, torch.float64)
+    blocks = mlm.model.bert.encoder.layer
+
+    def feed_forward(layer, mid):
+        b = blocks[layer]
+        up = b.intermediate.intermediate_act_fn(mid @ b.intermediate.dense.weight.double().T
+                                                + b.intermediate.dense.bias.double())
+        return up @ b.output.dense.weight.double().T + b.output.dense.bias.double()
+
+    embed = cache["embed"].double().cpu()
+    nothing = [torch.zeros_like(embed) for _ in frozen.layers]
+    value = float(frozen.forward(embed, nothing, feed_forward=feed_forward)[1][0])
+    assert value == pytest.approx(float(logits[5, target] - logits[5].mean()), abs=1e-4)
+    assert abs(float(frozen.forward(embed, nothing)[1][0]) - value) > 1e-3
 
 
 def test_frozen_attention_holds_the_patterns_it_is_given(mlm):

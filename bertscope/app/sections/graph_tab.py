@@ -40,28 +40,34 @@ def graph_form(lm) -> tuple[str, str | None, str | None, float, bool]:
     return text, target, contrast, float(keep), asked
 
 
+STEERING = {"off (× 0)": 0.0, "halved (× 0.5)": 0.5, "doubled (× 2)": 2.0, "× 4": 4.0}  # the activation times
+
+
 def switch_section(lm, graph, pruned: dict, transcoders) -> None:
-    """A kept feature switched off in the real model (its error kept), beside the graph's prediction."""
+    """A kept feature switched off (or steered) in the real model, its error kept, beside the graph's prediction."""
     features = [n for n in pruned["nodes"] if n["kind"] == "feature"]
     if not features:
         return
     features.sort(key=lambda n: -n["influence"])
-    pick = st.selectbox("Switch a feature off in the real model", range(len(features)), key="graph_off",
-                        format_func=lambda i: f"{features[i]['id']} (layer {features[i]['layer']}, "
-                                              f"{graph.tokens[features[i]['position']]!r}, influence "
-                                              f"{features[i]['influence']:.3f})")
-    node = features[pick]
+    c1, c2 = st.columns([3, 1])
+    pick = c1.selectbox("Switch a feature off (or steer it) in the real model", range(len(features)),
+                        key="graph_off", format_func=lambda i: f"{features[i]['id']} (layer {features[i]['layer']}, "
+                                                               f"{graph.tokens[features[i]['position']]!r}, "
+                                                               f"influence {features[i]['influence']:.3f})")
+    how = c2.selectbox("Its activation", list(STEERING), key="graph_steer")
+    scale, node = STEERING[how], features[pick]
     index = next(i for i, n in enumerate(graph.nodes) if n.id == node["id"])
     effects = result_store("graph_effects").get_or_compute((model_key(), graph.text, str(graph.target)),
                                                            lambda: total_effects(graph))
     measured = result_store("graph_switch").compute(
-        (model_key(), graph.text, str(graph.target), node["id"]),
-        lambda progress: switch_off(lm, graph, transcoders, [(node["layer"], node["position"], node["feature"])])
+        (model_key(), graph.text, str(graph.target), node["id"], scale),
+        lambda progress: switch_off(lm, graph, transcoders, [(node["layer"], node["position"], node["feature"])],
+                                    scale=scale)
         - switch_off(lm, graph, transcoders, []), "Switching the feature off", True, costly=None)  # one protocol
     c1, c2 = st.columns(2)
-    c1.metric("The graph predicts", f"{-effects[index]:+.4f}", help="Minus the feature's total effect on the target "
-              "through every path of the graph (first order).")
-    c2.metric("The model gives", f"{measured:+.4f}", help="The real model with this feature's write taken out of its "
+    c1.metric("The graph predicts", f"{-(1 - scale) * effects[index]:+.4f}", help="The feature's total effect on "
+              "the target through every path of the graph (first order), times the activation's change.")
+    c2.metric("The model gives", f"{measured:+.4f}", help="The real model with this feature's write changed in its "
               "layer's feed-forward output at its position (what the transcoder misses stays in), attention patterns "
               "held at the real run's: circuit-tracer's feature_intervention.")
 
