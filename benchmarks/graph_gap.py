@@ -1,6 +1,6 @@
 """Where the graph and the model part: the intervention test taken apart, one frozen thing at a time.
 
-    python benchmarks/graph_gap.py [--prompts 50] [--seed 0] [--transcoders FOLDER ...]
+    python benchmarks/graph_gap.py [--prompts 50] [--seed 0] [--head frozen|linear] [--transcoders FOLDER ...]
 
 The graph predicts a switch-off's change of the decision as −(the feature's total effect): exact in the graph's
 linear replacement model (patterns, LayerNorm scales and the head's nonlinearity frozen; every later feature moving
@@ -14,7 +14,8 @@ LayerNorm scales and the head move; and the change is the feature's whole activa
   away at its layer: the graph's own model but for the later features' selection;
 - ``frozen norms, model feed-forwards``: the same with every feed-forward the model's own (``feed_forward``): only
   the later feed-forwards' response differs from the graph's;
-- ``frozen norms, model feed-forwards, the head live``: the same with the masked-LM head's own LayerNorm and GELU;
+- ``frozen norms, model feed-forwards, the head's GELU / LayerNorm / both live``: the same with the masked-LM head's
+  own GELU, its LayerNorm, or both, live;
 - ``live norms (circuit-tracer)``: ``switch_off`` at its defaults: every LayerNorm and the head move too;
 - each with a tenth of the activation taken away (``scale=0.9``), the change times 10: the first order.
 
@@ -84,20 +85,29 @@ def frozen_pass(lm, graph, transcoders):
     transform = lm.model.cls.predictions.transform
     last = frozen.layers[-1]
 
-    def live_head(writes: list[torch.Tensor]) -> float:  # the block norms frozen, the head's own norm and GELU live
-        mids, _ = frozen.forward(embed, writes, feed_forward=feed_forward)
-        out = writes[-1] + feed_forward(len(mids) - 1, mids[-1])
-        y = mids[-1] + out
-        h = ((y - y.mean(-1, keepdim=True)) / last.sigma2 * last.g2 + last.b2)[0, head.position]  # [d]
-        g = transform.transform_act_fn(h @ head.W1.T + head.b1)
-        n = torch.nn.functional.layer_norm(g, g.shape, head.gamma, head.beta, transform.LayerNorm.eps)
-        return float(n @ head.readout + head.offset)
+    def live_head(gelu: bool, norm: bool):
+        """The block norms frozen; the head's GELU and LayerNorm each live or held."""
+        def value(writes: list[torch.Tensor]) -> float:
+            mids, _ = frozen.forward(embed, writes, feed_forward=feed_forward)
+            out = writes[-1] + feed_forward(len(mids) - 1, mids[-1])
+            y = mids[-1] + out
+            h = ((y - y.mean(-1, keepdim=True)) / last.sigma2 * last.g2 + last.b2)[0, head.position]  # [d]
+            u = h @ head.W1.T + head.b1
+            g = transform.transform_act_fn(u) if gelu else u * head.ratio
+            if norm:
+                n = torch.nn.functional.layer_norm(g, g.shape, head.gamma, head.beta, transform.LayerNorm.eps)
+            else:
+                n = (g - g.mean()) / head.sigma * head.gamma + head.beta
+            return float(n @ head.readout + head.offset)
+        return value
 
     def frozen_value(ff):
         return lambda writes: float(frozen.forward(embed, writes, feed_forward=ff)[1][0])
 
     return embed, {"transcoders": frozen_value(by_transcoders), "model feed-forwards": frozen_value(feed_forward),
-                   "model feed-forwards, the head live": live_head}
+                   "model feed-forwards, the head's GELU live": live_head(True, False),
+                   "model feed-forwards, the head's LayerNorm live": live_head(False, True),
+                   "model feed-forwards, the head live": live_head(True, True)}
 
 
 @torch.no_grad()
@@ -114,6 +124,7 @@ def main() -> None:
     parser.add_argument("--model", default="bundled-mlm")
     parser.add_argument("--prompts", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--head", default="frozen", help="the graph's head: frozen (default) or linear")
     parser.add_argument("--transcoders", nargs="*", default=[None], help="train-transcoders folders (default: the "
                         "shipped set)")
     args = parser.parse_args()
@@ -129,7 +140,7 @@ def main() -> None:
         tcs = transcoder_set(lm, folder)
         rows: dict[str, list] = {"top": [], "random": []}  # (predicted, {protocol: measured})
         for text in texts:
-            graph = attribution_graph(lm, text, tcs)
+            graph = attribution_graph(lm, text, tcs, head=args.head)
             effects = total_effects(graph)
             influence = node_influence(graph.adjacency)[:graph.n_features]
             strongest = np.argsort(-influence, kind="stable")[:5]
@@ -154,13 +165,15 @@ def main() -> None:
                             lm, graph, tcs, [(node.layer, node.position, node.feature)], patterns=patterns,
                             scale=scale) - base) / step
                     rows[kind].append((-float(effects[r]), measured, max(abs(b - graph.value) for b in bases.values())))
-        report(folder or "shipped", len(texts), rows)
+        report(f"{folder or 'shipped'}, the graph's head {args.head}", len(texts), rows)
 
 
 def report(name: str, n: int, rows: dict) -> None:
     drift = max(abs(d) for _, _, d in rows["top"])
     print(f"{name}: {n} prompts; the frozen passes give the real value to {drift:.1e}")
     for norms in ("frozen norms, transcoders", "frozen norms, model feed-forwards",
+                  "frozen norms, model feed-forwards, the head's GELU live",
+                  "frozen norms, model feed-forwards, the head's LayerNorm live",
                   "frozen norms, model feed-forwards, the head live", "live norms"):
         for scale in SCALES:
             label = f"{norms}, {'the whole activation' if scale == 0 else 'a tenth of it (x10)'}"

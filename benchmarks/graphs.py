@@ -1,7 +1,7 @@
 """Attribution graphs, measured: time, the graph scores over held-out prompts, and the intervention test.
 
     python benchmarks/graphs.py [--prompts 50] [--transcoders runs/tc-mlm] [--skip-transcoders runs/tc-mlm-skip]
-                                [--full-size]
+                                [--seed 0] [--head frozen|linear] [--full-size]
 
 - prompts: held-out Brown sentences (the SAE/transcoder mixture's held-out side is seeded apart from its training
   side; these come from Brown's held-out documents), one alphabetic word masked at random (seeded), cut to 32 word
@@ -9,7 +9,8 @@
 - per set of transcoders: seconds a graph, the replacement and completeness scores (mean ± sd), the active features,
   and the intervention test: each prompt's 5 most influential features switched off one at a time in the real model
   (errors kept), the sign of the change against the graph's prediction; beside 5 random active features; under
-  each protocol of ``graphs.interventions.switch_off`` (``PROTOCOLS``: circuit-tracer's default first);
+  each protocol of ``graphs.interventions.switch_off`` (``PROTOCOLS``: circuit-tracer's default first, then the same
+  with the LayerNorm scales held as the graph holds them);
 - ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` with random transcoders at 128 tokens:
   the graph's time and peak memory within the adjacency's byte budget.
 """
@@ -52,10 +53,11 @@ def prompts(lm, n: int, seed: int = 0, tokens: int = 32) -> list[str]:
     return out
 
 
-PROTOCOLS = (("model", "frozen"), ("model", "live"), ("replacement", "live"))  # (downstream, attention)
+PROTOCOLS = (("model", "frozen", "live"), ("model", "frozen", "frozen"), ("model", "live", "live"),
+             ("replacement", "live", "live"))  # (downstream, attention, norms)
 
 
-def measure(lm, texts: list[str], transcoders, name: str) -> None:
+def measure(lm, texts: list[str], transcoders, name: str, head: str = "frozen") -> None:
     from bertscope.graphs.build import attribution_graph
     from bertscope.graphs.interventions import agreement, total_effects
 
@@ -64,7 +66,7 @@ def measure(lm, texts: list[str], transcoders, name: str) -> None:
     random_agree: dict = {p: [] for p in PROTOCOLS}
     for text in texts:
         t = time.perf_counter()
-        graph = attribution_graph(lm, text, transcoders)
+        graph = attribution_graph(lm, text, transcoders, head=head)
         seconds.append(time.perf_counter() - t)
         r, c = graph.scores
         replacement.append(r)
@@ -72,18 +74,19 @@ def measure(lm, texts: list[str], transcoders, name: str) -> None:
         features.append(graph.n_features)
         lengths.append(len(graph.tokens))
         effects = total_effects(graph)  # solved once for every protocol
-        for downstream, attention in PROTOCOLS:
-            strongest, drawn = agreement(lm, graph, transcoders, 5, 0, downstream, attention, effects)
-            top_agree[downstream, attention] += [x.agrees for x in strongest]
-            random_agree[downstream, attention] += [x.agrees for x in drawn]
-    print(f"{name}: {len(texts)} held-out prompts ({np.mean(lengths):.1f} tokens on average, at most "
+        for protocol in PROTOCOLS:
+            downstream, attention, norms = protocol
+            strongest, drawn = agreement(lm, graph, transcoders, 5, 0, downstream, attention, effects, norms)
+            top_agree[protocol] += [x.agrees for x in strongest]
+            random_agree[protocol] += [x.agrees for x in drawn]
+    print(f"{name}, the head {head}: {len(texts)} held-out prompts ({np.mean(lengths):.1f} tokens on average, at most "
           f"{max(lengths)}), {np.mean(features):,.0f} active features a graph")
     print(f"  a graph: {np.mean(seconds):.2f} s mean, {np.max(seconds):.2f} s at most")
     print(f"  replacement score {np.mean(replacement):.3f} ± {np.std(replacement):.3f}; completeness score "
           f"{np.mean(completeness):.3f} ± {np.std(completeness):.3f}")
-    for (downstream, attention), top in top_agree.items():
-        drawn = random_agree[downstream, attention]
-        print(f"  intervention sign agreement, downstream {downstream}, attention {attention}: top-5 nodes "
+    for (downstream, attention, norms), top in top_agree.items():
+        drawn = random_agree[downstream, attention, norms]
+        print(f"  intervention sign agreement, downstream {downstream}, attention {attention}, norms {norms}: top-5 nodes "
               f"{np.mean(top):.3f} ({sum(top)}/{len(top)}); 5 random active features {np.mean(drawn):.3f} "
               f"({sum(drawn)}/{len(drawn)})")
 
@@ -126,6 +129,8 @@ def main() -> None:
     parser.add_argument("--transcoders", help="a train-transcoders folder (default: the shipped set)")
     parser.add_argument("--skip-transcoders", help="a folder of skip transcoders to measure beside them")
     parser.add_argument("--seed", type=int, default=0, help="the held-out prompts' draw (default 0)")
+    parser.add_argument("--head", default="frozen", help="how the graph reads the head: frozen (default) or linear "
+                        "(to first order at the real run)")
     parser.add_argument("--full-size", action="store_true")
     args = parser.parse_args()
     from bertscope.core.models import load_model
@@ -134,9 +139,9 @@ def main() -> None:
     if args.prompts > 0:
         lm = load_model(args.model)
         texts = prompts(lm, args.prompts, args.seed)
-        measure(lm, texts, transcoder_set(lm, args.transcoders), "transcoders")
+        measure(lm, texts, transcoder_set(lm, args.transcoders), "transcoders", args.head)
         if args.skip_transcoders:
-            measure(lm, texts, transcoder_set(lm, args.skip_transcoders), "skip transcoders")
+            measure(lm, texts, transcoder_set(lm, args.skip_transcoders), "skip transcoders", args.head)
     if args.full_size:
         full_size()
 

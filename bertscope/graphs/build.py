@@ -40,7 +40,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
-from bertscope.graphs.frozen import FrozenModel, check_graph_model, class_head, freeze, mlm_head
+from bertscope.graphs.frozen import FrozenModel, check_graph_model, check_head, class_head, freeze, mlm_head
 from bertscope.graphs.influence import graph_scores, prune_graph
 
 MAX_GRAPH_BYTES = 512 * 2**20  # the adjacency matrix, float32, at most
@@ -165,7 +165,7 @@ def _decision(lm: LoadedModel, text: str, target: str | None, contrast: str | No
 def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Transcoder], target: str | None = None,
                       contrast: str | None = None, dtype: torch.dtype = torch.float32,
                       max_bytes: int = MAX_GRAPH_BYTES,
-                      progress: Callable[[int, int], None] | None = None) -> AttributionGraph:
+                      progress: Callable[[int, int], None] | None = None, head: str = "frozen") -> AttributionGraph:
     """The attribution graph of the decision on ``text`` (the module docstring).
 
     Args:
@@ -178,19 +178,23 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
         max_bytes: the adjacency matrix's budget: past it the least influential features are merged into their
             (layer, position)'s error node, and the graph says how many.
         progress: called with (rows done, rows).
+        head: ``"frozen"`` (the head's nonlinearity and norm held: every sum exact) or ``"linear"`` (the head to
+            first order at the real run: the target's edges move as the real head's value does; a constant in the
+            target's bias), ``frozen.mlm_head``.
 
     Returns:
         An ``AttributionGraph``.
     """
     started = time.perf_counter()
+    check_head(head)
     _check_inputs(lm, text, transcoders)
     ids, real_logits, cache = _real_run(lm, text)
     kind, position, target_id, contrast_id, notes = _decision(
         lm, text, target, contrast, ids, lambda p: real_logits if lm.task is not None else real_logits[p])
     final = cache[f"blocks.{lm.num_layers - 1}.hook_resid_post"][0]
-    head = (mlm_head(lm, final, position, target_id, contrast_id, dtype) if kind == "token"
-            else class_head(lm, final, target_id, contrast_id, dtype))
-    frozen = freeze(lm, cache, dict(transcoders), head, dtype)
+    reader = (mlm_head(lm, final, position, target_id, contrast_id, dtype, head) if kind == "token"
+              else class_head(lm, final, target_id, contrast_id, dtype, head))
+    frozen = freeze(lm, cache, dict(transcoders), reader, dtype)
     special = np.isin(ids, [i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id,
                                         lm.tokenizer.pad_token_id) if i is not None])
     active, writes, errors = _sources(frozen, cache, transcoders, special, dtype)

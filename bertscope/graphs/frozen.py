@@ -69,7 +69,8 @@ class Head:
     beta: torch.Tensor | None
     sigma: torch.Tensor | None  # [1]
     readout: torch.Tensor  # [d]: W[target] − W[contrast] (or − the mean row)
-    offset: float  # b[target] − b[contrast] (or − the mean bias)
+    offset: float  # b[target] − b[contrast] (or − the mean bias); a linear head: what makes the real value
+    normal: torch.Tensor | None = None  # [d]: a linear head's normalised transform output, whose scale responds
 
 
 @dataclass
@@ -115,7 +116,10 @@ class FrozenModel:
         hd = self.head
         n = (h @ hd.W1.T + hd.b1) * hd.ratio
         if hd.gamma is not None and hd.sigma is not None and hd.beta is not None:  # the masked-LM transform's norm
-            n = _center(n) / hd.sigma * hd.gamma + hd.beta
+            n = _center(n) / hd.sigma
+            if hd.normal is not None:  # its scale's first-order response: less the part along its output
+                n = n - (n @ hd.normal)[..., None] * hd.normal / len(hd.normal)
+            n = n * hd.gamma + hd.beta
         return n @ hd.readout + hd.offset
 
     # -- the adjoint -------------------------------------------------------------------------------
@@ -129,7 +133,10 @@ class FrozenModel:
             hd = self.head
             gn = head_seed[:, None] * hd.readout  # [B, d]
             if hd.gamma is not None and hd.sigma is not None:
-                gn = _center(gn * hd.gamma / hd.sigma)
+                gn = gn * hd.gamma
+                if hd.normal is not None:
+                    gn = gn - (gn @ hd.normal)[:, None] * hd.normal / len(hd.normal)
+                gn = _center(gn / hd.sigma)
             g[:, hd.position] = (gn * hd.ratio) @ hd.W1
         top = max(seeds) + 1 if head_seed is None else len(self.layers)
         grads_w: list[torch.Tensor] = [torch.zeros_like(g) for _ in self.layers]
@@ -190,41 +197,76 @@ def freeze(lm: LoadedModel, cache: dict[str, torch.Tensor], transcoders: dict[in
     return FrozenModel(layers, head, lm.model.config.num_attention_heads, n_pos, lm.hidden_size, dtype)
 
 
+HEADS = ("frozen", "linear")  # how the graph reads the head: its nonlinearities held, or to first order
+
+
+def _slope(fn: Any, u: torch.Tensor) -> torch.Tensor:
+    """f'(u), elementwise."""
+    return torch.func.vmap(torch.func.grad(fn))(u.reshape(-1)).reshape(u.shape)
+
+
+def _at_real_value(head: Head, h: torch.Tensor, real: float) -> Head:
+    """``head`` with its offset moved so that the real final hidden state ``h`` [d] gives the ``real`` value (a
+    linear head: the first-order map's constant)."""
+    value = FrozenModel([], head, 1, 1, len(h), h.dtype).head_value(h[None])
+    head.offset += real - float(value[0])
+    return head
+
+
+def check_head(head: str) -> str:
+    if head not in HEADS:
+        raise BertScopeError(f"head is one of {', '.join(HEADS)}, not {head!r}.")
+    return head
+
+
 def mlm_head(lm: LoadedModel, final: torch.Tensor, position: int, target: int, contrast: int | None,
-             dtype: torch.dtype) -> Head:
-    """The masked-LM head at ``position``, its value logit[target] − logit[contrast] (or − the mean logit), frozen
-    at the real final hidden state ``final`` [P, d]."""
-    head = lm.model.cls.predictions
-    dense, norm, decoder = head.transform.dense, head.transform.LayerNorm, head.decoder
+             dtype: torch.dtype, head: str = "frozen") -> Head:
+    """The masked-LM head at ``position``, its value logit[target] − logit[contrast] (or − the mean logit), at the
+    real final hidden state ``final`` [P, d]: ``head="frozen"`` holds the transform's GELU as its ratio to its input
+    and its LayerNorm's scale (linear, exact at the real state: the graph's sums hold with no constant);
+    ``"linear"``: the head to first order there (the GELU's slope, the scale's response), so a write moves the
+    value as it moves the real head's, a constant making up the rest."""
+    module = lm.model.cls.predictions
+    dense, norm, decoder = module.transform.dense, module.transform.LayerNorm, module.decoder
+    act = module.transform.transform_act_fn
     with torch.no_grad():
         h = final[position].to("cpu", dtype)
         w1, b1 = dense.weight.detach().to("cpu", dtype), dense.bias.detach().to("cpu", dtype)
         u = h @ w1.T + b1
-        ratio = _ratio(head.transform.transform_act_fn, u.float()).to(dtype)
-        g = u * ratio
+        held = _ratio(act, u.float()).to(dtype)
+        g = u * held  # the GELU's output at the real state
+        ratio = held if check_head(head) == "frozen" else _slope(act, u.float()).to(dtype)
         sigma = (g.var(unbiased=False) + norm.eps).sqrt()
         weight = decoder.weight.detach().to("cpu", dtype)  # [V, d]
-        bias = (decoder.bias if decoder.bias is not None else head.bias).detach().to("cpu", dtype)
+        bias = (decoder.bias if decoder.bias is not None else module.bias).detach().to("cpu", dtype)
         base_w = weight[contrast] if contrast is not None else weight.mean(0)
         base_b = bias[contrast] if contrast is not None else bias.mean()
-    return Head("token", position, w1, b1, ratio, norm.weight.detach().to("cpu", dtype),
-                norm.bias.detach().to("cpu", dtype), sigma.reshape(1), weight[target] - base_w,
-                float(bias[target] - base_b))
+        gamma, beta = norm.weight.detach().to("cpu", dtype), norm.bias.detach().to("cpu", dtype)
+        out = Head("token", position, w1, b1, ratio, gamma, beta, sigma.reshape(1), weight[target] - base_w,
+                   float(bias[target] - base_b), None if head == "frozen" else _center(g) / sigma)
+        if head == "frozen":
+            return out
+        real = float((_center(g) / sigma * gamma + beta) @ out.readout) + out.offset
+        return _at_real_value(out, h, real)
 
 
-def class_head(lm: LoadedModel, final: torch.Tensor, target: int, contrast: int | None, dtype: torch.dtype) -> Head:
-    """A BERT sequence classifier's decision at [CLS]: the pooler (dense, tanh frozen as a ratio), then the
-    classifier; value logit[target] − logit[contrast] (or − the mean logit)."""
+def class_head(lm: LoadedModel, final: torch.Tensor, target: int, contrast: int | None, dtype: torch.dtype,
+               head: str = "frozen") -> Head:
+    """A BERT sequence classifier's decision at [CLS]: the pooler (dense, tanh frozen as a ratio, or at its slope
+    for ``head="linear"``), then the classifier; value logit[target] − logit[contrast] (or − the mean logit)."""
     pooler, classifier = lm.model.bert.pooler.dense, lm.model.classifier
     with torch.no_grad():
         h = final[0].to("cpu", dtype)
         w1, b1 = pooler.weight.detach().to("cpu", dtype), pooler.bias.detach().to("cpu", dtype)
         u = h @ w1.T + b1
-        ratio = _ratio(torch.tanh, u.float()).to(dtype)
+        ratio = (_ratio if check_head(head) == "frozen" else _slope)(torch.tanh, u.float()).to(dtype)
         weight, bias = classifier.weight.detach().to("cpu", dtype), classifier.bias.detach().to("cpu", dtype)
         if len(weight) == 1:  # one output (a score): its logit, no contrast
             readout, offset = weight[0], float(bias[0])
         else:
             readout = weight[target] - (weight[contrast] if contrast is not None else weight.mean(0))
             offset = float(bias[target] - (bias[contrast] if contrast is not None else bias.mean()))
-    return Head("class", 0, w1, b1, ratio, None, None, None, readout, offset)
+        out = Head("class", 0, w1, b1, ratio, None, None, None, readout, offset)
+        if head == "frozen":
+            return out
+        return _at_real_value(out, h, float(torch.tanh(u) @ readout) + offset)

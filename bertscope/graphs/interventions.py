@@ -31,6 +31,7 @@ from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
 from bertscope.graphs.build import AttributionGraph
+from bertscope.graphs.frozen import _ratio
 from bertscope.graphs.influence import node_influence
 
 
@@ -72,6 +73,8 @@ def _decision_value(graph: AttributionGraph, lm: LoadedModel, logits: torch.Tens
 
 DOWNSTREAM = ("model", "replacement")  # what computes the layers after a switched-off feature
 ATTENTION = ("frozen", "live")
+NORMS = ("live", "frozen")
+NORM_POINTS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out")  # what the scales are read from
 
 
 def _feed(lm: LoadedModel, text: str) -> dict[str, torch.Tensor]:
@@ -109,10 +112,62 @@ def _frozen_attention(cache: Mapping[str, torch.Tensor], layers) -> dict:
     return hooks
 
 
+def _frozen_norms(lm: LoadedModel, cache: Mapping[str, torch.Tensor]) -> tuple[dict, dict]:
+    """Hooks that hold every LayerNorm's scale at the real run's, as the graph does, the centring live: BERT's two a
+    block, (y − mean(y)) / σ_real · γ + β with y the live residual sum, and the masked-LM head's transform, its GELU
+    also held as its ratio to its input (``graphs.frozen``). ``cache``: the real run's ``NORM_POINTS`` of every
+    layer and the last ``hook_resid_post``. A classifier's pooler stays live (no hook point there). Returns (the
+    hooks to run first at their points, those to run last: reading the feed-forward's output as written)."""
+    seen: dict[str, torch.Tensor] = {}
+
+    def sigma(y: torch.Tensor, eps: float) -> torch.Tensor:  # [1, P, 1]
+        return (y.float().var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+
+    def held(y: torch.Tensor, norm, s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        y = y.float()
+        return ((y - y.mean(-1, keepdim=True)) / s * norm.weight.float() + norm.bias.float()).to(dtype)
+
+    def keep(name: str):
+        def fn(x, _):
+            seen[name] = x
+        return fn
+
+    first: dict = {}
+    for ly, block in enumerate(lm.model.bert.encoder.layer):
+        n1, n2 = block.attention.output.LayerNorm, block.output.LayerNorm
+        s1 = sigma(cache[f"blocks.{ly}.hook_resid_pre"] + cache[f"blocks.{ly}.hook_attn_out"], n1.eps)
+        s2 = sigma(cache[f"blocks.{ly}.hook_resid_mid"] + cache[f"blocks.{ly}.hook_mlp_out"], n2.eps)
+        first[f"blocks.{ly}.hook_resid_pre"] = keep("pre")
+        first[f"blocks.{ly}.hook_attn_out"] = keep("attn")
+        first[f"blocks.{ly}.hook_resid_mid"] = [
+            lambda x, _, n1=n1, s1=s1: held(seen["pre"] + seen["attn"], n1, s1, x.dtype), keep("mid")]
+        first[f"blocks.{ly}.hook_resid_post"] = [
+            lambda x, _, n2=n2, s2=s2: held(seen["mid"] + seen["mlp"], n2, s2, x.dtype), keep("last")]
+    if lm.task is None:  # the masked-LM head: dense, GELU (held as its ratio), LayerNorm (held)
+        transform = lm.model.cls.predictions.transform
+        u = transform.dense(cache[f"blocks.{lm.num_layers - 1}.hook_resid_post"]).float()  # [1, P, d]
+        ratio = _ratio(transform.transform_act_fn, u)
+        s3 = sigma(u * ratio, transform.LayerNorm.eps)
+        first["unembed.hook_in"] = lambda x, _: held(transform.dense(seen["last"]).float() * ratio,
+                                                     transform.LayerNorm, s3, x.dtype)
+    last = {f"blocks.{ly}.hook_mlp_out": keep("mlp") for ly in range(lm.num_layers)}
+    return first, last
+
+
+def _join(hooks: Mapping, more: Mapping) -> dict:
+    """``hooks`` with ``more``'s functions run after its own at a point both name."""
+    out = dict(hooks)
+    for name, fn in more.items():
+        mine = out.get(name)
+        out[name] = fn if mine is None else [*(mine if isinstance(mine, list) else [mine]),
+                                             *(fn if isinstance(fn, list) else [fn])]
+    return out
+
+
 @torch.no_grad()
 def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder],
                off: list[tuple[int, int, int]], downstream: str = "model", attention: str = "frozen",
-               patterns: Mapping[str, torch.Tensor] | None = None, scale: float = 0.0) -> float:
+               patterns: Mapping[str, torch.Tensor] | None = None, scale: float = 0.0, norms: str = "live") -> float:
     """The decision's value in the model with the features ``off`` [(layer, position, feature)] clamped to 0 (or
     each activation times ``scale``: 0.9 takes a tenth of it away, 2 doubles it: steering).
 
@@ -122,10 +177,14 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
     plus the real run's error at that position, frozen, so later features are chosen again by their TopK.
     ``attention``: ``"frozen"`` (circuit-tracer's default) holds each head's pattern at the real run's, values live;
     ``"live"`` lets the patterns move; ``patterns``: ``real_patterns`` of the text when already read (``agreement``
-    reads them once). LayerNorms are live either way. Nothing off: the real model's value."""
-    if downstream not in DOWNSTREAM or attention not in ATTENTION:
-        raise BertScopeError(f"downstream is one of {', '.join(DOWNSTREAM)} and attention one of "
-                             f"{', '.join(ATTENTION)}, not {downstream!r} and {attention!r}.")
+    reads them once). ``norms``: ``"live"`` (the model's, circuit-tracer's) or ``"frozen"``: every LayerNorm's scale
+    and the masked-LM head's GELU held at the real run's, as the graph holds them (``_frozen_norms``): where the
+    model then agrees with the graph and does not live, the scales' response is what the graph leaves out (on
+    bundled-mlm mostly the head's own LayerNorm: ``benchmarks/graph_gap.py``). Nothing off: the real model's value."""
+    if downstream not in DOWNSTREAM or attention not in ATTENTION or norms not in NORMS:
+        raise BertScopeError(f"downstream is one of {', '.join(DOWNSTREAM)}, attention one of "
+                             f"{', '.join(ATTENTION)} and norms one of {', '.join(NORMS)}, not {downstream!r}, "
+                             f"{attention!r} and {norms!r}.")
     missing = sorted({layer for layer, _, _ in off} - set(transcoders))
     if missing:
         raise BertScopeError(f"No transcoder for layer {missing[0]}: a feature is switched off in its transcoder.")
@@ -145,6 +204,9 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
              if downstream == "replacement"]
     if attention == "frozen" and patterns is None:
         names += [f"blocks.{ly}.attn.hook_pattern" for ly in range(lm.num_layers)]
+    if norms == "frozen":
+        names += [f"blocks.{ly}.{p}" for ly in range(lm.num_layers) for p in NORM_POINTS
+                  if f"blocks.{ly}.{p}" not in names] + [f"blocks.{lm.num_layers - 1}.hook_resid_post"]
     cache = dict(lm.run_with_cache(feed, names)[1]) if names else {}
     cache.update(patterns or {})
     errors = {ly: cache[f"blocks.{ly}.hook_mlp_out"].float() - written(ly, cache[f"blocks.{ly}.hook_resid_mid"], [])
@@ -165,14 +227,17 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
 
         hooks[f"blocks.{ly}.hook_resid_mid"] = read
         hooks[f"blocks.{ly}.hook_mlp_out"] = write
+    if norms == "frozen":
+        first, last = _frozen_norms(lm, cache)
+        hooks = _join(_join(first, hooks), last)  # the scales held before anything reads a point, the write kept
     return _decision_value(graph, lm, mlm_logits(lm.run(feed, hooks=hooks)))  # a classifier: its logits
 
 
 def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int, Transcoder], top: int = 5,
               seed: int = 0, downstream: str = "model", attention: str = "frozen",
-              effects: np.ndarray | None = None) -> tuple[list[Intervention], list[Intervention]]:
+              effects: np.ndarray | None = None, norms: str = "live") -> tuple[list[Intervention], list[Intervention]]:
     """(the ``top`` features of the graph by influence, as many random active features), each switched off alone in
-    the model (``switch_off``'s ``downstream`` and ``attention``) beside the graph's prediction; ``effects``: the
+    the model (``switch_off``'s ``downstream``, ``attention`` and ``norms``) beside the graph's prediction; ``effects``: the
     graph's ``total_effects`` when already solved (one solve of the features' system, the slow part of a big graph)."""
     if graph.n_features == 0:
         raise BertScopeError("The graph has no active features to switch off.")
@@ -184,14 +249,14 @@ def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int
     rest = np.setdiff1d(np.arange(graph.n_features), strongest)
     drawn = np.random.default_rng(seed).choice(rest, min(top, len(rest)), replace=False)
     patterns = real_patterns(lm, graph.text) if attention == "frozen" else None  # read once for every switch-off
-    base = switch_off(lm, graph, transcoders, [], downstream, attention, patterns)
+    base = switch_off(lm, graph, transcoders, [], downstream, attention, patterns, norms=norms)
 
     def run(rows) -> list[Intervention]:
         out = []
         for r in rows:
             node = graph.nodes[int(r)]
             measured = switch_off(lm, graph, transcoders, [(node.layer, node.position, node.feature)],  # type: ignore[list-item]
-                                  downstream, attention, patterns) - base
+                                  downstream, attention, patterns, norms=norms) - base
             out.append(Intervention(node.id, float(-effects[r]), measured))
         return out
 

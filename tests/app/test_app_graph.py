@@ -20,7 +20,7 @@ def test_the_graph_behind_its_button(monkeypatch):
     assert not at.exception and not at.error, [e.value for e in at.error]
     labels = {m.label for m in at.metric}
     assert {"Target", "Its value", "Replacement score", "Completeness score", "The graph predicts",
-            "The model gives"} <= labels
+            "The model gives", "With its LayerNorm scales held"} <= labels
     assert next(m for m in at.metric if m.label == "Target").value == "river"
     assert any("Attribution graph:" in c.proto.spec for c in at.get("plotly_chart"))
     assert any(b.label == "Download the graph (JSON)" for b in at.get("download_button"))

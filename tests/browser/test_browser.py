@@ -1184,6 +1184,7 @@ def test_circuits_page_attribution_graph(browser, app_url, artifacts, server_log
     page.screenshot(path=str(artifacts / "pages" / "circuits-graph.png"), full_page=True)
     body = page.inner_text("body")
     assert "Replacement score" in body and "Completeness score" in body and "The graph predicts" in body
+    assert "Its activation" in body  # steering beside the switch-off
     assert page.locator(".js-plotly-plot").count() >= 1
     assert not page.locator(".stException").count()
     assert not problems, problems

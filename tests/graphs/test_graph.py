@@ -58,7 +58,8 @@ def test_every_input_is_its_edges_plus_its_bias(mlm, skip):
     assert g.nodes[-1].kind == "target" and [n.kind for n in g.nodes[g.n_features:g.n_features + 2]] == ["error"] * 2
 
 
-def test_the_written_adjoint_is_autograds(mlm):
+@pytest.mark.parametrize("head", ["frozen", "linear"])
+def test_the_written_adjoint_is_autograds(mlm, head):
     from bertscope.graphs import build, frozen
 
     captured = {}
@@ -70,7 +71,7 @@ def test_the_written_adjoint_is_autograds(mlm):
 
     build.freeze = keep
     try:
-        attribution_graph(mlm, TEXT, _transcoders(mlm, True), dtype=torch.float64)
+        attribution_graph(mlm, TEXT, _transcoders(mlm, True), dtype=torch.float64, head=head)
     finally:
         build.freeze = real_freeze
     m = captured["m"]
@@ -131,6 +132,39 @@ def test_the_scores_are_circuit_tracers_formulas():
     assert pruned.node_mask[[3, 4]].all()
 
 
+def test_a_linear_head_is_the_real_heads_first_order(mlm):
+    """``head="linear"``: the sums still hold (a constant in the target's bias), the value is the model's, and the
+    head's map is the real head's derivative at the real final state (autograd through dense, GELU, LayerNorm)."""
+    from bertscope.graphs.frozen import FrozenModel, mlm_head
+
+    g = attribution_graph(mlm, TEXT, _transcoders(mlm, True), target="the", dtype=torch.float64, head="linear")
+    assert not g.notes and g.inputs[-1] == pytest.approx(g.value, abs=1e-4)
+    np.testing.assert_allclose(g.adjacency.sum(1) + g.bias, g.inputs, atol=1e-9)
+    frozen = attribution_graph(mlm, TEXT, _transcoders(mlm, True), target="the", dtype=torch.float64)
+    assert not np.allclose(g.adjacency[-1], frozen.adjacency[-1])  # the target's edges move
+    np.testing.assert_allclose(g.adjacency[:-1], frozen.adjacency[:-1])  # nothing else does
+    with torch.no_grad():
+        _, cache = mlm.run_with_cache(dict(mlm.tokenizer(TEXT, return_tensors="pt")), ["blocks.1.hook_resid_post"])
+    final = cache["blocks.1.hook_resid_post"][0].double()
+    target = mlm.tokenizer.convert_tokens_to_ids("the")
+    head = mlm_head(mlm, final, 5, target, None, torch.float64, "linear")
+    predictions = mlm.model.cls.predictions.double()
+    try:
+        def real(h):
+            logits = predictions(h[None])[0]
+            return logits[target] - logits.mean()
+
+        want = torch.func.grad(real)(final[5])
+        got = torch.func.grad(lambda h: FrozenModel([], head, 1, 1, len(h), h.dtype).head_value(h[None])[0])(final[5])
+        torch.testing.assert_close(got, want)
+        assert float(real(final[5])) == pytest.approx(
+            float(FrozenModel([], head, 1, 1, 32, torch.float64).head_value(final[5][None])[0]), abs=1e-6)
+    finally:
+        predictions.float()
+    with pytest.raises(BertScopeError, match="head is one of"):
+        attribution_graph(mlm, TEXT, _transcoders(mlm, True), head="exact")
+
+
 def test_a_classifiers_class(tiny_bert_dir, tmp_path):
     folder = task_checkpoint(tiny_bert_dir, tmp_path / "clf", "AutoModelForSequenceClassification", 2, num_labels=3,
                              **labels(["neg", "neu", "pos"]))
@@ -139,6 +173,10 @@ def test_a_classifiers_class(tiny_bert_dir, tmp_path):
                           contrast="neg", dtype=torch.float64)
     np.testing.assert_allclose(g.adjacency.sum(1) + g.bias, g.inputs, atol=1e-9)
     assert g.inputs[-1] == pytest.approx(g.value, abs=1e-4) and g.target["label"] == "pos"
+    linear = attribution_graph(lm, "the bank of the river was muddy .", _transcoders(lm, True), target="pos",
+                               contrast="neg", dtype=torch.float64, head="linear")  # the pooler's tanh at its slope
+    np.testing.assert_allclose(linear.adjacency.sum(1) + linear.bias, linear.inputs, atol=1e-9)
+    assert linear.inputs[-1] == pytest.approx(g.value, abs=1e-4)
     with pytest.raises(BertScopeError, match="No class 'maybe'"):
         attribution_graph(lm, "a b", _transcoders(lm, False), target="maybe")
 
@@ -253,9 +291,12 @@ def test_the_three_protocols_of_a_switch_off(mlm):
 
 def test_the_frozen_pass_with_the_models_own_feed_forwards(mlm):
     """``FrozenModel.forward(feed_forward=...)`` with the model's feed-forwards and nothing written gives the real
-    value (what ``benchmarks/graph_gap.py`` measures a switch-off in); the transcoders' skip paths alone do not."""
+    value (what ``benchmarks/graph_gap.py`` measures a switch-off in); the transcoders' skip paths alone do not. A
+    feature switched off in it equals ``switch_off(..., norms="frozen")``: the model with its patterns, LayerNorm
+    scales and head's GELU held by hooks, an implementation apart."""
     from bertscope.graphs.build import _real_run
     from bertscope.graphs.frozen import freeze, mlm_head
+    from bertscope.graphs.interventions import switch_off
 
     tcs = _transcoders(mlm, True)
     ids, logits, cache = _real_run(mlm, TEXT)
@@ -275,6 +316,17 @@ def test_the_frozen_pass_with_the_models_own_feed_forwards(mlm):
     value = float(frozen.forward(embed, nothing, feed_forward=feed_forward)[1][0])
     assert value == pytest.approx(float(logits[5, target] - logits[5].mean()), abs=1e-4)
     assert abs(float(frozen.forward(embed, nothing)[1][0]) - value) > 1e-3
+    g = attribution_graph(mlm, TEXT, tcs, target="the", dtype=torch.float64)
+    assert switch_off(mlm, g, tcs, [], norms="frozen") == pytest.approx(g.value, abs=1e-4)
+    for node in [n for n in g.nodes[:g.n_features] if n.layer == 0][:3]:
+        writes = [torch.zeros_like(embed) for _ in frozen.layers]
+        writes[0][0, node.position] = -node.activation * tcs[0].W_dec[node.feature].detach().double()
+        held = float(frozen.forward(embed, writes, feed_forward=feed_forward)[1][0])
+        off = [(node.layer, node.position, node.feature)]
+        assert switch_off(mlm, g, tcs, off, norms="frozen") == pytest.approx(held, abs=1e-4)
+        assert abs(switch_off(mlm, g, tcs, off) - held) > 1e-6  # the live scales move
+    with pytest.raises(BertScopeError, match="norms one of"):
+        switch_off(mlm, g, tcs, [], norms="held")
 
 
 def test_frozen_attention_holds_the_patterns_it_is_given(mlm):

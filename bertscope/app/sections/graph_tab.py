@@ -59,17 +59,23 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
     index = next(i for i, n in enumerate(graph.nodes) if n.id == node["id"])
     effects = result_store("graph_effects").get_or_compute((model_key(), graph.text, str(graph.target)),
                                                            lambda: total_effects(graph))
+    off = [(node["layer"], node["position"], node["feature"])]
     measured = result_store("graph_switch").compute(
         (model_key(), graph.text, str(graph.target), node["id"], scale),
-        lambda progress: switch_off(lm, graph, transcoders, [(node["layer"], node["position"], node["feature"])],
-                                    scale=scale)
-        - switch_off(lm, graph, transcoders, []), "Switching the feature off", True, costly=None)  # one protocol
-    c1, c2 = st.columns(2)
+        lambda progress: tuple(switch_off(lm, graph, transcoders, off, scale=scale, norms=norms)
+                               - switch_off(lm, graph, transcoders, [], norms=norms) for norms in ("live", "frozen")),
+        "Switching the feature off", True, costly=None)  # four passes of one sentence
+    c1, c2, c3 = st.columns(3)
     c1.metric("The graph predicts", f"{-(1 - scale) * effects[index]:+.4f}", help="The feature's total effect on "
               "the target through every path of the graph (first order), times the activation's change.")
-    c2.metric("The model gives", f"{measured:+.4f}", help="The real model with this feature's write changed in its "
-              "layer's feed-forward output at its position (what the transcoder misses stays in), attention patterns "
-              "held at the real run's: circuit-tracer's feature_intervention.")
+    c2.metric("The model gives", f"{measured[0]:+.4f}", help="The real model with this feature's write changed in "
+              "its layer's feed-forward output at its position (what the transcoder misses stays in), attention "
+              "patterns held at the real run's: circuit-tracer's feature_intervention.")
+    c3.metric("With its LayerNorm scales held", f"{measured[1]:+.4f}", help="The same, every LayerNorm's scale (and "
+              "the head's GELU) held at the real run's as the graph holds them. Where this agrees with the graph and "
+              "the model does not, the scales' response is what the graph leaves out: on bundled-mlm mostly the "
+              "masked-LM head's own LayerNorm, which undoes much of a write that lengthens its output along the "
+              "target's row.")
 
 
 def examples_of(lm, transcoders):
