@@ -43,13 +43,10 @@ def frozen_pass(lm, graph, transcoders):
     """(the prompt's embeddings [1, P, d], {protocol: its writes [l][1, P, d] → the decision's value}): the graph's
     frozen pass (float64) with each feed-forward the transcoder (TopK live, the real run's error added) or the
     model's own, and the latter with the head's LayerNorm and GELU live."""
-    from bertscope.core.hooked_pass import model_inputs
+    from bertscope.graphs.build import _real_run
     from bertscope.graphs.frozen import freeze, mlm_head
 
-    feed = model_inputs(lm, lm.tokenizer(graph.text, return_tensors="pt"))
-    names = [f"blocks.{ly}.{p}" for ly in range(lm.num_layers)
-             for p in ("attn.hook_pattern", "hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out")]
-    _, cache = lm.run_with_cache(feed, [*names, "embed", f"blocks.{lm.num_layers - 1}.hook_resid_post"])
+    tokens, _, cache = _real_run(lm, graph.text)  # the run the graph was built from
     target = graph.target
     ids = lm.tokenizer.convert_tokens_to_ids
     contrast = None if target["contrast"] is None else ids(target["contrast"])
@@ -67,7 +64,7 @@ def frozen_pass(lm, graph, transcoders):
 
     special = [i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id, lm.tokenizer.pad_token_id)
                if i is not None]  # as the graph: features everywhere but there ([MASK] included)
-    ordinary = torch.from_numpy(~np.isin(feed["input_ids"][0].cpu().numpy(), special))
+    ordinary = torch.from_numpy(~np.isin(np.array(tokens), special))
 
     def written(layer: int, mid: torch.Tensor) -> torch.Tensor:  # [B, P, d]: the transcoder, TopK on ``mid``
         tc = transcoders[layer]
