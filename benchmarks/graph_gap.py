@@ -45,6 +45,7 @@ def frozen_pass(lm, graph, transcoders):
     model's own, and the latter with the head's LayerNorm and GELU live."""
     from bertscope.graphs.build import _real_run
     from bertscope.graphs.frozen import freeze, mlm_head
+    from bertscope.graphs.interventions import ordinary, transcoder_write
 
     tokens, _, cache = _real_run(lm, graph.text)  # the run the graph was built from
     target = graph.target
@@ -62,14 +63,10 @@ def frozen_pass(lm, graph, transcoders):
         w1, b1, w2, b2, act = weights[layer]
         return act(mid @ w1.T + b1) @ w2.T + b2
 
-    special = [i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id, lm.tokenizer.pad_token_id)
-               if i is not None]  # as the graph: features everywhere but there ([MASK] included)
-    ordinary = torch.from_numpy(~np.isin(np.array(tokens), special))
+    carries = ordinary(lm, torch.tensor(tokens))  # [P]: as the graph, features everywhere but the special tokens
 
     def written(layer: int, mid: torch.Tensor) -> torch.Tensor:  # [B, P, d]: the transcoder, TopK on ``mid``
-        tc = transcoders[layer]
-        values, indices = tc.encode_topk(mid[0].float())  # [P, k]
-        return tc.reconstruct_topk(mid[0].float(), values * ordinary[:, None], indices)[None].double()
+        return transcoder_write(transcoders[layer], mid, carries).double()
 
     errors = [cache[f"blocks.{ly}.hook_mlp_out"].double().cpu() - written(ly, cache[f"blocks.{ly}.hook_resid_mid"]
                                                                           .double().cpu())

@@ -1,7 +1,8 @@
 """How far a transcoder set is from the replacement model's bar, and which layers stand in the way.
 
     python benchmarks/replacement_headroom.py [--model bundled-mlm] [--device auto] [--transcoders FOLDER] [--held-out 100]
-                                              [--scales 1,0.8,0.7,0.6,0.5,0.3] [--groups 0123,45] [--json]
+                                              [--scales 1,0.8,0.7,0.6,0.5,0.3] [--groups 0123,45]
+                                              [--group-scales 0123:0.7,0123:0.5,45:0.5] [--json]
 
 Two measurements on the mixture's held-out side (the texts ``score-transcoders`` reads, BERT's seeded masked
 positions):
@@ -12,6 +13,8 @@ positions):
   transcoder must be (its unexplained variance times s²).
 - **groups replaced alone**: only a group's layers replaced, the others real (``replacement_quality(layers=)``):
   a group whose errors cost most is where training time goes first.
+- **a group's errors shrunk**: every layer replaced, one group's errors times s and the rest as they are
+  (``replacement_quality(error_scale={layer: s})``): how much better that group alone would have to be.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--held-out", type=int, default=100, help="held-out texts from each source (default 100)")
     p.add_argument("--scales", default="1,0.8,0.7,0.6,0.5,0.3", help="each error's scale, 0 to 1")
     p.add_argument("--groups", default="0123,45", help="groups of layers replaced alone, as digits, comma-separated")
+    p.add_argument("--group-scales", default="0123:0.7,0123:0.5,45:0.5",
+                   help="GROUP:SCALE pairs, comma-separated: that group's errors shrunk, every other layer's as it is")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
@@ -63,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     for group in args.groups.split(","):
         layers = [int(c) for c in group]
         measure(f"layers {', '.join(map(str, layers))} alone (others real)", layers=layers)
+    for pair in filter(None, args.group_scales.split(",")):
+        group, scale = pair.split(":")
+        measure(f"layers {', '.join(group)}'s errors x {float(scale):g}",
+                error_scale=dict.fromkeys(map(int, group), float(scale)))
     if args.json:
         print(json.dumps({"model": lm.name, "transcoders": args.transcoders or "shipped", "texts": len(held.texts),
                           "rows": rows}, indent=1))

@@ -307,7 +307,9 @@ def cmd_attribution_graph(args: argparse.Namespace) -> Any:
     from bertscope.cli.common import progress_bar
     from bertscope.features.shipped import transcoder_set
     from bertscope.graphs.build import MAX_GRAPH_BYTES, attribution_graph
+    from bertscope.graphs.frozen import check_head
 
+    check_head(args.head)  # before the model loads
     if not 0 < args.keep <= 1:
         raise BertScopeError(f"--keep {args.keep}: give a share of the influence between 0 and 1 (0.8 keeps the nodes "
                              "that carry 80 %).")
@@ -315,7 +317,8 @@ def cmd_attribution_graph(args: argparse.Namespace) -> Any:
     transcoders = transcoder_set(lm, args.transcoders)
     with progress_bar(f"{lm.name}: the attribution graph", "row") as progress:
         graph = attribution_graph(lm, args.text, transcoders, args.target, args.contrast,
-                                  max_bytes=args.max_mb * 2**20 if args.max_mb else MAX_GRAPH_BYTES, progress=progress)
+                                  max_bytes=args.max_mb * 2**20 if args.max_mb else MAX_GRAPH_BYTES, progress=progress,
+                                  head=args.head)
     out = graph.to_json(args.keep)
     if args.json:
         return out
@@ -347,6 +350,10 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transcoders", help="a train-transcoders --out folder (default: the set shipped for the model)")
     p.add_argument("--max-mb", type=int, help="the adjacency matrix's budget in MiB (default 512): past it the least "
                                               "influential features merge into their error nodes")
+    p.add_argument("--head", default="frozen",
+                   help="how the graph reads the masked-LM head or classifier: frozen (default: its GELU and "
+                        "LayerNorm scale held at the real run's, every sum exact; circuit-tracer's convention) or "
+                        "linear (to first order at the real run, the scale's response in: edge sizes as the model's)")
 
 
 COMMANDS = [

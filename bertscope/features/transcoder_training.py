@@ -129,18 +129,24 @@ def transcoder_figures(tc: Transcoder, inputs: ActivationSet, outputs: Activatio
                              negative / max(inputs.tokens * tc.k, 1))
 
 
-def _check_scale(error_scale: float) -> None:
-    if not 0 <= error_scale <= 1:
-        raise BertScopeError(f"The error's scale is between 0 and 1; got {error_scale}.")
+def _scales(error_scale: float | Mapping[int, float], layers) -> dict[int, float]:
+    """{layer: its error's scale} for ``layers``: one scale for all, or one a layer (1 for a layer not named)."""
+    scales = ({layer: float(error_scale.get(layer, 1.0)) for layer in layers} if isinstance(error_scale, Mapping)
+              else dict.fromkeys(layers, float(error_scale)))
+    bad = [s for s in scales.values() if not 0 <= s <= 1]
+    if bad:
+        raise BertScopeError(f"The error's scale is between 0 and 1; got {bad[0]}.")
+    return scales
 
 
 def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], keep: torch.Tensor | None = None,
-                      error_scale: float = 1.0) -> dict:
+                      error_scale: float | Mapping[int, float] = 1.0) -> dict:
     """Hooks that replace each layer's feed-forward output by its transcoder's (reading the layer's
     ``hook_resid_mid`` in the same pass); ``keep`` [batch, token] bool: where to replace (elsewhere the real
     output stays). ``error_scale`` s < 1 writes y + s (ŷ - y) instead of ŷ: each transcoder's error, as it stands
-    in this pass, shrunk by s (a measurement of how far the transcoders are from a bar, not a replacement model)."""
-    _check_scale(error_scale)
+    in this pass, shrunk by s (a measurement of how far the transcoders are from a bar, not a replacement model);
+    {layer: s} shrinks those layers' alone."""
+    scales = _scales(error_scale, transcoders)
     seen: dict[int, torch.Tensor] = {}
     hooks = {}
     for layer, tc in transcoders.items():
@@ -149,10 +155,10 @@ def replacement_hooks(lm: LoadedModel, transcoders: Mapping[int, Transcoder], ke
         def read(x, _, layer=layer):  # [batch, token, d_model]
             seen[layer] = x
 
-        def write(y, _, layer=layer, tc=tc):  # y: [batch, token, d_model], the real feed-forward on this pass's input
-            made = tc(seen.pop(layer)).to(y.dtype)
-            if error_scale != 1:
-                made = y + error_scale * (made - y)
+        def write(y, _, layer=layer, tc=tc, scale=scales[layer]):  # y: [batch, token, d_model], the real
+            made = tc(seen.pop(layer)).to(y.dtype)                  # feed-forward on this pass's input
+            if scale != 1:
+                made = y + scale * (made - y)
             return made if keep is None else torch.where(keep[..., None], made, y)
 
         hooks[tc.info.input_hook] = read
@@ -172,7 +178,8 @@ def replaced_positions(lm: LoadedModel, feed: dict) -> torch.Tensor:
 def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], texts: Sequence[str],
                         batch_size: int = 16, seed: int = 0,
                         progress: Callable[[int, int], None] | None = None,
-                        layers: Sequence[int] | None = None, error_scale: float = 1.0) -> dict:
+                        layers: Sequence[int] | None = None,
+                        error_scale: float | Mapping[int, float] = 1.0) -> dict:
     """Every feed-forward replaced by its transcoder at once (at every word piece; [CLS], [SEP] and padding keep
     their real feed-forward), scored against the real model: a masked LM at BERT's 15 % positions of ``texts``, a
     sequence classifier on its decision for each text. With ``layers``, only those are replaced (the others keep
@@ -187,7 +194,7 @@ def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], 
         progress: called with (done, total) batches.
         layers: the layers replaced, from 0 (None: every layer, the replacement model).
         error_scale: each transcoder's error shrunk by this factor (``replacement_hooks``): how much better the
-            transcoders would have to be for a bar (1: the replacement model itself).
+            transcoders would have to be for a bar (1: the replacement model itself); {layer: factor} for some.
 
     Returns:
         A masked LM: {"positions", "top1_agreement": with the real model, "kl": mean KL(real ‖ replacement) in
@@ -195,14 +202,14 @@ def replacement_quality(lm: LoadedModel, transcoders: Mapping[int, Transcoder], 
         the same class as the real model, "kl": mean KL(real ‖ replacement) over the classes}.
     """
     kind = check_replaceable(lm, transcoders, layers)
-    _check_scale(error_scale)
+    _scales(error_scale, transcoders)
     replaced = dict(transcoders) if layers is None else {layer: transcoders[layer] for layer in layers}
 
     def hooks(feed: dict) -> dict:
         return replacement_hooks(lm, replaced, replaced_positions(lm, feed), error_scale)
 
     if kind == "masked":
-        return _masked_quality(lm, hooks, texts, batch_size, seed, progress)
+        return masked_quality(lm, hooks, texts, batch_size, seed, progress)
     return _class_quality(lm, hooks, texts, batch_size, progress)
 
 
@@ -241,8 +248,10 @@ def check_replaceable(lm: LoadedModel, transcoders: Mapping[int, Transcoder],
                          "is scored on masked tokens or on a class (try bundled-mlm or bundled-sentiment).")
 
 
-def _masked_quality(lm: LoadedModel, hooks: Callable[[dict], dict], texts: Sequence[str], batch_size: int,
-                    seed: int, progress: Callable[[int, int], None] | None) -> dict:
+def masked_quality(lm: LoadedModel, hooks: Callable[[dict], dict], texts: Sequence[str], batch_size: int = 16,
+                   seed: int = 0, progress: Callable[[int, int], None] | None = None) -> dict:
+    """A masked LM with ``hooks(feed)`` (a batch's hooks) against itself at BERT's seeded 15 % positions of
+    ``texts``: {"positions", "top1_agreement", "kl", "loss_real", "loss_replacement"} (``replacement_quality``)."""
     from bertscope.interventions.importance import chosen_logits, masked_batches
 
     agree = kl = loss_real = loss_replaced = 0.0

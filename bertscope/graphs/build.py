@@ -80,6 +80,7 @@ class AttributionGraph:
     seconds: float
     notes: list[str] = field(default_factory=list)
     dropped_features: int = 0  # active features past the byte budget, merged into their error nodes
+    head: str = "frozen"  # how the head was read (``frozen.HEADS``)
 
     @property
     def scores(self) -> tuple[float, float]:
@@ -103,7 +104,7 @@ class AttributionGraph:
         rows, cols = np.nonzero(pruned.edge_mask)
         replacement, completeness = self.scores
         return {"model": self.model, "text": self.text, "tokens": self.tokens, "target": self.target,
-                "logit": self.value, "keep": keep,
+                "logit": self.value, "keep": keep, "head": self.head,
                 "nodes": [self.nodes[i].to_json(float(pruned.influence[i])) for i in kept],
                 "edges": [{"source": self.nodes[c].id, "target": self.nodes[r].id, "weight": float(self.adjacency[r, c])}
                           for r, c in zip(rows, cols)],
@@ -214,7 +215,7 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
                    "contrast": None if contrast_id is None else _name(lm, kind, contrast_id)}
     return AttributionGraph(lm.name, text, lm.tokenizer.convert_ids_to_tokens(ids), target_info, real_value, nodes,
                             adjacency, inputs, bias, len(sub.value), lm.num_layers * frozen.n_pos,
-                            time.perf_counter() - started, notes, dropped)
+                            time.perf_counter() - started, notes, dropped, head)
 
 
 def _check_inputs(lm: LoadedModel, text: str, transcoders: Mapping[int, Transcoder]) -> None:

@@ -155,12 +155,17 @@ class FrozenModel:
         return g, grads_w
 
 
-def _ratio(fn: Any, u: torch.Tensor) -> torch.Tensor:
-    """f(u)/u, with f'(0) where u is ~0 (numerically)."""
+def ratio(fn: Any, u: torch.Tensor) -> torch.Tensor:
+    """f(u)/u, with f'(0) where u is ~0 (numerically): a nonlinearity held as its ratio at the real run."""
     small = u.abs() < 1e-6
     safe = torch.where(small, torch.ones_like(u), u)
     at_zero = torch.func.grad(lambda t: fn(t).sum())(torch.zeros_like(u))
     return torch.where(small, at_zero, fn(safe) / safe)
+
+
+def norm_scale(y: torch.Tensor, eps: float) -> torch.Tensor:
+    """A LayerNorm's σ over the last dimension of its input ``y`` [..., d] -> [..., 1]: what the graph holds."""
+    return (y.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
 
 
 def check_graph_model(lm: LoadedModel) -> None:
@@ -186,8 +191,7 @@ def freeze(lm: LoadedModel, cache: dict[str, torch.Tensor], transcoders: dict[in
         norm1 = part.norm
         norm2 = lm.model.bert.encoder.layer[index].output.LayerNorm
         y1, y2 = t(pre) + t(attn), t(mid) + t(mlp)
-        sigma1 = (y1.var(-1, unbiased=False, keepdim=True) + norm1.eps).sqrt()  # [P, 1]
-        sigma2 = (y2.var(-1, unbiased=False, keepdim=True) + norm2.eps).sqrt()
+        sigma1, sigma2 = norm_scale(y1, norm1.eps), norm_scale(y2, norm2.eps)  # [P, 1]
         tc = transcoders.get(index)
         layers.append(LayerParts(t(part.value.weight), t(part.value.bias), t(part.output.weight), t(part.output.bias),
                                  t(norm1.weight), t(norm1.bias), t(norm2.weight), t(norm2.bias),
@@ -197,7 +201,10 @@ def freeze(lm: LoadedModel, cache: dict[str, torch.Tensor], transcoders: dict[in
     return FrozenModel(layers, head, lm.model.config.num_attention_heads, n_pos, lm.hidden_size, dtype)
 
 
-HEADS = ("frozen", "linear")  # how the graph reads the head: its nonlinearities held, or to first order
+HEADS = {  # how the graph reads the head (masked-LM transform or classifier), in a few words: the only list of them
+    "frozen": "held",  # its GELU (tanh) and LayerNorm scale at the real run's: every sum exact (circuit-tracer's)
+    "linear": "to first order",  # its slope and the scale's response at the real run: sizes as the model's
+}
 
 
 def _slope(fn: Any, u: torch.Tensor) -> torch.Tensor:
@@ -233,16 +240,16 @@ def mlm_head(lm: LoadedModel, final: torch.Tensor, position: int, target: int, c
         h = final[position].to("cpu", dtype)
         w1, b1 = dense.weight.detach().to("cpu", dtype), dense.bias.detach().to("cpu", dtype)
         u = h @ w1.T + b1
-        held = _ratio(act, u.float()).to(dtype)
+        held = ratio(act, u.float()).to(dtype)
         g = u * held  # the GELU's output at the real state
-        ratio = held if check_head(head) == "frozen" else _slope(act, u.float()).to(dtype)
-        sigma = (g.var(unbiased=False) + norm.eps).sqrt()
+        factor = held if check_head(head) == "frozen" else _slope(act, u.float()).to(dtype)
+        sigma = norm_scale(g, norm.eps)  # [1]
         weight = decoder.weight.detach().to("cpu", dtype)  # [V, d]
         bias = (decoder.bias if decoder.bias is not None else module.bias).detach().to("cpu", dtype)
         base_w = weight[contrast] if contrast is not None else weight.mean(0)
         base_b = bias[contrast] if contrast is not None else bias.mean()
         gamma, beta = norm.weight.detach().to("cpu", dtype), norm.bias.detach().to("cpu", dtype)
-        out = Head("token", position, w1, b1, ratio, gamma, beta, sigma.reshape(1), weight[target] - base_w,
+        out = Head("token", position, w1, b1, factor, gamma, beta, sigma.reshape(1), weight[target] - base_w,
                    float(bias[target] - base_b), None if head == "frozen" else _center(g) / sigma)
         if head == "frozen":
             return out
@@ -259,14 +266,14 @@ def class_head(lm: LoadedModel, final: torch.Tensor, target: int, contrast: int 
         h = final[0].to("cpu", dtype)
         w1, b1 = pooler.weight.detach().to("cpu", dtype), pooler.bias.detach().to("cpu", dtype)
         u = h @ w1.T + b1
-        ratio = (_ratio if check_head(head) == "frozen" else _slope)(torch.tanh, u.float()).to(dtype)
+        factor = (ratio if check_head(head) == "frozen" else _slope)(torch.tanh, u.float()).to(dtype)
         weight, bias = classifier.weight.detach().to("cpu", dtype), classifier.bias.detach().to("cpu", dtype)
         if len(weight) == 1:  # one output (a score): its logit, no contrast
             readout, offset = weight[0], float(bias[0])
         else:
             readout = weight[target] - (weight[contrast] if contrast is not None else weight.mean(0))
             offset = float(bias[target] - (bias[contrast] if contrast is not None else bias.mean()))
-        out = Head("class", 0, w1, b1, ratio, None, None, None, readout, offset)
+        out = Head("class", 0, w1, b1, factor, None, None, None, readout, offset)
         if head == "frozen":
             return out
         return _at_real_value(out, h, float(torch.tanh(u) @ readout) + offset)

@@ -19,7 +19,7 @@ what the graph predicts (Ameisen et al. 2025, §"Validating" by intervention; ci
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +31,7 @@ from bertscope.core.passes import mlm_logits
 from bertscope.errors import BertScopeError
 from bertscope.features.transcoder import Transcoder
 from bertscope.graphs.build import AttributionGraph
-from bertscope.graphs.frozen import _ratio
+from bertscope.graphs.frozen import norm_scale, ratio
 from bertscope.graphs.influence import node_influence
 
 
@@ -81,7 +81,19 @@ def _feed(lm: LoadedModel, text: str) -> dict[str, torch.Tensor]:
     return model_inputs(lm, lm.tokenizer(text, return_tensors="pt", truncation=True, max_length=lm.max_length))
 
 
-def _ordinary(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
+def transcoder_write(tc: Transcoder, mid: torch.Tensor, carries: torch.Tensor,
+                     clamp: Sequence[tuple[int, int]] = (), scale: float = 0.0) -> torch.Tensor:
+    """What ``tc`` writes for its feed-forward input ``mid`` [1, P, d] (TopK chosen on it), its features at the
+    positions that ``carries`` ([P] bool, ``ordinary``; none elsewhere, as in the graph), each (position, feature)
+    of ``clamp`` at ``scale`` times its activation: [1, P, d] float32."""
+    values, indices = tc.encode_topk(mid[0].float())  # [P, k]
+    values = values * carries[:, None]
+    for position, feature in clamp:
+        values[position][indices[position] == feature] *= scale
+    return tc.reconstruct_topk(mid[0].float(), values, indices)[None]
+
+
+def ordinary(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     """[P] the positions that carry features (not [CLS], [SEP] or padding: the graph has none there)."""
     special = [i for i in (lm.tokenizer.cls_token_id, lm.tokenizer.sep_token_id, lm.tokenizer.pad_token_id)
                if i is not None]
@@ -120,9 +132,6 @@ def _frozen_norms(lm: LoadedModel, cache: Mapping[str, torch.Tensor]) -> tuple[d
     hooks to run first at their points, those to run last: reading the feed-forward's output as written)."""
     seen: dict[str, torch.Tensor] = {}
 
-    def sigma(y: torch.Tensor, eps: float) -> torch.Tensor:  # [1, P, 1]
-        return (y.float().var(-1, unbiased=False, keepdim=True) + eps).sqrt()
-
     def held(y: torch.Tensor, norm, s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         y = y.float()
         return ((y - y.mean(-1, keepdim=True)) / s * norm.weight.float() + norm.bias.float()).to(dtype)
@@ -135,8 +144,8 @@ def _frozen_norms(lm: LoadedModel, cache: Mapping[str, torch.Tensor]) -> tuple[d
     first: dict = {}
     for ly, block in enumerate(lm.model.bert.encoder.layer):
         n1, n2 = block.attention.output.LayerNorm, block.output.LayerNorm
-        s1 = sigma(cache[f"blocks.{ly}.hook_resid_pre"] + cache[f"blocks.{ly}.hook_attn_out"], n1.eps)
-        s2 = sigma(cache[f"blocks.{ly}.hook_resid_mid"] + cache[f"blocks.{ly}.hook_mlp_out"], n2.eps)
+        s1 = norm_scale((cache[f"blocks.{ly}.hook_resid_pre"] + cache[f"blocks.{ly}.hook_attn_out"]).float(), n1.eps)
+        s2 = norm_scale((cache[f"blocks.{ly}.hook_resid_mid"] + cache[f"blocks.{ly}.hook_mlp_out"]).float(), n2.eps)
         first[f"blocks.{ly}.hook_resid_pre"] = keep("pre")
         first[f"blocks.{ly}.hook_attn_out"] = keep("attn")
         first[f"blocks.{ly}.hook_resid_mid"] = [
@@ -146,9 +155,9 @@ def _frozen_norms(lm: LoadedModel, cache: Mapping[str, torch.Tensor]) -> tuple[d
     if lm.task is None:  # the masked-LM head: dense, GELU (held as its ratio), LayerNorm (held)
         transform = lm.model.cls.predictions.transform
         u = transform.dense(cache[f"blocks.{lm.num_layers - 1}.hook_resid_post"]).float()  # [1, P, d]
-        ratio = _ratio(transform.transform_act_fn, u)
-        s3 = sigma(u * ratio, transform.LayerNorm.eps)
-        first["unembed.hook_in"] = lambda x, _: held(transform.dense(seen["last"]).float() * ratio,
+        held_gelu = ratio(transform.transform_act_fn, u)  # [1, P, d]
+        s3 = norm_scale(u * held_gelu, transform.LayerNorm.eps)
+        first["unembed.hook_in"] = lambda x, _: held(transform.dense(seen["last"]).float() * held_gelu,
                                                      transform.LayerNorm, s3, x.dtype)
     last = {f"blocks.{ly}.hook_mlp_out": keep("mlp") for ly in range(lm.num_layers)}
     return first, last
@@ -189,15 +198,10 @@ def switch_off(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[in
     if missing:
         raise BertScopeError(f"No transcoder for layer {missing[0]}: a feature is switched off in its transcoder.")
     feed = _feed(lm, graph.text)
-    ordinary = _ordinary(lm, feed["input_ids"][0])  # [P]
+    carries = ordinary(lm, feed["input_ids"][0])  # [P]
 
-    def written(layer: int, mid: torch.Tensor, clamp: list[tuple[int, int]]) -> torch.Tensor:
-        tc = transcoders[layer]
-        values, indices = tc.encode_topk(mid[0].float())  # [P, k]
-        values = values * ordinary[:, None]
-        for position, feature in clamp:
-            values[position][indices[position] == feature] *= scale
-        return tc.reconstruct_topk(mid[0].float(), values, indices)[None]  # [1, P, d]
+    def written(layer: int, mid: torch.Tensor, clamp: list[tuple[int, int]]) -> torch.Tensor:  # [1, P, d]
+        return transcoder_write(transcoders[layer], mid, carries, clamp, scale)
 
     replaced = list(transcoders) if downstream == "replacement" else sorted({layer for layer, _, _ in off})
     names = [f"blocks.{ly}.{p}" for ly in transcoders for p in ("hook_resid_mid", "hook_mlp_out")

@@ -1,6 +1,6 @@
 """Streamlit AppTest of the Circuits page's *Attribution graph* tab: nothing costly on arrival, the graph traced
 behind its button on bundled-mlm's shipped transcoders (value, scores, the drawing, a feature switched off in the
-real model, and doubled, beside the graph's prediction, JSON), bad input in one line; a model without transcoders
+real model, and doubled, beside the graph's prediction, the head read to first order, JSON), bad input in one line; a model without transcoders
 is told so."""
 
 from __future__ import annotations
@@ -28,6 +28,13 @@ def test_the_graph_behind_its_button(monkeypatch):
     at.selectbox(key="graph_steer").select("doubled (× 2)").run(timeout=600)  # steered: minus the switch-off's
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert float(next(m for m in at.metric if m.label == "The graph predicts").value) == -off
+    value = next(m for m in at.metric if m.label == "Its value").value
+    at.selectbox(key="graph_head").select("linear")  # the head to first order: the same decision, other sizes
+    next(b for b in at.button if b.label == "Trace the graph").click()
+    at.run(timeout=600)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert next(m for m in at.metric if m.label == "Its value").value == value
+    assert float(next(m for m in at.metric if m.label == "The graph predicts").value) != -off
 
 
 def test_no_mask_is_one_line(monkeypatch):

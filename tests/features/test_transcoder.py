@@ -231,6 +231,11 @@ def test_the_replacement_model_replaces_what_it_says(tiny_mlm_dir, monkeypatch):
     assert half["positions"] == q["positions"] and 0 < half["kl"] < q["kl"]
     with pytest.raises(BertScopeError, match="between 0 and 1"):
         replacement_quality(lm, tcs, TEXTS, error_scale=1.5)
+    # one layer's error shrunk alone: layer 0 real and layer 1 replaced is layer 1 alone replaced; none named, all 1
+    assert replacement_quality(lm, tcs, TEXTS, error_scale={0: 0.0}) == replacement_quality(lm, tcs, TEXTS, layers=[1])
+    assert replacement_quality(lm, tcs, TEXTS, error_scale={}) == q
+    with pytest.raises(BertScopeError, match="between 0 and 1; got -1"):
+        replacement_quality(lm, tcs, TEXTS, error_scale={1: -1})
 
 
 def test_a_classifiers_replacement_model_is_scored_on_its_class(tmp_path, tiny_bert_dir, monkeypatch):

@@ -207,12 +207,18 @@ def test_the_command(mlm, tiny_mlm_dir, tmp_path, capsys):
                  "the", "--keep", "0.6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"model", "target", "logit", "nodes", "edges", "replacement_score", "completeness_score"} <= set(out)
+    assert out["head"] == "frozen"
+    assert main(["attribution-graph", str(tiny_mlm_dir), TEXT, "--transcoders", str(tmp_path / "tcs"), "--target",
+                 "the", "--keep", "0.6", "--head", "linear", "--json"]) == 0
+    linear = json.loads(capsys.readouterr().out)
+    assert linear["head"] == "linear" and linear["logit"] == pytest.approx(out["logit"])
     assert main(["attribution-graph", str(tiny_mlm_dir), TEXT, "--transcoders", str(tmp_path / "tcs")]) == 0
     assert "replacement score" in capsys.readouterr().out
     for argv, said in ((["attribution-graph", str(tiny_mlm_dir), TEXT], "train-transcoders"),
                        (["attribution-graph", str(tiny_mlm_dir), "no mask here", "--transcoders",
                          str(tmp_path / "tcs")], "No [MASK]"),
-                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--keep", "2"], "--keep 2")):
+                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--keep", "2"], "--keep 2"),
+                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--head", "quadratic"], "head is one of")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err

@@ -17,6 +17,7 @@ from bertscope.features.shipped import SHIPPED_TRANSCODERS, transcoder_set
 from bertscope.figures.graph import graph_figure
 from bertscope.graphs.build import attribution_graph
 from bertscope.graphs.contexts import feature_examples
+from bertscope.graphs.frozen import HEADS
 from bertscope.graphs.interventions import switch_off, total_effects
 from bertscope.interventions.importance import held_out_texts
 
@@ -25,19 +26,23 @@ MAX_GRAPH_TOKENS = 64  # a graph's rows grow with the tokens times the active fe
 EXAMPLE_SENTENCES = 500  # where the features fire most, read once a model
 
 
-def graph_form(lm) -> tuple[str, str | None, str | None, float, bool]:
+def graph_form(lm) -> tuple[str, str | None, str | None, float, str, bool]:
     with st.form("graph_form"):
         text = st.text_input("Text (with [MASK] for a masked LM)" if lm.task is None else "Text", EXAMPLE
                              if lm.task is None else "The service was wonderful.", key="graph_text",
                              max_chars=Limits.input_chars)
-        c1, c2, c3 = st.columns(3)
+        c1, c2, c3, c4 = st.columns(4)
         target = c1.text_input("Target (default: the model's choice)", key="graph_target",
                                max_chars=Limits.input_chars) or None
         contrast = c2.text_input("Contrast (default: the mean logit)", key="graph_contrast",
                                  max_chars=Limits.input_chars) or None
         keep = c3.select_slider("Influence kept", [0.5, 0.6, 0.7, 0.8, 0.9, 0.95], 0.8, key="graph_keep")
+        head = c4.selectbox("The head read", list(HEADS), key="graph_head", format_func=HEADS.__getitem__,
+                            help="Held: the head's GELU and LayerNorm scale at the real run's, so every sum is "
+                                 "exact. To first order: the scale's response counted, so edge sizes match the "
+                                 "model's (the head's LayerNorm undoes much of a write along the target's row).")
         asked = st.form_submit_button("Trace the graph", type="primary")
-    return text, target, contrast, float(keep), asked
+    return text, target, contrast, float(keep), head, asked
 
 
 STEERING = {"off (× 0)": 0.0, "halved (× 0.5)": 0.5, "doubled (× 2)": 2.0, "× 4": 4.0}  # the activation times
@@ -57,7 +62,7 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
     how = c2.selectbox("Its activation", list(STEERING), key="graph_steer")
     scale, node = STEERING[how], features[pick]
     index = next(i for i, n in enumerate(graph.nodes) if n.id == node["id"])
-    effects = result_store("graph_effects").get_or_compute((model_key(), graph.text, str(graph.target)),
+    effects = result_store("graph_effects").get_or_compute((model_key(), graph.text, str(graph.target), graph.head),
                                                            lambda: total_effects(graph))
     off = [(node["layer"], node["position"], node["feature"])]
     measured = result_store("graph_switch").compute(
@@ -118,7 +123,7 @@ def graph_tab(lm) -> None:
                          f"{lm.name} --out FOLDER` and use the command."))
         offer_models(list(SHIPPED_TRANSCODERS), "graph_need")
         return
-    text, target, contrast, keep, asked = graph_form(lm)
+    text, target, contrast, keep, head, asked = graph_form(lm)
     with page_errors(stop=False):
         check_text(text, "text")
         if len(lm.tokenizer(text)["input_ids"]) > MAX_GRAPH_TOKENS:
@@ -126,8 +131,8 @@ def graph_tab(lm) -> None:
                              "active features (the command takes more).")
         transcoders = transcoder_set(lm)
         graph = result_store("graph").compute(
-            (model_key(), text, target, contrast),
-            lambda progress: attribution_graph(lm, text, transcoders, target, contrast, progress=progress),
+            (model_key(), text, target, contrast, head),
+            lambda progress: attribution_graph(lm, text, transcoders, target, contrast, progress=progress, head=head),
             "Tracing the graph, rows", asked, costly="attribution graph",
             wait="Press *Trace the graph*: a pass carried back from every active feature and the target (seconds "
                  "for a sentence on bundled-mlm).")
