@@ -2,7 +2,7 @@
 feed-forward output bring the replacement model nearer the real one?
 
     python benchmarks/cross_layer_transcoders.py [--tokens 400000] [--epochs 3] [--k 48] [--kinds cross,per-layer]
-                                                 [--held-out 300] [--json]
+                                                 [--held-out 300] [--device auto] [--json]
 
 A cross-layer transcoder (Ameisen et al. 2025, "Circuit tracing"; circuit-tracer's ``CrossLayerTranscoder``) has
 one encoder a layer, reading that layer's feed-forward input, and a decoder from each layer's features to that
@@ -46,7 +46,8 @@ class Coder(torch.nn.Module):
         super().__init__()
         g = torch.Generator().manual_seed(0)
         self.k, self.layers, self.d_sae = k, layers, EXPANSION * d
-        self.shift, self.scale = shift, scale  # [L, d] each: the inputs' standardisation
+        self.register_buffer("shift", shift)  # [L, d]: the inputs' standardisation
+        self.register_buffer("scale", scale)  # [L, d]
         enc = torch.randn(layers, d, self.d_sae, generator=g)
         self.W_enc = torch.nn.Parameter(enc / enc.norm(dim=1, keepdim=True))  # [L, d, d_sae]
         self.b_enc = torch.nn.Parameter(torch.zeros(layers, self.d_sae))
@@ -61,7 +62,7 @@ class Coder(torch.nn.Module):
 
     def encode(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(standardised x [n, d], pre-activations [n, d_sae], (values, indices) [n, k] each) of layer's input."""
-        xs = (x.float() - self.shift[layer]) / self.scale[layer]
+        xs = (x.to(self.shift.device).float() - self.shift[layer]) / self.scale[layer]
         pre = xs @ self.W_enc[layer] + self.b_enc[layer]
         top = pre.topk(self.k, dim=-1, sorted=False)
         return xs, pre, (F.relu(top.values), top.indices)
@@ -87,13 +88,13 @@ def read(lm, texts, tokens, masking):
 
 def train(coder: Coder, X, Y, epochs: int) -> float:
     """The kind trained on (X, Y) (lists of [n, d] a layer); returns the seconds."""
-    started, n, L = time.perf_counter(), len(X[0]), coder.layers
+    started, n, L, device = time.perf_counter(), len(X[0]), coder.layers, coder.shift.device
     var = [float((y[:20000].float() - y[:20000].float().mean(0)).pow(2).sum(1).mean()) for y in Y]
     lr = 2e-4 / (coder.d_sae / 2**14) ** 0.5
     opt = torch.optim.Adam(coder.parameters(), lr=lr, eps=6.25e-10)
     per_epoch = n // BATCH
     total, step = per_epoch * epochs, 0
-    since = torch.zeros(L, coder.d_sae, dtype=torch.long)  # tokens since each feature last fired
+    since = torch.zeros(L, coder.d_sae, dtype=torch.long, device=device)  # tokens since each feature last fired
     for epoch in range(epochs):
         order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch))
         for s in range(per_epoch):
@@ -101,9 +102,9 @@ def train(coder: Coder, X, Y, epochs: int) -> float:
             xs, pres, codes = {}, {}, {}
             for ly in range(L):
                 xs[ly], pres[ly], codes[ly] = coder.encode(ly, X[ly][rows])
-            loss = aux = torch.zeros(())
+            loss = aux = torch.zeros((), device=device)
             for m in range(L):
-                err = Y[m][rows].float() - coder.decode(m, codes, xs)  # [batch, d]
+                err = Y[m][rows].to(device).float() - coder.decode(m, codes, xs)  # [batch, d]
                 loss = loss + err.pow(2).sum(1).mean() / var[m]
                 aux = aux + auxk(coder, m, pres[m], codes[m], err, since[m]) / var[m]
             opt.zero_grad(set_to_none=True)
@@ -123,7 +124,7 @@ def auxk(coder: Coder, m: int, pre: torch.Tensor, code, err: torch.Tensor, since
     since[indices[values > 0]] = 0
     dead = since > 100_000
     if not dead.any():
-        return torch.zeros(())
+        return torch.zeros((), device=pre.device)
     take = min(int(dead.sum()), pre.shape[1] // 2)
     top = pre.masked_fill(~dead[None], float("-inf")).topk(take, dim=-1, sorted=False)
     rebuilt = F.embedding_bag(top.indices, coder.W_dec[f"{m}_{m}"], per_sample_weights=F.relu(top.values), mode="sum")
@@ -140,7 +141,8 @@ def held_fve(coder: Coder, X, Y) -> list[float]:
         for ly in range(L):
             xs[ly], _, codes[ly] = coder.encode(ly, X[ly][s:s + 8192])
         for m in range(L):
-            error[m] += float((Y[m][s:s + 8192].float() - coder.decode(m, codes, xs)).double().pow(2).sum())
+            error[m] += float((Y[m][s:s + 8192].to(coder.shift.device).float() - coder.decode(m, codes, xs))
+                              .double().pow(2).sum())
     return [1 - e / t for e, t in zip(error, total)]
 
 
@@ -177,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=48)
     p.add_argument("--kinds", default="cross,per-layer")
     p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     from bertscope.core.models import load_model
 
     torch.manual_seed(0)
-    lm = load_model("bundled-mlm", device="cpu")
+    lm = load_model("bundled-mlm", device=args.device)
     training, held = texts_for("mixture", args.tokens, args.held_out, 0)
     X, Y = read(lm, training.texts, args.tokens, 0)
     HX, HY = read(lm, held.texts, 10**9, None)
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bundled-mlm, {len(X[0]):,} training word pieces x {args.epochs} epochs, k = {args.k}, "
           f"{EXPANSION}x features a layer; {len(held.texts):,} held-out texts", file=out)
     for kind in args.kinds.split(","):
-        coder = Coder(lm.num_layers, lm.hidden_size, args.k, kind == "cross", shift, scale, y_mean)
+        coder = Coder(lm.num_layers, lm.hidden_size, args.k, kind == "cross", shift, scale, y_mean).to(lm.device)
         seconds = train(coder, X, Y, args.epochs)
         fve = held_fve(coder, HX, HY)
         q = replacement(lm, coder, held.texts)
