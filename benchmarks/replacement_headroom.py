@@ -28,6 +28,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def parsed(p: argparse.ArgumentParser, args) -> tuple[list[float], list[list[int]], list[tuple[list[int], float]]]:
+    """(--scales, --groups, --group-scales) read before the model loads; a malformed one ends in one line (exit 2)."""
+    def scale(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value <= 1:
+            p.error(f"a scale is a number from 0 to 1; got {text!r}")
+        return value
+
+    def group(text: str) -> list[int]:
+        if not text.isdigit():
+            p.error(f"a group is its layers' digits, as 0123; got {text!r}")
+        return [int(c) for c in text]
+
+    pairs = [pair.split(":") for pair in filter(None, args.group_scales.split(","))]
+    if any(len(pair) != 2 for pair in pairs):
+        p.error(f"--group-scales takes GROUP:SCALE pairs, as 0123:0.7; got {args.group_scales!r}")
+    return ([scale(s) for s in args.scales.split(",")], [group(g) for g in args.groups.split(",")],
+            [(group(g), scale(s)) for g, s in pairs])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="bundled-mlm")
@@ -40,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="GROUP:SCALE pairs, comma-separated: that group's errors shrunk, every other layer's as it is")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    scales, groups, group_scales = parsed(p, args)
 
     from bertscope.cli.sae import texts_for
     from bertscope.core.models import load_model
@@ -63,15 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{lm.name}, transcoders from {args.transcoders or 'the shipped set'}: {len(held.texts):,} held-out texts "
           f"of the mixture ({unit})", file=out)
     print(f"{'replaced':<34}{'top-1 agr.':>10}{'KL':>9}", file=out)
-    for scale in (float(s) for s in args.scales.split(",")):
+    for scale in scales:
         measure(f"every layer, each error x {scale:g}", error_scale=scale)
-    for group in args.groups.split(","):
-        layers = [int(c) for c in group]
+    for layers in groups:
         measure(f"layers {', '.join(map(str, layers))} alone (others real)", layers=layers)
-    for pair in filter(None, args.group_scales.split(",")):
-        group, scale = pair.split(":")
-        measure(f"layers {', '.join(group)}'s errors x {float(scale):g}",
-                error_scale=dict.fromkeys(map(int, group), float(scale)))
+    for layers, scale in group_scales:
+        measure(f"layers {', '.join(map(str, layers))}'s errors x {scale:g}",
+                error_scale=dict.fromkeys(layers, scale))
     if args.json:
         print(json.dumps({"model": lm.name, "transcoders": args.transcoders or "shipped", "texts": len(held.texts),
                           "rows": rows}, indent=1))

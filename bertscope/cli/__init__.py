@@ -40,6 +40,7 @@ from bertscope.cli import (
     syntax,
     tasks,
     training,
+    transcoder_refit,
     transcoders,
 )
 from bertscope.cli.common import EXIT_BAD_INPUT, Command, OneLineParser, model_arguments, one_line
@@ -48,7 +49,7 @@ from bertscope.errors import BertScopeError
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (app, inspection, mlm, tasks, corpus, probe, syntax, attribution, causal, lenses, compare, interventions, erasure, circuits,
                              retrieval, training,
-                             sae, transcoders, crosscoder, features, setup) for c in module.COMMANDS
+                             sae, transcoders, transcoder_refit, crosscoder, features, setup) for c in module.COMMANDS
 }
 
 

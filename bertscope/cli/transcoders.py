@@ -93,9 +93,9 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
 
     cfg = TuneConfig(args.steps, args.batch_size, args.lr, args.local, args.pieces, args.seed, args.parts)
     cfg.check()
-    _tuned_folder(args, args.transcoders)
+    tuned_folder(args, args.transcoders)
     lm = load(args)
-    out = _tuned_folder(args, args.transcoders or SHIPPED_TRANSCODERS.get(lm.name))
+    out = tuned_folder(args, args.transcoders or SHIPPED_TRANSCODERS.get(lm.name))
     transcoders = transcoder_set(lm, args.transcoders)
     check_tunable(lm, transcoders, cfg.parts)  # before any pass
     train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
@@ -147,7 +147,7 @@ def cmd_score_transcoders(args: argparse.Namespace) -> Any:
             report["each_layer"].append({"layer": layer, **alone})
     if args.json:
         return report
-    lines = [f"{lm.name}: transcoders from {report['transcoders']}, on {report['held_out']}", *_layer_lines(report)]
+    lines = [f"{lm.name}: transcoders from {report['transcoders']}, on {report['held_out']}", *layer_lines(report)]
     r = report["replacement"]
     unit = (f"{r.get('positions', r.get('examples', 0)):,} held-out "
             f"{'masked positions' if 'positions' in r else 'texts'}")
@@ -171,7 +171,7 @@ def held_out_figures(lm, transcoders, held) -> list[dict]:
             for layer in layers]
 
 
-def _layer_lines(report: dict) -> list[str]:
+def layer_lines(report: dict) -> list[str]:
     lines = [f"{'layer':<10}{'held-out':>9}{'FVE':>8}{'L0':>7}{'dead':>7}"]
     for q in report["layers"]:
         for name, row in [(str(q["layer"]), q), *((f"  {s}", d) for s, d in q["domains"].items())]:
@@ -184,10 +184,10 @@ def _score_arguments(p: argparse.ArgumentParser) -> None:
                                          "shipped for the model)")
     p.add_argument("--each-layer", action="store_true", help="also each layer's transcoder alone in the real model "
                                                              "(the others real): what each one costs the agreement")
-    _held_out_arguments(p)
+    held_out_arguments(p)
 
 
-def _tuned_folder(args: argparse.Namespace, read_from):
+def tuned_folder(args: argparse.Namespace, read_from):
     """The folder the tuned set goes to: a folder, and never ``read_from``, the one the set is read from (given, or
     the shipped set's)."""
     from pathlib import Path
@@ -196,7 +196,7 @@ def _tuned_folder(args: argparse.Namespace, read_from):
         raise BertScopeError("--tokens and --held-out must be at least 1.")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise BertScopeError(f"--out {args.out} is a file: give a folder for the tuned transcoders.")
+        raise BertScopeError(f"--out {args.out} is a file: give a folder for the new set.")
     if read_from is not None and out.exists() and out.resolve() == Path(read_from).resolve():
         raise BertScopeError("--out is the folder the transcoders are read from: give another one (the set it "
                              "started from is kept).")
@@ -208,7 +208,7 @@ def tuned_table(report: dict) -> str:
     lines = [f"{report['model']}: transcoders from {report['from']} tuned end to end "
              f"({report['end_to_end']['steps']:,} steps, local weight {report['end_to_end']['local']}), in "
              f"{report['out']}",
-             *_layer_lines(report)]
+             *layer_lines(report)]
     if report.get("layers_before"):
         lines.append("FVE before tuning: " + " / ".join(f"{q['fve']:.3f}" for q in report["layers_before"]))
     lines.append(f"replacement model, {after['positions']:,} held-out masked positions: top-1 agreement "
@@ -229,11 +229,12 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pieces", type=int, default=128, help="each training text cut to its first word pieces "
                                                            "(default 128)")
     p.add_argument("--tokens", type=int, default=400_000, help="training word pieces of the mixture (default 400,000)")
-    p.add_argument("--parts", default="all", help="what moves: all (default), or skip: the skip path and the "
-                                                  "output bias alone, every feature's encoder and decoder as trained "
-                                                  "(skip transcoders)")
-    _held_out_arguments(p)
-    _weights_argument(p)
+    p.add_argument("--parts", default="all", help="what moves: all (default); writes: the decoder rows (free of unit "
+                                                  "norm), skip path and output bias, every encoder as trained (each "
+                                                  "feature fires where it fired; a refitted set); or skip: the skip "
+                                                  "path and the output bias alone (skip transcoders)")
+    held_out_arguments(p)
+    weights_argument(p)
     p.add_argument("--out", required=True, help="a folder for the tuned set (layer_L.safetensors, config.yaml, "
                                                 "quality.json)")
 
@@ -263,13 +264,13 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _held_out_arguments(p: argparse.ArgumentParser) -> None:
+def held_out_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the held-out side, of the masked positions and "
                                                        "(train, tune) of the training text (default 0)")
 
 
-def _weights_argument(p: argparse.ArgumentParser) -> None:
+def weights_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", choices=("float32", "float16"), default="float32",
                    help="the saved weights' dtype (float16: half the bytes, as the shipped sets)")
 
@@ -296,8 +297,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="train the encoder and skip path on each input dimension centred, at unit variance (folded "
                         "into the saved weights: the same map), where BERT's LayerNorm outputs carry a few large "
                         "dimensions")
-    _held_out_arguments(p)
-    _weights_argument(p)
+    held_out_arguments(p)
+    weights_argument(p)
     p.add_argument("--out", required=True, help="a folder: layer_L.safetensors per layer (circuit-tracer's format) "
                                                 "and config.yaml, quality.json; a stopped run resumes from its "
                                                 "checkpoints")

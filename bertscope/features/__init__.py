@@ -18,7 +18,8 @@ latent: decoder norms in both models, shared / base-only / fine-tuned-only, Late
 ``diff_reading`` (a crosscoder found, checked and read: the one pass of ``diff-features`` and the Latents tab),
 ``transcoder`` (TopK and skip transcoders replacing a feed-forward, in circuit-tracer's layout),
 ``transcoder_training`` (trained layer by layer; the replacement model scored), ``transcoder_tuning`` (the set
-tuned end to end on the real model's masked-token predictions).
+tuned end to end on the real model's masked-token predictions), ``transcoder_refit`` (each layer's writes solved by
+least squares on its own features, every encoder as trained).
 Every pass goes through the model's hook points (``blocks.{l}.hook_resid_post``: layer l's output, as
 everywhere).
 May import: ``errors``, ``runtime``, ``sources``, ``corpora``, ``core``, ``mlm``, ``analysis``, ``attribution``,
@@ -64,6 +65,7 @@ _EXPORTS = {
     "replacement_quality": "features.transcoder_training",
     "TuneConfig": "features.transcoder_tuning",
     "tune_end_to_end": "features.transcoder_tuning",
+    "refit_writes": "features.transcoder_refit",
     "transcoder_set": "features.shipped",
 }
 __all__ = list(_EXPORTS)
@@ -101,6 +103,7 @@ if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): 
     from bertscope.features.transcoder import Transcoder as Transcoder
     from bertscope.features.transcoder import load_transcoder as load_transcoder
     from bertscope.features.transcoder import save_transcoder as save_transcoder
+    from bertscope.features.transcoder_refit import refit_writes as refit_writes
     from bertscope.features.transcoder_training import replacement_quality as replacement_quality
     from bertscope.features.transcoder_training import train_transcoder as train_transcoder
     from bertscope.features.transcoder_tuning import TuneConfig as TuneConfig

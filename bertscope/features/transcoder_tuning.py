@@ -11,9 +11,11 @@ model picks the real model's token at only 0.70 of the masked positions. Tuning 
 
 (NMSE_l: layer l's transcoder on the *real* run's feed-forward input, against its real output, over the output's
 variance: what the graph's error nodes are) moves each transcoder toward what the layers after it need, while the
-local term keeps it a replacement of its own feed-forward. ``TuneConfig.parts="skip"`` moves each skip
-transcoder's skip path and output bias alone: every feature's encoder and decoder stay as trained, so a graph's
-features and their top contexts keep their meaning. The model's weights stay frozen; the gradient reaches
+local term keeps it a replacement of its own feed-forward. ``TuneConfig.parts="writes"`` moves what each
+layer writes (decoder rows, free of unit norm, skip path and output bias) with every encoder as trained, so each
+feature fires where it fired and a graph's features and their top contexts keep their meaning (a set refitted by
+``features.transcoder_refit`` is tuned so); ``parts="skip"`` moves each skip transcoder's skip path and output bias
+alone. The model's weights stay frozen; the gradient reaches
 the transcoders through the replacement run's later layers. The masked positions are BERT's seeded 80/10/10
 corruption of the training texts (``interventions.importance.masked_batches``), a new seed each batch.
 
@@ -39,6 +41,7 @@ from bertscope.features.transcoder import Transcoder
 from bertscope.features.transcoder_training import replaced_positions, replacement_hooks
 
 PARTS = {"all": ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip"),
+         "writes": ("W_dec", "b_dec", "W_skip"),  # every encoder stays: each feature fires where it fired
          "skip": ("b_dec", "W_skip")}  # the features' encoder and decoder rows stay: a graph's features mean the same
 
 
@@ -52,7 +55,7 @@ class TuneConfig:
     local: float = 1.0  # λ: the layers' own reconstruction beside the KL
     pieces: int = 128  # each text cut to its first word pieces (a step's cost grows with them)
     seed: int = 0
-    parts: str = "all"  # what moves: "all", or "skip" (the skip path and b_dec: every feature as trained)
+    parts: str = "all"  # what moves: "all", "writes" (decoder rows, skip path, b_dec) or "skip" (skip path, b_dec)
 
     def check(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.pieces < 8:
@@ -158,7 +161,8 @@ def tune_end_to_end(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
             p.requires_grad_(name in PARTS[cfg.parts])
     optimiser = torch.optim.Adam(params, lr=cfg.lr)
     history: list[dict] = []
-    sums = [0.0, 0.0, 0.0, 0]
+    unit = cfg.parts == "all"  # unit decoder rows, as the layer-wise trainer keeps them; with the encoders held
+    sums = [0.0, 0.0, 0.0, 0]  # ("writes") a row's length is what its feature writes
     step = 0
     try:
         for feed, chosen in _random_batches(lm, texts, cfg):
@@ -166,11 +170,12 @@ def tune_end_to_end(lm: LoadedModel, transcoders: Mapping[int, Transcoder], text
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             for tc in transcoders.values():
-                tc.remove_parallel_gradient()
+                if unit:
+                    tc.remove_parallel_gradient()
             optimiser.step()
             for tc in transcoders.values():
-                if tc.W_dec.requires_grad:
-                    tc.normalise_decoder()  # unit decoder rows, as the layer-wise trainer keeps them
+                if unit:
+                    tc.normalise_decoder()
             step += 1
             sums = [sums[0] + kl, sums[1] + local, sums[2] + agree, sums[3] + 1]
             if step % 50 == 0 or step == cfg.steps:

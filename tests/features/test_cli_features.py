@@ -235,7 +235,46 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypat
     assert code == 2 and "the folder the transcoders are read from" in err, err
     for bad, message in ((("--out", trained), "the folder the transcoders are read from"),
                          (("--steps", 0, "--out", tuned), "at least 1"),
-                         (("--parts", "decoders", "--out", tuned), "--parts is one of all, skip"),
+                         (("--parts", "decoders", "--out", tuned), "--parts is one of all, writes, skip"),
                          (("--out", trained / "layer_0.safetensors"), "is a file")):
         code, _, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, *bad)
         assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_refit_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
+    """A trained set's writes refitted into another folder: every encoder as trained, the figures before and after,
+    the set it started from left as it was; bad input one line."""
+    import torch
+
+    from bertscope.features.transcoder import load_transcoder
+
+    trained, refit = tmp_path / "tcs", tmp_path / "refit"
+    code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--masked", "--tokens", 600,
+                           "--held-out", 6, "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out",
+                           trained, "--json")
+    assert code == 0, err
+    first = (trained / "layer_0.safetensors").read_bytes()
+    code, stdout, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", trained, "--tokens", 600,
+                                "--held-out", 6, "--out", refit, "--json")
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["masked"] is True and [q["layer"] for q in report["layers"]] == [0, 1]
+    assert report["replacement"]["positions"] == report["replacement_before"]["positions"] > 0
+    assert (trained / "layer_0.safetensors").read_bytes() == first
+    for layer in (0, 1):
+        before, after = load_transcoder(trained, layer), load_transcoder(refit, layer)
+        assert torch.equal(before.W_enc, after.W_enc) and torch.equal(before.b_enc, after.b_enc)
+        assert not torch.equal(before.W_dec, after.W_dec)
+        assert after.info.extra["refit"]["rows"] > 0
+    assert json.loads((refit / "quality.json").read_text())["replacement"] == report["replacement"]
+    code, stdout, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", trained, "--tokens", 600,
+                                "--held-out", 6, "--out", refit)
+    assert code == 0 and "refitted by least squares" in stdout and "top-1 agreement" in stdout, err
+    for bad, message in ((("--out", trained), "the folder the transcoders are read from"),
+                         (("--tokens", 0, "--out", refit), "at least 1"),
+                         (("--out", trained / "layer_0.safetensors"), "is a file")):
+        code, _, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", trained, *bad)
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    code, _, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", tmp_path / "none", "--out",
+                           refit)
+    assert code == 2 and "is not a folder" in err and err.count("\n") == 1, err

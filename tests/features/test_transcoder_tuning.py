@@ -68,8 +68,28 @@ def test_parts_skip_moves_the_skip_path_alone_and_still_brings_the_kl_down(tiny_
     plain = {layer: Transcoder(tc.d_in, tc.d_out, tc.d_sae, tc.k, False, tc.info) for layer, tc in _set(lm).items()}
     with pytest.raises(BertScopeError, match="--parts skip tunes the skip path"):
         tune_end_to_end(lm, plain, TEXTS, TuneConfig(parts="skip"))
-    with pytest.raises(BertScopeError, match="--parts is one of all, skip"):
+    with pytest.raises(BertScopeError, match="--parts is one of all, writes, skip"):
         tune_end_to_end(lm, tcs, TEXTS, TuneConfig(parts="decoders"))
+
+
+def test_parts_writes_moves_what_each_feature_writes_and_never_where_it_fires(tiny_mlm_dir):
+    """``parts="writes"``: every encoder as trained (each feature fires on the same tokens with the same activation),
+    the decoder rows free of unit norm (a refitted set's are not unit, and stay as long as the KL wants them), and
+    the replacement model comes nearer the real one."""
+    lm = load_model(str(tiny_mlm_dir))
+    tcs = _set(lm)
+    with torch.no_grad():
+        tcs[1].W_dec.mul_(1.5)  # as a refitted set's rows: not unit, and not refused
+    kept = {(layer, n): p.detach().clone() for layer, tc in tcs.items() for n, p in tc.named_parameters()}
+    before = replacement_quality(lm, tcs, TEXTS, seed=7)
+    tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=40, batch_size=8, lr=3e-3, local=0.1, parts="writes"))
+    after = replacement_quality(lm, tcs, TEXTS, seed=7)
+    assert after["kl"] < 0.8 * before["kl"], (before, after)
+    for (layer, name), start in kept.items():
+        moved = not torch.equal(dict(tcs[layer].named_parameters())[name], start)
+        assert moved == (name in ("W_dec", "W_skip", "b_dec")), (layer, name)
+    norms = tcs[1].W_dec.norm(dim=1)
+    assert not torch.allclose(norms, torch.ones_like(norms), atol=0.1)  # not brought back to unit
 
 
 def test_a_stop_keeps_the_steps_taken_and_bad_input_is_one_line(tiny_mlm_dir, tiny_encoder_dir):
