@@ -22,6 +22,19 @@ def _set(lm) -> dict[int, Transcoder]:
             for layer in range(lm.num_layers)}
 
 
+def tuned_parts(lm, tcs: dict[int, Transcoder], parts: str) -> tuple[dict, dict, dict[int, set[str]]]:
+    """(the replacement model before, after, {layer: its parameters that moved}) for 40 steps tuning ``parts``."""
+    kept = {(layer, n): p.detach().clone() for layer, tc in tcs.items() for n, p in tc.named_parameters()}
+    before = replacement_quality(lm, tcs, TEXTS, seed=7)
+    tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=40, batch_size=8, lr=3e-3, local=0.1, parts=parts))
+    after = replacement_quality(lm, tcs, TEXTS, seed=7)
+    moved: dict[int, set[str]] = {layer: set() for layer in tcs}
+    for (layer, name), start in kept.items():
+        if not torch.equal(dict(tcs[layer].named_parameters())[name], start):
+            moved[layer].add(name)
+    return before, after, moved
+
+
 def test_tuning_brings_the_replacement_model_to_the_real_one_and_leaves_the_model_alone(tiny_mlm_dir):
     lm = load_model(str(tiny_mlm_dir))
     tcs = _set(lm)
@@ -52,14 +65,9 @@ def test_parts_skip_moves_the_skip_path_alone_and_still_brings_the_kl_down(tiny_
     the skip path and output bias move, and the replacement model still comes nearer the real one."""
     lm = load_model(str(tiny_mlm_dir))
     tcs = _set(lm)
-    kept = {(layer, n): p.detach().clone() for layer, tc in tcs.items() for n, p in tc.named_parameters()}
-    before = replacement_quality(lm, tcs, TEXTS, seed=7)
-    tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=40, batch_size=8, lr=3e-3, local=0.1, parts="skip"))
-    after = replacement_quality(lm, tcs, TEXTS, seed=7)
+    before, after, moved = tuned_parts(lm, tcs, "skip")
     assert after["kl"] < 0.8 * before["kl"], (before, after)
-    for (layer, name), start in kept.items():
-        moved = not torch.equal(dict(tcs[layer].named_parameters())[name], start)
-        assert moved == (name in ("W_skip", "b_dec")), (layer, name)
+    assert all(names == {"W_skip", "b_dec"} for names in moved.values()), moved
     assert not any(p.requires_grad for tc in tcs.values() for p in tc.parameters())
     unscaled = _set(lm)
     with torch.no_grad():
@@ -80,14 +88,9 @@ def test_parts_writes_moves_what_each_feature_writes_and_never_where_it_fires(ti
     tcs = _set(lm)
     with torch.no_grad():
         tcs[1].W_dec.mul_(1.5)  # as a refitted set's rows: not unit, and not refused
-    kept = {(layer, n): p.detach().clone() for layer, tc in tcs.items() for n, p in tc.named_parameters()}
-    before = replacement_quality(lm, tcs, TEXTS, seed=7)
-    tune_end_to_end(lm, tcs, TEXTS, TuneConfig(steps=40, batch_size=8, lr=3e-3, local=0.1, parts="writes"))
-    after = replacement_quality(lm, tcs, TEXTS, seed=7)
+    before, after, moved = tuned_parts(lm, tcs, "writes")
     assert after["kl"] < 0.8 * before["kl"], (before, after)
-    for (layer, name), start in kept.items():
-        moved = not torch.equal(dict(tcs[layer].named_parameters())[name], start)
-        assert moved == (name in ("W_dec", "W_skip", "b_dec")), (layer, name)
+    assert all(names == {"W_dec", "W_skip", "b_dec"} for names in moved.values()), moved
     norms = tcs[1].W_dec.norm(dim=1)
     assert not torch.allclose(norms, torch.ones_like(norms), atol=0.1)  # not brought back to unit
 
