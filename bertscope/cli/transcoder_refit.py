@@ -47,8 +47,7 @@ def cmd_refit_transcoders(args: argparse.Namespace) -> Any:
     for layer in layers:
         with progress_bar(f"{lm.name} layer {layer}: the writes refitted", "row") as progress:
             tc = refit_writes(transcoders[layer], every.pop((layer, INPUT_POINT)), every.pop((layer, OUTPUT_POINT)),
-                              progress=progress)
-        assert tc is not None  # no stop asked
+                              progress=progress)  # no stop: a Transcoder
         save_transcoder(tc, out, dtype)
         transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
     report["layers"] = held_out_figures(lm, transcoders, held)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from typing import overload
 
 import numpy as np
 import torch
@@ -59,35 +60,62 @@ def check_refittable(tc: Transcoder) -> None:
                              f"most {most:,} features a layer.")
 
 
+Equations = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (G [p, p], H [p, d_out], rows each feature fired [d_sae])
+
+
+def empty_equations(tc: Transcoder) -> Equations:
+    """Zero normal equations for ``tc``'s writes, in float64 (``check_refittable`` first)."""
+    p = tc.d_sae + (tc.d_in if tc.skip else 0) + 1
+    return (torch.zeros(p, p, dtype=torch.float64), torch.zeros(p, tc.d_out, dtype=torch.float64),
+            torch.zeros(tc.d_sae, dtype=torch.float64))
+
+
+@torch.no_grad()
+def add_rows(equations: Equations, tc: Transcoder, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Rows x [b, d_in] → y [b, d_out] added to ``equations`` in place, each row's features as ``tc``'s encoder
+    chooses them (the sparse part of G costs k rows a token)."""
+    gram, cross, fired = equations
+    d_sae = tc.d_sae
+    x, y = x.float().cpu(), y.float().cpu()
+    values, indices = tc.encode_topk(x.to(tc.W_enc.device))
+    values, indices = values.cpu().float(), indices.cpu()
+    rows = torch.arange(len(x))[:, None].expand_as(indices)  # [b, k]
+    z = torch.sparse_coo_tensor(torch.stack([rows.reshape(-1), indices.reshape(-1)]), values.reshape(-1),
+                                (len(x), d_sae), check_invariants=False).coalesce()  # [b, d_sae]
+    dense = torch.cat([x, torch.ones(len(x), 1)], 1) if tc.skip else torch.ones(len(x), 1)  # [b, width]
+    both = torch.cat([z.to_dense(), dense], 1)  # [b, p]
+    gram[:d_sae] += torch.sparse.mm(z.t(), both).double()
+    gram[d_sae:] += (dense.t() @ both).double()
+    cross += (both.t() @ y).double()
+    fired += torch.bincount(indices.reshape(-1)[values.reshape(-1) > 0], minlength=d_sae).double()
+
+
 @torch.no_grad()
 def _accumulate(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
                 progress: Callable[[int, int], None] | None,
-                stop: Callable[[], bool] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """(G [p, p], H [p, d_out], each feature's rows fired [d_sae]) over every row, in float64; None when stopped."""
-    d_sae, width = tc.d_sae, (tc.d_in if tc.skip else 0) + 1
-    p, n = d_sae + width, inputs.tokens
-    gram = torch.zeros(p, p, dtype=torch.float64)
-    cross = torch.zeros(p, tc.d_out, dtype=torch.float64)
-    fired = torch.zeros(d_sae, dtype=torch.float64)
+                stop: Callable[[], bool] | None) -> Equations | None:
+    """The normal equations over every row, in float64; None when stopped."""
+    equations, n = empty_equations(tc), inputs.tokens
     for start in range(0, n, BLOCK_ROWS):
         if stop is not None and stop():
             return None
         x = torch.from_numpy(np.asarray(inputs.rows[start:start + BLOCK_ROWS], np.float32))  # [b, d_in]
         y = torch.from_numpy(np.asarray(outputs.rows[start:start + BLOCK_ROWS], np.float32))  # [b, d_out]
-        values, indices = tc.encode_topk(x.to(tc.W_enc.device))
-        rows = torch.arange(len(x))[:, None].expand_as(indices)  # [b, k]
-        z = torch.sparse_coo_tensor(torch.stack([rows.reshape(-1), indices.cpu().reshape(-1)]),
-                                    values.cpu().float().reshape(-1), (len(x), d_sae),
-                                    check_invariants=False).coalesce()  # [b, d_sae]
-        dense = torch.cat([x, torch.ones(len(x), 1)], 1) if tc.skip else torch.ones(len(x), 1)  # [b, width]
-        both = torch.cat([z.to_dense(), dense], 1)  # [b, p]
-        gram[:d_sae] += torch.sparse.mm(z.t(), both).double()
-        gram[d_sae:] += (dense.t() @ both).double()
-        cross += (both.t() @ y).double()
-        fired += torch.bincount(indices.cpu().reshape(-1)[values.cpu().reshape(-1) > 0], minlength=d_sae).double()
+        add_rows(equations, tc, x, y)
         if progress:
             progress(min(start + BLOCK_ROWS, n), n)
-    return gram, cross, fired
+    return equations
+
+
+@overload
+def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
+                 progress: Callable[[int, int], None] | None = None, stop: None = None) -> Transcoder: ...
+
+
+@overload
+def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
+                 progress: Callable[[int, int], None] | None = None,
+                 stop: Callable[[], bool] | None = None) -> Transcoder | None: ...
 
 
 def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
@@ -104,27 +132,31 @@ def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
         stop: asked between blocks of rows.
 
     Returns:
-        A new ``Transcoder`` (float32, CPU; ``info.extra["refit"]`` says what was solved), or None when stopped.
+        A new ``Transcoder`` (float32, CPU; ``info.extra["refit"]`` says what was solved), or None when stopped
+        (never without ``stop``: the overloads say so to a type checker).
     """
     if inputs.tokens != outputs.tokens:
         raise BertScopeError("The feed-forward's input and output were read from different tokens: read both in one "
                              "pass (features.activations.points_activations).")
     check_refittable(tc)
     source = copy.deepcopy(tc).float().cpu()
-    sums = _accumulate(source, inputs, outputs, progress, stop)
-    if sums is None:
-        return None
-    gram, cross, fired = sums
-    solution, fixed = _solve(source, gram, cross, fired)  # [p, d_out]
-    out = source  # a copy: ``tc`` stays as it was
+    equations = _accumulate(source, inputs, outputs, progress, stop)
+    return None if equations is None else solved(source, equations, int(inputs.tokens))
+
+
+def solved(tc: Transcoder, equations: Equations, rows: int) -> Transcoder:
+    """A float32 CPU copy of ``tc`` with its decoder rows, skip path and output bias solved from ``equations`` (over
+    ``rows`` rows; ``info.extra["refit"]`` says what was solved), its encoder as it was; ``tc`` unchanged."""
+    gram, cross, fired = equations
+    solution, fixed = _solve(tc, gram, cross, fired)  # [p, d_out]
+    out = copy.deepcopy(tc).float().cpu()
     out.info = type(tc.info)(tc.info.model_name, tc.info.layer, dict(tc.info.extra))
     with torch.no_grad():
         out.W_dec.copy_(solution[:tc.d_sae])
         if out.W_skip is not None:
             out.W_skip.copy_(solution[tc.d_sae:tc.d_sae + tc.d_in].T)
         out.b_dec.copy_(solution[-1])
-    out.info.extra["refit"] = {"rows": int(inputs.tokens), "min_rows": MIN_ROWS, "kept_as_trained": fixed,
-                               "ridge": RIDGE}
+    out.info.extra["refit"] = {"rows": rows, "min_rows": MIN_ROWS, "kept_as_trained": fixed, "ridge": RIDGE}
     return out.eval()
 
 
