@@ -37,6 +37,21 @@ def test_the_graph_behind_its_button(monkeypatch):
     assert float(next(m for m in at.metric if m.label == "The graph predicts").value) != -off
 
 
+def test_a_rerun_reads_no_transcoder_file(monkeypatch):
+    """The shipped set is read once a model and process, through the shared byte budget: a rerun reads no file."""
+    import bertscope.app.sections.graph_tab as tab
+
+    reads, read = [], tab.transcoder_set
+    monkeypatch.setattr(tab, "transcoder_set", lambda lm, *a, **k: reads.append(lm.name) or read(lm, *a, **k))
+    at = start_with_url(monkeypatch, "bundled-mlm", PAGE, circuit_tab="Attribution graph")
+    assert not at.exception and not at.error
+    first = len(reads)
+    assert first <= 1  # none when an earlier test of this process read it already
+    at.text_input(key="graph_target").input("water")
+    at.run(timeout=600)
+    assert not at.exception and len(reads) == first
+
+
 def test_no_mask_is_one_line(monkeypatch):
     at = start_with_url(monkeypatch, "bundled-mlm", PAGE, circuit_tab="Attribution graph")
     at.text_input(key="graph_text").input("The bank of the river was muddy.")

@@ -48,7 +48,7 @@ def graph_form(lm) -> tuple[str, str | None, str | None, float, str, bool]:
 STEERING = {"off (× 0)": 0.0, "halved (× 0.5)": 0.5, "doubled (× 2)": 2.0, "× 4": 4.0}  # the activation times
 
 
-def switch_section(lm, graph, pruned: dict, transcoders) -> None:
+def switch_section(lm, graph, pruned: dict, transcoders, folder: str) -> None:
     """A kept feature switched off (or steered) in the real model, its error kept, beside the graph's prediction."""
     features = [n for n in pruned["nodes"] if n["kind"] == "feature"]
     if not features:
@@ -62,11 +62,11 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
     how = c2.selectbox("Its activation", list(STEERING), key="graph_steer")
     scale, node = STEERING[how], features[pick]
     index = next(i for i, n in enumerate(graph.nodes) if n.id == node["id"])
-    effects = result_store("graph_effects").get_or_compute((model_key(), graph.text, str(graph.target), graph.head),
+    effects = result_store("graph_effects").get_or_compute((model_key(), folder, graph.text, str(graph.target), graph.head),
                                                            lambda: total_effects(graph))
     off = [(node["layer"], node["position"], node["feature"])]
     measured = result_store("graph_switch").compute(
-        (model_key(), graph.text, str(graph.target), node["id"], scale),
+        (model_key(), folder, graph.text, str(graph.target), node["id"], scale),
         lambda progress: tuple(switch_off(lm, graph, transcoders, off, scale=scale, norms=norms)
                                - switch_off(lm, graph, transcoders, [], norms=norms) for norms in ("live", "frozen")),
         "Switching the feature off", True, costly=None)  # four passes of one sentence
@@ -83,12 +83,12 @@ def switch_section(lm, graph, pruned: dict, transcoders) -> None:
               "target's row.")
 
 
-def examples_of(lm, transcoders):
+def examples_of(lm, transcoders, folder: str):
     """Where each transcoder feature fires most over held-out sentences, read once a model through the budget:
     (``FeatureExamples.of`` or None when stopped: the graph is drawn without them, what was read)."""
     texts, where = held_out_texts(EXAMPLE_SENTENCES)
     found = result_store("graph_examples").compute(
-        (model_key(), hashlib.sha256(json.dumps(texts).encode()).hexdigest()),
+        (model_key(), folder, hashlib.sha256(json.dumps(texts).encode()).hexdigest()),
         lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
         "Where the features fire, sentences", costly="feature examples", optional=True)
     return (None if found is None else found.of), where
@@ -111,6 +111,13 @@ def supernodes(pruned: dict) -> None:
             st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+def shipped_set(lm) -> tuple[dict, str]:
+    """(the transcoders shipped for ``lm``, their folder): read once a model and process through the byte budget and
+    shared by every session, so a rerun reads no file; the folder names the set in every result's key."""
+    folder = str(SHIPPED_TRANSCODERS[lm.name].resolve())
+    return result_store("transcoders").get_or_compute((model_key(), folder), lambda: transcoder_set(lm)), folder
+
+
 def graph_tab(lm) -> None:
     st.caption("Each feed-forward replaced by its transcoder; with attention patterns and LayerNorm scales frozen "
                "from the real run, every node's direct effect on every later node is linear, so the decision splits "
@@ -129,9 +136,9 @@ def graph_tab(lm) -> None:
         if len(lm.tokenizer(text)["input_ids"]) > MAX_GRAPH_TOKENS:
             raise BertScopeError(f"At most {MAX_GRAPH_TOKENS} tokens here: a graph's rows grow with the tokens times the "
                              "active features (the command takes more).")
-        transcoders = transcoder_set(lm)
+        transcoders, folder = shipped_set(lm)
         graph = result_store("graph").compute(
-            (model_key(), text, target, contrast, head),
+            (model_key(), folder, text, target, contrast, head),
             lambda progress: attribution_graph(lm, text, transcoders, target, contrast, progress=progress, head=head),
             "Tracing the graph, rows", asked, costly="attribution graph",
             wait="Press *Trace the graph*: a pass carried back from every active feature and the target (seconds "
@@ -149,7 +156,7 @@ def graph_tab(lm) -> None:
         c4.metric("Completeness score", f"{pruned['completeness_score']:.3f}",
                   help="How much of each node's input comes from features and embeddings rather than errors, "
                        "weighted by influence.")
-        examples, where = examples_of(lm, transcoders)
+        examples, where = examples_of(lm, transcoders, folder)
         fig = graph_figure(pruned, lm.num_layers, examples=examples)
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="graph_plot")
         figure_downloads(fig, "attribution-graph")
@@ -159,7 +166,7 @@ def graph_tab(lm) -> None:
                          + (f" Hover a feature: where it fires most over {where}." if examples is not None else "")))
         for note in pruned["notes"]:
             st.caption(plain(note))
-        switch_section(lm, graph, pruned, transcoders)
+        switch_section(lm, graph, pruned, transcoders, folder)
         supernodes(pruned)
         download("Download the graph (JSON)", json.dumps(pruned), "attribution-graph.json", "application/json",
                  key="graph_json")
