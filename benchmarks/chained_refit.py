@@ -1,7 +1,7 @@
 """The writes refitted on the replacement model's own inputs, one layer after another (a lever measured, not
 shipped).
 
-    python benchmarks/chained_refit.py [--transcoders FOLDER] [--target plain|corrected] [--tokens 400000]
+    python benchmarks/chained_refit.py [--device auto] [--transcoders FOLDER] [--target plain|corrected] [--tokens 400000]
                                        [--held-out 300] [--out FOLDER] [--json]
 
 ``refit-transcoders`` solves each layer's writes on the real model's feed-forward inputs. In the replacement model
@@ -77,6 +77,7 @@ def layer_equations(lm, transcoders: dict, layer: int, texts, tokens: int, targe
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="bundled-mlm")
+    p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
     p.add_argument("--transcoders", help="a transcoder set's folder (default: the shipped set)")
     p.add_argument("--target", choices=TARGETS, default="plain")
     p.add_argument("--tokens", type=int, default=400_000, help="training word pieces a layer (default 400,000)")
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     from bertscope.features.transcoder_refit import check_refittable, solved
     from bertscope.features.transcoder_training import replacement_quality
 
-    lm = load_model(args.model, device="cpu")
+    lm = load_model(args.model, device=args.device)
     transcoders = {layer: tc.float() for layer, tc in transcoder_set(lm, args.transcoders).items()}
     for tc in transcoders.values():
         check_refittable(tc)
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         for layer in sorted(transcoders):
             started = time.perf_counter()
             equations, rows = layer_equations(lm, transcoders, layer, train.texts, args.tokens, args.target, seed)
-            transcoders[layer] = solved(transcoders[layer], equations, rows)
+            transcoders[layer] = solved(transcoders[layer], equations, rows).to(lm.device)  # solved on the CPU
             report["layers"].append({"layer": layer, "rows": rows, "seconds": round(time.perf_counter() - started),
                                      "kept_as_trained": transcoders[layer].info.extra["refit"]["kept_as_trained"]})
             print(f"layer {layer}: {rows:,} rows solved in {report['layers'][-1]['seconds']} s", file=sys.stderr)
