@@ -55,7 +55,7 @@ def dictionary_run(args: argparse.Namespace, what: str):
     lm = load(args)
     layers = parse_layers(args.layers, lm.num_layers)
     cfg = SaeTrainConfig(expansion=args.expansion, k=args.k, epochs=args.epochs, batch_tokens=args.batch_tokens,
-                         seed=args.seed, chosen_weight=getattr(args, "chosen_weight", 1.0),
+                         lr=args.lr, seed=args.seed, chosen_weight=getattr(args, "chosen_weight", 1.0),
                          lr_decay=args.lr_decay, resample_every=args.resample_every,
                          standardise=getattr(args, "standardise", False))
     if cfg.chosen_weight != 1 and not getattr(args, "masked", False):
@@ -137,7 +137,9 @@ def table(report: dict) -> str:
 
 
 def schedule_arguments(p: argparse.ArgumentParser) -> None:
-    """The trainer's rate decay and dead-latent restarts, shared by ``train-sae`` and ``train-transcoders``."""
+    """The trainer's rate, its decay and dead-latent restarts, shared by ``train-sae`` and ``train-transcoders``."""
+    p.add_argument("--lr", type=finite_float, metavar="RATE",
+                   help="Adam's rate (default 2e-4 / sqrt(latents / 2^14), Gao et al. 2024's for their batches)")
     p.add_argument("--lr-decay", type=finite_float, default=0.0, metavar="SHARE",
                    help="the share of the last steps over which the rate falls linearly to 0 (default 0: constant)")
     p.add_argument("--resample-every", type=int, default=0, metavar="STEPS",

@@ -69,6 +69,8 @@ class SaeTrainConfig:
             raise BertScopeError(f"k must be between 1 and {d_sae - 1} (the latents, {d_sae}, less one); got {self.k}.")
         if self.epochs < 1 or self.batch_tokens < 1:
             raise BertScopeError("Epochs and the batch size must be at least 1.")
+        if self.lr is not None and not 0 < self.lr < 1:
+            raise BertScopeError(f"Adam's rate is above 0 and below 1; got {self.lr}.")
         if not 0 <= self.lr_decay <= 1:
             raise BertScopeError(f"The rate's decay is a share of the steps, 0 to 1; got {self.lr_decay}.")
         if self.resample_every < 0:

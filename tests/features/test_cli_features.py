@@ -163,8 +163,9 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--masked", "--chosen-weight", 5,
                                 "--layers", "1", "--tokens", 600, "--held-out", 6, "--expansion", 2, "--k", 4,
                                 "--epochs", 1, "--batch-tokens", 64, "--lr-decay", 0.2, "--resample-every", 2,
-                                "--standardise", "--out", weighed, "--json")
+                                "--standardise", "--lr", 2e-3, "--out", weighed, "--json")
     assert code == 0, err
+    assert json.loads(stdout)["config"]["lr"] == 2e-3  # the rate given, not the width's default
     from bertscope.features.transcoder import load_transcoder
     extra = load_transcoder(weighed, 1).info.extra
     assert (extra["chosen_weight"], extra["lr_decay"], extra["resample_every"], extra["standardise"]) == (5.0, 0.2, 2,
@@ -174,6 +175,8 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
                        (["--masked", "--chosen-weight", "0.5"], "between 1 and 1,000"),
                        (["--masked", "--chosen-weight", "2000"], "between 1 and 1,000"),
                        (["--lr-decay", "2"], "a share of the steps"),
+                       (["--lr", "0"], "Adam's rate is above 0"),
+                       (["--lr", "3"], "Adam's rate is above 0"),
                        (["--resample-every", "-3"], "restart every N steps"),
                        (["--resample-every", "900", "--tokens", "600", "--batch-tokens", "64"], "never restart one")):
         code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, *argv, "--out", tmp_path / "no")

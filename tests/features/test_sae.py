@@ -368,8 +368,8 @@ def test_the_rate_is_constant_then_falls_linearly_to_zero_over_the_last_share():
     assert SaeTrainConfig(lr=1e-3).rate_at(64, 99, 100) == 1e-3  # no decay: constant to the end
     assert [SaeTrainConfig(resample_every=10).resamples_at(s, 100) for s in (10, 15, 50, 60)] == [True, False, True,
                                                                                                    False]
-    for bad in ({"lr_decay": 1.5}, {"resample_every": -1}):
-        with pytest.raises(BertScopeError, match="share of the steps|restart every"):
+    for bad in ({"lr_decay": 1.5}, {"resample_every": -1}, {"lr": 0.0}, {"lr": -1e-3}):
+        with pytest.raises(BertScopeError, match="share of the steps|restart every|rate is above 0"):
             SaeTrainConfig(**bad).check(16, 10_000)
 
 
