@@ -314,11 +314,13 @@ def cmd_attribution_graph(args: argparse.Namespace) -> Any:
     if not 0 < args.keep <= 1:
         raise BertScopeError(f"--keep {args.keep}: give a share of the influence between 0 and 1 (0.8 keeps the nodes "
                              "that carry 80 %).")
+    if args.max_mb is not None and args.max_mb < 1:
+        raise BertScopeError(f"--max-mb {args.max_mb}: the adjacency's budget is at least 1 MiB (default 512).")
     lm = load(args)
     transcoders = transcoder_set(lm, args.transcoders)
     with progress_bar(f"{lm.name}: the attribution graph", "row") as progress:
         graph = attribution_graph(lm, args.text, transcoders, args.target, args.contrast,
-                                  max_bytes=args.max_mb * 2**20 if args.max_mb else MAX_GRAPH_BYTES, progress=progress,
+                                  max_bytes=MAX_GRAPH_BYTES if args.max_mb is None else args.max_mb * 2**20, progress=progress,
                                   head=args.head)
     out = graph.to_json(args.keep)
     if args.json:

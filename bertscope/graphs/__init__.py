@@ -11,6 +11,7 @@ from bertscope.runtime.exports import lazy_exports
 _EXPORTS = {
     "attribution_graph": "graphs.build",
     "AttributionGraph": "graphs.build",
+    "check_decision": "graphs.build",
     "prune_graph": "graphs.influence",
     "graph_scores": "graphs.influence",
     "feature_examples": "graphs.contexts",
@@ -22,6 +23,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:  # the same names for a reader's tools (IDEs, type checkers): tools/front_doors.py
     from bertscope.graphs.build import AttributionGraph as AttributionGraph
     from bertscope.graphs.build import attribution_graph as attribution_graph
+    from bertscope.graphs.build import check_decision as check_decision
     from bertscope.graphs.contexts import FeatureExamples as FeatureExamples
     from bertscope.graphs.contexts import feature_examples as feature_examples
     from bertscope.graphs.influence import graph_scores as graph_scores

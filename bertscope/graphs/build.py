@@ -121,9 +121,29 @@ class _Active:
     value: np.ndarray  # [F] activation
 
 
-def _decision(lm: LoadedModel, text: str, target: str | None, contrast: str | None, ids: list[int], logits_at: Callable
-              ) -> tuple[str, int, int, int | None, list[str]]:
-    """(kind, position, target id, contrast id, notes) of the decision asked for."""
+def check_decision(lm: LoadedModel, text: str, target: str | None = None, contrast: str | None = None) -> None:
+    """One line when ``attribution_graph`` could not explain the decision asked for (a model with neither head, no
+    [MASK] in the text, a target or contrast the vocabulary or the classes lack, a contrast for a one-score head),
+    read from the tokenizer before any pass; only a word the vocabulary lacks runs the model once, for the top
+    predictions its message names. What a page calls before it charges a graph's cost."""
+    if not text or not text.strip():
+        raise BertScopeError("The text is empty: type a sentence (with [MASK] for a masked LM).")
+    ids = lm.tokenizer(text, truncation=True, max_length=lm.max_length)["input_ids"]
+    _decision(lm, text, target, contrast, ids, lambda p: _plain_logits(lm, text)[p], resolve=False)
+
+
+def _plain_logits(lm: LoadedModel, text: str) -> np.ndarray:
+    """[P, V] the masked-LM logits ([labels] a classifier's) of one plain forward pass."""
+    enc = lm.tokenizer(text, return_tensors="pt", truncation=True, max_length=lm.max_length)
+    with torch.no_grad():
+        out = lm.run(model_inputs(lm, enc))
+    return mlm_logits(out)[0].float().cpu().numpy()
+
+
+def _decision(lm: LoadedModel, text: str, target: str | None, contrast: str | None, ids: list[int], logits_at: Callable,
+              resolve: bool = True) -> tuple[str, int, int, int | None, list[str]]:
+    """(kind, position, target id, contrast id, notes) of the decision asked for; ``logits_at(position)`` is read
+    only for the model's own choice (``resolve``: with no target given) and for a message's top predictions."""
     from bertscope.attribution.gradients import token_id
 
     notes: list[str] = []
@@ -132,14 +152,14 @@ def _decision(lm: LoadedModel, text: str, target: str | None, contrast: str | No
             raise BertScopeError(f"{lm.name} is a {lm.task.kind.replace('-', ' ')} model: attribution graphs explain a "
                                  "masked token or a sequence classifier's class.")
         labels = list(lm.task.labels)
-        logits = logits_at(0)
-        chosen = labels[int(np.argmax(logits))] if target is None else target
-        for name, what in ((chosen, "target"), (contrast, "contrast")):
+        for name, what in ((target, "target"), (contrast, "contrast")):
             if name is not None and name not in labels:
                 raise BertScopeError(f"No class {name!r} (--{what}): {lm.name}'s classes are {', '.join(labels)}.")
         if contrast is not None and len(labels) == 1:
             raise BertScopeError(f"{lm.name} has one output (a score): its decision has no contrast to give.")
-        return "class", 0, labels.index(chosen), None if contrast is None else labels.index(contrast), notes
+        chosen = (labels.index(target) if target is not None else
+                  int(np.argmax(logits_at(0))) if resolve else -1)
+        return "class", 0, chosen, None if contrast is None else labels.index(contrast), notes
     if "mlm" not in lm.outputs:
         raise BertScopeError(f"{lm.name} has neither a masked-LM head nor a classifier: an attribution graph explains "
                              "one decision (try bundled-mlm or bundled-sentiment).")
@@ -149,17 +169,17 @@ def _decision(lm: LoadedModel, text: str, target: str | None, contrast: str | No
     if len(masks) > 1:
         notes.append(f"{len(masks)} masks: the first (token {masks[0]}) is explained.")
     position = masks[0]
-    logits = logits_at(position)
-    top = [lm.tokenizer.convert_ids_to_tokens(int(i)) for i in np.argsort(-logits)[:5]]
 
     def vocabulary_id(word: str, what: str) -> int:
         try:
             return token_id(lm, word)
         except BertScopeError as err:
+            top = [lm.tokenizer.convert_ids_to_tokens(int(i)) for i in np.argsort(-logits_at(position))[:5]]
             raise BertScopeError(f"{str(err).rstrip('.')} (--{what}); the model's top predictions here: "
                                  f"{', '.join(top)}.") from None
 
-    target_id = int(np.argmax(logits)) if target is None else vocabulary_id(target, "target")
+    target_id = (vocabulary_id(target, "target") if target is not None else
+                 int(np.argmax(logits_at(position))) if resolve else -1)
     return "token", position, target_id, None if contrast is None else vocabulary_id(contrast, "contrast"), notes
 
 
@@ -188,6 +208,8 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
     """
     started = time.perf_counter()
     check_head(head)
+    if max_bytes < 1:
+        raise BertScopeError(f"The adjacency's budget is a number of bytes above 0; got {max_bytes:,}.")
     _check_inputs(lm, text, transcoders)
     ids, real_logits, cache = _real_run(lm, text)
     kind, position, target_id, contrast_id, notes = _decision(

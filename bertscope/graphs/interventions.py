@@ -34,15 +34,35 @@ from bertscope.graphs.build import AttributionGraph
 from bertscope.graphs.frozen import norm_scale, ratio
 from bertscope.graphs.influence import node_influence
 
+BLOCK_BYTES = 32 * 2**20  # the adjacency's rows read in float64 at a time
+
 
 def total_effects(graph: AttributionGraph) -> np.ndarray:
     """[F] each feature's total effect on the target's value per its whole activation (signed), through every path
-    of the graph."""
+    of the graph: ``A_TF (I − D A_FF)⁻¹``, summed as its series. A feature reads only earlier layers' writes, so
+    ``D A_FF`` is nilpotent and the series ends after as many terms as the features' layers: a product of the row
+    with the adjacency per layer, read in blocks of ``BLOCK_BYTES`` (no F × F copy, no O(F³) solve)."""
     f = graph.n_features
-    a = graph.adjacency.astype(np.float64)
     acts = np.array([n.activation for n in graph.nodes[:f]], np.float64)
-    inner = a[:f, :f] / acts[:, None]  # [target feature m, source s]: m's activation moves with its input
-    return np.linalg.solve((np.eye(f) - inner).T, a[-1, :f])  # total = A_TF (I − D A_FF)⁻¹
+    term = graph.adjacency[-1, :f].astype(np.float64)  # [F] the direct effects
+    total = term.copy()
+    rows = max(1, BLOCK_BYTES // (8 * max(f, 1)))
+    for _ in range(len({n.layer for n in graph.nodes[:f]})):
+        scaled = term / acts  # [F] each target feature's activation moves with its input
+        term = np.zeros(f)
+        for start in range(0, f, rows):
+            stop = min(start + rows, f)
+            term += scaled[start:stop] @ graph.adjacency[start:stop, :f].astype(np.float64)
+        if not term.any():
+            break
+        total += term
+    return total
+
+
+def predicted_change(effects: np.ndarray, index: int, scale: float = 0.0) -> float:
+    """The graph's change of the target's value when feature ``index``'s activation is multiplied by ``scale``
+    (0: switched off), from its ``total_effects``: first order, (scale − 1) × total."""
+    return float((scale - 1.0) * effects[index])
 
 
 @dataclass(frozen=True)
@@ -261,7 +281,7 @@ def agreement(lm: LoadedModel, graph: AttributionGraph, transcoders: Mapping[int
             node = graph.nodes[int(r)]
             measured = switch_off(lm, graph, transcoders, [(node.layer, node.position, node.feature)],  # type: ignore[list-item]
                                   downstream, attention, patterns, norms=norms) - base
-            out.append(Intervention(node.id, float(-effects[r]), measured))
+            out.append(Intervention(node.id, predicted_change(effects, r), measured))
         return out
 
     return run(strongest), run(drawn)

@@ -24,6 +24,11 @@ def test_the_graph_behind_its_button(monkeypatch):
     assert next(m for m in at.metric if m.label == "Target").value == "river"
     assert any("Attribution graph:" in c.proto.spec for c in at.get("plotly_chart"))
     assert any(b.label == "Download the graph (JSON)" for b in at.get("download_button"))
+    at.text_input(key="graph_group_name").input("river words")  # a supernode: this graph's own
+    at.multiselect(key="graph_group_members").select(at.multiselect(key="graph_group_members").options[0])
+    next(b for b in at.button if b.label == "Add the group").click()
+    at.run(timeout=600)
+    assert not at.exception and len(at.dataframe) == 1 and at.dataframe[0].value["supernode"].tolist() == ["river words"]
     off = float(next(m for m in at.metric if m.label == "The graph predicts").value)
     at.selectbox(key="graph_steer").select("doubled (× 2)").run(timeout=600)  # steered: minus the switch-off's
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -34,6 +39,7 @@ def test_the_graph_behind_its_button(monkeypatch):
     at.run(timeout=600)
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert next(m for m in at.metric if m.label == "Its value").value == value
+    assert not at.dataframe  # another graph: the first one's supernodes are not summed over its nodes
     assert float(next(m for m in at.metric if m.label == "The graph predicts").value) != -off
 
 
@@ -77,3 +83,30 @@ def test_a_classifiers_decision_on_its_shipped_transcoders(monkeypatch):
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert next(m for m in at.metric if m.label == "Target").value == "positive"
     assert any("Attribution graph:" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_a_word_the_vocabulary_lacks_is_one_line_before_any_trace(monkeypatch):
+    """The decision is checked before the trace is charged: a typo costs the hosted demo's budget nothing."""
+    import bertscope.app.sections.graph_tab as tab
+
+    traced = []
+    monkeypatch.setattr(tab, "attribution_graph", lambda *a, **k: traced.append(a))
+    at = start_with_url(monkeypatch, "bundled-mlm", PAGE, circuit_tab="Attribution graph")
+    at.text_input(key="graph_target").input("zzzzqqqq")
+    next(b for b in at.button if b.label == "Trace the graph").click()
+    at.run(timeout=600)
+    errors = texts(at.error)
+    assert not at.exception and not traced and len(errors) == 1, errors
+    assert "(--target); the model's top predictions here:" in errors[0]
+
+
+def test_a_graph_takes_a_third_of_the_shared_store(monkeypatch):
+    """The page's adjacency budget: a graph it traced stays in the store for the clicks after (a hosted demo's
+    384 MiB store dropped a 512 MiB graph, and every click asked for a new trace)."""
+    from bertscope.app.sections.graph_tab import graph_bytes
+    from bertscope.graphs.build import MAX_GRAPH_BYTES
+
+    monkeypatch.setenv("BERTSCOPE_CACHE_MB", "384")
+    assert graph_bytes() == 128 * 2**20
+    monkeypatch.setenv("BERTSCOPE_CACHE_MB", "4096")
+    assert graph_bytes() == MAX_GRAPH_BYTES

@@ -5,6 +5,8 @@ features into error nodes without breaking a sum; bad input is one line."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -179,6 +181,13 @@ def test_a_classifiers_class(tiny_bert_dir, tmp_path):
     assert linear.inputs[-1] == pytest.approx(g.value, abs=1e-4)
     with pytest.raises(BertScopeError, match="No class 'maybe'"):
         attribution_graph(lm, "a b", _transcoders(lm, False), target="maybe")
+    from bertscope.graphs.build import check_decision
+
+    check_decision(lm, "a b", "pos", "neg")
+    for target, contrast, said in (("maybe", None, "No class 'maybe' (--target)"),
+                                   ("pos", "meh", "No class 'meh' (--contrast)")):
+        with pytest.raises(BertScopeError, match=re.escape(said)):
+            check_decision(lm, "a b", target, contrast)
 
 
 def test_bad_input_is_one_line(mlm):
@@ -191,8 +200,32 @@ def test_bad_input_is_one_line(mlm):
         attribution_graph(mlm, TEXT, {0: tcs[0]})
     with pytest.raises(BertScopeError, match="--keep"):
         attribution_graph(mlm, TEXT, tcs).to_json(keep=0)
+    with pytest.raises(BertScopeError, match="budget is a number of bytes above 0"):
+        attribution_graph(mlm, TEXT, tcs, max_bytes=0)
     two = attribution_graph(mlm, "the [MASK] of the [MASK] .", tcs)
     assert "the first (token 2) is explained" in two.notes[0]
+
+
+
+def test_the_decision_is_checked_before_any_pass(mlm, monkeypatch):
+    """``check_decision`` says what ``attribution_graph`` would, from the tokenizer alone: a page calls it before it
+    charges a graph; only a word the vocabulary lacks runs the model, for the message's top predictions."""
+    from bertscope.graphs import build
+    from bertscope.graphs.build import check_decision
+
+    passes = []
+    plain = build._plain_logits
+    monkeypatch.setattr(build, "_plain_logits", lambda *a: passes.append(1) or plain(*a))
+    check_decision(mlm, TEXT)
+    check_decision(mlm, TEXT, "the", "a")
+    assert not passes
+    for text, target, contrast, said in (("the bank of the river", None, None, r"No \[MASK\] in the text"),
+                                         ("  ", None, None, "The text is empty"),
+                                         (TEXT, "zzzzqqqq", None, r"\(--target\); the model's top predictions here"),
+                                         (TEXT, "the", "zzzzqqqq", r"\(--contrast\); the model's top predictions")):
+        with pytest.raises(BertScopeError, match=said):
+            check_decision(mlm, text, target, contrast)
+    assert len(passes) == 2  # the two unknown words' messages
 
 
 def test_the_command(mlm, tiny_mlm_dir, tmp_path, capsys):
@@ -218,19 +251,29 @@ def test_the_command(mlm, tiny_mlm_dir, tmp_path, capsys):
                        (["attribution-graph", str(tiny_mlm_dir), "no mask here", "--transcoders",
                          str(tmp_path / "tcs")], "No [MASK]"),
                        (["attribution-graph", str(tiny_mlm_dir), TEXT, "--keep", "2"], "--keep 2"),
-                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--head", "quadratic"], "head is one of")):
+                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--head", "quadratic"], "head is one of"),
+                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--max-mb", "-1"], "at least 1 MiB"),
+                       (["attribution-graph", str(tiny_mlm_dir), TEXT, "--max-mb", "0"], "at least 1 MiB")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
 
 
-def test_switching_a_feature_off_in_the_model_moves_the_target_as_the_graph_says(mlm):
-    from bertscope.graphs.interventions import agreement, switch_off, total_effects
+def test_switching_a_feature_off_in_the_model_moves_the_target_as_the_graph_says(mlm, monkeypatch):
+    from bertscope.graphs import interventions
+    from bertscope.graphs.interventions import agreement, predicted_change, switch_off, total_effects
 
     tcs = _transcoders(mlm, True)
     g = attribution_graph(mlm, TEXT, tcs, target="the", dtype=torch.float64)
     assert switch_off(mlm, g, tcs, []) == pytest.approx(g.value, abs=1e-4)  # nothing off: the real model
     effects = total_effects(g)
+    f, a = g.n_features, g.adjacency
+    acts = np.array([n.activation for n in g.nodes[:f]])
+    solved = np.linalg.solve((np.eye(f) - a[:f, :f] / acts[:, None]).T, a[-1, :f])  # the system, solved whole
+    np.testing.assert_allclose(effects, solved, rtol=1e-9, atol=1e-12)
+    monkeypatch.setattr(interventions, "BLOCK_BYTES", 8 * f * 3)  # three rows a block: the same sums
+    np.testing.assert_allclose(total_effects(g), effects, rtol=1e-12, atol=1e-15)
+    assert predicted_change(effects, 0) == -effects[0] and predicted_change(effects, 0, 0.5) == -0.5 * effects[0]
     last = [i for i, n in enumerate(g.nodes[:g.n_features]) if n.layer == 1 and n.position == 5]
     first = [i for i, n in enumerate(g.nodes[:g.n_features]) if n.layer == 0]
     np.testing.assert_allclose(effects[last], g.adjacency[-1, last])  # nothing after the last layer but the head

@@ -11,19 +11,20 @@ import streamlit as st
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, offer_models
-from bertscope.app.kit.results import result_store
+from bertscope.app.kit.results import cache_budget_bytes, result_store
 from bertscope.errors import BertScopeError
 from bertscope.features.shipped import SHIPPED_TRANSCODERS, transcoder_set
 from bertscope.figures.graph import graph_figure
-from bertscope.graphs.build import attribution_graph
+from bertscope.graphs.build import MAX_GRAPH_BYTES, attribution_graph, check_decision
 from bertscope.graphs.contexts import feature_examples
 from bertscope.graphs.frozen import HEADS
-from bertscope.graphs.interventions import switch_off, total_effects
+from bertscope.graphs.interventions import predicted_change, switch_off, total_effects
 from bertscope.interventions.importance import held_out_texts
 
 EXAMPLE = "The bank of the [MASK] was muddy after the storm."
 MAX_GRAPH_TOKENS = 64  # a graph's rows grow with the tokens times the active features: the page's cap
 EXAMPLE_SENTENCES = 500  # where the features fire most, read once a model
+MAX_SUPERNODES = 32  # named groups a graph holds
 
 
 def graph_form(lm) -> tuple[str, str | None, str | None, float, str, bool]:
@@ -71,7 +72,7 @@ def switch_section(lm, graph, pruned: dict, transcoders, folder: str) -> None:
                                - switch_off(lm, graph, transcoders, [], norms=norms) for norms in ("live", "frozen")),
         "Switching the feature off", True, costly=None)  # four passes of one sentence
     c1, c2, c3 = st.columns(3)
-    c1.metric("The graph predicts", f"{-(1 - scale) * effects[index]:+.4f}", help="The feature's total effect on "
+    c1.metric("The graph predicts", f"{predicted_change(effects, index, scale):+.4f}", help="The feature's total effect on "
               "the target through every path of the graph (first order), times the activation's change.")
     c2.metric("The model gives", f"{measured[0]:+.4f}", help="The real model with this feature's write changed in "
               "its layer's feed-forward output at its position (what the transcoder misses stays in), attention "
@@ -94,21 +95,36 @@ def examples_of(lm, transcoders, folder: str):
     return (None if found is None else found.of), where
 
 
-def supernodes(pruned: dict) -> None:
-    """Kept features grouped under names the user gives: each group's summed influence."""
+def supernodes(pruned: dict, key) -> list[dict]:
+    """Kept features grouped under names the user gives, for this graph alone: each group's summed influence (the
+    rows the JSON download carries)."""
     features = [n["id"] for n in pruned["nodes"] if n["kind"] == "feature"]
+    influence = {n["id"]: n["influence"] for n in pruned["nodes"]}
     with st.expander("Group features into supernodes"):
-        groups = st.session_state.setdefault("graph_groups", {})
+        held = st.session_state.get("graph_groups")
+        if held is None or held[0] != key:  # this graph's groups only: another graph's nodes are not these
+            held = st.session_state["graph_groups"] = (key, {})
+        groups = held[1]
         c1, c2 = st.columns([1, 3])
         name = c1.text_input("Name", key="graph_group_name", max_chars=Limits.input_chars)
         members = c2.multiselect("Features", features, key="graph_group_members")
         if st.button("Add the group", key="graph_group_add") and name.strip() and members:
-            groups[name.strip()] = members
-        influence = {n["id"]: n["influence"] for n in pruned["nodes"]}
-        rows = [{"supernode": g, "features": len(m), "influence": sum(influence.get(i, 0.0) for i in m)}
+            if len(groups) >= MAX_SUPERNODES and name.strip() not in groups:
+                st.warning(f"A graph holds up to {MAX_SUPERNODES} supernodes: give an existing name to replace one.")
+            else:
+                groups[name.strip()] = members
+        rows = [{"supernode": g, "features": m, "influence": sum(influence.get(i, 0.0) for i in m)}
                 for g, m in groups.items()]
         if rows:
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+            st.dataframe(pd.DataFrame([r | {"features": len(r["features"])} for r in rows]), hide_index=True,
+                         width="stretch")
+    return rows
+
+
+def graph_bytes() -> int:
+    """The adjacency's budget on this page: a third of the shared store (``BERTSCOPE_CACHE_MB``), so a traced graph
+    stays there for the clicks that follow (a bigger one was dropped, and each click asked for a new trace)."""
+    return min(MAX_GRAPH_BYTES, cache_budget_bytes() // 3)
 
 
 def shipped_set(lm) -> tuple[dict, str]:
@@ -136,37 +152,46 @@ def graph_tab(lm) -> None:
         if len(lm.tokenizer(text)["input_ids"]) > MAX_GRAPH_TOKENS:
             raise BertScopeError(f"At most {MAX_GRAPH_TOKENS} tokens here: a graph's rows grow with the tokens times the "
                              "active features (the command takes more).")
+        check_decision(lm, text, target, contrast)  # before the trace is charged
         transcoders, folder = shipped_set(lm)
+        key = (model_key(), folder, text, target, contrast, head)
         graph = result_store("graph").compute(
-            (model_key(), folder, text, target, contrast, head),
-            lambda progress: attribution_graph(lm, text, transcoders, target, contrast, progress=progress, head=head),
+            key,
+            lambda progress: attribution_graph(lm, text, transcoders, target, contrast, progress=progress, head=head,
+                                               max_bytes=graph_bytes()),
             "Tracing the graph, rows", asked, costly="attribution graph",
             wait="Press *Trace the graph*: a pass carried back from every active feature and the target (seconds "
                  "for a sentence on bundled-mlm).")
         if graph is None:
             return
-        pruned = graph.to_json(keep)
-        t = pruned["target"]
-        c1, c2, c3, c4 = st.columns(4)
-        c1.metric("Target", f"{t.get('token') or t.get('label')}", help=f"Against {t['contrast'] or 'the mean logit'}")
-        c2.metric("Its value", f"{pruned['logit']:+.3f}")
-        c3.metric("Replacement score", f"{pruned['replacement_score']:.3f}",
-                  help="How much of the influence reaching the target starts at the embeddings rather than at error "
-                       "nodes (circuit-tracer's compute_graph_scores).")
-        c4.metric("Completeness score", f"{pruned['completeness_score']:.3f}",
-                  help="How much of each node's input comes from features and embeddings rather than errors, "
-                       "weighted by influence.")
-        examples, where = examples_of(lm, transcoders, folder)
-        fig = graph_figure(pruned, lm.num_layers, examples=examples)
-        st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="graph_plot")
-        figure_downloads(fig, "attribution-graph")
-        st.caption(plain(f"{pruned['unpruned']['features']:,} active features; kept {len(pruned['nodes']):,} nodes "
-                         f"and {len(pruned['edges']):,} edges carrying {keep:.0%} of the influence, traced in "
-                         f"{pruned['seconds']:.1f} s."
-                         + (f" Hover a feature: where it fires most over {where}." if examples is not None else "")))
-        for note in pruned["notes"]:
-            st.caption(plain(note))
-        switch_section(lm, graph, pruned, transcoders, folder)
-        supernodes(pruned)
+        pruned = result_store("graph_pruned").get_or_compute((*key, keep), lambda: graph.to_json(keep))
+        graph_view(lm, graph, pruned, keep, transcoders, folder)
+        pruned = pruned | {"supernodes": supernodes(pruned, key)}
         download("Download the graph (JSON)", json.dumps(pruned), "attribution-graph.json", "application/json",
                  key="graph_json")
+
+
+def graph_view(lm, graph, pruned: dict, keep: float, transcoders, folder: str) -> None:
+    """The traced graph: its target and scores, the figure (hover: where each feature fires), its notes, and a
+    feature switched off in the real model."""
+    t = pruned["target"]
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Target", f"{t.get('token') or t.get('label')}", help=plain(f"Against {t['contrast'] or 'the mean logit'}"))
+    c2.metric("Its value", f"{pruned['logit']:+.3f}")
+    c3.metric("Replacement score", f"{pruned['replacement_score']:.3f}",
+              help="How much of the influence reaching the target starts at the embeddings rather than at error "
+                   "nodes (circuit-tracer's compute_graph_scores).")
+    c4.metric("Completeness score", f"{pruned['completeness_score']:.3f}",
+              help="How much of each node's input comes from features and embeddings rather than errors, "
+                   "weighted by influence.")
+    examples, where = examples_of(lm, transcoders, folder)
+    fig = graph_figure(pruned, lm.num_layers, examples=examples)
+    st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="graph_plot")
+    figure_downloads(fig, "attribution-graph")
+    st.caption(plain(f"{pruned['unpruned']['features']:,} active features; kept {len(pruned['nodes']):,} nodes "
+                     f"and {len(pruned['edges']):,} edges carrying {keep:.0%} of the influence, traced in "
+                     f"{pruned['seconds']:.1f} s."
+                     + (f" Hover a feature: where it fires most over {where}." if examples is not None else "")))
+    for note in pruned["notes"]:
+        st.caption(plain(note))
+    switch_section(lm, graph, pruned, transcoders, folder)
