@@ -1,7 +1,7 @@
 """Attribution graphs, measured: time, the graph scores over held-out prompts, and the intervention test.
 
     python benchmarks/graphs.py [--prompts 50] [--transcoders runs/tc-mlm] [--skip-transcoders runs/tc-mlm-skip]
-                                [--seed 0] [--head frozen|linear] [--full-size]
+                                [--seed 0] [--head frozen|linear] [--full-size] [--effects]
 
 - prompts: held-out Brown sentences (the SAE/transcoder mixture's held-out side is seeded apart from its training
   side; these come from Brown's held-out documents), one alphabetic word masked at random (seeded), cut to 32 word
@@ -12,7 +12,10 @@
   each protocol of ``graphs.interventions.switch_off`` (``PROTOCOLS``: circuit-tracer's default first, then the same
   with the LayerNorm scales held as the graph holds them);
 - ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` with random transcoders at 128 tokens:
-  the graph's time and peak memory within the adjacency's byte budget.
+  the graph's time and peak memory within the adjacency's byte budget;
+- ``--effects``: the total effects of a graph at the adjacency's whole budget (a 46-word-piece prompt), as
+  ``total_effects`` sums them (the series the layers end, in blocks) against the dense solve it replaced: seconds
+  and peak memory (tracemalloc), and the largest difference.
 """
 
 from __future__ import annotations
@@ -122,6 +125,37 @@ def full_size() -> None:
               f"memory {before / 2**20:.0f} -> {after / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB")
 
 
+def effects(lm, transcoders) -> None:
+    import tracemalloc
+
+    from bertscope.graphs.build import attribution_graph
+    from bertscope.graphs.interventions import total_effects
+
+    def solved(graph) -> np.ndarray:  # what total_effects did before: the dense system, solved whole
+        f = graph.n_features
+        a = graph.adjacency.astype(np.float64)
+        acts = np.array([n.activation for n in graph.nodes[:f]], np.float64)
+        return np.linalg.solve((np.eye(f) - a[:f, :f] / acts[:, None]).T, a[-1, :f])
+
+    text = ("The bank of the river was muddy after the storm, and the children who lived in the small village near "
+            "the old mill walked along it every [MASK] to school, talking about the weather and the long winter ahead "
+            "of them.")
+    graph = attribution_graph(lm, text, transcoders)
+    print(f"total effects: {len(graph.tokens)} word pieces, {graph.n_features:,} features, adjacency "
+          f"{graph.adjacency.nbytes / 2**20:.0f} MiB")
+    found = {}
+    for name, fn in (("series", total_effects), ("solve", solved), ("series", total_effects), ("solve", solved)):
+        tracemalloc.start()
+        t = time.perf_counter()
+        found[name] = fn(graph)
+        seconds = time.perf_counter() - t
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"  {name}: {seconds:.2f} s, peak {peak / 2**20:,.0f} MiB")
+    print(f"  largest difference / largest effect: "
+          f"{np.max(np.abs(found['series'] - found['solve'])) / np.max(np.abs(found['solve'])):.1e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bundled-mlm")
@@ -132,6 +166,8 @@ def main() -> None:
     parser.add_argument("--head", default="frozen", help="how the graph reads the head: frozen (default) or linear "
                         "(to first order at the real run)")
     parser.add_argument("--full-size", action="store_true")
+    parser.add_argument("--effects", action="store_true", help="the total effects' time and memory on a graph at "
+                        "the whole budget, against the solve they replaced")
     args = parser.parse_args()
     from bertscope.core.models import load_model
     from bertscope.features.shipped import transcoder_set
@@ -142,6 +178,9 @@ def main() -> None:
         measure(lm, texts, transcoder_set(lm, args.transcoders), "transcoders", args.head)
         if args.skip_transcoders:
             measure(lm, texts, transcoder_set(lm, args.skip_transcoders), "skip transcoders", args.head)
+    if args.effects:
+        lm = load_model(args.model)
+        effects(lm, transcoder_set(lm, args.transcoders))
     if args.full_size:
         full_size()
 
