@@ -61,6 +61,14 @@ def pairs_for(lm: LoadedModel, task: str | None = None, data: Sequence[Counterfa
     return model.name, prepare_pairs(lm, kept, positions=positions, slot=None if positions else model.slot)
 
 
+def check_run(pairs: int, settings: TrainSettings) -> None:
+    """One line when a run asks for pairs or epochs out of range (``align``, the map's every cell alike)."""
+    if not MIN_PAIRS <= pairs <= MAX_PAIRS:
+        raise BertScopeError(f"A task draws {MIN_PAIRS} to {MAX_PAIRS:,} pairs; {pairs:,} was asked.")
+    if not 1 <= settings.epochs <= MAX_EPOCHS:
+        raise BertScopeError(f"Training runs 1 to {MAX_EPOCHS} epochs; {settings.epochs} was asked.")
+
+
 def align(lm: LoadedModel, *, task: str | None = None, data: Sequence[Counterfactual] | None = None,
           layer: Layer | str = 0, positions: Sequence[int] | None = None, dim: int | None = 1,
           pairs: int = DEFAULT_PAIRS, settings: TrainSettings = TrainSettings(),
@@ -82,10 +90,7 @@ def align(lm: LoadedModel, *, task: str | None = None, data: Sequence[Counterfac
     Returns:
         A ``DasResult``: IIA on the held-out pairs beside its controls, the learned basis [d_model, dim].
     """
-    if not MIN_PAIRS <= pairs <= MAX_PAIRS:
-        raise BertScopeError(f"A task draws {MIN_PAIRS} to {MAX_PAIRS:,} pairs; {pairs:,} was asked.")
-    if not 1 <= settings.epochs <= MAX_EPOCHS:
-        raise BertScopeError(f"Training runs 1 to {MAX_EPOCHS} epochs; {settings.epochs} was asked.")
+    check_run(pairs, settings)
     name, prepared = pairs_for(lm, task, data, positions, pairs, settings.seed)
     return search_prepared(lm, name, prepared, layer, dim, settings, progress)
 

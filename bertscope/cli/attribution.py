@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from bertscope.attribution.registry import METHODS, attribution_methods, matrix_methods, score_methods
-from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text, seed_int
 from bertscope.core.layers import parse_blocks
 from bertscope.errors import BertScopeError
 
@@ -157,7 +157,7 @@ def _faithfulness_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--removal", choices=REMOVALS, default="attention", help="attention: a removed token is no "
                                                                             "query's key in any layer, positions kept "
                                                                             "(default); mask: it becomes [MASK]")
-    p.add_argument("--seed", type=int, default=0, help="which sentences and pieces, and the random ranking")
+    p.add_argument("--seed", type=seed_int, default=0, help="which sentences and pieces, and the random ranking")
     p.add_argument("--steps", type=int, default=50, help="integrated gradients' steps")
     engine_argument(p)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load
+from bertscope.cli.common import Command, load, seed_int
+from bertscope.errors import BertScopeError
 
 
 def cmd_tcav(args: argparse.Namespace) -> Any:
@@ -16,7 +17,9 @@ def cmd_tcav(args: argparse.Namespace) -> Any:
 
     concept = read_examples(args.concept)
     inputs = read_examples(args.inputs, "inputs file", least=1) if args.inputs else None
-    layers = [x.strip() for x in args.layers.split(",") if x.strip()] if args.layers else None
+    layers = [x.strip() for x in args.layers.split(",") if x.strip()] if args.layers is not None else None
+    if layers == []:
+        raise BertScopeError(f"--layers {args.layers!r} names no layer: give points such as 4,8 (or leave it out).")
     lm = load(args)
     from pathlib import Path
 
@@ -53,12 +56,10 @@ def _tcav_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=50, help="inputs (default 50)")
     p.add_argument("--layers", help="comma-separated layers (from 0, or embeddings); default every one")
     p.add_argument("--alpha", type=float, default=ALPHA, help=f"the test's level before Bonferroni (default {ALPHA})")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
 
 
 def _positions(text: str | None) -> list[int] | None:
-    from bertscope.errors import BertScopeError
-
     if text is None or not text.strip():
         return None
     try:
@@ -69,7 +70,7 @@ def _positions(text: str | None) -> list[int] | None:
 
 
 def cmd_das(args: argparse.Namespace) -> Any:
-    from bertscope.causal.alignment import align
+    from bertscope.causal.alignment import align, check_run
     from bertscope.causal.das import TrainSettings, check_dim
     from bertscope.causal.variables import model_for, read_counterfactuals
 
@@ -77,10 +78,14 @@ def cmd_das(args: argparse.Namespace) -> Any:
         model_for(args.task)  # an unknown task in one line before the model loads
     data = read_counterfactuals(args.data) if args.data else None
     positions = _positions(args.positions)
+    settings = TrainSettings(epochs=args.epochs, seed=args.seed)
+    check_run(args.pairs, settings)  # before the model loads, for the map as for one layer
+    if args.map and args.dim == 0:
+        raise BertScopeError("--map trains a subspace of one width at every cell: give --dim 1 or more (0, a width "
+                             "learned, is for one layer).")
     lm = load(args)
     dim = None if args.dim == 0 else args.dim
     check_dim(lm, dim)
-    settings = TrainSettings(epochs=args.epochs, seed=args.seed)
     if args.map:
         return _map(lm, args, data, positions, dim or 1, settings)
     result = align(lm, task=args.task, data=data, layer=args.layer, positions=positions, dim=dim, pairs=args.pairs,
@@ -130,7 +135,7 @@ def _das_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help=f"a task's pairs drawn before those the model "
                                                                     f"gets wrong are dropped (default {DEFAULT_PAIRS})")
     p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--map", action="store_true", help="the layer × position map instead: a subspace trained at every "
                                                        "state and token position (pairs of one token count); --json: "
                                                        '{"tokens", "layers", "iia": [[state][position]]}')

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.common import Command, load, progress_bar, seed_int
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
 
@@ -91,7 +91,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ablation", default="patch", help=f"{' or '.join(ABLATIONS)}: what edges outside the circuit "
                    "carry (the corrupted run, or each node's mean output)")
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help=f"pairs of a task (default {DEFAULT_SIZE})")
-    p.add_argument("--seed", type=int, default=0, help="the task's pairs and the split into halves (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="the task's pairs and the split into halves (default 0)")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
 
 

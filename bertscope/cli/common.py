@@ -41,6 +41,28 @@ class OneLineParser(argparse.ArgumentParser):
                   + "\n")
 
 
+def seed_int(text: str) -> int:
+    """A ``--seed``: a whole number from 0 (numpy's generators refuse a negative one, after the model has loaded)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed is a whole number from 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count option's value: a whole number from 1 (0 or below read as "every one" or cut from the end)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number from 1")
+    return value
+
+
 def finite_float(text: str) -> float:
     """A number option's value: finite (``nan`` and ``inf`` pass ``<= 0`` checks, so they are refused here)."""
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, positive_int, progress_bar, read_text
 from bertscope.errors import BertScopeError
 
 DEFAULT_SENTENCES = 500
@@ -110,7 +110,7 @@ def _query_key_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer", type=int, required=True, help="the layer, from 0 as in `attention`")
     p.add_argument("--head", type=int, required=True, help="the head, from 0")
     p.add_argument("--query", type=int, required=True, help="the query token's position (0 = [CLS])")
-    p.add_argument("--top", type=int, default=10, help="text output: how many keys to list")
+    p.add_argument("--top", type=positive_int, default=10, help="text output: how many keys to list")
 
 
 COMMANDS = [

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bertscope.cli.common import Command, finite_float, load, progress_bar, staged_bars
+from bertscope.cli.common import Command, finite_float, load, progress_bar, seed_int, staged_bars
 from bertscope.errors import BertScopeError
 
 
@@ -31,8 +31,8 @@ def cmd_crosscoder(args: argparse.Namespace) -> Any:
 
     if args.tokens < args.batch_tokens or args.per_source < 1 or args.held_out < 1:
         raise BertScopeError("--tokens must hold one batch, and --per-source and --held-out be at least 1.")
-    if args.seed < 0 or args.top < 0:
-        raise BertScopeError("--seed and --top take a number from 0.")
+    if args.top < 0:
+        raise BertScopeError("--top takes a number from 0.")
     if args.lr <= 0:
         raise BertScopeError("--lr must be above 0.")
     if Path(args.out).exists() and not Path(args.out).is_dir():
@@ -185,7 +185,7 @@ def _diff_arguments(p: argparse.ArgumentParser) -> None:
                    "or a file as finetune reads it; its held-out side (10%%, seed 0, as finetune splits it). Default: "
                    "the tweets for a classifier, EWT for a tagger (what the shipped task models were trained on)")
     p.add_argument("--all-latents", action="store_true", help="list shared and silent latents too")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -203,7 +203,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=finite_float, default=2e-3, help="Adam's rate (the reference's 2e-4/sqrt(d_sae/2^14) is for "
                    "~100k steps; a few hundred steps here need more)")
     p.add_argument("--batch-tokens", type=int, default=2048)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--top", type=int, default=10, help="fine-tuned-only latents to list")
     p.add_argument("--out", required=True, help="a folder for the crosscoder (cfg.json, crosscoder.safetensors) and its checkpoint after every "
                    "epoch: a run stopped or killed mid-way, started again with the same settings, goes on from it")

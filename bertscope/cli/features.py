@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.common import Command, load, progress_bar, seed_int
 from bertscope.cli.sae import parse_layers
 from bertscope.errors import BertScopeError
 
@@ -238,14 +238,14 @@ def _effect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tagset", choices=("universal", "brown"), default="universal")
     p.add_argument("--train-sentences", type=int, default=1000, help="Brown training sentences for the probe")
     p.add_argument("--held-out-sentences", type=int, default=300, help="held-out Brown sentences scored")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
 
 def _corpus_arguments(p: argparse.ArgumentParser, default: str | None) -> None:
     p.add_argument("--corpus", choices=("brown", "ewt"), default=default,
                    help="the tagged corpus the statistics run over (ewt: `corpus install ewt` first)")
     p.add_argument("--sentences", type=int, default=5000, help="sentences of it, spread over Brown's documents "
                    "(0: all, 57,340 sentences); the statistics are kept on disk")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
 
 
 def _sae_argument(p: argparse.ArgumentParser) -> None:

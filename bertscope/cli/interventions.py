@@ -8,7 +8,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, finite_float, load, progress_bar, read_text
+from bertscope.cli.common import (
+    Command,
+    engine_argument,
+    engine_of,
+    finite_float,
+    load,
+    positive_int,
+    progress_bar,
+    read_text,
+    seed_int,
+)
 from bertscope.core.layers import hidden_name
 from bertscope.errors import BertScopeError
 
@@ -196,7 +206,7 @@ def _head_importance_arguments(p: argparse.ArgumentParser) -> None:
                                   "(text[,pair],label); importance on its cross-entropy, as Michel et al. on MNLI")
     p.add_argument("--held-out-data", help="--data --prune: labelled records to score the accuracy on")
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0, help="the masking's seed (BERT's 15%% positions)")
+    p.add_argument("--seed", type=seed_int, default=0, help="the masking's seed (BERT's 15%% positions)")
     engine_argument(p)
 
 
@@ -287,7 +297,7 @@ def _patch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", type=int, metavar="LAYER", help="patch the SAE features of this layer's output one at "
                    "a time instead, at the positions (--sae, default the model's shipped SAEs)")
     p.add_argument("--sae", help="with --features: an SAE folder")
-    p.add_argument("--top", type=int, default=20, help="with --features: the features listed, largest effect first")
+    p.add_argument("--top", type=positive_int, default=20, help="with --features: the features listed, largest effect first")
 
 
 COMMANDS = [

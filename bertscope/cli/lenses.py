@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load
+from bertscope.cli.common import Command, load, seed_int
 
 
 def cmd_tuned_lens(args: argparse.Namespace) -> Any:
@@ -43,6 +43,8 @@ def cmd_train_tuned_lens(args: argparse.Namespace) -> Any:
     from bertscope.lenses.shipped import trained_folder
     from bertscope.lenses.tuned import lens_quality, train_tuned_lens
 
+    if args.out is not None and not args.out.strip():
+        raise BertScopeError("--out is empty: give a folder, or leave it out for the user cache.")
     if not 1 <= args.sentences <= 100_000 or not 1 <= args.held_out <= 20_000:
         raise BertScopeError("Give 1 to 100,000 training texts a corpus (--sentences) and 1 to 20,000 held out.")
     lm = load(args)
@@ -75,7 +77,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sentences", type=int, default=2000, help="training texts from each installed corpus of the "
                                                                "mixture (default 2000)")
     p.add_argument("--held-out", type=int, default=500, help="held-out texts the lens is scored on (default 500)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--half", action="store_true", help="float16 weights (half the size on disk)")
     p.add_argument("--out", help="where to write it (default: the user cache, where tuned-lens finds it)")
 

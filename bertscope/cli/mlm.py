@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, finite_float, load
+from bertscope.cli.common import Command, finite_float, load, seed_int
 
 
 def cmd_fill_mask(args: argparse.Namespace) -> Any:
@@ -41,7 +41,7 @@ def cmd_mlm_recipe(args: argparse.Namespace) -> Any:
 
 def _recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--select-rate", type=finite_float, default=0.15, help="share of tokens in the loss")
     p.add_argument("--mask-rate", type=finite_float, default=0.8, help="of those, share replaced by [MASK]")
     p.add_argument("--random-rate", type=finite_float, default=0.1, help="share replaced by a random token")

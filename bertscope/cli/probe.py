@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text
+from bertscope.cli.common import Command, engine_argument, engine_of, load, progress_bar, read_text, seed_int
 from bertscope.corpora.suites import BROWN_TASKS, SHIPPED, TREEBANK_TASKS
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
@@ -155,7 +155,7 @@ def probe_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
                                  "weights (weights/layer_XX.npz + .json, no pickle)")
     p.add_argument("--pooling", default="mean", help="token tasks: mean|first; sentence tasks: mean|cls")
     p.add_argument("--probe", choices=["logreg", "mlp"], default="logreg")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--cache", help="hidden-state cache folder (default: ~/.cache/bertscope/hidden)")
     p.add_argument("--batch-size", type=int, default=64)
     engine_argument(p)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, engine_argument, engine_of, load
+from bertscope.cli.common import Command, engine_argument, engine_of, load, positive_int
 
 
 def cmd_similarity(args: argparse.Namespace) -> Any:
@@ -79,7 +79,7 @@ def cmd_search(args: argparse.Namespace) -> Any:
 
         raise BertScopeError("--query is empty: type what to search for.")
     engine = engine_of(args)  # a bad --engine refused before anything loads
-    corpus = documents(args.data or args.corpus, args.limit)
+    corpus = documents(args.corpus if args.data is None else args.data, args.limit)
     lm = load(args)
     with progress_bar(f"{lm.name}: embedding {corpus.name}", "document") as progress:
         index = build_index(lm, corpus, progress, index=args.index, engine=engine)
@@ -124,7 +124,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="or a text file of your own, one document a line")
     p.add_argument("--query", required=True, help="what to search for")
     p.add_argument("--top-k", type=int, default=10)
-    p.add_argument("--limit", type=int, help="search only the first N documents")
+    p.add_argument("--limit", type=positive_int, help="search only the first N documents")
     p.add_argument("--explain", action="store_true", help="each hit's strongest word pairs with the query "
                                                           "(integrated Jacobians)")
     p.add_argument("--explain-method", choices=["first-order", "ij"], default="first-order",
@@ -202,7 +202,7 @@ def _sparse_here(sparse: bool, engine) -> None:
 
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default="squad", help="squad: SQuAD v1.1 dev's questions against its passages")
-    p.add_argument("--limit", type=int, help="the first N questions only")
+    p.add_argument("--limit", type=positive_int, help="the first N questions only")
     p.add_argument("--bm25", action="store_true", help="BM25 (bm25s) on the same questions and passages beside it")
     p.add_argument("--rerank", metavar="MODEL", help="a reranker (cross-encoder: bundled-reranker) reordering the "
                                                      "model's top --depth passages (dense, or with --sparse the "

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, finite_float, load, progress_bar
+from bertscope.cli.common import Command, finite_float, load, progress_bar, seed_int
 from bertscope.errors import BertScopeError
 from bertscope.features.shipped import layer_folder
 from bertscope.runtime.atomic import write_text
@@ -24,6 +24,8 @@ def parse_layers(text: str | None, n_layers: int) -> list[int]:
         layers = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise BertScopeError(f"--layers {text!r}: give layer numbers from 0, e.g. 0,2,5.") from None
+    if not layers:
+        raise BertScopeError(f"--layers {text!r} names no layer: give layer numbers from 0, e.g. 0,2,5.")
     for layer in layers:
         if not 0 <= layer < n_layers:
             raise BertScopeError(f"Layer {layer} does not exist: the model has layers 0 to {n_layers - 1}.")
@@ -161,7 +163,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=4, help="passes over the training word pieces (default 4)")
     p.add_argument("--batch-tokens", type=int, default=2048, help="word pieces a training step (default 2,048)")
     schedule_arguments(p)
-    p.add_argument("--seed", type=int, default=0, help="the texts drawn, the SAE's start, its shuffle and the scoring's masks (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="the texts drawn, the SAE's start, its shuffle and the scoring's masks (default 0)")
     p.add_argument("--weights", choices=("float32", "float16"), default="float32",
                    help="the saved SAE's dtype (float16: half the bytes, as the shipped SAEs)")
     p.add_argument("--out", required=True, help="a folder: layer_LL/ in SAELens's format (cfg.json, "

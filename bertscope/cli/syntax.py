@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.common import Command, load, progress_bar, seed_int
 from bertscope.errors import BertScopeError
 
 
@@ -103,7 +103,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer", help="the layer whose test trees (and --sentence's tree) are given: 'embeddings' or "
                                    "a number from 0 (default the best)")
     p.add_argument("--sentence", help="also the tree the probe predicts for this sentence (no gold)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
 
 
 COMMANDS = [

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, finite_float
+from bertscope.cli.common import Command, finite_float, seed_int
 from bertscope.errors import BertScopeError
 
 
@@ -107,7 +107,7 @@ def _pretrain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cloze", action="append", metavar="SENTENCE",
                    help="a sentence with [MASK] whose predictions metrics.json compares before and after "
                         "(repeat for more; default: six everyday sentences)")
-    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--seed", type=seed_int, default=defaults.seed)
     p.add_argument("--device", default="auto")
     p.add_argument("--processes", type=int, default=1,
                    help="train data-parallel on N processes of this machine through Accelerate (N GPUs, or N "
@@ -194,7 +194,7 @@ def _finetune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group-by-length", action="store_true",
                    help="batch inputs of like length together (transformers' group_by_length): less padding, "
                         "faster when lengths vary")
-    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--seed", type=seed_int, default=defaults.seed)
     p.add_argument("--device", default="auto")
     p.add_argument("--processes", type=int, default=1,
                    help="train data-parallel on N processes of this machine through Accelerate")

@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from bertscope.cli.common import Command, finite_float, load, progress_bar
+from bertscope.cli.common import Command, finite_float, load, progress_bar, seed_int
 from bertscope.cli.sae import dictionary_run, schedule_arguments
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
@@ -266,7 +266,7 @@ def table(report: dict) -> str:
 
 def held_out_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of the held-out side, of the masked positions and "
+    p.add_argument("--seed", type=seed_int, default=0, help="the seed of the held-out side, of the masked positions and "
                                                        "(train, tune) of the training text (default 0)")
 
 

@@ -288,6 +288,8 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
     """
     if method not in METHODS:
         raise BertScopeError(f"Unknown method {method!r}: {', '.join(METHODS)}.")
+    if steps < 1:
+        raise BertScopeError("--steps must be at least 1.")
     settings = settings_of(lm)
     notes = [settings.note]
     if method == "ig":

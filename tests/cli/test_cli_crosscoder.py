@@ -62,11 +62,15 @@ def test_a_crosscoder_of_cls_reads_one_row_a_text_and_says_when_the_text_runs_sh
     (["--k", "0"], "k must be between"),
     (["--lr", "0"], "--lr must be above 0"),
     (["--tokens", "10"], "--tokens must hold one batch"),
-    (["--seed", "-1"], "--seed and --top take a number from 0"),
+    (["--seed", "-1"], "a seed is a whole number from 0"),
+    (["--top", "-1"], "--top takes a number from 0"),
 ])
 def test_bad_input_is_one_line(capsys, tiny_mlm_dir, tuned_dir, tmp_path, extra, message):
-    code, out, err = run_cli(capsys, "train-crosscoder", str(tiny_mlm_dir), str(tuned_dir), "--out",
-                             str(tmp_path / "cc"), *extra)
+    try:
+        code, out, err = run_cli(capsys, "train-crosscoder", str(tiny_mlm_dir), str(tuned_dir), "--out",
+                                 str(tmp_path / "cc"), *extra)
+    except SystemExit as exit_:  # a type's refusal, from the parser
+        code, err = exit_.code, capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 

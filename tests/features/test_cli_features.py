@@ -176,6 +176,7 @@ def test_train_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
                        (["--masked", "--chosen-weight", "2000"], "between 1 and 1,000"),
                        (["--lr-decay", "2"], "a share of the steps"),
                        (["--lr", "0"], "Adam's rate is above 0"),
+                       (["--layers", ","], "names no layer"),
                        (["--lr", "3"], "Adam's rate is above 0"),
                        (["--resample-every", "-3"], "restart every N steps"),
                        (["--resample-every", "900", "--tokens", "600", "--batch-tokens", "64"], "never restart one")):
