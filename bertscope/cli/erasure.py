@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar, seed_int
+from bertscope.cli.common import Command, load, positive_int, progress_bar, seed_int
 from bertscope.errors import BertScopeError
 from bertscope.runtime.atomic import write_text
 
@@ -90,7 +90,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help=f"training sentences sampled (default {DEFAULT_SIZE})")
     p.add_argument("--test-size", type=int, default=DEFAULT_TEST, help=f"test sentences sampled (default {DEFAULT_TEST})")
     p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--cache", default=None, help="the hidden-state cache folder (default: the user cache)")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
 

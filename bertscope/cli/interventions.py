@@ -205,7 +205,7 @@ def _head_importance_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="a fine-tuned classifier's own task: a labelled .csv or .jsonl "
                                   "(text[,pair],label); importance on its cross-entropy, as Michel et al. on MNLI")
     p.add_argument("--held-out-data", help="--data --prune: labelled records to score the accuracy on")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--seed", type=seed_int, default=0, help="the masking's seed (BERT's 15%% positions)")
     engine_argument(p)
 

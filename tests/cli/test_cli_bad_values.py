@@ -34,6 +34,8 @@ CASES = [  # (argv with CONCEPT for the concept file, what the line says)
     (["query-key", NO_MODEL, "the bank", "--layer", "0", "--head", "0", "--query", "1", "--top", "-3"],
      "give a whole number from 1"),
     (["train-tuned-lens", NO_MODEL, "--out", " "], "--out is empty"),
+    (["erase", NO_MODEL, "--batch-size", "0"], "give a whole number from 1"),
+    (["head-importance", NO_MODEL, "--batch-size", "0"], "give a whole number from 1"),
 ]
 
 
