@@ -41,26 +41,22 @@ class OneLineParser(argparse.ArgumentParser):
                   + "\n")
 
 
-def seed_int(text: str) -> int:
-    """A ``--seed``: a whole number from 0 (numpy's generators refuse a negative one, after the model has loaded)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a seed is a whole number from 0")
-    return value
+def whole_number(least: int, said: str) -> Callable[[str], int]:
+    """An option's type: a whole number from ``least``, else argparse's one line ending in ``said``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: {said}")
+        return value
+
+    return parse
 
 
-def positive_int(text: str) -> int:
-    """A count option's value: a whole number from 1 (0 or below read as "every one" or cut from the end)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number from 1")
-    return value
+seed_int = whole_number(0, "a seed is a whole number from 0")  # numpy's generators refuse a negative seed, late
+positive_int = whole_number(1, "give a whole number from 1")  # a count: 0 or below read as "all" or cut from the end
 
 
 def finite_float(text: str) -> float:
