@@ -1,6 +1,6 @@
 """Streamlit AppTest of the Circuits page's *Attribution graph* tab: nothing costly on arrival, the graph traced
 behind its button on bundled-mlm's shipped transcoders (value, scores, the drawing, a feature switched off in the
-real model, and doubled, beside the graph's prediction, the head read to first order, JSON), bad input in one line; a model without transcoders
+real model, and doubled, beside the graph's prediction, the hovers' top contexts read when asked, the head read to first order, JSON), bad input in one line; a model without transcoders
 is told so."""
 
 from __future__ import annotations
@@ -24,6 +24,15 @@ def test_the_graph_behind_its_button(monkeypatch):
     assert next(m for m in at.metric if m.label == "Target").value == "river"
     assert any("Attribution graph:" in c.proto.spec for c in at.get("plotly_chart"))
     assert any(b.label == "Download the graph (JSON)" for b in at.get("download_button"))
+    # the hovers' top contexts are read when asked, never charged to a visitor unasked
+    assert any(i.startswith("The graph is drawn without its features' top contexts") for i in texts(at.info))
+    assert not any("Hover a feature" in c for c in texts(at.caption))
+    monkeypatch.setattr("bertscope.app.sections.graph_tab.EXAMPLE_SENTENCES", 20)  # a short read for the test
+    next(b for b in at.button if b.label.startswith("Add where each feature fires")).click()
+    at.run(timeout=600)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("Hover a feature: where it fires most over" in c for c in texts(at.caption))
+    assert not any(b.label.startswith("Add where each feature fires") for b in at.button)
     at.text_input(key="graph_group_name").input("river words")  # a supernode: this graph's own
     at.multiselect(key="graph_group_members").select(at.multiselect(key="graph_group_members").options[0])
     next(b for b in at.button if b.label == "Add the group").click()

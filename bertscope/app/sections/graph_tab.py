@@ -85,13 +85,21 @@ def switch_section(lm, graph, pruned: dict, transcoders, folder: str) -> None:
 
 
 def examples_of(lm, transcoders, folder: str):
-    """Where each transcoder feature fires most over held-out sentences, read once a model through the budget:
-    (``FeatureExamples.of`` or None when stopped: the graph is drawn without them, what was read)."""
+    """Where each transcoder feature fires most over held-out sentences, read once a model through the budget when
+    a visitor asks (a button; a graph never waits for them unasked): (``FeatureExamples.of`` or None when not yet
+    read, stopped or refused: the graph is drawn without them, what was read)."""
     texts, where = held_out_texts(EXAMPLE_SENTENCES)
-    found = result_store("graph_examples").compute(
-        (model_key(), folder, hashlib.sha256(json.dumps(texts).encode()).hexdigest()),
-        lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
-        "Where the features fire, sentences", costly="feature examples", optional=True)
+    store = result_store("graph_examples")
+    key = (model_key(), folder, hashlib.sha256(json.dumps(texts).encode()).hexdigest())
+    place = st.empty()  # the button, gone once they are read
+    asked = store.get(key) is None and place.button(f"Add where each feature fires to its hover ({where})",
+                                                     key="graph_examples_go", icon=":material/search:")
+    found = store.compute(key, lambda progress: feature_examples(lm, transcoders, texts, progress=progress),
+                          "Where the features fire, sentences", asked, costly="feature examples", optional=True,
+                          wait="The graph is drawn without its features' top contexts: press the button above to "
+                               "read them (once a model, for every visitor after).")
+    if found is not None:
+        place.empty()
     return (None if found is None else found.of), where
 
 
