@@ -76,7 +76,9 @@ def class_decision(lm, key, task, text: str, pair: str, store):
                          f"{pooler}the classifier as the model applies them): the decision is "
                          f"“{lens.predicted[-1]}” from hidden state {lens.first_final()} on."))
         if has_lens(lm):
-            tuned = lens_readings(lm, find_lens(lm), text, pair=pair or None)
+            tuned = result_store("predict_tuned_lens").compute(
+                (key, text, pair or None), lambda progress: lens_readings(lm, find_lens(lm), text, pair=pair or None),
+                "The tuned lens's reading", costly="tuned lens")  # the head through every state: 2L + 3 passes
             st.plotly_chart(lens_kl_figure(tuned.layers, [str(r.layer) for r in tuned.layers], "decision"),
                             config=PLOT_CONFIG, width="stretch", key="pred_tuned_chart")
             st.caption(plain("The tuned lens (Belrose et al. 2023) reads each state through a translator trained "

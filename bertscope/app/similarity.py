@@ -9,7 +9,7 @@ import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.estimates import expected
-from bertscope.app.kit.limits import Limits, check_text
+from bertscope.app.kit.limits import Limits, check_pieces, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.url import from_url, tab_from_url, to_url
@@ -18,10 +18,19 @@ from bertscope.figures.similarity import deletion_figure, pair_map, totals
 from bertscope.retrieval.embedding import settings_of
 from bertscope.retrieval.faithful import deletion_curves
 from bertscope.retrieval.search import CORPORA, build_index, documents, passage_kind, query_kind, search
-from bertscope.retrieval.similarity import DEFAULT_STEPS, METHODS, explain_pair
+from bertscope.retrieval.similarity import DEFAULT_STEPS, METHODS, explain_pair, pair_cost
 
 A, B = "How do I open a bank account?", "Steps to create a new account at your bank"
 STEPS = [10, 20, 50, 100]
+FEWER = "choose fewer steps, the first-order method or shorter texts"
+
+
+def check_cost(lm, a: str, b: str, method: str, steps: int, kinds) -> None:
+    """One line, before the job, for an explanation over the hosted demo's cap (what it passes through the model)
+    or of a text with nothing to explain."""
+    check_pieces(pair_cost(lm, a, b, method, steps, kinds),
+                 "this explanation (every token moved at every step, a pass of its text each)",
+                 "use shorter texts" if method == "first-order" else FEWER)
 TABS = ["Two texts", "Search a corpus", "Rerank", "Terms & matches"]
 
 
@@ -62,8 +71,8 @@ def show(x, words: bool) -> None:
                                                           "shrinking as 1/steps")
     unit = "word" if words else "token"
     if pairs is not None:
-        fig = pair_map(a_names, b_names, pairs, f"Every {unit} pair's share of the score ({METHODS[x.method]}, "
-                                                f"{x.steps} steps)")
+        fig = pair_map(a_names, b_names, pairs, f"Every {unit} pair's share of the score ({METHODS[x.method]}"
+                                                + (f", {x.steps} steps)" if x.steps > 1 else ")"))
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="sim_map")
         figure_downloads(fig, "similarity-pairs")
         st.markdown(f"**The strongest {unit} pairs**")
@@ -85,8 +94,12 @@ def deletion_section(lm, a: str, b: str, kinds, steps: int) -> None:
     """The deletion test of every method on this pair, behind its own button (it explains the pair three ways)."""
     asked = st.button("Test the explanations: delete b's top tokens", key="sim_delete",
                       help="Each method's ranking of b's tokens, deleted most important first, beside a random order.")
+    if asked:
+        check_pieces(sum(pair_cost(lm, a, b, m, steps, kinds) for m in ("ij", "first-order", "ig")),
+                     "this test (each method's passes, every token moved at every step)", FEWER)
     curves = result_store("similarity_deletion").compute(
-        (model_key(), a, b, kinds, steps), lambda progress: deletion_curves(lm, a, b, steps=steps, kinds=kinds),
+        (model_key(), a, b, kinds, steps),
+        lambda progress: deletion_curves(lm, a, b, steps=steps, kinds=kinds, progress=progress),
         "Deleting tokens, methods", asked, costly="similarity deletion test",
         wait="Press *Test the explanations* to see which method's ranking the score rests on (each method once, then "
              "a pass per deletion size).")
@@ -127,11 +140,17 @@ def search_section(lm, settings) -> None:
                       key="search_exact")
     method, steps = ("ij", 20) if exact else ("first-order", 1)
     kinds = (query_kind(lm), passage_kind(lm))
+    explain = st.button("Explain this hit", key="search_explain", icon=":material/manage_search:")
+    if explain:
+        check_cost(lm, query, hits[pick].text, method, steps, kinds)
     why = result_store("similarity").compute(
         (model_key(), query, hits[pick].text, kinds, method, steps),
-        lambda progress: explain_pair(lm, query, hits[pick].text, method, steps, 0, kinds),
-        "Explaining the hit", True, costly="similarity explanation")
-    show(why, True)
+        lambda progress: explain_pair(lm, query, hits[pick].text, method, steps, 0, kinds, progress=progress),
+        "Explaining the hit", explain, costly="similarity explanation",
+        wait=f"Press *Explain this hit* to split its score into every (query word, hit word) pair's share "
+             f"({METHODS[method]}{'' if steps == 1 else f', {steps} steps'}).")
+    if why is not None:
+        show(why, True)
 
 
 def pair_tab(lm, settings) -> None:
@@ -140,8 +159,11 @@ def pair_tab(lm, settings) -> None:
     with page_errors(stop=False):
         check_text(a, "text a")
         check_text(b, "text b")
+        if asked:
+            check_cost(lm, a, b, method, steps, kinds)
         explained = result_store("similarity").compute(
-            (model_key(), a, b, kinds, method, steps), lambda progress: explain_pair(lm, a, b, method, steps, 0, kinds),
+            (model_key(), a, b, kinds, method, steps),
+            lambda progress: explain_pair(lm, a, b, method, steps, 0, kinds, progress=progress),
             "Explaining the similarity", asked, costly="similarity explanation",
             wait=f"Press *Explain the similarity*: every token of each text is moved from its reference, {steps} steps, "
                  "one directional derivative a token and step (a few seconds on bundled).")

@@ -169,11 +169,17 @@ def random_pool(source: str, size: int, seed: int = 0, exclude: Sequence[str] = 
     return [texts[i] for i in order[:size]]
 
 
-def pooled_states(lm: LoadedModel, texts: Sequence[str]) -> np.ndarray:
-    """[text, state, dim] each text's content tokens' mean hidden state, at every state."""
+def pooled_states(lm: LoadedModel, texts: Sequence[str],
+                  progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """[text, state, dim] each text's content tokens' mean hidden state, at every state; ``progress(done, total)``
+    texts, a batch at a time."""
     out = np.zeros((len(texts), lm.num_layers + 1, lm.hidden_size), np.float32)
+    done = 0
     for _, rows, vectors in pooled_rows(lm, list(texts), None, "mean"):
         out[rows] = np.asarray(vectors, dtype=np.float32)  # [example, state, dim]
+        done += len(rows)
+        if progress:
+            progress(done, len(texts))
     return out
 
 
@@ -231,21 +237,47 @@ def decisions(lm: LoadedModel, target: str, texts: Sequence[str] | None = None, 
                              "TCAV explains one of their decisions (try bundled-mlm, bundled-sentiment or "
                              "bundled-upos).")
     item = token_id(lm, target)
-    mask = lm.tokenizer.mask_token
     if texts is None:
         texts = _brown_with_word(lm, target, n, seed)
+    chosen = check_masks(lm, list(texts)[:n])
     out = []
-    for text in list(texts)[:n]:
-        text = text.replace("[MASK]", mask)
+    for text in chosen:
         ins = _inspect(lm, text)
         where = np.flatnonzero(ins.input_ids == lm.tokenizer.mask_token_id)
-        if len(where) != 1:
-            raise BertScopeError(f"Each input needs exactly one {mask} (the position whose token is explained); "
-                                 f"{text[:60]!r} has {len(where)}.")
         out.append(Decision(ins, Target("token", int(where[0]), target, item)))
     if not out:
         raise BertScopeError("No inputs to explain.")
     return out, f"token {target!r}"
+
+
+def check_masks(lm: LoadedModel, texts: Sequence[str]) -> list[str]:
+    """The inputs of a masked LM's decision, "[MASK]" written as the model's own mask token; one line for an input
+    without exactly one (read before a job starts: tokenising is cheap)."""
+    mask = lm.tokenizer.mask_token
+    out = []
+    for text in texts:
+        text = text.replace("[MASK]", mask)
+        ids = lm.tokenizer(text, truncation=True, max_length=lm.max_length, verbose=False)["input_ids"]
+        found = sum(1 for i in ids if i == lm.tokenizer.mask_token_id)
+        if found != 1:
+            raise BertScopeError(f"Each input needs exactly one {mask} (the position whose token is explained); "
+                                 f"{text[:60]!r} has {found}.")
+        out.append(text)
+    return out
+
+
+def tcav_pieces(lm: LoadedModel, concept: Sequence[str], random_from: str, runs: int, inputs: Sequence[str] | None,
+                n_inputs: int, seed: int = 0) -> int:
+    """The word pieces ``tcav`` passes through the model: the concept's examples and the ``runs + 1`` random sets
+    read once (the sets drawn here as the test draws them), and each input's forward and backward (three passes'
+    worth; Brown's inputs, drawn in the job, counted at the random sets' mean length)."""
+    def pieces(texts: Sequence[str]) -> list[int]:
+        return [len(ids) for ids in lm.tokenizer(list(texts), truncation=True, max_length=lm.max_length,
+                                                  verbose=False)["input_ids"]]
+    concept = check_examples(concept)
+    drawn = pieces(random_pool(random_from, len(concept) * (runs + 1), seed, exclude=concept))
+    read = sum(pieces(inputs)) if inputs else n_inputs * int(np.ceil(np.mean(drawn)))
+    return sum(pieces(concept)) + sum(drawn) + 3 * read
 
 
 def _tag_decisions(lm: LoadedModel, tag: str, texts: Sequence[str] | None, n: int, seed: int) -> list[Decision]:
@@ -364,14 +396,14 @@ def tcav(lm: LoadedModel, concept: Sequence[str], target: str, *, name: str = "c
     items, decision = decisions(lm, target, inputs, n_inputs, seed)
     size = len(concept)
     pool = random_pool(random_from, size * (runs + 1), seed, exclude=concept)
-    steps = len(items) + 2
+    read = len(items) + len(concept)  # the steps before the random sets': inputs, then the concept's examples
+    steps = read + len(pool) + len(chosen)  # ... and a CAV fit a layer
     if progress:
         progress(0, steps)
     grads = directional_gradients(lm, items, (lambda d, t: progress(d, steps)) if progress else None)
-    acts = pooled_states(lm, concept)  # [example, state, dim]
-    randoms = pooled_states(lm, pool).reshape(runs + 1, size, lm.num_layers + 1, lm.hidden_size)
-    if progress:
-        progress(steps - 1, steps)
+    acts = pooled_states(lm, concept, (lambda d, t: progress(len(items) + d, steps)) if progress else None)
+    randoms = pooled_states(lm, pool, (lambda d, t: progress(read + d, steps)) if progress else None).reshape(
+        runs + 1, size, lm.num_layers + 1, lm.hidden_size)  # [set, example, state, dim]
     corrected = alpha / len(chosen)
     verdicts = []
     for s in chosen:
@@ -392,6 +424,6 @@ def tcav(lm: LoadedModel, concept: Sequence[str], target: str, *, name: str = "c
         cav_p = float(stats.binomtest(right, held, 0.5, alternative="greater").pvalue)
         verdicts.append(LayerVerdict(s, hidden_label(s), scores, random_scores, float(np.mean(accuracy)), p, cav_p,
                                      p < corrected and cav_p < corrected))
-    if progress:
-        progress(steps, steps)
+        if progress:
+            progress(read + len(pool) + len(verdicts), steps)
     return TcavResult(lm.name, name, decision, runs, len(items), alpha, verdicts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load, seed_int
+from bertscope.cli.common import Command, load, positive_int, probability, seed_int, whole_number
 from bertscope.errors import BertScopeError
 
 
@@ -49,13 +49,13 @@ def _tcav_arguments(p: argparse.ArgumentParser) -> None:
                                                     "word a masked LM predicts at [MASK] (river)")
     p.add_argument("--random-from", default="brown", help=f"where the random sets come from: "
                                                           f"{', '.join(RANDOM_SOURCES)} or a text file (default brown)")
-    p.add_argument("--runs", type=int, default=MIN_RUNS, help=f"random sets, one CAV each (default and least "
+    p.add_argument("--runs", type=whole_number(MIN_RUNS, f"the test takes at least {MIN_RUNS} random sets"), default=MIN_RUNS, help=f"random sets, one CAV each (default and least "
                                                               f"{MIN_RUNS})")
     p.add_argument("--inputs", help="a text file of the inputs whose decision is tested, one a line (a masked LM: "
                                     "each with one [MASK]); by default Brown sentences (with the word, masked)")
-    p.add_argument("--n", type=int, default=50, help="inputs (default 50)")
+    p.add_argument("--n", type=positive_int, default=50, help="inputs (default 50)")
     p.add_argument("--layers", help="comma-separated layers (from 0, or embeddings); default every one")
-    p.add_argument("--alpha", type=float, default=ALPHA, help=f"the test's level before Bonferroni (default {ALPHA})")
+    p.add_argument("--alpha", type=probability, default=ALPHA, help=f"the test's level before Bonferroni (default {ALPHA})")
     p.add_argument("--seed", type=seed_int, default=0)
 
 
@@ -131,10 +131,10 @@ def _das_arguments(p: argparse.ArgumentParser) -> None:
                                                 "then the best with its controls)")
     p.add_argument("--positions", help="token positions aligned, comma-separated from 0 ([CLS] is 0); a task's "
                                        "default is its variable's word")
-    p.add_argument("--dim", type=int, default=1, help="the subspace's width (default 1; 0 learns it: boundless DAS)")
-    p.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help=f"a task's pairs drawn before those the model "
+    p.add_argument("--dim", type=whole_number(0, "0 learns the width (boundless DAS); 1 and up fix it"), default=1, help="the subspace's width (default 1; 0 learns it: boundless DAS)")
+    p.add_argument("--pairs", type=positive_int, default=DEFAULT_PAIRS, help=f"a task's pairs drawn before those the model "
                                                                     f"gets wrong are dropped (default {DEFAULT_PAIRS})")
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--epochs", type=positive_int, default=4)
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--map", action="store_true", help="the layer × position map instead: a subspace trained at every "
                                                        "state and token position (pairs of one token count); --json: "

@@ -70,6 +70,14 @@ def finite_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """A level or share strictly between 0 and 1 (a test's alpha)."""
+    value = finite_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number between 0 and 1")
+    return value
+
+
 def read_text(path: str, what: str) -> str:
     """A UTF-8 text file's contents, or one clear error."""
     file = Path(path)

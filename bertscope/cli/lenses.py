@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bertscope.cli.common import Command, load, seed_int
+from bertscope.cli.common import Command, load, positive_int, seed_int
 
 
 def cmd_tuned_lens(args: argparse.Namespace) -> Any:
@@ -31,8 +31,8 @@ def cmd_tuned_lens(args: argparse.Namespace) -> Any:
 
 def _tuned_lens_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="a masked LM: a text with [MASK]; a classifier: the text it decides on")
-    p.add_argument("--mask", type=int, default=1, help="which [MASK] to read, from 1 (default 1)")
-    p.add_argument("--top-k", type=int, default=5, help="tokens shown per layer (default 5)")
+    p.add_argument("--mask", type=positive_int, default=1, help="which [MASK] to read, from 1 (default 1)")
+    p.add_argument("--top-k", type=positive_int, default=5, help="tokens shown per layer (default 5)")
     p.add_argument("--lens", help="a folder train-tuned-lens wrote (default: the shipped lens, else the one trained "
                                   "into the user cache)")
 
@@ -72,11 +72,11 @@ def cmd_train_tuned_lens(args: argparse.Namespace) -> Any:
 def _train_arguments(p: argparse.ArgumentParser) -> None:
     from bertscope.lenses.tuned import DEFAULT_BATCH, DEFAULT_STEPS
 
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"optimizer steps (default {DEFAULT_STEPS})")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"sentences a step (default {DEFAULT_BATCH})")
-    p.add_argument("--sentences", type=int, default=2000, help="training texts from each installed corpus of the "
+    p.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, help=f"optimizer steps (default {DEFAULT_STEPS})")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, help=f"sentences a step (default {DEFAULT_BATCH})")
+    p.add_argument("--sentences", type=positive_int, default=2000, help="training texts from each installed corpus of the "
                                                                "mixture (default 2000)")
-    p.add_argument("--held-out", type=int, default=500, help="held-out texts the lens is scored on (default 500)")
+    p.add_argument("--held-out", type=positive_int, default=500, help="held-out texts the lens is scored on (default 500)")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--half", action="store_true", help="float16 weights (half the size on disk)")
     p.add_argument("--out", help="where to write it (default: the user cache, where tuned-lens finds it)")

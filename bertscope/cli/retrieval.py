@@ -13,12 +13,15 @@ from bertscope.cli.common import Command, engine_argument, engine_of, load, posi
 
 
 def cmd_similarity(args: argparse.Namespace) -> Any:
+    from bertscope.cli.common import staged_bars
     from bertscope.core.layers import hidden_index
     from bertscope.retrieval.similarity import explain_pair
 
     lm = load(args)
     at = hidden_index(args.at, lm.num_layers)
-    x = explain_pair(lm, args.a, args.b, args.method, args.steps, at, (args.a_kind, args.b_kind))
+    with staged_bars() as progress:
+        x = explain_pair(lm, args.a, args.b, args.method, args.steps, at, (args.a_kind, args.b_kind),
+                         progress=progress)
     if args.json:
         return x.to_json(words=args.words)
     lines = [f"{x.similarity} similarity {x.score:.4f}; the references account for {x.baseline_score:.4f}, the "
@@ -43,7 +46,7 @@ def _similarity_arguments(p: argparse.ArgumentParser) -> None:
                    help="ij: integrated Jacobians (every token pair; the pairs sum to the score less the references' "
                         "share); first-order: one step at the input (cheaper, its error said); ig: each text's "
                         "integrated gradients with the other held fixed (default ij)")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"integration steps (default {DEFAULT_STEPS})")
+    p.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, help=f"integration steps (default {DEFAULT_STEPS})")
     p.add_argument("--at", default="embeddings", help="the hidden state to integrate from: embeddings (the tokens "
                                                       "themselves, default) or a layer number (its output)")
     p.add_argument("--words", action="store_true", help="words instead of word pieces (each the sum of its pieces)")
@@ -123,7 +126,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default="squad", help=f"what to search: {', '.join(CORPORA)} (default squad)")
     p.add_argument("--data", help="or a text file of your own, one document a line")
     p.add_argument("--query", required=True, help="what to search for")
-    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--top-k", type=positive_int, default=10)
     p.add_argument("--limit", type=positive_int, help="search only the first N documents")
     p.add_argument("--explain", action="store_true", help="each hit's strongest word pairs with the query "
                                                           "(integrated Jacobians)")
@@ -131,7 +134,7 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
                    help="first-order (one step: a passage of 256 tokens in seconds; its error said) or ij (integrated "
                         "Jacobians over --steps: exact to the error, a token and step a pass: minutes a long passage "
                         "on a CPU)")
-    p.add_argument("--steps", type=int, default=20, help="ij's integration steps (default 20)")
+    p.add_argument("--steps", type=positive_int, default=20, help="ij's integration steps (default 20)")
     p.add_argument("--index", choices=list(KINDS), default="auto",
                    help="; ".join(f"{k}: {v}" for k, v in KINDS.items()) + " (default auto)")
     p.add_argument("--rerank", metavar="MODEL", help="reorder the top hits with a reranker (a cross-encoder: "
@@ -244,7 +247,7 @@ def _rerank_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--passages", nargs="+", required=True, help="the passages to order (two or more, say)")
     p.add_argument("--explain", action="store_true", help="why the first passage ranks first: integrated gradients "
                                                           "and the query-passage word interactions")
-    p.add_argument("--steps", type=int, default=50, help="integrated gradients' steps (default 50)")
+    p.add_argument("--steps", type=positive_int, default=50, help="integrated gradients' steps (default 50)")
 
 
 def cmd_sparse(args: argparse.Namespace) -> Any:

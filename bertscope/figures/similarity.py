@@ -7,13 +7,14 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertscope.figures.tasks import LINE_COLOURS
+from bertscope.figures.text import label
 
 
 def pair_map(a: list[str], b: list[str], pairs: np.ndarray, title: str) -> go.Figure:
     """[a, b] pairs as a heatmap: a's tokens down, b's across (each axis keeps repeated tokens apart)."""
-    bound = float(np.abs(pairs).max()) or 1.0
-    ys = [f"{t} ({i})" for i, t in enumerate(a)]
-    xs = [f"{t} ({j})" for j, t in enumerate(b)]
+    bound = (float(np.abs(pairs).max()) if pairs.size else 0.0) or 1.0  # an empty map (no words): drawn empty
+    ys = [f"{label(t)} ({i})" for i, t in enumerate(a)]  # a visitor's text, as text (plotly renders some HTML)
+    xs = [f"{label(t)} ({j})" for j, t in enumerate(b)]
     fig = go.Figure(go.Heatmap(z=pairs.astype(np.float32), x=xs, y=ys, colorscale="RdBu", zmid=0, zmin=-bound,
                                zmax=bound, colorbar=dict(title="share"),
                                hovertemplate="%{y} ~ %{x}: %{z:+.4f}<extra></extra>"))
@@ -25,9 +26,9 @@ def pair_map(a: list[str], b: list[str], pairs: np.ndarray, title: str) -> go.Fi
 
 def totals(a: list[str], b: list[str], a_scores: np.ndarray, b_scores: np.ndarray) -> go.Figure:
     """Each text's tokens' totals (the map's row and column sums), side by side."""
-    fig = go.Figure([go.Bar(x=[f"{t} ({i})" for i, t in enumerate(a)], y=a_scores, name="text a",
+    fig = go.Figure([go.Bar(x=[f"{label(t)} ({i})" for i, t in enumerate(a)], y=a_scores, name="text a",
                             marker_color=LINE_COLOURS[0], hovertemplate="%{x}: %{y:+.4f}<extra>a</extra>"),
-                     go.Bar(x=[f"{t} ({j})" for j, t in enumerate(b)], y=b_scores, name="text b",
+                     go.Bar(x=[f"{label(t)} ({j})" for j, t in enumerate(b)], y=b_scores, name="text b",
                             marker_color=LINE_COLOURS[1], hovertemplate="%{x}: %{y:+.4f}<extra>b</extra>")])
     fig.update_layout(title="Each token's total: its row (a) or column (b) of the map", height=340,
                       yaxis_title="share of the score", legend=dict(orientation="h", y=-0.3))

@@ -14,17 +14,21 @@ mean fall of the score over those steps (the comprehensiveness of ERASER, averag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from bertscope.core.batch_plan import DEFAULT_BATCH_BYTES
 from bertscope.core.models import LoadedModel
+from bertscope.core.passes import pass_bytes
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.embedding import finish, max_tokens, pool, prepared, settings_of
 from bertscope.retrieval.similarity import DEFAULT_STEPS, explain_pair
 
 METHODS = ("ij", "first-order", "ig", "random")
+METHOD_NAMES = {"ij": "Integrated Jacobians", "first-order": "First-order", "ig": "Integrated gradients"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ def _scores_without(lm: LoadedModel, a: str, b: str, kinds: tuple[str | None, st
         row = ids.clone()
         row[order[:k]] = pad
         rows.append(row)
-    batch = torch.stack(rows)  # [step, token]: every deletion size of b at once
+    size = max(1, DEFAULT_BATCH_BYTES // pass_bytes(lm, len(ids)))  # deletion sizes a pass, within the byte budget
     with torch.no_grad():
         def encode(input_ids: torch.Tensor) -> torch.Tensor:
             mask = torch.ones_like(input_ids)
@@ -70,14 +74,15 @@ def _scores_without(lm: LoadedModel, a: str, b: str, kinds: tuple[str | None, st
             e = finish(pool(hidden, mask.to(lm.device), settings), settings)
             return torch.nn.functional.normalize(e, dim=1) if settings.similarity == "cosine" else e
         ea = encode(feed_a["input_ids"])[0]
-        eb = encode(batch)
+        eb = torch.cat([encode(torch.stack(rows[i:i + size])) for i in range(0, len(rows), size)])  # [step, dim]
     return (eb @ ea).double().cpu().tolist()
 
 
 def deletion_curves(lm: LoadedModel, a: str, b: str, methods: tuple[str, ...] = METHODS, share: float = 0.5,
                     steps: int = DEFAULT_STEPS, kinds: tuple[str | None, str | None] = (None, None),
-                    seed: int = 0) -> list[DeletionCurve]:
-    """Each method's deletion curve on the pair (see the module's docstring)."""
+                    seed: int = 0, progress: Callable[[int, int, str], None] | None = None) -> list[DeletionCurve]:
+    """Each method's deletion curve on the pair (see the module's docstring); ``progress(done, total, stage)`` a
+    stage a method explained and a batch done (where a Stop acts)."""
     import time
 
     unknown = [m for m in methods if m not in METHODS]
@@ -89,7 +94,8 @@ def deletion_curves(lm: LoadedModel, a: str, b: str, methods: tuple[str, ...] = 
     for method in methods:
         if method != "random":
             started = time.perf_counter()
-            explained[method] = explain_pair(lm, a, b, method, steps, 0, kinds)
+            staged = None if progress is None else _labelled(progress, METHOD_NAMES.get(method, method))
+            explained[method] = explain_pair(lm, a, b, method, steps, 0, kinds, progress=staged)
             seconds[method] = time.perf_counter() - started
     words = (next(iter(explained.values())) if explained else explain_pair(lm, a, b, "first-order", 1, 0, kinds)).b.words
     ordinary = [i for i, w in enumerate(words) if w is not None]  # b's tokens a deletion may remove
@@ -104,4 +110,11 @@ def deletion_curves(lm: LoadedModel, a: str, b: str, methods: tuple[str, ...] = 
             order = sorted(ordinary, key=lambda i: -explained[method].b_scores[i])
         scores = _scores_without(lm, a, b, kinds, order, removals)
         curves.append(DeletionCurve(method, list(range(removals + 1)), scores, order, seconds.get(method, 0.0)))
+        if progress:
+            progress(len(curves), len(methods), "Deleting b's top tokens, methods")
     return curves
+
+
+def _labelled(progress: Callable[[int, int, str], None], method: str) -> Callable[[int, int, str], None]:
+    """An explanation's staged progress, its stages named after the method ("integrated Jacobians: text a")."""
+    return lambda done, total, stage: progress(done, total, f"{method}: {stage}")

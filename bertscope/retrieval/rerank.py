@@ -77,6 +77,52 @@ def relevance_target(lm: LoadedModel):
     return Target("class", label=lm.task.labels[relevant_label(lm)])
 
 
+def check_query(lm: LoadedModel, query: str) -> None:
+    """One line for a query that leaves the passage no room in the reranker's input (the query is never cut: a
+    passage is)."""
+    if not query or not query.strip():
+        raise BertScopeError("The query is empty: a reranker reads a query and a passage.")
+    room = lm.max_length - lm.tokenizer.num_special_tokens_to_add(pair=True)
+    pieces = len(lm.tokenizer(query, add_special_tokens=False, verbose=False)["input_ids"])
+    if pieces >= room:
+        raise BertScopeError(f"The query has {pieces:,} word pieces; {lm.name} reads {lm.max_length} with the "
+                             f"passage, so keep the query under {room:,} to leave the passage room.")
+
+
+def pair_lengths(lm: LoadedModel, query: str, passages: Sequence[str]) -> list[int]:
+    """[passage] the tokens the reranker reads of each (query, passage) pair, the passage cut where it is cut: what
+    a reranking passes through the model (a hosted demo caps their sum before the job)."""
+    check_reranker(lm)
+    check_query(lm, query)
+    enc = lm.tokenizer([query] * len(passages), list(passages), truncation="only_second", max_length=lm.max_length)
+    return [len(ids) for ids in enc["input_ids"]]
+
+
+def explain_cost(lm: LoadedModel, query: str, passage: str, steps: int = 50) -> int:
+    """The word pieces ``explain_relevance`` (``steps`` rows) and ``interactions`` (a pass a word, and a pass a word
+    pair) pass through the model for one pair; one line for an empty passage or a map over ``MAX_PAIRS``."""
+    if not passage or not passage.strip():
+        raise BertScopeError("The passage is empty: a reranker reads a query and a passage (give both).")
+    (length,) = pair_lengths(lm, query, [passage])
+    _check_fast(lm)
+    enc = lm.tokenizer(query, passage, truncation="only_second", max_length=lm.max_length, return_tensors="pt")
+    nq, npw = len(_words(enc, query, 0)[1]), len(_words(enc, passage, 1)[1])
+    _check_pairs(nq, npw)
+    return length * (steps + 1 + nq + npw + nq * npw)
+
+
+def _check_fast(lm: LoadedModel) -> None:
+    if not lm.tokenizer.is_fast:
+        raise BertScopeError(f"{lm.name}'s tokenizer has no word map (a fast tokenizer): interactions need one.")
+
+
+def _check_pairs(query_words: int, passage_words: int) -> None:
+    if query_words * passage_words > MAX_PAIRS:
+        raise BertScopeError(f"{query_words} query words x {passage_words} passage words = "
+                             f"{query_words * passage_words:,} pairs, a pass each: at most {MAX_PAIRS:,}. Shorten "
+                             "the passage.")
+
+
 @torch.no_grad()
 def relevance(lm: LoadedModel, query: str, passages: Sequence[str],
               progress: Callable[[int, int], None] | None = None) -> np.ndarray:
@@ -84,8 +130,7 @@ def relevance(lm: LoadedModel, query: str, passages: Sequence[str],
     from bertscope.core.passes import batches
 
     check_reranker(lm)
-    if not query or not query.strip():
-        raise BertScopeError("The query is empty: a reranker reads a query and a passage.")
+    check_query(lm, query)
     if not passages:
         raise BertScopeError("No passages to rerank: a reranker scores a query against each passage.")
     if len(passages) > MAX_PASSAGES:
@@ -141,6 +186,7 @@ def explain_relevance(lm: LoadedModel, query: str, passage: str, steps: int = 50
     from bertscope.attribution.methods import attribute
 
     check_reranker(lm)
+    check_query(lm, query)
     if not passage or not passage.strip():
         raise BertScopeError("The passage is empty: a reranker reads a query and a passage (give both).")
     return attribute(lm, query, passage, "ig", relevance_target(lm), steps=steps, progress=progress)
@@ -200,15 +246,12 @@ def interactions(lm: LoadedModel, query: str, passage: str,
     check_reranker(lm)
     if not query.strip() or not passage.strip():
         raise BertScopeError("A reranker reads a query and a passage: give both, neither empty.")
+    check_query(lm, query)
     enc = lm.tokenizer(query, passage, truncation="only_second", max_length=lm.max_length, return_tensors="pt")
-    if not lm.tokenizer.is_fast:
-        raise BertScopeError(f"{lm.name}'s tokenizer has no word map (a fast tokenizer): interactions need one.")
+    _check_fast(lm)
     q_words, q_pos = _words(enc, query, 0)
     p_words, p_pos = _words(enc, passage, 1)
-    if len(q_words) * len(p_words) > MAX_PAIRS:
-        raise BertScopeError(f"{len(q_words)} query words x {len(p_words)} passage words = "
-                             f"{len(q_words) * len(p_words):,} pairs, a pass each: at most {MAX_PAIRS:,}. Shorten "
-                             "the passage.")
+    _check_pairs(len(q_words), len(p_words))
     base = enc["input_ids"][0]
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.unk_token_id
     removals: list[list[int]] = [[]] + q_pos + p_pos + [a + b for a in q_pos for b in p_pos]

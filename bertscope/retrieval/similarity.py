@@ -29,6 +29,7 @@ text's embedding held fixed (single-sided: no pairs).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -160,8 +161,44 @@ def _state(lm: LoadedModel, ids: torch.Tensor, at: int) -> torch.Tensor:
     return cache[name][0].detach().float()
 
 
+def _ordinary_words(word_ids: list[int | None], prompt_end: int) -> list[int | None]:
+    """[token] the word each token belongs to, None for the special tokens and the prompt; one line for a text with
+    no ordinary token (empty, or only characters the tokenizer drops, such as a zero-width space): its explanation
+    would be empty."""
+    words = [None if (w is None or i < prompt_end) else w for i, w in enumerate(word_ids)]
+    if all(w is None for w in words):
+        raise BertScopeError("A text has no word the model reads (it is empty, or only spaces or characters the "
+                             "tokenizer drops): there is nothing to explain.")
+    return words
+
+
+def text_tokens(lm: LoadedModel, text: str, kind: str | None = None,
+                settings: EmbeddingSettings | None = None) -> int:
+    """The tokens ``lm`` reads of ``text`` (its prompt and special tokens in, cut where the model cuts); one line for
+    a text with no ordinary token."""
+    settings = settings or settings_of(lm)
+    (text_in,) = prepared(lm, [text], kind, settings)
+    enc = lm.tokenizer(text_in, truncation=True, max_length=max_tokens(lm, settings))
+    _ordinary_words(enc.word_ids(), prompt_tokens(lm, settings.prompt(kind)))
+    return len(enc["input_ids"])
+
+
+def pair_cost(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int = DEFAULT_STEPS,
+              kinds: tuple[str | None, str | None] = (None, None)) -> int:
+    """The word pieces ``explain_pair`` passes through the model: for ``ij`` each text's tokens moved one at a time at
+    every step, a pass of the whole text each (steps x tokens^2 a text); ``first-order`` the same at one step;
+    ``ig`` a pass of the text a step. What a hosted demo caps before the job, and one line for a text with nothing
+    to explain."""
+    settings = settings_of(lm)
+    lengths = [text_tokens(lm, text, kind, settings) for text, kind in zip((a, b), kinds)]
+    if method == "ig":
+        return steps * sum(lengths)
+    return (1 if method == "first-order" else steps) * sum(n * n for n in lengths)
+
+
 def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, steps: int = DEFAULT_STEPS,
-                        at: int = 0, settings: EmbeddingSettings | None = None) -> TokenContributions:
+                        at: int = 0, settings: EmbeddingSettings | None = None,
+                        progress: Callable[[int, int], None] | None = None) -> TokenContributions:
     """One text's ``M`` [dim, token] (see the module's docstring): its tokens' integrated Jacobians times their
     change from the reference.
 
@@ -172,6 +209,7 @@ def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, ste
         steps: integration steps (1: the first-order estimate).
         at: the hidden state integrated from (0: the embeddings' output).
         settings: ``settings_of(lm)`` when None.
+        progress: called with (done, total) batches of interpolation rows (where a Stop acts).
 
     Returns:
         ``TokenContributions``.
@@ -191,7 +229,7 @@ def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, ste
     truncated = len(lm.tokenizer(text_in, verbose=False)["input_ids"]) > len(ids)
     skip = 0 if settings.include_prompt else prompt_tokens(lm, settings.prompt(kind))
     prompt_end = prompt_tokens(lm, settings.prompt(kind))
-    words = [None if (w is None or i < prompt_end) else w for i, w in enumerate(enc.word_ids())]
+    words = _ordinary_words(enc.word_ids(), prompt_end)
     tokens = lm.tokenizer.convert_ids_to_tokens(ids.tolist())
     encode = _encoder(lm, settings, ids, at, skip)
     x, r = _state(lm, ids, at), _state(lm, reference_ids(lm, ids), at)  # [token, dim] each
@@ -199,7 +237,8 @@ def token_contributions(lm: LoadedModel, text: str, kind: str | None = None, ste
     moving = [i for i in range(len(ids)) if bool(delta[i].abs().max() > 0)]  # tokens the reference changes
     with torch.no_grad():
         ends = encode(torch.stack([x, r]))  # [2, dim]: e(x), e(r)
-    contributions = _shared_primal(encode, x, r, moving, steps, _rows_a_batch(lm, len(ids)), ends.shape[1])  # every family: test_families
+    contributions = _shared_primal(encode, x, r, moving, steps, _rows_a_batch(lm, len(ids)), ends.shape[1],
+                                   progress)  # every family: test_families
     return TokenContributions(tokens, words, contributions.numpy(), ends[0].double().cpu().numpy(),
                               ends[1].double().cpu().numpy(), truncated)
 
@@ -211,7 +250,7 @@ def _rows_a_batch(lm: LoadedModel, tokens: int) -> int:
 
 
 def _shared_primal(encode, x: torch.Tensor, r: torch.Tensor, moving: list[int], steps: int, chunk: int,
-                   dim: int) -> torch.Tensor:
+                   dim: int, progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
     """M [dim, token] float64 by ``torch.func``: at each batch of interpolation points the pass runs once and the
     tokens' directional derivatives ride on it together (``vmap`` over the tangents of ``jvp``), where one dual row a
     (token, step) would run the pass again for each token. ``chunk`` bounds the rows (points x tangents) a batch
@@ -223,6 +262,7 @@ def _shared_primal(encode, x: torch.Tensor, r: torch.Tensor, moving: list[int], 
     per_batch = max(1, min(len(moving), chunk))  # tangents a batch
     points = max(1, min(steps, chunk // per_batch))  # interpolation points a batch
     alphas = torch.arange(1, steps + 1, dtype=torch.float64).div(steps).float().to(x.device)  # k/N, xsbert's points
+    total, done = -(-len(moving) // per_batch) * -(-steps // points), 0  # batches
     with torch.no_grad():
         for first in range(0, len(moving), per_batch):
             token = torch.tensor(moving[first:first + per_batch], device=x.device)
@@ -234,17 +274,22 @@ def _shared_primal(encode, x: torch.Tensor, r: torch.Tensor, moving: list[int], 
                 moved = tangent.expand(-1, len(alpha), -1, -1)  # [tangent, point, token, hidden]
                 out = vmap(lambda t, primal=primal: jvp(encode, (primal,), (t,))[1])(moved)  # [tangent, point, dim]
                 contributions.index_add_(1, token.cpu(), out.sum(1).double().T.cpu() / steps)
+                done += 1
+                if progress:
+                    progress(done, total)
     return contributions
 
 
 def _integrated_gradients(lm: LoadedModel, text: str, kind: str | None, other: np.ndarray, steps: int, at: int,
-                          settings: EmbeddingSettings) -> tuple[TokenContributions, np.ndarray]:
+                          settings: EmbeddingSettings, progress: Callable[[int, int], None] | None = None
+                          ) -> tuple[TokenContributions, np.ndarray]:
     """One text's integrated gradients on e(x) . ``other`` (the other text's embedding, held fixed)."""
     (text_in,) = prepared(lm, [text], kind, settings)
     enc = lm.tokenizer(text_in, truncation=True, max_length=max_tokens(lm, settings))
     ids = torch.tensor(enc["input_ids"])
     skip = 0 if settings.include_prompt else prompt_tokens(lm, settings.prompt(kind))
     prompt_end = prompt_tokens(lm, settings.prompt(kind))
+    words = _ordinary_words(enc.word_ids(), prompt_end)
     encode = _encoder(lm, settings, ids, at, skip)
     x, r = _state(lm, ids, at), _state(lm, reference_ids(lm, ids), at)
     target = torch.tensor(other, dtype=torch.float32, device=lm.device)
@@ -257,10 +302,11 @@ def _integrated_gradients(lm: LoadedModel, text: str, kind: str | None, other: n
             (encode(g) @ target).sum().backward()
         assert g.grad is not None
         total += g.grad.sum(0).double().cpu()
+        if progress:
+            progress(min(steps, start + chunk), steps)
     scores = ((x - r).double().cpu() * total / steps).sum(1).numpy()
     with torch.no_grad():
         ends = encode(torch.stack([x, r]))
-    words = [None if (w is None or i < prompt_end) else w for i, w in enumerate(enc.word_ids())]
     side = TokenContributions(lm.tokenizer.convert_ids_to_tokens(ids.tolist()), words,
                               np.zeros((0, len(ids))), ends[0].double().cpu().numpy(), ends[1].double().cpu().numpy(),
                               len(lm.tokenizer(text_in, verbose=False)["input_ids"]) > len(ids))
@@ -269,8 +315,8 @@ def _integrated_gradients(lm: LoadedModel, text: str, kind: str | None, other: n
 
 def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int = DEFAULT_STEPS, at: int = 0,
                  kinds: tuple[str | None, str | None] = (None, None),
-                 contributions: tuple[TokenContributions | None, TokenContributions | None] = (None, None)
-                 ) -> PairExplanation:
+                 contributions: tuple[TokenContributions | None, TokenContributions | None] = (None, None),
+                 progress: Callable[[int, int, str], None] | None = None) -> PairExplanation:
     """Why ``a`` and ``b`` are as similar as ``lm`` says (see the module's docstring).
 
     Args:
@@ -282,6 +328,7 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
         at: the hidden state integrated from (0: the embeddings' output).
         kinds: each text's prompt ("query", "passage").
         contributions: a side's ``token_contributions`` computed already (a query explained against many hits).
+        progress: called with (done, total, stage) batches, a stage a text ("Text a, batches"): where a Stop acts.
 
     Returns:
         A ``PairExplanation``: the pairs sum to ``score - baseline_score``, to ``error``.
@@ -292,6 +339,7 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
         raise BertScopeError("--steps must be at least 1.")
     settings = settings_of(lm)
     notes = [settings.note]
+    side_progress = [None if progress is None else _staged(progress, f"Text {name}, batches") for name in "ab"]
     if method == "ig":
         with torch.no_grad():
             from bertscope.retrieval.embedding import embed
@@ -299,8 +347,10 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
             ea, eb = embed(lm, [a], kinds[0], settings).vectors[0], embed(lm, [b], kinds[1], settings).vectors[0]
         if settings.similarity == "cosine" and not settings.normalize:
             ea, eb = ea / np.linalg.norm(ea), eb / np.linalg.norm(eb)
-        side_a, a_scores = _integrated_gradients(lm, a, kinds[0], eb.astype(np.float64), steps, at, settings)
-        side_b, b_scores = _integrated_gradients(lm, b, kinds[1], ea.astype(np.float64), steps, at, settings)
+        side_a, a_scores = _integrated_gradients(lm, a, kinds[0], eb.astype(np.float64), steps, at, settings,
+                                                 side_progress[0])
+        side_b, b_scores = _integrated_gradients(lm, b, kinds[1], ea.astype(np.float64), steps, at, settings,
+                                                 side_progress[1])
         score = float(side_a.embedding @ side_b.embedding)
         error = max(abs(a_scores.sum() - (score - side_a.reference @ side_b.embedding)),
                     abs(b_scores.sum() - (score - side_a.embedding @ side_b.reference)))
@@ -310,8 +360,8 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
                                float(score - (a_scores.sum() + b_scores.sum()) / 2), side_a, side_b, None, a_scores,
                                b_scores, float(error), notes)
     n = 1 if method == "first-order" else steps
-    side_a = contributions[0] or token_contributions(lm, a, kinds[0], n, at, settings)
-    side_b = contributions[1] or token_contributions(lm, b, kinds[1], n, at, settings)
+    side_a = contributions[0] or token_contributions(lm, a, kinds[0], n, at, settings, side_progress[0])
+    side_b = contributions[1] or token_contributions(lm, b, kinds[1], n, at, settings, side_progress[1])
     pairs = side_a.contributions.T @ side_b.contributions  # [a token, b token]
     score = float(side_a.embedding @ side_b.embedding)
     baseline = float(side_a.embedding @ side_b.reference + side_a.reference @ side_b.embedding
@@ -322,3 +372,8 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
                          "there.")
     return PairExplanation(lm.name, method, n, at, settings.similarity, score, baseline, side_a, side_b, pairs,
                            pairs.sum(1), pairs.sum(0), float(abs(pairs.sum() - (score - baseline))), notes)
+
+
+def _staged(progress: Callable[[int, int, str], None], stage: str) -> Callable[[int, int], None]:
+    """``progress(done, total)`` reporting to a staged ``progress(done, total, stage)``."""
+    return lambda done, total: progress(done, total, stage)

@@ -145,3 +145,20 @@ def test_a_part_of_speech_tagger_gives_every_word_its_own_chip(monkeypatch):
     assert marked.count("<mark") == 7  # one per word
     words = at.dataframe[0].value
     assert list(words["word"]) == ["The", "airline", "job", "fair", "starts", "today", "."]
+
+
+def test_the_tuned_lens_reading_is_charged_once_and_kept(monkeypatch):
+    """The classifier's tuned lens (its head read through every state: 2L + 3 passes) ran on every rerun, uncharged;
+    now a stored job on the budget, charged when it runs."""
+    from bertscope.app.kit.budget import cost_budget
+
+    at = open_page(monkeypatch, "bundled-sentiment")
+    spent = cost_budget().spent("local")
+    at.toggle(key="pred_by_layer").set_value(True).run()
+    assert not at.exception and not at.error
+    assert any("The tuned lens (Belrose et al. 2023)" in c for c in texts(at.caption))
+    charged = cost_budget().spent("local")
+    assert charged == spent + 2  # the layer reading and the tuned lens
+    at.run()
+    assert any("The tuned lens (Belrose et al. 2023)" in c for c in texts(at.caption))
+    assert cost_budget().spent("local") == charged  # kept: a rerun charges nothing

@@ -104,3 +104,85 @@ def test_a_sparse_checkpoint_says_where_its_reading_is_and_empty_text_is_one_lin
     next(b for b in at.button if b.label == "Explain the match").click()
     at.run()
     assert not at.exception and texts(at.error) == ["The passage is empty: type at least one word."]
+
+
+def test_a_text_the_tokenizer_reads_as_nothing_is_one_line_and_nothing_is_stored(monkeypatch, tiny_bert_dir):
+    """Zero-width spaces only: the tokenizer keeps [CLS] and [SEP] alone, so the map would be empty (it raised in the
+    figure, after the job, and the broken result was stored). Now one line before the job."""
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page(PAGE).run()
+    at.text_area(key="sim_b").input("\u200b\u200b\u200b")
+    next(b for b in at.button if b.label == "Explain the similarity").click()
+    at.run()
+    assert not at.exception and texts(at.error) == ["A text has no word the model reads (it is empty, or only spaces "
+                                                    "or characters the tokenizer drops): there is nothing to explain."]
+    assert not at.metric
+
+
+def test_a_pair_over_the_demos_cap_is_refused_before_the_job(monkeypatch, tiny_bert_dir):
+    """Integrated Jacobians pass every token of each text through the model at every step (steps x tokens² a text):
+    two 38-token texts at 100 steps are 320,000 word pieces. Refused in one line, nothing charged."""
+    from bertscope.app.kit.budget import cost_budget
+
+    monkeypatch.setenv("BERTSCOPE_DEMO", "1")
+    monkeypatch.setenv("BERTSCOPE_ALLOWLIST", str(tiny_bert_dir))
+    at = start(monkeypatch, str(tiny_bert_dir)).switch_page(PAGE).run()
+    spent = cost_budget().spent("local")
+    long = " ".join(["the dog ate the bread"] * 12)
+    at.text_area(key="sim_a").input(long)
+    at.text_area(key="sim_b").input(long)
+    at.select_slider(key="sim_steps").set_value(100)
+    next(b for b in at.button if b.label == "Explain the similarity").click()
+    at.run()
+    assert not at.exception and not at.metric
+    (line,) = texts(at.error)
+    assert line.startswith("This explanation (every token moved at every step, a pass of its text each) has 320,000 "
+                           "word pieces; this app runs up to 30,000 in one job: choose fewer steps"), line
+    assert cost_budget().spent("local") == spent
+
+
+def test_a_search_hit_is_explained_only_when_asked(monkeypatch, tiny_bert_dir):
+    """The hit's explanation ran, and was charged, on every pick and toggle; now behind its button, with a bar."""
+    from tests.app.kit import start_with_url
+
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), PAGE, sim_tab="Search a corpus")
+    at.selectbox(key="search_corpus").set_value("ewt")
+    at.text_input(key="search_query").input("the dog ate the bread")
+    next(b for b in at.button if b.label == "Search").click()
+    at.run(timeout=600)
+    assert not at.exception and not at.error
+    assert len(at.dataframe[0].value) == 10
+    assert any(i.startswith("Press *Explain this hit*") for i in texts(at.info)) and not at.metric
+    at.selectbox(key="search_pick").set_value(2).run()
+    assert not at.metric  # a pick costs nothing
+    next(b for b in at.button if b.label == "Explain this hit").click()
+    at.run()
+    assert not at.exception and not at.error
+    assert "cosine similarity" in {m.label for m in at.metric}
+
+
+def test_a_query_longer_than_the_reranker_reads_is_one_line(monkeypatch):
+    from tests.app.kit import start_with_url
+
+    at = start_with_url(monkeypatch, "bundled", PAGE, sim_tab="Rerank")
+    at.text_input(key="rr_query").input("where " * 600)
+    next(b for b in at.button if b.label == "Rerank").click()
+    at.run()
+    assert not at.exception and texts(at.error) == ["The query has 600 word pieces; bundled-reranker reads 512 with "
+                                                    "the passage, so keep the query under 509 to leave the passage "
+                                                    "room."]
+
+
+def test_a_reranking_over_the_demos_cap_is_refused_before_the_job(monkeypatch):
+    """200 one-letter passages under a 300-word query: each pair reads the whole query (about 60,000 word pieces)."""
+    from tests.app.kit import start_with_url
+
+    monkeypatch.setenv("BERTSCOPE_DEMO", "1")
+    at = start_with_url(monkeypatch, "bundled", PAGE, sim_tab="Rerank")
+    at.text_input(key="rr_query").input("where " * 300)
+    at.text_area(key="rr_passages").input("a\n" * 200)
+    next(b for b in at.button if b.label == "Rerank").click()
+    at.run()
+    assert not at.exception and not at.dataframe
+    (line,) = texts(at.error)
+    assert line.startswith("This reranking (each query-passage pair) has ") and line.endswith(
+        "this app runs up to 30,000 in one job: use fewer or shorter passages."), line

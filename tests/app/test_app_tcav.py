@@ -55,3 +55,17 @@ def test_tcav_tab_on_a_tagger_offers_its_tags(monkeypatch):
     assert not at.exception and not at.error
     assert at.selectbox(key="tcav_tag").value == "VERB"
     assert "swam" in at.text_area(key="tcav_concept").value
+
+
+def test_an_input_without_its_mask_is_refused_before_the_job(monkeypatch, tiny_mlm_dir):
+    """A missing [MASK] was found in the job, after the charge; now one line before it, nothing charged."""
+    from bertscope.app.kit.budget import cost_budget
+
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), "bertscope/app/probes.py", probe_tab=TAB)
+    spent = cost_budget().spent("local")
+    at.text_area(key="tcav_inputs_text").set_value(INPUTS + "\nno mask in this one .")
+    submit(at)
+    assert not at.exception and any("exactly one [MASK]" in w and "no mask in this one" in w
+                                    for w in texts(at.warning))
+    assert not any("CAV accuracy (held out)" in d.value.columns for d in at.dataframe)
+    assert cost_budget().spent("local") == spent

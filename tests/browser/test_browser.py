@@ -1173,12 +1173,17 @@ def test_circuits_page_on_bundled_mlm(browser, app_url, artifacts, server_log):
 
 def test_circuits_page_attribution_graph(browser, app_url, artifacts, server_log):
     """The Circuits page's Attribution graph tab on bundled-mlm's shipped transcoders: the graph traced, drawn layer
-    by layer, a feature switched off in the real model beside the graph's prediction."""
+    by layer, its hovers' top contexts read when asked, a feature switched off in the real model beside the graph's
+    prediction."""
     page, problems = open_page(browser, f"{app_url}/circuits?model=bundled-mlm&circuit_tab=Attribution+graph",
                                height=2400)
     page.get_by_role("button", name="Trace the graph").wait_for(timeout=120_000)
     page.get_by_role("button", name="Trace the graph").click()
     page.get_by_text("The model gives", exact=False).wait_for(timeout=400_000)
+    wait_until_idle(page, 120)
+    assert "Hover a feature" not in page.inner_text("body")  # the hovers' contexts: read when asked
+    page.get_by_role("button", name="Add where each feature fires to its hover", exact=False).click()
+    page.get_by_text("Hover a feature: where it fires most over", exact=False).wait_for(timeout=400_000)
     wait_until_idle(page, 120)
     (artifacts / "pages").mkdir(exist_ok=True)
     page.screenshot(path=str(artifacts / "pages" / "circuits-graph.png"), full_page=True)
@@ -1229,6 +1234,29 @@ def test_similarity_page_terms_and_matches(browser, app_url, artifacts, server_l
     page.get_by_text("MaxSim (sum of each query token's best match)", exact=False).wait_for(timeout=240_000)
     wait_until_idle(page, 60)
     assert "BERTScore" in page.inner_text("body")
+    assert not page.locator(".stException").count()
+    assert not problems, problems
+    assert "Traceback" not in server_log(), server_log()[-3000:]
+    page.close()
+
+
+def test_similarity_page_searches_and_explains_a_hit_when_asked(browser, app_url, artifacts, server_log):
+    """The Search tab on bundled: EWT's test sentences embedded once, the hits listed, a hit explained only when its
+    button is pressed (a pick costs nothing), with the word-pair map."""
+    page, problems = open_page(browser, f"{app_url}/similarity?model=bundled&sim_tab=Search+a+corpus", height=2600)
+    page.get_by_role("button", name="Search").wait_for(timeout=120_000)
+    page.get_by_text("Corpus", exact=True).wait_for(timeout=60_000)
+    page.locator("[data-testid='stSelectbox']").filter(has_text="Corpus").click()
+    page.get_by_role("option", name="ewt", exact=False).click()
+    page.get_by_role("button", name="Search").click()
+    page.get_by_text("Press *Explain this hit*".replace("*", ""), exact=False).wait_for(timeout=400_000)
+    wait_until_idle(page, 120)
+    assert "The strongest word pairs" not in page.inner_text("body")  # nothing explained unasked
+    page.get_by_role("button", name="Explain this hit").click()
+    page.get_by_text("The strongest word pairs", exact=False).wait_for(timeout=240_000)
+    wait_until_idle(page, 120)
+    (artifacts / "pages").mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "pages" / "similarity-search.png"), full_page=True)
     assert not page.locator(".stException").count()
     assert not problems, problems
     assert "Traceback" not in server_log(), server_log()[-3000:]

@@ -165,8 +165,8 @@ def test_bad_input_is_one_line(tiny_bert, tiny_bert_dir, tmp_path, capsys):
     assert "p (CAV)" in shown and json.loads(shown[shown.index("{"):])["layers"][1]["layer"] == 1
     for bad in (["--concept", str(few)], ["--concept", str(tmp_path / "none.txt")],
                 ["--concept", str(concept), "--inputs", str(inputs), "--layers", "7"],
-                ["--concept", str(concept), "--inputs", str(inputs), "--random-from", "nowhere"],
-                ["--concept", str(concept), "--inputs", str(inputs), "--runs", "2"]):
+                ["--concept", str(concept), "--inputs", str(inputs), "--random-from", "nowhere"]):  # --runs 2: the
+        # option's own type (tests/cli/test_cli_bad_values.py)
         assert main(["tcav", str(tiny_bert_dir), "--target", "river", *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1, err
@@ -187,3 +187,25 @@ def test_a_taggers_tag_is_explained_at_the_first_word_tagged_so():
     assert all(0 <= v.tcav <= 1 and 0 <= v.p_value <= 1 for v in result.layers)
     with pytest.raises(BertScopeError, match="no tag 'VERBS'"):
         T.decisions(lm, "VERBS", n=4)
+
+
+def test_the_inputs_masks_and_the_tests_size_are_read_before_any_pass(tiny_bert):
+    """What the app checks before it charges the job: each input's one [MASK], and the word pieces the test passes
+    (the random sets drawn as the test draws them); the job's bar reaches its end through every stage."""
+    from bertscope.corpora.brown_tasks import brown_texts
+
+    with pytest.raises(BertScopeError, match="exactly one .* has 2"):
+        T.check_masks(tiny_bert, ["the [MASK] and the [MASK] ."])
+    assert T.check_masks(tiny_bert, ["by the [MASK] ."]) == [f"by the {tiny_bert.tokenizer.mask_token} ."]
+    concept = brown_texts(15, seed=7)
+    size = T.tcav_pieces(tiny_bert, concept, "brown", T.MIN_RUNS, INPUTS, len(INPUTS), seed=3)
+    pool = T.random_pool("brown", len(concept) * (T.MIN_RUNS + 1), 3, exclude=concept)
+    read = sum(len(tiny_bert.tokenizer(t, truncation=True, max_length=tiny_bert.max_length)["input_ids"])
+               for t in [*concept, *pool])
+    assert size == read + 3 * sum(len(tiny_bert.tokenizer(t)["input_ids"]) for t in INPUTS)
+    reports: list[tuple[int, int]] = []
+    T.tcav(tiny_bert, concept, "river", inputs=INPUTS, random_from="brown", seed=3,
+           progress=lambda d, t: reports.append((d, t)))
+    done = [d for d, _ in reports]
+    total = len(INPUTS) + len(concept) + len(pool) + tiny_bert.num_layers + 1  # ... and a CAV fit a state
+    assert done == sorted(done) and reports[-1] == (total, total)

@@ -112,8 +112,8 @@ def test_a_lens_is_found_trained_or_refused_in_one_line(tiny_mlm_dir, tiny_encod
     out = json.loads(capsys.readouterr().out)
     assert len(out["layers"]) == lm.num_layers + 1 and {"layer", "top", "kl_to_final", "logit_lens_kl_to_final"} <= \
         set(out["layers"][0]) and out["position"] == 5
-    for bad in (["no mask here ."], ["the [MASK] .", "--mask", "2"], ["the [MASK] .", "--top-k", "0"],
-                ["the [MASK] .", "--lens", str(tmp_path / "none")]):
+    for bad in (["no mask here ."], ["the [MASK] .", "--mask", "2"],
+                ["the [MASK] .", "--lens", str(tmp_path / "none")]):  # --top-k 0: the option's own type
         assert main(["tuned-lens", str(tiny_mlm_dir), *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.startswith("bertscope: error: ") and err.count("\n") == 1, err

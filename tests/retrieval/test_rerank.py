@@ -167,3 +167,21 @@ def test_a_reranker_reorders_the_sparse_readings_top_passages(tiny_bert_dir, two
     assert calls.count(len(passages)) == 1  # the passages embedded once for both tables
     code = main(["retrieval-eval", str(tiny_bert_dir), "--sparse", "--rerank", two_labels, "--depth", "5"])
     assert code == 2 and "--depth 5" in capsys.readouterr().err
+
+
+def test_a_query_the_input_cannot_hold_with_a_passage_is_one_line_and_the_cost_is_said(two_labels):
+    """A query of the model's whole length left the passage no room: truncation="only_second" raised a plain
+    Exception after the job was charged. Now one line, before; and the pieces a reranking passes are counted."""
+    from bertscope.retrieval.rerank import explain_cost, pair_lengths
+
+    lm = load_model(two_labels)  # reads 40 tokens
+    long = " ".join(["where"] * 37)
+    for call in (lambda: relevance(lm, long, PASSAGES), lambda: interactions(lm, long, PASSAGES[0]),
+                 lambda: explain_relevance(lm, long, PASSAGES[0]), lambda: pair_lengths(lm, long, PASSAGES)):
+        with pytest.raises(BertScopeError, match=r"^The query has 37 word pieces; .* reads 40 with the passage, so "
+                                                 r"keep the query under 37"):
+            call()
+    lengths = pair_lengths(lm, QUERY, PASSAGES)
+    assert lengths == [len(lm.tokenizer(QUERY, p)["input_ids"]) for p in PASSAGES]
+    pairs = interactions(lm, QUERY, PASSAGES[0])
+    assert explain_cost(lm, QUERY, PASSAGES[0], 10) == lengths[0] * (10 + pairs.passes)

@@ -102,3 +102,62 @@ def test_bad_inputs_are_one_line(lm):
     for method in ("ij", "ig", "first-order"):  # ig's own loop once ran no step and divided by 0 (NaN, exit 0)
         with pytest.raises(BertScopeError, match="at least 1"):
             explain_pair(lm, A, B, method=method, steps=0)
+
+
+def test_a_text_of_nothing_the_tokenizer_reads_is_one_line(lm):
+    """Zero-width spaces leave [CLS] and [SEP] alone: an empty map that raised in the figure, after the job."""
+    from bertscope.figures.similarity import pair_map
+    from bertscope.retrieval.similarity import pair_cost
+
+    for method in ("ij", "first-order", "ig"):
+        with pytest.raises(BertScopeError, match="no word the model reads"):
+            explain_pair(lm, A, "\u200b\u200b", method=method, steps=2)
+    with pytest.raises(BertScopeError, match="no word the model reads"):
+        pair_cost(lm, "\u200b", B)
+    pair_map(["[CLS]"], ["[SEP]"], np.zeros((0, 0)), "empty")  # drawn empty, never a ValueError
+
+
+def test_the_cost_is_what_passes_through_the_model_and_progress_reaches_the_end(lm):
+    """The cost a hosted demo caps before the job (steps x tokens² a text for ij), and the bar a Stop acts at:
+    every batch of each text reported, and a progress that raises (a Stop) ends the work there."""
+    from bertscope.retrieval.similarity import pair_cost, text_tokens
+
+    na, nb = text_tokens(lm, A), text_tokens(lm, B)
+    assert pair_cost(lm, A, B, "ij", 7) == 7 * (na * na + nb * nb)
+    assert pair_cost(lm, A, B, "first-order", 7) == na * na + nb * nb
+    assert pair_cost(lm, A, B, "ig", 7) == 7 * (na + nb)
+    for method in ("ij", "ig"):
+        reports: list[tuple[int, int, str]] = []
+        explain_pair(lm, A, B, method, 6, progress=lambda d, t, s: reports.append((d, t, s)))
+        stages = [s for _, _, s in reports]
+        assert stages == sorted(stages) and set(stages) == {"Text a, batches", "Text b, batches"}
+        for stage in set(stages):
+            mine = [(d, t) for d, t, s in reports if s == stage]
+            assert [d for d, _ in mine] == sorted(d for d, _ in mine) and mine[-1][0] == mine[-1][1]
+
+    class Stop(Exception):
+        pass
+
+    def stop(done, total, stage):
+        raise Stop
+
+    with pytest.raises(Stop):
+        explain_pair(lm, A, B, "ij", 6, progress=stop)
+
+
+def test_the_deletion_test_reads_the_pairs_score_first_and_its_batches_change_nothing(lm, monkeypatch):
+    from bertscope.retrieval import faithful
+
+    reports: list[str] = []
+    curves = faithful.deletion_curves(lm, A, B, steps=4, progress=lambda d, t, s: reports.append(s))
+    score = explain_pair(lm, A, B, "first-order", 1).score
+    assert [c.method for c in curves] == list(faithful.METHODS)
+    for c in curves:
+        assert c.scores[0] == pytest.approx(score, abs=1e-5) and len(c.scores) == len(c.removed)
+    ordinary = sorted(curves[-1].order)
+    assert all(sorted(c.order) == ordinary for c in curves)  # each ranks the same tokens of b
+    assert "Deleting b's top tokens, methods" in reports and "Integrated Jacobians: Text b, batches" in reports
+    monkeypatch.setattr(faithful, "DEFAULT_BATCH_BYTES", 1)  # a deletion size a pass
+    again = faithful.deletion_curves(lm, A, B, steps=4)
+    for c, d in zip(curves, again):
+        np.testing.assert_allclose(c.scores, d.scores, atol=1e-5)

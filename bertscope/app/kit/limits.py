@@ -11,7 +11,7 @@ TRUTHY = {"1", "true", "yes", "on"}
 
 
 DEFAULT_ALLOWLIST = ("bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,"
-                     "bundled,bundled-multilingual,bundled-mlm")
+                     "bundled,bundled-multilingual,bundled-mlm,bundled-reranker")  # the last: the Rerank tab's
 
 
 def demo() -> bool:
@@ -93,11 +93,12 @@ def check_upload(uploaded) -> None:
                              f"{Limits.upload_bytes:,}.")
 
 
-def check_pieces(pieces: int, what: str) -> None:
-    """The cap on what one job runs over, in word pieces (a cap in lines lets 500 lines of 499 words through)."""
+def check_pieces(pieces: int, what: str, fix: str = "use fewer or shorter sentences") -> None:
+    """The cap on what one job runs over, in word pieces (a cap in lines lets 500 lines of 499 words through);
+    ``fix``: what to lower."""
     if pieces > Limits.job_pieces:
         raise BertScopeError(f"{what[0].upper()}{what[1:]} has {pieces:,} word pieces; this app runs up to "
-                             f"{Limits.job_pieces:,} in one job: use fewer or shorter sentences.")
+                             f"{Limits.job_pieces:,} in one job: {fix}.")
 
 
 def check_texts(rows: int, languages: int) -> None:

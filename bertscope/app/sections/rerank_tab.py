@@ -8,16 +8,17 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
-from bertscope.app.kit.limits import Limits, check_text
+from bertscope.app.kit.limits import Limits, check_pieces, check_text
 from bertscope.app.kit.model_picker import cached_model
 from bertscope.app.kit.results import result_store
 from bertscope.errors import BertScopeError
 from bertscope.figures.attribution import token_strip
 from bertscope.figures.similarity import pair_map
-from bertscope.retrieval.rerank import MAX_PASSAGES, explain_relevance, interactions, rerank
+from bertscope.retrieval.rerank import MAX_PASSAGES, explain_cost, explain_relevance, interactions, pair_lengths, rerank
 from bertscope.sources.presets import BUNDLED_RERANKER
 
 QUERY = "Where was Super Bowl 50 played?"
+STEPS = 50  # integrated gradients' steps
 PASSAGES = ("The Denver Broncos defeated the Carolina Panthers 24-10 to earn their third Super Bowl title.\n"
             "Super Bowl 50 was played at Levi's Stadium in Santa Clara, California.\n"
             "The Broncos' defense ranked first in the NFL that season.")
@@ -38,10 +39,15 @@ def explain_section(reranker, query: str, passage: str) -> None:
     asked = st.button("Explain this passage's relevance", key="rr_explain",
                       help="Integrated gradients (50 steps) over the pair's tokens, then one pass per (query word, "
                            "passage word) pair for the interactions.")
+    if asked:
+        check_pieces(explain_cost(reranker, query, passage, STEPS),
+                     "this explanation (a pass a step, a word and a word pair)", "shorten the query or the passage")
     why = result_store("rerank_explain").compute(
         (reranker.name, query, passage),
-        lambda progress: (explain_relevance(reranker, query, passage, 50), interactions(reranker, query, passage,
-                                                                                          progress)),
+        lambda progress: (explain_relevance(reranker, query, passage, STEPS,
+                                            lambda d, t: progress(d, t, "Integrated gradients, steps")),
+                          interactions(reranker, query, passage,
+                                       lambda d, t: progress(d, t, "Word interactions, passes"))),
         "Explaining the relevance, passes", asked, costly="reranker explanation",
         wait="Press *Explain this passage's relevance*: integrated gradients, then a pass per word pair (seconds on "
              "bundled-reranker for a sentence).")
@@ -85,6 +91,9 @@ def rerank_tab() -> None:
         for n, p in enumerate(passages, 1):
             check_text(p, f"passage {n}")
         reranker = cached_model(BUNDLED_RERANKER, "auto", "auto")
+        if asked:
+            check_pieces(sum(pair_lengths(reranker, query, passages)), "this reranking (each query-passage pair)",
+                         "use fewer or shorter passages")
         hits = result_store("rerank").compute(
             (reranker.name, query, tuple(passages)), lambda progress: rerank(reranker, query, passages,
                                                                              progress=progress),

@@ -13,7 +13,16 @@ from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.model_picker import offer_models
 from bertscope.app.kit.results import result_store
 from bertscope.attribution.gradients import token_id
-from bertscope.causal.cavs import EXAMPLES, MIN_CONCEPT, MIN_RUNS, RANDOM_SOURCES, check_examples, tcav
+from bertscope.causal.cavs import (
+    EXAMPLES,
+    MIN_CONCEPT,
+    MIN_RUNS,
+    RANDOM_SOURCES,
+    check_examples,
+    check_masks,
+    tcav,
+    tcav_pieces,
+)
 from bertscope.figures.tcav import tcav_figure
 
 RUNS = [MIN_RUNS, 30, 50]
@@ -80,14 +89,18 @@ def render(lm, key) -> None:
             concept = check_examples(concept)
             if kind == "token":
                 token_id(lm, target)
-            pieces = sum(len(lm.tokenizer.tokenize(t)) + 2 for t in concept)
-            check_pieces(pieces * (int(runs) + 2) + 3 * 40 * int(n), "this test")
+                if inputs:
+                    check_masks(lm, inputs)
+            check_pieces(tcav_pieces(lm, concept, source, int(runs), inputs, int(n)),
+                         "this test (the concept's and the random sets' sentences, each input's gradients)",
+                         "use fewer random sets, inputs or examples")
         except BertScopeError as err:
             return store.refuse(plain(str(err)), show)
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: tcav(
             lm, concept, target, name="your concept", random_from=source, runs=int(runs), inputs=inputs, n_inputs=int(n),
-            progress=lambda d, t: progress(d, t, "Testing the concept: inputs' gradients, then the CAVs")),
+            progress=lambda d, t: progress(d, t, "Testing the concept: the inputs' gradients, the sentences read, the "
+                                                 "CAVs fitted, steps")),
             "Testing the concept", asked, costly="TCAV test",
             wait="Press *Test the concept*: each input's decision is differentiated once at every layer, the concept's "
                  "and the random sets' sentences are read once, and a CAV is fitted per layer and random set.")
