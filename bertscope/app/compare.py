@@ -32,7 +32,7 @@ from bertscope.app.kit.model_picker import (
 )
 from bertscope.app.kit.pages import NEEDS
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import from_url, tab_from_url, to_url
+from bertscope.app.kit.url import from_url, link_asks, tab_from_url, to_url
 from bertscope.app.sections import model_diff_tab
 from bertscope.core.layers import hidden_names, layer_title
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task, brown_texts
@@ -57,7 +57,7 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
                "sentences, with the unbiased minibatch estimator of Nguyen, Raghu & Kornblith (2021): 1 = the same "
                f"representation up to rotation and scale. Rows are words ({MINIBATCH} a minibatch), each model's "
                "pieces pooled per word, so models with different tokenizers compare.")
-    st.session_state.setdefault("cmp_asked", "n" in st.query_params)  # a shared link compares on arrival
+    linked = "n" in st.query_params  # a shared link compares on arrival (its own request, once)
     from_url("n", "cmp_n", int, lambda v: v in SIZES and v <= max_sentences())
     from_url("pool", "cmp_pool", valid=lambda v: v in POOLS)
     with st.form("cmp_form"):
@@ -69,20 +69,14 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
                         format_func=lambda p: {"mean": "mean of its pieces", "first": "first piece"}[p])
         asked = st.form_submit_button("Compare", type="primary")
     to_url(n=n, pool=pool)
-    if asked:
-        st.session_state["cmp_asked"] = True
     with page_errors(stop=False):
         request = (key_a, key_b, n, pool)
-        store = result_store("compare")
-        result = store.get(request)
-        if result is None and not st.session_state["cmp_asked"]:
-            st.info("Press *Compare*: both models read the sentences once (the bar times the first batches and "
-                    "says how long the rest will take).")
-        elif result is None:
-            result = store.compute(request, lambda progress: compare_layers(
-                cached_model(*key_a), cached_model(*key_b), brown_task("brown-pos", n), pool,
-                source=f"{n} Brown sentences", progress=progress), "Both models over the sentences, sentences",
-                costly="model comparison")
+        result = result_store("compare").compute(request, lambda progress: compare_layers(
+            cached_model(*key_a), cached_model(*key_b), brown_task("brown-pos", n), pool,
+            source=f"{n} Brown sentences", progress=progress), "Both models over the sentences, sentences",
+            asked or link_asks("compare", linked, request), costly="model comparison",
+            wait="Press *Compare*: both models read the sentences once (the bar times the first batches and says "
+                 "how long the rest will take).")
         if result is not None:
             rows, columns = hidden_names(result.cka.shape[0] - 1), hidden_names(result.cka.shape[1] - 1)
             fig = go.Figure(go.Heatmap(z=result.cka, x=columns, y=rows, zmin=0, zmax=1, colorscale="Viridis",
@@ -114,10 +108,9 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                f"the first {HEAD_TEXTS} Brown sentences (spread over the genres) that have at most "
                f"{HEAD_SENTENCE_TOKENS} tokens; longer ones are left out. Rows are compared token by token, so both "
                "models must share a tokenizer.")
-    st.session_state.setdefault("cmp_heads_linked", st.query_params.get("cmp_tab") == "Heads")  # a link: on arrival
     if open_:
-        heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or st.session_state[
-            "cmp_heads_linked"]
+        heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or link_asks(
+            "compare_heads", st.query_params.get("cmp_tab") == "Heads", (key_a, key_b))  # a link: on arrival
         with page_errors(stop=False):
             texts, heads = brown_texts(HEAD_TEXTS), None
             if not same_tokenizer(lm_a, lm_b, texts):

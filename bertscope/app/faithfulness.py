@@ -15,7 +15,7 @@ from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, pa
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import from_url, to_url
+from bertscope.app.kit.url import from_url, link_asks, to_url
 from bertscope.attribution.class_items import brown_class_items, class_items
 from bertscope.attribution.deletion import REMOVALS
 from bertscope.attribution.faithfulness import FRACTIONS, RANDOM, check_methods, faithfulness
@@ -49,6 +49,8 @@ class Form:
     removal: str
     seed: int
     steps: int
+    asked: bool  # the form's button, just now
+    linked: bool  # the page opened by a shared link (its settings in the address)
 
 
 def test_form(lm, classifier: bool) -> Form:
@@ -89,13 +91,12 @@ def test_form(lm, classifier: bool) -> Form:
                                 "positions (ERASER's deletion); [MASK]: it is replaced by the mask token.")
         seed = c3.number_input("Seed", 0, 2**31 - 1, 0, key="faith_seed")
         steps = c4.select_slider("IG steps", STEPS, 32, key="faith_steps")
-        if st.form_submit_button("Run the test", type="primary"):
-            st.session_state["faith_asked"] = True
-    st.session_state.setdefault("faith_asked", "methods" in st.query_params)  # a shared link runs on arrival
+        asked = st.form_submit_button("Run the test", type="primary")
+    linked = "methods" in st.query_params  # a shared link runs its own test on arrival, once
 
     to_url(source=source, n=n if source == "brown" else None, methods=",".join(methods), removal=removal,
            seed=int(seed) or None, steps=steps)
-    return Form(source, int(n), text, list(methods), removal, int(seed), int(steps))
+    return Form(source, int(n), text, list(methods), removal, int(seed), int(steps), asked, linked)
 
 
 def run_test(lm, key, classifier: bool, f: Form):
@@ -113,30 +114,28 @@ def run_test(lm, key, classifier: bool, f: Form):
                 raise BertScopeError(f"{len(lines):,} sentences: this page takes up to {max_items()} (python -m "
                                      "bertscope faithfulness takes more).")
         request = (key, source, n if source == "brown" else text, chosen, removal, int(seed), steps)
-        store = result_store("faithfulness")
-        board = store.get(request)
-        if board is None and not st.session_state["faith_asked"]:
-            st.info("Press *Run the test*. Every method scores every item, then each item's removals run as one batch "
-                    "(integrated gradients and Value Zeroing cost most). The bar times the first items on this machine "
-                    "and says how long the rest will take.")
-        elif board is None:
 
-            def work(progress):
-                model = lm
-                if source == "brown":
-                    progress(0, n, "Choosing Brown sentences")
-                    choose = brown_class_items if classifier else brown_items
-                    items, skipped, where = choose(model, n, int(seed)), 0, f"{n} Brown sentences"
-                elif classifier:
-                    items, skipped = class_items(model, lines)
-                    where = "your texts"
-                else:
-                    items, skipped = text_items(model, lines, int(seed))
-                    where = "your sentences"
-                return faithfulness(model, items, chosen, removal, steps, int(seed), where, skipped,
-                                    progress=lambda done, total: progress(done, total, "Items scored and erased"))
+        def work(progress):
+            model = lm
+            if source == "brown":
+                progress(0, n, "Choosing Brown sentences")
+                choose = brown_class_items if classifier else brown_items
+                items, skipped, where = choose(model, n, int(seed)), 0, f"{n} Brown sentences"
+            elif classifier:
+                items, skipped = class_items(model, lines)
+                where = "your texts"
+            else:
+                items, skipped = text_items(model, lines, int(seed))
+                where = "your sentences"
+            return faithfulness(model, items, chosen, removal, steps, int(seed), where, skipped,
+                                progress=lambda done, total: progress(done, total, "Items scored and erased"))
 
-            board = store.compute(request, work, "Faithfulness test, items", costly="faithfulness test")
+        board = result_store("faithfulness").compute(
+            request, work, "Faithfulness test, items", f.asked or link_asks("faithfulness", f.linked, request),
+            costly="faithfulness test",
+            wait="Press *Run the test*. Every method scores every item, then each item's removals run as one batch "
+                 "(integrated gradients and Value Zeroing cost most). The bar times the first items on this machine "
+                 "and says how long the rest will take.")
     return board
 
 

@@ -18,7 +18,7 @@ from bertscope.corpora.ewt import installed as ewt_installed
 from bertscope.corpora.tagged import TAGSET_NAMES, describe_tag, tagged_corpus
 from bertscope.features.active import active_features
 from bertscope.features.contexts import feature_contexts
-from bertscope.features.directions import features_promoting, logit_weights, nearest_features
+from bertscope.features.directions import features_promoting, logit_weights, nearest_features, promoted_id
 from bertscope.features.sae import load_sae
 from bertscope.features.shipped import sae_folder, sae_layers, shipped_saes
 from bertscope.features.statistics import feature_statistics, statistics_on_disk
@@ -181,11 +181,14 @@ def search_tab(lm, key, layer, folder, sae, open_: bool) -> None:
                 with st.form("feat_token_form"):
                     word = st.text_input("Word (one the vocabulary holds whole)", "should", key="feat_token",
                                          max_chars=Limits.name_chars)
-                    st.form_submit_button("Search", type="primary")
+                    asked = st.form_submit_button("Search", type="primary")
+                if asked:
+                    promoted_id(lm, word)  # one line before the job: a word the vocabulary lacks is never charged
                 found = result_store("features_promoting").compute(
                     (key, str(folder.resolve()), layer, word.strip()),
                     lambda progress: features_promoting(lm, sae, word),
-                    "Every feature's direction through the masked-LM head", costly="feature search")
+                    "Every feature's direction through the masked-LM head", asked, costly="feature search",
+                    wait="Press *Search*: every feature's decoder direction is read through the masked-LM head once.")
                 table = None if found is None else pd.DataFrame(found, columns=["feature", "logit change"])
             else:
                 stats, corpus = corpus_controls("feat_search", lm, key, folder, layer, sae)

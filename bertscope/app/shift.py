@@ -14,7 +14,7 @@ from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.uploads import uploaded_text
-from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, tab_from_url, to_url
+from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, link_asks, tab_from_url, to_url
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
@@ -98,10 +98,9 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
                "search (Hoover et al. 2020) over a Brown corpus sample (every genre; each word the mean of "
                "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
                "word's own occurrences in the corpus coloured by genre.")
-    st.session_state.setdefault("shift_brown_linked", st.query_params.get("shift_tab") == TABS[-1])  # a link
     if open_:
-        index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or st.session_state[
-            "shift_brown_linked"]
+        index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or link_asks(
+            "shift_brown", st.query_params.get("shift_tab") == TABS[-1], key)  # a link: on arrival, once
         with page_errors(stop=False):
             store = result_store("brown_index")
             on_disk = store.get(key) is None and index_on_disk(lm)

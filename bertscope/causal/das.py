@@ -151,6 +151,12 @@ def split(n: int, seed: int = 0) -> tuple[list[int], list[int]]:
     return sorted(order[held:]), sorted(order[:held])
 
 
+def check_pair_count(n: int, seed: int = 0) -> None:
+    """One line unless ``n`` pairs leave at least 5 to train on once a share is held out (read before a job)."""
+    if len(split(n, seed)[0]) < 5:
+        raise BertScopeError(f"{n} pairs are too few to train on and hold some out: give at least 8.")
+
+
 def check_dim(lm: LoadedModel, dim: int | None) -> None:
     if dim is not None and not 1 <= dim <= min(MAX_DIM, lm.hidden_size):
         raise BertScopeError(f"The subspace's width is 1 to {min(MAX_DIM, lm.hidden_size)}; {dim} was asked.")
@@ -165,9 +171,8 @@ def das(lm: LoadedModel, prepared: Prepared, layer: Layer, *, dim: int | None = 
     check_dim(lm, dim)
     n_layers = len(blocks(lm.model))
     state = hidden_index(layer, n_layers)
+    check_pair_count(len(prepared.rows), settings.seed)
     train_rows, held_rows = split(len(prepared.rows), settings.seed)
-    if len(train_rows) < 5:
-        raise BertScopeError(f"{len(prepared.rows)} pairs are too few to train on and hold some out: give at least 8.")
     start = time.perf_counter()
     d = lm.hidden_size
     swap: Rotation | Boundless = Rotation(d, dim, settings.seed) if dim is not None else Boundless(d, settings.seed)

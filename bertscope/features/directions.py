@@ -95,6 +95,25 @@ def nearest_features(sae: TopKSAE, feature: int, top: int = 10) -> list[tuple[in
 
 
 @torch.no_grad()
+def promoted_id(lm: LoadedModel, token: str) -> int:
+    """The vocabulary id of ``token`` for ``features_promoting``; one line for a model without a masked-LM head, an
+    empty word, one of several pieces or one the vocabulary lacks (read from the tokenizer, before any pass)."""
+    if "mlm" not in lm.outputs:
+        raise BertScopeError(f"{lm.name} has no masked-LM head: searching features by the token they promote needs "
+                             "one (bundled-mlm has).")
+    if not token.strip():
+        raise BertScopeError("The word is empty: give one the vocabulary holds whole.")
+    ids = lm.tokenizer(token.strip(), add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        pieces = lm.tokenizer.convert_ids_to_tokens(ids)
+        raise BertScopeError(f"{token.strip()!r} is {len(ids)} word pieces ({' '.join(pieces)}) for {lm.name}: "
+                             "give one the vocabulary holds whole.")
+    if ids[0] == lm.tokenizer.unk_token_id:
+        raise BertScopeError(f"{token.strip()!r} is not in {lm.name}'s vocabulary (it reads as "
+                             f"{lm.tokenizer.unk_token}).")
+    return int(ids[0])
+
+
 def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20, scale: float | None = None,
                        chunk: int = 256) -> list[tuple[int, float]]:
     """(feature, logit change) of the features whose direction raises ``token``'s logit most (the
@@ -115,17 +134,7 @@ def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20,
         [(feature, logit change)], the largest change first, changes rounded to 6 decimals.
     """
     sae.check_for(lm)
-    if "mlm" not in lm.outputs:
-        raise BertScopeError(f"{lm.name} has no masked-LM head: searching features by the token they promote needs "
-                             "one (bundled-mlm has).")
-    ids = lm.tokenizer(token.strip(), add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        pieces = lm.tokenizer.convert_ids_to_tokens(ids)
-        raise BertScopeError(f"{token.strip()!r} is {len(ids)} word pieces ({' '.join(pieces)}) for {lm.name}: "
-                             "give one the vocabulary holds whole.")
-    if ids[0] == lm.tokenizer.unk_token_id:
-        raise BertScopeError(f"{token.strip()!r} is not in {lm.name}'s vocabulary (it reads as "
-                             f"{lm.tokenizer.unk_token}).")
+    ids = [promoted_id(lm, token)]
     head = mlm_head(lm)
     base = sae.b_dec.to(lm.device, torch.float32)  # [d_model]
     scale = float(base.norm()) if scale is None else float(scale)

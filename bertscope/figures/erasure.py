@@ -6,6 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from bertscope.figures.text import label
 from bertscope.interventions.amnesic import AmnesicResult, Arms, LayerErasure
 
 COLOURS = qualitative.Plotly
@@ -47,7 +48,7 @@ def change_figure(result: AmnesicResult) -> go.Figure:
 
 
 def _title(result: AmnesicResult) -> str:
-    return f"{result.concept} erased by {result.method.upper()} in {result.model}: change from before"
+    return f"{label(result.concept)} erased by {result.method.upper()} in {label(result.model)}: change from before"
 
 
 def _bars(result: AmnesicResult) -> go.Figure:

@@ -129,6 +129,9 @@ def check_decision(lm: LoadedModel, text: str, target: str | None = None, contra
     if not text or not text.strip():
         raise BertScopeError("The text is empty: type a sentence (with [MASK] for a masked LM).")
     ids = lm.tokenizer(text, truncation=True, max_length=lm.max_length)["input_ids"]
+    if len(ids) <= lm.tokenizer.num_special_tokens_to_add(pair=False):  # only characters the tokenizer drops
+        raise BertScopeError("The text has nothing the model reads (only spaces or characters the tokenizer drops): "
+                             "type a sentence.")
     _decision(lm, text, target, contrast, ids, lambda p: _plain_logits(lm, text)[p], resolve=False)
 
 

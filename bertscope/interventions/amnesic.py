@@ -183,14 +183,14 @@ def erasing(lm: LoadedModel, state: int, eraser: Eraser | None) -> Any:
 
 
 def erased_states(lm: LoadedModel, task: Any, state: int, eraser: Eraser, folder: Path,
-                  batch_size: int) -> CachedStates:
+                  batch_size: int, progress: Callable[[int, int], None] | None = None) -> CachedStates:
     """The task's word (or sentence) vectors at every layer from passes that erase ``state``,
     written to ``folder`` (never to the cache: the key would be the clean model's). Layers up to
     ``state`` are the clean ones as the model returns them; the erased layer is ``eraser.apply`` of
     the clean vectors (affine maps commute with the mean of a word's pieces)."""
     folder.mkdir(parents=True, exist_ok=True)
     with erasing(lm, state, eraser):
-        meta = extract(lm, task, folder, "mean", batch_size)
+        meta = extract(lm, task, folder, "mean", batch_size, progress)
     key = CacheKey(lm.name, "erased", "", task.digest(), task.level, "mean", tuple(range(lm.num_layers + 1)))
     return CachedStates(key, folder, meta["labels"], np.asarray(meta["groups"], np.int64), meta["types"], hit=False,
                         sentences=np.asarray(meta["sentences"], np.int64))
@@ -376,11 +376,29 @@ class _Clean:
     task: float | None
 
 
+class _Stages:
+    """The run's bar: ``step(what)`` ends a stage; ``beat(done, total)`` reports within one (a batch of a pass), so a
+    Stop acts between batches rather than between whole passes over a side."""
+
+    def __init__(self, total: int, progress: Callable[[int, int, str], None] | None):
+        self.total, self.done, self.progress, self.what = total, 0, progress, "hidden states of the training side"
+
+    def __call__(self, what: str) -> None:
+        self.done += 1
+        self.what = what
+        if self.progress:
+            self.progress(self.done, self.total, what)
+
+    def beat(self, done: int, total: int) -> None:
+        if self.progress:
+            self.progress(self.done, self.total, self.what)
+
+
 def _clean(lm: LoadedModel, concept: Concept, plan: _Plan, first: int, seed: int, batch_size: int,
-           cache: HiddenStateCache, step: Callable[[str], None]) -> _Clean:
-    train = hidden_states(lm, concept.train, "mean", cache, batch_size)
+           cache: HiddenStateCache, step: _Stages) -> _Clean:
+    train = hidden_states(lm, concept.train, "mean", cache, batch_size, step.beat)
     step("hidden states of the training side")
-    test = hidden_states(lm, concept.test, "mean", cache, batch_size)
+    test = hidden_states(lm, concept.test, "mean", cache, batch_size, step.beat)
     step("hidden states of the test side")
     y_train, y_test = np.asarray(train.labels), np.asarray(test.labels)
     majority_label = max(set(y_train.tolist()), key=y_train.tolist().count)
@@ -398,16 +416,16 @@ def _clean(lm: LoadedModel, concept: Concept, plan: _Plan, first: int, seed: int
 
 
 def _erased_arm(lm: LoadedModel, concept: Concept, plan: _Plan, clean: _Clean, state: int, eraser: Eraser, label: str,
-                seed: int, batch_size: int, step: Callable[[str], None]) -> dict[str, Any]:
+                seed: int, batch_size: int, step: _Stages) -> dict[str, Any]:
     """One arm (the concept's eraser, or the random control) at ``state``: {"probe": {later state: accuracy},
     "uuas": {later state: UUAS}, "mlm": predictions, "task": accuracy}, for the behaviours the plan runs."""
     name = hidden_label(state)
     out: dict[str, Any] = {"probe": {}, "uuas": {}}
     with tempfile.TemporaryDirectory(prefix="bertscope-erased-") as tmp:
-        erased_train = erased_states(lm, concept.train, state, eraser, Path(tmp) / "train", batch_size) \
+        erased_train = erased_states(lm, concept.train, state, eraser, Path(tmp) / "train", batch_size, step.beat) \
             if plan.probe and state < lm.num_layers else None
         step(f"layer {name}, {label}: training side")
-        erased_test = erased_states(lm, concept.test, state, eraser, Path(tmp) / "test", batch_size) \
+        erased_test = erased_states(lm, concept.test, state, eraser, Path(tmp) / "test", batch_size, step.beat) \
             if state < lm.num_layers else None
         step(f"layer {name}, {label}: test side")
         for s in range(state + 1, lm.num_layers + 1):
@@ -443,7 +461,7 @@ def _mlm_rows(lm: LoadedModel, concept: Concept, clean: _Clean, after: tuple, ra
 
 
 def _layer(lm: LoadedModel, concept: Concept, plan: _Plan, clean: _Clean, state: int, method: str, seed: int,
-           batch_size: int, step: Callable[[str], None]) -> LayerErasure:
+           batch_size: int, step: _Stages) -> LayerErasure:
     """Erase at ``state``: the eraser fitted, both arms run, every behaviour set beside the clean model's."""
     name = hidden_label(state)
     x = clean.train.layer(state)
@@ -501,14 +519,7 @@ def amnesic_probe(lm: LoadedModel, concept: Concept | str, layers: Sequence[Laye
         raise BertScopeError("Choose at least one layer to erase.")
     concept = load_concept(concept) if isinstance(concept, str) else concept
     plan = _plan(lm, concept, behaviours)
-    total, done = len(chosen) * plan.steps_per_layer + 2, 0
-
-    def step(what: str) -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(done, total, what)
-
+    step = _Stages(len(chosen) * plan.steps_per_layer + 2, progress)
     clean = _clean(lm, concept, plan, min(chosen), seed, batch_size, cache or HiddenStateCache(), step)
     notes = list(plan.notes)
     rows = []

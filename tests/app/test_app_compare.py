@@ -24,10 +24,14 @@ def test_cka_and_predictions(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     assert frames and {"token", "rank in B", "rank change"} <= set(frames[0].columns)
 
 
-def test_link_and_a_model_b_that_cannot_be_had(monkeypatch, tiny_mlm_dir, tmp_path):
+def test_link_and_a_model_b_that_cannot_be_had(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tmp_path):
     at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_mlm_dir), n="100", pool="first")
     assert not at.exception and not at.error
     assert "first piece" in at.get("plotly_chart")[0].proto.spec  # a shared link compares on arrival
+    at.text_input(key="cmp_b").input(str(tiny_bert_dir)).run()  # another request: the link asked for its own, once
+    assert not at.exception and not at.error
+    assert any("Press *Compare*" in i for i in texts(at.info)) and not any(
+        "Linear CKA" in c.proto.spec for c in at.get("plotly_chart"))
     at.text_input(key="cmp_b").input(str(tmp_path / "nowhere")).run()
     assert not at.exception
     (error,) = texts(at.error)

@@ -54,15 +54,21 @@ def test_link_opens_the_feature_and_search(monkeypatch, tiny_mlm_dir, tiny_saes_
     at.session_state["feat_tab"] = "Search"
     at.run()
     at.radio(key="feat_by").set_value("by the word they promote").run()
+    assert any(t.startswith("Press *Search*") for t in texts(at.info)) and not at.error  # the pick runs nothing
     at.text_input(key="feat_token").input("bank")
     search(at)
     assert not at.exception and not at.error
     table = at.dataframe[0].value
     assert list(table.columns) == ["feature", "logit change"] and len(table) == 20
+    from bertscope.app.kit.budget import cost_budget
+
+    spent = cost_budget().spent("local")
     at.text_input(key="feat_token").input("bank river")
     search(at)
     (error,) = texts(at.error)
     assert "word pieces" in error and "\n" not in error
+    at.run()
+    assert cost_budget().spent("local") == spent  # refused before the job, on the press and on every rerun
     at.radio(key="feat_by").set_value("by gold tag").run()
     assert any(t.startswith("Press *Index the corpus*") for t in texts(at.info))
     at.selectbox(key="feat_search_n_brown").set_value(1000)

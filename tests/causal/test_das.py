@@ -164,3 +164,13 @@ def test_bad_tasks_and_files_are_one_line(tmp_path, tiny_bert, tiny_bert_dir, ca
                       lambda rng: {"x": rng.random() < 0.5}, lambda s: "the [MASK] .", lambda s: "maybe")
     with pytest.raises(BertScopeError, match="may return only yes or no"):
         draw_pairs(odd, 4)
+
+
+def test_too_few_pairs_are_refused_before_any_pass():
+    """What the DAS tab reads before it charges a run of your own pairs: 6 pairs hold 2 out and leave 4 to train."""
+    from bertscope.causal.das import check_pair_count, split
+
+    assert len(split(6)[0]) == 4 and len(split(8)[0]) >= 5
+    with pytest.raises(BertScopeError, match="6 pairs are too few to train on and hold some out: give at least 8"):
+        check_pair_count(6)
+    check_pair_count(8)

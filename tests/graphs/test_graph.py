@@ -188,6 +188,8 @@ def test_a_classifiers_class(tiny_bert_dir, tmp_path):
                                    ("pos", "meh", "No class 'meh' (--contrast)")):
         with pytest.raises(BertScopeError, match=re.escape(said)):
             check_decision(lm, "a b", target, contrast)
+    with pytest.raises(BertScopeError, match="nothing the model reads"):  # a classifier needs no [MASK]: it was
+        check_decision(lm, "\u200b\u200b", "pos", "neg")  # a charged graph of [CLS] and [SEP] alone
 
 
 def test_bad_input_is_one_line(mlm):

@@ -96,7 +96,12 @@ def test_every_arm_reads_the_same_masked_positions(mlm, upos_concept):
 
 
 def test_inlp_is_the_baseline(mlm, upos_concept):
-    result = amnesic_probe(mlm, upos_concept, [mlm.num_layers - 1], "inlp", behaviours=("probe",))
+    reports: list[tuple[int, int, str]] = []
+    result = amnesic_probe(mlm, upos_concept, [mlm.num_layers - 1], "inlp", behaviours=("probe",), batch_size=8,
+                           progress=lambda d, t, what: reports.append((d, t, what)))
+    stages = [d for d, _, _ in reports]
+    assert stages == sorted(stages) and reports[-1][0] == reports[-1][1]
+    assert len(reports) > len(set(stages))  # a report within the stages too (a batch of a pass): where a Stop acts
     (row,) = result.layers
     assert row.rank > 0 and row.later == () and row.mlm_top1 is None
     assert row.probe.after < row.probe.before - 0.3

@@ -96,3 +96,18 @@ def tab_from_url(key: str, names: list[str], param: str | None = None) -> None:
     else:
         st.warning(plain(f"Ignored the link's {param}={raw[:40]}: this page's tabs are {', '.join(names)}."))
         st.query_params.pop(param, None)
+
+
+def link_asks(name: str, linked: bool, request) -> bool:
+    """Whether a shared link asks for ``request`` now: a page opened by a link (its settings in the address, so
+    ``linked``) runs the link's own request on arrival, once, as the person who sent it saw it; every other request,
+    and the same one again (after a Stop, say), waits for its button. The link's request is the first one the page
+    draws in this session (a flag that stayed set ran every later request unasked: a model switched in the sidebar,
+    a reload)."""
+    seen = f"_link_{name}"
+    if seen not in st.session_state:
+        st.session_state[seen] = (request,) if linked else None
+    if st.session_state[seen] != (request,):
+        return False
+    st.session_state[seen] = None  # used: the job starts now, and a rerun watches it or finds its result
+    return True

@@ -14,7 +14,7 @@ from bertscope.app.kit.limits import Limits, check_pieces, check_upload, demo
 from bertscope.app.kit.model_picker import offer_models
 from bertscope.app.kit.results import result_store
 from bertscope.causal.alignment import iia_map, pairs_for, search_prepared
-from bertscope.causal.das import TrainSettings
+from bertscope.causal.das import TrainSettings, check_pair_count
 from bertscope.causal.variables import MODELS, names_for, read_counterfactuals
 from bertscope.circuits.pairs import reads
 from bertscope.figures.das import CONTROLS, das_figure, iia_map_figure
@@ -84,6 +84,7 @@ def render(lm, key) -> None:
     if asked and store.get(request) is None:  # checked before the job starts: once it starts it is charged
         try:
             lengths = [r.length for r in prepared()[1].rows] if task == UPLOAD else [16] * int(n_pairs)
+            check_pair_count(len(lengths))  # too few pairs: one line before the charge
             states = lm.num_layers + 1 if layer == EVERY else 1
             check_pieces(sum(lengths) * 2 * states, "this search")  # each base and source read at each state
         except BertScopeError as err:

@@ -74,9 +74,13 @@ def render(lm, key) -> None:
             concept = _concept(choice, upload, int(size), int(test))
             train = task_size(lm, concept.train)
             train.check_labels()
-            check_pieces(train.pieces + task_size(lm, concept.test).pieces, "this erasure")
+            held = task_size(lm, concept.test)
+            if not held.examples:  # every test word dropped by the tokenizer (zero-width spaces, say)
+                raise BertScopeError("No labelled word of the test side keeps a token for this model: the erasure "
+                                     "would have nothing to measure on. Give words the tokenizer reads.")
+            check_pieces(train.pieces + held.pieces, "this erasure")
         except BertScopeError as err:
-            return store.refuse(str(err), show)
+            return store.refuse(plain(str(err)), show)
     with page_errors(stop=False):
         result = store.compute(request, lambda progress: amnesic_probe(
             lm, concept or _concept(choice, upload, int(size), int(test)), chosen, method,
