@@ -21,6 +21,10 @@ beside integrated gradients, search latency, and retrieval quality on SQuAD dev.
   queries at three efSearch settings, beside exact search's time (``retrieval.vector_index``);
 - ``--rerank MODEL [--questions N]``: the model's top 20 reordered by the reranker on SQuAD dev's first N questions
   (default 2,000), MRR@10 and recall@1/10 beside the model alone on the same questions;
+- ``--only --cost``: what an explanation costs, in word pieces passed through the model (``similarity.pair_cost``,
+  the unit of a hosted demo's ``Limits.explanation_pieces``) and seconds, for a query against SQuAD dev passages of
+  100 and 256 tokens, first-order and integrated Jacobians at 20 steps; and the passages' lengths as the model reads
+  them (the share a cap would refuse);
 - ``--full-size [--steps N]``: a BERT-base-sized random model from ``bertscope/configs/`` at 512 tokens: the pair
   attribution's time with ``--steps`` (default 50: hours on a CPU; 1: the first-order estimate, a pass a token; the
   memory is the same for any number) and peak memory (bounded by ``similarity.ROW_BYTES``).
@@ -236,6 +240,29 @@ def full_size(device: str, steps: int) -> None:
               f"{ROW_BYTES / 2**20:.0f} MiB of activations, whatever the steps); completeness error {x.error:.2e}")
 
 
+def explanation_cost(lm, query: str = "Who won Super Bowl 50?") -> None:
+    """Seconds and word pieces of explanations the demo's cap weighs (see the module's docstring)."""
+    from bertscope.app.kit.limits import DEMO_EXPLANATION_PIECES as cap
+    from bertscope.app.kit.limits import DEMO_JOB_PIECES as general
+    from bertscope.retrieval.similarity import explain_pair, pair_cost, text_tokens
+
+    texts = passages(2067)
+    lengths = np.array([text_tokens(lm, p) for p in texts])
+    query_tokens = text_tokens(lm, query)
+    print(f"{len(texts):,} passages, tokens as {lm.name} reads them: median {int(np.median(lengths))}, 90th "
+          f"percentile {int(np.percentile(lengths, 90))}, cut at the model's length {np.mean(lengths == lengths.max()):.1%}")
+    first_order = lengths ** 2 + query_tokens ** 2
+    print(f"first-order explanations over the demo's job cap ({general:,}): {np.mean(first_order > general):.0%}; "
+          f"over its explanation cap ({cap:,}): {np.mean(first_order > cap):.0%}")
+    near = {n: texts[int(np.argmin(np.abs(lengths - n)))] for n in (100, int(lengths.max()))}
+    for n, method, steps in ((100, "first-order", 1), (int(lengths.max()), "first-order", 1), (100, "ij", 20)):
+        cost = pair_cost(lm, query, near[n], method, steps)
+        started = time.perf_counter()
+        x = explain_pair(lm, query, near[n], method, steps)
+        print(f"{n}-token passage, {method}, {steps} step(s): {cost:,} word pieces, "
+              f"{time.perf_counter() - started:.1f} s, identity error {x.error:.2e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="bundled")
@@ -253,6 +280,7 @@ def main() -> None:
     parser.add_argument("--rerank", help="a reranker reordering the model's top 20 on SQuAD dev")
     parser.add_argument("--questions", type=int, default=2000)
     parser.add_argument("--pairs", action="store_true", help="with --only: the pair attribution's time")
+    parser.add_argument("--cost", action="store_true", help="with --only: what an explanation costs (the demo's cap)")
     parser.add_argument("--only", action="store_true", help="only the parts asked for (--index, --rerank, --pairs, "
                                                             "--full-size)")
     args = parser.parse_args()
@@ -266,6 +294,8 @@ def main() -> None:
     if args.only:
         if args.pairs:
             pairs(lm, args.steps, args.rounds)
+        if args.cost:
+            explanation_cost(lm)
         if args.full_size:
             full_size(args.device, args.steps)
         return

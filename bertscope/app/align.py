@@ -25,7 +25,7 @@ from bertscope.app.kit.limits import Limits, check_pieces, check_texts, demo
 from bertscope.app.kit.model_picker import cached_model, model_key, obtainable, require_model
 from bertscope.app.kit.results import result_store, warm_umap_in_background
 from bertscope.app.kit.uploads import uploaded_text
-from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, link_asks, to_url
+from bertscope.app.kit.url import arrival, from_url, from_url_layer, layer_in_url, link_asks, to_url
 from bertscope.app.sections.udhr_view import udhr_view
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.parallel import CARRIERS, language_name, read_parallel_tsv, shipped_parallel
@@ -134,7 +134,7 @@ def embedded(lm, key, page_model, kind, data) -> Aligned | None:
                                help="Carrier sentences exist for: " + ", ".join(CARRIERS))
         asked = st.form_submit_button("Compute", type="primary")
     # a shared link (its settings in the address on arrival) computes on arrival, as the person who sent it saw
-    linked = any(k in st.query_params for k in ("data", "langs", "layer", "vec", "ctx"))
+    linked = any(k in arrival() for k in ("data", "langs", "layer", "vec", "ctx"))
 
     with page_errors():
         picked = data.select(languages)
@@ -147,7 +147,7 @@ def embedded(lm, key, page_model, kind, data) -> Aligned | None:
         on_disk = store.get(computed_key) is None and cached_vectors(lm, picked, pooling, context) is not None
         av = store.compute(computed_key, lambda progress: embed_parallel(  # kept on disk too
             lm, picked, pooling, context, cache=True, progress=progress), "Embedding the texts, word pieces",
-            asked=asked or on_disk or link_asks("align", linked, computed_key), costly="cross-lingual embedding",
+            asked=link_asks("align", linked, computed_key) or asked or on_disk, costly="cross-lingual embedding",
             wait=f"Press *Compute*: {plain(page_model)} reads the {texts:,} texts ({picked.n_items} items × "
                  f"{len(picked.languages)} languages) once and keeps one vector per text at each of its "
                  f"{lm.num_layers + 1} hidden states, on disk too (a later visit reads them back).")

@@ -32,7 +32,7 @@ from bertscope.app.kit.model_picker import (
 )
 from bertscope.app.kit.pages import NEEDS
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import from_url, link_asks, tab_from_url, to_url
+from bertscope.app.kit.url import arrival, from_url, link_asks, tab_from_url, to_url
 from bertscope.app.sections import model_diff_tab
 from bertscope.core.layers import hidden_names, layer_title
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task, brown_texts
@@ -57,7 +57,8 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
                "sentences, with the unbiased minibatch estimator of Nguyen, Raghu & Kornblith (2021): 1 = the same "
                f"representation up to rotation and scale. Rows are words ({MINIBATCH} a minibatch), each model's "
                "pieces pooled per word, so models with different tokenizers compare.")
-    linked = "n" in st.query_params  # a shared link compares on arrival (its own request, once)
+    linked = "n" in arrival() and arrival().get("cmp_tab", "Layers (CKA)") == "Layers (CKA)"  # a shared link
+    # compares on arrival (its own request, once)
     from_url("n", "cmp_n", int, lambda v: v in SIZES and v <= max_sentences())
     from_url("pool", "cmp_pool", valid=lambda v: v in POOLS)
     with st.form("cmp_form"):
@@ -109,8 +110,8 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                f"{HEAD_SENTENCE_TOKENS} tokens; longer ones are left out. Rows are compared token by token, so both "
                "models must share a tokenizer.")
     if open_:
-        heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or link_asks(
-            "compare_heads", st.query_params.get("cmp_tab") == "Heads", (key_a, key_b))  # a link: on arrival
+        from_link = link_asks("compare_heads", arrival().get("cmp_tab") == "Heads", (key_a, key_b))  # on arrival
+        heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or from_link
         with page_errors(stop=False):
             texts, heads = brown_texts(HEAD_TEXTS), None
             if not same_tokenizer(lm_a, lm_b, texts):

@@ -15,7 +15,7 @@ from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, pa
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import from_url, link_asks, to_url
+from bertscope.app.kit.url import arrival, from_url, link_asks, to_url
 from bertscope.attribution.class_items import brown_class_items, class_items
 from bertscope.attribution.deletion import REMOVALS
 from bertscope.attribution.faithfulness import FRACTIONS, RANDOM, check_methods, faithfulness
@@ -92,7 +92,7 @@ def test_form(lm, classifier: bool) -> Form:
         seed = c3.number_input("Seed", 0, 2**31 - 1, 0, key="faith_seed")
         steps = c4.select_slider("IG steps", STEPS, 32, key="faith_steps")
         asked = st.form_submit_button("Run the test", type="primary")
-    linked = "methods" in st.query_params  # a shared link runs its own test on arrival, once
+    linked = "methods" in arrival()  # a shared link runs its own test on arrival, once
 
     to_url(source=source, n=n if source == "brown" else None, methods=",".join(methods), removal=removal,
            seed=int(seed) or None, steps=steps)

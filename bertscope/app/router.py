@@ -10,6 +10,7 @@ from bertscope.app.kit.limits import Limits
 from bertscope.app.kit.model_picker import PAGE_KEY, sidebar
 from bertscope.app.kit.pages import APP_DIR, PAGES
 from bertscope.app.kit.results import new_run
+from bertscope.app.kit.url import arrival
 from bertscope.runtime.atomic import sweep
 from bertscope.runtime.disk_quota import set_disk_quota
 from bertscope.runtime.user_cache import user_cache_dir
@@ -26,6 +27,7 @@ def swept() -> int:
 
 def run() -> None:
     st.set_page_config(page_title="BertScope", page_icon=str(ICON), layout="wide")
+    arrival()  # the address as the session began: a shared link's settings, before any page writes its own
     set_disk_quota(Limits.disk_bytes)  # a hosted demo's one quota for what it writes for visitors (None locally)
     swept()
     install_outcome()

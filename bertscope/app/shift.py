@@ -14,7 +14,7 @@ from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.uploads import uploaded_text
-from bertscope.app.kit.url import from_url, from_url_layer, layer_in_url, link_asks, tab_from_url, to_url
+from bertscope.app.kit.url import arrival, from_url, from_url_layer, layer_in_url, link_asks, tab_from_url, to_url
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
@@ -99,8 +99,8 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
                "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
                "word's own occurrences in the corpus coloured by genre.")
     if open_:
-        index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or link_asks(
-            "shift_brown", st.query_params.get("shift_tab") == TABS[-1], key)  # a link: on arrival, once
+        from_link = link_asks("shift_brown", arrival().get("shift_tab") == TABS[-1], key)  # a link: on arrival, once
+        index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or from_link
         with page_errors(stop=False):
             store = result_store("brown_index")
             on_disk = store.get(key) is None and index_on_disk(lm)

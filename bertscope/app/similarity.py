@@ -30,7 +30,7 @@ def check_cost(lm, a: str, b: str, method: str, steps: int, kinds) -> None:
     or of a text with nothing to explain."""
     check_pieces(pair_cost(lm, a, b, method, steps, kinds),
                  "this explanation (every token moved at every step, a pass of its text each)",
-                 "use shorter texts" if method == "first-order" else FEWER)
+                 "use shorter texts" if method == "first-order" else FEWER, Limits.explanation_pieces)
 TABS = ["Two texts", "Search a corpus", "Rerank", "Terms & matches"]
 
 
@@ -96,7 +96,8 @@ def deletion_section(lm, a: str, b: str, kinds, steps: int) -> None:
                       help="Each method's ranking of b's tokens, deleted most important first, beside a random order.")
     if asked:
         check_pieces(sum(pair_cost(lm, a, b, m, steps, kinds) for m in ("ij", "first-order", "ig")),
-                     "this test (each method's passes, every token moved at every step)", FEWER)
+                     "this test (each method's passes, every token moved at every step)", FEWER,
+                     Limits.explanation_pieces)
     curves = result_store("similarity_deletion").compute(
         (model_key(), a, b, kinds, steps),
         lambda progress: deletion_curves(lm, a, b, steps=steps, kinds=kinds, progress=progress),

@@ -94,7 +94,6 @@ def nearest_features(sae: TopKSAE, feature: int, top: int = 10) -> list[tuple[in
     return [(int(i), round(float(v), 6)) for v, i in zip(values, indices)]
 
 
-@torch.no_grad()
 def promoted_id(lm: LoadedModel, token: str) -> int:
     """The vocabulary id of ``token`` for ``features_promoting``; one line for a model without a masked-LM head, an
     empty word, one of several pieces or one the vocabulary lacks (read from the tokenizer, before any pass)."""
@@ -114,6 +113,7 @@ def promoted_id(lm: LoadedModel, token: str) -> int:
     return int(ids[0])
 
 
+@torch.no_grad()
 def features_promoting(lm: LoadedModel, sae: TopKSAE, token: str, top: int = 20, scale: float | None = None,
                        chunk: int = 256) -> list[tuple[int, float]]:
     """(feature, logit change) of the features whose direction raises ``token``'s logit most (the

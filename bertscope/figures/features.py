@@ -10,6 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertscope.features.statistics import bin_edges
+from bertscope.figures.text import label
 
 CONTINUATION = "##"
 
@@ -69,9 +70,9 @@ def text_features_figure(result: dict, top: int = 16) -> tuple[go.Figure, list[i
         for f in t["features"]:
             if f["feature"] in row:
                 z[row[f["feature"]], j] = f["activation"]
-    x = [f"{j}: {tok}" for j, tok in enumerate(tokens)]
+    x = [f"{j}: {label(tok)}" for j, tok in enumerate(tokens)]  # a visitor's text, as text
     words = strongest_pieces(result)
-    y = [feature_name(f, words) for f in chosen]
+    y = [label(feature_name(f, words)) for f in chosen]
     fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale="Oranges", zmin=0, colorbar=dict(title="activation"),
                                hovertemplate="%{y} on %{x}: %{z:.3f}<extra></extra>"))
     fig.update_layout(title=f"The {len(chosen)} features that fire hardest on this text ({hook_words(result['sae']['hook'])})",

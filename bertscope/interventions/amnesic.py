@@ -391,7 +391,7 @@ class _Stages:
 
     def beat(self, done: int, total: int) -> None:
         if self.progress:
-            self.progress(self.done, self.total, self.what)
+            self.progress(self.done, self.total, f"past {self.what}" if self.done else "reading the training side")
 
 
 def _clean(lm: LoadedModel, concept: Concept, plan: _Plan, first: int, seed: int, batch_size: int,

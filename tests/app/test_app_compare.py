@@ -123,3 +123,14 @@ def test_latents_tab_on_the_sentiment_pair_reads_cls_at_the_last_layer(monkeypat
     causal = next(f.value for f in at.dataframe if "B's held-out accuracy" in f.value.columns)
     assert len(causal) == 5
 
+
+
+def test_a_tab_opened_later_is_no_link(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
+    """The address carries the open tab once a visitor picks it: a link's flag read then (not on arrival) ran the
+    heads' comparison unasked. A page opened without a link never runs a costly job unasked."""
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir))
+    at.query_params["cmp_tab"] = "Heads"
+    at.session_state["cmp_tab"] = "Heads"
+    at.run()
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press *Compare heads*") for t in texts(at.info))

@@ -118,25 +118,24 @@ def test_a_text_the_tokenizer_reads_as_nothing_is_one_line_and_nothing_is_stored
     assert not at.metric
 
 
-def test_a_pair_over_the_demos_cap_is_refused_before_the_job(monkeypatch, tiny_bert_dir):
+def test_a_pair_over_the_demos_cap_is_refused_before_the_job(monkeypatch):
     """Integrated Jacobians pass every token of each text through the model at every step (steps x tokens² a text):
-    two 38-token texts at 100 steps are 320,000 word pieces. Refused in one line, nothing charged."""
+    two texts at bundled's 256 tokens, 10 steps, are 1,310,720 word pieces. Refused in one line, nothing charged."""
     from bertscope.app.kit.budget import cost_budget
 
     monkeypatch.setenv("BERTSCOPE_DEMO", "1")
-    monkeypatch.setenv("BERTSCOPE_ALLOWLIST", str(tiny_bert_dir))
-    at = start(monkeypatch, str(tiny_bert_dir)).switch_page(PAGE).run()
+    at = start(monkeypatch, "bundled").switch_page(PAGE).run()
     spent = cost_budget().spent("local")
-    long = " ".join(["the dog ate the bread"] * 12)
+    long = "the dog ate the bread " * 60  # 1,320 characters, cut at 256 tokens
     at.text_area(key="sim_a").input(long)
     at.text_area(key="sim_b").input(long)
-    at.select_slider(key="sim_steps").set_value(100)
+    at.select_slider(key="sim_steps").set_value(10)
     next(b for b in at.button if b.label == "Explain the similarity").click()
     at.run()
     assert not at.exception and not at.metric
     (line,) = texts(at.error)
-    assert line.startswith("This explanation (every token moved at every step, a pass of its text each) has 320,000 "
-                           "word pieces; this app runs up to 30,000 in one job: choose fewer steps"), line
+    assert line.startswith("This explanation (every token moved at every step, a pass of its text each) has "
+                           "1,310,720 word pieces; this app runs up to 400,000 in one job: choose fewer steps"), line
     assert cost_budget().spent("local") == spent
 
 

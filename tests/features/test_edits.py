@@ -71,6 +71,8 @@ def test_the_decision_before_and_after(lm):
 
 
 def test_features_promoting_a_word_agree_with_their_logit_weights(lm):
+    from bertscope.features import directions
+
     sae = sae_for(lm, layer=0)
     word = "bank"
     found = features_promoting(lm, sae, word, top=3)
@@ -81,7 +83,19 @@ def test_features_promoting_a_word_agree_with_their_logit_weights(lm):
     assert by_token[word] == pytest.approx(change, abs=1e-4)
     with torch.no_grad():  # rows stored at other lengths (a SAELens file may): both read the unit direction
         sae.W_dec.mul_(torch.linspace(0.5, 3.0, sae.d_sae)[:, None])
-    again = features_promoting(lm, sae, word, top=3)
+    seen = []
+    real = directions.mlm_head
+
+    def watched(model):
+        head = real(model)
+        return lambda *a, **k: seen.append(torch.is_grad_enabled()) or head(*a, **k)
+
+    directions.mlm_head = watched  # every chunk of decoder rows read without a graph (they are parameters)
+    try:
+        again = features_promoting(lm, sae, word, top=3)
+    finally:
+        directions.mlm_head = real
+    assert seen and not any(seen)
     assert [f for f, _ in again] == [f for f, _ in found]
     assert [v for _, v in again] == pytest.approx([v for _, v in found], abs=1e-5)
 

@@ -28,3 +28,17 @@ def test_several_layers_are_lines_with_dotted_controls():
     assert len(fig.data) == 6 and all(t.type == "scatter" for t in fig.data)
     assert list(fig.data[0].x) == ["embeddings", "0", "1"]
     assert fig.data[1].line.dash == "dot" and fig.data[1].name.endswith("random, same rank")
+
+
+def test_a_visitors_upload_name_and_tokens_reach_the_charts_as_text():
+    """An upload's name is the concept's; a text's pieces are the features chart's axes: plotly renders a subset of
+    HTML in both, so each is escaped (a byte-level tokenizer keeps "<b>" whole)."""
+    from bertscope.figures.features import text_features_figure
+
+    named = AmnesicResult("m", "<b>x</b>", "leace", "token", ("A", "B"), 10, 5, result([2]).layers)
+    assert "<b>" not in change_figure(named).layout.title.text and "&lt;b&gt;x" in change_figure(named).layout.title.text
+    fig, _ = text_features_figure({"sae": {"hook": "blocks.0.hook_resid_post"},
+                                   "tokens": [{"token": "<b>", "features": [{"feature": 3, "activation": 1.5}]},
+                                              {"token": "ok", "features": []}]})
+    (heat,) = fig.data
+    assert list(heat.x) == ["0: &lt;b&gt;", "1: ok"] and "<b>" not in heat.y[0]

@@ -8,6 +8,8 @@ import os
 from bertscope.errors import BertScopeError
 
 TRUTHY = {"1", "true", "yes", "on"}
+DEMO_JOB_PIECES = 30_000  # word pieces one job of a hosted demo runs over
+DEMO_EXPLANATION_PIECES = 400_000  # word pieces one explanation of a hosted demo passes through the model
 
 
 DEFAULT_ALLOWLIST = ("bert-base-uncased,bert-base-multilingual-cased,distilbert-base-uncased,roberta-base,"
@@ -61,7 +63,13 @@ class _Limits:
 
     @property
     def job_pieces(self) -> int:  # word pieces one job runs over (a task, a corpus slice, an upload, all its texts)
-        return 30_000 if demo() else 50_000_000
+        return DEMO_JOB_PIECES if demo() else 50_000_000
+
+    @property
+    def explanation_pieces(self) -> int:  # word pieces one explanation passes through the model (a pass a token and
+        # step, each of the whole text): a search's hit explained first-order at the embedding model's length
+        # (2 x 256² = 131,072 on bundled) fits, as embedding the search's 2,067 SQuAD passages (~330,000) does
+        return DEMO_EXPLANATION_PIECES if demo() else 50_000_000
 
     @property
     def job_texts(self) -> int:  # texts one job embeds (a parallel file: rows x languages; the shipped words: 1,881)
@@ -93,12 +101,13 @@ def check_upload(uploaded) -> None:
                              f"{Limits.upload_bytes:,}.")
 
 
-def check_pieces(pieces: int, what: str, fix: str = "use fewer or shorter sentences") -> None:
+def check_pieces(pieces: int, what: str, fix: str = "use fewer or shorter sentences", cap: int | None = None) -> None:
     """The cap on what one job runs over, in word pieces (a cap in lines lets 500 lines of 499 words through);
-    ``fix``: what to lower."""
-    if pieces > Limits.job_pieces:
+    ``fix``: what to lower; ``cap``: another cap than ``Limits.job_pieces`` (``Limits.explanation_pieces``)."""
+    cap = Limits.job_pieces if cap is None else cap
+    if pieces > cap:
         raise BertScopeError(f"{what[0].upper()}{what[1:]} has {pieces:,} word pieces; this app runs up to "
-                             f"{Limits.job_pieces:,} in one job: {fix}.")
+                             f"{cap:,} in one job: {fix}.")
 
 
 def check_texts(rows: int, languages: int) -> None:

@@ -98,9 +98,15 @@ def tab_from_url(key: str, names: list[str], param: str | None = None) -> None:
         st.query_params.pop(param, None)
 
 
+def arrival() -> dict[str, str]:
+    """The address's settings when this session began (the router reads them on its first run, before any page
+    writes its own into the address): whether a page was opened by a shared link."""
+    return st.session_state.setdefault("_arrival", {k: st.query_params[k] for k in st.query_params})
+
+
 def link_asks(name: str, linked: bool, request) -> bool:
-    """Whether a shared link asks for ``request`` now: a page opened by a link (its settings in the address, so
-    ``linked``) runs the link's own request on arrival, once, as the person who sent it saw it; every other request,
+    """Whether a shared link asks for ``request`` now: a page opened by a link (its settings in the address on
+    ``arrival``, so ``linked``; called on every render, so the first call sees the link's own request) runs the link's own request on arrival, once, as the person who sent it saw it; every other request,
     and the same one again (after a Stop, say), waits for its button. The link's request is the first one the page
     draws in this session (a flag that stayed set ran every later request unasked: a model switched in the sidebar,
     a reload)."""

@@ -41,7 +41,8 @@ def explain_section(reranker, query: str, passage: str) -> None:
                            "passage word) pair for the interactions.")
     if asked:
         check_pieces(explain_cost(reranker, query, passage, STEPS),
-                     "this explanation (a pass a step, a word and a word pair)", "shorten the query or the passage")
+                     "this explanation (a pass a step, a word and a word pair)", "shorten the query or the passage",
+                     Limits.explanation_pieces)
     why = result_store("rerank_explain").compute(
         (reranker.name, query, passage),
         lambda progress: (explain_relevance(reranker, query, passage, STEPS,
