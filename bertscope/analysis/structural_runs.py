@@ -30,17 +30,10 @@ from bertscope.core.models import LoadedModel
 from bertscope.corpora.ewt import TreebankSentence, ewt_task, read_ewt
 from bertscope.corpora.probe_tasks import ProbeTask
 from bertscope.errors import BertScopeError
+from bertscope.runtime.progress import staged
 
 MIN_WORDS = 2  # a one-word sentence has no pair to probe
 TRAINING = "Structural probes trained (each epoch reports), layers"  # one stage: its clock says the time left
-
-
-def _staged(progress: Callable[[int, int, str], None] | None, stage: str) -> Callable[[int, int], None] | None:
-    """``progress`` with its stage named (None stays None)."""
-    if progress is None:
-        return None
-    report = progress
-    return lambda done, total: report(done, total, stage)
 
 
 def sentence_rows(states: CachedStates, treebank: Sequence[TreebankSentence]) -> list[tuple[int, int] | None]:
@@ -217,7 +210,7 @@ def structural_probes(lm: LoadedModel, layers: Sequence[int] | None = None, rank
             stage = f"hidden states of EWT {split} ({model.name}), word pieces"
             if progress:
                 progress(0, 1, stage)
-            out[split] = hidden_states(model, tasks[split], "mean", progress=_staged(progress, stage))
+            out[split] = hidden_states(model, tasks[split], "mean", progress=staged(progress, stage))
         return out
 
     states = states_of(lm)

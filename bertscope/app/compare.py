@@ -44,6 +44,7 @@ from bertscope.mlm.fill_mask import fill_mask
 from bertscope.sources.presets import BUNDLED, BUNDLED_MLM
 
 SIZES = [100, 250, 500, 1000, 2000]
+TABS = ["Layers (CKA)", "Heads", "Predictions", "Probes", "Latents"]
 HEAD_TEXTS = 100  # Brown sentences drawn for the heads tab (those over HEAD_SENTENCE_TOKENS are left out)
 
 
@@ -57,8 +58,8 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
                "sentences, with the unbiased minibatch estimator of Nguyen, Raghu & Kornblith (2021): 1 = the same "
                f"representation up to rotation and scale. Rows are words ({MINIBATCH} a minibatch), each model's "
                "pieces pooled per word, so models with different tokenizers compare.")
-    linked = "n" in arrival() and arrival().get("cmp_tab", "Layers (CKA)") == "Layers (CKA)"  # a shared link
-    # compares on arrival (its own request, once)
+    linked = "n" in arrival() and arrival().get("cmp_tab", TABS[0]) == TABS[0]  # a shared link compares on
+    # arrival (its own request, once)
     from_url("n", "cmp_n", int, lambda v: v in SIZES and v <= max_sentences())
     from_url("pool", "cmp_pool", valid=lambda v: v in POOLS)
     with st.form("cmp_form"):
@@ -110,7 +111,7 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                f"{HEAD_SENTENCE_TOKENS} tokens; longer ones are left out. Rows are compared token by token, so both "
                "models must share a tokenizer.")
     if open_:
-        from_link = link_asks("compare_heads", arrival().get("cmp_tab") == "Heads", (key_a, key_b))  # on arrival
+        from_link = link_asks("compare_heads", arrival().get("cmp_tab") == TABS[1], (key_a, key_b))  # on arrival
         heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or from_link
         with page_errors(stop=False):
             texts, heads = brown_texts(HEAD_TEXTS), None
@@ -260,7 +261,6 @@ def page() -> None:
     if lm_b is None:
         return
 
-    TABS = ["Layers (CKA)", "Heads", "Predictions", "Probes", "Latents"]
     tab_from_url("cmp_tab", TABS)
     tab_layers, tab_heads, tab_predictions, tab_probes, tab_latents = st.tabs(TABS, key="cmp_tab", on_change="rerun")
     with tab_layers:

@@ -16,6 +16,7 @@ from bertscope.app.kit.url import from_url, tab_from_url, to_url
 from bertscope.errors import BertScopeError
 from bertscope.figures.similarity import deletion_figure, pair_map, totals
 from bertscope.retrieval.embedding import settings_of
+from bertscope.retrieval.faithful import METHODS as DELETION_METHODS
 from bertscope.retrieval.faithful import deletion_curves
 from bertscope.retrieval.search import CORPORA, build_index, documents, passage_kind, query_kind, search
 from bertscope.retrieval.similarity import DEFAULT_STEPS, METHODS, explain_pair, pair_cost
@@ -95,7 +96,7 @@ def deletion_section(lm, a: str, b: str, kinds, steps: int) -> None:
     asked = st.button("Test the explanations: delete b's top tokens", key="sim_delete",
                       help="Each method's ranking of b's tokens, deleted most important first, beside a random order.")
     if asked:
-        check_pieces(sum(pair_cost(lm, a, b, m, steps, kinds) for m in ("ij", "first-order", "ig")),
+        check_pieces(sum(pair_cost(lm, a, b, m, steps, kinds) for m in DELETION_METHODS if m != "random"),
                      "this test (each method's passes, every token moved at every step)", FEWER,
                      Limits.explanation_pieces)
     curves = result_store("similarity_deletion").compute(

@@ -33,6 +33,7 @@ from bertscope.features.diff_causal import (
 from bertscope.features.model_diff import CLASSES, ModelDiff, diff_models
 from bertscope.features.sae import same_model
 from bertscope.features.shipped import CFG_FILE, layer_folder, sae_layers, shipped_crosscoders
+from bertscope.runtime.progress import staged
 
 JSON_CLASS = {"shared": "shared", "base-only": "base", "fine-tuned-only": "finetuned", "other": "other",
               "never fires": "silent", "fine-tuned-only, real": "finetuned_real"}  # the JSON's words for CLASSES
@@ -137,13 +138,6 @@ def finite_or_none(x: float) -> float | None:
     return None if np.isnan(x) else x
 
 
-def _staged(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
-    if progress is None:
-        return None
-    report = progress
-    return lambda done, total: report(done, total, stage)
-
-
 def head_weights(tuned: LoadedModel, cc: BatchTopKCrosscoder, layer: int) -> np.ndarray | None:
     """[d_sae, label] each latent's fine-tuned decoder row read by a tagger's head at its last layer; None where
     the head is not linear in that layer's output (a classifier's pooler, a lower layer, ModernBERT's final
@@ -210,7 +204,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
     held = mixed_texts(held_out, held_out=True, seed=trained_seed)
     caches = []
     for lm in (base, tuned):
-        caches.append(layer_activations(lm, held.texts, layer, max_tokens=10**9, progress=_staged(
+        caches.append(layer_activations(lm, held.texts, layer, max_tokens=10**9, progress=staged(
             progress, f"Held-out activations of {lm.name} at layer {layer}, sentences"), positions=cc.info.positions))
     diff = diff_models(cc, caches[0], caches[1])
     if latents is not None:
@@ -224,7 +218,7 @@ def read_diff(base: LoadedModel, tuned: LoadedModel, cc: BatchTopKCrosscoder, pa
         note = "no fine-tuned-only latent to switch off"
     elif note is None:
         effect = diff_effect(base, tuned, cc, layer, chosen, diff.delta, examples, seed,
-                             _staged(progress, f"The causal check with {len(chosen)} latents off, batches"), found)
+                             staged(progress, f"The causal check with {len(chosen)} latents off, batches"), found)
     weights = head_weights(tuned, cc, layer)
     labels = tuple(tuned.task.labels) if weights is not None and tuned.task is not None else ()
     return DiffReading((base.name, tuned.name), str(path), layer, cc.d_sae, cc.k, diff, held.counts(), effect, note,

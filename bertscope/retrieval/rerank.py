@@ -103,12 +103,13 @@ def explain_cost(lm: LoadedModel, query: str, passage: str, steps: int = 50) -> 
     pair) pass through the model for one pair; one line for an empty passage or a map over ``MAX_PAIRS``."""
     if not passage or not passage.strip():
         raise BertScopeError("The passage is empty: a reranker reads a query and a passage (give both).")
-    (length,) = pair_lengths(lm, query, [passage])
+    check_reranker(lm)
+    check_query(lm, query)
     _check_fast(lm)
     enc = lm.tokenizer(query, passage, truncation="only_second", max_length=lm.max_length, return_tensors="pt")
     nq, npw = len(_words(enc, query, 0)[1]), len(_words(enc, passage, 1)[1])
     _check_pairs(nq, npw)
-    return length * (steps + 1 + nq + npw + nq * npw)
+    return enc["input_ids"].shape[1] * (steps + 1 + nq + npw + nq * npw)  # the pair read once, a pass each
 
 
 def _check_fast(lm: LoadedModel) -> None:

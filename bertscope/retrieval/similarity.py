@@ -42,6 +42,7 @@ from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
 from bertscope.retrieval.embedding import finish, max_tokens, pool, prepared, prompt_tokens, settings_of
 from bertscope.retrieval.settings import EmbeddingSettings
+from bertscope.runtime.progress import staged
 
 METHODS = {"ij": "integrated Jacobians", "first-order": "first-order (one step at the input)",
            "ig": "integrated gradients, each text with the other held fixed"}
@@ -339,7 +340,7 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
         raise BertScopeError("--steps must be at least 1.")
     settings = settings_of(lm)
     notes = [settings.note]
-    side_progress = [None if progress is None else _staged(progress, f"Text {name}, batches") for name in "ab"]
+    side_progress = [staged(progress, f"Text {name}, batches") for name in "ab"]
     if method == "ig":
         with torch.no_grad():
             from bertscope.retrieval.embedding import embed
@@ -372,8 +373,3 @@ def explain_pair(lm: LoadedModel, a: str, b: str, method: str = "ij", steps: int
                          "there.")
     return PairExplanation(lm.name, method, n, at, settings.similarity, score, baseline, side_a, side_b, pairs,
                            pairs.sum(1), pairs.sum(0), float(abs(pairs.sum() - (score - baseline))), notes)
-
-
-def _staged(progress: Callable[[int, int, str], None], stage: str) -> Callable[[int, int], None]:
-    """``progress(done, total)`` reporting to a staged ``progress(done, total, stage)``."""
-    return lambda done, total: progress(done, total, stage)

@@ -105,11 +105,11 @@ def arrival() -> dict[str, str]:
 
 
 def link_asks(name: str, linked: bool, request) -> bool:
-    """Whether a shared link asks for ``request`` now: a page opened by a link (its settings in the address on
-    ``arrival``, so ``linked``; called on every render, so the first call sees the link's own request) runs the link's own request on arrival, once, as the person who sent it saw it; every other request,
-    and the same one again (after a Stop, say), waits for its button. The link's request is the first one the page
-    draws in this session (a flag that stayed set ran every later request unasked: a model switched in the sidebar,
-    a reload)."""
+    """Whether a shared link asks for ``request`` now. A page opened by a link (its settings in the address on
+    ``arrival``: ``linked``) runs the link's own request once, as the person who sent it saw it; every other request,
+    and the same one again (after a Stop, say), waits for its button. Called on every render, so the first call
+    records the link's request (a flag that stayed set ran every later request unasked: a model switched in the
+    sidebar, a tab opened later)."""
     seen = f"_link_{name}"
     if seen not in st.session_state:
         st.session_state[seen] = (request,) if linked else None
