@@ -70,7 +70,8 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
         pool = c2.radio("A word's vector", POOLS, horizontal=True, key="cmp_pool",
                         format_func=lambda p: {"mean": "mean of its pieces", "first": "first piece"}[p])
         asked = st.form_submit_button("Compare", type="primary")
-    to_url(n=n, pool=pool)
+    to_url(pool=pool)  # n joins the address with a result on screen: the link's flag, so a reload of an empty
+    # page runs nothing
     with page_errors(stop=False):
         request = (key_a, key_b, n, pool)
         result = result_store("compare").compute(request, lambda progress: compare_layers(
@@ -79,6 +80,7 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
             asked or link_asks("compare", linked, request), costly="model comparison",
             wait="Press *Compare*: both models read the sentences once (the bar times the first batches and says "
                  "how long the rest will take).")
+        to_url(n=n if result is not None else None)
         if result is not None:
             rows, columns = hidden_names(result.cka.shape[0] - 1), hidden_names(result.cka.shape[1] - 1)
             fig = go.Figure(go.Heatmap(z=result.cka, x=columns, y=rows, zmin=0, zmax=1, colorscale="Viridis",

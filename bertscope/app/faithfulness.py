@@ -94,8 +94,9 @@ def test_form(lm, classifier: bool) -> Form:
         asked = st.form_submit_button("Run the test", type="primary")
     linked = "methods" in arrival()  # a shared link runs its own test on arrival, once
 
-    to_url(source=source, n=n if source == "brown" else None, methods=",".join(methods), removal=removal,
-           seed=int(seed) or None, steps=steps)
+    to_url(source=source, n=n if source == "brown" else None, removal=removal, seed=int(seed) or None, steps=steps)
+    # the methods join the address with a scoreboard on screen (run_test): the link's flag, so a reload of an empty
+    # page runs nothing
     return Form(source, int(n), text, list(methods), removal, int(seed), int(steps), asked, linked)
 
 
@@ -136,6 +137,7 @@ def run_test(lm, key, classifier: bool, f: Form):
             wait="Press *Run the test*. Every method scores every item, then each item's removals run as one batch "
                  "(integrated gradients and Value Zeroing cost most). The bar times the first items on this machine "
                  "and says how long the rest will take.")
+    to_url(methods=",".join(methods) if board is not None else None)
     return board
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from bertscope.causal.das import (
     DEFAULT_PAIRS,
+    IIA_BATCH,
     DasResult,
     Progress,
     TrainSettings,
@@ -25,6 +26,7 @@ from bertscope.causal.das import (
     iia,
     split,
     train,
+    train_units,
 )
 from bertscope.causal.interchange import Prepared, prepare_pairs
 from bertscope.causal.subspaces import Rotation
@@ -41,10 +43,11 @@ MAX_EPOCHS = 50  # (states × positions) a map trains: each is a training run
 
 
 def pairs_for(lm: LoadedModel, task: str | None = None, data: Sequence[Counterfactual] | None = None,
-              positions: Sequence[int] | None = None, n: int = DEFAULT_PAIRS, seed: int = 0) -> tuple[str, Prepared]:
+              positions: Sequence[int] | None = None, n: int = DEFAULT_PAIRS, seed: int = 0,
+              progress: Progress | None = None) -> tuple[str, Prepared]:
     """(the pairs' name, the pairs prepared): a shipped causal model's (``task``: drawn, kept where the network
     gets them right, aligned at the variable's word unless ``positions`` are given) or the user's ``data``
-    (aligned at ``positions``)."""
+    (aligned at ``positions``). ``progress(done, total)`` after each batch of a task's pairs is read."""
     if (task is None) == (data is None):
         raise BertScopeError("Give a causal task (--task) or a file of counterfactual pairs (--data), one of them.")
     if data is not None:
@@ -57,7 +60,7 @@ def pairs_for(lm: LoadedModel, task: str | None = None, data: Sequence[Counterfa
     if model.reads != where:
         raise BertScopeError(f"The {model.name} task reads {model.reads} decisions, which {lm.name} does not make; "
                              f"run it on {model.model}.")
-    kept, _ = counterfactuals_for(lm, model, n, seed)
+    kept, _ = counterfactuals_for(lm, model, n, seed, progress)
     return model.name, prepare_pairs(lm, kept, positions=positions, slot=None if positions else model.slot)
 
 
@@ -85,13 +88,14 @@ def align(lm: LoadedModel, *, task: str | None = None, data: Sequence[Counterfac
         dim: the subspace's width; None learns it (boundless DAS).
         pairs: how many pairs a task draws before those the network gets wrong are dropped.
         settings: epochs, learning rate, batch, seed.
-        progress: called with (done, total) training steps.
+        progress: called with (done, total) passes: the drawn pairs read, then each training step and scoring
+            batch.
 
     Returns:
         A ``DasResult``: IIA on the held-out pairs beside its controls, the learned basis [d_model, dim].
     """
     check_run(pairs, settings)
-    name, prepared = pairs_for(lm, task, data, positions, pairs, settings.seed)
+    name, prepared = pairs_for(lm, task, data, positions, pairs, settings.seed, progress)
     return search_prepared(lm, name, prepared, layer, dim, settings, progress)
 
 
@@ -145,7 +149,7 @@ def iia_map(lm: LoadedModel, prepared: Prepared, *, task: str = "pairs", dim: in
         dim: the subspace's width at every cell.
         layers: the states mapped (default every one: "embeddings", 0, …).
         settings: epochs, learning rate, batch, seed.
-        progress: called with (done, total) training steps over all cells.
+        progress: called with (done, total) passes over all cells (each cell's training, then its scoring).
 
     Returns:
         An ``IiaMap``: ``iia`` [state, position] beside the first pair's tokens.
@@ -163,12 +167,15 @@ def iia_map(lm: LoadedModel, prepared: Prepared, *, task: str = "pairs", dim: in
     train_rows, held_rows = split(len(prepared.rows), settings.seed)
     out = np.zeros((len(states), length))
     cells = len(states) * length
+    trained = train_units(prepared, train_rows, settings)
+    unit = trained + len(prepared.batches(held_rows, IIA_BATCH))  # a cell's passes: its training, then its IIA
     for i, state in enumerate(states):
         for position in range(length):
-            cell = i * length + position
+            start = (i * length + position) * unit
             at = replace(prepared, positions=[(position,)] * len(prepared.rows))
             swap = Rotation(lm.hidden_size, dim, settings.seed)
-            part = (lambda s, t, cell=cell: progress(cell * t + s, cells * t)) if progress else None
-            train(lm, at, state, train_rows, swap, settings, part)
-            out[i, position] = iia(lm, at, state, held_rows, swap)
+            fit = (lambda s, _t, start=start: progress(start + s, cells * unit)) if progress else None
+            score = (lambda s, _t, start=start: progress(start + trained + s, cells * unit)) if progress else None
+            train(lm, at, state, train_rows, swap, settings, fit)
+            out[i, position] = iia(lm, at, state, held_rows, swap, progress=score)
     return IiaMap(lm.name, task, list(prepared.rows[0].tokens), [hidden_label(s) for s in states], out, dim)

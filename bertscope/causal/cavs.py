@@ -39,6 +39,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -143,20 +144,26 @@ def check_examples(texts: Sequence[str], what: str = "concept", least: int = MIN
     return texts
 
 
-def random_pool(source: str, size: int, seed: int = 0, exclude: Sequence[str] = ()) -> list[str]:
-    """``size`` texts from an installed corpus (``RANDOM_SOURCES``) or a file, none of ``exclude``."""
+@lru_cache(maxsize=4)  # the app counts a test's pieces, then runs it: one read of the corpus for both
+def _corpus_texts(source: str, size: int, seed: int) -> tuple[str, ...]:
+    """An installed corpus's texts (``RANDOM_SOURCES``), enough for ``size`` (Brown's drawn by ``seed``)."""
     if source == "brown":
         from bertscope.corpora.brown_tasks import brown_texts
 
-        texts = brown_texts(max(2 * size, 500), seed)
-    elif source == "ewt":
+        return tuple(brown_texts(max(2 * size, 500), seed))
+    if source == "ewt":
         from bertscope.corpora.ewt import read_ewt
 
-        texts = [" ".join(s.tokens) for s in read_ewt("train")]
-    elif source == "topics":
-        from bertscope.corpora.topics import read_topics
+        return tuple(" ".join(s.tokens) for s in read_ewt("train"))
+    from bertscope.corpora.topics import read_topics
 
-        texts = [t[:600] for t in read_topics().texts]
+    return tuple(t[:600] for t in read_topics().texts)
+
+
+def random_pool(source: str, size: int, seed: int = 0, exclude: Sequence[str] = ()) -> list[str]:
+    """``size`` texts from an installed corpus (``RANDOM_SOURCES``) or a file, none of ``exclude``."""
+    if source in RANDOM_SOURCES:
+        texts: Sequence[str] = _corpus_texts(source, size, seed)
     elif Path(source).is_file():
         texts = read_examples(source, "random set")
     else:

@@ -79,26 +79,46 @@ class DasResult:
         return out
 
 
-def _sources(lm: LoadedModel, prepared: Prepared, state: int, batches: Sequence[list[int]]
-             ) -> dict[int, torch.Tensor]:
-    return {i: source_states(lm, prepared, state, chosen) for i, chosen in enumerate(batches)}
+IIA_BATCH = 64
+
+
+def _sources(lm: LoadedModel, prepared: Prepared, state: int, batches: Sequence[list[int]],
+             progress: Progress | None = None) -> dict[int, torch.Tensor]:
+    """{batch: [rows, position, d_model] the sources' states}; ``progress(done, len(batches))`` after each."""
+    out = {}
+    for i, chosen in enumerate(batches):
+        out[i] = source_states(lm, prepared, state, chosen)
+        if progress:
+            progress(i + 1, len(batches))
+    return out
 
 
 def iia(lm: LoadedModel, prepared: Prepared, state: int, chosen: Sequence[int], swap: torch.nn.Module | None,
-        batch: int = 64) -> float:
-    """The share of ``chosen`` pairs whose intervened decision prefers the answer."""
+        batch: int = IIA_BATCH, progress: Progress | None = None) -> float:
+    """The share of ``chosen`` pairs whose intervened decision prefers the answer; ``progress(done, total)``
+    after each batch."""
     right = 0
+    batches = prepared.batches(chosen, batch)
     with torch.no_grad():
-        for rows in prepared.batches(chosen, batch):
+        for done, rows in enumerate(batches, 1):
             right += int((intervened(lm, prepared, state, rows, swap) > 0).sum())
+            if progress:
+                progress(done, len(batches))
     return right / max(1, len(chosen))
+
+
+def train_units(prepared: Prepared, chosen: Sequence[int], settings: TrainSettings) -> int:
+    """The passes ``train`` reports: each batch's sources once, then every step."""
+    return len(prepared.batches(chosen, settings.batch)) * (1 + settings.epochs)
 
 
 def train(lm: LoadedModel, prepared: Prepared, state: int, chosen: Sequence[int], swap: torch.nn.Module,
           settings: TrainSettings = TrainSettings(), progress: Progress | None = None) -> list[float]:
-    """Interchange intervention training of ``swap``'s parameters on the ``chosen`` pairs; the losses."""
+    """Interchange intervention training of ``swap``'s parameters on the ``chosen`` pairs; the losses.
+    ``progress(done, total)`` after each source batch is read and after each step (``train_units`` in all)."""
     batches = prepared.batches(chosen, settings.batch)
-    sources = _sources(lm, prepared, state, batches)
+    total = train_units(prepared, chosen, settings)
+    sources = _sources(lm, prepared, state, batches, progress and (lambda d, _t: progress(d, total)))
     params = [p for p in swap.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=settings.mask_lr if isinstance(swap, Neurons) else settings.lr)
     steps = settings.epochs * len(batches)
@@ -122,18 +142,18 @@ def train(lm: LoadedModel, prepared: Prepared, state: int, chosen: Sequence[int]
             losses.append(float(loss.detach()))
             step += 1
             if progress:
-                progress(step, steps)
+                progress(len(batches) + step, total)
     return losses
 
 
-def counterfactuals_for(lm: LoadedModel, model: CausalModel, n: int = DEFAULT_PAIRS, seed: int = 0
-                        ) -> tuple[list[Counterfactual], int]:
+def counterfactuals_for(lm: LoadedModel, model: CausalModel, n: int = DEFAULT_PAIRS, seed: int = 0,
+                        progress: Progress | None = None) -> tuple[list[Counterfactual], int]:
     """(the drawn pairs the network gets right, how many were drawn): the base's decision agrees with the
     causal model's output for the base, and the source's with its own; as many pairs whose variable has one
-    value in both as pairs where it differs."""
+    value in both as pairs where it differs. ``progress(done, total)`` after each batch read."""
     pairs = list(dict.fromkeys(draw_pairs(model, n, seed)))  # once each: a held-out pair is not a training pair
     prepared = prepare_pairs(lm, pairs, slot=model.slot)
-    base, source = factual(lm, prepared)
+    base, source = factual(lm, prepared, progress)
     right = [p for p, b, s in zip(pairs, base, source) if (b > 0) == p.same and s > 0]
     same, different = [p for p in right if p.same], [p for p in right if not p.same]
     n_each = min(len(same), len(different))  # as many of each, so that no intervention scores 0.5
@@ -176,24 +196,27 @@ def das(lm: LoadedModel, prepared: Prepared, layer: Layer, *, dim: int | None = 
     start = time.perf_counter()
     d = lm.hidden_size
     swap: Rotation | Boundless = Rotation(d, dim, settings.seed) if dim is not None else Boundless(d, settings.seed)
-    runs = 2 if controls else 1
+    trained, scored = train_units(prepared, train_rows, settings), len(prepared.batches(held_rows, IIA_BATCH))
+    total = (2 if controls else 1) * trained + (5 if controls else 3) * scored  # every pass: Stop waits for one
+    offset = [0]
 
-    def part(k: int) -> Progress | None:
-        return (lambda s, t: progress(k * t + s, runs * t)) if progress else None
-    train(lm, prepared, state, train_rows, swap, settings, part(0))
+    def part(units: int) -> Progress | None:  # the next ``units`` of ``total``
+        start, offset[0] = offset[0], offset[0] + units
+        return (lambda s, _t: progress(start + s, total)) if progress else None
+    train(lm, prepared, state, train_rows, swap, settings, part(trained))
     if isinstance(swap, Boundless):
         swap.temperature = 0.1
     width = swap.dim
     basis = swap.weight.detach()[:, :width] if isinstance(swap, Boundless) else swap.weight.detach()
-    scores = {"iia": iia(lm, prepared, state, held_rows, swap), "iia_base": iia(lm, prepared, state, held_rows, None),
-              "iia_full_vector": iia(lm, prepared, state, held_rows, FullVector())}
+    scores = {key: iia(lm, prepared, state, held_rows, how, progress=part(scored))
+              for key, how in (("iia", swap), ("iia_base", None), ("iia_full_vector", FullVector()))}
     if controls:
         frozen = Rotation(d, max(1, width), settings.seed + 1)
-        scores["iia_random_rotation"] = iia(lm, prepared, state, held_rows, frozen)
+        scores["iia_random_rotation"] = iia(lm, prepared, state, held_rows, frozen, progress=part(scored))
         neurons = Neurons(d, max(1, width))
-        train(lm, prepared, state, train_rows, neurons, settings, part(1))
+        train(lm, prepared, state, train_rows, neurons, settings, part(trained))
         neurons.hard = True
-        scores["iia_neurons"] = iia(lm, prepared, state, held_rows, neurons)
+        scores["iia_neurons"] = iia(lm, prepared, state, held_rows, neurons, progress=part(scored))
     positions = prepared.positions[0] if len(set(prepared.positions)) == 1 else ()
     return DasResult(lm.name, task, hidden_label(state), positions, width, len(train_rows), len(held_rows),
                      scores["iia"], scores.get("iia_random_rotation", float("nan")),

@@ -130,11 +130,14 @@ def intervened(lm: LoadedModel, prepared: Prepared, state: int, chosen: Sequence
         return decisions(lm, out, rows, prepared.where).float()
 
 
-def factual(lm: LoadedModel, prepared: Prepared) -> tuple[list[float], list[float]]:
+def factual(lm: LoadedModel, prepared: Prepared, progress: Callable[[int, int], None] | None = None
+            ) -> tuple[list[float], list[float]]:
     """([pair] the base's own logit(answer) − logit(foil), [pair] the source's own), no intervention: a causal
-    model holds on a pair where the network gives each input its own output."""
+    model holds on a pair where the network gives each input its own output. ``progress(done, total)`` after
+    each batch."""
     base, source = [0.0] * len(prepared.rows), [0.0] * len(prepared.rows)
-    for chosen in prepared.batches(range(len(prepared.rows))):
+    batches = prepared.batches(range(len(prepared.rows)))
+    for done, chosen in enumerate(batches, 1):
         rows = [prepared.rows[i] for i in chosen]
         feed = {key: torch.cat([_feed(rows, "clean_feed")[key], _feed(rows, "corrupted_feed")[key]])
                 for key in rows[0].clean_feed}  # [2 x rows, token]
@@ -143,4 +146,6 @@ def factual(lm: LoadedModel, prepared: Prepared) -> tuple[list[float], list[floa
             margins = decisions(lm, out, rows + rows, prepared.where).float().tolist()
         for j, i in enumerate(chosen):
             base[i], source[i] = margins[j], margins[len(rows) + j]
+        if progress:
+            progress(done, len(batches))
     return base, source

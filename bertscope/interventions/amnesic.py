@@ -234,14 +234,17 @@ def masked_test(lm: LoadedModel, task: Any, seed: int, batch_size: int) -> list[
     return out
 
 
-def masked_predictions(lm: LoadedModel, masked: list[_Masked]) -> tuple[np.ndarray, np.ndarray]:
-    """([position] top-1 id, [position] log p(gold)) over every batch."""
+def masked_predictions(lm: LoadedModel, masked: list[_Masked], beat: Callable[[int, int], None] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """([position] top-1 id, [position] log p(gold)) over every batch; ``beat(done, total)`` after each."""
     best, logp = [], []
-    for m in masked:
+    for done, m in enumerate(masked, 1):
         logits = chosen_logits(lm, m.feed, m.chosen).float()  # [chosen, vocab]
         lp = torch.log_softmax(logits, -1)
         best.append(lp.argmax(-1).cpu().numpy())
         logp.append(lp.gather(1, m.gold[:, None]).squeeze(1).cpu().numpy())
+        if beat:
+            beat(done, len(masked))
     return np.concatenate(best), np.concatenate(logp)
 
 
@@ -277,12 +280,14 @@ def task_fits(lm: LoadedModel, concept: Concept) -> str | None:
     return None
 
 
-def task_accuracy(lm: LoadedModel, task: Any, batch_size: int) -> float:
-    """A tagger's word accuracy (its label at the word's first piece) or a classifier's accuracy."""
+def task_accuracy(lm: LoadedModel, task: Any, batch_size: int, beat: Callable[[int, int], None] | None = None
+                  ) -> float:
+    """A tagger's word accuracy (its label at the word's first piece) or a classifier's accuracy;
+    ``beat(sentences done, sentences)`` after each batch."""
     if lm.task is None:
         raise BertScopeError(f"{lm.name} has no task head to score.")
     labels = list(lm.task.labels)
-    right = total = 0
+    right = total = read = 0
     for rows, padded, feed in batches(lm, task.texts, batch_size):
         best = lm.run(feed).logits.argmax(-1).cpu().numpy()  # [batch] or [batch, token]
         for b, row in enumerate(rows):
@@ -298,6 +303,9 @@ def task_accuracy(lm: LoadedModel, task: Any, batch_size: int) -> float:
                 seen.add(w)
                 right += labels[int(best[b, t])] == task.labels[row][w]
                 total += 1
+        read += len(rows)
+        if beat:
+            beat(read, len(task.texts))
     return right / max(total, 1)
 
 
@@ -411,8 +419,8 @@ def _clean(lm: LoadedModel, concept: Concept, plan: _Plan, first: int, seed: int
     return _Clean(train, test, y_train, y_test, float((y_test == majority_label).mean()), probe, readers, trees,
                   test_trees, {s: uuas(r, test, trees, s, test_trees) for s, r in readers.items()}, masked,
                   np.concatenate([m.gold.cpu().numpy() for m in masked]) if masked else np.zeros(0, np.int64),
-                  [t for m in masked for t in m.tags], masked_predictions(lm, masked) if plan.mlm else None,
-                  task_accuracy(lm, concept.test, batch_size) if plan.task else None)
+                  [t for m in masked for t in m.tags], masked_predictions(lm, masked, step.beat) if plan.mlm else None,
+                  task_accuracy(lm, concept.test, batch_size, step.beat) if plan.task else None)
 
 
 def _erased_arm(lm: LoadedModel, concept: Concept, plan: _Plan, clean: _Clean, state: int, eraser: Eraser, label: str,
@@ -436,11 +444,11 @@ def _erased_arm(lm: LoadedModel, concept: Concept, plan: _Plan, clean: _Clean, s
                 out["uuas"][s] = uuas(clean.readers[s], erased_test, clean.trees, s, clean.test_trees)
     if plan.mlm:
         with erasing(lm, state, eraser):
-            out["mlm"] = masked_predictions(lm, clean.masked)
+            out["mlm"] = masked_predictions(lm, clean.masked, step.beat)
         step(f"layer {name}, {label}: masked LM")
     if plan.task:
         with erasing(lm, state, eraser):
-            out["task"] = task_accuracy(lm, concept.test, batch_size)
+            out["task"] = task_accuracy(lm, concept.test, batch_size, step.beat)
         step(f"layer {name}, {label}: task model")
     return out
 

@@ -12,11 +12,13 @@ def test_cka_and_predictions(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     at = start(monkeypatch, str(tiny_mlm_dir)).switch_page(PAGE).run()
     assert not at.exception and not at.error
     assert any("Press *Compare*" in i for i in texts(at.info))  # nothing costly on arrival
+    assert "n" not in at.query_params  # the link's flag: with no result on screen a reload runs nothing
     at.text_input(key="cmp_b").input(str(tiny_bert_dir)).run()
     at.select_slider(key="cmp_n").set_value(100)
     next(b for b in at.button if b.label == "Compare" and "cmp_form" in b.id).click()
     at.run()
     assert not at.exception and not at.error
+    assert at.query_params["n"] in ("100", ["100"])  # the view on screen, copied as a link
     heatmap = at.get("plotly_chart")[0].proto.spec
     assert "Linear CKA" in heatmap and "embeddings" in heatmap
     assert any("Same depth" in c for c in texts(at.caption))

@@ -18,6 +18,7 @@ def test_scoreboard_on_my_sentences(monkeypatch, tiny_mlm_dir):
     at = start(monkeypatch, str(tiny_mlm_dir)).switch_page(PAGE).run()
     assert not at.exception and not at.error
     assert any("Press *Run the test*" in i for i in texts(at.info))  # nothing costly runs on arrival
+    assert "methods" not in at.query_params  # the link's flag: with no scoreboard on screen a reload runs nothing
     at.radio(key="faith_source").set_value("text")
     at.text_area(key="faith_text").input(LINES)
     at.multiselect(key="faith_methods").set_value(["attention", "alti", "valuezeroing", "grad", "random"])

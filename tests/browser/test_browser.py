@@ -166,11 +166,11 @@ def test_probes_page_on_bundled(browser, app_url, artifacts, server_log):
     page.get_by_role("button", name="Extract and probe every layer").click()
     seen, deadline = [], time.monotonic() + 240  # the bar's text, sampled while the job runs
     while not page.get_by_text("Majority baseline").count() and time.monotonic() < deadline:
-        bar = page.locator('[data-testid="stProgress"]')
-        if bar.count():
-            text = bar.first.inner_text(timeout=5_000).strip()
-            if text and (not seen or seen[-1] != text):
-                seen.append(text)
+        # all_inner_texts reads what is there now and never waits: the bar may go between a count and a read
+        texts = page.locator('[data-testid="stProgress"]').all_inner_texts()
+        text = texts[0].strip() if texts else ""
+        if text and (not seen or seen[-1] != text):
+            seen.append(text)
         time.sleep(0.3)
     page.get_by_text("Majority baseline").wait_for(timeout=60_000)
     # every phase moves: the probes' phase (task, then control, at each layer) reports each fit, with the
@@ -1135,15 +1135,10 @@ def test_every_page_for_the_docs(browser, app_url, artifacts):
         block_outside(page, problems)
         page.goto(f"{app_url}/{entry.url_path}", wait_until="domcontentloaded")
         page.locator('[data-testid="stMain"] h1').first.wait_for(timeout=120_000)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and (page.locator('[data-testid="stSpinner"]').count()
-                                               or page.get_by_text("Running...").count()):
-            page.wait_for_timeout(500)
-        drawn = time.monotonic() + 10  # charts, tables and tiles draw after the script ends
-        while time.monotonic() < drawn and not page.locator('.js-plotly-plot, [data-testid="stDataFrame"], '
-                                                            '[data-testid="stMetric"], [data-testid="stTable"]').count():
-            page.wait_for_timeout(500)
-        page.wait_for_timeout(2000)
+        wait_until_idle(page, 90)  # the script ran to its end: every element it drew is in the page
+        for chart in page.locator('[data-testid="stPlotlyChart"]').all():  # a chart draws itself after the script
+            chart.locator(".js-plotly-plot").first.wait_for(state="attached", timeout=10_000)
+        page.wait_for_timeout(1000)  # tables' canvases and fonts paint a moment after
         assert "Traceback" not in page.inner_text("body"), entry.title
         page.screenshot(path=str(shots / f"{entry.url_path or 'home'}.png"))
         assert not problems, (entry.title, problems)

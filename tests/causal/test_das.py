@@ -15,7 +15,7 @@ import torch
 
 from bertscope.causal.alignment import align, iia_map, pairs_for
 from bertscope.causal.das import TrainSettings, das
-from bertscope.causal.interchange import intervened, prepare_pairs
+from bertscope.causal.interchange import factual, intervened, prepare_pairs
 from bertscope.causal.subspaces import Boundless, FullVector, Neurons, Rotation
 from bertscope.causal.variables import MODELS, CausalModel, Counterfactual, draw_pairs, read_counterfactuals
 from bertscope.circuits.pairs import MASK
@@ -115,6 +115,29 @@ def test_every_layer_and_the_map(tiny_bert):
     assert result.layer in ("embeddings", 0, 1) and "by_layer" in result.to_json()
     found = iia_map(tiny_bert, prepare_pairs(tiny_bert, pairs, positions=[2]), settings=TrainSettings(epochs=1))
     assert found.iia.shape == (3, len(found.tokens)) and ((found.iia >= 0) & (found.iia <= 1)).all()
+
+
+def test_every_pass_reports_progress_so_that_stop_never_waits_through_one(tiny_bert, monkeypatch):
+    """Each source read, training step and scoring batch reports (done, total): done climbs by one per pass of
+    the model and ends at the total, with the controls and in the map alike."""
+    import bertscope.causal.das as das_module
+    passes = []
+    for name in ("source_states", "intervened"):
+        real = getattr(das_module, name)
+        monkeypatch.setattr(das_module, name, lambda *a, real=real, name=name, **k: passes.append(name) or real(*a, **k))
+    prepared = prepare_pairs(tiny_bert, tiny_pairs(40), positions=[2])
+    reports: list[tuple[int, int]] = []
+    das(tiny_bert, prepared, 1, dim=1, settings=TrainSettings(epochs=2, batch=8),
+        progress=lambda d, t: reports.append((d, t)))
+    assert [d for d, _ in reports] == list(range(1, len(passes) + 1))  # one report a pass, none skipped
+    assert {t for _, t in reports} == {len(passes)} and passes.count("source_states") == 2 * 4  # both trainings
+    reports.clear()
+    iia_map(tiny_bert, prepared, layers=[0], settings=TrainSettings(epochs=1, batch=16),
+            progress=lambda d, t: reports.append((d, t)))
+    assert [d for d, _ in reports] == list(range(1, reports[-1][1] + 1)) and len({t for _, t in reports}) == 1
+    read: list[tuple[int, int]] = []  # the drawn pairs read before a task's pairs are kept
+    factual(tiny_bert, prepare_pairs(tiny_bert, tiny_pairs(40), positions=[2]), lambda d, t: read.append((d, t)))
+    assert read == [(1, 2), (2, 2)]  # 40 pairs of one length in batches of 32
 
 
 def test_the_command_prints_the_issue_s_json(tmp_path, tiny_bert_dir, capsys):

@@ -189,7 +189,7 @@ def test_a_taggers_tag_is_explained_at_the_first_word_tagged_so():
         T.decisions(lm, "VERBS", n=4)
 
 
-def test_the_inputs_masks_and_the_tests_size_are_read_before_any_pass(tiny_bert):
+def test_the_inputs_masks_and_the_tests_size_are_read_before_any_pass(tiny_bert, monkeypatch):
     """What the app checks before it charges the job: each input's one [MASK], and the word pieces the test passes
     (the random sets drawn as the test draws them); the job's bar reaches its end through every stage."""
     from bertscope.corpora.brown_tasks import brown_texts
@@ -198,8 +198,13 @@ def test_the_inputs_masks_and_the_tests_size_are_read_before_any_pass(tiny_bert)
         T.check_masks(tiny_bert, ["the [MASK] and the [MASK] ."])
     assert T.check_masks(tiny_bert, ["by the [MASK] ."]) == [f"by the {tiny_bert.tokenizer.mask_token} ."]
     concept = brown_texts(15, seed=7)
+    import bertscope.corpora.brown_tasks as brown
+    reads: list[int] = []
+    monkeypatch.setattr(brown, "brown_texts", lambda n, seed: reads.append(n) or brown_texts(n, seed))
+    T._corpus_texts.cache_clear()
     size = T.tcav_pieces(tiny_bert, concept, "brown", T.MIN_RUNS, INPUTS, len(INPUTS), seed=3)
     pool = T.random_pool("brown", len(concept) * (T.MIN_RUNS + 1), 3, exclude=concept)
+    assert len(reads) == 1  # counted, then drawn again for the test: Brown read once
     read = sum(len(tiny_bert.tokenizer(t, truncation=True, max_length=tiny_bert.max_length)["input_ids"])
                for t in [*concept, *pool])
     assert size == read + 3 * sum(len(tiny_bert.tokenizer(t)["input_ids"]) for t in INPUTS)

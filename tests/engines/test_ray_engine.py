@@ -55,7 +55,8 @@ def test_head_statistics_through_ray_equal_the_single_process_ones(cluster, bund
     assert seen[-1] == (len(sentences), len(sentences))  # progress as the actors' results arrive
 
 
-@pytest.mark.parametrize("task_name, pooling", [("pos", "first"), ("tense", "cls")])
+@pytest.mark.parametrize("task_name, pooling", [("pos", "first"),  # a second pooling: a second look (10 s)
+                                               pytest.param("tense", "cls", marks=pytest.mark.extended)])
 def test_the_cache_written_through_ray_is_the_local_one_byte_for_byte(cluster, bundled, tmp_path, task_name,
                                                                        pooling):
     task = shipped_task(task_name)
@@ -158,6 +159,8 @@ def test_cka_through_ray_equals_the_single_process_matrix(cluster, tiny_mlm_dir,
     assert seen[-1] == (len(task.words), len(task.words))
 
 
+@pytest.mark.extended  # the same numbers as the two tests above, through the commands (15 s); the engine's flag
+# itself is test_commands_take_the_ray_engine's
 def test_faithfulness_and_compare_commands_take_the_ray_engine(cluster, tiny_mlm_dir, tiny_bert_dir, tmp_path,
                                                               capsys):
     data = tmp_path / "lines.txt"

@@ -87,7 +87,9 @@ def test_every_arm_reads_the_same_masked_positions(mlm, upos_concept):
     nothing = Eraser("random", np.zeros((mlm.hidden_size, 0), np.float32), np.zeros((0, mlm.hidden_size), np.float32),
                      np.zeros(mlm.hidden_size, np.float32), 0)
     masked = masked_test(mlm, upos_concept.test, 0, 16)
-    clean = masked_predictions(mlm, masked)
+    beats: list[tuple[int, int]] = []
+    clean = masked_predictions(mlm, masked, lambda d, t: beats.append((d, t)))
+    assert beats == [(i, len(masked)) for i in range(1, len(masked) + 1)] and len(masked) > 1  # a batch each
     with erasing(mlm, 3, nothing):
         same = masked_predictions(mlm, masked)
     assert np.array_equal(clean[0], same[0]) and np.allclose(clean[1], same[1], atol=1e-5)
@@ -110,7 +112,11 @@ def test_inlp_is_the_baseline(mlm, upos_concept):
 def test_a_taggers_head_loses_what_leace_erases_from_its_last_layer():
     tagger = load_model("bundled-upos")
     concept = load_concept("ewt-upos", size=150, test_size=40)
-    result = amnesic_probe(tagger, concept, [tagger.num_layers - 1], behaviours=("task",))
+    reports: list[tuple[int, int, str]] = []
+    result = amnesic_probe(tagger, concept, [tagger.num_layers - 1], behaviours=("task",), batch_size=8,
+                           progress=lambda d, t, what: reports.append((d, t, what)))
+    # the task model's passes report within their stage, so that a Stop acts between its batches
+    assert sum("past layer" in what and "task model" not in what for _, _, what in reports) >= 2 * 4, reports
     (row,) = result.layers
     task = row.task_accuracy
     assert task is not None and task.before > 0.85  # bundled-upos on EWT test

@@ -18,6 +18,7 @@ from bertscope.causal.das import TrainSettings, check_pair_count
 from bertscope.causal.variables import MODELS, names_for, read_counterfactuals
 from bertscope.circuits.pairs import reads
 from bertscope.figures.das import CONTROLS, das_figure, iia_map_figure
+from bertscope.runtime.progress import staged
 
 UPLOAD = "your pairs (CSV)"
 EVERY = "every layer"
@@ -70,9 +71,9 @@ def render(lm, key) -> None:
     store = result_store("das")
     settings = TrainSettings()
 
-    def prepared():
+    def prepared(progress=None):
         if task != UPLOAD:
-            return pairs_for(lm, task=task, n=int(n_pairs))
+            return pairs_for(lm, task=task, n=int(n_pairs), progress=progress)
         check_upload(upload)
         data = read_counterfactuals(upload.getvalue(), upload.name)
         try:
@@ -91,9 +92,9 @@ def render(lm, key) -> None:
             return store.refuse(plain(str(err)), show)
     with page_errors(stop=False):
         def work(progress):
-            name, ready = prepared()
+            name, ready = prepared(staged(progress, "Reading the drawn pairs on the model, batches"))
             return search_prepared(lm, name, ready, "all" if layer == EVERY else layer, dim, settings,
-                                   lambda d, t: progress(d, t, "Training subspaces"))
+                                   staged(progress, "Training subspaces and scoring them, passes"))
 
         result = store.compute(request, work, "Searching", asked, costly="DAS search",
                                wait="Press *Search*: the pairs are drawn and checked on the model, then a subspace is "
@@ -147,5 +148,5 @@ def map_section(lm, key, request, prepared, dim) -> None:
 
 
 def _map(lm, prepared, dim, progress):
-    name, ready = prepared()
-    return iia_map(lm, ready, task=name, dim=dim, progress=lambda d, t: progress(d, t, "Training a subspace a cell"))
+    name, ready = prepared(staged(progress, "Reading the drawn pairs on the model, batches"))
+    return iia_map(lm, ready, task=name, dim=dim, progress=staged(progress, "Training a subspace a cell, passes"))
