@@ -73,14 +73,16 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
     to_url(pool=pool)  # n joins the address with a result on screen: the link's flag, so a reload of an empty
     # page runs nothing
     with page_errors(stop=False):
-        request = (key_a, key_b, n, pool)
-        result = result_store("compare").compute(request, lambda progress: compare_layers(
-            cached_model(*key_a), cached_model(*key_b), brown_task("brown-pos", n), pool,
-            source=f"{n} Brown sentences", progress=progress), "Both models over the sentences, sentences",
-            asked or link_asks("compare", linked, request), costly="model comparison",
-            wait="Press *Compare*: both models read the sentences once (the bar times the first batches and says "
-                 "how long the rest will take).")
-        to_url(n=n if result is not None else None)
+        request, result = (key_a, key_b, n, pool), None
+        try:
+            result = result_store("compare").compute(request, lambda progress: compare_layers(
+                cached_model(*key_a), cached_model(*key_b), brown_task("brown-pos", n), pool,
+                source=f"{n} Brown sentences", progress=progress), "Both models over the sentences, sentences",
+                asked or link_asks("compare", linked, request), costly="model comparison",
+                wait="Press *Compare*: both models read the sentences once (the bar times the first batches and "
+                     "says how long the rest will take).")
+        finally:  # a refusal, a failure or a Stop leaves no result on screen, nor the flag in the address
+            to_url(n=n if result is not None else None)
         if result is not None:
             rows, columns = hidden_names(result.cka.shape[0] - 1), hidden_names(result.cka.shape[1] - 1)
             fig = go.Figure(go.Heatmap(z=result.cka, x=columns, y=rows, zmin=0, zmax=1, colorscale="Viridis",

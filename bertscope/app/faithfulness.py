@@ -103,42 +103,48 @@ def test_form(lm, classifier: bool) -> Form:
 def run_test(lm, key, classifier: bool, f: Form):
     """The scoreboard of the form's request: stored, computed now when asked (through the budget), or None while
     waiting for the button."""
-    source, n, text, methods, removal, seed, steps = f.source, f.n, f.text, f.methods, f.removal, f.seed, f.steps
     board = None
-
-    with page_errors(stop=False):
-        chosen = check_methods(methods)
-        if source == "text":
-            check_text(text, "sentences")
-            lines = [line for line in text.splitlines() if line.strip()]
-            if len(lines) > max_items():
-                raise BertScopeError(f"{len(lines):,} sentences: this page takes up to {max_items()} (python -m "
-                                     "bertscope faithfulness takes more).")
-        request = (key, source, n if source == "brown" else text, chosen, removal, int(seed), steps)
-
-        def work(progress):
-            model = lm
-            if source == "brown":
-                progress(0, n, "Choosing Brown sentences")
-                choose = brown_class_items if classifier else brown_items
-                items, skipped, where = choose(model, n, int(seed)), 0, f"{n} Brown sentences"
-            elif classifier:
-                items, skipped = class_items(model, lines)
-                where = "your texts"
-            else:
-                items, skipped = text_items(model, lines, int(seed))
-                where = "your sentences"
-            return faithfulness(model, items, chosen, removal, steps, int(seed), where, skipped,
-                                progress=lambda done, total: progress(done, total, "Items scored and erased"))
-
-        board = result_store("faithfulness").compute(
-            request, work, "Faithfulness test, items", f.asked or link_asks("faithfulness", f.linked, request),
-            costly="faithfulness test",
-            wait="Press *Run the test*. Every method scores every item, then each item's removals run as one batch "
-                 "(integrated gradients and Value Zeroing cost most). The bar times the first items on this machine "
-                 "and says how long the rest will take.")
-    to_url(methods=",".join(methods) if board is not None else None)
+    try:
+        with page_errors(stop=False):
+            board = _scoreboard(lm, key, classifier, f)
+    finally:  # a refusal, a failure or a Stop leaves no scoreboard on screen, nor the flag in the address
+        to_url(methods=",".join(f.methods) if board is not None else None)
     return board
+
+
+def _scoreboard(lm, key, classifier: bool, f: Form):
+    """The form's request checked, then ``run_test``'s stored or computed scoreboard (None while waiting)."""
+    source, n, text, removal, seed, steps = f.source, f.n, f.text, f.removal, f.seed, f.steps
+    chosen = check_methods(f.methods)
+    if source == "text":
+        check_text(text, "sentences")
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) > max_items():
+            raise BertScopeError(f"{len(lines):,} sentences: this page takes up to {max_items()} (python -m "
+                                 "bertscope faithfulness takes more).")
+    request = (key, source, n if source == "brown" else text, chosen, removal, int(seed), steps)
+
+    def work(progress):
+        model = lm
+        if source == "brown":
+            progress(0, n, "Choosing Brown sentences")
+            choose = brown_class_items if classifier else brown_items
+            items, skipped, where = choose(model, n, int(seed)), 0, f"{n} Brown sentences"
+        elif classifier:
+            items, skipped = class_items(model, lines)
+            where = "your texts"
+        else:
+            items, skipped = text_items(model, lines, int(seed))
+            where = "your sentences"
+        return faithfulness(model, items, chosen, removal, steps, int(seed), where, skipped,
+                            progress=lambda done, total: progress(done, total, "Items scored and erased"))
+
+    return result_store("faithfulness").compute(
+        request, work, "Faithfulness test, items", f.asked or link_asks("faithfulness", f.linked, request),
+        costly="faithfulness test",
+        wait="Press *Run the test*. Every method scores every item, then each item's removals run as one batch "
+             "(integrated gradients and Value Zeroing cost most). The bar times the first items on this machine "
+             "and says how long the rest will take.")
 
 
 def show(board) -> None:

@@ -23,6 +23,7 @@ from bertscope.causal.das import (
     TrainSettings,
     counterfactuals_for,
     das,
+    das_units,
     iia,
     split,
     train,
@@ -88,8 +89,8 @@ def align(lm: LoadedModel, *, task: str | None = None, data: Sequence[Counterfac
         dim: the subspace's width; None learns it (boundless DAS).
         pairs: how many pairs a task draws before those the network gets wrong are dropped.
         settings: epochs, learning rate, batch, seed.
-        progress: called with (done, total) passes: the drawn pairs read, then each training step and scoring
-            batch.
+        progress: called with (done, total) passes: the drawn pairs read (a total of their own), then each
+            training step and scoring batch of the search (one total).
 
     Returns:
         A ``DasResult``: IIA on the held-out pairs beside its controls, the learned basis [d_model, dim].
@@ -107,15 +108,16 @@ def search_prepared(lm: LoadedModel, name: str, prepared: Prepared, layer: Layer
         hidden_index(layer, n_layers)  # one line for a layer the model lacks
         return das(lm, prepared, layer, dim=dim, task=name, settings=settings, progress=progress)
     states = list(range(n_layers + 1))
-    steps = len(states) + 1
+    light = das_units(prepared, settings, controls=False)  # a state searched; the best again with its controls
+    total = len(states) * light + das_units(prepared, settings)
     by_layer = []
     for i, state in enumerate(states):
-        part = (lambda s, t, i=i: progress(i * t + s, steps * t)) if progress else None
+        part = (lambda s, _t, i=i: progress(i * light + s, total)) if progress else None
         found = das(lm, prepared, hidden_label(state), dim=dim, task=name, settings=settings, controls=False,
                     progress=part)
         by_layer.append({"layer": found.layer, "iia": found.iia})
     best = max(range(len(states)), key=lambda i: (by_layer[i]["iia"], -i))
-    last = (lambda s, t: progress(len(states) * t + s, steps * t)) if progress else None
+    last = (lambda s, _t: progress(len(states) * light + s, total)) if progress else None
     result = das(lm, prepared, hidden_label(states[best]), dim=dim, task=name, settings=settings, progress=last)
     return replace(result, by_layer=by_layer)
 

@@ -112,6 +112,14 @@ def train_units(prepared: Prepared, chosen: Sequence[int], settings: TrainSettin
     return len(prepared.batches(chosen, settings.batch)) * (1 + settings.epochs)
 
 
+def das_units(prepared: Prepared, settings: TrainSettings, controls: bool = True) -> int:
+    """The passes ``das`` reports over ``prepared``: the subspace's training and three scorings, and with the
+    controls a second training and two more scorings."""
+    train_rows, held_rows = split(len(prepared.rows), settings.seed)
+    trained, scored = train_units(prepared, train_rows, settings), len(prepared.batches(held_rows, IIA_BATCH))
+    return (2 if controls else 1) * trained + (5 if controls else 3) * scored
+
+
 def train(lm: LoadedModel, prepared: Prepared, state: int, chosen: Sequence[int], swap: torch.nn.Module,
           settings: TrainSettings = TrainSettings(), progress: Progress | None = None) -> list[float]:
     """Interchange intervention training of ``swap``'s parameters on the ``chosen`` pairs; the losses.
@@ -197,7 +205,7 @@ def das(lm: LoadedModel, prepared: Prepared, layer: Layer, *, dim: int | None = 
     d = lm.hidden_size
     swap: Rotation | Boundless = Rotation(d, dim, settings.seed) if dim is not None else Boundless(d, settings.seed)
     trained, scored = train_units(prepared, train_rows, settings), len(prepared.batches(held_rows, IIA_BATCH))
-    total = (2 if controls else 1) * trained + (5 if controls else 3) * scored  # every pass: Stop waits for one
+    total = das_units(prepared, settings, controls)  # every pass: Stop waits for one at most
     offset = [0]
 
     def part(units: int) -> Progress | None:  # the next ``units`` of ``total``

@@ -32,6 +32,7 @@ def test_link_and_a_model_b_that_cannot_be_had(monkeypatch, tiny_mlm_dir, tiny_b
     assert "first piece" in at.get("plotly_chart")[0].proto.spec  # a shared link compares on arrival
     at.text_input(key="cmp_b").input(str(tiny_bert_dir)).run()  # another request: the link asked for its own, once
     assert not at.exception and not at.error
+    assert "n" not in at.query_params  # no comparison on screen: a reload runs nothing
     assert any("Press *Compare*" in i for i in texts(at.info)) and not any(
         "Linear CKA" in c.proto.spec for c in at.get("plotly_chart"))
     at.text_input(key="cmp_b").input(str(tmp_path / "nowhere")).run()

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from bertscope.app.kit.pages import PAGES
 from tests.conftest import ROOT
@@ -690,7 +691,8 @@ def test_bad_inputs_in_the_browser(browser, app_url, gpt2_dir, tmp_path, artifac
     page.get_by_role("button", name="Compare").click()  # pressed anyway: one line
     assert "No sentence contains" in alert_text(page)
     # 10. a parallel file that is comma-separated (cross-lingual page)
-    upload_bad_file(page, f"{app_url}/align", "Best layer (centred)", tmp_path / "bad.tsv", "en,de\nhello,Hallo\n")
+    # (ready once the uploader is drawn: the vectors computed on arrival only when an earlier test left them on disk)
+    upload_bad_file(page, f"{app_url}/align", "Or upload a TSV", tmp_path / "bad.tsv", "en,de\nhello,Hallo\n")
     assert "comma-separated" in alert_text(page)
     # the app still works for this user...
     page.goto(app_url)
@@ -982,6 +984,23 @@ def wait_until_idle(page, timeout_s: float = 180) -> None:
     raise AssertionError(f"{page.url} kept running for {timeout_s} s")
 
 
+def press_until(page, button, done, shot: Path, timeout_s: float = 400) -> None:
+    """Click ``button`` and wait for ``done``. A click that started nothing (no bar and no result 30 s on, the button
+    still there: it landed while the page redrew) is clicked once more; a wait that runs out leaves a screenshot
+    and the page's text in the failure."""
+    button.click()
+    try:
+        page.locator('[data-testid="stProgress"]').or_(done).first.wait_for(timeout=30_000)
+    except PlaywrightTimeout:
+        if button.count():
+            button.click()
+    try:
+        done.first.wait_for(timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        page.screenshot(path=str(shot.with_suffix(".timeout.png")), full_page=True)
+        raise AssertionError(f"no {done} after {timeout_s:.0f} s: {page.inner_text('body')[-2000:]}") from None
+
+
 def _fits(page, path: str) -> None:
     overflow = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     assert overflow[0] <= overflow[1], (path, overflow)
@@ -1177,8 +1196,8 @@ def test_circuits_page_attribution_graph(browser, app_url, artifacts, server_log
     page.get_by_text("The model gives", exact=False).wait_for(timeout=400_000)
     wait_until_idle(page, 120)
     assert "Hover a feature" not in page.inner_text("body")  # the hovers' contexts: read when asked
-    page.get_by_role("button", name="Add where each feature fires to its hover", exact=False).click()
-    page.get_by_text("Hover a feature: where it fires most over", exact=False).wait_for(timeout=400_000)
+    press_until(page, page.get_by_role("button", name="Add where each feature fires to its hover", exact=False),
+                page.get_by_text("Hover a feature: where it fires most over", exact=False), artifacts / "circuits-hovers")
     wait_until_idle(page, 120)
     (artifacts / "pages").mkdir(exist_ok=True)
     page.screenshot(path=str(artifacts / "pages" / "circuits-graph.png"), full_page=True)

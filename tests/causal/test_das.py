@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscope.causal.alignment import align, iia_map, pairs_for
+from bertscope.causal.alignment import align, iia_map, pairs_for, search_prepared
 from bertscope.causal.das import TrainSettings, das
 from bertscope.causal.interchange import factual, intervened, prepare_pairs
 from bertscope.causal.subspaces import Boundless, FullVector, Neurons, Rotation
@@ -131,6 +131,10 @@ def test_every_pass_reports_progress_so_that_stop_never_waits_through_one(tiny_b
         progress=lambda d, t: reports.append((d, t)))
     assert [d for d, _ in reports] == list(range(1, len(passes) + 1))  # one report a pass, none skipped
     assert {t for _, t in reports} == {len(passes)} and passes.count("source_states") == 2 * 4  # both trainings
+    reports.clear()  # every state searched, then the best again with its controls: one total for the whole search
+    search_prepared(tiny_bert, "pairs", prepared, "all", settings=TrainSettings(epochs=1, batch=16),
+                    progress=lambda d, t: reports.append((d, t)))
+    assert [d for d, _ in reports] == list(range(1, reports[-1][1] + 1)) and len({t for _, t in reports}) == 1
     reports.clear()
     iia_map(tiny_bert, prepared, layers=[0], settings=TrainSettings(epochs=1, batch=16),
             progress=lambda d, t: reports.append((d, t)))
