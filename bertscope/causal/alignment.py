@@ -37,6 +37,7 @@ from bertscope.core.hook_points import blocks
 from bertscope.core.layers import Layer, hidden_index, hidden_label
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.runtime.progress import within
 
 MAX_MAP_CELLS = 400
 MIN_PAIRS = 40  # drawn: about half are kept (the network right on both, as many same as different)
@@ -112,13 +113,12 @@ def search_prepared(lm: LoadedModel, name: str, prepared: Prepared, layer: Layer
     total = len(states) * light + das_units(prepared, settings)
     by_layer = []
     for i, state in enumerate(states):
-        part = (lambda s, _t, i=i: progress(i * light + s, total)) if progress else None
         found = das(lm, prepared, hidden_label(state), dim=dim, task=name, settings=settings, controls=False,
-                    progress=part)
+                    progress=within(progress, i * light, total))
         by_layer.append({"layer": found.layer, "iia": found.iia})
     best = max(range(len(states)), key=lambda i: (by_layer[i]["iia"], -i))
-    last = (lambda s, _t: progress(len(states) * light + s, total)) if progress else None
-    result = das(lm, prepared, hidden_label(states[best]), dim=dim, task=name, settings=settings, progress=last)
+    result = das(lm, prepared, hidden_label(states[best]), dim=dim, task=name, settings=settings,
+                 progress=within(progress, len(states) * light, total))
     return replace(result, by_layer=by_layer)
 
 
@@ -176,8 +176,7 @@ def iia_map(lm: LoadedModel, prepared: Prepared, *, task: str = "pairs", dim: in
             start = (i * length + position) * unit
             at = replace(prepared, positions=[(position,)] * len(prepared.rows))
             swap = Rotation(lm.hidden_size, dim, settings.seed)
-            fit = (lambda s, _t, start=start: progress(start + s, cells * unit)) if progress else None
-            score = (lambda s, _t, start=start: progress(start + trained + s, cells * unit)) if progress else None
-            train(lm, at, state, train_rows, swap, settings, fit)
-            out[i, position] = iia(lm, at, state, held_rows, swap, progress=score)
+            train(lm, at, state, train_rows, swap, settings, within(progress, start, cells * unit))
+            out[i, position] = iia(lm, at, state, held_rows, swap, progress=within(progress, start + trained,
+                                                                                   cells * unit))
     return IiaMap(lm.name, task, list(prepared.rows[0].tokens), [hidden_label(s) for s in states], out, dim)

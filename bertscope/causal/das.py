@@ -33,6 +33,7 @@ from bertscope.core.hook_points import blocks
 from bertscope.core.layers import Layer, hidden_index, hidden_label
 from bertscope.core.models import LoadedModel
 from bertscope.errors import BertScopeError
+from bertscope.runtime.progress import within
 
 DEFAULT_PAIRS = 800  # drawn; those the network gets right are kept
 HELD_OUT = 0.3
@@ -112,11 +113,16 @@ def train_units(prepared: Prepared, chosen: Sequence[int], settings: TrainSettin
     return len(prepared.batches(chosen, settings.batch)) * (1 + settings.epochs)
 
 
+def _run_units(prepared: Prepared, settings: TrainSettings) -> tuple[int, int]:
+    """(the passes a training reports, those a scoring of the held-out pairs reports)."""
+    train_rows, held_rows = split(len(prepared.rows), settings.seed)
+    return train_units(prepared, train_rows, settings), len(prepared.batches(held_rows, IIA_BATCH))
+
+
 def das_units(prepared: Prepared, settings: TrainSettings, controls: bool = True) -> int:
     """The passes ``das`` reports over ``prepared``: the subspace's training and three scorings, and with the
     controls a second training and two more scorings."""
-    train_rows, held_rows = split(len(prepared.rows), settings.seed)
-    trained, scored = train_units(prepared, train_rows, settings), len(prepared.batches(held_rows, IIA_BATCH))
+    trained, scored = _run_units(prepared, settings)
     return (2 if controls else 1) * trained + (5 if controls else 3) * scored
 
 
@@ -126,7 +132,7 @@ def train(lm: LoadedModel, prepared: Prepared, state: int, chosen: Sequence[int]
     ``progress(done, total)`` after each source batch is read and after each step (``train_units`` in all)."""
     batches = prepared.batches(chosen, settings.batch)
     total = train_units(prepared, chosen, settings)
-    sources = _sources(lm, prepared, state, batches, progress and (lambda d, _t: progress(d, total)))
+    sources = _sources(lm, prepared, state, batches, within(progress, 0, total))
     params = [p for p in swap.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=settings.mask_lr if isinstance(swap, Neurons) else settings.lr)
     steps = settings.epochs * len(batches)
@@ -204,13 +210,13 @@ def das(lm: LoadedModel, prepared: Prepared, layer: Layer, *, dim: int | None = 
     start = time.perf_counter()
     d = lm.hidden_size
     swap: Rotation | Boundless = Rotation(d, dim, settings.seed) if dim is not None else Boundless(d, settings.seed)
-    trained, scored = train_units(prepared, train_rows, settings), len(prepared.batches(held_rows, IIA_BATCH))
+    trained, scored = _run_units(prepared, settings)
     total = das_units(prepared, settings, controls)  # every pass: Stop waits for one at most
     offset = [0]
 
     def part(units: int) -> Progress | None:  # the next ``units`` of ``total``
-        start, offset[0] = offset[0], offset[0] + units
-        return (lambda s, _t: progress(start + s, total)) if progress else None
+        offset[0] += units
+        return within(progress, offset[0] - units, total)
     train(lm, prepared, state, train_rows, swap, settings, part(trained))
     if isinstance(swap, Boundless):
         swap.temperature = 0.1
