@@ -115,19 +115,24 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                f"{HEAD_SENTENCE_TOKENS} tokens; longer ones are left out. Rows are compared token by token, so both "
                "models must share a tokenizer.")
     if open_:
-        from_link = link_asks("compare_heads", arrival().get("cmp_tab") == TABS[1], (key_a, key_b))  # on arrival
+        linked = arrival().get("cmp_tab") == TABS[1] and arrival().get("heads") == "1"
+        from_link = link_asks("compare_heads", linked, (key_a, key_b))  # on arrival
         heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or from_link
         with page_errors(stop=False):
             texts, heads = brown_texts(HEAD_TEXTS), None
-            if not same_tokenizer(lm_a, lm_b, texts):
-                st.info(plain(f"{lm_a.name} and {lm_b.name} cut text into different tokens: heads compare only "
-                              "within one tokenizer (the Layers tab compares any two models by words)."))
-            else:
-                heads = result_store("compare_heads").compute(
-                    (key_a, key_b), lambda progress: compare_heads(cached_model(*key_a), cached_model(*key_b), texts,
-                                                                   progress=progress), "Heads, sentences",
-                    heads_asked, costly="head comparison",
-                    wait=f"Press *Compare heads*: both models read {HEAD_TEXTS} sentences with every attention map.")
+            try:
+                if not same_tokenizer(lm_a, lm_b, texts):
+                    st.info(plain(f"{lm_a.name} and {lm_b.name} cut text into different tokens: heads compare only "
+                                  "within one tokenizer (the Layers tab compares any two models by words)."))
+                else:
+                    heads = result_store("compare_heads").compute(
+                        (key_a, key_b), lambda progress: compare_heads(cached_model(*key_a), cached_model(*key_b),
+                                                                       texts, progress=progress), "Heads, sentences",
+                        heads_asked, costly="head comparison",
+                        wait=f"Press *Compare heads*: both models read {HEAD_TEXTS} sentences with every attention "
+                             "map.")
+            finally:  # the link's flag only with a result on screen: a reload of the open tab alone runs nothing
+                to_url(heads="1" if heads is not None else None)
             if heads is not None:
                 same = heads.same_head
                 if same is not None:
@@ -150,6 +155,8 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                              column_config={"JS": st.column_config.NumberColumn(format="%.4f")})
                 download("Download (JSON)", json.dumps(heads.to_json()), "heads.json", "application/json",
                          key="cmp_heads_json")
+    else:
+        to_url(heads=None)
 
 
 def predictions_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:

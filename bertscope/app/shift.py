@@ -99,18 +99,23 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
                "its pieces, the Probes page's hidden-state cache), with the tags of the matches, and the "
                "word's own occurrences in the corpus coloured by genre.")
     if open_:
-        from_link = link_asks("shift_brown", arrival().get("shift_tab") == TABS[-1], key)  # a link: on arrival, once
+        linked = arrival().get("shift_tab") == TABS[-1] and arrival().get("brown") == "1"
+        from_link = link_asks("shift_brown", linked, key)  # a link: on arrival, once
         index_asked = st.button("Index the Brown sample", type="primary", key="shift_brown_run") or from_link
         with page_errors(stop=False):
             store = result_store("brown_index")
             on_disk = store.get(key) is None and index_on_disk(lm)
-            index = store.compute(key, lambda progress: build_index(lm, progress=progress),
-                                  "Indexing the Brown sample (once per model; kept on disk), word pieces",
-                                  index_asked or on_disk, costly="Brown index",
-                                  wait=plain(f"Press Index the Brown sample: {lm.name} reads {DEFAULT_SENTENCES:,} "
-                                             "Brown sentences once and keeps every word's vector at every layer on "
-                                             "disk (the Probes page's brown-pos cache: shared with it, read back "
-                                             "on later visits)."))
+            index = None
+            try:
+                index = store.compute(key, lambda progress: build_index(lm, progress=progress),
+                                      "Indexing the Brown sample (once per model; kept on disk), word pieces",
+                                      index_asked or on_disk, costly="Brown index",
+                                      wait=plain(f"Press Index the Brown sample: {lm.name} reads "
+                                                 f"{DEFAULT_SENTENCES:,} Brown sentences once and keeps every word's "
+                                                 "vector at every layer on disk (the Probes page's brown-pos cache: "
+                                                 "shared with it, read back on later visits)."))
+            finally:  # the link's flag only with the index on screen: a reload of the open tab alone runs nothing
+                to_url(brown="1" if index is not None else None)
             if index is None:
                 st.stop()
             st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
@@ -144,6 +149,7 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
             except BertScopeError as err:
                 st.info(plain(str(err)))
     else:
+        to_url(brown=None)
         st.caption("Open this tab to search (the first search indexes the sample once per model).")
 
 

@@ -276,8 +276,10 @@ def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
     assert not at.exception and not at.error
     assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))  # nothing runs on opening
     assert not any("genre" in d.value.columns for d in at.dataframe if hasattr(d.value, "columns"))
+    assert "brown" not in at.query_params  # the link's flag waits for the index on screen
     at.button(key="shift_brown_run").click().run()
     assert not at.exception and not at.error
+    assert at.query_params["brown"] in ("1", ["1"])
     matches = next(d.value for d in at.dataframe if "genre" in d.value.columns)
     assert list(matches.columns) == ["similarity", "tag", "genre", "before", "word", "after"] and len(matches) == 20
     # a concordance: each sentence centred on its word, which is the matched word itself
@@ -293,6 +295,23 @@ def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
     assert len(next(d.value for d in at.dataframe if "genre" in d.value.columns)) == 5
     at.text_input(key="shift_brown_text").input("   ").run()
     assert any("empty" in e for e in texts(at.error)) and not at.exception
+
+
+def test_shift_brown_tab_reloaded_runs_nothing_until_its_link_flag(monkeypatch, tmp_path, tiny_bert_dir):
+    """A reload with the Brown tab open (the tab in the address, no index on screen) waits for the button; a link
+    made with the index on screen (its flag, brown=1) indexes on arrival."""
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    (tmp_path / "cache").mkdir()  # no index kept on disk by an earlier test (one kept is read back unasked)
+    (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
+    page = "bertscope/app/shift.py"
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), page, shift_tab="In the Brown corpus")
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
+    linked = start_with_url(monkeypatch, str(tiny_bert_dir), page, shift_tab="In the Brown corpus", brown="1")
+    assert not linked.exception and not linked.error
+    assert any("genre" in d.value.columns for d in linked.dataframe if hasattr(d.value, "columns"))
 
 
 def compute(at: AppTest) -> AppTest:
@@ -463,6 +482,20 @@ def test_link_can_name_the_model(monkeypatch, tiny_bert_dir, tiny_encoder_dir):
     at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/home.py", model=str(tiny_encoder_dir))
     assert not at.exception
     assert "none (encoder only)" in at.table[-1].value.to_string()  # the card of the model the link names
+
+
+def test_the_pickers_default_is_the_choice_held(monkeypatch, tiny_bert_dir):
+    """A browser that lost a widget's state shows the widget's default and sends it back with the next click: the
+    picker's default is the session's choice (a link's model here), not the first option, so that click keeps it."""
+    monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)  # offline: bundled-mlm opens
+    at = start_with_url(monkeypatch, None, "bertscope/app/home.py", model="bundled-sentiment")
+    assert not at.exception
+    picker = at.selectbox(key=MODEL_KEY)
+    assert picker.value == "bundled-sentiment" and picker.options[0] != "bundled-sentiment"
+    assert picker.options[picker.proto.default] == "bundled-sentiment"
+    picker.set_value("bundled-upos").run()
+    assert at.selectbox(key=MODEL_KEY).options[at.selectbox(key=MODEL_KEY).proto.default] == "bundled-upos"
+    assert at.selectbox(key="device").options[at.selectbox(key="device").proto.default] == "auto"
 
 
 def test_demo_mode_allowlist_caps_and_budget(monkeypatch, tiny_bert_dir):

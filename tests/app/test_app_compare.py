@@ -42,8 +42,8 @@ def test_link_and_a_model_b_that_cannot_be_had(monkeypatch, tiny_mlm_dir, tiny_b
 
 
 def test_heads_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tiny_roberta_dir):
-    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir), cmp_tab="Heads")
-    assert not at.exception and not at.error
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir), cmp_tab="Heads", heads="1")
+    assert not at.exception and not at.error  # a shared link with the heads on screen: compared on arrival
     spec = next(c.proto.spec for c in at.get("plotly_chart") if "moved from the same head" in c.proto.spec)
     assert "JS" in spec
     assert any("heads of A are closest to the same head of B" in c for c in texts(at.caption))
@@ -55,15 +55,15 @@ def test_heads_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tiny_roberta_dir):
 def test_heads_tab_waits_for_its_button(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     """Opening the tab computes nothing (it read every attention map of both models on opening); the button
     does, and the heatmap's title counts the sentences that were used."""
-    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir))
-    at.session_state["cmp_tab"] = "Heads"
-    at.run()
-    assert not at.exception and not at.error
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir), cmp_tab="Heads")  # a reload
+    assert not at.exception and not at.error  # of the open tab, its heads not on screen: nothing runs
     assert any(t.startswith("Press *Compare heads*") for t in texts(at.info))
     assert not any("moved from the same head" in c.proto.spec for c in at.get("plotly_chart"))
+    assert "heads" not in at.query_params
     at.button(key="cmp_heads_run").click().run()
     spec = next(c.proto.spec for c in at.get("plotly_chart") if "moved from the same head" in c.proto.spec)
     assert "sentences)" in spec and not at.exception
+    assert at.query_params["heads"] in ("1", ["1"])  # the link's flag, with the result on screen
 
 
 def test_probes_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir):

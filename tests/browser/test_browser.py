@@ -1154,15 +1154,10 @@ def test_every_page_for_the_docs(browser, app_url, artifacts):
         block_outside(page, problems)
         page.goto(f"{app_url}/{entry.url_path}", wait_until="domcontentloaded")
         page.locator('[data-testid="stMain"] h1').first.wait_for(timeout=120_000)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and (page.locator('[data-testid="stSpinner"]').count()
-                                               or page.get_by_text("Running...").count()):
-            page.wait_for_timeout(500)
-        drawn = time.monotonic() + 10  # charts, tables and tiles draw after the script ends
-        while time.monotonic() < drawn and not page.locator('.js-plotly-plot, [data-testid="stDataFrame"], '
-                                                            '[data-testid="stMetric"], [data-testid="stTable"]').count():
-            page.wait_for_timeout(500)
-        page.wait_for_timeout(2000)
+        wait_until_idle(page, 90)  # the script ran to its end: every element it drew is in the page
+        for chart in page.locator('[data-testid="stPlotlyChart"]').all():  # a chart draws itself after the script
+            chart.locator(".js-plotly-plot").first.wait_for(state="attached", timeout=10_000)
+        page.wait_for_timeout(1000)  # tables' canvases and fonts paint a moment after
         assert "Traceback" not in page.inner_text("body"), entry.title
         page.screenshot(path=str(shots / f"{entry.url_path or 'home'}.png"))
         assert not problems, (entry.title, problems)

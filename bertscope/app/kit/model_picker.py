@@ -104,19 +104,26 @@ def sidebar() -> None:
     _init_state()
     with st.sidebar:
         st.subheader("Model")
-        st.selectbox(
-            "Encoder", model_options(), key=MODEL_KEY,
-            help="Presets other than 'bundled' need the Hugging Face hub or a local cache copy.",
-        )
+        held_choice("Encoder", model_options(), MODEL_KEY,
+                    help="Presets other than 'bundled' need the Hugging Face hub or a local cache copy.")
         if st.session_state[MODEL_KEY] == OTHER:
             st.text_input("Hub id or local folder", key=CUSTOM_KEY, placeholder="org/model or /path",
                           max_chars=Limits.name_chars)
         if demo():
             st.caption("Hosted demo: a fixed list of models and smaller inputs.")
         devices = ["auto", *available_devices()]
-        st.selectbox("Device", devices, key=DEVICE_KEY, help="auto picks cuda, then mps, then cpu.")
+        held_choice("Device", devices, DEVICE_KEY, help="auto picks cuda, then mps, then cpu.")
         if any(d.startswith(("cuda", "mps")) for d in devices[1:]):
-            st.selectbox("Precision", ["auto", "float16", "bfloat16"], key=DTYPE_KEY)
+            held_choice("Precision", ["auto", "float16", "bfloat16"], DTYPE_KEY)
+
+
+def held_choice(label: str, options: list[str], key: str, **kwargs) -> str:
+    """A selectbox whose default is the choice the session holds. The browser shows a widget's default whenever it
+    has lost the widget's state while the session kept it (a websocket that reconnected to a loaded server), and
+    sends that back as a choice with the next click: with the first option as the default, a visitor who pressed a
+    button on bundled-mlm found the page redrawn on ``bundled``."""
+    held = st.session_state.get(key)
+    return st.selectbox(label, options, index=options.index(held) if held in options else 0, key=key, **kwargs)
 
 
 def chosen_model_name() -> str:
