@@ -24,6 +24,7 @@ from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import (
     OTHER,
     cached_model,
+    held_choice,
     model_key,
     model_options,
     obtainable,
@@ -32,7 +33,7 @@ from bertscope.app.kit.model_picker import (
 )
 from bertscope.app.kit.pages import NEEDS
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import arrival, from_url, link_asks, tab_from_url, to_url
+from bertscope.app.kit.url import arrival, from_url, link_asks, link_flag, tab_from_url, to_url
 from bertscope.app.sections import model_diff_tab
 from bertscope.core.layers import hidden_names, layer_title
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task, brown_texts
@@ -119,8 +120,9 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
         from_link = link_asks("compare_heads", linked, (key_a, key_b))  # on arrival
         heads_asked = st.button("Compare heads", type="primary", key="cmp_heads_run") or from_link
         with page_errors(stop=False):
-            texts, heads = brown_texts(HEAD_TEXTS), None
+            heads = None
             try:
+                texts = brown_texts(HEAD_TEXTS)
                 if not same_tokenizer(lm_a, lm_b, texts):
                     st.info(plain(f"{lm_a.name} and {lm_b.name} cut text into different tokens: heads compare only "
                                   "within one tokenizer (the Layers tab compares any two models by words)."))
@@ -131,8 +133,8 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                         heads_asked, costly="head comparison",
                         wait=f"Press *Compare heads*: both models read {HEAD_TEXTS} sentences with every attention "
                              "map.")
-            finally:  # the link's flag only with a result on screen: a reload of the open tab alone runs nothing
-                to_url(heads="1" if heads is not None else None)
+            finally:  # the link's flag only with a result on screen
+                link_flag("heads", heads is not None, ("cmp_tab", TABS[1]))
             if heads is not None:
                 same = heads.same_head
                 if same is not None:
@@ -156,7 +158,7 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                 download("Download (JSON)", json.dumps(heads.to_json()), "heads.json", "application/json",
                          key="cmp_heads_json")
     else:
-        to_url(heads=None)
+        link_flag("heads", False, ("cmp_tab", TABS[1]))
 
 
 def predictions_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
@@ -247,6 +249,7 @@ def latents_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
 
 def page() -> None:
     st.title("Compare")  # the sidebar's name (kit.pages)
+    to_url(heads=None)  # the Heads tab's link flag: back below only with its result on screen
     st.subheader("Two models side by side, layer by layer and head by head.")
     lm_a = require_model()
     key_a = model_key()
@@ -256,8 +259,7 @@ def page() -> None:
     options = [m for m in model_options() if m != OTHER]
     default_b = BUNDLED if lm_a.name != BUNDLED else BUNDLED_MLM
     from_url("b", "cmp_b")
-    choice = st.selectbox("Model B (a preset, or type a hub id or folder below)", options,
-                          index=options.index(default_b) if default_b in options else 0, key="cmp_b_preset")
+    choice = held_choice("Model B (a preset, or type a hub id or folder below)", options, "cmp_b_preset", default_b)
     typed = "" if demo() else st.text_input("…or a hub id / local folder for B (e.g. a Pretraining run's output)",
                                             key="cmp_b", max_chars=Limits.name_chars)
     name_b = typed.strip() or choice

@@ -14,7 +14,16 @@ from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.uploads import uploaded_text
-from bertscope.app.kit.url import arrival, from_url, from_url_layer, layer_in_url, link_asks, tab_from_url, to_url
+from bertscope.app.kit.url import (
+    arrival,
+    from_url,
+    from_url_layer,
+    layer_in_url,
+    link_asks,
+    link_flag,
+    tab_from_url,
+    to_url,
+)
 from bertscope.core.layers import hidden_name, layer_title
 from bertscope.corpora.brown import tag_name
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES
@@ -114,8 +123,8 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
                                                  f"{DEFAULT_SENTENCES:,} Brown sentences once and keeps every word's "
                                                  "vector at every layer on disk (the Probes page's brown-pos cache: "
                                                  "shared with it, read back on later visits)."))
-            finally:  # the link's flag only with the index on screen: a reload of the open tab alone runs nothing
-                to_url(brown="1" if index is not None else None)
+            finally:  # the link's flag only with the index on screen
+                link_flag("brown", index is not None, ("shift_tab", TABS[-1]))
             if index is None:
                 st.stop()
             st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
@@ -149,7 +158,7 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
             except BertScopeError as err:
                 st.info(plain(str(err)))
     else:
-        to_url(brown=None)
+        link_flag("brown", False, ("shift_tab", TABS[-1]))
         st.caption("Open this tab to search (the first search indexes the sample once per model).")
 
 
@@ -157,6 +166,8 @@ def page() -> None:
     st.title("Embedding shift")
     st.caption("The same word in different sentences, through the layers: does the model pull the "
                "senses apart? Metrics after Ethayarajh (2019).")
+    to_url(brown=None)  # the Brown tab's link flag: back below only with its index on screen (a page that returns
+    # early draws none)
     lm = require_model()
     key = model_key()
     presets = sense_presets()

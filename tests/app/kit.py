@@ -41,3 +41,8 @@ def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:
         at.query_params[name] = value
     at.run()
     return at.switch_page(page).run()
+
+
+def address(at: AppTest) -> dict[str, str]:
+    """The app's address as a visitor would copy it."""
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in ((k, at.query_params[k]) for k in at.query_params)}

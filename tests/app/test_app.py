@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bertscope.app.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
-from tests.app.kit import APP, fill, start, start_with_url, texts
+from tests.app.kit import APP, address, fill, start, start_with_url, texts
 from tests.conftest import ROOT
 
 
@@ -297,21 +297,32 @@ def test_shift_page_searches_the_brown_corpus(monkeypatch, tiny_bert_dir):
     assert any("empty" in e for e in texts(at.error)) and not at.exception
 
 
-def test_shift_brown_tab_reloaded_runs_nothing_until_its_link_flag(monkeypatch, tmp_path, tiny_bert_dir):
-    """A reload with the Brown tab open (the tab in the address, no index on screen) waits for the button; a link
-    made with the index on screen (its flag, brown=1) indexes on arrival."""
+def test_shift_brown_tab_link_flag(monkeypatch, tmp_path, tiny_bert_dir):
+    """A reload with the Brown tab open and no index on screen waits for the button; with the index on screen the
+    address carries the tab and its flag (brown=1), so the link copied then indexes on arrival; another tab picked
+    opens at once and takes both out."""
+    from bertscope.app.shift import TABS
     from bertscope.runtime.user_cache import user_cache_dir
 
     (tmp_path / "cache").mkdir()  # no index kept on disk by an earlier test (one kept is read back unasked)
     (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
     page = "bertscope/app/shift.py"
-    at = start_with_url(monkeypatch, str(tiny_bert_dir), page, shift_tab="In the Brown corpus")
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), page, shift_tab=TABS[-1])
     assert not at.exception and not at.error
     assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
-    linked = start_with_url(monkeypatch, str(tiny_bert_dir), page, shift_tab="In the Brown corpus", brown="1")
+    assert "brown" not in at.query_params
+    at.button(key="shift_brown_run").click().run()
+    assert not at.exception and not at.error
+    copied = address(at)
+    assert copied["brown"] == "1" and copied["shift_tab"] == TABS[-1]
+    linked = start_with_url(monkeypatch, str(tiny_bert_dir), page, **copied)
     assert not linked.exception and not linked.error
     assert any("genre" in d.value.columns for d in linked.dataframe if hasattr(d.value, "columns"))
+    at.session_state["shift_tab"] = TABS[0]  # the visitor picks another tab: it opens, the flag goes
+    at.run()
+    assert at.session_state["shift_tab"] == TABS[0]
+    assert "brown" not in at.query_params and "shift_tab" not in at.query_params
 
 
 def compute(at: AppTest) -> AppTest:

@@ -3,7 +3,7 @@ a link, and a model B that cannot be had."""
 
 from __future__ import annotations
 
-from tests.app.kit import start, start_with_url, texts
+from tests.app.kit import address, start, start_with_url, texts
 
 PAGE = "bertscope/app/compare.py"
 
@@ -63,7 +63,14 @@ def test_heads_tab_waits_for_its_button(monkeypatch, tiny_mlm_dir, tiny_bert_dir
     at.button(key="cmp_heads_run").click().run()
     spec = next(c.proto.spec for c in at.get("plotly_chart") if "moved from the same head" in c.proto.spec)
     assert "sentences)" in spec and not at.exception
-    assert at.query_params["heads"] in ("1", ["1"])  # the link's flag, with the result on screen
+    copied = address(at)  # the link's flag and its tab, with the result on screen
+    assert copied["heads"] == "1" and copied["cmp_tab"] == "Heads"
+    linked = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, **copied)  # the link copied: compared on arrival
+    assert any("moved from the same head" in c.proto.spec for c in linked.get("plotly_chart"))
+    at.session_state["cmp_tab"] = "Layers (CKA)"  # another tab picked: it opens at once, the flag and tab go
+    at.run()
+    assert at.session_state["cmp_tab"] == "Layers (CKA)" and "heads" not in at.query_params
+    assert "cmp_tab" not in at.query_params
 
 
 def test_probes_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir):

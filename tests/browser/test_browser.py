@@ -1155,8 +1155,8 @@ def test_every_page_for_the_docs(browser, app_url, artifacts):
         page.goto(f"{app_url}/{entry.url_path}", wait_until="domcontentloaded")
         page.locator('[data-testid="stMain"] h1').first.wait_for(timeout=120_000)
         wait_until_idle(page, 90)  # the script ran to its end: every element it drew is in the page
-        for chart in page.locator('[data-testid="stPlotlyChart"]').all():  # a chart draws itself after the script
-            chart.locator(".js-plotly-plot").first.wait_for(state="attached", timeout=10_000)
+        for chart in page.locator('[data-testid="stPlotlyChart"]:visible').all():  # a chart draws itself after
+            chart.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=10_000)  # the script
         page.wait_for_timeout(1000)  # tables' canvases and fonts paint a moment after
         assert "Traceback" not in page.inner_text("body"), entry.title
         page.screenshot(path=str(shots / f"{entry.url_path or 'home'}.png"))

@@ -107,8 +107,8 @@ def sidebar() -> None:
         held_choice("Encoder", model_options(), MODEL_KEY,
                     help="Presets other than 'bundled' need the Hugging Face hub or a local cache copy.")
         if st.session_state[MODEL_KEY] == OTHER:
-            st.text_input("Hub id or local folder", key=CUSTOM_KEY, placeholder="org/model or /path",
-                          max_chars=Limits.name_chars)
+            st.text_input("Hub id or local folder", st.session_state.get(CUSTOM_KEY, ""), key=CUSTOM_KEY,
+                          placeholder="org/model or /path", max_chars=Limits.name_chars)  # its default: as held
         if demo():
             st.caption("Hosted demo: a fixed list of models and smaller inputs.")
         devices = ["auto", *available_devices()]
@@ -117,12 +117,12 @@ def sidebar() -> None:
             held_choice("Precision", ["auto", "float16", "bfloat16"], DTYPE_KEY)
 
 
-def held_choice(label: str, options: list[str], key: str, **kwargs) -> str:
-    """A selectbox whose default is the choice the session holds. The browser shows a widget's default whenever it
-    has lost the widget's state while the session kept it (a websocket that reconnected to a loaded server), and
-    sends that back as a choice with the next click: with the first option as the default, a visitor who pressed a
-    button on bundled-mlm found the page redrawn on ``bundled``."""
-    held = st.session_state.get(key)
+def held_choice(label: str, options: list[str], key: str, default: str | None = None, **kwargs) -> str:
+    """A selectbox whose default is the choice the session holds (else ``default``, else the first option). The
+    browser shows a widget's default whenever it has lost the widget's state while the session kept it, and sends
+    that back as a choice with the next click: with the first option as the default, a visitor who pressed a button
+    on bundled-mlm found the page redrawn on ``bundled`` (a CI run's browser test, twice)."""
+    held = st.session_state.get(key, default)
     return st.selectbox(label, options, index=options.index(held) if held in options else 0, key=key, **kwargs)
 
 

@@ -83,13 +83,16 @@ def layer_in_url(index: int) -> dict[str, str]:
 
 
 def tab_from_url(key: str, names: list[str], param: str | None = None) -> None:
-    """Before ``st.tabs(names, key=key)``: a link's ?{param}=NAME opens that tab (once per session);
-    a name the page has no tab for is ignored with the usual one-line notice."""
+    """Before ``st.tabs(names, key=key)``: a link's ?{param}=NAME opens that tab, on the tabs' first render in the
+    session (a tab the page writes into the address later, ``link_flag``, is not a link: read then, it would undo
+    the visitor's next pick); a name the page has no tab for is ignored with the usual one-line notice."""
     param = param or key
     restored = st.session_state.setdefault("_from_url", set())
-    if key in restored or param not in st.query_params:
+    if key in restored:
         return
     restored.add(key)
+    if param not in st.query_params:
+        return
     raw = st.query_params[param]
     if raw in names:
         st.session_state[key] = raw
@@ -102,6 +105,18 @@ def arrival() -> dict[str, str]:
     """The address's settings when this session began (the router reads them on its first run, before any page
     writes its own into the address): whether a page was opened by a shared link."""
     return st.session_state.setdefault("_arrival", {k: st.query_params[k] for k in st.query_params})
+
+
+def link_flag(flag: str, shown: bool, tab: tuple[str, str]) -> None:
+    """A tab's link flag (``flag=1``) in the address only while its result is on screen, with the tab that shows it
+    (``tab``: the tabs' parameter and this tab's name; a tab picked is not in the address by itself), so a link copied
+    then opens that tab and runs its request once (``link_asks``), and a reload of a tab that showed nothing runs
+    nothing. Without the result, the flag goes, and the tab with it when the address names this one."""
+    param, name = tab
+    if shown:
+        to_url(**{flag: "1", param: name})
+    else:
+        to_url(**{flag: None}, **({param: None} if st.query_params.get(param) == name else {}))
 
 
 def link_asks(name: str, linked: bool, request) -> bool:
