@@ -134,7 +134,8 @@ def heads_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                         wait=f"Press *Compare heads*: both models read {HEAD_TEXTS} sentences with every attention "
                              "map.")
             finally:  # the link's flag only with a result on screen
-                link_flag("heads", heads is not None, ("cmp_tab", TABS[1]))
+                link_flag("heads", heads is not None and result_store("compare_heads").showing((key_a, key_b)),
+                          ("cmp_tab", TABS[1]))
             if heads is not None:
                 same = heads.same_head
                 if same is not None:
@@ -249,7 +250,6 @@ def latents_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
 
 def page() -> None:
     st.title("Compare")  # the sidebar's name (kit.pages)
-    to_url(heads=None)  # the Heads tab's link flag: back below only with its result on screen
     st.subheader("Two models side by side, layer by layer and head by head.")
     lm_a = require_model()
     key_a = model_key()

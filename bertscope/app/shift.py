@@ -124,7 +124,7 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
                                                  "vector at every layer on disk (the Probes page's brown-pos cache: "
                                                  "shared with it, read back on later visits)."))
             finally:  # the link's flag only with the index on screen
-                link_flag("brown", index is not None, ("shift_tab", TABS[-1]))
+                link_flag("brown", index is not None and store.showing(key), ("shift_tab", TABS[-1]))
             if index is None:
                 st.stop()
             st.caption(f"{index.n_words:,} words of {len(index.texts):,} sentences from all 500 documents.")
@@ -166,8 +166,6 @@ def page() -> None:
     st.title("Embedding shift")
     st.caption("The same word in different sentences, through the layers: does the model pull the "
                "senses apart? Metrics after Ethayarajh (2019).")
-    to_url(brown=None)  # the Brown tab's link flag: back below only with its index on screen (a page that returns
-    # early draws none)
     lm = require_model()
     key = model_key()
     presets = sense_presets()

@@ -116,6 +116,10 @@ class ResultStore:
         key = st.session_state.get(("_last_result", self.name))
         return self.get(key) if key is not None else None
 
+    def showing(self, key) -> bool:
+        """Whether what this session has on screen here is ``key``'s result (a refusal shows the last one instead)."""
+        return st.session_state.get(("_last_result", self.name)) == key
+
     def refuse(self, message: str, show: Callable[[T], None]) -> None:
         """One line (``message`` as given: Markdown the caller has escaped where it must), and below it the last
         result this session had here, drawn by ``show``, unchanged."""

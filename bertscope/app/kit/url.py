@@ -37,14 +37,19 @@ def from_url(param: str, key: str, convert=str, valid=None) -> None:
 
 
 def to_url(**params) -> None:
-    """Write the page's current inputs into the URL (None leaves a parameter out)."""
+    """Write the page's current inputs into the URL (None leaves a parameter out). What changes is written at once:
+    each write is an entry in the browser's history (Back), so several parameters go in one."""
+    changed = {}
     for name, value in params.items():
         if value is None or value == "":
-            st.query_params.pop(name, None)
+            if name in st.query_params:
+                st.query_params.pop(name)
         else:
             text = str(int(value)) if isinstance(value, bool) else str(value)
             if st.query_params.get(name) != text:
-                st.query_params[name] = text
+                changed[name] = text
+    if changed:
+        st.query_params.update(changed)
 
 
 NUMBERING = "v"  # links carry v=2: layer=embeddings or a block number (core.layers)
@@ -83,16 +88,14 @@ def layer_in_url(index: int) -> dict[str, str]:
 
 
 def tab_from_url(key: str, names: list[str], param: str | None = None) -> None:
-    """Before ``st.tabs(names, key=key)``: a link's ?{param}=NAME opens that tab, on the tabs' first render in the
-    session (a tab the page writes into the address later, ``link_flag``, is not a link: read then, it would undo
-    the visitor's next pick); a name the page has no tab for is ignored with the usual one-line notice."""
+    """Before ``st.tabs(names, key=key)``: a link's ?{param}=NAME opens that tab (once per session; a page link
+    within the session counts when the address had no tab before; a tab the page wrote itself, ``link_flag``, never
+    does); a name the page has no tab for is ignored with the usual one-line notice."""
     param = param or key
     restored = st.session_state.setdefault("_from_url", set())
-    if key in restored:
+    if key in restored or param not in st.query_params:
         return
     restored.add(key)
-    if param not in st.query_params:
-        return
     raw = st.query_params[param]
     if raw in names:
         st.session_state[key] = raw
@@ -114,6 +117,7 @@ def link_flag(flag: str, shown: bool, tab: tuple[str, str]) -> None:
     nothing. Without the result, the flag goes, and the tab with it when the address names this one."""
     param, name = tab
     if shown:
+        st.session_state.setdefault("_from_url", set()).add(param)  # the tabs' key: not a link's tab to open later
         to_url(**{flag: "1", param: name})
     else:
         to_url(**{flag: None}, **({param: None} if st.query_params.get(param) == name else {}))
