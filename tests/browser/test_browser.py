@@ -1239,6 +1239,7 @@ def test_similarity_page_terms_and_matches(browser, app_url, artifacts, server_l
     page.get_by_role("button", name="Explain the match").click()
     page.get_by_text("strongest terms", exact=False).first.wait_for(timeout=240_000)
     wait_until_idle(page, 120)
+    page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)  # the map's axis is read below
     (artifacts / "pages").mkdir(exist_ok=True)
     page.screenshot(path=str(artifacts / "pages" / "similarity-terms.png"), full_page=True)
     body = page.inner_text("body")
