@@ -33,7 +33,7 @@ from bertscope.app.kit.model_picker import (
 )
 from bertscope.app.kit.pages import NEEDS
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import arrival, from_url, link_asks, link_flag, tab_from_url, to_url
+from bertscope.app.kit.url import arrival, from_url, link_asks, link_flag, spend_links, tab_from_url, to_url
 from bertscope.app.sections import model_diff_tab
 from bertscope.core.layers import hidden_names, layer_title
 from bertscope.corpora.brown_tasks import DEFAULT_SENTENCES, brown_task, brown_texts
@@ -53,7 +53,7 @@ def max_sentences() -> int:
     return 500 if demo() else max(SIZES)
 
 
-def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
+def layers_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
     """Linear CKA between every hidden state of A and of B over Brown words."""
     st.caption("Linear CKA (Kornblith et al. 2019) between every hidden state of A and of B over the words of Brown "
                "sentences, with the unbiased minibatch estimator of Nguyen, Raghu & Kornblith (2021): 1 = the same "
@@ -71,8 +71,6 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
         pool = c2.radio("A word's vector", POOLS, horizontal=True, key="cmp_pool",
                         format_func=lambda p: {"mean": "mean of its pieces", "first": "first piece"}[p])
         asked = st.form_submit_button("Compare", type="primary")
-    to_url(pool=pool)  # n joins the address with a result on screen: the link's flag, so a reload of an empty
-    # page runs nothing
     with page_errors(stop=False):
         request, result = (key_a, key_b, n, pool), None
         try:
@@ -82,8 +80,9 @@ def layers_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
                 asked or link_asks("compare", linked, request), costly="model comparison",
                 wait="Press *Compare*: both models read the sentences once (the bar times the first batches and "
                      "says how long the rest will take).")
-        finally:  # a refusal, a failure or a Stop leaves no result on screen, nor the flag in the address
-            to_url(n=n if result is not None else None)
+        finally:  # n joins the address with the result on screen (this tab open): the link's flag, so a reload of
+            # an empty page runs nothing, and a link copied on another tab does not run the comparison
+            to_url(pool=pool, n=n if result is not None and open_ else None)
         if result is not None:
             rows, columns = hidden_names(result.cka.shape[0] - 1), hidden_names(result.cka.shape[1] - 1)
             fig = go.Figure(go.Heatmap(z=result.cka, x=columns, y=rows, zmin=0, zmax=1, colorscale="Viridis",
@@ -248,6 +247,15 @@ def latents_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
     model_diff_tab.render(lm_a, key_a, lm_b, key_b)
 
 
+def _b_from_url(options: list[str]) -> None:
+    """A link's ?b= (once per session): a preset's name sets the preset picker, anything else the typed field (which
+    the hosted demo has not: there a name that is no preset is ignored with the usual notice)."""
+    if demo() or st.query_params.get("b") in options:
+        from_url("b", "cmp_b_preset", valid=lambda v: v in options)
+    else:
+        from_url("b", "cmp_b")
+
+
 def page() -> None:
     st.title("Compare")  # the sidebar's name (kit.pages)
     st.subheader("Two models side by side, layer by layer and head by head.")
@@ -258,26 +266,28 @@ def page() -> None:
 
     options = [m for m in model_options() if m != OTHER]
     default_b = BUNDLED if lm_a.name != BUNDLED else BUNDLED_MLM
-    from_url("b", "cmp_b")
+    _b_from_url(options)
     choice = held_choice("Model B (a preset, or type a hub id or folder below)", options, "cmp_b_preset", default_b)
     typed = "" if demo() else st.text_input("…or a hub id / local folder for B (e.g. a Pretraining run's output)",
                                             key="cmp_b", max_chars=Limits.name_chars)
     name_b = typed.strip() or choice
     key_b = (name_b, key_a[1], key_a[2])
-    to_url(b=typed.strip() or None)
+    to_url(b=name_b if name_b != default_b else None)  # a preset too: a link compares the same pair
     lm_b = None
     with page_errors(stop=False):
         if not typed.strip() and not obtainable(name_b):
             raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
         with st.spinner(f"Loading {name_b}…"):
             lm_b = cached_model(*key_b)
-    if lm_b is None:
+    if lm_b is None:  # nothing compared on screen: no tab's flag stays for a link to run, nor does the link's
+        spend_links()  # request run later on another B
+        to_url(n=None, heads=None, **({"cmp_tab": None} if st.query_params.get("cmp_tab") == TABS[1] else {}))
         return
 
     tab_from_url("cmp_tab", TABS)
     tab_layers, tab_heads, tab_predictions, tab_probes, tab_latents = st.tabs(TABS, key="cmp_tab", on_change="rerun")
     with tab_layers:
-        layers_tab(lm_a, key_a, lm_b, key_b, name_b)
+        layers_tab(lm_a, key_a, lm_b, key_b, name_b, tab_layers.open)
     with tab_heads:
         heads_tab(lm_a, key_a, lm_b, key_b, name_b, tab_heads.open)
     with tab_predictions:

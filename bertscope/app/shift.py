@@ -21,6 +21,7 @@ from bertscope.app.kit.url import (
     layer_in_url,
     link_asks,
     link_flag,
+    spend_links,
     tab_from_url,
     to_url,
 )
@@ -158,7 +159,7 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
             except BertScopeError as err:
                 st.info(plain(str(err)))
     else:
-        link_flag("brown", False, ("shift_tab", TABS[-1]))
+        _no_brown_link()
         st.caption("Open this tab to search (the first search indexes the sample once per model).")
 
 
@@ -174,6 +175,7 @@ def page() -> None:
     choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
     word = c1.text_input("Target word", key="shift_word", max_chars=Limits.name_chars) if choice == OWN else choice
     if not word.strip():
+        _stopped_early()
         st.info("Type the word to follow through the sentences.")
         return
     uploaded = c2.file_uploader("Or upload a CSV (columns: sentence,label)", type=["csv"], key="shift_upload",
@@ -203,16 +205,32 @@ def page() -> None:
 
 def _ready(word: str, rows: list, asked: bool) -> bool:
     """Whether there is something to compare: too many sentences refused in one line, and before Compare is pressed
-    a table with no sentence holding the word says what to do."""
-    with page_errors():
-        if len(rows) > Limits.corpus_lines:
-            raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
-        pattern = word_pattern(word)
-    if not asked and not any(pattern.search(sentence) for sentence, _ in rows):
-        st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, if "
-                      "you like), or upload a CSV, then press Compare."))
-        return False
-    return True
+    a table with no sentence holding the word says what to do. Short of that, the tabs are not drawn, so the Brown
+    tab's link flag goes (a link copied then would open on the same settings and run nothing)."""
+    ready = False
+    try:
+        with page_errors():
+            if len(rows) > Limits.corpus_lines:
+                raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+            pattern = word_pattern(word)
+        ready = asked or any(pattern.search(sentence) for sentence, _ in rows)
+        if not ready:
+            st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, "
+                          "if you like), or upload a CSV, then press Compare."))
+        return ready
+    finally:  # also when page_errors stops the page
+        if not ready:
+            _stopped_early()
+
+
+def _no_brown_link() -> None:
+    link_flag("brown", False, ("shift_tab", TABS[-1]))
+
+
+def _stopped_early() -> None:
+    """The page stops before its tabs: the Brown tab's flag goes, and a link's request with it (url.spend_links)."""
+    spend_links()
+    _no_brown_link()
 
 
 def _source_table(presets: dict, choice: str, uploaded) -> pd.DataFrame:

@@ -316,13 +316,44 @@ def test_shift_brown_tab_link_flag(monkeypatch, tmp_path, tiny_bert_dir):
     assert not at.exception and not at.error
     copied = address(at)
     assert copied["brown"] == "1" and copied["shift_tab"] == TABS[-1]
+    from bertscope.app.kit.results import shared_results
+
+    (tmp_path / "elsewhere").mkdir()  # another server: neither this process's index nor the one on disk
+    (tmp_path / "elsewhere" / "corpora").symlink_to(user_cache_dir() / "corpora")
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "elsewhere"))
+    shared_results().clear()
+    unflagged = start_with_url(monkeypatch, str(tiny_bert_dir), page, **{**copied, "brown": "0"})
+    assert any(t.startswith("Press Index the Brown sample") for t in texts(unflagged.info))  # the control
     linked = start_with_url(monkeypatch, str(tiny_bert_dir), page, **copied)
     assert not linked.exception and not linked.error
     assert any("genre" in d.value.columns for d in linked.dataframe if hasattr(d.value, "columns"))
+    from bertscope.app.shift import OWN
+    linked.selectbox(key="shift_choice").set_value(OWN).run()  # no word yet: the page stops early, its tabs undrawn
+    assert not linked.exception and not linked.error
+    assert "brown" not in linked.query_params and "shift_tab" not in linked.query_params
     at.session_state["shift_tab"] = TABS[0]  # the visitor picks another tab: it opens, the flag goes
     at.run()
     assert at.session_state["shift_tab"] == TABS[0]
     assert "brown" not in at.query_params and "shift_tab" not in at.query_params
+
+
+def test_a_link_whose_model_cannot_be_loaded_runs_nothing_later(monkeypatch, tmp_path, tiny_bert_dir):
+    """A link to the Brown tab's result on a model that cannot be loaded here stops the page; the model the visitor
+    types next, with the tab open, waits for the button (the link's request ran unasked on a model it never named)."""
+    from bertscope.app.shift import TABS
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/shift.py", model=str(tmp_path / "nowhere"),
+                        shift_tab=TABS[-1], brown="1")
+    assert not at.exception and texts(at.error)
+    at.text_input(key=CUSTOM_KEY).input(str(tiny_bert_dir))
+    at.session_state["shift_tab"] = TABS[-1]
+    at.run()
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
 
 
 def compute(at: AppTest) -> AppTest:

@@ -19,6 +19,12 @@ def test_cka_and_predictions(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     at.run()
     assert not at.exception and not at.error
     assert at.query_params["n"] in ("100", ["100"])  # the view on screen, copied as a link
+    at.session_state["cmp_tab"] = "Predictions"  # another tab: a link copied there does not run the comparison
+    at.run()
+    assert "n" not in at.query_params and not at.exception
+    at.session_state["cmp_tab"] = "Layers (CKA)"
+    at.run()
+    assert at.query_params["n"] in ("100", ["100"])
     heatmap = at.get("plotly_chart")[0].proto.spec
     assert "Linear CKA" in heatmap and "embeddings" in heatmap
     assert any("Same depth" in c for c in texts(at.caption))
@@ -52,7 +58,7 @@ def test_heads_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tiny_roberta_dir):
     assert any("cut text into different tokens" in i for i in texts(at.info))
 
 
-def test_heads_tab_waits_for_its_button(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
+def test_heads_tab_waits_for_its_button(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tmp_path):
     """Opening the tab computes nothing (it read every attention map of both models on opening); the button
     does, and the heatmap's title counts the sentences that were used."""
     at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tiny_bert_dir), cmp_tab="Heads")  # a reload
@@ -65,12 +71,39 @@ def test_heads_tab_waits_for_its_button(monkeypatch, tiny_mlm_dir, tiny_bert_dir
     assert "sentences)" in spec and not at.exception
     copied = address(at)  # the link's flag and its tab, with the result on screen
     assert copied["heads"] == "1" and copied["cmp_tab"] == "Heads"
+    from bertscope.app.kit.results import shared_results
+
+    shared_results().clear()  # another server: the link's own flag runs it, not a result kept here
+    unflagged = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, **{**copied, "heads": "0"})
+    assert any(t.startswith("Press *Compare heads*") for t in texts(unflagged.info))  # the control
     linked = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, **copied)  # the link copied: compared on arrival
     assert any("moved from the same head" in c.proto.spec for c in linked.get("plotly_chart"))
+    linked.text_input(key="cmp_b").input(str(tmp_path / "nowhere")).run()  # a B that cannot be loaded: the page
+    assert not linked.exception and texts(linked.error)  # stops before its tabs, and no flag stays for a link
+    assert "heads" not in linked.query_params and "cmp_tab" not in linked.query_params
     at.session_state["cmp_tab"] = "Layers (CKA)"  # another tab picked: it opens at once, the flag and tab go
     at.run()
     assert at.session_state["cmp_tab"] == "Layers (CKA)" and "heads" not in at.query_params
     assert "cmp_tab" not in at.query_params
+
+
+def test_a_model_b_picked_from_the_presets_is_in_the_link(monkeypatch):
+    """b names model B whether typed or picked (a link that dropped a picked B compared A with the default B); a
+    link's preset sets the picker, not the typed field; the default B is left out of the address."""
+    at = start_with_url(monkeypatch, "bundled", PAGE)
+    assert "b" not in at.query_params  # bundled-mlm, the default B beside bundled
+    at.selectbox(key="cmp_b_preset").set_value("bundled-upos").run()
+    assert not at.exception and not at.error
+    copied = address(at)
+    assert copied["b"] == "bundled-upos"
+    linked = start_with_url(monkeypatch, "bundled", PAGE, **copied)
+    assert not linked.exception and not linked.error
+    assert linked.selectbox(key="cmp_b_preset").value == "bundled-upos" and not linked.text_input(key="cmp_b").value
+    monkeypatch.setenv("BERTSCOPE_DEMO", "1")  # the hosted demo has no typed field: a name that is no preset is
+    demo = start_with_url(monkeypatch, "bundled", PAGE, b="/some/folder")  # ignored, said in one line
+    assert not demo.exception and not demo.error
+    assert any("Ignored the link's b=/some/folder" in w for w in texts(demo.warning))
+    assert not any(t.key == "cmp_b" for t in demo.text_input) and "b" not in demo.query_params
 
 
 def test_probes_tab(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
@@ -144,3 +177,18 @@ def test_a_tab_opened_later_is_no_link(monkeypatch, tiny_mlm_dir, tiny_bert_dir)
     at.run()
     assert not at.exception and not at.error
     assert any(t.startswith("Press *Compare heads*") for t in texts(at.info))
+
+
+def test_a_link_that_cannot_be_honoured_runs_nothing_later(monkeypatch, tiny_mlm_dir, tiny_bert_dir, tmp_path):
+    """A link whose model B cannot be loaded stops before its tabs; the visitor's next B with the Heads tab open
+    waits for its button (the link's request, spent, ran unasked on a pair the link never named)."""
+    at = start_with_url(monkeypatch, str(tiny_mlm_dir), PAGE, b=str(tmp_path / "nowhere"), cmp_tab="Heads",
+                        heads="1")
+    assert not at.exception and texts(at.error)
+    assert "heads" not in at.query_params and "cmp_tab" not in at.query_params
+    at.text_input(key="cmp_b").input(str(tiny_bert_dir))
+    at.session_state["cmp_tab"] = "Heads"
+    at.run()
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press *Compare heads*") for t in texts(at.info))
+    assert not any("moved from the same head" in c.proto.spec for c in at.get("plotly_chart"))

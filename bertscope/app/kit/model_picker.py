@@ -15,7 +15,7 @@ from bertscope.app.kit.chrome import plain, show_error
 from bertscope.app.kit.limits import Limits, demo, demo_allowlist
 from bertscope.app.kit.pages import Page
 from bertscope.app.kit.resident import resident_models
-from bertscope.app.kit.url import to_url
+from bertscope.app.kit.url import spend_links, to_url
 from bertscope.runtime.devices import available_devices
 from bertscope.sources import hub
 from bertscope.sources.bundled import BUNDLED_MODELS
@@ -183,6 +183,7 @@ def require_model(fallback: Callable[[LoadedModel], None] | None = None) -> Load
     still show), and the page stops. The other pages are not affected."""
     lm = current_model()
     if lm is None:
+        spend_links()
         st.stop()
     page = current_page()
     unmet = page.unmet(lm) if page is not None else []
@@ -200,6 +201,7 @@ def require_model(fallback: Callable[[LoadedModel], None] | None = None) -> Load
         offer_models(need.offer, f"need_{page.url_path or 'home'}")
         if fallback is not None:
             fallback(lm)
+        spend_links()
         st.stop()
     return lm
 

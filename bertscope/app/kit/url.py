@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from bertscope.app.kit.chrome import plain
 from bertscope.app.kit.limits import TRUTHY
@@ -38,18 +39,28 @@ def from_url(param: str, key: str, convert=str, valid=None) -> None:
 
 def to_url(**params) -> None:
     """Write the page's current inputs into the URL (None leaves a parameter out). What changes is written at once:
-    each write is an entry in the browser's history (Back), so several parameters go in one."""
-    changed = {}
+    each write is an entry in the browser's history (Back), so several parameters, set or taken out, go in one."""
+    changed, gone = {}, []
     for name, value in params.items():
         if value is None or value == "":
             if name in st.query_params:
-                st.query_params.pop(name)
+                gone.append(name)
         else:
             text = str(int(value)) if isinstance(value, bool) else str(value)
             if st.query_params.get(name) != text:
                 changed[name] = text
-    if changed:
-        st.query_params.update(changed)
+    if not gone:
+        if changed:
+            st.query_params.update(changed)
+        return
+    kept = {k: st.query_params.get_all(k) for k in st.query_params if k not in gone}
+    try:
+        st.query_params.from_dict({**kept, **changed})  # one write
+    except StreamlitAPIException:  # a parameter bound to a widget (bind="query-params") is set by the widget only
+        for name in gone:
+            st.query_params.pop(name)
+        if changed:
+            st.query_params.update(changed)
 
 
 NUMBERING = "v"  # links carry v=2: layer=embeddings or a block number (core.layers)
@@ -123,6 +134,16 @@ def link_flag(flag: str, shown: bool, tab: tuple[str, str]) -> None:
         to_url(**{flag: None}, **({param: None} if st.query_params.get(param) == name else {}))
 
 
+SPENT = "_links_spent"
+
+
+def spend_links() -> None:
+    """A page that stops before it draws what a link asked for (its model or model B cannot be loaded, its word is
+    empty): the link's requests not yet made are spent, so none runs later, unasked, on settings the visitor picked
+    since (another model, another B) and charged to the demo's budget."""
+    st.session_state[SPENT] = True
+
+
 def link_asks(name: str, linked: bool, request) -> bool:
     """Whether a shared link asks for ``request`` now. A page opened by a link (its settings in the address on
     ``arrival``: ``linked``) runs the link's own request once, as the person who sent it saw it; every other request,
@@ -131,7 +152,7 @@ def link_asks(name: str, linked: bool, request) -> bool:
     sidebar, a tab opened later)."""
     seen = f"_link_{name}"
     if seen not in st.session_state:
-        st.session_state[seen] = (request,) if linked else None
+        st.session_state[seen] = (request,) if linked and not st.session_state.get(SPENT) else None
     if st.session_state[seen] != (request,):
         return False
     st.session_state[seen] = None  # used: the job starts now, and a rerun watches it or finds its result
