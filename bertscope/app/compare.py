@@ -19,6 +19,7 @@ from bertscope.analysis.compare import (
 )
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
+from bertscope.app.kit.budget import BudgetRefused
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import (
@@ -248,12 +249,21 @@ def latents_tab(lm_a, key_a, lm_b, key_b, name_b) -> None:
 
 
 def _b_from_url(options: list[str]) -> None:
-    """A link's ?b= (once per session): a preset's name sets the preset picker, anything else the typed field (which
-    the hosted demo has not: there a name that is no preset is ignored with the usual notice)."""
-    if demo() or st.query_params.get("b") in options:
+    """A link's ?b= (once per session, for both of B's widgets: a b the page wrote itself is never read back as a
+    link's): a preset's name sets the preset picker, anything else the typed field, which the hosted demo has not:
+    there a name that is no preset is ignored with the usual notice, and the link's requests with it (they named
+    another B)."""
+    restored = st.session_state.setdefault("_from_url", set())
+    if {"cmp_b", "cmp_b_preset"} & restored:
+        return
+    raw = st.query_params.get("b")
+    if demo() or raw in options:
         from_url("b", "cmp_b_preset", valid=lambda v: v in options)
+        if raw is not None and raw not in options:
+            spend_links()
     else:
         from_url("b", "cmp_b")
+    restored.update({"cmp_b", "cmp_b_preset"})
 
 
 def page() -> None:
@@ -273,15 +283,20 @@ def page() -> None:
     name_b = typed.strip() or choice
     key_b = (name_b, key_a[1], key_a[2])
     to_url(b=name_b if name_b != default_b else None)  # a preset too: a link compares the same pair
-    lm_b = None
+    lm_b, busy = None, False
     with page_errors(stop=False):
         if not typed.strip() and not obtainable(name_b):
             raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
         with st.spinner(f"Loading {name_b}…"):
-            lm_b = cached_model(*key_b)
-    if lm_b is None:  # nothing compared on screen: no tab's flag stays for a link to run, nor does the link's
-        spend_links()  # request run later on another B
-        to_url(n=None, heads=None, **({"cmp_tab": None} if st.query_params.get("cmp_tab") == TABS[1] else {}))
+            try:
+                lm_b = cached_model(*key_b)
+            except BudgetRefused:
+                busy = True  # a busy demo: the same request can run when the visitor retries
+                raise
+    if lm_b is None:
+        if not busy:  # B cannot be had: no tab's flag stays for a link to run, nor does the link's request run later
+            spend_links()  # on another B
+            to_url(n=None, heads=None, **({"cmp_tab": None} if st.query_params.get("cmp_tab") == TABS[1] else {}))
         return
 
     tab_from_url("cmp_tab", TABS)

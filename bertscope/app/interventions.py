@@ -21,7 +21,7 @@ from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.mask_changes import show_mask_changes
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
-from bertscope.app.kit.url import from_url, tab_from_url, to_url
+from bertscope.app.kit.url import from_url, link_asks, tab_from_url, to_url
 from bertscope.app.sections import classifier_interventions, das_tab
 from bertscope.app.sections.feature_interventions import feature_patch_section, features_tab
 from bertscope.attribution.gradients import Target
@@ -199,7 +199,7 @@ def patch_tab(lm, key) -> None:
     to_url(preset=preset, clean=clean, corrupt=corrupt, a=a, b=b, pos=None if where == "all" else where)
     request = (key, clean, corrupt, a.strip(), b.strip(), where)
     ran = st.session_state.get("int_patch_ran")
-    if not (asked or ran == request or (st.session_state["int_linked"] and ran is None)):
+    if not (asked or ran == request or link_asks("patch", st.session_state["int_linked"], request)):
         st.info("Press *Patch*: every cell is one pass of the corrupted text (a layer's cells run together).")
         return
     st.session_state["int_patch_ran"] = request

@@ -356,6 +356,30 @@ def test_a_link_whose_model_cannot_be_loaded_runs_nothing_later(monkeypatch, tmp
     assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
 
 
+def test_a_link_the_shift_page_cannot_honour_runs_nothing_later(monkeypatch, tmp_path, tiny_bert_dir):
+    """Embedding shift stopped before its tabs (no word yet) on a link's arrival: the Brown tab opened later, on the
+    word then typed, waits for its button."""
+    from bertscope.app.shift import OWN, TABS
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BERTSCOPE_MODEL", str(tiny_bert_dir))
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"shift_tab": TABS[-1], "brown": "1"})
+    at.run()  # the home page reads the model and runs no link's job
+    at.session_state["shift_choice"] = OWN
+    at.switch_page("bertscope/app/shift.py").run()
+    assert not at.exception and any("Type the word" in i for i in texts(at.info))
+    assert "brown" not in at.query_params and "shift_tab" not in at.query_params
+    at.session_state["shift_choice"] = "bank"
+    at.session_state["shift_tab"] = TABS[-1]
+    at.run()
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
+
+
 def compute(at: AppTest) -> AppTest:
     """Press the Cross-lingual page's Compute (its form's button)."""
     next(b for b in at.button if "align_form" in b.id).click()

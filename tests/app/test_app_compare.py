@@ -96,13 +96,21 @@ def test_a_model_b_picked_from_the_presets_is_in_the_link(monkeypatch):
     assert not at.exception and not at.error
     copied = address(at)
     assert copied["b"] == "bundled-upos"
+    at.selectbox(key="cmp_b_preset").set_value("bundled-sentiment").run()  # a second pick: the b the page wrote
+    assert at.selectbox(key="cmp_b_preset").value == "bundled-sentiment"  # is never read back as a link's
+    assert address(at)["b"] == "bundled-sentiment"
     linked = start_with_url(monkeypatch, "bundled", PAGE, **copied)
     assert not linked.exception and not linked.error
     assert linked.selectbox(key="cmp_b_preset").value == "bundled-upos" and not linked.text_input(key="cmp_b").value
+    linked.text_input(key="cmp_b").input("org/x").run()
+    linked.text_input(key="cmp_b").input("org/y").run()
+    assert linked.text_input(key="cmp_b").value == "org/y" and address(linked)["b"] == "org/y"
     monkeypatch.setenv("BERTSCOPE_DEMO", "1")  # the hosted demo has no typed field: a name that is no preset is
-    demo = start_with_url(monkeypatch, "bundled", PAGE, b="/some/folder")  # ignored, said in one line
-    assert not demo.exception and not demo.error
+    demo = start_with_url(monkeypatch, "bundled", PAGE, b="/some/folder", n="100")  # ignored, said in one line,
+    assert not demo.exception and not demo.error  # and the link's comparison (of another B) does not run
     assert any("Ignored the link's b=/some/folder" in w for w in texts(demo.warning))
+    assert any("Press *Compare*" in i for i in texts(demo.info))
+    assert not any("Linear CKA" in c.proto.spec for c in demo.get("plotly_chart"))
     assert not any(t.key == "cmp_b" for t in demo.text_input) and "b" not in demo.query_params
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from bertscope import BertScopeError, LoadedModel, default_model, load_model
-from bertscope.app.kit.budget import costly_job
+from bertscope.app.kit.budget import BudgetRefused, costly_job
 from bertscope.app.kit.chrome import plain, show_error
 from bertscope.app.kit.limits import Limits, demo, demo_allowlist
 from bertscope.app.kit.pages import Page
@@ -92,6 +92,7 @@ def _init_state() -> None:
         allowed = demo_allowlist()
         if linked:
             st.warning(plain(f"Ignored the link's model={linked[:60]}: this demo serves {', '.join(served_models())}."))
+            spend_links()  # what the link asked of its model never runs on the fallback
         fallback = startup_default()[0]
         st.session_state[MODEL_KEY] = fallback if fallback in allowed else allowed[0]
     else:
@@ -157,12 +158,15 @@ def current_model() -> LoadedModel | None:
     if it fails."""
     key = model_key()
     if not key[0]:
+        spend_links()
         st.info("Type a hub id (org/name) or a local model folder in the sidebar.")
         return None
     try:
         with st.spinner(f"Loading {key[0]}…"):
             return cached_model(*key)
     except BertScopeError as err:
+        if not isinstance(err, BudgetRefused):  # a busy demo: the same request can run once the visitor retries
+            spend_links()  # the link's model cannot be had: its requests never run later on another model
         show_error(err)
         default = startup_default()[0]
         if default != key[0]:
@@ -183,7 +187,6 @@ def require_model(fallback: Callable[[LoadedModel], None] | None = None) -> Load
     still show), and the page stops. The other pages are not affected."""
     lm = current_model()
     if lm is None:
-        spend_links()
         st.stop()
     page = current_page()
     unmet = page.unmet(lm) if page is not None else []
