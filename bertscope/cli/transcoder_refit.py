@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from bertscope.cli.common import Command, load, progress_bar
+from bertscope.cli.common import Command, finite_float, load, progress_bar
 from bertscope.cli.transcoders import held_out_arguments, held_out_figures, layer_lines, tuned_folder, weights_argument
 from bertscope.runtime.atomic import write_text
 
@@ -21,7 +21,7 @@ def cmd_refit_transcoders(args: argparse.Namespace) -> Any:
     from bertscope.features.activations import points_activations
     from bertscope.features.shipped import SHIPPED_TRANSCODERS, transcoder_set
     from bertscope.features.transcoder import INPUT_POINT, OUTPUT_POINT, load_transcoder, save_transcoder
-    from bertscope.features.transcoder_refit import check_refittable, refit_writes
+    from bertscope.features.transcoder_refit import check_chosen_weight, check_refittable, refit_writes
     from bertscope.features.transcoder_training import check_replaceable, replacement_quality
 
     tuned_folder(args, args.transcoders)
@@ -32,10 +32,12 @@ def cmd_refit_transcoders(args: argparse.Namespace) -> Any:
         check_refittable(tc)  # before any pass
     check_replaceable(lm, transcoders)
     masked = bool(transcoders[0].info.extra.get("masked"))  # the text read as the set was trained on it
+    check_chosen_weight(args.chosen_weight, masked)  # before any pass
     train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
     layers = sorted(transcoders)
     report: dict[str, Any] = {"model": lm.name, "from": str(args.transcoders or "the shipped set"), "out": str(out),
                               "corpus": f"mixture of {', '.join(train.counts())}", "masked": masked,
+                              "chosen_weight": args.chosen_weight,
                               "layers_before": held_out_figures(lm, transcoders, held)}
     with progress_bar(f"{lm.name}: the replacement model before", "sentence") as progress:
         report["replacement_before"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed,
@@ -47,7 +49,7 @@ def cmd_refit_transcoders(args: argparse.Namespace) -> Any:
     for layer in layers:
         with progress_bar(f"{lm.name} layer {layer}: the writes refitted", "row") as progress:
             tc = refit_writes(transcoders[layer], every.pop((layer, INPUT_POINT)), every.pop((layer, OUTPUT_POINT)),
-                              progress=progress)  # no stop: a Transcoder
+                              progress=progress, chosen_weight=args.chosen_weight)  # no stop: a Transcoder
         save_transcoder(tc, out, dtype)
         transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
     report["layers"] = held_out_figures(lm, transcoders, held)
@@ -61,7 +63,9 @@ def refit_table(report: dict) -> str:
     before, after = report["replacement_before"], report["replacement"]
     unit = "masked positions" if "positions" in after else "texts"
     lines = [f"{report['model']}: transcoders from {report['from']}, their writes refitted by least squares on the "
-             f"{report['corpus']}{' as pretraining read it' if report['masked'] else ''}, in {report['out']}",
+             f"{report['corpus']}{' as pretraining read it' if report['masked'] else ''}"
+             + (f", the positions chosen for prediction weighing {report['chosen_weight']:g}"
+                if report.get("chosen_weight", 1) != 1 else "") + f", in {report['out']}",
              *layer_lines(report),
              "FVE before: " + " / ".join(f"{q['fve']:.3f}" for q in report["layers_before"]),
              f"replacement model, {after.get('positions', after.get('examples', 0)):,} held-out {unit}: top-1 "
@@ -75,6 +79,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                                          "shipped for the model)")
     p.add_argument("--tokens", type=int, default=400_000, help="training word pieces of the mixture the writes are "
                                                                "solved on (default 400,000)")
+    p.add_argument("--chosen-weight", type=finite_float, default=1.0, metavar="W",
+                   help="the weight of the positions BERT's corruption chose for prediction in the squared error, "
+                        "the others 1 (a set trained with --masked; default 1: every row alike)")
     held_out_arguments(p)
     weights_argument(p)
     p.add_argument("--out", required=True, help="a folder for the refitted set (layer_L.safetensors, config.yaml, "

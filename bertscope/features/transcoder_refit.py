@@ -71,37 +71,58 @@ def empty_equations(tc: Transcoder) -> Equations:
 
 
 @torch.no_grad()
-def add_rows(equations: Equations, tc: Transcoder, x: torch.Tensor, y: torch.Tensor) -> None:
+def add_rows(equations: Equations, tc: Transcoder, x: torch.Tensor, y: torch.Tensor,
+             weight: torch.Tensor | None = None) -> None:
     """Rows x [b, d_in] → y [b, d_out] added to ``equations`` in place, each row's features as ``tc``'s encoder
-    chooses them (the sparse part of G costs k rows a token)."""
+    chooses them (the sparse part of G costs k rows a token); ``weight`` [b] (≥ 0): each row's weight in the squared
+    error (G = Aᵀ W A, H = Aᵀ W Y: every row scaled by √w)."""
     gram, cross, fired = equations
     d_sae = tc.d_sae
     x, y = x.float().cpu(), y.float().cpu()
     values, indices = tc.encode_topk(x.to(tc.W_enc.device))
     values, indices = values.cpu().float(), indices.cpu()
+    fired += torch.bincount(indices.reshape(-1)[values.reshape(-1) > 0], minlength=d_sae).double()
+    root = None if weight is None else weight.float().cpu().sqrt()[:, None]  # [b, 1]
+    if root is not None:
+        values, y = values * root, y * root
     rows = torch.arange(len(x))[:, None].expand_as(indices)  # [b, k]
     z = torch.sparse_coo_tensor(torch.stack([rows.reshape(-1), indices.reshape(-1)]), values.reshape(-1),
                                 (len(x), d_sae), check_invariants=False).coalesce()  # [b, d_sae]
     dense = torch.cat([x, torch.ones(len(x), 1)], 1) if tc.skip else torch.ones(len(x), 1)  # [b, width]
+    if root is not None:
+        dense = dense * root
     both = torch.cat([z.to_dense(), dense], 1)  # [b, p]
     gram[:d_sae] += torch.sparse.mm(z.t(), both).double()
     gram[d_sae:] += (dense.t() @ both).double()
     cross += (both.t() @ y).double()
-    fired += torch.bincount(indices.reshape(-1)[values.reshape(-1) > 0], minlength=d_sae).double()
+
+
+def check_chosen_weight(chosen_weight: float, masked: bool) -> None:
+    """One line when the chosen rows' weight is out of [1, 1000], or weighs rows of text read without masking."""
+    if not 1 <= chosen_weight <= 1000:
+        raise BertScopeError(f"The chosen rows' weight is between 1 and 1,000; got {chosen_weight}.")
+    if chosen_weight != 1 and not masked:
+        raise BertScopeError("The chosen rows' weight weighs the positions BERT's corruption chose: the rows were read "
+                             "without masking (a set trained with --masked reads them so).")
 
 
 @torch.no_grad()
 def _accumulate(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
                 progress: Callable[[int, int], None] | None,
-                stop: Callable[[], bool] | None) -> Equations | None:
-    """The normal equations over every row, in float64; None when stopped."""
+                stop: Callable[[], bool] | None, chosen_weight: float = 1.0) -> Equations | None:
+    """The normal equations over every row, in float64 (the rows chosen for prediction weighing ``chosen_weight``);
+    None when stopped."""
     equations, n = empty_equations(tc), inputs.tokens
     for start in range(0, n, BLOCK_ROWS):
         if stop is not None and stop():
             return None
         x = torch.from_numpy(np.asarray(inputs.rows[start:start + BLOCK_ROWS], np.float32))  # [b, d_in]
         y = torch.from_numpy(np.asarray(outputs.rows[start:start + BLOCK_ROWS], np.float32))  # [b, d_out]
-        add_rows(equations, tc, x, y)
+        weight = None
+        if chosen_weight != 1:
+            picked = torch.from_numpy(np.array(inputs.chosen[start:start + BLOCK_ROWS], bool))  # [b], a copy
+            weight = 1 + (chosen_weight - 1) * picked.float()
+        add_rows(equations, tc, x, y, weight)
         if progress:
             progress(min(start + BLOCK_ROWS, n), n)
     return equations
@@ -109,18 +130,19 @@ def _accumulate(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
 
 @overload
 def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
-                 progress: Callable[[int, int], None] | None = None, stop: None = None) -> Transcoder: ...
+                 progress: Callable[[int, int], None] | None = None, stop: None = None,
+                 chosen_weight: float = 1.0) -> Transcoder: ...
 
 
 @overload
 def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
                  progress: Callable[[int, int], None] | None = None,
-                 stop: Callable[[], bool] | None = None) -> Transcoder | None: ...
+                 stop: Callable[[], bool] | None = None, chosen_weight: float = 1.0) -> Transcoder | None: ...
 
 
 def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
                  progress: Callable[[int, int], None] | None = None,
-                 stop: Callable[[], bool] | None = None) -> Transcoder | None:
+                 stop: Callable[[], bool] | None = None, chosen_weight: float = 1.0) -> Transcoder | None:
     """``tc`` with its decoder rows, skip path and output bias refitted by least squares over ``inputs`` →
     ``outputs`` (the feed-forward's input and output on the same tokens), its encoder as trained.
 
@@ -130,6 +152,8 @@ def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
         outputs: ``blocks.{l}.hook_mlp_out`` over the same tokens.
         progress: called with (rows done, rows).
         stop: asked between blocks of rows.
+        chosen_weight: the weight, in the squared error, of the rows BERT's corruption chose for prediction
+            (``inputs.chosen``: text read with masking), the others 1: where the replacement model is scored.
 
     Returns:
         A new ``Transcoder`` (float32, CPU; ``info.extra["refit"]`` says what was solved), or None when stopped
@@ -139,9 +163,14 @@ def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
         raise BertScopeError("The feed-forward's input and output were read from different tokens: read both in one "
                              "pass (features.activations.points_activations).")
     check_refittable(tc)
+    check_chosen_weight(chosen_weight, getattr(inputs, "chosen", None) is not None)
     source = copy.deepcopy(tc).float().cpu()
-    equations = _accumulate(source, inputs, outputs, progress, stop)
-    return None if equations is None else solved(source, equations, int(inputs.tokens))
+    equations = _accumulate(source, inputs, outputs, progress, stop, chosen_weight)
+    if equations is None:
+        return None
+    out = solved(source, equations, int(inputs.tokens))
+    out.info.extra["refit"]["chosen_weight"] = chosen_weight
+    return out
 
 
 def solved(tc: Transcoder, equations: Equations, rows: int) -> Transcoder:

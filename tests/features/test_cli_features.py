@@ -272,9 +272,12 @@ def test_refit_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
         assert after.info.extra["refit"]["rows"] > 0
     assert json.loads((refit / "quality.json").read_text())["replacement"] == report["replacement"]
     code, stdout, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", trained, "--tokens", 600,
-                                "--held-out", 6, "--out", refit)
+                                "--held-out", 6, "--out", refit, "--chosen-weight", 4)
     assert code == 0 and "refitted by least squares" in stdout and "top-1 agreement" in stdout, err
+    assert "chosen for prediction weighing 4" in stdout
+    assert load_transcoder(refit, 1).info.extra["refit"]["chosen_weight"] == 4
     for bad, message in ((("--out", trained), "the folder the transcoders are read from"),
+                         (("--chosen-weight", 0.5, "--out", refit), "between 1 and 1,000"),
                          (("--tokens", 0, "--out", refit), "at least 1"),
                          (("--out", trained / "layer_0.safetensors"), "is a file")):
         code, _, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", trained, *bad)

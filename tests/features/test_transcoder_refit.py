@@ -16,9 +16,10 @@ from bertscope.features.transcoder import Transcoder, TranscoderInfo
 from bertscope.features.transcoder_refit import check_refittable, refit_writes
 
 
-def rows(array: torch.Tensor) -> SimpleNamespace:
-    """An ``ActivationSet``'s two fields the refit reads, float16 as on disk."""
-    return SimpleNamespace(rows=array.numpy().astype(np.float16), tokens=len(array))
+def rows(array: torch.Tensor, chosen: torch.Tensor | None = None) -> SimpleNamespace:
+    """An ``ActivationSet``'s fields the refit reads, float16 as on disk (``chosen``: the rows masking chose)."""
+    return SimpleNamespace(rows=array.numpy().astype(np.float16), tokens=len(array),
+                           chosen=None if chosen is None else chosen.numpy())
 
 
 def half(t: torch.Tensor) -> torch.Tensor:
@@ -84,3 +85,24 @@ def test_a_stop_and_bad_input_are_one_line_each(monkeypatch):
     with pytest.raises(BertScopeError):
         check_refittable(Transcoder(16, 16, most + 1, 4, True))
     assert str(err.value).count("\n") == 0
+
+
+def test_the_chosen_rows_weighed_w_times_are_those_rows_counted_w_times():
+    """A weight of 3 on the rows masking chose solves what the unweighted refit solves with each chosen row thrice
+    (least squares: G = Aᵀ W A, H = Aᵀ W Y), and differs from the unweighted solve; a weight on text read without
+    masking, or out of [1, 1000], is one line."""
+    tc, x = setup(n=3000, seed=2)
+    y = half(torch.tanh(x @ torch.randn(16, 16)))
+    chosen = torch.rand(len(x)) < 0.15
+    weighed = refit_writes(tc, rows(x, chosen), rows(y, chosen), chosen_weight=3.0)
+    thrice = torch.cat([x, x[chosen], x[chosen]]), torch.cat([y, y[chosen], y[chosen]])
+    counted = refit_writes(tc, rows(thrice[0]), rows(thrice[1]))
+    plain = refit_writes(tc, rows(x, chosen), rows(y, chosen))
+    for name in ("W_dec", "W_skip", "b_dec"):
+        torch.testing.assert_close(getattr(weighed, name), getattr(counted, name), atol=2e-4, rtol=1e-3)
+    assert not torch.allclose(weighed.W_dec, plain.W_dec, atol=1e-3)
+    assert weighed.info.extra["refit"]["chosen_weight"] == 3.0 and plain.info.extra["refit"]["chosen_weight"] == 1
+    with pytest.raises(BertScopeError, match="read without masking"):
+        refit_writes(tc, rows(x), rows(y), chosen_weight=3.0)
+    with pytest.raises(BertScopeError, match="between 1 and 1,000"):
+        refit_writes(tc, rows(x, chosen), rows(y, chosen), chosen_weight=0.5)
