@@ -266,6 +266,26 @@ def _b_from_url(options: list[str]) -> None:
     restored.update({"cmp_b", "cmp_b_preset"})
 
 
+def _model_b(key_b: tuple, typed: bool):
+    """Model B loaded, or None with one line. B that cannot be had leaves no tab's flag in the address for a link to
+    run, and spends the link's requests (they never run later on another B); a busy demo's refusal spends nothing:
+    the same request can run when the visitor retries."""
+    name_b, lm_b, busy = key_b[0], None, False
+    with page_errors(stop=False):
+        if not typed and not obtainable(name_b):
+            raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
+        with st.spinner(f"Loading {name_b}…"):
+            try:
+                lm_b = cached_model(*key_b)
+            except BudgetRefused:
+                busy = True
+                raise
+    if lm_b is None and not busy:
+        spend_links()
+        to_url(n=None, heads=None, **({"cmp_tab": None} if st.query_params.get("cmp_tab") == TABS[1] else {}))
+    return lm_b
+
+
 def page() -> None:
     st.title("Compare")  # the sidebar's name (kit.pages)
     st.subheader("Two models side by side, layer by layer and head by head.")
@@ -283,22 +303,9 @@ def page() -> None:
     name_b = typed.strip() or choice
     key_b = (name_b, key_a[1], key_a[2])
     to_url(b=name_b if name_b != default_b else None)  # a preset too: a link compares the same pair
-    lm_b, busy = None, False
-    with page_errors(stop=False):
-        if not typed.strip() and not obtainable(name_b):
-            raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
-        with st.spinner(f"Loading {name_b}…"):
-            try:
-                lm_b = cached_model(*key_b)
-            except BudgetRefused:
-                busy = True  # a busy demo: the same request can run when the visitor retries
-                raise
+    lm_b = _model_b(key_b, typed=bool(typed.strip()))
     if lm_b is None:
-        if not busy:  # B cannot be had: no tab's flag stays for a link to run, nor does the link's request run later
-            spend_links()  # on another B
-            to_url(n=None, heads=None, **({"cmp_tab": None} if st.query_params.get("cmp_tab") == TABS[1] else {}))
         return
-
     tab_from_url("cmp_tab", TABS)
     tab_layers, tab_heads, tab_predictions, tab_probes, tab_latents = st.tabs(TABS, key="cmp_tab", on_change="rerun")
     with tab_layers:
