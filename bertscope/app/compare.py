@@ -19,7 +19,6 @@ from bertscope.analysis.compare import (
 )
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
-from bertscope.app.kit.budget import BudgetRefused
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import (
@@ -267,20 +266,15 @@ def _b_from_url(options: list[str]) -> None:
 
 
 def _model_b(key_b: tuple, typed: bool):
-    """Model B loaded, or None with one line. B that cannot be had leaves no tab's flag in the address for a link to
-    run, and spends the link's requests (they never run later on another B); a busy demo's refusal spends nothing:
-    the same request can run when the visitor retries."""
-    name_b, lm_b, busy = key_b[0], None, False
+    """Model B loaded, or None with one line. B that cannot be had (a busy demo's refusal too) leaves no tab's flag in
+    the address for a link to run, and spends the link's requests: they never run later on another B."""
+    name_b, lm_b = key_b[0], None
     with page_errors(stop=False):
         if not typed and not obtainable(name_b):
             raise BertScopeError(f"{name_b} cannot be had here (not cached, hub unreachable): pick a bundled model.")
         with st.spinner(f"Loading {name_b}…"):
-            try:
-                lm_b = cached_model(*key_b)
-            except BudgetRefused:
-                busy = True
-                raise
-    if lm_b is None and not busy:
+            lm_b = cached_model(*key_b)
+    if lm_b is None:
         spend_links()
         to_url(n=None, heads=None, **({"cmp_tab": None} if st.query_params.get("cmp_tab") == TABS[1] else {}))
     return lm_b

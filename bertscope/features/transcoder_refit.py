@@ -14,7 +14,9 @@ the same activation, so a graph's features and their top contexts keep their mea
 ask it).
 
 Features that fire on fewer than ``MIN_ROWS`` of the rows keep their trained decoder rows (their part is taken out
-of Y first): a row solved from a handful of tokens fits those tokens, not the feature. A small ridge (a millionth
+of Y first): a row solved from a handful of tokens fits those tokens, not the feature. With rows weighed
+(``chosen_weight``), the count is the effective one, (Σw)² / Σw²: a feature whose fit a few heavy rows carry is held
+too. A small ridge (a millionth
 of G's mean diagonal) keeps the solve defined where the skip path's inputs are nearly collinear.
 
 Measured on bundled-mlm's shipped set (BENCHMARKS.md, 400,000 word pieces of its training mixture as it was
@@ -62,14 +64,16 @@ def check_refittable(tc: Transcoder) -> None:
                              f"most {most:,} features a layer.")
 
 
-Equations = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (G [p, p], H [p, d_out], rows each feature fired [d_sae])
+Equations = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+# (G [p, p], H [p, d_out], support [2, d_sae]: Σw and Σw² over the rows each feature fired on; unweighted, both count
+# the rows)
 
 
 def empty_equations(tc: Transcoder) -> Equations:
     """Zero normal equations for ``tc``'s writes, in float64 (``check_refittable`` first)."""
     p = tc.d_sae + (tc.d_in if tc.skip else 0) + 1
     return (torch.zeros(p, p, dtype=torch.float64), torch.zeros(p, tc.d_out, dtype=torch.float64),
-            torch.zeros(tc.d_sae, dtype=torch.float64))
+            torch.zeros(2, tc.d_sae, dtype=torch.float64))
 
 
 @torch.no_grad()
@@ -78,12 +82,16 @@ def add_rows(equations: Equations, tc: Transcoder, x: torch.Tensor, y: torch.Ten
     """Rows x [b, d_in] → y [b, d_out] added to ``equations`` in place, each row's features as ``tc``'s encoder
     chooses them (the sparse part of G costs k rows a token); ``weight`` [b] (≥ 0): each row's weight in the squared
     error (G = Aᵀ W A, H = Aᵀ W Y: every row scaled by √w)."""
-    gram, cross, fired = equations
+    gram, cross, support = equations
     d_sae = tc.d_sae
     x, y = x.float().cpu(), y.float().cpu()
     values, indices = tc.encode_topk(x.to(tc.W_enc.device))
     values, indices = values.cpu().float(), indices.cpu()
-    fired += torch.bincount(indices.reshape(-1)[values.reshape(-1) > 0], minlength=d_sae).double()
+    active = values.reshape(-1) > 0  # [b k]
+    each = (torch.ones(len(x)) if weight is None else weight.double().cpu())[:, None].expand_as(indices)  # [b, k]
+    fired, w = indices.reshape(-1)[active], each.reshape(-1)[active].double()
+    support[0] += torch.bincount(fired, weights=w, minlength=d_sae)
+    support[1] += torch.bincount(fired, weights=w * w, minlength=d_sae)
     root = None if weight is None else weight.float().cpu().sqrt()[:, None]  # [b, 1]
     if root is not None:
         values, y = values * root, y * root
@@ -178,8 +186,8 @@ def refit_writes(tc: Transcoder, inputs: ActivationSet, outputs: ActivationSet,
 def solved(tc: Transcoder, equations: Equations, rows: int) -> Transcoder:
     """A float32 CPU copy of ``tc`` with its decoder rows, skip path and output bias solved from ``equations`` (over
     ``rows`` rows; ``info.extra["refit"]`` says what was solved), its encoder as it was; ``tc`` unchanged."""
-    gram, cross, fired = equations
-    solution, fixed = _solve(tc, gram, cross, fired)  # [p, d_out]
+    gram, cross, support = equations
+    solution, fixed = _solve(tc, gram, cross, effective_rows(support))  # [p, d_out]
     out = copy.deepcopy(tc).float().cpu()
     out.info = type(tc.info)(tc.info.model_name, tc.info.layer, dict(tc.info.extra))
     with torch.no_grad():
@@ -189,6 +197,13 @@ def solved(tc: Transcoder, equations: Equations, rows: int) -> Transcoder:
         out.b_dec.copy_(solution[-1])
     out.info.extra["refit"] = {"rows": rows, "min_rows": MIN_ROWS, "kept_as_trained": fixed, "ridge": RIDGE}
     return out.eval()
+
+
+def effective_rows(support: torch.Tensor) -> torch.Tensor:
+    """Each feature's effective number of rows [d_sae], (Σw)² / Σw² (Kish's): the rows it fired on when every row
+    weighs alike, fewer when a few heavy rows carry its fit (0 where it never fired)."""
+    total, squares = support  # [d_sae] each
+    return torch.where(squares > 0, total * total / squares.clamp_min(1e-300), torch.zeros_like(total))
 
 
 def _solve(tc: Transcoder, gram: torch.Tensor, cross: torch.Tensor, fired: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -111,6 +111,10 @@ def test_a_model_b_picked_from_the_presets_is_in_the_link(monkeypatch):
     assert any("Ignored the link's b=/some/folder" in w for w in texts(demo.warning))
     assert any("Press *Compare*" in i for i in texts(demo.info))
     assert not any("Linear CKA" in c.proto.spec for c in demo.get("plotly_chart"))
+    other = start_with_url(monkeypatch, "bundled", PAGE, model="/their/model", n="100")  # a model the demo ignores
+    assert not other.exception and not other.error  # (said on arrival): nothing runs on the fallback
+    assert any("Press *Compare*" in i for i in texts(other.info))
+    assert not any("Linear CKA" in c.proto.spec for c in other.get("plotly_chart"))
     assert not any(t.key == "cmp_b" for t in demo.text_input) and "b" not in demo.query_params
 
 

@@ -271,11 +271,13 @@ def test_refit_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
         assert not torch.equal(before.W_dec, after.W_dec)
         assert after.info.extra["refit"]["rows"] > 0
     assert json.loads((refit / "quality.json").read_text())["replacement"] == report["replacement"]
+    unweighted = load_transcoder(refit, 1).W_dec.clone()
     code, stdout, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", trained, "--tokens", 600,
                                 "--held-out", 6, "--out", refit, "--chosen-weight", 4)
     assert code == 0 and "refitted by least squares" in stdout and "top-1 agreement" in stdout, err
     assert "chosen for prediction weighing 4" in stdout
-    assert load_transcoder(refit, 1).info.extra["refit"]["chosen_weight"] == 4
+    weighed = load_transcoder(refit, 1)
+    assert weighed.info.extra["refit"]["chosen_weight"] == 4 and not torch.equal(weighed.W_dec, unweighted)
     for bad, message in ((("--out", trained), "the folder the transcoders are read from"),
                          (("--chosen-weight", 0.5, "--out", refit), "between 1 and 1,000"),
                          (("--tokens", 0, "--out", refit), "at least 1"),

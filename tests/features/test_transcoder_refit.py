@@ -87,10 +87,11 @@ def test_a_stop_and_bad_input_are_one_line_each(monkeypatch):
     assert str(err.value).count("\n") == 0
 
 
-def test_the_chosen_rows_weighed_w_times_are_those_rows_counted_w_times():
+def test_the_chosen_rows_weighed_w_times_are_those_rows_counted_w_times(monkeypatch):
     """A weight of 3 on the rows masking chose solves what the unweighted refit solves with each chosen row thrice
-    (least squares: G = Aᵀ W A, H = Aᵀ W Y), and differs from the unweighted solve; a weight on text read without
-    masking, or out of [1, 1000], is one line."""
+    (least squares: G = Aᵀ W A, H = Aᵀ W Y), read over several blocks, and differs from the unweighted solve; a
+    weight on text read without masking, or out of [1, 1000], is one line."""
+    monkeypatch.setattr(transcoder_refit, "BLOCK_ROWS", 1000)  # the chosen rows sliced block by block
     tc, x = setup(n=3000, seed=2)
     y = half(torch.tanh(x @ torch.randn(16, 16)))
     chosen = torch.rand(len(x)) < 0.15
@@ -98,6 +99,7 @@ def test_the_chosen_rows_weighed_w_times_are_those_rows_counted_w_times():
     thrice = torch.cat([x, x[chosen], x[chosen]]), torch.cat([y, y[chosen], y[chosen]])
     counted = refit_writes(tc, rows(thrice[0]), rows(thrice[1]))
     plain = refit_writes(tc, rows(x, chosen), rows(y, chosen))
+    assert [f.info.extra["refit"]["kept_as_trained"] for f in (weighed, counted, plain)] == [0, 0, 0]  # all solved
     for name in ("W_dec", "W_skip", "b_dec"):
         torch.testing.assert_close(getattr(weighed, name), getattr(counted, name), atol=2e-4, rtol=1e-3)
     assert not torch.allclose(weighed.W_dec, plain.W_dec, atol=1e-3)
@@ -106,3 +108,21 @@ def test_the_chosen_rows_weighed_w_times_are_those_rows_counted_w_times():
         refit_writes(tc, rows(x), rows(y), chosen_weight=3.0)
     with pytest.raises(BertScopeError, match="between 1 and 1,000"):
         refit_writes(tc, rows(x, chosen), rows(y, chosen), chosen_weight=0.5)
+
+
+def test_a_feature_whose_fit_a_few_heavy_rows_carry_keeps_its_trained_row():
+    """The rarely-firing rule counts rows as weighed, (Σw)² / Σw²: with 20 chosen rows of 3,000 at weight 1,000, the
+    features that fired on one of them are fitted by it alone and keep their trained rows; the others are solved, as
+    they are without weights, and unweighted the effective count is the count."""
+    tc, x = setup(n=3000, seed=3)
+    y = half(torch.tanh(x @ torch.randn(16, 16)))
+    chosen = torch.zeros(len(x), dtype=torch.bool)
+    chosen[:20] = True
+    plain = refit_writes(tc, rows(x, chosen), rows(y, chosen))
+    heavy = refit_writes(tc, rows(x, chosen), rows(y, chosen), chosen_weight=1000.0)
+    on_chosen = torch.unique(tc.encode_topk(x[:20])[1][tc.encode_topk(x[:20])[0] > 0])
+    assert plain.info.extra["refit"]["kept_as_trained"] == 0
+    assert heavy.info.extra["refit"]["kept_as_trained"] == len(on_chosen) > 0
+    assert torch.equal(heavy.W_dec[on_chosen], tc.W_dec[on_chosen].float())
+    support = torch.tensor([[4.0, 2.0, 0.0], [4.0, 2.0, 0.0]])  # unweighted: Σw = Σw² = the count
+    assert transcoder_refit.effective_rows(support).tolist() == [4.0, 2.0, 0.0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from bertscope import BertScopeError, LoadedModel, default_model, load_model
-from bertscope.app.kit.budget import BudgetRefused, costly_job
+from bertscope.app.kit.budget import costly_job
 from bertscope.app.kit.chrome import plain, show_error
 from bertscope.app.kit.limits import Limits, demo, demo_allowlist
 from bertscope.app.kit.pages import Page
@@ -164,9 +164,8 @@ def current_model() -> LoadedModel | None:
     try:
         with st.spinner(f"Loading {key[0]}…"):
             return cached_model(*key)
-    except BertScopeError as err:
-        if not isinstance(err, BudgetRefused):  # a busy demo: the same request can run once the visitor retries
-            spend_links()  # the link's model cannot be had: its requests never run later on another model
+    except BertScopeError as err:  # a busy demo's refusal too: the link's requests never run later on a model picked
+        spend_links()  # since (its own model, retried, waits for its button as every other request does)
         show_error(err)
         default = startup_default()[0]
         if default != key[0]:
