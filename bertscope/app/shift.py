@@ -207,20 +207,18 @@ def _ready(word: str, rows: list, asked: bool) -> bool:
     """Whether there is something to compare: too many sentences refused in one line, and before Compare is pressed
     a table with no sentence holding the word says what to do. Short of that, the tabs are not drawn, so the Brown
     tab's link flag goes (a link copied then would open on the same settings and run nothing)."""
-    ready = False
-    try:
-        with page_errors():
-            if len(rows) > Limits.corpus_lines:
-                raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
-            pattern = word_pattern(word)
-        ready = asked or any(pattern.search(sentence) for sentence, _ in rows)
-        if not ready:
-            st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, "
-                          "if you like), or upload a CSV, then press Compare."))
-        return ready
-    finally:  # also when page_errors stops the page
-        if not ready:
-            _stopped_early()
+    pattern = None
+    with page_errors(stop=False):
+        if len(rows) > Limits.corpus_lines:
+            raise BertScopeError(f"{len(rows):,} sentences; this app takes up to {Limits.corpus_lines:,}.")
+        pattern = word_pattern(word)
+    ready = pattern is not None and (asked or any(pattern.search(sentence) for sentence, _ in rows))
+    if pattern is not None and not ready:
+        st.info(plain(f"Add sentences that contain “{word.strip()}” to the table above (a sense label beside each, "
+                      "if you like), or upload a CSV, then press Compare."))
+    if not ready:  # before any stop: after st.stop() nothing more reaches the browser
+        _stopped_early()
+    return ready
 
 
 def _no_brown_link() -> None:
@@ -261,15 +259,22 @@ def _sentences_form(source: pd.DataFrame, choice: str, uploaded: bool
 
 
 def _shifts(lm, key, word: str, rows, pooling: str, occurrences: str, digest: str, asked: bool):
-    """(the word's vectors at every layer, their metrics), computed once per input, and what was left out."""
-    with page_errors():
-        def run(progress):
-            found = collect(lm, word, rows, pooling, occurrences, progress=progress)
-            progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
-            return found, layer_metrics(found, anisotropy_baseline(lm, pooling))
+    """(the word's vectors at every layer, their metrics), computed once per input, and what was left out. Stopped
+    or failed (said in one line), the page ends before its tabs: as on its other early returns, the Brown tab's flag
+    goes and a link's request is spent."""
+    def run(progress):
+        vectors = collect(lm, word, rows, pooling, occurrences, progress=progress)
+        progress(0, 1, "Anisotropy baseline (random words of the shipped corpus, once per model)")
+        return vectors, layer_metrics(vectors, anisotropy_baseline(lm, pooling))
 
-        result, metrics = result_store("shift").compute((key, digest), run, "Sentences", asked=asked,
-                                                        costly=None)  # a few passes
+    found = None
+    with page_errors(stop=False):  # a failure in one line; a Stop, "Stopped" and Run it again (optional): None
+        found = result_store("shift").compute((key, digest), run, "Sentences", asked=asked, costly=None,
+                                              optional=True)  # a few passes
+    if found is None:  # the flag goes before the stop: after st.stop() nothing more reaches the browser
+        _stopped_early()
+        st.stop()
+    result, metrics = found
     if result.skipped:
         st.warning(plain(f"Rows without “{result.word}” were left out: {', '.join(map(str, result.skipped))}."))
     st.caption(plain(f"{len(result.occurrences)} occurrences of “{result.word}”, {len(set(result.labels))} "

@@ -380,6 +380,36 @@ def test_a_link_the_shift_page_cannot_honour_runs_nothing_later(monkeypatch, tmp
     assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
 
 
+def test_a_link_whose_shift_fails_runs_nothing_later(monkeypatch, tmp_path, tiny_bert_dir):
+    """The word's vectors failing on a link's arrival (one line, the page ends before its tabs) take the Brown tab's
+    flag out of the address, and the Brown tab opened later waits for its button."""
+    import bertscope.analysis.shift as shift_module
+    from bertscope.app.shift import TABS
+    from bertscope.errors import BertScopeError
+    from bertscope.runtime.user_cache import user_cache_dir
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
+
+    def broken(*args, **kwargs):
+        raise BertScopeError("The vectors could not be read.")
+
+    monkeypatch.setattr(shift_module, "collect", broken)
+    at = start_with_url(monkeypatch, str(tiny_bert_dir), "bertscope/app/shift.py", word="crane", shift_tab=TABS[-1],
+                        brown="1")
+    assert not at.exception and texts(at.error) == ["The vectors could not be read."]
+    assert "brown" not in at.query_params and "shift_tab" not in at.query_params
+    monkeypatch.undo()
+    monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("BERTSCOPE_MODEL", str(tiny_bert_dir))
+    at.session_state["shift_choice"] = "bank"  # other settings: the vectors are read
+    at.session_state["shift_tab"] = TABS[-1]
+    at.run()
+    assert not at.exception and not at.error
+    assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
+
+
 def compute(at: AppTest) -> AppTest:
     """Press the Cross-lingual page's Compute (its form's button)."""
     next(b for b in at.button if "align_form" in b.id).click()
