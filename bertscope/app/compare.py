@@ -276,7 +276,7 @@ def _model_b(key_b: tuple, typed: bool):
             lm_b = cached_model(*key_b)
     if lm_b is None:
         spend_links()
-        to_url(n=None, heads=None, **({"cmp_tab": None} if st.query_params.get("cmp_tab") == TABS[1] else {}))
+        link_flag("heads", False, ("cmp_tab", TABS[1]), n=None)  # with the CKA's flag, in one write
     return lm_b
 
 

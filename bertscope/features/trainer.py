@@ -45,6 +45,12 @@ from bertscope.features.checkpoints import read_checkpoint, save_checkpoint
 from bertscope.features.sae import SaeInfo, TopKSAE, load_sae, save_sae
 
 
+def check_weight_range(chosen_weight: float) -> None:
+    """One line when the weight of the rows chosen for prediction is out of [1, 1000] (the trainer's and the refit's)."""
+    if not 1 <= chosen_weight <= 1000:
+        raise BertScopeError(f"The chosen rows' weight is between 1 and 1,000; got {chosen_weight}.")
+
+
 @dataclass
 class SaeTrainConfig:
     expansion: int = 8  # latents = expansion x d_in
@@ -75,8 +81,7 @@ class SaeTrainConfig:
             raise BertScopeError(f"The rate's decay is a share of the steps, 0 to 1; got {self.lr_decay}.")
         if self.resample_every < 0:
             raise BertScopeError(f"Dead latents restart every N steps, N at least 1 (0: never); got {self.resample_every}.")
-        if not 1 <= self.chosen_weight <= 1000:
-            raise BertScopeError(f"The chosen rows' weight is between 1 and 1,000; got {self.chosen_weight}.")
+        check_weight_range(self.chosen_weight)
         if tokens < self.batch_tokens:
             raise BertScopeError(f"The corpus gave {tokens:,} tokens, fewer than one batch ({self.batch_tokens:,}): "
                                  "give it more sentences or a smaller batch.")

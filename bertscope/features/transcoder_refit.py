@@ -39,6 +39,7 @@ import torch
 
 from bertscope.errors import BertScopeError
 from bertscope.features.activations import ActivationSet
+from bertscope.features.trainer import check_weight_range
 from bertscope.features.transcoder import Transcoder
 
 MIN_ROWS = 32  # a feature firing on fewer rows keeps its trained decoder row
@@ -109,8 +110,7 @@ def add_rows(equations: Equations, tc: Transcoder, x: torch.Tensor, y: torch.Ten
 
 def check_chosen_weight(chosen_weight: float, masked: bool) -> None:
     """One line when the chosen rows' weight is out of [1, 1000], or weighs rows of text read without masking."""
-    if not 1 <= chosen_weight <= 1000:
-        raise BertScopeError(f"The chosen rows' weight is between 1 and 1,000; got {chosen_weight}.")
+    check_weight_range(chosen_weight)
     if chosen_weight != 1 and not masked:
         raise BertScopeError("The chosen rows' weight weighs the positions BERT's corruption chose: the rows were read "
                              "without masking (a set trained with --masked reads them so).")

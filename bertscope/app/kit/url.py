@@ -121,17 +121,18 @@ def arrival() -> dict[str, str]:
     return st.session_state.setdefault("_arrival", {k: st.query_params[k] for k in st.query_params})
 
 
-def link_flag(flag: str, shown: bool, tab: tuple[str, str]) -> None:
+def link_flag(flag: str, shown: bool, tab: tuple[str, str], **also) -> None:
     """A tab's link flag (``flag=1``) in the address only while its result is on screen, with the tab that shows it
     (``tab``: the tabs' parameter and this tab's name; a tab picked is not in the address by itself), so a link copied
     then opens that tab and runs its request once (``link_asks``), and a reload of a tab that showed nothing runs
-    nothing. Without the result, the flag goes, and the tab with it when the address names this one."""
+    nothing. Without the result, the flag goes, and the tab with it when the address names this one. ``also``: other
+    parameters written in the same write (``to_url``)."""
     param, name = tab
     if shown:
         st.session_state.setdefault("_from_url", set()).add(param)  # the tabs' key: not a link's tab to open later
-        to_url(**{flag: "1", param: name})
+        to_url(**also, **{flag: "1", param: name})
     else:
-        to_url(**{flag: None}, **({param: None} if st.query_params.get(param) == name else {}))
+        to_url(**also, **{flag: None}, **({param: None} if st.query_params.get(param) == name else {}))
 
 
 SPENT = "_links_spent"
