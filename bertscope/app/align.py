@@ -21,6 +21,7 @@ from bertscope.analysis.align import (
 from bertscope.analysis.hidden_cache import count_pieces
 from bertscope.analysis.projection import project, umap_is_warm
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_pieces, check_texts, demo
 from bertscope.app.kit.model_picker import cached_model, model_key, obtainable, require_model
 from bertscope.app.kit.results import result_store, warm_umap_in_background
@@ -277,8 +278,10 @@ def tokens_tab(lm, key, a: Aligned) -> None:
     first = picked.texts(picked.languages[0])
     item = c1.selectbox("Item", range(picked.n_items), key=f"align_item_{kind}",  # per kind: no stale label
                         format_func=lambda i: f"{i + 1}. {first[i][:60]}")
-    source = c2.selectbox("Source", list(picked.languages), index=0, key=f"align_source_{kind}")
-    target = c3.selectbox("Target", list(picked.languages), index=1, key=f"align_target_{kind}")
+    source = held_choice("Source", picked.languages, f"align_source_{kind}", container=c2)
+    languages = list(picked.languages)
+    target = held_choice("Target", languages, f"align_target_{kind}", languages[1] if len(languages) > 1 else None,
+                         container=c3)
     with page_errors(stop=False):
         if source == target:
             raise BertScopeError("Choose two different languages.")

@@ -12,6 +12,7 @@ from bertscope import BertScopeError
 from bertscope.analysis.attention_stats import STATISTICS, head_stats
 from bertscope.analysis.query_key import query_key
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, offer_install, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import cached_inspection, result_store
@@ -130,8 +131,8 @@ def head_tab(r, v: View) -> None:
     figure_downloads(fig, f"attention-L{layer}-H{head}")
     shown = [i for i in range(r.n_tokens) if not (hide and r.special_mask[i])]
     q1, q2 = st.columns([3, 1])
-    query = q1.selectbox("Exact weights for the query token", shown, key="att_query",
-                         format_func=lambda i: f"{i}: {r.tokens[i]}", index=shown.index(first_query(r, shown)))
+    query = held_choice("Exact weights for the query token", shown, "att_query", first_query(r, shown), container=q1,
+                        format_func=lambda i: f"{i}: {r.tokens[i]}")
     top = q2.number_input("Top keys", 1, len(shown), min(10, len(shown)), key="att_query_top")
     rows = attention_row(r, layer, head, query, int(top), hide, renorm)
     st.dataframe(pd.DataFrame(rows).style.format({"weight": "{:.4f}"}), hide_index=True, width="stretch")
@@ -153,8 +154,8 @@ def token_tab(r, v: View) -> None:
     hide, renorm = v.hide, v.renorm
     choices = [i for i in range(r.n_tokens) if not (hide and r.special_mask[i])]
     t1, t2 = st.columns(2)
-    position = t1.selectbox("Token", choices, format_func=lambda i: f"{i}: {r.tokens[i]}",
-                            index=choices.index(first_query(r, choices)), key="att_token")
+    position = held_choice("Token", choices, "att_token", first_query(r, choices), container=t1,
+                           format_func=lambda i: f"{i}: {r.tokens[i]}")
     which = t2.selectbox("Head", ["mean over heads", *range(r.n_heads)], key="att_token_head")
     with st.spinner("Drawing…"):
         fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
@@ -216,8 +217,8 @@ def methods_tab(lm, key, text, pair, r, v: View) -> None:
                 st.caption(f"{', '.join(one_layer).capitalize()}: computed for one layer at a time, so the "
                            f"agreement table and export use layer {layer}.")
             if len(matrices) >= 2 and r.n_tokens >= 3:
-                query = st.selectbox("Agreement for token", range(r.n_tokens), index=min(1, r.n_tokens - 1),
-                                     format_func=lambda i: f"{i}: {r.tokens[i]}", key="att_agree_token")
+                query = held_choice("Agreement for token", range(r.n_tokens), "att_agree_token",
+                                    min(1, r.n_tokens - 1), format_func=lambda i: f"{i}: {r.tokens[i]}")
                 names, rho = agreement(rows_at(matrices, layer, query))
                 st.dataframe(pd.DataFrame(rho, index=names, columns=names).style.format("{:+.2f}")
                              .background_gradient(cmap="RdBu", vmin=-1, vmax=1), width="stretch")
@@ -345,8 +346,8 @@ def query_key_tab(lm, key, text, pair, r, v: View) -> None:
     choices = list(range(r.n_tokens))
     k1, k2, k3 = st.columns([2, 1, 2])
     from_url("q", "att_qk_query", int, lambda v: 0 <= v < r.n_tokens)
-    query = k1.selectbox("Query token", choices, index=min(1, r.n_tokens - 1), key="att_qk_query",
-                         format_func=lambda i: f"{i}: {r.tokens[i]}")
+    query = held_choice("Query token", choices, "att_qk_query", choices[min(1, r.n_tokens - 1)], container=k1,
+                        format_func=lambda i: f"{i}: {r.tokens[i]}")
     top = k2.number_input("Top keys", 1, min(QK_MAX_KEYS, r.n_tokens), min(12, r.n_tokens), key="att_qk_top")
     extra = k3.multiselect("…and these keys", choices, key="att_qk_keys",
                            format_func=lambda i: f"{i}: {r.tokens[i]}")

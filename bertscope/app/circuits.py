@@ -12,6 +12,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.pages import page as page_record
@@ -69,9 +70,9 @@ def circuit_form(lm, fits: list[str]) -> CircuitForm:
     sizes = [n for n in SIZES if not demo() or n <= DEMO_SIZE]
     with st.form("circ_form"):
         c1, c2 = st.columns([2, 1])
-        task = c1.selectbox("Pairs", choices, key="circ_task", index=choices.index("gender") if "gender" in choices else 0,
-                            format_func=lambda t: t if t == UPLOAD else f"{t}: {TASKS[t].title}")
-        method = c2.selectbox("Method", list(METHODS), index=1, key="circ_method", format_func=METHODS.get)
+        task = held_choice("Pairs", choices, "circ_task", "gender", container=c1,
+                           format_func=lambda t: t if t == UPLOAD else f"{t}: {TASKS[t].title}")
+        method = held_choice("Method", METHODS, "circ_method", list(METHODS)[1], container=c2, format_func=METHODS.get)
         c3, c4, c5 = st.columns(3)
         size = c3.select_slider("Pairs to use (half score the edges, half test the circuits)", sizes,
                                 min(32, sizes[-1]), key="circ_size")

@@ -20,11 +20,11 @@ from bertscope.analysis.compare import (
 from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states
 from bertscope.analysis.probing import probe_layers
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import (
     OTHER,
     cached_model,
-    held_choice,
     model_key,
     model_options,
     obtainable,
@@ -211,8 +211,8 @@ def probes_tab(lm_a, key_a, lm_b, key_b, name_b, open_: bool) -> None:
                "Hidden states come from the on-disk cache the Probes page uses.")
     if open_:  # reading a Brown suite takes a moment: only when looked at
         with st.form("cmp_probe_form"):
-            suite = st.selectbox("Suite", [*SHIPPED, *BROWN_TASKS], index=len(SHIPPED), key="cmp_suite",
-                                 help="Brown suites use the Probes page's sample (split by document).")
+            suite = held_choice("Suite", [*SHIPPED, *BROWN_TASKS], "cmp_suite", BROWN_TASKS[0],
+                                help="Brown suites use the Probes page's sample (split by document).")
             probe_asked = st.form_submit_button("Probe both", type="primary")
         with page_errors(stop=False):
             task = shipped_task(suite, size=min(DEFAULT_SENTENCES, Limits.corpus_lines) if suite in BROWN_TASKS else None)

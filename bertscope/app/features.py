@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.kept import persist
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import model_key, offer_models, require_model
@@ -54,10 +55,10 @@ def corpus_controls(prefix: str, lm, key, folder, layer, sae):
     name = c1.radio("Corpus", corpora, horizontal=True, key=f"{prefix}_corpus",
                     format_func=CORPUS_NAMES.get)
     sizes = [n for n in SAMPLES[name] if not demo() or 0 < n <= DEMO_MAX]
-    n = c2.selectbox("Sentences", sizes, index=1 if name == "brown" and len(sizes) > 1 else 0, key=f"{prefix}_n_{name}",
-                     format_func=sample_words,
-                     help="Brown's are spread over all its documents, EWT's are its training split's first; read "
-                          "once, then kept on disk.")
+    n = held_choice("Sentences", sizes, f"{prefix}_n_{name}", sizes[1] if name == "brown" and len(sizes) > 1 else None,
+                    container=c2, format_func=sample_words,
+                    help="Brown's are spread over all its documents, EWT's are its training split's first; read "
+                         "once, then kept on disk.")
     asked = c3.button("Index the corpus", type="primary", key=f"{prefix}_index",
                       help="One pass of the sentences through the model up to this layer and the SAE: top contexts, "
                            "histograms, tag labels for every feature.")
@@ -198,9 +199,8 @@ def search_tab(lm, key, layer, folder, sae, open_: bool) -> None:
                     tagset = c1.selectbox("Tagset", list(stats.tags), key="feat_tagset",
                                           format_func=lambda t: TAGSET_NAMES.get(t, t))
                     tags = stats.tags[tagset]
-                    tag = c2.selectbox("Tag", tags, index=tags.index("VERB") if "VERB" in tags else 0,
-                                   key=f"feat_tag_{tagset}",
-                                   format_func=lambda t: describe_tag(tagset, t))
+                    tag = held_choice("Tag", tags, f"feat_tag_{tagset}", "VERB", container=c2,
+                                      format_func=lambda t: describe_tag(tagset, t))
                     found = stats.features_for_tag(tagset, tag)
                     table = pd.DataFrame([{"feature": f} | lab.to_json() | {"fires on": stats.firing_rate(f)}
                                           for f, lab in found])
@@ -270,8 +270,8 @@ def sae_choice(lm, key, source: Path, layers: list[int]):
     """The layer picked, its SAE's folder and the SAE (loaded once a model and folder), with what it is stated."""
     from_url("layer", "feat_layer", int, lambda v: v in layers)
     c1, c2 = st.columns([1, 3])
-    layer = c1.selectbox("Layer", layers, index=min(2, len(layers) - 1), key="feat_layer",
-                         help="The SAE reads this layer's output (blocks.L.hook_resid_post).")
+    layer = held_choice("Layer", layers, "feat_layer", layers[min(2, len(layers) - 1)], container=c1,
+                        help="The SAE reads this layer's output (blocks.L.hook_resid_post).")
     with page_errors():
         folder = sae_folder(source, layer)
         sae = result_store("sae").get_or_compute((str(folder.resolve()), key[1]), lambda: load_sae(folder, lm.device))

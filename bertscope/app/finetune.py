@@ -11,6 +11,7 @@ import streamlit as st
 from bertscope import BertScopeError
 from bertscope.analysis.frozen_layers import TITLES, shipped_table
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_upload, demo
 from bertscope.app.kit.model_picker import chosen_model_name, require_model
 from bertscope.app.kit.pages import page as page_record
@@ -106,9 +107,9 @@ def ft_form(name: str, running: bool) -> FtForm:
         rank = c3.selectbox("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="ft_rank")
         lr = c4.select_slider("Learning rate", RATES, 5e-4, key="ft_lr",
                               help="About 5e-5 for every weight (BERT's), 5e-4 to 1e-3 for LoRA.")
-        seq_len = c5.selectbox("Tokens per input", [64, 128, 256, 384], 1, key="ft_seq",
-                               help="Longer inputs are cut (and counted): a tweet fits in 64, a news article does not. "
-                                    "A question's context is cut into windows of this size instead (SQuAD: 384).")
+        seq_len = held_choice("Tokens per input", [64, 128, 256, 384], "ft_seq", 128, container=c5,
+                              help="Longer inputs are cut (and counted): a tweet fits in 64, a news article does not. "
+                                   "A question's context is cut into windows of this size instead (SQuAD: 384).")
         w1, w2 = st.columns(2)
         weights = w1.toggle("Weigh classes by inverse frequency", key="ft_weights")
         by_length = w2.toggle("Batch inputs of like length", key="ft_by_length",

@@ -9,6 +9,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.app.kit.chrome import PLOT_CONFIG, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
@@ -148,7 +149,7 @@ def why_section(lm, key, task, question, text: str, pair: str, decided) -> None:
                 st.session_state["pred_why_for"] = shown_for
                 if decided in choices:
                     st.session_state["pred_why"] = decided
-            why = st.selectbox("Explain", choices, choices.index(decided) if decided in choices else 0, key="pred_why")
+            why = held_choice("Explain", choices, "pred_why", decided)
         steps = st.select_slider("Steps", [16, 32, 64, 128], 32, key="pred_why_steps")
         why_asked = st.form_submit_button("Explain")
     if why_asked or st.session_state.get("pred_why_ran"):

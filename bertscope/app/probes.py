@@ -11,6 +11,7 @@ from bertscope.analysis.hidden_cache import HiddenStateCache, hidden_states, tas
 from bertscope.analysis.probing import ProbeResult, check_external_labels, example_texts, probe_layers
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
 from bertscope.app.kit.estimates import expected
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
@@ -189,8 +190,8 @@ def example_table(result, described) -> None:
     st.caption("What a score hides: look at the examples themselves, right and wrong, as LIT does.")
     e1, e2 = st.columns([1, 1])
     layer_choices = [r.layer for r in result.layers]
-    at_layer = e1.selectbox("Layer", layer_choices, index=layer_choices.index(best.layer), key="probe_ex_layer",
-                            format_func=hidden_name)
+    at_layer = held_choice("Layer", layer_choices, "probe_ex_layer", best.layer, container=e1,
+                           format_func=hidden_name)
     errors_only = e2.toggle("Errors only", key="probe_ex_errors")
     with page_errors(stop=False):
         shown = result.examples(at_layer, errors_only)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from bertscope.app.kit.chrome import install_outcome
+from bertscope.app.kit.chrome import install_outcome, page_ends
 from bertscope.app.kit.limits import Limits
 from bertscope.app.kit.model_picker import PAGE_KEY, sidebar
 from bertscope.app.kit.pages import APP_DIR, PAGES
@@ -36,4 +36,5 @@ def run() -> None:
     # expanded: every page listed (collapsed, Streamlit hid the last four behind "View 4 more")
     page = st.navigation([st.Page(p.path, title=p.title, icon=p.icon, default=p.default) for p in PAGES], expanded=True)
     st.session_state[PAGE_KEY] = next(p for p in PAGES if p.url_path == page.url_path)  # what require_model gates by
-    page.run()
+    with page_ends():  # a page ended by a stopped job, after its own finally blocks
+        page.run()

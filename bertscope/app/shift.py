@@ -10,6 +10,7 @@ from bertscope.analysis.corpus_search import MAX_K, build_index, index_on_disk, 
 from bertscope.analysis.projection import pca_2d, umap_2d
 from bertscope.analysis.shift import anisotropy_baseline, collect, layer_metrics, nearest_vocabulary, word_pattern
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
@@ -136,8 +137,8 @@ def brown_tab(lm, key, word, layer, rows, open_: bool) -> None:
             check_text(query)
             _, names = words_of(lm, query)
             default = next((i for i, n in enumerate(names) if n.lower() == word.lower()), 0)
-            picked = b2.selectbox("Word", range(len(names)), index=default, key="shift_brown_word",
-                                  format_func=lambda i: f"{i}: {names[i]}")
+            picked = held_choice("Word", range(len(names)), "shift_brown_word", default, container=b2,
+                                 format_func=lambda i: f"{i}: {names[i]}")
             k = b3.number_input("Matches", 5, MAX_K, 20, key="shift_brown_k")
             found = search(lm, index, query, int(picked), layer, int(k))
             st.plotly_chart(tag_bars(found), config=PLOT_CONFIG, width="stretch", key="shift_brown_tags")

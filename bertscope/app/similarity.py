@@ -9,6 +9,7 @@ import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.estimates import expected
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_pieces, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
@@ -47,8 +48,8 @@ def pair_form(lm, settings) -> tuple[str, str, tuple, str, int, bool, bool]:
         if settings.prompts:
             names = list(settings.prompts)
             kinds = (c1.selectbox("a's prompt", names, 0, key="sim_a_kind", format_func=lambda k: f"{k}: {settings.prompts[k]!r}"),
-                     c2.selectbox("b's prompt", names, min(1, len(names) - 1), key="sim_b_kind",
-                                  format_func=lambda k: f"{k}: {settings.prompts[k]!r}"))
+                     held_choice("b's prompt", names, "sim_b_kind", names[min(1, len(names) - 1)], container=c2,
+                                 format_func=lambda k: f"{k}: {settings.prompts[k]!r}"))
         m1, m2, m3 = st.columns([2, 1, 1])
         method = m1.radio("Method", list(METHODS), format_func=METHODS.get, key="sim_method", horizontal=True)
         steps = m2.select_slider("Steps", STEPS, DEFAULT_STEPS, key="sim_steps")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+from contextlib import contextmanager
 
 from streamlit.testing.v1 import AppTest
 
@@ -46,3 +48,22 @@ def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:
 def address(at: AppTest) -> dict[str, str]:
     """The app's address as a visitor would copy it."""
     return {k: (v[0] if isinstance(v, list) else v) for k, v in ((k, at.query_params[k]) for k in at.query_params)}
+
+
+@contextmanager
+def stopped_while_running(at: AppTest, store: str, key, link: str):
+    """The state a visitor leaves by pressing Stop on a link's job while it still runs: the link's request made
+    (``link``: its ``link_asks`` name), the job marked stopped in this session, and the job still in the registry
+    (it ends at its next progress report). The job ends when the block does."""
+    from bertscope.app.kit.jobs import running_jobs
+    from bertscope.app.kit.results import stop_mark
+
+    release = threading.Event()
+    job = running_jobs().start((store, key), "a job being stopped", lambda progress: release.wait(60), lambda j: None)
+    at.session_state[f"_link_{link}"] = None
+    at.session_state["_stopped_jobs"] = {stop_mark(store, key)}
+    try:
+        yield
+    finally:
+        release.set()
+        job.done.wait(30)

@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bertscope.app.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
-from tests.app.kit import APP, address, fill, start, start_with_url, texts
+from tests.app.kit import APP, address, fill, start, start_with_url, stopped_while_running, texts
 from tests.conftest import ROOT
 
 
@@ -356,19 +356,27 @@ def test_a_link_whose_model_cannot_be_loaded_runs_nothing_later(monkeypatch, tmp
     assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
 
 
-def test_a_link_the_shift_page_cannot_honour_runs_nothing_later(monkeypatch, tmp_path, tiny_bert_dir):
-    """Embedding shift stopped before its tabs (no word yet) on a link's arrival: the Brown tab opened later, on the
-    word then typed, waits for its button."""
-    from bertscope.app.shift import OWN, TABS
+def brown_link_at_home(monkeypatch, tmp_path, model_dir) -> AppTest:
+    """The app opened on the home page by a link to Embedding shift's Brown tab with its flag (a cache of its own
+    that shares the installed corpora)."""
+    from bertscope.app.shift import TABS
     from bertscope.runtime.user_cache import user_cache_dir
 
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("BERTSCOPE_MODEL", str(tiny_bert_dir))
+    monkeypatch.setenv("BERTSCOPE_MODEL", str(model_dir))
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params.update({"shift_tab": TABS[-1], "brown": "1"})
-    at.run()  # the home page reads the model and runs no link's job
+    return at.run()
+
+
+def test_a_link_the_shift_page_cannot_honour_runs_nothing_later(monkeypatch, tmp_path, tiny_bert_dir):
+    """Embedding shift stopped before its tabs (no word yet) on a link's arrival: the Brown tab opened later, on the
+    word then typed, waits for its button."""
+    from bertscope.app.shift import OWN, TABS
+
+    at = brown_link_at_home(monkeypatch, tmp_path, tiny_bert_dir)  # the home page runs no link's job
     at.session_state["shift_choice"] = OWN
     at.switch_page("bertscope/app/shift.py").run()
     assert not at.exception and any("Type the word" in i for i in texts(at.info))
@@ -408,6 +416,18 @@ def test_a_link_whose_shift_fails_runs_nothing_later(monkeypatch, tmp_path, tiny
     at.run()
     assert not at.exception and not at.error
     assert any(t.startswith("Press Index the Brown sample") for t in texts(at.info))
+
+
+def test_a_stopped_brown_index_takes_the_links_flag_out(monkeypatch, tmp_path, tiny_bert_dir):
+    """Stop pressed on a link's Brown index while it still runs: the page says Stopped and ends there, and the tab
+    and its flag leave the address before it does (a write after st.stop() never reached the browser, so a reload
+    or the link copied then ran the index again)."""
+    at = brown_link_at_home(monkeypatch, tmp_path, tiny_bert_dir)
+    with stopped_while_running(at, "brown_index", (str(tiny_bert_dir), "auto", "auto"), "shift_brown"):
+        at.switch_page("bertscope/app/shift.py").run()
+        assert not at.exception and not at.error
+        assert any(t.startswith("Stopped (indexing the brown sample") for t in texts(at.info))
+    assert "brown" not in at.query_params and "shift_tab" not in at.query_params
 
 
 def compute(at: AppTest) -> AppTest:

@@ -82,6 +82,24 @@ def install_outcome() -> None:
         (st.success if outcome[0] == "done" else st.error)(plain_but_code(outcome[1]))
 
 
+class PageEnds(BaseException):
+    """The page ends here, as ``st.stop()`` ends it, but only once every ``finally`` and ``with`` it passes through
+    has run: after ``st.stop()`` every Streamlit call raises again before it is sent, so an address written in a
+    ``finally`` (a link's flag taken out when its job was stopped) never reached the browser. The router ends the
+    page where it catches it (``page_ends``); a BaseException, so no ``except Exception`` on the way swallows it."""
+
+
+@contextlib.contextmanager
+def page_ends() -> Iterator[None]:
+    """Where a page runs (the router): a ``PageEnds`` raised inside ends the page there, quietly, as ``st.stop()``
+    (every ``finally`` on the way has run and been sent; a run that ended early keeps the values of the widgets it
+    did not draw, where one that ran to its end forgets them)."""
+    try:
+        yield
+    except PageEnds:
+        st.stop()
+
+
 @contextlib.contextmanager
 def page_errors(stop: bool = True) -> Iterator[None]:
     """A ``BertScopeError`` inside the block becomes one ``st.error`` line; then the page stops

@@ -12,6 +12,7 @@ import streamlit as st
 from bertscope import BertScopeError, LoadedModel, default_model, load_model
 from bertscope.app.kit.budget import costly_job
 from bertscope.app.kit.chrome import plain, show_error
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, demo, demo_allowlist
 from bertscope.app.kit.pages import Page
 from bertscope.app.kit.resident import resident_models
@@ -116,15 +117,6 @@ def sidebar() -> None:
         held_choice("Device", devices, DEVICE_KEY, help="auto picks cuda, then mps, then cpu.")
         if any(d.startswith(("cuda", "mps")) for d in devices[1:]):
             held_choice("Precision", ["auto", "float16", "bfloat16"], DTYPE_KEY)
-
-
-def held_choice(label: str, options: list[str], key: str, default: str | None = None, **kwargs) -> str:
-    """A selectbox whose default is the choice the session holds (else ``default``, else the first option). The
-    browser shows a widget's default whenever it has lost the widget's state while the session kept it, and sends
-    that back as a choice with the next click: with the first option as the default, a visitor who pressed a button
-    on bundled-mlm found the page redrawn on ``bundled`` (a CI run's browser test, twice)."""
-    held = st.session_state.get(key, default)
-    return st.selectbox(label, options, index=options.index(held) if held in options else 0, key=key, **kwargs)
 
 
 def chosen_model_name() -> str:

@@ -15,7 +15,7 @@ import streamlit as st
 
 from bertscope.analysis.projection import warm_umap
 from bertscope.app.kit.budget import BudgetRefused, Slot, charge
-from bertscope.app.kit.chrome import show_error
+from bertscope.app.kit.chrome import PageEnds, show_error
 from bertscope.app.kit.estimates import record
 from bertscope.app.kit.jobs import Job, Stopped, running_jobs
 from bertscope.app.kit.limits import demo
@@ -162,7 +162,8 @@ class ResultStore:
 
         ``optional``: what the page can draw without (the graph's hover examples): once stopped, or refused by the
         budget, None is returned below the line that says so, and the rest of the page is drawn, rather than the page
-        ending there."""
+        ending there. Otherwise the page ends on the line (``chrome.PageEnds``: after the callers' ``finally`` blocks
+        have run, so a link's flag they take out of the address reaches the browser)."""
         found = self.get(key)
         if found is not None:
             st.session_state[("_last_result", self.name)] = key
@@ -172,7 +173,7 @@ class ResultStore:
             st.info(wait)
             return None
         stopped = st.session_state.setdefault("_stopped_jobs", set())
-        mark = (self.name, hashlib.sha256(repr(key).encode()).hexdigest())
+        mark = stop_mark(self.name, key)
         if asked:
             stopped.discard(mark)
         if mark in stopped:
@@ -182,7 +183,7 @@ class ResultStore:
                 st.rerun()
             if optional:
                 return None
-            st.stop()
+            raise PageEnds()
         if job is None:
             charge_of = (key, False) if charge_key is None else (charge_key, True)
             try:
@@ -254,6 +255,12 @@ class ResultStore:
             show_error(refused)
             st.caption("Below: your last result on this page, with the settings it was computed with.")
         return kept
+
+
+def stop_mark(store: str, key) -> tuple[str, str]:
+    """How a session marks the job of ``key`` in ``store`` as stopped (its ``_stopped_jobs``): a short, hashable
+    name for any key."""
+    return store, hashlib.sha256(repr(key).encode()).hexdigest()
 
 
 def _stop_job(job: Job, mark) -> None:

@@ -11,6 +11,7 @@ import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.head_picker import clickable_grid, head_name, heads_to_remove, reference_means, selected_heads
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.uploads import shown_name, uploaded_text
@@ -146,7 +147,7 @@ def patch_tab(lm, key) -> None:
         else:
             c1, c2 = st.columns(2)
             a = c1.selectbox("Label A", labels, 0, key="int_class_a")
-            b = c2.selectbox("Label B", labels, min(1, len(labels) - 1), key="int_class_b")
+            b = held_choice("Label B", labels, "int_class_b", labels[min(1, len(labels) - 1)], container=c2)
         asked = st.form_submit_button("Patch", type="primary")
     request = (key, clean, corrupt, a, b)
     if not (asked or st.session_state.get("int_class_patched") == request):

@@ -10,6 +10,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_pieces, check_upload, demo
 from bertscope.app.kit.model_picker import offer_models
 from bertscope.app.kit.results import result_store
@@ -52,7 +53,7 @@ def render(lm, key) -> None:
         task = c1.selectbox("Causal model", [*shipped, UPLOAD], key="das_task",
                             format_func=lambda n: f"{n}: {MODELS[n].title}" if n in MODELS else n)
         layers = [EVERY, "embeddings", *map(str, range(lm.num_layers))]
-        layer = c2.selectbox("Layer", layers, index=0 if not demo() else 2, key="das_layer")
+        layer = held_choice("Layer", layers, "das_layer", layers[2] if demo() else layers[0], container=c2)
         dim_name = c3.selectbox("Subspace width", list(DIMS), key="das_dim")
         pairs_offered = [p for p in PAIRS if not demo() or p <= 400]
         n_pairs = c4.select_slider("Pairs drawn", pairs_offered, pairs_offered[-1], key="das_pairs")

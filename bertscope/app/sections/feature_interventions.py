@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.chrome import download, page_errors, plain, plain_but_code
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.mask_changes import show_mask_changes
 from bertscope.app.kit.pages import page
@@ -74,7 +75,7 @@ def features_tab(lm, key) -> None:
     from_url("ftext", "int_feat_text")
     with st.form("int_feat_form"):
         c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
-        layer = c1.selectbox("Layer", layers, index=min(1, len(layers) - 1), key="int_feat_layer")
+        layer = held_choice("Layer", layers, "int_feat_layer", layers[min(1, len(layers) - 1)], container=c1)
         feature = c2.number_input("Feature", 0, None, 334, key="int_feat_feature")
         mode = c3.radio("Edit", list(MODES), format_func=MODES.get, key="int_feat_mode")
         strength = c4.number_input("Steering strength", -100.0, 100.0, 4.0, 0.5, key="int_feat_strength",
@@ -145,8 +146,7 @@ def _tag_and_group(lm, sae, layer: int, feature: int) -> tuple[str, list[int]]:
     label = stats.label(feature, "universal") if stats is not None else None
     c1, c2 = st.columns([1, 2])
     default = label.tag if label is not None else "VERB"
-    tag = c1.selectbox("Tag (Brown POS)", UNIVERSAL, index=UNIVERSAL.index(default) if default in UNIVERSAL
-                       else 0, key=f"int_feat_tag_{layer}_{feature}")
+    tag = held_choice("Tag (Brown POS)", UNIVERSAL, f"int_feat_tag_{layer}_{feature}", default, container=c1)
     group = [feature]
     if label is not None:
         c2.caption(plain(f"Its label from the Features page's statistics: {TAGSET_NAMES[label.tagset]} "
@@ -184,7 +184,7 @@ def feature_patch_section(lm, key, clean: str, corrupt: str, a: str, b: str) -> 
                 "positions where the texts differ and at the mask, put back alone from the clean run (its part of the "
                 "reconstruction); beside it, the position's whole hidden state.")
     c1, c2 = st.columns([1, 3])
-    layer = c1.selectbox("SAE layer", layers, index=min(2, len(layers) - 1), key="int_patch_flayer")
+    layer = held_choice("SAE layer", layers, "int_patch_flayer", layers[min(2, len(layers) - 1)], container=c1)
     asked = c2.button("Patch the features", key="int_patch_features")
     with page_errors(stop=False):
         folder = sae_folder(source, layer)

@@ -10,6 +10,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, demo
 from bertscope.app.kit.results import result_store
 from bertscope.features.diff_reading import DiffReading, crosscoder_for, crosscoder_layers, read_diff
@@ -40,8 +41,8 @@ def render(lm_a, key_a, lm_b, key_b) -> None:
         return
     with st.form("diff_form"):
         c1, c2 = st.columns([1, 2])
-        layer = c1.selectbox("Layer", layers, index=len(layers) - 1, key="diff_layer",
-                             help="The crosscoder reads both models' output of this layer (blocks.L.hook_resid_post).")
+        layer = held_choice("Layer", layers, "diff_layer", layers[-1], container=c1,
+                            help="The crosscoder reads both models' output of this layer (blocks.L.hook_resid_post).")
         examples = c2.select_slider("Held-out task examples for the causal check", EXAMPLES, 250, key="diff_examples",
                                     help="The tweets' held-out tenth for a classifier, EWT's dev side for a tagger.")
         asked = st.form_submit_button("Read the crosscoder", type="primary")

@@ -12,6 +12,7 @@ from bertscope.analysis.structural_probe import tree_distances
 from bertscope.analysis.structural_runs import structural_probes
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
 from bertscope.app.kit.estimates import expected
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.app.sections import treebank_labels_view, typed_tree_view
@@ -44,8 +45,8 @@ def structural(lm, key) -> None:
                                  format_func=lambda n: "all 12,543" if n == 0 else f"{n:,}")
         test = c2.select_slider("Test sentences", [n for n in TEST_SIZES if not demo() or 0 < n <= 300], 300,
                                 key="syntax_test", format_func=lambda n: "all 2,077" if n == 0 else f"{n:,}")
-        rank = c3.selectbox("Rank of B", RANKS, 1, key="syntax_rank",
-                            format_func=lambda r: f"{lm.hidden_size} (the width)" if r == 0 else str(r))
+        rank = held_choice("Rank of B", RANKS, "syntax_rank", RANKS[1], container=c3,
+                           format_func=lambda r: f"{lm.hidden_size} (the width)" if r == 0 else str(r))
         asked = st.form_submit_button("Train the probes at every layer", type="primary")
     request = (key, int(train), int(test), int(rank))
     store = result_store("structural")
@@ -83,8 +84,8 @@ def structural(lm, key) -> None:
         if result.trees:
             st.subheader(plain(f"A test sentence at {layer_title(result.tree_state)}"))
             readable = next((i for i, t in enumerate(result.trees) if 8 <= len(t["words"]) <= 16), 0)
-            pick = st.selectbox("Sentence", range(len(result.trees)), readable, key="syntax_sentence",
-                                format_func=lambda i: " ".join(result.trees[i]["words"])[:100])
+            pick = held_choice("Sentence", range(len(result.trees)), "syntax_sentence", readable,
+                               format_func=lambda i: " ".join(result.trees[i]["words"])[:100])
             tree = result.trees[pick]
             words = tree["words"]
             gold = {tuple(sorted((i + 1, h))) for i, h in enumerate(tree["gold_heads"]) if h}

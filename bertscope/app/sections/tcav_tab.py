@@ -9,6 +9,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.model_picker import offer_models
 from bertscope.app.kit.results import result_store
@@ -64,11 +65,11 @@ def render(lm, key) -> None:
         c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
         if kind == "class":
             labels = list(lm.task.labels)
-            target = c1.selectbox("The class explained", labels, index=len(labels) - 1, key="tcav_class")
+            target = held_choice("The class explained", labels, "tcav_class", labels[-1], container=c1)
         elif kind == "tag":
             labels = list(lm.task.labels)
-            target = c1.selectbox("The tag explained (at the first word of each input tagged so)", labels,
-                                  index=labels.index("VERB") if "VERB" in labels else 0, key="tcav_tag")
+            target = held_choice("The tag explained (at the first word of each input tagged so)", labels, "tcav_tag",
+                                 "VERB", container=c1)
         else:
             target = c1.text_input("The word the masked LM predicts (one vocabulary item)", "river", key="tcav_word",
                                    max_chars=Limits.name_chars)

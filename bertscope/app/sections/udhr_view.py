@@ -13,6 +13,7 @@ import streamlit as st
 from bertscope.analysis.align import embed_parallel
 from bertscope.analysis.align_pivot import pivot_retrieval
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain, show_error
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import demo
 from bertscope.app.kit.results import result_store
 from bertscope.core.layers import hidden_name, layer_title
@@ -52,8 +53,8 @@ def udhr_view(lm, key) -> None:
         complete = sorted(c for c, v in versions.items() if len(v.articles) == 30)
         sizes = [n for n in SAMPLES if not demo() or 0 < n <= DEMO_MAX]
         c1, c2 = st.columns([1, 2])
-        n = c1.selectbox("Versions", sizes, index=0, key="align_udhr_n",
-                         format_func=lambda n: f"all {len(complete) - 1}" if n == 0 else f"{n}, spread over the codes")
+        n = held_choice("Versions", sizes, "align_udhr_n", container=c1,
+                        format_func=lambda n: f"all {len(complete) - 1}" if n == 0 else f"{n}, spread over the codes")
         asked = c2.button("Align the UDHR", type="primary", key="align_udhr_run")
         codes = sample_codes(complete, n)
         data = udhr_parallel(codes)
