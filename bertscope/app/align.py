@@ -246,8 +246,8 @@ def retrieval_tab(key, a: Aligned, layer: int) -> None:
     picked, scores, kind, pooling, context = a.picked, a.scores, a.kind, a.pooling, a.context
     c1, c2 = st.columns(2)
     from_url("pivot", "align_pivot", str, lambda v: v in picked.languages)
-    pivot = c1.selectbox("Against", list(picked.languages), key="align_pivot",
-                         format_func=lambda g: f"{language_name(g)} ({g})")
+    pivot = held_choice("Against", list(picked.languages), key="align_pivot",
+                        format_func=lambda g: f"{language_name(g)} ({g})", container=c1)
     direction = c2.radio("Direction", ["to", "from"], horizontal=True, key="align_direction",
                          format_func=lambda d: f"language → {pivot}" if d == "to" else f"{pivot} → language")
     to_url(pivot=pivot)
@@ -276,8 +276,8 @@ def tokens_tab(lm, key, a: Aligned) -> None:
     picked, kind, n_layers = a.picked, a.kind, a.av.n_layers
     c1, c2, c3 = st.columns([2, 1, 1])
     first = picked.texts(picked.languages[0])
-    item = c1.selectbox("Item", range(picked.n_items), key=f"align_item_{kind}",  # per kind: no stale label
-                        format_func=lambda i: f"{i + 1}. {first[i][:60]}")
+    item = held_choice("Item", range(picked.n_items), key=f"align_item_{kind}",  # per kind: no stale label
+                       format_func=lambda i: f"{i + 1}. {first[i][:60]}", container=c1)
     source = held_choice("Source", picked.languages, f"align_source_{kind}", container=c2)
     languages = list(picked.languages)
     target = held_choice("Target", languages, f"align_target_{kind}", languages[1] if len(languages) > 1 else None,

@@ -98,8 +98,8 @@ def head_picker(lm, r, text, pair) -> View:
     from_url("hide", "att_hide", to_bool)
     from_url("renorm", "att_renorm", to_bool)
     c1, c2, c3, c4 = st.columns(4)
-    layer = c1.selectbox("Layer", range(r.n_layers), key="att_layer")
-    head = c2.selectbox("Head", range(r.n_heads), key="att_head")
+    layer = held_choice("Layer", range(r.n_layers), key="att_layer", container=c1)
+    head = held_choice("Head", range(r.n_heads), key="att_head", container=c2)
     hide = c3.toggle("Hide [CLS]/[SEP]", key="att_hide", help="Drop special tokens from rows and columns.")
     renorm = c4.toggle("Renormalise rows", key="att_renorm", disabled=not hide,
                        help="After hiding, rescale each row to sum to 1.")
@@ -156,7 +156,7 @@ def token_tab(r, v: View) -> None:
     t1, t2 = st.columns(2)
     position = held_choice("Token", choices, "att_token", first_query(r, choices), container=t1,
                            format_func=lambda i: f"{i}: {r.tokens[i]}")
-    which = t2.selectbox("Head", ["mean over heads", *range(r.n_heads)], key="att_token_head")
+    which = held_choice("Head", ["mean over heads", *range(r.n_heads)], key="att_token_head", container=t2)
     with st.spinner("Drawing…"):
         fig = token_across_layers(r, position, None if isinstance(which, str) else which, hide, renorm)
     st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch")
@@ -321,7 +321,7 @@ def stats_tab(lm, key, v: View) -> None:
                                   "Running the corpus through the model, sentences", asked=run,
                                   costly="head-statistics run")
         st.caption(f"{stats.sentences} sentences, {stats.tokens:,} tokens.")
-        name = st.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="att_stat")
+        name = held_choice("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="att_stat")
         fig = stats_heatmap(stats, name, selected=(layer, head))
         st.plotly_chart(fig, config=PLOT_CONFIG, width="stretch", key="att_stats_chart",
                         on_select="rerun", selection_mode="points")

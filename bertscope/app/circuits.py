@@ -150,9 +150,9 @@ def heads_section(result) -> None:
     elif st.session_state.get("circ_head") not in heads:  # a head of an earlier circuit
         st.session_state.pop("circ_head", None)
     if heads:
-        layer, head = st.selectbox("Open a head of the circuit on the Attention page (or click it above)", heads,
-                                   key="circ_head",
-                                   format_func=lambda h: f"layer {h[0]}, head {h[1]}")
+        layer, head = held_choice("Open a head of the circuit on the Attention page (or click it above)", heads,
+                                  key="circ_head",
+                                  format_func=lambda h: f"layer {h[0]}, head {h[1]}")
         example = result.evaluation_pairs[0].clean
         st.page_link(page_record("attention.py").path, label=f"Layer {layer}, head {head} on the Attention page",
                      icon=":material/open_in_new:", query_params={"text": example, "layer": layer, "head": head})

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text, demo
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.results import result_store
@@ -215,8 +216,8 @@ def disagreements(lm, board) -> None:
         where = ("the Predictions page (its *Why this decision?*)" if board.decision == "class" else
                  "the Masked page's *Why this prediction?* (every method on that one prediction)")
         st.markdown(f"Open in {where}: " + " · ".join(links))
-        pick = st.selectbox("Scores of one item", order, key="faith_item",
-                            format_func=lambda i: board.results[i].item.masked_text[:90])
+        pick = held_choice("Scores of one item", order, key="faith_item",
+                           format_func=lambda i: board.results[i].item.masked_text[:90])
         r = board.results[pick]
         candidates = r.item.candidates()
         tokens = [f"{c}: {label(r.item.inspection.tokens[c])}" for c in candidates]

@@ -103,8 +103,8 @@ def text_tab(lm, key, layer, folder, sae, open_: bool) -> None:
             if chosen:
                 c1, c2 = st.columns([3, 1])
                 words = strongest_pieces(result)
-                pick = c1.selectbox("Open a feature (the pieces it fires hardest on here)", chosen, key="feat_pick",
-                                    format_func=lambda f: feature_name(f, words))
+                pick = held_choice("Open a feature (the pieces it fires hardest on here)", chosen, key="feat_pick",
+                                   container=c1, format_func=lambda f: feature_name(f, words))
                 c2.button("Open this feature", key="feat_open", on_click=open_feature, args=(pick,), icon=":material/open_in_new:")
             download("Download (JSON)", json.dumps(result), "features.json", "application/json",
                      key="feat_text_json")
@@ -196,8 +196,8 @@ def search_tab(lm, key, layer, folder, sae, open_: bool) -> None:
                 table = None
                 if stats is not None:
                     c1, c2 = st.columns(2)
-                    tagset = c1.selectbox("Tagset", list(stats.tags), key="feat_tagset",
-                                          format_func=lambda t: TAGSET_NAMES.get(t, t))
+                    tagset = held_choice("Tagset", list(stats.tags), key="feat_tagset",
+                                         format_func=lambda t: TAGSET_NAMES.get(t, t), container=c1)
                     tags = stats.tags[tagset]
                     tag = held_choice("Tag", tags, f"feat_tag_{tagset}", "VERB", container=c2,
                                       format_func=lambda t: describe_tag(tagset, t))
@@ -212,8 +212,9 @@ def search_tab(lm, key, layer, folder, sae, open_: bool) -> None:
                                  column_config={"fires on": st.column_config.NumberColumn(format="percent")})
                     c1, c2 = st.columns([3, 1])
                     f1 = dict(zip(table["feature"], table["f1"])) if "f1" in table else {}
-                    pick = c1.selectbox("Open a feature", table["feature"].tolist(), key="feat_search_pick",
-                                        format_func=lambda f: f"feature {f} · F1 {f1[f]:.2f}" if f in f1 else f"feature {f}")
+                    pick = held_choice("Open a feature", table["feature"].tolist(), key="feat_search_pick",
+                                       container=c1, format_func=lambda f: f"feature {f} · F1 {f1[f]:.2f}"
+                                       if f in f1 else f"feature {f}")
                     c2.button("Open this feature", key="feat_search_open", on_click=open_feature, args=(pick,),
                               icon=":material/open_in_new:")
                 else:

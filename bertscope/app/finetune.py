@@ -104,7 +104,7 @@ def ft_form(name: str, running: bool) -> FtForm:
                                             "it (SQuAD's dev set has 10,570 questions" +
                                             ("; on this hosted demo, 1,024 of them at most)." if demo() else ")."))
         epochs = c2.number_input("Epochs", 1, 2 if demo() else 10, 1, key="ft_epochs")
-        rank = c3.selectbox("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="ft_rank")
+        rank = held_choice("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="ft_rank", container=c3)
         lr = c4.select_slider("Learning rate", RATES, 5e-4, key="ft_lr",
                               help="About 5e-5 for every weight (BERT's), 5e-4 to 1e-3 for LoRA.")
         seq_len = held_choice("Tokens per input", [64, 128, 256, 384], "ft_seq", 128, container=c5,

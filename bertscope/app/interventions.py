@@ -16,6 +16,7 @@ from bertscope.app.kit.head_picker import (
     reference_means,
     selected_heads,
 )
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.kept import persist
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.mask_changes import show_mask_changes
@@ -178,7 +179,7 @@ def patch_tab(lm, key) -> None:
                "reports the recovered fraction (m_patched − m_corrupt) / (m_clean − m_corrupt): 1 where that piece "
                "carries the whole difference, 0 where it carries none.")
     from_url("preset", "int_preset", str, lambda v: v in PRESETS)
-    preset = st.selectbox("Example", list(PRESETS), key="int_preset")
+    preset = held_choice("Example", list(PRESETS), key="int_preset")
     if st.session_state.get("int_preset_shown") != preset:  # a new example fills the inputs
         st.session_state["int_preset_shown"] = preset
         for k, v in zip(("int_clean", "int_corrupt", "int_a", "int_b"), PRESETS[preset]):

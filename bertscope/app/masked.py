@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, require_model
 from bertscope.app.kit.pages import page as page_record
@@ -183,11 +184,11 @@ def why_tab(lm, key, result, open_: bool) -> None:
         st.info("Run a fill-mask first (first tab).")
     elif open_:  # integrated gradients run only when this tab is looked at
         w1, w2, w3 = st.columns([1, 2, 1])
-        mask_n = w1.selectbox("Mask", range(len(result.mask_positions)), format_func=lambda n: f"mask {n + 1}",
-                              key="why_mask")
+        mask_n = held_choice("Mask", range(len(result.mask_positions)), format_func=lambda n: f"mask {n + 1}",
+                             key="why_mask", container=w1)
         candidates = [p.token for p in result.predictions[mask_n]]
-        token = w2.selectbox("Explain the prediction", candidates, key="why_token",
-                             format_func=lambda t: f"{t.strip()} ({result.predictions[mask_n][candidates.index(t)].score:.1%})")
+        token = held_choice("Explain the prediction", candidates, key="why_token", container=w2,
+                            format_func=lambda t: f"{t.strip()} ({result.predictions[mask_n][candidates.index(t)].score:.1%})")
         steps = w3.select_slider("IG steps", [8, 16, 32, 50, 100, 200], 50, key="why_steps")
         position = result.mask_positions[mask_n]
         with page_errors(stop=False):
@@ -266,8 +267,8 @@ def layers_tab(lm, result) -> None:
     if result is None:
         st.info("Run a fill-mask first (first tab).")
     else:
-        which = st.selectbox("Mask", range(len(result.mask_positions)),
-                             format_func=lambda n: f"mask {n + 1}", key="mlm_lens_mask")
+        which = held_choice("Mask", range(len(result.mask_positions)),
+                            format_func=lambda n: f"mask {n + 1}", key="mlm_lens_mask")
         with page_errors(stop=False):
             readings = layerwise_predictions(lm, result, which, top_k=5)
             st.dataframe(pd.DataFrame([

@@ -9,6 +9,7 @@ import streamlit as st
 
 from bertscope import BertScopeError
 from bertscope.app.kit.chrome import page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, demo
 from bertscope.app.kit.model_picker import MODEL_KEY, chosen_model_name, require_model
 from bertscope.app.kit.training import live_run, open_in_sidebar, run_folder, start_training, training_gate
@@ -69,7 +70,7 @@ def recipe_form(name: str, model_type: str, has_head: bool, running: bool) -> Re
         chunks = c1.number_input("Chunks to train on (of up to 128 tokens)", 8, 512 if demo() else 20_000, 256, 8,
                                  key="pretrain_chunks")
         epochs = c2.number_input("Epochs", 1, 2 if demo() else 32, 1, key="pretrain_epochs")
-        rank = c3.selectbox("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="pretrain_rank")
+        rank = held_choice("LoRA rank (0 = every weight)", [16, 8, 4, 0], key="pretrain_rank", container=c3)
         lr = c4.select_slider("Learning rate", [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3], key="pretrain_lr",
                               help="Opens on 1e-3 for a model without a masked-LM head (its new head learns from "
                                    "scratch) and 1e-4 for one with a trained head (1e-3 overshoots it).")

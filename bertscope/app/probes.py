@@ -69,7 +69,7 @@ def probe_form(lm) -> ProbeForm:
     from_url("probe", "probe_kind", str, lambda v: v in ("logreg", "mlp"))
     with st.form("probe_form"):
         c1, c2, c3 = st.columns([2, 1, 1])
-        suite = c1.selectbox("Task", list(TASKS), format_func=TASKS.get, key="probe_task")
+        suite = held_choice("Task", list(TASKS), format_func=TASKS.get, key="probe_task", container=c1)
         pooling = c2.radio("Vector", ["mean", "first"], key="probe_pooling",
                            format_func={"mean": "mean of pieces / tokens", "first": "first piece / [CLS]"}.get)
         kind = c3.radio("Probe", ["logreg", "mlp"], key="probe_kind",

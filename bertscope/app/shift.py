@@ -173,7 +173,7 @@ def page() -> None:
     presets = sense_presets()
     from_url("word", "shift_choice", str, lambda v: v in presets)
     c1, c2 = st.columns([1, 2])
-    choice = c1.selectbox("Word", [*presets, OWN], key="shift_choice")
+    choice = held_choice("Word", [*presets, OWN], key="shift_choice", container=c1)
     word = c1.text_input("Target word", key="shift_word", max_chars=Limits.name_chars) if choice == OWN else choice
     if not word.strip():
         _stopped_early()

@@ -47,7 +47,8 @@ def pair_form(lm, settings) -> tuple[str, str, tuple, str, int, bool, bool]:
         kinds = (None, None)
         if settings.prompts:
             names = list(settings.prompts)
-            kinds = (c1.selectbox("a's prompt", names, 0, key="sim_a_kind", format_func=lambda k: f"{k}: {settings.prompts[k]!r}"),
+            kinds = (held_choice("a's prompt", names, "sim_a_kind", container=c1,
+                                 format_func=lambda k: f"{k}: {settings.prompts[k]!r}"),
                      held_choice("b's prompt", names, "sim_b_kind", names[min(1, len(names) - 1)], container=c2,
                                  format_func=lambda k: f"{k}: {settings.prompts[k]!r}"))
         m1, m2, m3 = st.columns([2, 1, 1])
@@ -116,8 +117,8 @@ def search_section(lm, settings) -> None:
     """A corpus searched with the model's own embedding, each hit explained against the query."""
     with st.form("search_form"):
         c1, c2, c3 = st.columns([2, 3, 1])
-        corpus_name = c1.selectbox("Corpus", list(CORPORA), format_func=lambda c: f"{c}: {CORPORA[c]}",
-                                   key="search_corpus")
+        corpus_name = held_choice("Corpus", list(CORPORA), format_func=lambda c: f"{c}: {CORPORA[c]}",
+                                  key="search_corpus", container=c1)
         query = c2.text_input("Query", "Who won Super Bowl 50?", key="search_query", max_chars=Limits.input_chars)
         top_k = c3.number_input("Hits", 1, 50, 10, key="search_k")
         asked = st.form_submit_button("Search", type="primary")
@@ -137,8 +138,8 @@ def search_section(lm, settings) -> None:
     download("Download the hits (JSON)", json.dumps({"corpus": corpus.name, "documents": len(corpus.texts),
                                                      "results": [h.to_json() for h in hits]}),
              "search.json", "application/json", key="search_json")
-    pick = st.selectbox("Why did this hit rank here?", range(len(hits)), key="search_pick",
-                        format_func=lambda i: f"{hits[i].rank}. {hits[i].text[:90]}")
+    pick = held_choice("Why did this hit rank here?", range(len(hits)), key="search_pick",
+                       format_func=lambda i: f"{hits[i].rank}. {hits[i].text[:90]}")
     exact = st.toggle("Exact (integrated Jacobians, a pass a token and step: minutes for a long passage on a CPU)",
                       key="search_exact")
     method, steps = ("ij", 20) if exact else ("first-order", 1)

@@ -47,3 +47,22 @@ def test_a_held_choice_no_longer_offered_gives_the_default_again():
     at.run(timeout=30)
     assert not at.exception
     assert at.selectbox(key="token").proto.default == 1  # the default, not the first option
+
+
+def test_every_keyed_selectbox_of_the_app_is_a_held_choice():
+    """A keyed ``selectbox`` drawn directly sends its hard-coded default back when the browser has lost its state
+    (the pages' layer, head, word and task pickers are set by links and clicks elsewhere): each goes through
+    ``held_choice``, which alone calls ``selectbox``."""
+    import ast
+
+    from tests.conftest import ROOT
+
+    found = []
+    for path in sorted((ROOT / "bertscope" / "app").rglob("*.py")):
+        if path.name == "held.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "selectbox"
+                    and any(k.arg == "key" for k in node.keywords)):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"keyed selectboxes not drawn by held_choice: {found}"

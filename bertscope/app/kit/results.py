@@ -163,7 +163,8 @@ class ResultStore:
         ``optional``: what the page can draw without (the graph's hover examples): once stopped, or refused by the
         budget, None is returned below the line that says so, and the rest of the page is drawn, rather than the page
         ending there. Otherwise the page ends on the line (``chrome.PageEnds``: after the callers' ``finally`` blocks
-        have run, so a link's flag they take out of the address reaches the browser)."""
+        have run, so a link's flag they take out of the address reaches the browser). Call it from a page's run, not
+        from an ``st.fragment`` (a fragment's rerun does not pass the router's ``page_ends``)."""
         found = self.get(key)
         if found is not None:
             st.session_state[("_last_result", self.name)] = key

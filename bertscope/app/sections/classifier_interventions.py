@@ -146,7 +146,7 @@ def patch_tab(lm, key) -> None:
             a = b = ""
         else:
             c1, c2 = st.columns(2)
-            a = c1.selectbox("Label A", labels, 0, key="int_class_a")
+            a = held_choice("Label A", labels, key="int_class_a", container=c1)
             b = held_choice("Label B", labels, "int_class_b", labels[min(1, len(labels) - 1)], container=c2)
         asked = st.form_submit_button("Patch", type="primary")
     request = (key, clean, corrupt, a, b)

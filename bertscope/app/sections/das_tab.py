@@ -50,11 +50,11 @@ def render(lm, key) -> None:
         return
     with st.form("das_form"):
         c1, c2, c3, c4 = st.columns([3, 1, 1, 1])
-        task = c1.selectbox("Causal model", [*shipped, UPLOAD], key="das_task",
-                            format_func=lambda n: f"{n}: {MODELS[n].title}" if n in MODELS else n)
+        task = held_choice("Causal model", [*shipped, UPLOAD], key="das_task",
+                           format_func=lambda n: f"{n}: {MODELS[n].title}" if n in MODELS else n, container=c1)
         layers = [EVERY, "embeddings", *map(str, range(lm.num_layers))]
         layer = held_choice("Layer", layers, "das_layer", layers[2] if demo() else layers[0], container=c2)
-        dim_name = c3.selectbox("Subspace width", list(DIMS), key="das_dim")
+        dim_name = held_choice("Subspace width", list(DIMS), key="das_dim", container=c3)
         pairs_offered = [p for p in PAIRS if not demo() or p <= 400]
         n_pairs = c4.select_slider("Pairs drawn", pairs_offered, pairs_offered[-1], key="das_pairs")
         upload = st.file_uploader("Own pairs: a CSV with base, source, answer (what the interchange should give), "

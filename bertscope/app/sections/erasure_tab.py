@@ -12,6 +12,7 @@ from bertscope import BertScopeError
 from bertscope.analysis.erasure import METHODS
 from bertscope.analysis.hidden_cache import task_size
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_pieces, demo
 from bertscope.app.kit.results import result_store
 from bertscope.app.kit.uploads import uploaded_text
@@ -47,8 +48,8 @@ def render(lm, key) -> None:
     tests = [n for n in TEST_SIZES if not demo() or n <= 300]
     with st.form("erase_form"):
         c1, c2 = st.columns([2, 1])
-        choice = c1.selectbox("Concept", [*CONCEPTS, UPLOAD], key="erase_concept",
-                              format_func=lambda c: c if c == UPLOAD else f"{c}: {CONCEPTS[c]}")
+        choice = held_choice("Concept", [*CONCEPTS, UPLOAD], key="erase_concept",
+                             format_func=lambda c: c if c == UPLOAD else f"{c}: {CONCEPTS[c]}", container=c1)
         method = c2.radio("Method", list(METHODS), key="erase_method", format_func=str.upper, horizontal=True)
         layers = st.multiselect("Layers to erase (each on its own; every layer adds two runs of the model)", names,
                                 [names[len(names) // 2]], key="erase_layers")
@@ -120,8 +121,8 @@ def show(result) -> None:
         st.caption(plain(f"Not measured: {note}."))
     download("Download (JSON)", json.dumps(result.to_json()), f"{result.concept}-erased.json",
              "application/json", key="erase_json")
-    pick = st.selectbox("Layer", range(len(result.layers)), key=f"erase_detail_{len(result.layers)}",
-                        format_func=lambda i: f"erased at {result.layers[i].layer}")
+    pick = held_choice("Layer", range(len(result.layers)), key=f"erase_detail_{len(result.layers)}",
+                       format_func=lambda i: f"erased at {result.layers[i].layer}")
     chosen = result.layers[pick]
     if chosen.later:
         st.markdown("**Can the later layers read it again?** The probe retrained on each later layer of the erased run.")

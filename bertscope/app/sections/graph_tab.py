@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_text
 from bertscope.app.kit.model_picker import model_key, offer_models
 from bertscope.app.kit.results import cache_budget_bytes, result_store
@@ -38,10 +39,10 @@ def graph_form(lm) -> tuple[str, str | None, str | None, float, str, bool]:
         contrast = c2.text_input("Contrast (default: the mean logit)", key="graph_contrast",
                                  max_chars=Limits.input_chars) or None
         keep = c3.select_slider("Influence kept", [0.5, 0.6, 0.7, 0.8, 0.9, 0.95], 0.8, key="graph_keep")
-        head = c4.selectbox("The head read", list(HEADS), key="graph_head", format_func=HEADS.__getitem__,
-                            help="Held: the head's GELU and LayerNorm scale at the real run's, so every sum is "
-                                 "exact. To first order: the scale's response counted, so edge sizes match the "
-                                 "model's (the head's LayerNorm undoes much of a write along the target's row).")
+        head = held_choice("The head read", list(HEADS), key="graph_head", container=c4, format_func=HEADS.__getitem__,
+                           help="Held: the head's GELU and LayerNorm scale at the real run's, so every sum is "
+                                "exact. To first order: the scale's response counted, so edge sizes match the "
+                                "model's (the head's LayerNorm undoes much of a write along the target's row).")
         asked = st.form_submit_button("Trace the graph", type="primary")
     return text, target, contrast, float(keep), head, asked
 
@@ -56,11 +57,12 @@ def switch_section(lm, graph, pruned: dict, transcoders, folder: str) -> None:
         return
     features.sort(key=lambda n: -n["influence"])
     c1, c2 = st.columns([3, 1])
-    pick = c1.selectbox("Switch a feature off (or steer it) in the real model", range(len(features)),
-                        key="graph_off", format_func=lambda i: f"{features[i]['id']} (layer {features[i]['layer']}, "
-                                                               f"{graph.tokens[features[i]['position']]!r}, "
-                                                               f"influence {features[i]['influence']:.3f})")
-    how = c2.selectbox("Its activation", list(STEERING), key="graph_steer")
+    pick = held_choice("Switch a feature off (or steer it) in the real model", range(len(features)),
+                       key="graph_off", container=c1,
+                       format_func=lambda i: f"{features[i]['id']} (layer {features[i]['layer']}, "
+                                             f"{graph.tokens[features[i]['position']]!r}, "
+                                             f"influence {features[i]['influence']:.3f})")
+    how = held_choice("Its activation", list(STEERING), key="graph_steer", container=c2)
     scale, node = STEERING[how], features[pick]
     index = next(i for i, n in enumerate(graph.nodes) if n.id == node["id"])
     effects = result_store("graph_effects").get_or_compute((model_key(), folder, graph.text, str(graph.target), graph.head),

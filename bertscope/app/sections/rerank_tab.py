@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from bertscope.app.kit.chrome import PLOT_CONFIG, download, figure_downloads, page_errors, plain
+from bertscope.app.kit.held import held_choice
 from bertscope.app.kit.limits import Limits, check_pieces, check_text
 from bertscope.app.kit.model_picker import cached_model
 from bertscope.app.kit.results import result_store
@@ -108,6 +109,6 @@ def rerank_tab() -> None:
         st.caption(plain(f"Relevance: {reranker.name}'s log-probability of its label "
                          f"{'relevant' if reranker.task and 'relevant' in reranker.task.labels else 'its last label'}"
                          " (a one-label cross-encoder: its logit)."))
-        pick = st.selectbox("Why does this passage rank here?", range(len(hits)), key="rr_pick",
-                            format_func=lambda i: f"{hits[i].rank}. {hits[i].text[:90]}")
+        pick = held_choice("Why does this passage rank here?", range(len(hits)), key="rr_pick",
+                           format_func=lambda i: f"{hits[i].rank}. {hits[i].text[:90]}")
         explain_section(reranker, query, hits[pick].text)

@@ -73,7 +73,7 @@ def render(lm, key) -> None:
         else:
             target = c1.text_input("The word the masked LM predicts (one vocabulary item)", "river", key="tcav_word",
                                    max_chars=Limits.name_chars)
-        source = c2.selectbox("Random sets from", list(RANDOM_SOURCES), key="tcav_random")
+        source = held_choice("Random sets from", list(RANDOM_SOURCES), key="tcav_random", container=c2)
         runs = c3.select_slider("Random sets", runs_offered, runs_offered[0], key="tcav_runs")
         n = c4.select_slider("Inputs", inputs_offered, inputs_offered[0], key="tcav_inputs")
         inputs_text = st.text_area("The inputs whose decision is tested, one a line (optional; a masked LM: each with "
