@@ -33,16 +33,19 @@ def texts(elements) -> list[str]:
     return [re.sub(r"\\(.)", r"\1", str(e.value)) for e in elements]
 
 
-def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:
+def open_link(monkeypatch, default_model, **params) -> AppTest:
+    """The app opened by a link (``params`` in its address) on the home page, which runs no page's job."""
     if default_model is None:
         monkeypatch.delenv("BERTSCOPE_MODEL", raising=False)
     else:
         monkeypatch.setenv("BERTSCOPE_MODEL", default_model)
     at = AppTest.from_file(APP, default_timeout=180)
-    for name, value in params.items():
-        at.query_params[name] = value
-    at.run()
-    return at.switch_page(page).run()
+    at.query_params.update(params)
+    return at.run()
+
+
+def start_with_url(monkeypatch, default_model, page, **params) -> AppTest:
+    return open_link(monkeypatch, default_model, **params).switch_page(page).run()
 
 
 def address(at: AppTest) -> dict[str, str]:

@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bertscope.app.kit.model_picker import CUSTOM_KEY, MODEL_KEY, OTHER
-from tests.app.kit import APP, address, fill, start, start_with_url, stopped_while_running, texts
+from tests.app.kit import APP, address, fill, open_link, start, start_with_url, stopped_while_running, texts
 from tests.conftest import ROOT
 
 
@@ -365,10 +365,7 @@ def brown_link_at_home(monkeypatch, tmp_path, model_dir) -> AppTest:
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "corpora").symlink_to(user_cache_dir() / "corpora")
     monkeypatch.setenv("BERTSCOPE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("BERTSCOPE_MODEL", str(model_dir))
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update({"shift_tab": TABS[-1], "brown": "1"})
-    return at.run()
+    return open_link(monkeypatch, str(model_dir), shift_tab=TABS[-1], brown="1")
 
 
 def test_a_link_the_shift_page_cannot_honour_runs_nothing_later(monkeypatch, tmp_path, tiny_bert_dir):

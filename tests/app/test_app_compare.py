@@ -3,7 +3,7 @@ a link, and a model B that cannot be had."""
 
 from __future__ import annotations
 
-from tests.app.kit import APP, address, start, start_with_url, stopped_while_running, texts
+from tests.app.kit import address, open_link, start, start_with_url, stopped_while_running, texts
 
 PAGE = "bertscope/app/compare.py"
 
@@ -209,12 +209,7 @@ def test_a_link_that_cannot_be_honoured_runs_nothing_later(monkeypatch, tiny_mlm
 def test_a_stopped_heads_comparison_takes_the_links_flag_out(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     """Stop pressed on a link's head comparison while it still runs: Stopped, and the tab and its flag leave the
     address before the page ends (written after st.stop() they stayed, and a reload ran the comparison again)."""
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("BERTSCOPE_MODEL", str(tiny_mlm_dir))
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update({"b": str(tiny_bert_dir), "cmp_tab": "Heads", "heads": "1"})
-    at.run()
+    at = open_link(monkeypatch, str(tiny_mlm_dir), b=str(tiny_bert_dir), cmp_tab="Heads", heads="1")
     key = ((str(tiny_mlm_dir), "auto", "auto"), (str(tiny_bert_dir), "auto", "auto"))
     with stopped_while_running(at, "compare_heads", key, "compare_heads"):
         at.switch_page(PAGE).run()
@@ -227,12 +222,7 @@ def test_a_stopped_heads_comparison_takes_the_links_flag_out(monkeypatch, tiny_m
 def test_a_stopped_layer_comparison_takes_the_links_n_out(monkeypatch, tiny_mlm_dir, tiny_bert_dir):
     """The same for the Layers tab's CKA: a link's comparison stopped while it runs leaves ``n`` (its flag) out of
     the address, so a reload runs nothing."""
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("BERTSCOPE_MODEL", str(tiny_mlm_dir))
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update({"b": str(tiny_bert_dir), "n": "100", "pool": "first"})
-    at.run()
+    at = open_link(monkeypatch, str(tiny_mlm_dir), b=str(tiny_bert_dir), n="100", pool="first")
     request = ((str(tiny_mlm_dir), "auto", "auto"), (str(tiny_bert_dir), "auto", "auto"), 100, "first")
     with stopped_while_running(at, "compare", request, "compare"):
         at.switch_page(PAGE).run()

@@ -3,7 +3,7 @@ bad input, and a model without a masked-LM head."""
 
 from __future__ import annotations
 
-from tests.app.kit import APP, start, start_with_url, stopped_while_running, texts
+from tests.app.kit import open_link, start, start_with_url, stopped_while_running, texts
 
 PAGE = "bertscope/app/faithfulness.py"
 LINES = "the bank of the [MASK] was muddy .\nshe deposited the money in the [MASK] .\nthe dog sat in the [MASK] ."
@@ -66,14 +66,9 @@ def test_page_without_a_masked_lm_head(monkeypatch, tiny_encoder_dir):
 def test_a_stopped_test_takes_the_links_methods_out(monkeypatch, tiny_mlm_dir):
     """Stop pressed on a link's test while it still runs: Stopped, and ``methods`` (the link's flag) leaves the
     address before the page ends, so a reload runs nothing; the other settings stay."""
-    from streamlit.testing.v1 import AppTest
-
     from bertscope.app.faithfulness import EXAMPLE
 
-    monkeypatch.setenv("BERTSCOPE_MODEL", str(tiny_mlm_dir))
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update({"source": "text", "methods": "attention,random", "steps": "8"})
-    at.run()
+    at = open_link(monkeypatch, str(tiny_mlm_dir), source="text", methods="attention,random", steps="8")
     request = ((str(tiny_mlm_dir), "auto", "auto"), "text", EXAMPLE, ("attention", "random"), "attention", 0, 8)
     with stopped_while_running(at, "faithfulness", request, "faithfulness"):
         at.switch_page(PAGE).run()

@@ -104,7 +104,7 @@ def tab_from_url(key: str, names: list[str], param: str | None = None) -> None:
     does); a name the page has no tab for is ignored with the usual one-line notice."""
     param = param or key
     restored = st.session_state.setdefault("_from_url", set())
-    if key in restored or param in restored or param not in st.query_params:  # link_flag marks the parameter
+    if key in restored or param not in st.query_params:
         return
     restored.add(key)
     raw = st.query_params[param]
