@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", choices=TARGETS, default="plain")
     p.add_argument("--tokens", type=int, default=400_000, help="training word pieces a layer (default 400,000)")
     p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="the training text's masking (default: the set's own seed; "
+                   "the held-out side is always the set's)")
     p.add_argument("--out", help="a folder for the solved set (float16, as shipped)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from bertscope.cli.sae import texts_for
+    from bertscope.cli.transcoders import set_seeds
     from bertscope.core.models import load_model
     from bertscope.features.shipped import transcoder_set
     from bertscope.features.transcoder import save_transcoder
@@ -102,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     transcoders = {layer: tc.float() for layer, tc in transcoder_set(lm, args.transcoders).items()}
     for tc in transcoders.values():
         check_refittable(tc)
-    train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
-    seed = args.seed if transcoders[0].info.extra.get("masked") else None
+    split, masking = set_seeds(args, transcoders)
+    train, held = texts_for("mixture", args.tokens, args.held_out, split)
+    seed = masking if transcoders[0].info.extra.get("masked") else None
     report = {"from": args.transcoders or "the shipped set", "target": args.target, "tokens": args.tokens,
-              "before": replacement_quality(lm, transcoders, held.texts, seed=args.seed), "layers": []}
+              "before": replacement_quality(lm, transcoders, held.texts, seed=split), "layers": []}
     with torch.no_grad():
         for layer in sorted(transcoders):
             started = time.perf_counter()
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             report["layers"].append({"layer": layer, "rows": rows, "seconds": round(time.perf_counter() - started),
                                      "kept_as_trained": transcoders[layer].info.extra["refit"]["kept_as_trained"]})
             print(f"layer {layer}: {rows:,} rows solved in {report['layers'][-1]['seconds']} s", file=sys.stderr)
-    report["after"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed)
+    report["after"] = replacement_quality(lm, transcoders, held.texts, seed=split)
     if args.out:
         for tc in transcoders.values():
             save_transcoder(tc, args.out, torch.float16)

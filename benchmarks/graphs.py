@@ -1,7 +1,7 @@
 """Attribution graphs, measured: time, the graph scores over held-out prompts, and the intervention test.
 
     python benchmarks/graphs.py [--prompts 50] [--transcoders runs/tc-mlm] [--skip-transcoders runs/tc-mlm-skip]
-                                [--seed 0] [--head frozen|linear] [--full-size] [--effects]
+                                [--seed 0] [--head frozen|linear] [--full-size] [--effects] [--against FOLDER]
 
 - prompts: held-out Brown sentences (the SAE/transcoder mixture's held-out side is seeded apart from its training
   side; these come from Brown's held-out documents), one alphabetic word masked at random (seeded), cut to 32 word
@@ -13,6 +13,10 @@
   with the LayerNorm scales held as the graph holds them);
 - ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` with random transcoders at 128 tokens:
   the graph's time and peak memory within the adjacency's byte budget;
+- ``--against FOLDER``: the graphs' time alone, the set against another on the same prompts, interleaved (the order
+  alternating a prompt) so that both meet the same machine: seconds mean and most for each, their ratio, and whether
+  each prompt's graph had the same active features (a set whose encoders were held, refitted or tuned ``--parts
+  writes``, does the same work);
 - ``--effects``: the total effects of a graph at the adjacency's whole budget (a 46-word-piece prompt), as
   ``total_effects`` sums them (the series the layers end, in blocks) against the dense solve it replaced: seconds
   and peak memory (tracemalloc), and the largest difference.
@@ -94,6 +98,29 @@ def measure(lm, texts: list[str], transcoders, name: str, head: str = "frozen") 
               f"({sum(drawn)}/{len(drawn)})")
 
 
+def timed_against(lm, texts: list[str], sets: tuple, names: tuple[str, str], head: str = "frozen") -> None:
+    from bertscope.graphs.build import attribution_graph
+
+    if not texts:
+        raise SystemExit("no held-out prompt was drawn: raise --prompts")
+    attribution_graph(lm, texts[0], sets[0], head=head)  # untimed: the first graph's one-time costs
+    seconds: list[list[float]] = [[], []]
+    same = 0
+    for i, text in enumerate(texts):
+        features = [None, None]
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            t = time.perf_counter()
+            graph = attribution_graph(lm, text, sets[which], head=head)
+            seconds[which].append(time.perf_counter() - t)
+            features[which] = [(n.layer, n.position, n.feature) for n in graph.nodes[:graph.n_features]]
+        same += features[0] == features[1]
+    a, b = np.array(seconds[0]), np.array(seconds[1])
+    print(f"graph time, {len(texts)} held-out prompts, interleaved: {names[0]} {a.mean():.2f} s mean, {a.max():.2f} s "
+          f"at most; {names[1]} {b.mean():.2f} s mean, {b.max():.2f} s at most; {names[1]} / {names[0]}: ratio of "
+          f"means {b.mean() / a.mean():.3f}, median of per-prompt ratios {np.median(b / a):.3f}; the same active "
+          f"features on {same}/{len(texts)} prompts")
+
+
 def full_size() -> None:
     import resource
     import tempfile
@@ -165,6 +192,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the held-out prompts' draw (default 0)")
     parser.add_argument("--head", default="frozen", help="how the graph reads the head: frozen (default) or linear "
                         "(to first order at the real run)")
+    parser.add_argument("--against", help="another set's folder: the graphs' time alone, both sets interleaved "
+                        "(instead of the scores and the intervention test; --skip-transcoders is not read)")
     parser.add_argument("--full-size", action="store_true")
     parser.add_argument("--effects", action="store_true", help="the total effects' time and memory on a graph at "
                         "the whole budget, against the solve they replaced")
@@ -172,7 +201,12 @@ def main() -> None:
     from bertscope.core.models import load_model
     from bertscope.features.shipped import transcoder_set
 
-    if args.prompts > 0:
+    if args.prompts > 0 and args.against:
+        lm = load_model(args.model)
+        timed_against(lm, prompts(lm, args.prompts, args.seed),
+                      (transcoder_set(lm, args.transcoders), transcoder_set(lm, args.against)),
+                      (args.transcoders or "the shipped set", args.against), args.head)
+    elif args.prompts > 0:
         lm = load_model(args.model)
         texts = prompts(lm, args.prompts, args.seed)
         measure(lm, texts, transcoder_set(lm, args.transcoders), "transcoders", args.head)

@@ -10,7 +10,14 @@ import json
 from typing import Any
 
 from bertscope.cli.common import Command, finite_float, load, progress_bar
-from bertscope.cli.transcoders import held_out_arguments, held_out_figures, layer_lines, tuned_folder, weights_argument
+from bertscope.cli.transcoders import (
+    held_out_figures,
+    layer_lines,
+    set_seed_arguments,
+    set_seeds,
+    tuned_folder,
+    weights_argument,
+)
 from bertscope.runtime.atomic import write_text
 
 
@@ -33,18 +40,19 @@ def cmd_refit_transcoders(args: argparse.Namespace) -> Any:
     check_replaceable(lm, transcoders)
     masked = bool(transcoders[0].info.extra.get("masked"))  # the text read as the set was trained on it
     check_chosen_weight(args.chosen_weight, masked)  # before any pass
-    train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
+    split, seed = set_seeds(args, transcoders)
+    train, held = texts_for("mixture", args.tokens, args.held_out, split)
     layers = sorted(transcoders)
     report: dict[str, Any] = {"model": lm.name, "from": str(args.transcoders or "the shipped set"), "out": str(out),
                               "corpus": f"mixture of {', '.join(train.counts())}", "masked": masked,
-                              "chosen_weight": args.chosen_weight,
+                              "chosen_weight": args.chosen_weight, "held_out_seed": split, "seed": seed,
                               "layers_before": held_out_figures(lm, transcoders, held)}
     with progress_bar(f"{lm.name}: the replacement model before", "sentence") as progress:
-        report["replacement_before"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed,
+        report["replacement_before"] = replacement_quality(lm, transcoders, held.texts, seed=split,
                                                            progress=progress)
     with progress_bar(f"{lm.name}: feed-forward inputs and outputs of the training text", "sentence") as progress:
         every = points_activations(lm, train.texts, layers, (INPUT_POINT, OUTPUT_POINT), args.tokens,
-                                   progress=progress, masking=args.seed if masked else None)
+                                   progress=progress, masking=seed if masked else None)
     dtype = torch.float16 if args.weights == "float16" else torch.float32
     for layer in layers:
         with progress_bar(f"{lm.name} layer {layer}: the writes refitted", "row") as progress:
@@ -54,7 +62,7 @@ def cmd_refit_transcoders(args: argparse.Namespace) -> Any:
         transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
     report["layers"] = held_out_figures(lm, transcoders, held)
     with progress_bar(f"{lm.name}: the replacement model after", "sentence") as progress:
-        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=split, progress=progress)
     write_text(out / "quality.json", json.dumps(report, indent=1))
     return report if args.json else refit_table(report)
 
@@ -82,7 +90,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chosen-weight", type=finite_float, default=1.0, metavar="W",
                    help="the weight of the positions BERT's corruption chose for prediction in the squared error, "
                         "the others 1 (a set trained with --masked; default 1: every row alike)")
-    held_out_arguments(p)
+    set_seed_arguments(p)
     weights_argument(p)
     p.add_argument("--out", required=True, help="a folder for the refitted set (layer_L.safetensors, config.yaml, "
                                                 "quality.json)")

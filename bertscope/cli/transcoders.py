@@ -83,6 +83,8 @@ def layer_figures(tc, inputs, outputs, held) -> dict:
 
 
 def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
+    import dataclasses
+
     import torch
 
     from bertscope.cli.sae import texts_for
@@ -91,17 +93,19 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
     from bertscope.features.transcoder_training import replacement_quality
     from bertscope.features.transcoder_tuning import TuneConfig, check_tunable, tune_end_to_end
 
-    cfg = TuneConfig(args.steps, args.batch_size, args.lr, args.local, args.pieces, args.seed, args.parts)
+    cfg = TuneConfig(args.steps, args.batch_size, args.lr, args.local, args.pieces, args.seed or 0, args.parts)
     cfg.check()
     tuned_folder(args, args.transcoders)
     lm = load(args)
     out = tuned_folder(args, args.transcoders or SHIPPED_TRANSCODERS.get(lm.name))
     transcoders = transcoder_set(lm, args.transcoders)
     check_tunable(lm, transcoders, cfg.parts)  # before any pass
-    train, held = texts_for("mixture", args.tokens, args.held_out, args.seed)
+    split, seed = set_seeds(args, transcoders)
+    cfg = dataclasses.replace(cfg, seed=seed)
+    train, held = texts_for("mixture", args.tokens, args.held_out, split)
     layers_before = held_out_figures(lm, transcoders, held)
     with progress_bar(f"{lm.name}: the replacement model before", "sentence") as progress:
-        before = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+        before = replacement_quality(lm, transcoders, held.texts, seed=split, progress=progress)
     with progress_bar(f"{lm.name}: every transcoder tuned end to end", "step") as progress:
         history = tune_end_to_end(lm, transcoders, train.texts, cfg, progress=progress)
     dtype = torch.float16 if args.weights == "float16" else torch.float32
@@ -112,11 +116,11 @@ def cmd_tune_transcoders(args: argparse.Namespace) -> Any:
         save_transcoder(tc, out, dtype)
         transcoders[layer] = load_transcoder(out, layer, lm.device).eval()  # the figures are of the weights saved
     report: dict[str, Any] = {"model": lm.name, "from": str(args.transcoders or "the shipped set"), "out": str(out),
-                              "corpus": f"mixture of {', '.join(train.counts())}", "end_to_end": vars(cfg),
-                              "history": history, "layers_before": layers_before, "replacement_before": before,
-                              "layers": held_out_figures(lm, transcoders, held)}
+                              "corpus": f"mixture of {', '.join(train.counts())}", "held_out_seed": split,
+                              "end_to_end": vars(cfg), "history": history, "layers_before": layers_before,
+                              "replacement_before": before, "layers": held_out_figures(lm, transcoders, held)}
     with progress_bar(f"{lm.name}: the replacement model after", "sentence") as progress:
-        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=split, progress=progress)
     write_text(out / "quality.json", json.dumps(report, indent=1))
     return report if args.json else tuned_table(report)
 
@@ -131,18 +135,20 @@ def cmd_score_transcoders(args: argparse.Namespace) -> Any:
     lm = load(args)
     transcoders = transcoder_set(lm, args.transcoders)
     check_replaceable(lm, transcoders)
-    _, held = texts_for("mixture", 1, args.held_out, args.seed)
+    split, seed = set_seeds(args, transcoders)
+    _, held = texts_for("mixture", 1, args.held_out, split)
     report: dict[str, Any] = {"model": lm.name, "transcoders": str(args.transcoders or "the shipped set"),
+                              "held_out_seed": split, "seed": seed,
                               "held_out": f"{len(held.texts):,} held-out texts of the mixture of "
                                           f"{', '.join(held.counts())}",
                               "layers": held_out_figures(lm, transcoders, held)}
     with progress_bar(f"{lm.name}: the replacement model", "sentence") as progress:
-        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress)
+        report["replacement"] = replacement_quality(lm, transcoders, held.texts, seed=seed, progress=progress)
     if args.each_layer:
         report["each_layer"] = []
         for layer in sorted(transcoders):
             with progress_bar(f"{lm.name}: layer {layer} alone replaced", "sentence") as progress:
-                alone = replacement_quality(lm, transcoders, held.texts, seed=args.seed, progress=progress,
+                alone = replacement_quality(lm, transcoders, held.texts, seed=seed, progress=progress,
                                             layers=[layer])
             report["each_layer"].append({"layer": layer, **alone})
     if args.json:
@@ -184,7 +190,7 @@ def _score_arguments(p: argparse.ArgumentParser) -> None:
                                          "shipped for the model)")
     p.add_argument("--each-layer", action="store_true", help="also each layer's transcoder alone in the real model "
                                                              "(the others real): what each one costs the agreement")
-    held_out_arguments(p)
+    set_seed_arguments(p)
 
 
 def tuned_folder(args: argparse.Namespace, read_from):
@@ -233,7 +239,7 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
                                                   "norm), skip path and output bias, every encoder as trained (each "
                                                   "feature fires where it fired; a refitted set); or skip: the skip "
                                                   "path and the output bias alone (skip transcoders)")
-    held_out_arguments(p)
+    set_seed_arguments(p)
     weights_argument(p)
     p.add_argument("--out", required=True, help="a folder for the tuned set (layer_L.safetensors, config.yaml, "
                                                 "quality.json)")
@@ -267,7 +273,27 @@ def table(report: dict) -> str:
 def held_out_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
     p.add_argument("--seed", type=seed_int, default=0, help="the seed of the held-out side, of the masked positions and "
-                                                       "(train, tune) of the training text (default 0)")
+                                                       "of the training text (default 0)")
+
+
+def set_seed_arguments(p: argparse.ArgumentParser) -> None:
+    """``--held-out`` and ``--seed`` for a command that reads a trained set (score, refit, tune): the held-out side is
+    the set's own, and the seed moves the masking alone."""
+    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+    p.add_argument("--seed", type=seed_int, default=None,
+                   help="the seed of the masked positions (score: the held-out side's; refit, tune: the training "
+                        "text's) and of the tuning text's order (default: the set's own train-transcoders --seed); "
+                        "the held-out side is always the one the set was trained apart from")
+
+
+def set_seeds(args: argparse.Namespace, transcoders) -> tuple[int, int]:
+    """(the seed of the set's held-out side, the seed of the masking): the first as the set records it (``--seed``
+    for a set that records none), the second ``--seed``, else the first."""
+    from bertscope.features.shipped import held_out_seed
+
+    recorded = held_out_seed(transcoders)
+    split = recorded if recorded is not None else (args.seed or 0)
+    return split, split if args.seed is None else args.seed
 
 
 def weights_argument(p: argparse.ArgumentParser) -> None:

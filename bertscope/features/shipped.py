@@ -108,3 +108,24 @@ def transcoder_set(lm, folder: Path | str | None = None, device=None) -> dict:
     for tc in out.values():
         tc.check_for(lm)
     return out
+
+
+def held_out_seed(transcoders) -> int | None:
+    """The seed a transcoder set's held-out side was drawn with (``train-transcoders --seed``, recorded in each layer):
+    the side it was trained apart from, which scoring, refitting and tuning it must keep whatever seed moves their
+    masking (another seed draws another side, part of it text the set was trained on).
+
+    Args:
+        transcoders: {layer: ``features.transcoder.Transcoder``}, as ``transcoder_set`` gives them.
+
+    Returns:
+        the recorded seed, or None for a set that records none.
+
+    Raises:
+        BertScopeError: one line when the layers were trained apart from different sides.
+    """
+    seeds = sorted({tc.info.extra["seed"] for tc in transcoders.values() if "seed" in tc.info.extra})
+    if len(seeds) > 1:
+        raise BertScopeError(f"The set's layers were trained with the seeds {', '.join(map(str, seeds))}, apart from "
+                             "different held-out texts: train them with one --seed to score, refit or tune the set.")
+    return seeds[0] if seeds else None

@@ -190,17 +190,25 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypat
     from left as it was."""
     trained, tuned = tmp_path / "tcs", tmp_path / "tuned"
     code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--tokens", 600, "--held-out", 6,
-                                "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out", trained,
-                                "--json")
+                                "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--seed", 3, "--out",
+                                trained, "--json")
     assert code == 0, err
     trained_report = json.loads(stdout)
     first = (trained / "layer_0.safetensors").read_bytes()
     code, stdout, err = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--transcoders", trained, "--held-out", 6,
                                 "--json")
     assert code == 0, err
-    scored = json.loads(stdout)  # the same held-out side and masked positions as the training run's own figures
-    assert scored["replacement"] == pytest.approx(trained_report["replacement"])
+    scored = json.loads(stdout)  # the same held-out side (the set's seed, 3) and masked positions as the training
+    assert scored["replacement"] == pytest.approx(trained_report["replacement"])  # run's own figures
     assert [q["fve"] for q in scored["layers"]] == pytest.approx([q["fve"] for q in trained_report["layers"]])
+    assert (scored["held_out_seed"], scored["seed"]) == (3, 3)
+    code, stdout, err = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--transcoders", trained, "--held-out", 6,
+                                "--seed", 0, "--json")
+    assert code == 0, err
+    other = json.loads(stdout)  # another seed masks other positions of the same held-out texts
+    assert (other["held_out_seed"], other["seed"]) == (3, 0)
+    assert other["replacement"] != scored["replacement"]  # the held-out side's other masked positions
+    assert [q["fve"] for q in other["layers"]] == pytest.approx([q["fve"] for q in scored["layers"]])
     code, stdout, _ = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--transcoders", trained, "--held-out", 6,
                               "--each-layer")
     assert code == 0 and "top-1 agreement" in stdout and "  squad" in stdout
@@ -208,10 +216,12 @@ def test_tune_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir, monkeypat
     code, _, err = run_cli(capsys, "score-transcoders", tiny_mlm_dir, "--held-out", 6)
     assert code == 2 and "No transcoders are shipped" in err and err.count("\n") == 1
     code, stdout, err = run_cli(capsys, "tune-transcoders", tiny_mlm_dir, "--transcoders", trained, "--steps", 20,
-                                "--batch-size", 4, "--lr", 1e-3, "--tokens", 600, "--held-out", 6, "--out", tuned,
-                                "--json")
+                                "--batch-size", 4, "--lr", 1e-3, "--tokens", 600, "--held-out", 6, "--seed", 5,
+                                "--out", tuned, "--json")
     assert code == 0, err
-    report = json.loads(stdout)
+    report = json.loads(stdout)  # seed 5 masks the training text; the held-out side stays the set's
+    assert (report["held_out_seed"], report["end_to_end"]["seed"]) == (3, 5)
+    assert report["replacement_before"] == pytest.approx(trained_report["replacement"])
     assert [q["layer"] for q in report["layers"]] == [0, 1] and report["end_to_end"]["steps"] == 20
     assert [q["fve"] for q in report["layers_before"]] == pytest.approx([q["fve"] for q in scored["layers"]])
     assert list(report["layers"][0]["domains"]) == ["brown", "ewt", "tweets", "bbc", "squad"]
@@ -253,15 +263,18 @@ def test_refit_transcoders_from_a_shell(capsys, tmp_path, tiny_mlm_dir):
     from bertscope.features.transcoder import load_transcoder
 
     trained, refit = tmp_path / "tcs", tmp_path / "refit"
-    code, _, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--masked", "--tokens", 600,
-                           "--held-out", 6, "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64, "--out",
-                           trained, "--json")
+    code, stdout, err = run_cli(capsys, "train-transcoders", tiny_mlm_dir, "--skip", "--masked", "--tokens", 600,
+                                "--held-out", 6, "--expansion", 2, "--k", 4, "--epochs", 1, "--batch-tokens", 64,
+                                "--seed", 2, "--out", trained, "--json")
     assert code == 0, err
+    trained_report = json.loads(stdout)
     first = (trained / "layer_0.safetensors").read_bytes()
     code, stdout, err = run_cli(capsys, "refit-transcoders", tiny_mlm_dir, "--transcoders", trained, "--tokens", 600,
-                                "--held-out", 6, "--out", refit, "--json")
+                                "--held-out", 6, "--seed", 7, "--out", refit, "--json")
     assert code == 0, err
-    report = json.loads(stdout)
+    report = json.loads(stdout)  # seed 7 masks the training text; the held-out side and its positions the set's
+    assert (report["held_out_seed"], report["seed"]) == (2, 7)
+    assert report["replacement_before"] == pytest.approx(trained_report["replacement"])
     assert report["masked"] is True and [q["layer"] for q in report["layers"]] == [0, 1]
     assert report["replacement"]["positions"] == report["replacement_before"]["positions"] > 0
     assert (trained / "layer_0.safetensors").read_bytes() == first

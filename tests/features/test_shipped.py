@@ -97,3 +97,23 @@ def test_the_transcoders_shipped_for_both_models_are_whole_small_and_at_the_fve_
             for source, figures in row["domains"].items():
                 assert figures["fve"] >= 0.80 and figures["l0"] <= k, (model, row["layer"], source)
         assert quality["replacement"]["top1_agreement"] >= {"bundled-mlm": 0.757, "bundled-sentiment": 0.941}[model]
+
+
+def test_a_set_is_scored_apart_from_the_side_it_was_trained_apart_from():
+    """``held_out_seed``: the seed every layer records, None for a set that records none, one line for layers
+    trained apart from different held-out sides (each layer's other side holds text another layer was trained on)."""
+    from types import SimpleNamespace
+
+    from bertscope.features.shipped import SHIPPED_TRANSCODERS, held_out_seed
+    from bertscope.features.transcoder import load_transcoder
+
+    def layers(*extras):
+        return {layer: SimpleNamespace(info=SimpleNamespace(extra=extra)) for layer, extra in enumerate(extras)}
+
+    assert held_out_seed(layers({"seed": 3}, {"seed": 3, "masked": True})) == 3
+    assert held_out_seed(layers({}, {})) is None
+    with pytest.raises(BertScopeError, match="the seeds 0, 2, apart from different held-out texts") as info:
+        held_out_seed(layers({"seed": 2}, {"seed": 0}))
+    assert "\n" not in str(info.value)
+    for folder in SHIPPED_TRANSCODERS.values():  # the shipped sets: the side their figures were measured on
+        assert held_out_seed({layer: load_transcoder(folder, layer) for layer in range(6)}) == 0
