@@ -96,7 +96,7 @@ def test_the_transcoders_shipped_for_both_models_are_whole_small_and_at_the_fve_
             assert row["fve"] >= 0.80 and row["l0"] <= k
             for source, figures in row["domains"].items():
                 assert figures["fve"] >= 0.80 and figures["l0"] <= k, (model, row["layer"], source)
-        assert quality["replacement"]["top1_agreement"] >= {"bundled-mlm": 0.757, "bundled-sentiment": 0.941}[model]
+        assert quality["replacement"]["top1_agreement"] >= {"bundled-mlm": 0.774, "bundled-sentiment": 0.941}[model]
 
 
 def test_a_set_is_scored_apart_from_the_side_it_was_trained_apart_from():
