@@ -103,7 +103,8 @@ def timed_against(lm, texts: list[str], sets: tuple, names: tuple[str, str], hea
 
     if not texts:
         raise SystemExit("no held-out prompt was drawn: raise --prompts")
-    attribution_graph(lm, texts[0], sets[0], head=head)  # untimed: the first graph's one-time costs
+    for chosen in sets:  # untimed: each set's first graph's one-time costs
+        attribution_graph(lm, texts[0], chosen, head=head)
     seconds: list[list[float]] = [[], []]
     same = 0
     for i, text in enumerate(texts):
