@@ -2,6 +2,7 @@
 
     python benchmarks/graphs.py [--prompts 50] [--transcoders runs/tc-mlm] [--skip-transcoders runs/tc-mlm-skip]
                                 [--seed 0] [--head frozen|linear] [--full-size] [--effects] [--against FOLDER]
+                                [--against-revision REV] [--repeats 1]
 
 - prompts: held-out Brown sentences (the SAE/transcoder mixture's held-out side is seeded apart from its training
   side; these come from Brown's held-out documents), one alphabetic word masked at random (seeded), cut to 32 word
@@ -17,6 +18,9 @@
   alternating a prompt) so that both meet the same machine: seconds mean and most for each, their ratio, and whether
   each prompt's graph had the same active features (a set whose encoders were held, refitted or tuned ``--parts
   writes``, does the same work);
+- ``--against-revision REV``: the same, the graph code (``graphs/build.py`` and ``frozen.py``) as it was at a git
+  revision against the code now, on the same set; ``--repeats N`` builds each graph N times a side and keeps the
+  least (this VM's noise is larger than a code change's gain), and the edges' largest difference is printed;
 - ``--effects``: the total effects of a graph at the adjacency's whole budget (a 46-word-piece prompt), as
   ``total_effects`` sums them (the series the layers end, in blocks) against the dense solve it replaced: seconds
   and peak memory (tracemalloc), and the largest difference.
@@ -98,28 +102,62 @@ def measure(lm, texts: list[str], transcoders, name: str, head: str = "frozen") 
               f"({sum(drawn)}/{len(drawn)})")
 
 
-def timed_against(lm, texts: list[str], sets: tuple, names: tuple[str, str], head: str = "frozen") -> None:
-    from bertscope.graphs.build import attribution_graph
+def graph_code_at(revision: str):
+    """``attribution_graph`` as ``bertscope/graphs/build.py`` and ``frozen.py`` were at a git ``revision`` (the
+    rest of the package as it is now): two versions of the graph code timed in one process."""
+    import subprocess
+    import types
 
+    def module(name: str, path: str, replace: tuple = ()) -> types.ModuleType:
+        done = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "show", f"{revision}:{path}"],
+                              capture_output=True, text=True)
+        if done.returncode:
+            print(f"--against-revision {revision}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+            raise SystemExit(2)
+        source = done.stdout
+        for old, new in replace:
+            source = source.replace(old, new)
+        mod = types.ModuleType(name)
+        sys.modules[name] = mod  # dataclasses look their module up
+        exec(compile(source, f"{revision}:{path}", "exec"), mod.__dict__)
+        return mod
+
+    module("_graphs_frozen_then", "bertscope/graphs/frozen.py")
+    return module("_graphs_build_then", "bertscope/graphs/build.py",
+                  (("bertscope.graphs.frozen", "_graphs_frozen_then"),)).attribution_graph
+
+
+def timed_against(lm, texts: list[str], sides: tuple, names: tuple[str, str], head: str = "frozen",
+                  repeats: int = 1, same_set: bool = False) -> None:
+    """Two sides' graph time on the same prompts, interleaved: ``sides`` = ((attribution_graph, transcoders), …)
+    (two sets, or two versions of the code on ``same_set``: then the edges' largest difference is printed too);
+    each graph built ``repeats`` times a side, the least time kept."""
     if not texts:
         raise SystemExit("no held-out prompt was drawn: raise --prompts")
-    for chosen in sets:  # untimed: each set's first graph's one-time costs
-        attribution_graph(lm, texts[0], chosen, head=head)
+    for build, chosen in sides:  # untimed: each side's first graph's one-time costs
+        build(lm, texts[0], chosen, head=head)
     seconds: list[list[float]] = [[], []]
-    same = 0
+    same, differences = 0, []
     for i, text in enumerate(texts):
-        features = [None, None]
-        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+        graphs: list = [None, None]
+        took = [np.inf, np.inf]
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)) * repeats:
+            build, chosen = sides[which]
             t = time.perf_counter()
-            graph = attribution_graph(lm, text, sets[which], head=head)
-            seconds[which].append(time.perf_counter() - t)
-            features[which] = [(n.layer, n.position, n.feature) for n in graph.nodes[:graph.n_features]]
+            graphs[which] = build(lm, text, chosen, head=head)
+            took[which] = min(took[which], time.perf_counter() - t)
+        for which in (0, 1):
+            seconds[which].append(took[which])
+        features = [[(n.layer, n.position, n.feature) for n in g.nodes[:g.n_features]] for g in graphs]
         same += features[0] == features[1]
+        if same_set and features[0] == features[1]:
+            differences.append(np.abs(graphs[0].adjacency - graphs[1].adjacency).max() / np.abs(graphs[0].adjacency).max())
     a, b = np.array(seconds[0]), np.array(seconds[1])
-    print(f"graph time, {len(texts)} held-out prompts, interleaved: {names[0]} {a.mean():.2f} s mean, {a.max():.2f} s "
-          f"at most; {names[1]} {b.mean():.2f} s mean, {b.max():.2f} s at most; {names[1]} / {names[0]}: ratio of "
-          f"means {b.mean() / a.mean():.3f}, median of per-prompt ratios {np.median(b / a):.3f}; the same active "
-          f"features on {same}/{len(texts)} prompts")
+    print(f"graph time, {len(texts)} held-out prompts, interleaved{f', the least of {repeats}' if repeats > 1 else ''}: "
+          f"{names[0]} {a.mean():.2f} s mean, {a.max():.2f} s at most; {names[1]} {b.mean():.2f} s mean, {b.max():.2f} s "
+          f"at most; {names[1]} / {names[0]}: ratio of means {b.mean() / a.mean():.3f}, median of per-prompt ratios "
+          f"{np.median(b / a):.3f}; the same active features on {same}/{len(texts)} prompts"
+          + (f", their edges apart by {max(differences):.1e} of the largest at most" if differences else ""))
 
 
 def full_size() -> None:
@@ -193,20 +231,37 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the held-out prompts' draw (default 0)")
     parser.add_argument("--head", default="frozen", help="how the graph reads the head: frozen (default) or linear "
                         "(to first order at the real run)")
-    parser.add_argument("--against", help="another set's folder: the graphs' time alone, both sets interleaved "
-                        "(instead of the scores and the intervention test; --skip-transcoders is not read)")
+    against = parser.add_mutually_exclusive_group()
+    against.add_argument("--against", help="another set's folder: the graphs' time alone, both sets interleaved "
+                         "(instead of the scores and the intervention test; --skip-transcoders is not read)")
+    against.add_argument("--against-revision", metavar="REV", help="a git revision: the graphs' time alone, the "
+                         "graph code (graphs/build.py, frozen.py) at REV against the code now, interleaved (a "
+                         "revision from before attribution_graph took head=, f12c355, cannot be timed)")
+    parser.add_argument("--repeats", type=int, default=1, help="with --against or --against-revision: each graph "
+                        "built this many times a side, the least time kept (default 1)")
     parser.add_argument("--full-size", action="store_true")
     parser.add_argument("--effects", action="store_true", help="the total effects' time and memory on a graph at "
                         "the whole budget, against the solve they replaced")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: build each graph at least once")
     from bertscope.core.models import load_model
     from bertscope.features.shipped import transcoder_set
 
-    if args.prompts > 0 and args.against:
+    if args.prompts > 0 and (args.against or args.against_revision):
+        from bertscope.graphs.build import attribution_graph
+
+        then = graph_code_at(args.against_revision) if args.against_revision else None  # before the model loads
         lm = load_model(args.model)
-        timed_against(lm, prompts(lm, args.prompts, args.seed),
-                      (transcoder_set(lm, args.transcoders), transcoder_set(lm, args.against)),
-                      (args.transcoders or "the shipped set", args.against), args.head)
+        ours = transcoder_set(lm, args.transcoders)
+        if args.against:
+            sides = ((attribution_graph, ours), (attribution_graph, transcoder_set(lm, args.against)))
+            names = (args.transcoders or "the shipped set", args.against)
+        else:
+            sides = ((then, ours), (attribution_graph, ours))
+            names = (f"the code at {args.against_revision}", "the code now")
+        timed_against(lm, prompts(lm, args.prompts, args.seed), sides, names, args.head, args.repeats,
+                      same_set=not args.against)
     elif args.prompts > 0:
         lm = load_model(args.model)
         texts = prompts(lm, args.prompts, args.seed)

@@ -122,10 +122,19 @@ def held_out_seed(transcoders) -> int | None:
         the recorded seed, or None for a set that records none.
 
     Raises:
-        BertScopeError: one line when the layers were trained apart from different sides.
+        BertScopeError: one line when the layers were trained apart from different sides, or some record a seed and
+            others none (which side those were trained apart from is unknown).
     """
-    seeds = sorted({tc.info.extra["seed"] for tc in transcoders.values() if "seed" in tc.info.extra})
+    recorded = {layer: tc.info.extra.get("seed") for layer, tc in sorted(transcoders.items())}
+    seeds = sorted({seed for seed in recorded.values() if seed is not None})
     if len(seeds) > 1:
         raise BertScopeError(f"The set's layers were trained with the seeds {', '.join(map(str, seeds))}, apart from "
                              "different held-out texts: train them with one --seed to score, refit or tune the set.")
+    unknown = [str(layer) for layer, seed in recorded.items() if seed is None]
+    if seeds and unknown:
+        many = len(unknown) > 1
+        raise BertScopeError(f"Layer{'s' if many else ''} {', '.join(unknown)} of the set record{'' if many else 's'} no "
+                             f"seed where the others record {seeds[0]}: which texts {'they were' if many else 'it was'} "
+                             f"trained apart from is unknown; train {'them' if many else 'it'} again with --seed "
+                             f"{seeds[0]} to score, refit or tune the set.")
     return seeds[0] if seeds else None

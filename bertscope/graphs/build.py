@@ -288,19 +288,22 @@ def _within_budget(frozen: FrozenModel, active: _Active, writes: list[torch.Tens
 def _adjacency(frozen: FrozenModel, sub: _Active, errors: list[torch.Tensor], embed: torch.Tensor,
                tcs: list[Transcoder], dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> np.ndarray:
     """[N, N] the direct effects: a row per feature and the target (the rest, error and embedding nodes, have no
-    inputs), ``ROWS_AT_ONCE`` rows a backward pass."""
+    inputs), one layer's features at a time, ``ROWS_AT_ONCE`` rows a backward pass, written in place."""
     n_feat = len(sub.value)
     n = n_feat + len(tcs) * frozen.n_pos + frozen.n_pos + 1
     adjacency = np.zeros((n, n), np.float64 if dtype == torch.float64 else np.float32)
     sub_writes = _writes_by_position(sub, tcs, dtype)
-    rows_total, done = n_feat + 1, 0
-    for start in range(0, rows_total, ROWS_AT_ONCE):
-        rows = list(range(start, min(start + ROWS_AT_ONCE, rows_total)))  # row r < F: feature r; r == F: the target
-        adjacency[[r if r < n_feat else n - 1 for r in rows]] = _rows(frozen, rows, sub, errors, embed, tcs,
-                                                                       sub_writes, dtype)
+    assert (np.diff(sub.layer) >= 0).all()  # features in (layer, position, feature) order, as _sources gives them
+    bounds = np.searchsorted(sub.layer, np.arange(len(tcs) + 1))  # each layer's features: rows bounds[l]:bounds[l+1]
+    batches = [range(start, min(start + ROWS_AT_ONCE, int(bounds[ly + 1])))
+               for ly in range(len(tcs)) for start in range(int(bounds[ly]), int(bounds[ly + 1]), ROWS_AT_ONCE)]
+    done = 0
+    for rows in [*batches, range(n_feat, n_feat + 1)]:  # then the target's row (the last)
+        at = slice(rows.start, rows.stop) if rows.start < n_feat else slice(n - 1, n)
+        _rows(frozen, rows, sub, errors, embed, tcs, sub_writes, dtype, adjacency[at])
         done += len(rows)
         if progress:
-            progress(done, rows_total)
+            progress(done, n_feat + 1)
     return adjacency
 
 
@@ -374,48 +377,77 @@ def _merge(errors: list[torch.Tensor], active: _Active, rows: np.ndarray, tcs: l
     return out
 
 
+@dataclass
+class _LayerWrites:
+    """One layer's active features' writes a·W_dec[f], grouped by position and padded to the most a position has,
+    so that every row's edges from them are one batched product."""
+
+    positions: torch.Tensor  # [Pl] the positions with active features
+    w: torch.Tensor  # [Pl, d, n] their writes, transposed, zero where a position has fewer than n
+    slots: torch.Tensor  # [F_l] each feature's place in the flattened [Pl, n]
+    cols: np.ndarray | slice  # [F_l] their columns in the adjacency (a slice when consecutive), in ``slots``' order
+
+    def edges(self, g: torch.Tensor) -> torch.Tensor:
+        """[B, F_l] the direct effects of these features on rows whose adjoint at this layer's write is ``g``
+        [B, P, d]."""
+        at = g[:, self.positions].transpose(0, 1)  # [Pl, B, d]
+        return torch.bmm(at, self.w).transpose(0, 1).reshape(len(g), -1)[:, self.slots]
+
+
 @torch.no_grad()
-def _writes_by_position(active: _Active, tcs: list[Transcoder], dtype: torch.dtype) -> list[list[tuple]]:
-    """For each layer, for each position with active features: (position, their columns, [n, d] their writes
-    a·W_dec[f]): a row's feature edges are then one small product a position, not [B, P, d_sae]."""
-    out: list[list[tuple]] = []
+def _writes_by_position(active: _Active, tcs: list[Transcoder], dtype: torch.dtype) -> list[_LayerWrites | None]:
+    """For each layer, its active features' writes by position (``_LayerWrites``), None where it has none: a row's
+    feature edges are then one batched product a layer, not [B, P, d_sae]."""
+    out: list[_LayerWrites | None] = []
     for ly, tc in enumerate(tcs):
-        groups = []
-        on = np.flatnonzero(active.layer == ly)
-        for p in np.unique(active.position[on]):
-            cols = on[active.position[on] == p]
-            w_dec = tc.W_dec.detach().cpu().to(dtype)[torch.from_numpy(active.feature[cols])]  # [n, d]
-            groups.append((int(p), cols, w_dec * torch.from_numpy(active.value[cols]).to(dtype)[:, None]))
-        out.append(groups)
+        on = np.flatnonzero(active.layer == ly)  # in (position, feature) order
+        if not len(on):
+            out.append(None)
+            continue
+        assert (np.diff(active.position[on]) >= 0).all()  # each position's features together, as slots reads them
+        positions, starts, counts = np.unique(active.position[on], return_index=True, return_counts=True)
+        width = int(counts.max())
+        dec = tc.W_dec.detach().cpu().to(dtype)
+        writes = dec[torch.from_numpy(active.feature[on])] * torch.from_numpy(active.value[on]).to(dtype)[:, None]
+        group = np.repeat(np.arange(len(positions)), counts)  # each feature's position group
+        slots = group * width + (np.arange(len(on)) - np.repeat(starts, counts))
+        w = torch.zeros(len(positions) * width, dec.shape[1], dtype=dtype)
+        w[torch.from_numpy(slots)] = writes
+        consecutive = on[-1] - on[0] + 1 == len(on)
+        out.append(_LayerWrites(torch.from_numpy(positions), w.view(len(positions), width, -1).transpose(1, 2),
+                                torch.from_numpy(slots), slice(int(on[0]), int(on[-1]) + 1) if consecutive else on))
     return out
 
 
 @torch.no_grad()
-def _rows(frozen: FrozenModel, rows: list[int], active: _Active, errors: list[torch.Tensor], embed: torch.Tensor,
-          tcs: list[Transcoder], writes: list[list[tuple]], dtype: torch.dtype) -> np.ndarray:
-    """[len(rows), N] the direct effects on each row's input: row r < F the feature r, else the target."""
+def _rows(frozen: FrozenModel, rows: range | list[int], active: _Active, errors: list[torch.Tensor],
+          embed: torch.Tensor, tcs: list[Transcoder], writes: list[_LayerWrites | None], dtype: torch.dtype,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """[len(rows), N] the direct effects on each row's input: row r < F the feature r, else the target; written into
+    ``out`` (zeros) when given. A feature's row has no edge from itself or from anything at its layer or after: the
+    adjoint is exactly zero there, and those columns are left as they are (above the batch's highest layer, not
+    computed)."""
     n_feat, n_layers, n_pos = len(active.value), len(frozen.layers), frozen.n_pos
     B = len(rows)
+    if out is None:
+        out = np.zeros((B, n_feat + n_layers * n_pos + n_pos + 1), np.float64 if dtype == torch.float64 else np.float32)
+    at = np.asarray(rows)
+    feature_rows = np.flatnonzero(at < n_feat)  # the rest: the target's row
     seeds: dict[int, torch.Tensor] = {}
-    head_seed = torch.zeros(B, dtype=dtype)
-    for b, r in enumerate(rows):
-        if r < n_feat:
-            ly, p, f = int(active.layer[r]), int(active.position[r]), int(active.feature[r])
-            seeds.setdefault(ly, torch.zeros(B, n_pos, frozen.d, dtype=dtype))[b, p] = tcs[ly].W_enc[:, f].detach().cpu().to(dtype)
-        else:
-            head_seed[b] = 1.0
+    for ly in np.unique(active.layer[at[feature_rows]]):  # each row's seed: its encoder direction at its position
+        bs = feature_rows[active.layer[at[feature_rows]] == ly]
+        seeds[int(ly)] = torch.zeros(B, n_pos, frozen.d, dtype=dtype)
+        w_enc = tcs[int(ly)].W_enc.detach()[:, torch.from_numpy(active.feature[at[bs]])].T  # [rows, d]
+        seeds[int(ly)][torch.from_numpy(bs), torch.from_numpy(active.position[at[bs]])] = w_enc.cpu().to(dtype)
+    head_seed = torch.from_numpy((at >= n_feat).astype(np.float64)).to(dtype)
     g_embed, g_writes = frozen.backward(seeds, head_seed if head_seed.any() else None)
-    out = np.zeros((B, n_feat + n_layers * n_pos + n_pos + 1), np.float64 if dtype == torch.float64 else np.float32)
-    for ly in range(n_layers):
-        for p, cols, w in writes[ly]:
-            out[:, cols] = (g_writes[ly][:, p] @ w.T).numpy()  # [B, n]
-        out[:, n_feat + ly * n_pos:n_feat + (ly + 1) * n_pos] = (g_writes[ly] * errors[ly][None]).sum(-1).numpy()
-    out[:, n_feat + n_layers * n_pos:n_feat + n_layers * n_pos + n_pos] = (g_embed * embed[None]).sum(-1).numpy()
-    for b, r in enumerate(rows):  # a node has no edge from itself or from what comes after it
-        if r < n_feat:
-            ly = int(active.layer[r])
-            out[b, :n_feat][active.layer >= ly] = 0
-            out[b, n_feat + ly * n_pos:n_feat + n_layers * n_pos] = 0
+    upto = n_layers if head_seed.any() else max(seeds)  # the layers a row reads: those below it
+    for ly in range(upto):
+        layer_writes = writes[ly]
+        if layer_writes is not None:
+            out[:, layer_writes.cols] = layer_writes.edges(g_writes[ly]).numpy()  # [B, F_l]
+        out[:, n_feat + ly * n_pos:n_feat + (ly + 1) * n_pos] = torch.einsum("bpd,pd->bp", g_writes[ly], errors[ly]).numpy()
+    out[:, n_feat + n_layers * n_pos:n_feat + n_layers * n_pos + n_pos] = torch.einsum("bpd,pd->bp", g_embed, embed).numpy()
     return out
 
 
@@ -431,8 +463,9 @@ def _feature_order(frozen: FrozenModel, active: _Active, writes: list[torch.Tens
 
 
 def _nodes(active: _Active, n_layers: int, n_pos: int, tokens: list[str], value: float) -> list[Node]:
-    nodes = [Node(f"F{int(ly)}.{int(p)}.{int(f)}", "feature", int(ly), int(p), int(f), float(a))
-             for ly, p, f, a in zip(active.layer, active.position, active.feature, active.value)]
+    nodes = [Node(f"F{ly}.{p}.{f}", "feature", ly, p, f, a)
+             for ly, p, f, a in zip(active.layer.tolist(), active.position.tolist(), active.feature.tolist(),
+                                    active.value.astype(float).tolist())]
     nodes += [Node(f"E{ly}.{p}", "error", ly, p, None, None) for ly in range(n_layers) for p in range(n_pos)]
     nodes += [Node(f"T{p}", "embedding", None, p, None, None) for p in range(n_pos)]
     nodes.append(Node("target", "target", None, None, None, value))

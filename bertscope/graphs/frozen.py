@@ -139,20 +139,53 @@ class FrozenModel:
                 gn = _center(gn / hd.sigma)
             g[:, hd.position] = (gn * hd.ratio) @ hd.W1
         top = max(seeds) + 1 if head_seed is None else len(self.layers)
-        grads_w: list[torch.Tensor] = [torch.zeros_like(g) for _ in self.layers]
+        zero = torch.zeros_like(g)
+        grads_w: list[torch.Tensor] = [zero] * len(self.layers)  # a layer the rows never reach: zero (one tensor)
         for index in range(top - 1, -1, -1):
             layer = self.layers[index]
-            gy2 = _center(g * layer.g2 / layer.sigma2)  # [B, P, d] at mid + out
-            grads_w[index] = gy2
-            gmid = gy2 + (gy2 @ layer.W_skip if layer.W_skip is not None else 0)
-            if index in seeds:
-                gmid = gmid + seeds[index]
-            gy = _center(gmid * layer.g1 / layer.sigma1)  # at x + attn
-            b, p, d = gy.shape
-            gz = (gy @ layer.W_O).view(b, p, self.heads, d // self.heads)  # [B, P, H, d_h]
-            gv = torch.einsum("hqk,bqhd->bkhd", layer.pattern, gz).reshape(b, p, d)
-            g = gy + gv @ layer.W_V
+            if head_seed is None and index == top - 1:  # nothing above: the write's gradient is zero
+                gmid = seeds[index]
+                rows, pos = torch.nonzero(gmid.abs().amax(-1) > 0, as_tuple=True)  # [M] each
+                if len(rows) <= 2 * B:  # a position or two a row (a feature's seed): the sparse path
+                    g = self._attention_back_sparse(layer, gmid, rows, pos)
+                    continue
+            else:
+                gy2 = _center(g * (layer.g2 / layer.sigma2))  # [B, P, d] at mid + out
+                grads_w[index] = gy2
+                if layer.W_skip is not None:  # gy2 (I + W_skip): the residual and the skip path in one product
+                    gmid = (gy2.reshape(-1, self.d) @ (layer.W_skip + torch.eye(self.d, dtype=g.dtype, device=g.device))).view_as(g)
+                else:
+                    gmid = gy2
+                if index in seeds:
+                    gmid = gmid + seeds[index]
+            g = self._attention_back(layer, _center(gmid * (layer.g1 / layer.sigma1)))
         return g, grads_w
+
+    def _attention_back(self, layer: LayerParts, gy: torch.Tensor) -> torch.Tensor:
+        """[B, P, d] the gradient at layer's input x from ``gy`` [B, P, d] at x + attn: gy plus its path back
+        through W_O, the frozen pattern and W_V, laid out so that no product needs a copy: (W_O^T gy^T) is [H, d_h,
+        B, P], the pattern contracts its last axis per head, and the result is read transposed by the W_V product."""
+        b, p, d = gy.shape
+        flat = gy.reshape(b * p, d)
+        gz_t = (layer.W_O.T @ flat.T).view(self.heads, -1, p)  # [H, d_h·B, P(queries)]
+        gv_t = torch.bmm(gz_t, layer.pattern)  # [H, d_h·B, P(keys)]: Σ_q gz[b, q, h] pattern[h, q, k]
+        return torch.addmm(flat, gv_t.view(d, b * p).T, layer.W_V).view(b, p, d)
+
+    def _attention_back_sparse(self, layer: LayerParts, gmid: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor
+                               ) -> torch.Tensor:
+        """[B, P, d] the gradient at layer's input x from ``gmid`` [B, P, d] at its feed-forward input alone (nothing
+        above it), nonzero only at (``rows``, ``pos``) [M] (a feature row's seed is one position): through the
+        attention with one [M, d] product through W_O instead of [B, P, d], the same sums."""
+        b, p, d = gmid.shape
+        d_h = d // self.heads
+        gy_at = _center(gmid[rows, pos] * layer.g1 / layer.sigma1[pos])  # [M, d] at x + attn
+        gz = (gy_at @ layer.W_O).view(-1, 1, self.heads, d_h)  # [M, 1, H, d_h]
+        weights = layer.pattern[:, pos, :].permute(1, 2, 0)[..., None]  # [M, P(keys), H, 1]
+        gv = torch.zeros(b, p, self.heads, d_h, dtype=gmid.dtype, device=gmid.device)
+        gv.index_add_(0, rows, weights * gz)  # [B, P, H, d_h]: Σ_q pattern[h, q, k] gz[b, q, h]
+        out = (gv.view(b * p, d) @ layer.W_V).view(b, p, d)
+        out[rows, pos] += gy_at
+        return out
 
 
 def ratio(fn: Any, u: torch.Tensor) -> torch.Tensor:

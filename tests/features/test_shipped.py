@@ -101,7 +101,8 @@ def test_the_transcoders_shipped_for_both_models_are_whole_small_and_at_the_fve_
 
 def test_a_set_is_scored_apart_from_the_side_it_was_trained_apart_from():
     """``held_out_seed``: the seed every layer records, None for a set that records none, one line for layers
-    trained apart from different held-out sides (each layer's other side holds text another layer was trained on)."""
+    trained apart from different held-out sides (each layer's other side holds text another layer was trained on)
+    or for some layers recording none."""
     from types import SimpleNamespace
 
     from bertscope.features.shipped import SHIPPED_TRANSCODERS, held_out_seed
@@ -115,5 +116,10 @@ def test_a_set_is_scored_apart_from_the_side_it_was_trained_apart_from():
     with pytest.raises(BertScopeError, match="the seeds 0, 2, apart from different held-out texts") as info:
         held_out_seed(layers({"seed": 2}, {"seed": 0}))
     assert "\n" not in str(info.value)
+    with pytest.raises(BertScopeError, match="^Layer 1 of the set records no seed where the others record 1: which "
+                                             "texts it was trained apart from is unknown; train it again with --seed 1"):
+        held_out_seed(layers({"seed": 1}, {}))
+    with pytest.raises(BertScopeError, match="^Layers 0, 2 of the set record no seed .* they were .* train them"):
+        held_out_seed(layers({}, {"seed": 1}, {}))
     for folder in SHIPPED_TRANSCODERS.values():  # the shipped sets: the side their figures were measured on
         assert held_out_seed({layer: load_transcoder(folder, layer) for layer in range(6)}) == 0

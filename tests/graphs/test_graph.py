@@ -90,6 +90,25 @@ def test_the_written_adjoint_is_autograds(mlm, head):
     torch.testing.assert_close(got_embed, want[0])
     for got, expected in zip(got_writes, want[1:]):
         torch.testing.assert_close(got, expected)
+    # no head seed: the top layer's write reads nothing, and a seed at one position a row (a feature's row) takes
+    # the sparse path through its attention; seeds at every position, the dense one; both are autograd's
+    sparse = torch.zeros(3, m.n_pos, m.d, dtype=torch.float64)  # row 0 at two positions, row 1 at none
+    sparse[0, 2], sparse[0, 3], sparse[2, 0] = torch.randn(3, m.d, generator=gen, dtype=torch.float64)
+    lower = torch.randn(3, m.n_pos, m.d, generator=gen, dtype=torch.float64)  # below the top seeds: read densely
+    taken, real_sparse = [], m._attention_back_sparse
+    m._attention_back_sparse = lambda *args: taken.append(len(args[-1])) or real_sparse(*args)  # type: ignore[method-assign]
+    for given in ({1: sparse}, {1: seeds[1]}, {0: lower, 1: sparse}):
+        rows = len(given[1])
+        embed3 = embed.detach()[:1].expand(rows, -1, -1).clone().requires_grad_(True)
+        writes3 = [w.detach()[:1].expand(rows, -1, -1).clone().requires_grad_(True) for w in writes]
+        mids, _ = m.forward(embed3, writes3, upto=2)
+        total = sum((seed * mids[ly]).sum() for ly, seed in given.items())
+        want = torch.autograd.grad(total, [embed3, writes3[0]])
+        got_embed, got_writes = m.backward(given, None)
+        torch.testing.assert_close(got_embed, want[0])
+        torch.testing.assert_close(got_writes[0], want[1])
+        assert not any(g.any() for g in got_writes[1:])  # at the top seed's layer and above: nothing
+    assert taken == [3, 3]  # the sparse seeds' three positions; the dense seeds took the dense path
 
 
 def test_a_budget_merges_features_into_errors_and_the_sums_hold(mlm):
