@@ -385,7 +385,7 @@ class _LayerWrites:
     positions: torch.Tensor  # [Pl] the positions with active features
     w: torch.Tensor  # [Pl, d, n] their writes, transposed, zero where a position has fewer than n
     slots: torch.Tensor  # [F_l] each feature's place in the flattened [Pl, n]
-    cols: np.ndarray | slice  # [F_l] their columns in the adjacency (a slice when consecutive), in ``slots``' order
+    cols: slice  # their columns in the adjacency, in ``slots``' order
 
     def edges(self, g: torch.Tensor) -> torch.Tensor:
         """[B, F_l] the direct effects of these features on rows whose adjoint at this layer's write is ``g``
@@ -404,7 +404,7 @@ def _writes_by_position(active: _Active, tcs: list[Transcoder], dtype: torch.dty
         if not len(on):
             out.append(None)
             continue
-        assert (np.diff(active.position[on]) >= 0).all()  # each position's features together, as slots reads them
+        assert on[-1] - on[0] + 1 == len(on) and (np.diff(active.position[on]) >= 0).all()  # (layer, position) order
         positions, starts, counts = np.unique(active.position[on], return_index=True, return_counts=True)
         width = int(counts.max())
         dec = tc.W_dec.detach().cpu().to(dtype)
@@ -413,9 +413,8 @@ def _writes_by_position(active: _Active, tcs: list[Transcoder], dtype: torch.dty
         slots = group * width + (np.arange(len(on)) - np.repeat(starts, counts))
         w = torch.zeros(len(positions) * width, dec.shape[1], dtype=dtype)
         w[torch.from_numpy(slots)] = writes
-        consecutive = on[-1] - on[0] + 1 == len(on)
         out.append(_LayerWrites(torch.from_numpy(positions), w.view(len(positions), width, -1).transpose(1, 2),
-                                torch.from_numpy(slots), slice(int(on[0]), int(on[-1]) + 1) if consecutive else on))
+                                torch.from_numpy(slots), slice(int(on[0]), int(on[-1]) + 1)))
     return out
 
 
@@ -434,14 +433,16 @@ def _rows(frozen: FrozenModel, rows: range | list[int], active: _Active, errors:
     at = np.asarray(rows)
     feature_rows = np.flatnonzero(at < n_feat)  # the rest: the target's row
     seeds: dict[int, torch.Tensor] = {}
-    for ly in np.unique(active.layer[at[feature_rows]]):  # each row's seed: its encoder direction at its position
-        bs = feature_rows[active.layer[at[feature_rows]] == ly]
+    row_layers = active.layer[at[feature_rows]]
+    for ly in np.unique(row_layers):  # each row's seed: its encoder direction at its position
+        bs = feature_rows[row_layers == ly]
         seeds[int(ly)] = torch.zeros(B, n_pos, frozen.d, dtype=dtype)
         w_enc = tcs[int(ly)].W_enc.detach()[:, torch.from_numpy(active.feature[at[bs]])].T  # [rows, d]
         seeds[int(ly)][torch.from_numpy(bs), torch.from_numpy(active.position[at[bs]])] = w_enc.cpu().to(dtype)
     head_seed = torch.from_numpy((at >= n_feat).astype(np.float64)).to(dtype)
-    g_embed, g_writes = frozen.backward(seeds, head_seed if head_seed.any() else None)
-    upto = n_layers if head_seed.any() else max(seeds)  # the layers a row reads: those below it
+    target = len(feature_rows) < B
+    g_embed, g_writes = frozen.backward(seeds, head_seed if target else None)
+    upto = n_layers if target else max(seeds)  # the layers a row reads: those below it
     for ly in range(upto):
         layer_writes = writes[ly]
         if layer_writes is not None:
