@@ -1,7 +1,8 @@
 """Attribution graphs, measured: time, the graph scores over held-out prompts, and the intervention test.
 
     python benchmarks/graphs.py [--prompts 50] [--transcoders runs/tc-mlm] [--skip-transcoders runs/tc-mlm-skip]
-                                [--seed 0] [--head frozen|linear] [--full-size] [--effects] [--against FOLDER]
+                                [--seed 0] [--head frozen|linear] [--full-size [--full-size-tokens 128]] [--effects]
+                                [--against FOLDER]
                                 [--against-revision REV] [--repeats 1]
 
 - prompts: held-out Brown sentences (the SAE/transcoder mixture's held-out side is seeded apart from its training
@@ -12,8 +13,9 @@
   (errors kept), the sign of the change against the graph's prediction; beside 5 random active features; under
   each protocol of ``graphs.interventions.switch_off`` (``PROTOCOLS``: circuit-tracer's default first, then the same
   with the LayerNorm scales held as the graph holds them);
-- ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` with random transcoders at 128 tokens:
-  the graph's time and peak memory within the adjacency's byte budget;
+- ``--full-size``: a BERT-base-sized random model from ``bertscope/configs/`` with random transcoders at 128 tokens
+  (``--full-size-tokens N``: N, at most the model's 512): the graph's time and peak memory within the adjacency's
+  byte budget, and the rows a backward pass carried within half of it;
 - ``--against FOLDER``: the graphs' time alone, the set against another on the same prompts, interleaved (the order
   alternating a prompt) so that both meet the same machine: seconds mean and most for each, their ratio, and whether
   each prompt's graph had the same active features (a set whose encoders were held, refitted or tuned ``--parts
@@ -160,35 +162,38 @@ def timed_against(lm, texts: list[str], sides: tuple, names: tuple[str, str], he
           + (f", their edges apart by {max(differences):.1e} of the largest at most" if differences else ""))
 
 
-def full_size() -> None:
+def full_size(tokens: int = 128) -> None:
     import resource
     import tempfile
 
     import psutil
+    import torch
 
     from bertscope.core.models import load_model
     from bertscope.core.random_models import save_random_model
     from bertscope.features.transcoder import Transcoder, TranscoderInfo
-    from bertscope.graphs.build import MAX_GRAPH_BYTES, attribution_graph
+    from bertscope.graphs.build import MAX_GRAPH_BYTES, attribution_graph, rows_at_once
 
     with tempfile.TemporaryDirectory() as folder:
         save_random_model("bert-base-uncased", folder)
         lm = load_model(folder)
         tcs = {layer: Transcoder(768, 768, 8 * 768, 32, False, TranscoderInfo(lm.name, layer), seed=layer).eval()
                for layer in range(lm.num_layers)}
-        text = " ".join(["the bank of the river was muddy after the storm ."] * 12)
-        words = text.split()[:120]
-        words[60] = "[MASK]"
+        text = " ".join(["the bank of the river was muddy after the storm ."] * (tokens // 10 + 1))
+        words = text.split()[:tokens - 8]  # every word one piece; [CLS], [SEP] and room for the [MASK]'s split
+        words[len(words) // 2] = "[MASK]"
         before = psutil.Process().memory_info().rss
         t = time.perf_counter()
         graph = attribution_graph(lm, " ".join(words), tcs)
         seconds = time.perf_counter() - t
         after = psutil.Process().memory_info().rss
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        rows = rows_at_once(lm.num_layers, len(graph.tokens), lm.hidden_size, torch.float32, MAX_GRAPH_BYTES // 2)
         print(f"BERT-base size, {len(graph.tokens)} tokens, random transcoders (8x, k=32): {seconds:.1f} s; "
               f"{graph.n_features + graph.dropped_features:,} active features, {graph.n_features:,} kept within "
-              f"{MAX_GRAPH_BYTES / 2**20:.0f} MiB ({graph.adjacency.nbytes / 2**20:.0f} MiB adjacency); resident "
-              f"memory {before / 2**20:.0f} -> {after / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB")
+              f"{MAX_GRAPH_BYTES / 2**20:.0f} MiB ({graph.adjacency.nbytes / 2**20:.0f} MiB adjacency); {rows} rows "
+              f"a backward pass within {MAX_GRAPH_BYTES / 2**21:.0f} MiB; resident memory {before / 2**20:.0f} -> "
+              f"{after / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB")
 
 
 def effects(lm, transcoders) -> None:
@@ -240,11 +245,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="with --against or --against-revision: each graph "
                         "built this many times a side, the least time kept (default 1)")
     parser.add_argument("--full-size", action="store_true")
+    parser.add_argument("--full-size-tokens", type=int, default=128, metavar="N", help="with --full-size: the "
+                        "prompt's word pieces, [CLS] and [SEP] in (default 128, at most 512)")
     parser.add_argument("--effects", action="store_true", help="the total effects' time and memory on a graph at "
                         "the whole budget, against the solve they replaced")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: build each graph at least once")
+    if not 8 <= args.full_size_tokens <= 512:
+        parser.error(f"--full-size-tokens {args.full_size_tokens}: between 8 and BERT-base's 512 word pieces")
     from bertscope.core.models import load_model
     from bertscope.features.shipped import transcoder_set
 
@@ -272,7 +281,7 @@ def main() -> None:
         lm = load_model(args.model)
         effects(lm, transcoder_set(lm, args.transcoders))
     if args.full_size:
-        full_size()
+        full_size(args.full_size_tokens)
 
 
 if __name__ == "__main__":

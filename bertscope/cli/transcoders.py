@@ -270,8 +270,12 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def held_out_arguments(p: argparse.ArgumentParser) -> None:
+def _held_out_texts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+
+
+def held_out_arguments(p: argparse.ArgumentParser) -> None:
+    _held_out_texts(p)
     p.add_argument("--seed", type=seed_int, default=0, help="the seed of the held-out side, of the masked positions and "
                                                        "of the training text (default 0)")
 
@@ -279,7 +283,7 @@ def held_out_arguments(p: argparse.ArgumentParser) -> None:
 def set_seed_arguments(p: argparse.ArgumentParser) -> None:
     """``--held-out`` and ``--seed`` for a command that reads a trained set (score, refit, tune): the held-out side is
     the set's own, and the seed moves the masking alone."""
-    p.add_argument("--held-out", type=int, default=300, help="held-out texts from each source (default 300)")
+    _held_out_texts(p)
     p.add_argument("--seed", type=seed_int, default=None,
                    help="the seed of the masked positions (score: the held-out side's; refit, tune: the training "
                         "text's) and of the tuning text's order (default: the set's own train-transcoders --seed); "
@@ -378,7 +382,8 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
                                                             "(default 0.8, circuit-tracer's node threshold)")
     p.add_argument("--transcoders", help="a train-transcoders --out folder (default: the set shipped for the model)")
     p.add_argument("--max-mb", type=int, help="the adjacency matrix's budget in MiB (default 512): past it the least "
-                                              "influential features merge into their error nodes")
+                                              "influential features merge into their error nodes; the backward "
+                                              "pass's working tensors are held to half of it")
     p.add_argument("--head", default="frozen",
                    help="how the graph reads the masked-LM head or classifier: frozen (default: its GELU and "
                         "LayerNorm scale held at the real run's, every sum exact; circuit-tracer's convention) or "

@@ -43,8 +43,9 @@ from bertscope.features.transcoder import Transcoder
 from bertscope.graphs.frozen import FrozenModel, check_graph_model, check_head, class_head, freeze, mlm_head
 from bertscope.graphs.influence import graph_scores, prune_graph
 
-MAX_GRAPH_BYTES = 512 * 2**20  # the adjacency matrix, float32, at most
-ROWS_AT_ONCE = 128  # target rows carried down the pass together
+MAX_GRAPH_BYTES = 512 * 2**20  # the adjacency matrix, float32, at most (the backward's working tensors: half of it)
+ROWS_AT_ONCE = 128  # target rows carried down the pass together, at most
+LIVE_TENSORS = 6  # [rows, P, d] tensors a backward holds beside its one a layer: seed, g, gy2, gmid, the attention's two
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
         contrast: a second token or class: the value is logit[target] − logit[contrast].
         dtype: float32, or float64 for exact identities.
         max_bytes: the adjacency matrix's budget: past it the least influential features are merged into their
-            (layer, position)'s error node, and the graph says how many.
+            (layer, position)'s error node, and the graph says how many; the backward pass's working tensors are
+            held to half of it (``rows_at_once``).
         progress: called with (rows done, rows).
         head: ``"frozen"`` (the head's nonlinearity and norm held: every sum exact) or ``"linear"`` (the head to
             first order at the real run: the target's edges move as the real head's value does; a constant in the
@@ -232,7 +234,8 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
         notes.append(f"The frozen pass gives {float(value[0]):.5f} where the model gives {real_value:.5f}.")
     tcs = [transcoders[ly] for ly in range(lm.num_layers)]
     sub, errors, dropped = _within_budget(frozen, active, writes, errors, embed, tcs, max_bytes, notes, dtype)
-    adjacency = _adjacency(frozen, sub, errors, embed, tcs, dtype, progress)
+    batch = rows_at_once(len(tcs), frozen.n_pos, frozen.d, dtype, max_bytes // 2)
+    adjacency = _adjacency(frozen, sub, errors, embed, tcs, dtype, progress, batch)
     inputs, bias = _node_inputs(frozen, sub, tcs, embed, mids, value, dtype, len(adjacency))
     nodes = _nodes(sub, lm.num_layers, frozen.n_pos, lm.tokenizer.convert_ids_to_tokens(ids), float(value[0]))
     target_info = {"kind": kind, "position": position,
@@ -285,18 +288,32 @@ def _within_budget(frozen: FrozenModel, active: _Active, writes: list[torch.Tens
     return sub, errors, dropped
 
 
+def rows_at_once(n_layers: int, n_pos: int, d: int, dtype: torch.dtype, work_bytes: int) -> int:
+    """The target rows one backward pass carries: ``ROWS_AT_ONCE``, fewer where their working tensors (each
+    [rows, P, d]: one a layer the rows reach, ``LIVE_TENSORS`` more) would pass ``work_bytes``; at least one.
+
+    >>> rows_at_once(6, 32, 384, torch.float32, 256 * 2**20)  # bundled-mlm, 32 word pieces
+    128
+    >>> rows_at_once(12, 512, 768, torch.float32, 256 * 2**20)  # BERT-base at 512 word pieces
+    9
+    """
+    per_row = (n_layers + LIVE_TENSORS) * n_pos * d * torch.empty((), dtype=dtype).element_size()
+    return int(max(1, min(ROWS_AT_ONCE, work_bytes // per_row)))
+
+
 def _adjacency(frozen: FrozenModel, sub: _Active, errors: list[torch.Tensor], embed: torch.Tensor,
-               tcs: list[Transcoder], dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> np.ndarray:
+               tcs: list[Transcoder], dtype: torch.dtype, progress: Callable[[int, int], None] | None,
+               batch: int = ROWS_AT_ONCE) -> np.ndarray:
     """[N, N] the direct effects: a row per feature and the target (the rest, error and embedding nodes, have no
-    inputs), one layer's features at a time, ``ROWS_AT_ONCE`` rows a backward pass, written in place."""
+    inputs), one layer's features at a time, ``batch`` rows a backward pass, written in place."""
     n_feat = len(sub.value)
     n = n_feat + len(tcs) * frozen.n_pos + frozen.n_pos + 1
     adjacency = np.zeros((n, n), np.float64 if dtype == torch.float64 else np.float32)
     sub_writes = _writes_by_position(sub, tcs, dtype)
     assert (np.diff(sub.layer) >= 0).all()  # features in (layer, position, feature) order, as _sources gives them
     bounds = np.searchsorted(sub.layer, np.arange(len(tcs) + 1))  # each layer's features: rows bounds[l]:bounds[l+1]
-    batches = [range(start, min(start + ROWS_AT_ONCE, int(bounds[ly + 1])))
-               for ly in range(len(tcs)) for start in range(int(bounds[ly]), int(bounds[ly + 1]), ROWS_AT_ONCE)]
+    batches = [range(start, min(start + batch, int(bounds[ly + 1])))
+               for ly in range(len(tcs)) for start in range(int(bounds[ly]), int(bounds[ly + 1]), batch)]
     done = 0
     for rows in [*batches, range(n_feat, n_feat + 1)]:  # then the target's row (the last)
         at = slice(rows.start, rows.stop) if rows.start < n_feat else slice(n - 1, n)

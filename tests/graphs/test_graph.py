@@ -121,6 +121,29 @@ def test_a_budget_merges_features_into_errors_and_the_sums_hold(mlm):
     assert small.inputs[-1] == pytest.approx(full.inputs[-1], abs=1e-9)
 
 
+def test_the_working_tensors_are_held_to_half_the_budget_and_the_edges_do_not_move(mlm, monkeypatch):
+    from bertscope.graphs import build
+
+    batches: list[int] = []
+    real_rows = build._rows
+    monkeypatch.setattr(build, "_rows", lambda *a, **k: batches.append(len(a[1])) or real_rows(*a, **k))
+    tcs = _transcoders(mlm, True)
+    whole = attribution_graph(mlm, TEXT, tcs, dtype=torch.float64)
+    wide = max(batches)
+    n_pos, d, n_layers = len(whole.tokens), mlm.hidden_size, mlm.num_layers
+    per_row = (n_layers + build.LIVE_TENSORS) * n_pos * d * 8  # float64
+    most = max(sum(n.layer == ly for n in whole.nodes[:whole.n_features]) for ly in range(n_layers))
+    assert wide == min(build.ROWS_AT_ONCE, most)  # the default budget: a layer's rows in one batch, up to 128
+    batches.clear()
+    # the adjacency holds every node, the working half three rows' tensors
+    budget = max(len(whole.nodes) ** 2 * 8, 2 * 3 * per_row + 1)
+    assert build.rows_at_once(n_layers, n_pos, d, torch.float64, budget // 2) == 3 < wide
+    narrow = attribution_graph(mlm, TEXT, tcs, dtype=torch.float64, max_bytes=budget)
+    assert max(batches) == 3 and narrow.n_features == whole.n_features and not narrow.dropped_features
+    np.testing.assert_allclose(narrow.adjacency, whole.adjacency, rtol=0, atol=1e-12)
+    assert build.rows_at_once(n_layers, n_pos, d, torch.float64, 1) == 1  # at least one row, whatever the budget
+
+
 def test_pruning_keeps_the_target_and_embeddings_and_the_json_is_the_issues(mlm):
     g = attribution_graph(mlm, TEXT, _transcoders(mlm, False), target="the", contrast="a")
     out = g.to_json(keep=0.5)

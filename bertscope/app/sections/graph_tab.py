@@ -133,7 +133,8 @@ def supernodes(pruned: dict, key) -> list[dict]:
 
 def graph_bytes() -> int:
     """The adjacency's budget on this page: a third of the shared store (``BERTSCOPE_CACHE_MB``), so a traced graph
-    stays there for the clicks that follow (a bigger one was dropped, and each click asked for a new trace)."""
+    stays there for the clicks that follow (a bigger one was dropped, and each click asked for a new trace); the
+    trace's working tensors are held to half of it (``graphs.build.rows_at_once``)."""
     return min(MAX_GRAPH_BYTES, cache_budget_bytes() // 3)
 
 
