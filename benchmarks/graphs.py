@@ -180,7 +180,7 @@ def full_size(tokens: int = 128) -> None:
         tcs = {layer: Transcoder(768, 768, 8 * 768, 32, False, TranscoderInfo(lm.name, layer), seed=layer).eval()
                for layer in range(lm.num_layers)}
         text = " ".join(["the bank of the river was muddy after the storm ."] * (tokens // 10 + 1))
-        words = text.split()[:tokens - 8]  # every word one piece; [CLS], [SEP] and room for the [MASK]'s split
+        words = text.split()[:tokens - 2]  # every word one piece, [MASK] one too; [CLS] and [SEP]
         words[len(words) // 2] = "[MASK]"
         before = psutil.Process().memory_info().rss
         t = time.perf_counter()

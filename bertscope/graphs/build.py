@@ -43,9 +43,11 @@ from bertscope.features.transcoder import Transcoder
 from bertscope.graphs.frozen import FrozenModel, check_graph_model, check_head, class_head, freeze, mlm_head
 from bertscope.graphs.influence import graph_scores, prune_graph
 
-MAX_GRAPH_BYTES = 512 * 2**20  # the adjacency matrix, float32, at most (the backward's working tensors: half of it)
+MAX_GRAPH_BYTES = 512 * 2**20  # the adjacency matrix at most (the backward's working tensors: half of it)
 ROWS_AT_ONCE = 128  # target rows carried down the pass together, at most
-LIVE_TENSORS = 6  # [rows, P, d] tensors a backward holds beside its one a layer: seed, g, gy2, gmid, the attention's two
+LIVE_TENSORS = 6  # [rows, P, d] tensors a backward holds beside its one a layer (gy2): at its widest, in the
+# attention's step, the seed, the g before it, gmid (with a skip path), the step's input and its three products
+CHUNK = 4096  # features whose direct effects on the target are ranked at once (the budget's ranking)
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ def attribution_graph(lm: LoadedModel, text: str, transcoders: Mapping[int, Tran
     if abs(float(value[0]) - real_value) > 1e-3 * max(1.0, abs(real_value)):
         notes.append(f"The frozen pass gives {float(value[0]):.5f} where the model gives {real_value:.5f}.")
     tcs = [transcoders[ly] for ly in range(lm.num_layers)]
-    sub, errors, dropped = _within_budget(frozen, active, writes, errors, embed, tcs, max_bytes, notes, dtype)
+    sub, errors, dropped = _within_budget(frozen, active, errors, tcs, max_bytes, notes, dtype)
     batch = rows_at_once(len(tcs), frozen.n_pos, frozen.d, dtype, max_bytes // 2)
     adjacency = _adjacency(frozen, sub, errors, embed, tcs, dtype, progress, batch)
     inputs, bias = _node_inputs(frozen, sub, tcs, embed, mids, value, dtype, len(adjacency))
@@ -269,15 +271,14 @@ def _real_run(lm: LoadedModel, text: str) -> tuple[list[int], np.ndarray, dict]:
     return enc["input_ids"][0].tolist(), mlm_logits(out)[0].float().cpu().numpy(), cache  # a classifier: its logits
 
 
-def _within_budget(frozen: FrozenModel, active: _Active, writes: list[torch.Tensor], errors: list[torch.Tensor],
-                   embed: torch.Tensor, tcs: list[Transcoder], max_bytes: int, notes: list[str], dtype: torch.dtype
-                   ) -> tuple[_Active, list[torch.Tensor], int]:
+def _within_budget(frozen: FrozenModel, active: _Active, errors: list[torch.Tensor], tcs: list[Transcoder],
+                   max_bytes: int, notes: list[str], dtype: torch.dtype) -> tuple[_Active, list[torch.Tensor], int]:
     """The features the adjacency matrix's budget holds (the most influential first), the error nodes with the
     others merged in, and how many were merged (said in ``notes``)."""
     n_feat, fixed = len(active.value), len(tcs) * frozen.n_pos + frozen.n_pos + 1  # errors, embeddings, target
-    budget_nodes = int(np.sqrt(max_bytes / 4))
+    budget_nodes = int(np.sqrt(max_bytes / torch.empty((), dtype=dtype).element_size()))  # float64: half the nodes²
     keep_features = n_feat if n_feat + fixed <= budget_nodes else max(0, budget_nodes - fixed)
-    order = _feature_order(frozen, active, writes, errors, embed, tcs, keep_features, dtype)
+    order = _feature_order(frozen, active, tcs, keep_features, dtype)
     chosen = np.sort(order[:keep_features])  # the features kept, in (layer, position, feature) order
     dropped = n_feat - len(chosen)
     if dropped:
@@ -469,14 +470,26 @@ def _rows(frozen: FrozenModel, rows: range | list[int], active: _Active, errors:
     return out
 
 
-def _feature_order(frozen: FrozenModel, active: _Active, writes: list[torch.Tensor], errors: list[torch.Tensor],
-                   embed: torch.Tensor, tcs: list[Transcoder], keep: int, dtype: torch.dtype) -> np.ndarray:
+def _feature_order(frozen: FrozenModel, active: _Active, tcs: list[Transcoder], keep: int, dtype: torch.dtype
+                   ) -> np.ndarray:
     """Every active feature in (layer, position, feature) order where all fit the budget; else ranked by the size of
-    their direct effect on the target (one row; circuit-tracer ranks by partial influence over rounds of rows)."""
+    their direct effect on the target (one row; circuit-tracer ranks by partial influence over rounds of rows),
+    ``CHUNK`` features' writes at a time: every active feature's write at once is the budget's size again."""
     n_feat = len(active.value)
     if keep >= n_feat:
         return np.arange(n_feat)
-    direct = _rows(frozen, [n_feat], active, errors, embed, tcs, _writes_by_position(active, tcs, dtype), dtype)[0, :n_feat]
+    _, g_writes = frozen.backward({}, torch.ones(1, dtype=dtype))  # [1, P, d] a layer: the target's adjoint
+    adjoint = torch.cat(g_writes)  # [L, P, d]
+    direct = np.empty(n_feat)
+    for start in range(0, n_feat, CHUNK):
+        at = slice(start, start + CHUNK)
+        layer, feature = active.layer[at], torch.from_numpy(active.feature[at])
+        g = adjoint[torch.from_numpy(layer), torch.from_numpy(active.position[at])]  # [chunk, d]
+        for ly in np.unique(layer):
+            mine = torch.from_numpy(np.flatnonzero(layer == ly))
+            dec = tcs[int(ly)].W_dec.detach()[feature[mine]].cpu().to(dtype)  # [rows, d]
+            value = torch.from_numpy(active.value[at][mine.numpy()]).to(dtype)
+            direct[start + mine.numpy()] = ((g[mine] * dec).sum(-1) * value).numpy()
     return np.argsort(-np.abs(direct), kind="stable")
 
 

@@ -139,8 +139,8 @@ class FrozenModel:
                 gn = _center(gn / hd.sigma)
             g[:, hd.position] = (gn * hd.ratio) @ hd.W1
         top = max(seeds) + 1 if head_seed is None else len(self.layers)
-        zero = torch.zeros_like(g)
-        grads_w: list[torch.Tensor] = [zero] * len(self.layers)  # a layer the rows never reach: zero (one tensor)
+        zero = g.new_zeros(()).expand_as(g)  # [B, P, d] with no storage of its own
+        grads_w: list[torch.Tensor] = [zero] * len(self.layers)  # a layer the rows never reach: zero
         for index in range(top - 1, -1, -1):
             layer = self.layers[index]
             if head_seed is None and index == top - 1:  # nothing above: the write's gradient is zero

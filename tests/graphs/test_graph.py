@@ -115,7 +115,7 @@ def test_a_budget_merges_features_into_errors_and_the_sums_hold(mlm):
     full = attribution_graph(mlm, TEXT, _transcoders(mlm, False), dtype=torch.float64)
     n_other = len(full.nodes) - full.n_features
     small = attribution_graph(mlm, TEXT, _transcoders(mlm, False), dtype=torch.float64,
-                              max_bytes=(n_other + 5) ** 2 * 4)
+                              max_bytes=(n_other + 5) ** 2 * 8)  # float64: 8 bytes an edge
     assert small.n_features == 5 and small.dropped_features == full.n_features - 5 and "merged" in small.notes[0]
     np.testing.assert_allclose(small.adjacency.sum(1) + small.bias, small.inputs, atol=1e-9)
     assert small.inputs[-1] == pytest.approx(full.inputs[-1], abs=1e-9)
