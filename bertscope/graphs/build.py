@@ -45,8 +45,9 @@ from bertscope.graphs.influence import graph_scores, prune_graph
 
 MAX_GRAPH_BYTES = 512 * 2**20  # the adjacency matrix at most (the backward's working tensors: half of it)
 ROWS_AT_ONCE = 128  # target rows carried down the pass together, at most
-LIVE_TENSORS = 6  # [rows, P, d] tensors a backward holds beside its one a layer (gy2): at its widest, in the
-# attention's step, the seed, the g before it, gmid (with a skip path), the step's input and its three products
+LIVE_TENSORS = 6  # [rows, P, d] tensors a backward holds at its widest, counted with one a layer (L in all): the gy2
+# of each layer below the rows' own (L - 1), the seed, the g before the attention's step, gmid (with a skip path), the
+# step's input and its three products (L + 6; a target row has no seed and a gy2 at every layer: L + 6 again)
 CHUNK = 4096  # features whose direct effects on the target are ranked at once (the budget's ranking)
 
 
@@ -276,7 +277,7 @@ def _within_budget(frozen: FrozenModel, active: _Active, errors: list[torch.Tens
     """The features the adjacency matrix's budget holds (the most influential first), the error nodes with the
     others merged in, and how many were merged (said in ``notes``)."""
     n_feat, fixed = len(active.value), len(tcs) * frozen.n_pos + frozen.n_pos + 1  # errors, embeddings, target
-    budget_nodes = int(np.sqrt(max_bytes / torch.empty((), dtype=dtype).element_size()))  # float64: half the nodes²
+    budget_nodes = int(np.sqrt(max_bytes / (8 if dtype == torch.float64 else 4)))  # the adjacency's bytes an edge
     keep_features = n_feat if n_feat + fixed <= budget_nodes else max(0, budget_nodes - fixed)
     order = _feature_order(frozen, active, tcs, keep_features, dtype)
     chosen = np.sort(order[:keep_features])  # the features kept, in (layer, position, feature) order
@@ -291,7 +292,7 @@ def _within_budget(frozen: FrozenModel, active: _Active, errors: list[torch.Tens
 
 def rows_at_once(n_layers: int, n_pos: int, d: int, dtype: torch.dtype, work_bytes: int) -> int:
     """The target rows one backward pass carries: ``ROWS_AT_ONCE``, fewer where their working tensors (each
-    [rows, P, d]: one a layer the rows reach, ``LIVE_TENSORS`` more) would pass ``work_bytes``; at least one.
+    [rows, P, d]: ``n_layers + LIVE_TENSORS`` at the pass's widest) would pass ``work_bytes``; at least one.
 
     >>> rows_at_once(6, 32, 384, torch.float32, 256 * 2**20)  # bundled-mlm, 32 word pieces
     128
@@ -474,7 +475,7 @@ def _feature_order(frozen: FrozenModel, active: _Active, tcs: list[Transcoder], 
                    ) -> np.ndarray:
     """Every active feature in (layer, position, feature) order where all fit the budget; else ranked by the size of
     their direct effect on the target (one row; circuit-tracer ranks by partial influence over rounds of rows),
-    ``CHUNK`` features' writes at a time: every active feature's write at once is the budget's size again."""
+    ``CHUNK`` features' decoder rows at a time: every active feature's write at once is the budget's size again."""
     n_feat = len(active.value)
     if keep >= n_feat:
         return np.arange(n_feat)

@@ -119,6 +119,9 @@ def test_a_budget_merges_features_into_errors_and_the_sums_hold(mlm):
     assert small.n_features == 5 and small.dropped_features == full.n_features - 5 and "merged" in small.notes[0]
     np.testing.assert_allclose(small.adjacency.sum(1) + small.bias, small.inputs, atol=1e-9)
     assert small.inputs[-1] == pytest.approx(full.inputs[-1], abs=1e-9)
+    # the features kept are the five of largest direct effect on the target (the full graph's target row)
+    strongest = np.argsort(-np.abs(full.adjacency[-1, :full.n_features]), kind="stable")[:5]
+    assert {small.nodes[i].id for i in range(5)} == {full.nodes[i].id for i in strongest}
 
 
 def test_the_working_tensors_are_held_to_half_the_budget_and_the_edges_do_not_move(mlm, monkeypatch):
